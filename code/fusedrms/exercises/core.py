@@ -1,0 +1,128 @@
+"""Auto-checked exercises.
+
+A chapter's exercises live in ``fusedrms.exercises.chNN`` as :class:`Exercise` objects. In the
+notebook the reader writes ``answer = ...`` and calls ``exercise.check(answer)``. The check never
+raises: it returns :class:`Feedback`, which prints (and renders in Jupyter) as a verdict with a hint.
+
+A checker is a function ``grade(answer) -> Feedback``. Converters (:func:`as_number`,
+:func:`as_vector`, :func:`as_choice`) turn what the reader typed into a clean value or raise
+:class:`Malformed` with a message saying what to write instead; :meth:`Exercise.check` turns that
+into feedback. Each exercise lists its ``mistakes`` (typical wrong answers), and the test suite
+checks that every one is rejected and that ``solution`` is accepted.
+"""
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+
+class Malformed(ValueError):
+    """The answer has the wrong form (not a number, wrong length, NaN...)."""
+
+
+@dataclass(frozen=True)
+class Feedback:
+    ok: bool
+    message: str
+    hint: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        head = "Correct. " if self.ok else "Not yet. "
+        return head + self.message + (f"\nHint: {self.hint}" if self.hint else "")
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        color, head = ("#1a7f37", "Correct.") if self.ok else ("#b35900", "Not yet.")
+        hint = f"<br><i>Hint:</i> {html.escape(self.hint)}" if self.hint else ""
+        return (f'<div style="border-left:4px solid {color};padding:4px 10px">'
+                f"<b style=\"color:{color}\">{head}</b> {html.escape(self.message)}{hint}</div>")
+
+
+def correct(message: str) -> Feedback:
+    return Feedback(True, message)
+
+
+def wrong(message: str, hint: str = "") -> Feedback:
+    return Feedback(False, message, hint)
+
+
+@dataclass
+class Exercise:
+    """One exercise: a question, a grader, the solution and the typical mistakes it must reject."""
+
+    name: str
+    question: str
+    grade: Callable[[Any], Feedback]
+    solution: Any
+    mistakes: dict[str, Any] = field(default_factory=dict)  # label -> a typical wrong answer
+    needs_gpu: bool = False
+
+    def check(self, answer: Any) -> Feedback:
+        if answer is None or answer is Ellipsis:
+            return wrong("no answer yet.", f"Replace the placeholder with your answer to: "
+                                           f"{self.question}")
+        try:
+            return self.grade(answer)
+        except Malformed as e:
+            return wrong(f"the answer could not be read: {e}")
+
+
+# ---- converters: clean value or Malformed with a message that says what to write ----
+
+def as_number(answer: Any, what: str = "a number") -> float:
+    if isinstance(answer, bool):
+        raise Malformed(f"expected {what}, got a boolean ({answer}).")
+    if hasattr(answer, "numel") and hasattr(answer, "item"):  # a torch or numpy scalar
+        if getattr(answer, "numel")() != 1:
+            raise Malformed(f"expected {what}, got a tensor with {answer.numel()} elements.")
+        answer = answer.item()
+    if isinstance(answer, str):
+        try:
+            answer = float(answer.strip())
+        except ValueError:
+            raise Malformed(f"expected {what}, got the text {answer!r}. Write a plain number, "
+                            f"e.g. answer = 12.5") from None
+    if not isinstance(answer, (int, float)):
+        try:
+            answer = float(answer)
+        except (TypeError, ValueError):
+            raise Malformed(f"expected {what}, got {type(answer).__name__}.") from None
+    value = float(answer)
+    if math.isnan(value):
+        raise Malformed(f"the answer is NaN; expected {what}. NaN never passes a check.")
+    if math.isinf(value):
+        raise Malformed(f"the answer is infinite; expected {what}.")
+    return value
+
+
+def as_vector(answer: Any, length: int, what: str = "numbers") -> list[float]:
+    if hasattr(answer, "tolist"):
+        answer = answer.tolist()
+    if isinstance(answer, (str, bytes)) or not isinstance(answer, Sequence):
+        raise Malformed(f"expected a list of {length} {what}, got {type(answer).__name__}. "
+                        f"Write e.g. answer = [1.0, 2.0, ...].")
+    flat = list(answer)
+    if len(flat) != length:
+        raise Malformed(f"expected {length} {what}, got {len(flat)}.")
+    return [as_number(v, "a number in the list") for v in flat]
+
+
+def as_choice(answer: Any, choices: Sequence[str]) -> str:
+    if not isinstance(answer, str):
+        raise Malformed(f"expected one of {', '.join(repr(c) for c in choices)}, "
+                        f"got {type(answer).__name__}.")
+    key = answer.strip().lower()
+    for c in choices:
+        if key == c.lower():
+            return c
+    raise Malformed(f"{answer!r} is not one of {', '.join(repr(c) for c in choices)}.")
+
+
+def close(a: float, b: float, rel: float = 1e-3, abs_: float = 1e-9) -> bool:
+    return abs(a - b) <= abs_ + rel * abs(b)

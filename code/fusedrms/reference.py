@@ -1,0 +1,47 @@
+"""PyTorch references: the definitions every kernel in the book is checked against.
+
+The book's casting convention (used by every kernel except the FP8 step of chapter 8, which has
+its own, stated order): upcast to the accumulation dtype, compute ``x * r * w`` there, and cast to
+the input's dtype once at the end. ``accum=torch.float64`` gives the float64 reference that the
+verification suite uses.
+"""
+from __future__ import annotations
+
+import torch
+
+FP32 = torch.float32
+FP64 = torch.float64
+
+
+def row_scale(x: torch.Tensor, eps: float, accum: torch.dtype = FP32) -> torch.Tensor:
+    """r = 1 / sqrt(mean(x^2) + eps) for every row (last dimension), shape ``x.shape[:-1] + (1,)``."""
+    xa = x.to(accum)
+    mean_square = (xa * xa).sum(dim=-1, keepdim=True) / x.shape[-1]
+    return torch.rsqrt(mean_square + eps)
+
+
+def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5,
+            accum: torch.dtype = FP32, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """y = x * r * w, r shared by the row, w per column. Returns ``out_dtype`` (default: x's)."""
+    xa = x.to(accum)
+    y = xa * row_scale(x, eps, accum) * w.to(accum)
+    return y.to(out_dtype or x.dtype)
+
+
+def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float = 1e-5,
+                accum: torch.dtype = FP32, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """y = rmsnorm(x + residual) * w; the sum is formed in ``accum``, never rounded to x's dtype."""
+    s = x.to(accum) + residual.to(accum)
+    return rmsnorm(s, w, eps, accum, out_dtype or x.dtype)
+
+
+def add_rmsnorm_residual(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
+                         eps: float = 1e-5, accum: torch.dtype = FP32
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, s): also returns s = x + residual in x's dtype, the next layer's residual (vLLM layout).
+
+    y is computed from s *as stored* (rounded to x's dtype), which is what the next layer sees and
+    what vLLM and FlashInfer do.
+    """
+    s = (x.to(accum) + residual.to(accum)).to(x.dtype)
+    return rmsnorm(s, w, eps, accum, x.dtype), s

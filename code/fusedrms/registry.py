@@ -1,0 +1,84 @@
+"""One list of every implementation in the book, so verification and benchmarks see them all.
+
+A kernel module registers its wrappers when imported::
+
+    registry.register(registry.Impl("triton.row", op="rmsnorm", fn=rmsnorm_row, route="triton"))
+
+Signatures by op (all out of place; ``eps`` is a float):
+
+- ``rmsnorm``:               ``fn(x, w, eps) -> y``
+- ``add_rmsnorm``:           ``fn(x, residual, w, eps) -> y``
+- ``add_rmsnorm_residual``:  ``fn(x, residual, w, eps) -> (y, x + residual)``
+- ``rmsnorm_fp8``:           ``fn(x, w, eps) -> (codes float8_e4m3fn, scales float32)``
+
+:func:`load_all` imports every module that registers something.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+OPS = ("rmsnorm", "add_rmsnorm", "add_rmsnorm_residual", "rmsnorm_fp8")
+
+# Modules that register implementations, in the order the book introduces them.
+MODULES = (
+    "fusedrms.peers",
+    "fusedrms.hip.kernels",
+    "fusedrms.triton_rmsnorm",
+    "fusedrms.add_rmsnorm",
+    "fusedrms.fp8_quant",
+)
+
+
+@dataclass(frozen=True)
+class Impl:
+    name: str
+    op: str
+    fn: Callable
+    route: str  # "triton", "hip", "torch" (peers and eager chains)
+    dtypes: tuple = (torch.float32, torch.float16, torch.bfloat16)
+    devices: tuple = ("cpu", "cuda")  # "cuda" also means ROCm GPUs
+    max_cols: int | None = None
+    description: str = ""
+    kernel: bool = True  # False for library peers (torch ops), which verify may skip
+    gpu_only_reason: str = ""  # why it cannot run on the CPU path, when "cpu" not in devices
+
+    def supports(self, device: str, dtype: torch.dtype, cols: int) -> bool:
+        return (device in self.devices and dtype in self.dtypes
+                and (self.max_cols is None or cols <= self.max_cols))
+
+
+_IMPLS: dict[str, Impl] = {}
+
+
+def register(impl: Impl) -> Impl:
+    if impl.op not in OPS:
+        raise ValueError(f"unknown op {impl.op!r}; expected one of {OPS}")
+    _IMPLS[impl.name] = impl  # re-registering (a reloaded module) replaces
+    return impl
+
+
+def load_all() -> None:
+    for module in MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:  # a chapter's module not written yet
+            if e.name != module:
+                raise
+
+
+def impls(op: str | None = None) -> list[Impl]:
+    load_all()
+    return [i for i in _IMPLS.values() if op is None or i.op == op]
+
+
+def get(name: str) -> Impl:
+    load_all()
+    try:
+        return _IMPLS[name]
+    except KeyError:
+        known = ", ".join(sorted(_IMPLS))
+        raise KeyError(f"no implementation named {name!r}; known: {known}") from None

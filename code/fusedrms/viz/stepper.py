@@ -1,0 +1,76 @@
+"""Step-through animations that work in live Jupyter *and* in the static book.
+
+Every frame is computed in Python (an SVG plus a caption with the step's numbers) and stacked in an
+``ipywidgets.Stack``. A ``Play`` button and an ``IntSlider`` drive the stack through ``jslink``,
+which runs in the browser, so the static page steps without a kernel. Python callbacks
+(recomputing frames for new inputs) need a live kernel; :func:`explorer` adds them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from typing import Callable
+
+import ipywidgets as widgets
+
+
+@dataclass(frozen=True)
+class Frame:
+    title: str
+    caption: str  # states the step's numbers, computed, never typed
+    svg: str
+
+    def html(self, index: int, total: int) -> str:
+        return (f'<div class="fusedrms-frame" data-step="{index}">'
+                f'<div style="font-weight:600">Step {index + 1}/{total}: {escape(self.title)}</div>'
+                f"{self.svg}"
+                f'<div class="fusedrms-caption" style="max-width:640px">{escape(self.caption)}</div>'
+                f"</div>")
+
+
+def frame_stack(frames: list[Frame]) -> widgets.Stack:
+    return widgets.Stack([widgets.HTML(f.html(i, len(frames))) for i, f in enumerate(frames)],
+                         selected_index=0)
+
+
+def stepper(frames: list[Frame], interval_ms: int = 1600, description: str = "step") -> widgets.VBox:
+    """Play + slider + frames, linked in the browser. Returns the widget to display."""
+    if not frames:
+        raise ValueError("an animation needs at least one frame")
+    stack = frame_stack(frames)
+    last = len(frames) - 1
+    play = widgets.Play(value=0, min=0, max=last, step=1, interval=interval_ms,
+                        description="play", tooltip="play the steps")
+    slider = widgets.IntSlider(value=0, min=0, max=last, step=1, description=description,
+                               readout=True, continuous_update=True)
+    widgets.jslink((play, "value"), (slider, "value"))
+    widgets.jslink((slider, "value"), (stack, "selected_index"))
+    box = widgets.VBox([widgets.HBox([play, slider]), stack])
+    box.add_class("fusedrms-stepper")
+    return box
+
+
+def explorer(make_frames: Callable[..., list[Frame]], controls: dict[str, widgets.Widget],
+             interval_ms: int = 1600) -> widgets.VBox:
+    """An animation whose inputs the reader can edit (live kernel only).
+
+    ``make_frames(**values)`` recomputes the frames from the controls' values; a bad input shows
+    its error message instead of frames. In the static book the controls are inert and the frames
+    for the initial values are shown.
+    """
+    status = widgets.HTML()
+    holder = widgets.VBox()
+
+    def rebuild(_change=None):
+        try:
+            values = {k: w.value for k, w in controls.items()}
+            holder.children = [stepper(make_frames(**values), interval_ms)]
+            status.value = ""
+        except (ValueError, TypeError) as e:
+            status.value = f'<span style="color:#b35900">{escape(str(e))}</span>'
+
+    for w in controls.values():
+        w.observe(rebuild, names="value")
+    rebuild()
+    note = widgets.HTML("<i>Edit the inputs to recompute the frames (needs a running kernel).</i>")
+    return widgets.VBox([note, widgets.HBox(list(controls.values())), status, holder])

@@ -1,0 +1,69 @@
+"""A tiny SVG canvas for the book's animation frames: boxed values, labels, arrows.
+
+Frames are plain SVG strings, so they render in live Jupyter, in the static book and in tests
+(which parse them) without any JavaScript.
+"""
+from __future__ import annotations
+
+from html import escape
+
+# Colour roles shared by every animation in the book.
+PALETTE = {
+    "input": "#dbeafe",     # values read from global memory
+    "weight": "#fef3c7",
+    "register": "#e0e7ff",  # values that live only in registers
+    "active": "#fde68a",    # what this step works on
+    "reduced": "#bbf7d0",   # results of a reduction
+    "output": "#fecaca",    # values written to global memory
+    "masked": "#e5e7eb",    # masked-off lanes
+    "idle": "#ffffff",
+}
+STROKE = "#374151"
+
+
+def fmt(v: float, digits: int = 4) -> str:
+    """Numbers as the captions print them: integers plainly, others to ``digits`` significant."""
+    if v == int(v) and abs(v) < 1e6:
+        return str(int(v))
+    return f"{v:.{digits}g}"
+
+
+class Canvas:
+    def __init__(self, width: int, height: int, title: str = ""):
+        self.width, self.height = width, height
+        self.parts: list[str] = []
+        if title:
+            self.text(8, 18, title, size=14, weight="bold", anchor="start")
+
+    def text(self, x, y, s, size=12, anchor="middle", weight="normal", color=STROKE):
+        self.parts.append(f'<text x="{x}" y="{y}" font-size="{size}" text-anchor="{anchor}" '
+                          f'font-weight="{weight}" fill="{color}" '
+                          f'font-family="ui-monospace,monospace">{escape(str(s))}</text>')
+
+    def box(self, x, y, w, h, label="", fill="idle", size=13, dashed=False):
+        colour = PALETTE.get(fill, fill)
+        dash = ' stroke-dasharray="4 3"' if dashed else ""
+        self.parts.append(f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="4" fill="{colour}" '
+                          f'stroke="{STROKE}"{dash}/>')
+        if label != "":
+            self.text(x + w / 2, y + h / 2 + size * 0.35, label, size=size)
+
+    def row(self, x, y, values, fill="input", cell=54, h=30, name=None, fills=None, labels=None):
+        """A row of boxed values; ``fills`` overrides colours per cell, ``labels`` the text."""
+        if name:
+            self.text(x - 8, y + h / 2 + 4, name, anchor="end", weight="bold")
+        for i, v in enumerate(values):
+            label = labels[i] if labels is not None else fmt(v)
+            self.box(x + i * cell, y, cell - 4, h, label, fills[i] if fills else fill)
+        return [(x + i * cell + (cell - 4) / 2, y, y + h) for i in range(len(values))]
+
+    def arrow(self, x1, y1, x2, y2, color=STROKE):
+        self.parts.append(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{color}" '
+                          f'stroke-width="1.5" marker-end="url(#arrowhead)"/>')
+
+    def render(self) -> str:
+        defs = ('<defs><marker id="arrowhead" markerWidth="8" markerHeight="6" refX="7" refY="3" '
+                f'orient="auto"><polygon points="0 0, 8 3, 0 6" fill="{STROKE}"/></marker></defs>')
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" '
+                f'height="{self.height}" viewBox="0 0 {self.width} {self.height}" role="img">'
+                + defs + "".join(self.parts) + "</svg>")

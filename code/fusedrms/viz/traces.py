@@ -1,0 +1,21 @@
+"""Traces of the algorithms the animations draw, computed step by step (never typed numbers)."""
+from __future__ import annotations
+
+
+def tree_reduce_levels(values: list[float]) -> list[list[float]]:
+    """Pairwise tree sum as a block of threads does it: each level adds the upper half onto the
+    lower half (``s[i] += s[i + stride]`` for ``stride = n/2, n/4, ..., 1``).
+
+    ``values`` is padded with zeros to a power of two (idle threads contribute 0). Returns every
+    level, the first being the padded input and the last ``[total]``.
+    """
+    n = 1
+    while n < len(values):
+        n *= 2
+    level = [float(v) for v in values] + [0.0] * (n - len(values))
+    levels = [level]
+    while len(level) > 1:
+        half = len(level) // 2
+        level = [level[i] + level[i + half] for i in range(half)]
+        levels.append(level)
+    return levels
