@@ -19,7 +19,7 @@ def show_source(obj, language: str = "python") -> Code:
 def file_section(path: str | Path, marker: str) -> str:
     """Text between ``[book:marker]`` and ``[/book:marker]`` comment lines in ``path``."""
     text = Path(path).read_text()
-    match = re.search(rf"^.*\[book:{re.escape(marker)}\].*\n(.*?)^.*\[/book:{re.escape(marker)}\]",
+    match = re.search(rf"^[^\n]*\[book:{re.escape(marker)}\][^\n]*\n(.*?)^[^\n]*\[/book:{re.escape(marker)}\]",
                       text, flags=re.S | re.M)
     if match is None:
         raise KeyError(f"no section [book:{marker}] ... [/book:{marker}] in {path}")

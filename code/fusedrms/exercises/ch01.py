@@ -1,0 +1,128 @@
+"""Chapter 1 exercises: the formula by hand.
+
+The animation's row is x = [3, 4, -3, -4], w = [1, 0.5, 2, 1], eps = 1e-5.
+"""
+from __future__ import annotations
+
+import math
+
+from .core import Exercise, Malformed, as_choice, as_number, close, correct, wrong
+
+X = [3.0, 4.0, -3.0, -4.0]
+W = [1.0, 0.5, 2.0, 1.0]
+EPS = 1e-5
+
+
+def _row_scale(x, eps=EPS, divide_by=None) -> float:
+    n = divide_by if divide_by is not None else len(x)
+    return 1.0 / math.sqrt(sum(v * v for v in x) / n + eps)
+
+
+# (a) sum of squares
+SUM_OF_SQUARES = sum(v * v for v in X)
+
+
+def _grade_sum(answer) -> object:
+    value = as_number(answer, "the sum of squares (a number)")
+    if close(value, SUM_OF_SQUARES, rel=0, abs_=1e-9):
+        return correct(f"{value:g}: 9 + 16 + 9 + 16, the signs gone after squaring.")
+    if close(value, sum(X), abs_=1e-9):
+        return wrong(f"{value:g} is the plain sum of x: the signs cancel.",
+                     "Square each element before adding: (-3)² = 9.")
+    if close(value, sum(abs(v) for v in X), abs_=1e-9):
+        return wrong(f"{value:g} is the sum of |x|.", "Square the elements, don't just drop the signs.")
+    if close(value, SUM_OF_SQUARES / len(X), abs_=1e-9):
+        return wrong(f"{value:g} is the mean of the squares, one step further.",
+                     "The question asks for the sum before dividing by the column count.")
+    return wrong(f"{value:g} is not the sum of squares of [3, 4, -3, -4].",
+                 "Square each of the four elements, then add the four squares.")
+
+
+sum_of_squares = Exercise(
+    "sum_of_squares", "What is the sum of squares of x = [3, 4, -3, -4]?", _grade_sum,
+    solution=SUM_OF_SQUARES, mistakes={"plain sum": 0.0, "sum of |x|": 14.0, "mean": 12.5})
+
+
+# (a') the third output y[2]
+THIRD_OUTPUT = X[2] * _row_scale(X) * W[2]
+
+
+def _grade_third(answer) -> object:
+    value = as_number(answer, "the third output y[2] (a number)")
+    if close(value, THIRD_OUTPUT, rel=2e-4):
+        return correct(f"{value:.4f} = -3 × {_row_scale(X):.4f} × 2.")
+    if close(value, -THIRD_OUTPUT, rel=2e-4):
+        return wrong(f"{value:.4f} has the wrong sign.",
+                     "Only the squares lose the sign; y multiplies the original x = -3.")
+    if close(value, X[2] * _row_scale(X), rel=2e-4):
+        return wrong(f"{value:.4f} is x·r without the weight.", "Multiply by w[2] = 2 as well.")
+    if close(value, X[2] * _row_scale(X, divide_by=1) * W[2], rel=2e-4):
+        return wrong(f"{value:.4f} uses the sum of squares instead of the mean.",
+                     "Divide the sum 50 by the 4 columns before the square root.")
+    if close(value, X[2] * W[2] / (SUM_OF_SQUARES / len(X) + EPS), rel=2e-4):
+        return wrong(f"{value:.4f} divides by the mean square, not by its square root.",
+                     "r = 1/sqrt(mean + eps).")
+    return wrong(f"{value:.4f} is not y[2].",
+                 "Compute r = 1/sqrt(50/4 + 1e-5), then y[2] = x[2]·r·w[2] with x[2] = -3, w[2] = 2.")
+
+
+third_output = Exercise(
+    "third_output", "What is the third output y[2] of the animation's row (4 decimals)?",
+    _grade_third, solution=round(THIRD_OUTPUT, 4),
+    mistakes={"sign lost": round(-THIRD_OUTPUT, 4),
+              "weight forgotten": round(X[2] * _row_scale(X), 4),
+              "sum instead of mean": round(X[2] * _row_scale(X, divide_by=1) * W[2], 4),
+              "no square root": round(X[2] * W[2] / (SUM_OF_SQUARES / 4 + EPS), 4)})
+
+
+# (b) does w[2] change the row scale?
+def _grade_weight(answer) -> object:
+    choice = as_choice(answer, ["yes", "no"])
+    if choice == "no":
+        return correct("no: r depends only on x (and eps); the weight multiplies afterwards, "
+                       "one column at a time.")
+    return wrong("the row scale is computed from x alone.",
+                 "Look at the formula: r = 1/sqrt(mean(x²) + eps) contains no w. Only y[2] changes.")
+
+
+weight_and_scale = Exercise(
+    "weight_and_scale", "Does changing w[2] from 2 to 1 change the row scale r? ('yes' or 'no')",
+    _grade_weight, solution="no", mistakes={"weights feed the reduction": "yes"})
+
+
+# (c) dividing 13 columns by 16
+PADDED_FACTOR = math.sqrt(16 / 13)
+
+
+def _grade_padding(answer) -> object:
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise Malformed("expected a pair (direction, factor), e.g. answer = ('smaller', 0.9).")
+    direction = as_choice(answer[0], ["larger", "smaller"])
+    factor = as_number(answer[1], "the factor (a number)")
+    if factor <= 0:
+        return wrong(f"a factor of {factor:g} cannot scale a positive r.",
+                     "The factor compares r computed both ways: r_wrong / r_right > 0.")
+    if direction == "larger" and close(factor, PADDED_FACTOR, rel=2e-3):
+        return correct(f"larger by sqrt(16/13) ≈ {PADDED_FACTOR:.4f} (when eps is negligible): the "
+                       f"mean shrinks by 13/16, and r = 1/sqrt(mean) grows by the square root of "
+                       f"the inverse.")
+    if close(factor, 16 / 13, rel=2e-3) or close(factor, 13 / 16, rel=2e-3):
+        return wrong(f"{factor:.4f} is the change of the mean, not of r.",
+                     "r is 1/sqrt(mean): take the square root of the mean's factor.")
+    if direction == "smaller":
+        return wrong("dividing by 16 instead of 13 makes the mean smaller, so r = 1/sqrt(mean) "
+                     "gets larger.", "A smaller denominator under the square root gives a larger r.")
+    return wrong(f"the direction is right but {factor:.4f} is not the factor.",
+                 "Compare 1/sqrt(S/16) with 1/sqrt(S/13) for the same sum S.")
+
+
+padded_mean = Exercise(
+    "padded_mean",
+    "A 13-column row is divided by 16 (the padded width) instead of 13. Is r larger or smaller, "
+    "and by what factor? Answer (direction, factor).",
+    _grade_padding, solution=("larger", round(PADDED_FACTOR, 4)),
+    mistakes={"inverse direction": ("smaller", round(1 / PADDED_FACTOR, 4)),
+              "no square root": ("larger", round(16 / 13, 4)),
+              "mean factor": ("smaller", round(13 / 16, 4))})
+
+ALL = [sum_of_squares, third_output, weight_and_scale, padded_mean]

@@ -1,0 +1,157 @@
+"""Chapter 1's animation: RMSNorm on one short row, square -> reduce -> broadcast, step by step.
+
+Every number drawn or printed comes from :func:`trace`, which runs the algorithm (the tree sum a
+block of threads performs) in float64; tests check it against :func:`fusedrms.reference.rmsnorm`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .stepper import Frame
+from .svg import Canvas, fmt
+from .traces import tree_reduce_levels
+
+MAX_COLS = 8  # the picture stays readable up to 8 columns
+
+
+@dataclass(frozen=True)
+class RMSNormTrace:
+    x: list[float]
+    w: list[float]
+    eps: float
+    squares: list[float]
+    levels: list[list[float]]  # tree levels, first = squares padded to a power of two
+    total: float
+    mean: float
+    r: float
+    y: list[float]
+
+
+def trace(x, w, eps: float = 1e-5) -> RMSNormTrace:
+    x = [float(v) for v in x]
+    w = [float(v) for v in w]
+    if not 1 <= len(x) <= MAX_COLS:
+        raise ValueError(f"the animation draws 1 to {MAX_COLS} columns; got {len(x)}")
+    if len(w) != len(x):
+        raise ValueError(f"w needs one weight per column: {len(x)} values, got {len(w)}")
+    if not all(math.isfinite(v) for v in x + w):
+        raise ValueError("x and w must be finite numbers for the animation")
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    squares = [v * v for v in x]
+    levels = tree_reduce_levels(squares)
+    total = levels[-1][0]
+    mean = total / len(x)  # the real column count, never the padded width
+    if mean + eps == 0:
+        raise ValueError("an all-zero row with eps = 0 divides by zero: use eps > 0")
+    r = 1.0 / math.sqrt(mean + eps)
+    y = [xi * r * wi for xi, wi in zip(x, w)]
+    return RMSNormTrace(x, w, eps, squares, levels, total, mean, r, y)
+
+
+def _vec(values, digits: int | None = None) -> str:
+    return "[" + ", ".join(fmt(v) if digits is None else f"{v:.{digits}f}" for v in values) + "]"
+
+
+def _parse(text: str, name: str) -> list[float]:
+    try:
+        return [float(t) for t in text.replace(",", " ").split()]
+    except ValueError:
+        raise ValueError(f"{name}: write numbers separated by commas, e.g. 3, 4, -3, -4") from None
+
+
+def frames(x=(3, 4, -3, -4), w=(1, 0.5, 2, 1), eps: float = 1e-5) -> list[Frame]:
+    """The seven steps: read, square, tree halves, mean, broadcast r, multiply, write y only."""
+    if isinstance(x, str):
+        x = _parse(x, "x")
+    if isinstance(w, str):
+        w = _parse(w, "w")
+    t = trace(x, w, eps)
+    n = len(t.x)
+    cell, left = 64, 110
+    width = left + cell * max(n, 2) + 40
+
+    def canvas(height=250):
+        c = Canvas(width, height)
+        return c
+
+    def base(c, x_fill="input", w_fill="weight"):
+        c.row(left, 14, t.x, fill=x_fill, cell=cell, name="x")
+        c.row(left, 52, t.w, fill=w_fill, cell=cell, name="w")
+
+    out = []
+    # 1. read
+    c = canvas(120)
+    base(c)
+    c.text(left, 108, f"eps = {t.eps:g}   (n = {n} columns)", anchor="start")
+    out.append(Frame("read the row and the weights",
+                     f"x = {_vec(t.x)}, w = {_vec(t.w)}, eps = {t.eps:g}. "
+                     f"The reduction needs only x; w waits until the end.", c.render()))
+    # 2. square
+    c = canvas(140)
+    base(c)
+    c.row(left, 96, t.squares, fill="register", cell=cell, name="x²")
+    out.append(Frame("square every element: the signs vanish",
+                     f"x² = {_vec(t.squares)}. Each square needs only its own element.",
+                     c.render()))
+    # 3. tree halves (every level of the tree)
+    pairs = []
+    for lvl_in, lvl_out in zip(t.levels[:-1], t.levels[1:]):
+        half = len(lvl_out)
+        pairs.append(", ".join(f"{fmt(lvl_in[i])}+{fmt(lvl_in[i + half])}={fmt(lvl_out[i])}"
+                               for i in range(half)))
+    c = canvas(60 + 38 * len(t.levels))
+    for k, level in enumerate(t.levels):
+        fills = ["reduced" if k else "register"] * len(level)
+        if k == 0 and len(level) > n:
+            fills[n:] = ["masked"] * (len(level) - n)
+        c.row(left, 14 + 38 * k, level, fills=fills, cell=cell, name=f"level {k}")
+    padded = f" (padded to {len(t.levels[0])} with zeros)" if len(t.levels[0]) > n else ""
+    out.append(Frame("add the upper half onto the lower half, level by level",
+                     f"Tree order{padded}: " + "; then ".join(pairs) + ".", c.render()))
+    # 4. mean over the real column count
+    c = canvas(110)
+    c.row(left, 14, [t.total], fill="reduced", cell=cell, name="sum")
+    c.text(left, 82, f"mean = {fmt(t.total)} / {n} = {fmt(t.mean)}", anchor="start", size=14)
+    out.append(Frame("divide by the real column count",
+                     f"mean(x²) = {fmt(t.total)} / {n} = {fmt(t.mean)}: divide by the {n} real "
+                     f"columns, never by a padded width.", c.render()))
+    # 5. broadcast r
+    c = canvas(120)
+    c.text(left, 28, f"r = 1/sqrt({fmt(t.mean)} + {t.eps:g}) = {t.r:.4f}", anchor="start", size=14)
+    c.row(left, 50, [t.r] * n, fill="reduced", cell=cell, name="r",
+          labels=[f"{t.r:.4f}"] * n)
+    out.append(Frame("one scale for the whole row, broadcast to every position",
+                     f"r = 1/sqrt({fmt(t.mean)} + {t.eps:g}) ≈ {t.r:.4f}; eps is added before the "
+                     f"square root. Every column uses the same r.", c.render()))
+    # 6. multiply
+    c = canvas(170)
+    base(c, x_fill="active", w_fill="active")
+    c.row(left, 120, t.y, fill="register", cell=cell, name="y", labels=[f"{v:.4f}" for v in t.y])
+    k = next((i for i in range(n) if t.w[i] != 1), 0)  # show a column whose weight matters
+    c.text(left, 108, "y_i = x_i · r · w_i", anchor="start")
+    out.append(Frame("multiply by x and by each column's weight",
+                     f"y = {_vec(t.y, 4)}; e.g. column {k}: {fmt(t.x[k])} × {t.r:.4f} "
+                     f"× {fmt(t.w[k])} ≈ {t.y[k]:.4f}.", c.render()))
+    # 7. only y is written
+    c = canvas(120)
+    c.row(left, 14, t.y, fill="output", cell=cell, name="y", labels=[f"{v:.4f}" for v in t.y])
+    c.text(left, 80, "written to memory: y only", anchor="start", weight="bold")
+    c.text(left, 100, "x², the sum, the mean and r lived in registers", anchor="start")
+    out.append(Frame("write y; nothing in between touches memory",
+                     f"Only the {n} outputs are stored. The squares, the sum {fmt(t.total)}, the "
+                     f"mean {fmt(t.mean)} and r ≈ {t.r:.4f} never leave the chip.", c.render()))
+    return out
+
+
+def explorer(x="3, 4, -3, -4", w="1, 0.5, 2, 1", eps=1e-5):
+    """The animation with editable x, w and eps (recomputes in a live kernel)."""
+    import ipywidgets as widgets
+
+    from .stepper import explorer as _explorer
+
+    controls = {"x": widgets.Text(value=x, description="x"),
+                "w": widgets.Text(value=w, description="w"),
+                "eps": widgets.FloatText(value=eps, description="eps")}
+    return _explorer(frames, controls)

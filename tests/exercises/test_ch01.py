@@ -1,0 +1,47 @@
+import math
+
+import pytest
+
+from fusedrms import reference
+from fusedrms.exercises import ch01
+
+
+@pytest.mark.parametrize("exercise", ch01.ALL, ids=lambda e: e.name)
+def test_solution_is_accepted(exercise):
+    feedback = exercise.check(exercise.solution)
+    assert feedback.ok, str(feedback)
+
+
+@pytest.mark.parametrize("exercise,label", [(e, m) for e in ch01.ALL for m in e.mistakes],
+                         ids=lambda v: v if isinstance(v, str) else v.name)
+def test_typical_mistake_is_rejected_with_a_hint(exercise, label):
+    feedback = exercise.check(exercise.mistakes[label])
+    assert not feedback.ok, f"{exercise.name} accepted the mistake {label!r}"
+    assert feedback.hint, f"{exercise.name}: no hint for {label!r}"
+
+
+@pytest.mark.parametrize("exercise", ch01.ALL, ids=lambda e: e.name)
+@pytest.mark.parametrize("bad", [None, "abc", float("nan"), [1, 2, 3], {"a": 1}, math.inf])
+def test_malformed_answers_get_a_message_not_a_traceback(exercise, bad):
+    feedback = exercise.check(bad)
+    assert not feedback.ok
+    assert feedback.message
+
+
+def test_solutions_agree_with_the_reference():
+    import torch
+
+    y = reference.rmsnorm(torch.tensor(ch01.X, dtype=torch.float64),
+                          torch.tensor(ch01.W, dtype=torch.float64), ch01.EPS, accum=torch.float64)
+    assert ch01.third_output.solution == pytest.approx(y[0, 2].item() if y.dim() == 2 else y[2].item(),
+                                                       abs=5e-5)
+    assert ch01.sum_of_squares.solution == 50
+
+
+def test_padding_answer_confirmed_numerically():
+    import torch
+
+    x = torch.randn(13, dtype=torch.float64) * 10
+    r13 = reference.row_scale(x, eps=0.0, accum=torch.float64)
+    r16 = torch.rsqrt((x * x).sum() / 16)
+    assert (r16 / r13).item() == pytest.approx(ch01.padded_mean.solution[1], rel=1e-4)

@@ -1,0 +1,55 @@
+import math
+
+import pytest
+import torch
+
+from fusedrms.exercises import core
+
+
+def test_as_number_accepts_numbers_strings_and_scalar_tensors():
+    assert core.as_number(3) == 3.0
+    assert core.as_number(" 2.5 ") == 2.5
+    assert core.as_number(torch.tensor(1.5)) == 1.5
+
+
+@pytest.mark.parametrize("bad", ["three", True, [1.0], torch.ones(2), float("nan"), math.inf, object()])
+def test_as_number_rejects_with_a_message(bad):
+    with pytest.raises(core.Malformed) as err:
+        core.as_number(bad)
+    assert str(err.value)
+
+
+def test_as_vector_checks_length_and_elements():
+    assert core.as_vector(torch.tensor([1.0, 2.0]), 2) == [1.0, 2.0]
+    with pytest.raises(core.Malformed, match="expected 3"):
+        core.as_vector([1, 2], 3)
+    with pytest.raises(core.Malformed):
+        core.as_vector("1,2", 2)
+    with pytest.raises(core.Malformed, match="NaN"):
+        core.as_vector([1, float("nan")], 2)
+
+
+def test_as_choice_is_case_insensitive_and_strict():
+    assert core.as_choice(" YES ", ["yes", "no"]) == "yes"
+    with pytest.raises(core.Malformed):
+        core.as_choice("maybe", ["yes", "no"])
+
+
+def test_check_never_raises_for_malformed_answers():
+    ex = core.Exercise("demo", "What is 2+2?",
+                       lambda a: core.correct("ok") if core.as_number(a) == 4 else core.wrong("no", "add"),
+                       solution=4, mistakes={"off by one": 5})
+    assert ex.check(4).ok
+    assert not ex.check(5).ok
+    fb = ex.check(None)
+    assert not fb.ok and "no answer yet" in fb.message
+    fb = ex.check("four")
+    assert not fb.ok and "could not be read" in fb.message
+
+
+def test_feedback_renders_as_text_and_html():
+    fb = core.wrong("bad <value>", "try <this>")
+    assert str(fb).startswith("Not yet.") and "Hint: try <this>" in str(fb)
+    assert "&lt;value&gt;" in fb._repr_html_()
+    assert not fb
+    assert core.correct("fine")

@@ -1,0 +1,59 @@
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+
+from fusedrms import reference
+from fusedrms.viz import rmsnorm_frames
+
+
+def test_trace_matches_the_reference():
+    t = rmsnorm_frames.trace([3, 4, -3, -4], [1, 0.5, 2, 1], 1e-5)
+    ref = reference.rmsnorm(torch.tensor([3., 4., -3., -4.], dtype=torch.float64),
+                            torch.tensor([1, 0.5, 2, 1], dtype=torch.float64), 1e-5,
+                            accum=torch.float64)
+    assert t.y == pytest.approx(ref.tolist(), rel=1e-12)
+    assert t.levels == [[9, 16, 9, 16], [18, 32], [50]]
+    assert t.mean == 12.5
+
+
+def test_seven_frames_state_the_issue_numbers():
+    frames = rmsnorm_frames.frames()
+    assert len(frames) == 7
+    text = " ".join(f.caption for f in frames)
+    for expected in ["9+9=18", "16+16=32", "18+32=50", "50 / 4 = 12.5", "0.2828",
+                     "4 × 0.2828 × 0.5 ≈ 0.5657", "[9, 16, 9, 16]"]:
+        assert expected in text, expected
+    for f in frames:
+        ET.fromstring(f.svg)  # well-formed SVG
+
+
+def test_padding_is_drawn_but_the_mean_uses_real_columns():
+    t = rmsnorm_frames.trace([1, 2, 3], [1, 1, 1], 0.0)
+    assert t.levels[0] == [1, 4, 9, 0]
+    assert t.mean == pytest.approx(14 / 3)
+    assert "padded to 4" in rmsnorm_frames.frames("1,2,3", "1,1,1")[2].caption
+
+
+@pytest.mark.parametrize("x,w,eps,msg", [
+    ([], [], 1e-5, "1 to 8"),
+    ([1, 2], [1], 1e-5, "one weight per column"),
+    ([0, 0], [1, 1], 0.0, "divides by zero"),
+    ([1, float("nan")], [1, 1], 1e-5, "finite"),
+    ("1, two", "1, 1", 1e-5, "separated by commas"),
+])
+def test_bad_inputs_raise_readable_errors(x, w, eps, msg):
+    with pytest.raises(ValueError, match=msg):
+        rmsnorm_frames.frames(x, w, eps)
+
+
+def test_explorer_recomputes_on_edit_and_reports_errors():
+    box = rmsnorm_frames.explorer()
+    text_x = box.children[1].children[0]
+    status, holder = box.children[2], box.children[3]
+    text_x.value = "1, 2"
+    assert "one weight per column" in status.value  # w still has 4 weights
+    text_x.value = "1, 2, 3, 4"
+    assert status.value == ""
+    stack = holder.children[0].children[1]
+    assert "0.3651" in stack.children[-1].value  # r = 1/sqrt(30/4), recomputed
