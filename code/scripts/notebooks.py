@@ -4,8 +4,9 @@
     python code/scripts/notebooks.py refresh chapters/01_formula.ipynb   # re-execute, store checked outputs
     python code/scripts/notebooks.py check   chapters/*.ipynb   # exit 1 if any notebook is not clean
 
-"Clean" means: no execution counts, no widget state, and no outputs except in cells whose first
-line is ``# NBVAL_CHECK_OUTPUT`` (nbval compares those against the stored output).
+"Clean" means: no widget state, and no outputs or execution counts except in cells whose first
+line is ``# NBVAL_CHECK_OUTPUT`` (nbval compares those against the stored output, and needs the
+execution count to know the cell was run).
 """
 from __future__ import annotations
 
@@ -28,16 +29,18 @@ def clean(nb) -> bool:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        if cell.get("execution_count") is not None:
-            cell.execution_count = None
-            changed = True
-        for out in cell.get("outputs", []):
-            if "execution_count" in out and out["execution_count"] is not None:
-                out["execution_count"] = None
+        if is_checked(cell):
+            # nbval skips ("unrun") a stored cell without an execution count: keep it
+            if cell.outputs and cell.get("execution_count") is None:
+                cell.execution_count = 1
                 changed = True
-        if not is_checked(cell) and cell.outputs:
-            cell.outputs = []
-            changed = True
+        else:
+            if cell.get("execution_count") is not None:
+                cell.execution_count = None
+                changed = True
+            if cell.outputs:
+                cell.outputs = []
+                changed = True
         if "execution" in cell.metadata:
             del cell.metadata["execution"]
             changed = True
