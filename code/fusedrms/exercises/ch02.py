@@ -1,0 +1,150 @@
+"""Chapter 2 exercises: price a design before writing it.
+
+Every solution is computed by :mod:`fusedrms.traffic`; every typical mistake is the same model
+priced with one convention broken (the weight per row, the write forgotten, the wrong dtype...).
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from .. import traffic
+from .core import Exercise, Malformed, as_number, close, correct, wrong
+
+ROWS, COLS, DTYPE = 1024, 4096, "bf16"
+ITEM = traffic.DTYPE_BYTES[DTYPE]
+MATRIX = ROWS * COLS * ITEM  # one rows x cols activation in bytes
+WEIGHT = COLS * ITEM
+
+
+def _as_ratio(answer, what: str) -> float:
+    """A number, a Fraction, or text like '7/4'."""
+    if isinstance(answer, str) and "/" in answer:
+        try:
+            return float(Fraction(answer.replace(" ", "")))
+        except (ValueError, ZeroDivisionError):
+            raise Malformed(f"could not read {answer!r} as a fraction; write e.g. '7/4' or 1.75")
+    return as_number(answer, what)
+
+
+# (1) bytes of the residual-writing variant --------------------------------------------------
+RESIDUAL = traffic.price("fused_add_rmsnorm_residual", ROWS, COLS, DTYPE)
+RESIDUAL_BYTES = RESIDUAL.bytes_total
+_RESIDUAL_MISTAKES = {
+    "residual write forgotten": (3 * MATRIX + WEIGHT,
+                                 "That is the plain fused kernel: this one also writes t = x + r "
+                                 "for the next layer, a fourth row-trip."),
+    "weight counted per row": (5 * MATRIX,
+                               "The weight has no row dimension: every row's program reads the same "
+                               f"{WEIGHT:,} bytes, which the cache serves; count them once."),
+    "weight left out": (4 * MATRIX,
+                        f"Close: add the weight, read once ({COLS} bf16 values = {WEIGHT:,} B)."),
+    "fp32 itemsize": (2 * (4 * MATRIX + WEIGHT), "bf16 is 2 bytes per element, not 4."),
+    "t read back": (5 * MATRIX + WEIGHT,
+                    "In the fused kernel t stays in registers after it is written: it is stored "
+                    "once and never read back."),
+    "reads only": (2 * MATRIX + WEIGHT, "Count the writes too: y and t both go to global memory."),
+}
+
+
+def _grade_residual(answer):
+    value = as_number(answer, "a number of bytes")
+    if value == RESIDUAL_BYTES:
+        return correct(f"{RESIDUAL_BYTES:,} B: x, r read ({2 * MATRIX:,}), t and y written "
+                       f"({2 * MATRIX:,}), and the weight once ({WEIGHT:,}).")
+    for label, (bytes_, hint) in _RESIDUAL_MISTAKES.items():
+        if value == bytes_:
+            return wrong(f"{value:,.0f} B ({label}).", hint)
+    return wrong(f"{value:,.0f} B is not the traffic of this kernel.",
+                 "List the tensors it touches in global memory: reads x, r, w; writes t, y. "
+                 "Bytes = elements x 2 for bf16; the weight has cols elements.")
+
+
+residual_bytes = Exercise(
+    "residual_bytes",
+    f"How many bytes (read + written) does the fused add + RMSNorm that also writes the residual "
+    f"sum move at {ROWS} x {COLS} {DTYPE}?",
+    _grade_residual, solution=RESIDUAL_BYTES,
+    mistakes={label: b for label, (b, _) in _RESIDUAL_MISTAKES.items()})
+
+
+# (2) the speedup bound of a design ------------------------------------------------------------
+BOUND = traffic.speedup_bound("eager_add_rmsnorm", "fused_add_rmsnorm_residual")  # 7/4
+_BOUND_MISTAKES = {
+    "residual write forgotten": (Fraction(7, 3),
+                                 "7/3 is the bound of the kernel that does not write the residual; "
+                                 "this one moves 4 row-trips."),
+    "launch ratio": (Fraction(3), "Launches are not what bounds a memory-bound step at many rows: "
+                                  "bytes are. Divide the row-trips."),
+    "inverted": (Fraction(4, 7), "A speedup is slow time / fast time: the eager chain's bytes over "
+                                 "the fused kernel's."),
+    "residual vs plain fused": (Fraction(4, 3), "That compares the two fused kernels; the question "
+                                                "is eager chain vs the residual-writing kernel."),
+    "eager counted as 6 trips": (Fraction(6, 4), "Count the eager chain again: add reads 2 and "
+                                                 "writes 1, RMSNorm reads 1 and writes 1, the scale "
+                                                 "reads 1 and writes 1: 7."),
+}
+
+
+def _grade_bound(answer):
+    value = _as_ratio(answer, "a speedup (a number such as 1.5, or a fraction '3/2')")
+    if close(value, float(BOUND), rel=2e-3):
+        return correct(f"{float(BOUND):.3f} = 7/4: seven row-trips against four. Launch overhead "
+                       f"and caches move measurements away from it, never the bytes.")
+    for label, (ratio, hint) in _BOUND_MISTAKES.items():
+        if close(value, float(ratio), rel=2e-3):
+            return wrong(f"{value:.3f} ({label}).", hint)
+    return wrong(f"{value:.3f} is not the bound.",
+                 "For a memory-bound step, the bound is the ratio of bytes moved; at many rows the "
+                 "weight's share vanishes and it is the ratio of row-trips.")
+
+
+speedup_bound = Exercise(
+    "speedup_bound",
+    "For many rows, what is the largest speedup of the residual-writing fused add + RMSNorm over "
+    "the eager add -> RMSNorm -> scale chain, if both are memory-bound?",
+    _grade_bound, solution=float(BOUND),
+    mistakes={label: float(r) for label, (r, _) in _BOUND_MISTAKES.items()})
+
+
+# (3) the intensity of the fused kernel --------------------------------------------------------
+FUSED = traffic.price("fused_add_rmsnorm", ROWS, COLS, DTYPE)
+INTENSITY = FUSED.intensity
+_INTENSITY_MISTAKES = {
+    "write forgotten": (FUSED.flops / FUSED.bytes_read,
+                        "Intensity divides by all the bytes the kernel moves, the written y too."),
+    "weight counted per row": (FUSED.flops / (4 * MATRIX),
+                               "The weight is read once, not once per row."),
+    "fp32 bytes": (FUSED.flops / (2 * FUSED.bytes_total),
+                   "The activations are bf16: 2 bytes per element."),
+    "inverted (bytes per FLOP)": (FUSED.bytes_total / FUSED.flops,
+                                  "Intensity is FLOPs per byte."),
+    "eager chain's traffic": (FUSED.flops / traffic.price("eager_add_rmsnorm", ROWS, COLS, DTYPE).bytes_total,
+                              "That is the eager chain's intensity: the fused kernel moves 3 "
+                              "row-trips, not 7."),
+    "FLOPs of the normalization only": (3 * ROWS * COLS / FUSED.bytes_total,
+                                        "Count every operation per element: add, square, "
+                                        "accumulate, * rstd, * w = 5."),
+}
+
+
+def _grade_intensity(answer):
+    value = as_number(answer, "an intensity in FLOP per byte")
+    if close(value, INTENSITY, rel=2e-3):
+        return correct(f"{INTENSITY:.4f} FLOP/B: about 5 FLOPs per element over 6 bytes per element "
+                       f"(x, r, y in bf16). Far left of any GPU's ridge point: memory-bound.")
+    for label, (v, hint) in _INTENSITY_MISTAKES.items():
+        if close(value, v, rel=2e-3):
+            return wrong(f"{value:.4f} ({label}).", hint)
+    return wrong(f"{value:.4f} is not the intensity.",
+                 f"FLOPs: 5 per element + 3 per row. Bytes: x and r read, y written "
+                 f"({DTYPE}), the weight once. Divide.")
+
+
+intensity = Exercise(
+    "intensity",
+    f"What is the arithmetic intensity (FLOP per byte) of the fused add + RMSNorm kernel at "
+    f"{ROWS} x {COLS} {DTYPE}, with the chapter's count of 5 FLOPs per element and 3 per row?",
+    _grade_intensity, solution=round(INTENSITY, 4),
+    mistakes={label: round(v, 4) for label, (v, _) in _INTENSITY_MISTAKES.items()})
+
+ALL = [residual_bytes, speedup_bound, intensity]
