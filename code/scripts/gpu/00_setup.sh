@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Install the carried Jupyter wheels (the GPU image has no Jupyter stack and no registry).
+# budget: 60
 # They land in /tmp/site, which later pieces put on PYTHONPATH through code/scripts/gpu/jupyter_env.source.
 set -uo pipefail
 if ls .whl/*.whl >/dev/null 2>&1; then
