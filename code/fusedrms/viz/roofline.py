@@ -1,0 +1,170 @@
+"""Chapter 2's pictures of the traffic model: a roofline, ideal time by model width, a calculator.
+
+Everything here draws numbers computed by :mod:`fusedrms.traffic`; nothing is typed in. The plots
+return a ``matplotlib.figure.Figure`` (Jupyter shows it; ``fig.savefig`` writes it). The calculator
+is an ipywidgets form whose Python callbacks need a live kernel; a static page shows
+:func:`width_table` and :func:`time_by_width` instead.
+"""
+from __future__ import annotations
+
+from html import escape
+from typing import Iterable, Sequence
+
+from matplotlib.figure import Figure
+
+from .. import traffic
+
+# Hidden sizes (the row width RMSNorm sees) of public models, from their papers or model cards.
+# name -> (width, key in book/references.bib)
+MODEL_WIDTHS = {
+    "Llama 3.2 1B": (2048, "meta_llama32"),
+    "Llama 3.2 3B": (3072, "meta_llama32"),
+    "Llama 3.1 8B": (4096, "dubey2024llama3"),
+    "LLaMA 13B": (5120, "touvron2023llama"),
+    "DeepSeek-V3": (7168, "deepseek2024v3"),
+    "Llama 3.1 70B": (8192, "dubey2024llama3"),
+    "Llama 3.1 405B": (16384, "dubey2024llama3"),
+}
+
+_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
+           "#8c8c8c", "#ccb974", "#64b5cd", "#2f4b7c"]
+
+
+def roofline(estimates: Sequence[traffic.Estimate], bandwidth_GBps: float, peak_tflops: float,
+             title: str = "", figsize=(7.5, 4.6)) -> Figure:
+    """Attainable FLOP/s against intensity; each design sits on the ceiling at its intensity."""
+    import numpy as np
+
+    fig = Figure(figsize=figsize)
+    ax = fig.subplots()
+    ridge = peak_tflops * 1000 / bandwidth_GBps  # flop/byte where the two ceilings meet
+    lo = min(min(e.intensity for e in estimates) / 4, 0.05)
+    hi = max(ridge * 8, 100)
+    i = np.logspace(np.log10(lo), np.log10(hi), 200)
+    attainable = np.minimum(i * bandwidth_GBps / 1000, peak_tflops)  # TFLOP/s
+    ax.plot(i, attainable, color="black", lw=2)
+    ax.axvline(ridge, color="grey", ls=":", lw=1)
+    ax.annotate(f"ridge {ridge:.1f} flop/B", (ridge, peak_tflops), textcoords="offset points",
+                xytext=(4, -14), fontsize=8, color="grey")
+    ax.annotate(f"{bandwidth_GBps:g} GB/s", (lo * 2, lo * 2 * bandwidth_GBps / 1000),
+                textcoords="offset points", xytext=(0, 8), fontsize=8, rotation=0)
+    ax.annotate(f"{peak_tflops:g} TFLOP/s (fp32)", (hi / 30, peak_tflops),
+                textcoords="offset points", xytext=(0, 4), fontsize=8)
+    seen = {}
+    for n, e in enumerate(estimates):
+        y = min(e.intensity * bandwidth_GBps / 1000, peak_tflops)
+        color = _COLORS[n % len(_COLORS)]
+        ax.scatter([e.intensity], [y], color=color, zorder=3, s=36,
+                   label=f"{e.label or e.step} ({e.intensity:.2f} flop/B)")
+        seen[e.step] = y
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of global memory)")
+    ax.set_ylabel("attainable TFLOP/s")
+    ax.set_xlim(lo, hi)
+    ax.set_title(title or "Roofline", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(True, which="both", alpha=0.2)
+    fig.tight_layout()
+    return fig
+
+
+def width_table(steps: Iterable[str], widths: dict | None = None, rows: int = 4096,
+                dtype="bf16", bandwidth_GBps: float = traffic.PUBLISHED[traffic.H200][0]) -> list[dict]:
+    """One record per (model width, step): bytes, launches, row-trips, ideal µs."""
+    widths = widths or MODEL_WIDTHS
+    out = []
+    for model, (cols, _) in widths.items():
+        for step in steps:
+            e = traffic.price(step, rows, cols, dtype, bandwidth_GBps)
+            out.append({"model": model, "cols": cols, "step": step, "MB": e.bytes_total / 1e6,
+                        "launches": e.launches, "row_trips": float(e.row_trips),
+                        "ideal_us": e.ideal_us})
+    return out
+
+
+def format_width_table(records: list[dict]) -> str:
+    """Models down, steps across, ideal µs in the cells (text)."""
+    steps = list(dict.fromkeys(r["step"] for r in records))
+    models = list(dict.fromkeys((r["model"], r["cols"]) for r in records))
+    cell = {(r["model"], r["step"]): r["ideal_us"] for r in records}
+    head = ["model", "cols", *steps]
+    body = [[m, str(c), *(f"{cell[(m, s)]:.2f}" for s in steps)] for m, c in models]
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+    fmt = lambda row: "  ".join(v.ljust(w) if i == 0 else v.rjust(w)  # noqa: E731
+                                for i, (v, w) in enumerate(zip(row, widths)))
+    return "\n".join([fmt(head), *map(fmt, body)])
+
+
+def time_by_width(steps: Sequence[str], rows: int = 4096, dtype="bf16",
+                  bandwidth_GBps: float = traffic.PUBLISHED[traffic.H200][0],
+                  widths: dict | None = None, bandwidth_label: str = "",
+                  figsize=(7.5, 4.2)) -> Figure:
+    """Ideal µs of each step across model widths (the static page's calculator)."""
+    widths = widths or MODEL_WIDTHS
+    fig = Figure(figsize=figsize)
+    ax = fig.subplots()
+    cols = [c for c, _ in widths.values()]
+    for n, step in enumerate(steps):
+        us = [traffic.price(step, rows, c, dtype, bandwidth_GBps).ideal_us for c in cols]
+        ax.plot(cols, us, marker="o", color=_COLORS[n % len(_COLORS)],
+                label=traffic.get_step(step).label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(cols)
+    ax.set_xticklabels([f"{c}\n{m}" for m, (c, _) in widths.items()], fontsize=6)
+    ax.set_xlabel("row width (hidden size)")
+    ax.set_ylabel("ideal time (µs)")
+    ax.set_title(f"{rows} rows, {traffic.dtype_name(dtype)}, at {bandwidth_GBps:g} GB/s"
+                 + (f" ({bandwidth_label})" if bandwidth_label else ""), fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.25)
+    fig.tight_layout()
+    return fig
+
+
+def estimate_html(e: traffic.Estimate) -> str:
+    """An estimate as a small HTML table (the calculator's output)."""
+    rows = "".join(
+        f"<tr><td>{escape(k.name)}</td><td>{k.bytes_read:,}</td><td>{k.bytes_written:,}</td>"
+        f"<td>{k.flops:,}</td><td>{k.intensity:.3f}</td></tr>" for k in e.kernels)
+    ideal = "-" if e.ideal_us is None else f"{e.ideal_us:,.3f} µs"
+    return (f"<p><b>{escape(e.step)}</b>: {escape(e.description)}</p>"
+            f"<table><tr><th>kernel</th><th>read B</th><th>written B</th><th>FLOPs</th>"
+            f"<th>flop/B</th></tr>{rows}"
+            f"<tr><td><b>total</b></td><td>{e.bytes_read:,}</td><td>{e.bytes_written:,}</td>"
+            f"<td>{e.flops:,}</td><td>{e.intensity:.3f}</td></tr></table>"
+            f"<p>launches <b>{e.launches}</b> · row-trips <b>{float(e.row_trips):.3f}</b> · "
+            f"ideal <b>{ideal}</b> at {e.bandwidth_GBps:g} GB/s"
+            + (f" · {e.bound}-bound" if e.bound else "") + "</p>")
+
+
+def calculator(bandwidth_GBps: float, peak_tflops: float | None = None,
+               bandwidth_label: str = "", step: str = "fused_add_rmsnorm", rows: int = 4096,
+               cols: int = 4096, dtype: str = "bf16"):
+    """Rows, cols, dtype, design -> bytes, launches, ideal µs. Needs a live kernel to recompute."""
+    import ipywidgets as widgets
+
+    w_step = widgets.Dropdown(options=list(traffic.STEPS), value=step, description="design")
+    w_rows = widgets.BoundedIntText(value=rows, min=1, max=1 << 24, description="rows")
+    w_cols = widgets.BoundedIntText(value=cols, min=1, max=1 << 20, description="cols")
+    w_dtype = widgets.Dropdown(options=list(traffic.ACTIVATION_DTYPES), value=dtype,
+                               description="dtype")
+    w_bw = widgets.BoundedFloatText(value=bandwidth_GBps, min=1, max=1e5,
+                                    description="GB/s")
+    out = widgets.HTML()
+    note = widgets.HTML(f"<small>bandwidth: {escape(bandwidth_label)}</small>"
+                        if bandwidth_label else "")
+
+    def update(_change=None):
+        try:
+            e = traffic.price(w_step.value, w_rows.value, w_cols.value, w_dtype.value,
+                              w_bw.value, peak_tflops)
+            out.value = estimate_html(e)
+        except traffic.TrafficError as err:
+            out.value = f"<p style='color:#b35900'>{escape(str(err))}</p>"
+
+    for w in (w_step, w_rows, w_cols, w_dtype, w_bw):
+        w.observe(update, names="value")
+    update()
+    return widgets.VBox([widgets.HBox([w_step, w_dtype]), widgets.HBox([w_rows, w_cols]),
+                         widgets.HBox([w_bw, note]), out])
