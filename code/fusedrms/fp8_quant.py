@@ -1,0 +1,744 @@
+"""RMSNorm + FP8 block quantization (chapter 8): the step that feeds an FP8 GEMM.
+
+Each row is normalized, multiplied by the weight ``gamma`` and quantized in blocks of 128 columns to
+fp8 e4m3 codes, with one fp32 scale per block (``value ~= code * scale``). Where the numbers come
+from (DeepSeek-V3's ``config.json``, excerpt in :data:`DEEPSEEK_V3_CONFIG`): ``hidden_size`` 7168
+is the row width, ``quantization_config.weight_block_size`` ``[128, 128]`` the block, ``fmt``
+``"e4m3"`` the code format (largest finite value 448), ``rms_norm_eps`` 1e-6 the epsilon.
+
+The operation order is part of the specification, because the codes are checked bit for bit
+(:func:`reference`):
+
+1. upcast x (bf16) to fp32; square (exact for bf16 inputs) and sum the squares in **float64**, so
+   the sum does not depend on the order of additions (torch and Triton add in different orders;
+   an fp32 sum would move about one normalized value in 10^5 by a bf16 step); round the sum to
+   fp32 and divide by the column count in fp32;
+2. ``r = 1 / sqrt(mean + eps)`` with a correctly rounded square root and division (the hardware
+   ``rsqrt`` of torch and Triton on a GPU is approximate and the two differ);
+3. cast ``x * r`` to bf16 (round to nearest even), multiply by gamma in bf16 (one rounding);
+4. upcast; per 128-column block ``absmax``, floored at ``absmax_floor``; ``scale = absmax / 448``;
+5. ``q = y / scale`` (correctly rounded division, never ``y * (1/scale)``), clamp to +-448 (torch's
+   ``.to(float8_e4m3fn)`` does not saturate: 464 and above become NaN), cast to e4m3, nearest even.
+
+Decisions (documented in the chapter):
+
+- **Zero blocks.** With no floor an all-zero block has scale 0 and ``0 / 0`` gives NaN codes. The
+  default floors absmax at ``1e-4`` (DeepSeek-V3's reference code; SGLang uses 1e-10), so scales
+  are never 0. Pass ``absmax_floor=0.0`` for the unprotected behaviour.
+- **Widths that are not a multiple of 128** are accepted: the last block is partial (its missing
+  columns count as zeros for the absmax and are not stored), and there are ``ceil(cols / 128)``
+  scales per row. Rows of up to :data:`MAX_COLS` columns (the fused kernel keeps a row on chip).
+- **Inputs** are bf16 x and bf16 gamma, the format of the models this step serves.
+- **Rounding paths.** ``rounding="cast"`` uses Triton's casts (``.to(tl.bfloat16)``,
+  ``.to(tl.float8e4nv)``): hardware conversions on a GPU of compute capability >= 8.9 (Ada,
+  Hopper and later). ``rounding="software"`` rounds with integer arithmetic on the fp32 bits
+  (nearest even, bf16 and e4m3, subnormals included) and writes the e4m3 bit patterns itself: it is
+  bit-exact everywhere, on older GPUs (A100, T4) and in the Triton interpreter, whose casts are
+  wrong (fp32->bf16 truncates; fp32->fp8e4nv rounds ties up, loses the exponent carry, does not
+  saturate and flushes subnormals: triton issue 8322). ``"auto"`` picks ``"cast"`` on a CUDA GPU of
+  capability >= 8.9 and ``"software"`` everywhere else.
+
+Registered as ``fp8.naive`` (two kernels: the norm writes bf16 rows to memory, the quantizer reads
+them back) and ``fp8.fused`` (one kernel, the rows never leave the chip), op ``"rmsnorm_fp8"``.
+
+Command line (the GPU session runs ``record``)::
+
+    python -m fusedrms.fp8_quant check --rows 4 --cols 7168
+    python -m fusedrms.fp8_quant record --out results/fp8_quant.json
+"""
+from __future__ import annotations
+
+from . import env  # first: decides GPU or interpreter before any @triton.jit below
+
+import argparse
+import contextlib
+import math
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from . import checks, registry, validation
+
+# Excerpt of DeepSeek-V3's config.json: the fields this step's constants come from.
+DEEPSEEK_V3_CONFIG = {
+    "hidden_size": 7168,
+    "rms_norm_eps": 1e-06,
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                            "quant_method": "fp8", "weight_block_size": [128, 128]},
+}
+HIDDEN_SIZE = DEEPSEEK_V3_CONFIG["hidden_size"]
+BLOCK_COLS = DEEPSEEK_V3_CONFIG["quantization_config"]["weight_block_size"][1]
+RMS_NORM_EPS = DEEPSEEK_V3_CONFIG["rms_norm_eps"]
+FP8_DTYPE = torch.float8_e4m3fn  # "e4m3": 4 exponent bits, 3 mantissa bits, no infinities
+FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448.0
+ABSMAX_FLOOR = 1e-4  # DeepSeek-V3's floor; SGLang uses 1e-10; 0.0 means none
+MAX_COLS = 16384  # the fused kernel keeps a whole row in registers
+ROUNDINGS = ("auto", "cast", "software")
+NAN_CODES = (0x7F, 0xFF)  # e4m3fn's only NaN patterns (sign bit either way)
+
+FP32 = torch.float32
+BF16 = torch.bfloat16
+
+
+# ---------------------------------------------------------------- reference
+
+def n_blocks(cols: int, block_cols: int = BLOCK_COLS) -> int:
+    return -(-cols // block_cols)
+
+
+def _full(like: torch.Tensor, value: float) -> torch.Tensor:
+    # A 0-d tensor on the same device, not a Python number: torch on CUDA divides by a Python
+    # number as "multiply by its reciprocal", which is not a correctly rounded division.
+    return torch.tensor(value, dtype=FP32, device=like.device)
+
+
+def row_rscale(x2: torch.Tensor, eps: float) -> torch.Tensor:
+    """r = 1 / sqrt(mean(x^2) + eps) per row, fp32, in the specified order (steps 1-2)."""
+    xf = x2.to(FP32)
+    sum_sq = (xf * xf).to(torch.float64).sum(dim=-1, keepdim=True)  # order-free up to 2^-53
+    mean_sq = sum_sq.to(FP32) / _full(xf, x2.shape[-1])
+    return torch.reciprocal(torch.sqrt(mean_sq + _full(xf, eps)))
+
+
+def quantize_blocks(y: torch.Tensor, absmax_floor: float = ABSMAX_FLOOR,
+                    block_cols: int = BLOCK_COLS) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-block scales and e4m3 codes of the (rows, cols) values ``y`` (steps 4-5)."""
+    rows, cols = y.shape
+    nb = n_blocks(cols, block_cols)
+    held = F.pad(y.to(FP32), (0, nb * block_cols - cols))  # a partial last block: zeros
+    blocks = held.reshape(rows, nb, block_cols)
+    absmax = blocks.abs().amax(dim=-1)
+    if absmax_floor > 0:
+        absmax = torch.maximum(absmax, _full(absmax, absmax_floor))
+    scales = absmax / _full(absmax, FP8_MAX)
+    q = (blocks / scales[..., None]).clamp(-FP8_MAX, FP8_MAX)  # clamp first: the cast does not saturate
+    codes = q.to(FP8_DTYPE).reshape(rows, nb * block_cols)[:, :cols]
+    return codes.contiguous(), scales
+
+
+def _check_floor(absmax_floor) -> float:
+    try:
+        value = float(absmax_floor)
+    except (TypeError, ValueError):
+        raise validation.InputError(f"absmax_floor must be a number, got {absmax_floor!r}.") from None
+    if not (value >= 0.0 and math.isfinite(value)):
+        raise validation.InputError(f"absmax_floor must be a finite number >= 0 (0 means no floor), "
+                                    f"got {value}.")
+    return value
+
+
+def _check_inputs(x, w, eps, absmax_floor, device=None):
+    """Validate; returns (x2 rows x cols, w, eps, floor, out_shape)."""
+    validation.check_tensor(x, "x", dtypes=(BF16,))
+    if device is not None:
+        validation.check_device(x, device, "x")
+    shape = tuple(x.shape)
+    x2 = validation.as_rows(x, "x")
+    cols = x2.shape[1]
+    validation.check_tensor(w, "w", dtypes=(BF16,))
+    w = validation.check_weight(w, cols, x2.device, "w")
+    return x2, w, validation.check_eps(eps), _check_floor(absmax_floor), shape
+
+
+def reference(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The specification, in PyTorch: ``(codes e4m3 of x's shape, scales fp32 (..., blocks))``."""
+    x2, w, eps, floor, shape = _check_inputs(x, w, eps, absmax_floor)
+    normed = (x2.to(FP32) * row_rscale(x2, eps)).to(BF16)  # step 3: one rounding to bf16 ...
+    y = normed * w  # ... then gamma in bf16 (exact product, rounded once)
+    codes, scales = quantize_blocks(y, floor)
+    return codes.reshape(shape), scales.reshape(shape[:-1] + (scales.shape[-1],))
+
+
+def reference_reordered(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same formula in another order: ``x * r * gamma`` in fp32, one cast to bf16 at the end
+    (the book's RMSNorm convention of chapter 1). Mathematically equal; not bit-equal."""
+    x2, w, eps, floor, shape = _check_inputs(x, w, eps, absmax_floor)
+    y = (x2.to(FP32) * row_rscale(x2, eps) * w.to(FP32)).to(BF16)
+    codes, scales = quantize_blocks(y, floor)
+    return codes.reshape(shape), scales.reshape(shape[:-1] + (scales.shape[-1],))
+
+
+# ---------------------------------------------------------------- comparison rule
+
+def code_bits(codes: torch.Tensor) -> torch.Tensor:
+    return codes.detach().cpu().contiguous().view(torch.uint8)
+
+
+def differing_codes(codes: torch.Tensor, ref_codes: torch.Tensor) -> int:
+    """How many codes differ bit for bit, except that a NaN code matches any NaN code.
+
+    NaN codes appear only without an absmax floor (an all-zero block: 0 / 0); the sign of that NaN
+    is the platform's (x86 CPUs give a negative NaN, CUDA a positive one), so it is not compared.
+    """
+    a, e = code_bits(codes).to(torch.int16), code_bits(ref_codes).to(torch.int16)
+    a_nan, e_nan = (a & 0x7F) == 0x7F, (e & 0x7F) == 0x7F
+    return int(((a != e) & ~(a_nan & e_nan)).sum())
+
+
+def compare(codes, scales, ref_codes, ref_scales, scale_rtol: float = 1e-6) -> checks.Report:
+    """The chapter's rule: codes equal bit for bit (NaN codes by position), scales allclose.
+
+    Scales use ``rtol=1e-6`` and no absolute tolerance (a floored scale is 2.2e-7, so an absolute
+    1e-6 would accept anything); NaN scales must sit where the reference has them.
+    """
+    if codes.shape != ref_codes.shape or codes.dtype != ref_codes.dtype:
+        return checks.Report(False, f"codes: got {tuple(codes.shape)} {codes.dtype}, expected "
+                                    f"{tuple(ref_codes.shape)} {ref_codes.dtype}")
+    if scales.shape != ref_scales.shape or scales.dtype != ref_scales.dtype:
+        return checks.Report(False, f"scales: got {tuple(scales.shape)} {scales.dtype}, expected "
+                                    f"{tuple(ref_scales.shape)} {ref_scales.dtype}")
+    n_diff = differing_codes(codes, ref_codes)
+    if scales.numel():
+        scale_report = checks.allclose(scales.float().cpu(), ref_scales.float().cpu(),
+                                       rtol=scale_rtol, atol=0.0, nan="match")
+    else:
+        scale_report = checks.Report(True, "no scales")
+    codes_msg = (f"all {codes.numel()} codes equal bit for bit" if n_diff == 0 else
+                 f"{n_diff} of {codes.numel()} codes differ")
+    ok = n_diff == 0 and scale_report.ok
+    if n_diff:
+        diff = code_bits(codes) != code_bits(ref_codes)
+        where = tuple(torch.nonzero(diff)[0].tolist())
+        codes_msg += (f" (first at {where}: got {float(codes.float().cpu()[where])}, expected "
+                      f"{float(ref_codes.float().cpu()[where])})")
+    return checks.Report(ok, f"{codes_msg}; scales: {scale_report}", mismatches=n_diff,
+                         max_abs_err=scale_report.max_abs_err,
+                         max_rel_err=scale_report.max_rel_err)
+
+
+# ---------------------------------------------------------------- Triton: rounding helpers
+
+# [book:software-rounding]
+@triton.jit
+def round_to_bf16(v):
+    """fp32 -> the nearest bf16 value (ties to even), returned as fp32: keep 8 significant bits.
+
+    Adding 0x7FFF plus the lowest kept bit, then clearing the 16 dropped bits, rounds the magnitude
+    to nearest even; a carry out of the mantissa correctly bumps the exponent.
+    """
+    bits = v.to(tl.uint32, bitcast=True)
+    bits = bits + 0x7FFF + ((bits >> 16) & 1)
+    return ((bits >> 16) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def e4m3_bits(q):
+    """fp32 with |q| <= 448 (or NaN) -> the e4m3fn bit pattern (uint8), rounded to nearest even.
+
+    Normal codes (|q| >= 2^-6): round the 23-bit fp32 mantissa to 3 bits as above (a carry bumps
+    the exponent: 127.09 -> 128), then rebias the exponent from 127 to 7. Subnormal codes
+    (|q| < 2^-6) count steps of 2^-9: the 24-bit significand shifted right, rounded to nearest even
+    by its remainder; a result of 8 is the smallest normal code, which is what it should be.
+    """
+    bits = q.to(tl.uint32, bitcast=True)
+    sign = (bits >> 31) << 7
+    mag = bits & 0x7FFFFFFF
+    biased_exp = (mag >> 23).to(tl.int32)
+    rounded = mag + 0x7FFFF + ((mag >> 20) & 1)
+    normal = (rounded >> 20) - (120 << 3)  # (exponent - 127 + 7) << 3 | mantissa
+    significand = (mag & 0x7FFFFF) | 0x800000
+    shift = tl.minimum(141 - biased_exp, 31).to(tl.uint32)  # 141 = 127 + 9 + 5 (q * 2^9)
+    kept = significand >> shift
+    rest = significand & ((1 << shift) - 1)
+    half = 1 << (shift - 1)
+    up = (rest > half) | ((rest == half) & ((kept & 1) == 1))
+    subnormal = kept + up.to(tl.uint32)
+    code = tl.where(biased_exp >= 121, normal, subnormal)  # 2^-6 has biased exponent 121
+    code = tl.where(mag > 0x7F800000, 0x7F, code)  # NaN stays NaN
+    return (sign | code).to(tl.uint8)
+# [/book:software-rounding]
+
+
+# [book:shared-steps]
+@triton.jit
+def to_bf16_value(v, SOFTWARE_ROUNDING: tl.constexpr):
+    if SOFTWARE_ROUNDING:
+        return round_to_bf16(v)
+    else:
+        return v.to(tl.bfloat16).to(tl.float32)  # the hardware rounds to nearest even
+
+
+@triton.jit
+def normalize_rows_bf16(x, w, cols_f, eps, SOFTWARE_ROUNDING: tl.constexpr):
+    """Steps 1-3 on a (blocks, 128) tile of fp32 x (masked lanes 0): returns bf16 values in fp32."""
+    squares = (x * x).to(tl.float64)  # exact for bf16 x; summed in float64, so order-free
+    sum_sq = tl.sum(tl.sum(squares, axis=1), axis=0).to(tl.float32)
+    mean_sq = tl.div_rn(sum_sq, cols_f)
+    r = tl.div_rn(1.0, tl.sqrt_rn(mean_sq + eps))  # correctly rounded, unlike rsqrt
+    normed = to_bf16_value(x * r, SOFTWARE_ROUNDING)  # cast the normalized row to bf16 ...
+    return to_bf16_value(normed * w, SOFTWARE_ROUNDING)  # ... then gamma, rounded once more
+
+
+@triton.jit
+def quantize_tile(y, absmax_floor, FP8_MAX: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr):
+    """Steps 4-5 on a (blocks, 128) tile: returns (codes, one scale per block)."""
+    absmax = tl.maximum(tl.max(tl.abs(y), axis=1), absmax_floor)  # floor 0: no floor
+    scale = tl.div_rn(absmax, FP8_MAX)
+    q = tl.div_rn(y, scale[:, None])  # divide; y * (1 / scale) would differ by a code now and then
+    q = tl.clamp(q, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
+    if SOFTWARE_ROUNDING:
+        codes = e4m3_bits(q)  # uint8 bit patterns, stored through a uint8 view
+    else:
+        codes = q.to(tl.float8e4nv, fp_downcast_rounding="rtne")
+    return codes, scale
+# [/book:shared-steps]
+
+
+# ---------------------------------------------------------------- Triton: the two versions
+
+# [book:fused-kernel]
+@triton.jit
+def rmsnorm_fp8_fused_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, cols_f, x_row_stride,
+                             eps, absmax_floor, FP8_MAX: tl.constexpr, BLOCK_COLS: tl.constexpr,
+                             BLOCKS: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    blocks = tl.arange(0, BLOCKS)  # the row as a (blocks, 128) tile, padded to a power of two
+    offsets = blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
+    mask = offsets < cols
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    y = normalize_rows_bf16(x, w, cols_f, eps, SOFTWARE_ROUNDING)  # stays in registers
+    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING)
+    tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
+    n_blocks = tl.cdiv(cols, BLOCK_COLS)
+    tl.store(scales_ptr + row * n_blocks + blocks, scale, mask=blocks < n_blocks)
+# [/book:fused-kernel]
+
+
+# [book:naive-kernels]
+@triton.jit
+def rmsnorm_bf16_kernel(x_ptr, w_ptr, y_ptr, cols, cols_f, x_row_stride, eps,
+                        BLOCK_COLS: tl.constexpr, BLOCKS: tl.constexpr,
+                        SOFTWARE_ROUNDING: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCKS)[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
+    mask = offsets < cols
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    y = normalize_rows_bf16(x, w, cols_f, eps, SOFTWARE_ROUNDING)
+    tl.store(y_ptr + row * cols + offsets, y.to(tl.bfloat16), mask=mask)  # exact: y is bf16 already
+
+
+@triton.jit
+def quantize_fp8_kernel(y_ptr, codes_ptr, scales_ptr, cols, absmax_floor, FP8_MAX: tl.constexpr,
+                        BLOCK_COLS: tl.constexpr, BLOCKS: tl.constexpr,
+                        SOFTWARE_ROUNDING: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    blocks = tl.arange(0, BLOCKS)
+    offsets = blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
+    mask = offsets < cols
+    y = tl.load(y_ptr + row * cols + offsets, mask=mask, other=0.0).to(tl.float32)  # read back
+    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING)
+    tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
+    n_blocks = tl.cdiv(cols, BLOCK_COLS)
+    tl.store(scales_ptr + row * n_blocks + blocks, scale, mask=blocks < n_blocks)
+# [/book:naive-kernels]
+
+
+# ---------------------------------------------------------------- wrappers
+
+def hardware_fp8_support(device=None) -> tuple[bool, str]:
+    """(supported, why): Triton's fp8e4nv conversions need a CUDA GPU of capability >= 8.9."""
+    e = env.current()
+    if not e.on_gpu:
+        return False, "no GPU: the Triton interpreter's fp8 cast is wrong for ~1-2% of values"
+    if e.backend != "cuda":
+        return False, "a ROCm GPU: tl.float8e4nv conversions are an NVIDIA format here"
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) < (8, 9):
+        return False, (f"{torch.cuda.get_device_name(device)} has compute capability "
+                       f"{major}.{minor}; fp8 e4m3 conversions need 8.9 or newer (Ada, Hopper)")
+    return True, f"compute capability {major}.{minor} converts to fp8 e4m3 in hardware"
+
+
+def resolve_rounding(rounding: str, device=None) -> str:
+    """``"auto"`` -> ``"cast"`` where the hardware converts to e4m3, else ``"software"``."""
+    if rounding not in ROUNDINGS:
+        raise validation.InputError(f"rounding must be one of {', '.join(map(repr, ROUNDINGS))}, "
+                                    f"got {rounding!r}.")
+    supported, why = hardware_fp8_support(device)
+    if rounding == "auto":
+        return "cast" if supported else "software"
+    if rounding == "cast" and env.current().on_gpu and not supported:
+        raise validation.InputError(f"rounding='cast' needs hardware fp8 e4m3 conversions: {why}. "
+                                    f"Use rounding='software' (bit-exact integer rounding; what "
+                                    f"'auto' picks on this GPU).")
+    return rounding  # "cast" under the interpreter runs its (faulty) emulation: chapter 8 shows it
+
+
+def num_warps_for(tile_elements: int) -> int:
+    """About 16 elements per thread, 4 to 16 warps (the book's rule from chapter 4)."""
+    return max(4, min(16, tile_elements // 512))
+
+
+def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps):
+    x2, w, eps, floor, shape = _check_inputs(x, w, eps, absmax_floor, env.current().device)
+    cols = x2.shape[1]
+    validation.check_width(cols, MAX_COLS, "fp8_quant (one row per program)")
+    rounding = resolve_rounding(rounding, x2.device)
+    if num_warps is not None and num_warps not in (1, 2, 4, 8, 16, 32):
+        raise validation.InputError(f"num_warps must be a power of two from 1 to 32, got "
+                                    f"{num_warps!r}; leave it None for the book's rule.")
+    nb = n_blocks(cols)
+    blocks = triton.next_power_of_2(nb)
+    codes = torch.empty(x2.shape, dtype=FP8_DTYPE, device=x2.device)
+    scales = torch.empty((x2.shape[0], nb), dtype=FP32, device=x2.device)
+    software = rounding == "software"
+    codes_out = codes.view(torch.uint8) if software else codes
+    meta = dict(BLOCK_COLS=BLOCK_COLS, BLOCKS=blocks, SOFTWARE_ROUNDING=software,
+                num_warps=num_warps or num_warps_for(blocks * BLOCK_COLS))
+    return x2, w, eps, floor, shape, codes, codes_out, scales, meta
+
+
+def _interpreter_quiet():
+    """NumPy warns on 0/0 under the interpreter (padding blocks past the last column, or a zero
+    block with no floor); those lanes are masked or meant to be NaN, so the warning is noise."""
+    if env.current().on_gpu:
+        return contextlib.nullcontext()
+    import numpy
+
+    return numpy.errstate(divide="ignore", invalid="ignore")
+
+
+def _shaped(codes, scales, shape):
+    return codes.reshape(shape), scales.reshape(shape[:-1] + (scales.shape[-1],))
+
+
+def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR,
+                      rounding: str = "auto", num_warps: int | None = None):
+    """One kernel: normalize and quantize each row on chip. Returns ``(codes, scales)``."""
+    x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
+        x, w, eps, absmax_floor, rounding, num_warps)
+    rows, cols = x2.shape
+    if rows == 0:
+        return _shaped(codes, scales, shape)
+    with _interpreter_quiet():
+        rmsnorm_fp8_fused_kernel[(rows,)](x2, w, codes_out, scales, cols, float(cols),
+                                          x2.stride(0), eps, floor, FP8_MAX=FP8_MAX, **meta)
+    return _shaped(codes, scales, shape)
+
+
+def rmsnorm_fp8_naive(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR,
+                      rounding: str = "auto", num_warps: int | None = None):
+    """Two kernels: the norm writes bf16 rows to memory, the quantizer reads them back."""
+    x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
+        x, w, eps, absmax_floor, rounding, num_warps)
+    rows, cols = x2.shape
+    if rows == 0:
+        return _shaped(codes, scales, shape)
+    y = torch.empty((rows, cols), dtype=BF16, device=x2.device)  # the round trip
+    with _interpreter_quiet():
+        rmsnorm_bf16_kernel[(rows,)](x2, w, y, cols, float(cols), x2.stride(0), eps, **meta)
+        quantize_fp8_kernel[(rows,)](y, codes_out, scales, cols, floor, FP8_MAX=FP8_MAX, **meta)
+    return _shaped(codes, scales, shape)
+
+
+registry.register(registry.Impl(
+    "fp8.naive", op="rmsnorm_fp8", fn=rmsnorm_fp8_naive, route="triton", dtypes=(BF16,),
+    max_cols=MAX_COLS,
+    description="RMSNorm kernel writes bf16 rows, a second kernel quantizes them to fp8 e4m3 "
+                "in 128-column blocks (chapter 8)"))
+registry.register(registry.Impl(
+    "fp8.fused", op="rmsnorm_fp8", fn=rmsnorm_fp8_fused, route="triton", dtypes=(BF16,),
+    max_cols=MAX_COLS,
+    description="RMSNorm + fp8 e4m3 block quantization in one kernel, one row per program "
+                "(chapter 8)"))
+
+
+# ---------------------------------------------------------------- the cast, in isolation
+
+@triton.jit
+def cast_to_fp8_kernel(v_ptr, codes_ptr, n, FP8_MAX: tl.constexpr, BLOCK: tl.constexpr,
+                       CLAMP: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
+    if CLAMP:
+        v = tl.clamp(v, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
+    if SOFTWARE_ROUNDING:
+        tl.store(codes_ptr + offsets, e4m3_bits(v), mask=mask)
+    else:
+        tl.store(codes_ptr + offsets, v.to(tl.float8e4nv, fp_downcast_rounding="rtne"), mask=mask)
+
+
+@triton.jit
+def round_to_bf16_kernel(v_ptr, out_ptr, n, BLOCK: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
+    tl.store(out_ptr + offsets, to_bf16_value(v, SOFTWARE_ROUNDING), mask=mask)
+
+
+def triton_cast_to_fp8(values, software: bool, clamp: bool = True) -> torch.Tensor:
+    """fp32 values -> e4m3 codes through Triton alone (up to 65536 values): Triton's cast
+    (``software=False``) or the integer rounding, after clamping to +-448 as the kernels do.
+    ``clamp=False`` shows Triton's raw cast (the software path always clamps: it assumes it)."""
+    v = torch.as_tensor(values, dtype=FP32).reshape(-1).to(env.current().device)
+    if v.numel() > 65536:
+        raise validation.InputError("triton_cast_to_fp8 takes at most 65536 values per call.")
+    if software and not clamp:
+        raise validation.InputError("the software rounding assumes |value| <= 448: keep clamp=True.")
+    codes = torch.empty(v.shape, dtype=FP8_DTYPE, device=v.device)
+    if v.numel():
+        cast_to_fp8_kernel[(1,)](v, codes.view(torch.uint8) if software else codes, v.numel(),
+                                 FP8_MAX=FP8_MAX, BLOCK=triton.next_power_of_2(v.numel()),
+                                 CLAMP=clamp, SOFTWARE_ROUNDING=software)
+    return codes
+
+
+def triton_round_to_bf16(values, software: bool) -> torch.Tensor:
+    """fp32 values -> nearest bf16 (as fp32) through Triton: its cast or the integer rounding."""
+    v = torch.as_tensor(values, dtype=FP32).reshape(-1).to(env.current().device)
+    if v.numel() > 65536:
+        raise validation.InputError("triton_round_to_bf16 takes at most 65536 values per call.")
+    out = torch.empty_like(v)
+    if v.numel():
+        round_to_bf16_kernel[(1,)](v, out, v.numel(), BLOCK=triton.next_power_of_2(v.numel()),
+                                   SOFTWARE_ROUNDING=software)
+    return out
+
+
+# ---------------------------------------------------------------- inputs for checks
+
+def make_inputs(rows: int, cols: int, seed: int = 0, device=None, zero_block: bool = False):
+    """Random bf16 x (N(0,1) with a few large outliers per row, as activations have) and gamma
+    (around 1). Drawn on the CPU so every machine gets the same numbers. ``zero_block`` zeroes
+    columns 0..127 of row 0 (an all-zero block, the 0/0 case)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g)
+    if cols >= 8:
+        spikes = torch.randint(0, cols, (rows, max(1, cols // 512)), generator=g)
+        x.scatter_(1, spikes, 20.0 * torch.randn(spikes.shape, generator=g))
+    if zero_block and rows:
+        x[0, :BLOCK_COLS] = 0.0
+    w = 1.0 + 0.1 * torch.randn(cols, generator=g)
+    device = device or env.current().device
+    return x.to(BF16).to(device), w.to(BF16).to(device)
+
+
+# ---------------------------------------------------------------- recorded results (GPU)
+
+CHECK_SHAPES = ((1, 1), (3, 127), (3, 129), (5, 200), (7, 1000), (2, 7168), (64, 7168),
+                (4, 16384), (4096, 7168))
+CHECK_SEEDS = (0, 1, 2)
+TIMING_SHAPES = ((2, 7168), (4096, 7168), (16384, 7168), (32768, 7168))
+LARGE_ROWS = 4096  # shapes with at least this many rows are "large" for the targets
+TARGET_SPEEDUP = 1.5
+TARGET_FLOOR_FRACTION = 0.90
+
+
+def exactness_records(shapes=CHECK_SHAPES, seeds=CHECK_SEEDS, log=print,
+                      budget_s: float = 50.0) -> list[dict]:
+    """Codes and scales of every version against the reference, shape by shape, seed by seed.
+    Shapes left when ``budget_s`` seconds have passed are recorded as skipped."""
+    out = []
+    t0 = time.time()
+    versions = {"fused": lambda x, w: rmsnorm_fp8_fused(x, w),
+                "naive": lambda x, w: rmsnorm_fp8_naive(x, w),
+                "fused_software": lambda x, w: rmsnorm_fp8_fused(x, w, rounding="software"),
+                "reordered_reference": lambda x, w: reference_reordered(x, w)}
+    for rows, cols in shapes:
+        for seed in seeds:
+            if time.time() - t0 > budget_s:
+                out.append({"kind": "skipped", "rows": rows, "cols": cols, "seed": seed,
+                            "reason": f"exactness budget of {budget_s:.0f} s spent"})
+                log(f"  exact {rows}x{cols} seed {seed}: skipped (budget spent)")
+                continue
+            x, w = make_inputs(rows, cols, seed)
+            ref_codes, ref_scales = reference(x, w)
+            rec = {"kind": "exactness", "rows": rows, "cols": cols, "seed": seed,
+                   "codes": rows * cols}
+            for name, fn in versions.items():
+                try:
+                    codes, scales = fn(x, w)
+                    report = compare(codes, scales, ref_codes, ref_scales)
+                    rec[f"{name}_differing_codes"] = report.mismatches
+                    rec[f"{name}_scales_ok"] = bool(checks.allclose(
+                        scales.cpu(), ref_scales.cpu(), rtol=1e-6, atol=0.0, nan="match"))
+                except Exception as e:  # noqa: BLE001 - recorded, the next version still runs
+                    rec[f"{name}_error"] = f"{type(e).__name__}: {e}"
+            out.append(rec)
+            log(f"  exact {rows}x{cols} seed {seed}: " + ", ".join(
+                f"{k.replace('_differing_codes', '')} {v}" for k, v in rec.items()
+                if k.endswith("_differing_codes")))
+    # the zero block without a floor: NaN codes must sit where the reference puts them
+    x, w = make_inputs(4, 512, 0, zero_block=True)
+    ref_codes, ref_scales = reference(x, w, absmax_floor=0.0)
+    rec = {"kind": "zero_block", "rows": 4, "cols": 512,
+           "reference_nan_codes": int((code_bits(ref_codes) & 0x7F == 0x7F).sum()),
+           "reference_zero_scales": int((ref_scales == 0).sum())}
+    for name, fn in (("fused", rmsnorm_fp8_fused), ("naive", rmsnorm_fp8_naive)):
+        try:
+            codes, scales = fn(x, w, absmax_floor=0.0)
+            rec[f"{name}_differing_codes"] = compare(codes, scales, ref_codes, ref_scales).mismatches
+            rec[f"{name}_nan_codes"] = int((code_bits(codes) & 0x7F == 0x7F).sum())
+        except Exception as e:  # noqa: BLE001
+            rec[f"{name}_error"] = f"{type(e).__name__}: {e}"
+    out.append(rec)
+    log(f"  zero block (no floor): {rec}")
+    return out
+
+
+def timing_records(shapes=TIMING_SHAPES, warmup: int = 10, reps: int = 50, log=print) -> list[dict]:
+    """Median times of naive and fused (cold L2), priced by the traffic model and the copy floor."""
+    from . import timing  # written by the measurement chapter; imported here so CPU use never needs it
+
+    out = []
+    try:
+        copy_GBps = float(timing.copy_bandwidth_GBps())
+        log(f"  copy bandwidth: {copy_GBps:.0f} GB/s")
+    except Exception as e:  # noqa: BLE001
+        copy_GBps = None
+        out.append({"kind": "error", "step": "copy_bandwidth", "error": f"{type(e).__name__}: {e}"})
+        log(f"  copy bandwidth FAILED: {e}")
+    for rows, cols in shapes:
+        rec = {"kind": "timing", "rows": rows, "cols": cols, "copy_GBps": copy_GBps}
+        try:
+            x, w = make_inputs(rows, cols, 0)
+            for name, fn in (("naive", rmsnorm_fp8_naive), ("fused", rmsnorm_fp8_fused)):
+                times = timing.time_gpu(lambda: fn(x, w), warmup, reps, l2="cold", graph=False)
+                times = sorted(float(t) for t in times)
+                rec[f"{name}_us"] = times[len(times) // 2]
+                rec[f"{name}_us_min"] = times[0]
+            rec["speedup"] = rec["naive_us"] / rec["fused_us"]
+        except Exception as e:  # noqa: BLE001
+            rec["error"] = f"{type(e).__name__}: {e}"
+        try:
+            from . import traffic
+
+            for name in ("naive", "fused"):
+                price = traffic.price(f"rmsnorm_fp8_{name}", rows, cols, "bf16")
+                rec[f"{name}_bytes_read"] = int(price.bytes_read)
+                rec[f"{name}_bytes_written"] = int(price.bytes_written)
+                rec[f"{name}_bytes"] = int(price.bytes_total)
+                if copy_GBps:  # the floor: these bytes moved at the measured copy bandwidth
+                    rec[f"{name}_floor_us"] = price.bytes_total / copy_GBps / 1e3
+                    if f"{name}_us" in rec:
+                        rec[f"{name}_floor_fraction"] = rec[f"{name}_floor_us"] / rec[f"{name}_us"]
+        except Exception as e:  # noqa: BLE001
+            rec["traffic_error"] = f"{type(e).__name__}: {e}"
+        out.append(rec)
+        log(f"  time {rows}x{cols}: " + ", ".join(
+            f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items()
+            if k not in ("kind", "rows", "cols")))
+    return out
+
+
+def record(path, log=print) -> list[dict]:
+    """The GPU session's step: exactness, then timings; each part fails on its own, and the file
+    is rewritten after each, so a later timeout keeps what was measured."""
+    from . import records
+
+    out = []
+    t0 = time.time()
+    rounding = resolve_rounding("auto")
+    log(f"fp8_quant: rounding 'auto' resolves to {rounding!r} ({hardware_fp8_support()[1]})")
+    extra = {"rounding": rounding, "targets": {"speedup": TARGET_SPEEDUP,
+                                               "floor_fraction": TARGET_FLOOR_FRACTION,
+                                               "large_rows": LARGE_ROWS}}
+    for step, fn in (("exactness", exactness_records), ("timing", timing_records)):
+        try:
+            out += fn(log=log)
+        except Exception as e:  # noqa: BLE001 - recorded; the other step still runs
+            out.append({"kind": "error", "step": step, "error": f"{type(e).__name__}: {e}"})
+            log(f"  {step} FAILED: {type(e).__name__}: {e}")
+        records.write(path, out, extra=extra)
+        log(f"fp8_quant: {step} done after {time.time() - t0:.1f} s; wrote {path}")
+    return out
+
+
+# ---------------------------------------------------------------- reading the recorded results
+
+def exactness_table(doc: dict) -> list[dict]:
+    """One row per recorded shape x seed: differing codes per version (0 is bit-exact)."""
+    return [r for r in doc["records"] if r.get("kind") == "exactness"]
+
+
+def exactness_summary(doc: dict) -> dict:
+    """Totals over all recorded shapes and seeds, per version: checks run, checks exact, codes."""
+    rows = exactness_table(doc)
+    summary = {}
+    for version in ("fused", "naive", "fused_software", "reordered_reference"):
+        key = f"{version}_differing_codes"
+        done = [r for r in rows if key in r]
+        summary[version] = {
+            "checks": len(done),
+            "exact": sum(1 for r in done if r[key] == 0 and r.get(f"{version}_scales_ok", True)),
+            "differing_codes": sum(r[key] for r in done),
+            "codes": sum(r["codes"] for r in done),
+            "errors": sum(1 for r in rows if f"{version}_error" in r),
+        }
+    return summary
+
+
+def timing_table(doc: dict) -> list[dict]:
+    return [r for r in doc["records"] if r.get("kind") == "timing"]
+
+
+def target_verdicts(doc: dict) -> list[str]:
+    """"met / not met" lines for the chapter's targets at the large recorded shapes."""
+    targets = doc["provenance"].get("targets", {})
+    speedup_target = targets.get("speedup", TARGET_SPEEDUP)
+    floor_target = targets.get("floor_fraction", TARGET_FLOOR_FRACTION)
+    large = targets.get("large_rows", LARGE_ROWS)
+    lines = []
+    for r in timing_table(doc):
+        if r["rows"] < large:
+            continue
+        shape = f"{r['rows']}x{r['cols']}"
+        if "speedup" not in r:
+            lines.append(f"{shape}: not measured ({r.get('error', 'no timing recorded')})")
+            continue
+        s = r["speedup"]
+        verdict = "met" if s >= speedup_target else f"not met (gap {speedup_target - s:.2f}x)"
+        lines.append(f"{shape}: fused {s:.2f}x faster than naive; target >= {speedup_target}x: "
+                     f"{verdict}")
+        frac = r.get("fused_floor_fraction")
+        if frac is None:
+            lines.append(f"{shape}: copy floor not available "
+                         f"({r.get('traffic_error', 'no copy bandwidth recorded')})")
+        else:
+            verdict = ("met" if frac >= floor_target else
+                       f"not met (gap {100 * (floor_target - frac):.1f} points: "
+                       f"{r['fused_us'] - r['fused_floor_us']:.1f} us above the floor)")
+            lines.append(f"{shape}: fused at {100 * frac:.1f}% of the copy floor; target >= "
+                         f"{100 * floor_target:.0f}%: {verdict}")
+    return lines or ["no large-shape timings recorded"]
+
+
+# ---------------------------------------------------------------- command line
+
+def _main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fusedrms.fp8_quant", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    chk = sub.add_parser("check", help="compare naive and fused with the reference")
+    chk.add_argument("--rows", type=int, default=4)
+    chk.add_argument("--cols", type=int, default=HIDDEN_SIZE)
+    chk.add_argument("--seed", type=int, default=0)
+    chk.add_argument("--rounding", choices=ROUNDINGS, default="auto")
+    rec = sub.add_parser("record", help="GPU: exactness and timings into a record file")
+    rec.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    if args.cmd == "check":
+        x, w = make_inputs(args.rows, args.cols, args.seed)
+        ref = reference(x, w)
+        ok = True
+        for name, fn in (("naive", rmsnorm_fp8_naive), ("fused", rmsnorm_fp8_fused)):
+            report = compare(*fn(x, w, rounding=args.rounding), *ref)
+            ok &= report.ok
+            print(f"{name}: {report}")
+        return 0 if ok else 1
+    env.require_gpu("recording fp8_quant results")
+    out = record(args.out)
+    return 1 if any(r.get("kind") == "error" for r in out) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
