@@ -1,0 +1,391 @@
+"""Chapter 7's GPU studies: tune the capstone per (cols, dtype), and record the evidence the chapter
+shows next to the measurement harness's grid. Run by ``code/scripts/gpu/07_capstone.sh``::
+
+    python -m fusedrms.capstone_gpu tune   --out DIR --budget 80   # capstone_tuning(_trials).json
+    python -m fusedrms.capstone_gpu extras --out DIR --budget 40   # capstone_extra.json
+
+**Tuning.** For each key ``(cols, dtype)`` the tuner times every compiled candidate
+(:func:`fusedrms.add_rmsnorm.candidate_configs`, plus the heuristic and the one-row-per-program
+baseline) at several row counts, keeps the two best, and tries each as a persistent grid with 1-3
+pipeline stages. The winner minimizes the *worst* ratio to the best time seen at any of the row
+counts (minimax regret): one configuration per key has to serve every batch size, so it must not be
+far off at any of them. fp16 has bf16's element size and the same code path, so it is not searched
+again: bf16's best few are timed on fp16 and the fastest is recorded.
+
+**Extras** (``capstone_extra.json``, one list of records, each with a ``kind``):
+``seed_as_printed`` (the listing's launch error), ``seed_partial`` (what BLOCK < cols does),
+``kernel_census`` (the kernels each PyTorch route launches, from torch.profiler),
+``graph_replay`` (small shapes: graph-replayed kernel times against floor + 2 µs) and
+``copy_bandwidth``.
+"""
+from __future__ import annotations
+
+from . import env  # first
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import add_rmsnorm as A
+from . import checks, records, reference, registry
+
+TUNE_COLS = (2048, 4096, 8192, 16384)
+TUNE_ROWS = (256, 4096, 16384)
+SEARCH_DTYPES = (torch.bfloat16, torch.float32)
+SMALL_ROWS = (1, 64, 256, 1024)
+SMALL_COLS = (2048, 4096, 8192)
+EPS = 1e-5
+
+
+def log(msg: str) -> None:
+    print(f"[capstone {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _timing():
+    try:
+        from . import timing
+    except ImportError as e:
+        raise RuntimeError("fusedrms.timing (chapter 6's module) is missing; the capstone studies "
+                           "time kernels with timing.time_gpu") from e
+    if not hasattr(timing, "time_gpu"):
+        raise RuntimeError("fusedrms.timing has no time_gpu(fn, warmup, reps, l2, graph)")
+    return timing
+
+
+def _traffic():
+    try:
+        from . import traffic
+    except ImportError as e:
+        raise RuntimeError("fusedrms.traffic (chapter 2's module) is missing; floors come from "
+                           "traffic.floor_us") from e
+    return traffic
+
+
+def median_us(fn, warmup=3, reps=15, l2="cold", graph=False) -> float:
+    return statistics.median(_timing().time_gpu(fn, warmup=warmup, reps=reps, l2=l2, graph=graph))
+
+
+# ---------------------------------------------------------------- choosing a winner (pure)
+
+def baseline_config(cols: int) -> A.LaunchConfig:
+    """The first H200 measurement's kernel: one row per program, warps = BLOCK/256 in 1..16."""
+    import triton
+
+    block = triton.next_power_of_2(cols)
+    return A.LaunchConfig(1, max(1, min(16, block // 256)), 1, None)
+
+
+def select_winner(times: dict) -> tuple:
+    """``times``: {config: {rows: µs}}. Returns (winner, {config: worst ratio to the best}).
+
+    Only row counts every config was timed at count. Ties go to the smaller total time.
+    """
+    complete = {c: t for c, t in times.items() if t}
+    if not complete:
+        raise ValueError("no timed configuration to choose from")
+    rows = set.intersection(*(set(t) for t in complete.values()))
+    if not rows:
+        raise ValueError("the configurations share no timed row count")
+    best = {n: min(t[n] for t in complete.values()) for n in rows}
+    regret = {c: max(t[n] / best[n] for n in rows) for c, t in complete.items()}
+    winner = min(complete, key=lambda c: (round(regret[c], 3), sum(complete[c][n] for n in rows)))
+    return winner, regret
+
+
+def top(regret: dict, k: int) -> list:
+    return sorted(regret, key=lambda c: regret[c])[:k]
+
+
+# ---------------------------------------------------------------- tuning on the GPU
+
+class _Inputs:
+    """Inputs per rows for one key, allocated once and reused by every candidate."""
+
+    def __init__(self, cols: int, dtype: torch.dtype):
+        self.cols, self.dtype, self.cache = cols, dtype, {}
+        self.w = torch.randn(cols, device="cuda", dtype=dtype)
+
+    def get(self, rows: int):
+        if rows not in self.cache:
+            x = torch.randn(rows, self.cols, device="cuda", dtype=self.dtype)
+            r = torch.randn(rows, self.cols, device="cuda", dtype=self.dtype)
+            self.cache[rows] = (x, r, torch.empty_like(x))
+        return self.cache[rows]
+
+    def free(self):
+        self.cache.clear()
+
+
+def _measure(cfg: A.LaunchConfig, inputs: _Inputs, rows_list, trials: list, deadline: float) -> dict:
+    """{rows: median µs} for one config; checks its output first. Errors are recorded, not raised."""
+    out = {}
+    base = {"cols": inputs.cols, "dtype": A.dtype_name(inputs.dtype), **cfg.as_dict(),
+            "label": cfg.label()}
+    try:
+        x, r, y = inputs.get(min(rows_list))
+        A.launch(x, r, inputs.w, y, None, EPS, cfg)
+        report = checks.allclose(y, reference.add_rmsnorm(x, r, inputs.w, EPS, accum=torch.float64))
+        if not report:
+            trials.append({**base, "rows": min(rows_list), "median_us": None,
+                           "error": f"wrong result: {report.message}"})
+            return {}
+        for rows in rows_list:
+            if time.time() > deadline:
+                break
+            x, r, y = inputs.get(rows)
+            us = median_us(lambda: A.launch(x, r, inputs.w, y, None, EPS, cfg))
+            out[rows] = us
+            trials.append({**base, "rows": rows, "median_us": us, "error": None})
+    except Exception as e:  # noqa: BLE001  (a config that does not compile is a result)
+        trials.append({**base, "rows": None, "median_us": None,
+                       "error": f"{type(e).__name__}: {str(e)[:300]}"})
+        return {}
+    return out if len(out) == len(rows_list) else {}
+
+
+def tune_key(cols: int, dtype: torch.dtype, rows_list, deadline: float, trials: list,
+             candidates=None) -> dict | None:
+    inputs = _Inputs(cols, dtype)
+    heuristic, baseline = A.heuristic_config(cols, dtype), baseline_config(cols)
+    if candidates is None:
+        candidates = list(dict.fromkeys(A.candidate_configs(cols, dtype) + [heuristic, baseline]))
+    times = {}
+    for cfg in candidates:
+        if time.time() > deadline:
+            break
+        times[cfg] = _measure(cfg, inputs, rows_list, trials, deadline)
+    if not any(times.values()):
+        inputs.free()
+        return None
+    _, regret = select_winner(times)
+    for cfg in top(regret, 2):
+        for variant in A.persistent_variants(cfg):
+            if time.time() > deadline:
+                break
+            if variant not in times:
+                times[variant] = _measure(variant, inputs, rows_list, trials, deadline)
+    winner, regret = select_winner(times)
+    inputs.free()
+    return {"cols": cols, "dtype": A.dtype_name(dtype), **winner.as_dict(), "label": winner.label(),
+            "worst_ratio_to_best": regret[winner],
+            "rows_timed": sorted(times[winner]),
+            "times_us": {str(n): times[winner][n] for n in sorted(times[winner])},
+            "heuristic": heuristic.as_dict(),
+            "heuristic_times_us": {str(n): v for n, v in sorted(times.get(heuristic, {}).items())},
+            "baseline": baseline.as_dict(),
+            "baseline_times_us": {str(n): v for n, v in sorted(times.get(baseline, {}).items())},
+            "configs_timed": sum(1 for t in times.values() if t),
+            "ranked": [{**c.as_dict(), "worst_ratio_to_best": regret[c]} for c in top(regret, 5)]}
+
+
+def tune(out_dir: Path, budget_s: float, cols_list=TUNE_COLS, rows_list=TUNE_ROWS) -> Path:
+    env.require_gpu("tuning the capstone")
+    start = time.time()
+    deadline = start + budget_s
+    winners, trials = [], []
+    table_path = out_dir / "capstone_tuning.json"
+    trials_path = out_dir / "capstone_tuning_trials.json"
+    extra = {"objective": "minimize the worst ratio to the best time over rows "
+                          + ", ".join(map(str, rows_list)) + " (L2 flushed before every call)",
+             "rows": list(rows_list), "eps": EPS}
+
+    def save():
+        records.write(table_path, winners, extra)
+        records.write(trials_path, trials, extra)
+
+    for dtype in SEARCH_DTYPES:
+        for cols in cols_list:
+            if time.time() > deadline:
+                log(f"budget spent: ({cols}, {A.dtype_name(dtype)}) not tuned (heuristic stays)")
+                continue
+            t0 = time.time()
+            result = tune_key(cols, dtype, rows_list, deadline, trials)
+            if result is None:
+                log(f"({cols}, {A.dtype_name(dtype)}): no configuration timed")
+                continue
+            result["source"] = "searched"
+            winners.append(result)
+            save()
+            log(f"({cols}, {A.dtype_name(dtype)}): {result['label']}, worst ratio "
+                f"{result['worst_ratio_to_best']:.3f}, times {result['times_us']} "
+                f"({result['configs_timed']} configs, {time.time() - t0:.1f} s)")
+    # fp16: bf16's best few, timed on fp16
+    for cols in cols_list:
+        bf16 = next((w for w in winners if w["cols"] == cols and w["dtype"] == "bfloat16"), None)
+        if bf16 is None or time.time() > deadline:
+            continue
+        cands = [A.LaunchConfig(**{k: c[k] for k in ("rows_per_program", "num_warps",
+                                                      "num_stages", "programs_per_sm")})
+                 for c in bf16["ranked"][:3]]
+        result = tune_key(cols, torch.float16, rows_list, deadline, trials, candidates=cands)
+        if result is not None:
+            result["source"] = "bfloat16's best three, timed on float16 (same element size)"
+            winners.append(result)
+            save()
+            log(f"({cols}, float16): {result['label']}, times {result['times_us']}")
+    save()
+    log(f"tuning done in {time.time() - start:.1f} s: {len(winners)} keys, {len(trials)} trials")
+    return table_path
+
+
+# ---------------------------------------------------------------- extras
+
+def kernel_census(events) -> dict:
+    """Summarize device events ``[(name, µs), ...]`` of ``calls`` calls into kernels per call."""
+    names: dict = {}
+    for name, us in events:
+        n = names.setdefault(name, {"name": name, "count": 0, "device_us": 0.0})
+        n["count"] += 1
+        n["device_us"] += float(us)
+    return {"kernels": sorted(names.values(), key=lambda k: -k["device_us"]),
+            "launches": sum(k["count"] for k in names.values())}
+
+
+def profile_kernels(fn, calls: int = 5) -> dict:
+    """Kernels launched by ``calls`` calls of ``fn`` (torch.profiler, device events only)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    events = []
+    for e in prof.events():
+        if str(getattr(e, "device_type", "")).endswith("CUDA"):
+            events.append((e.name[:200], e.time_range.elapsed_us()))
+    census = kernel_census(events)
+    for k in census["kernels"]:
+        k["count_per_call"] = k["count"] / calls
+        k["device_us_per_call"] = k["device_us"] / calls
+    census["launches_per_call"] = census["launches"] / calls
+    census["calls"] = calls
+    return census
+
+
+def _step(name: str, fn, out: list) -> None:
+    t0 = time.time()
+    try:
+        fn(out)
+        log(f"{name}: ok ({time.time() - t0:.1f} s)")
+    except Exception as e:  # noqa: BLE001  (each step is independent)
+        out.append({"kind": "error", "step": name, "error": f"{type(e).__name__}: {e}"})
+        log(f"{name}: FAILED {type(e).__name__}: {e}")
+
+
+def extras(out_dir: Path, budget_s: float) -> Path:
+    env.require_gpu("the capstone extras")
+    from . import seed_capstone as seed
+
+    start = time.time()
+    path = out_dir / "capstone_extra.json"
+    out: list = []
+    bf16 = torch.bfloat16
+
+    def seed_as_printed(out):
+        x, r = (torch.randn(64, 4096, device="cuda", dtype=torch.float32) for _ in range(2))
+        w = torch.randn(4096, device="cuda")
+        res = seed.launch_as_printed(x, r, w)
+        out.append({"kind": "seed_as_printed", "rows": 64, "cols": 4096, "dtype": "float32", **res})
+        log(f"seed listing as printed: {res}")
+
+    def seed_partial(out):
+        x, r = (torch.randn(64, 4096, device="cuda", dtype=torch.float32) for _ in range(2))
+        w = torch.randn(4096, device="cuda")
+        for block in seed.SEED_BLOCKS + (4096,):
+            res = seed.partial_normalization_error(x, r, w, block)
+            out.append({"kind": "seed_partial", "dtype": "float32", **res})
+            log(f"seed kernel with BLOCK={block} on 4096 columns: {res}")
+
+    def census(out):
+        registry.load_all()
+        rows, cols = 4096, 4096
+        x, r = (torch.randn(rows, cols, device="cuda", dtype=bf16) for _ in range(2))
+        w = torch.randn(cols, device="cuda", dtype=bf16)
+        for name in ("torch.eager_chain", "torch.rms_norm_add", "capstone.fused",
+                     "capstone.fused_residual"):
+            try:
+                impl = registry.get(name)
+            except KeyError as e:
+                out.append({"kind": "kernel_census", "impl": name, "error": str(e)})
+                continue
+            c = profile_kernels(lambda: impl.fn(x, r, w, EPS))
+            out.append({"kind": "kernel_census", "impl": name, "op": impl.op,
+                        "description": impl.description, "rows": rows, "cols": cols,
+                        "dtype": "bfloat16", **c})
+            log(f"{name}: {c['launches_per_call']:g} kernels per call: "
+                + "; ".join(f"{k['name'][:70]} x{k['count_per_call']:g}" for k in c["kernels"]))
+
+    bandwidth = {}
+
+    def copy_bw(out):
+        bandwidth["GBps"] = float(_timing().copy_bandwidth_GBps())
+        out.append({"kind": "copy_bandwidth", "GBps": bandwidth["GBps"]})
+        log(f"copy bandwidth {bandwidth['GBps']:.0f} GB/s")
+
+    def graph_replay(out):
+        registry.load_all()
+        traffic = _traffic()
+        bw = bandwidth.get("GBps")
+        names = ("capstone.fused", "capstone.fused_residual", "torch.rms_norm_add",
+                 "torch.eager_chain")
+        for cols in SMALL_COLS:
+            for rows in SMALL_ROWS:
+                if time.time() > start + budget_s:
+                    log("graph replay: budget spent, stopping")
+                    return
+                x, r = (torch.randn(rows, cols, device="cuda", dtype=bf16) for _ in range(2))
+                w = torch.randn(cols, device="cuda", dtype=bf16)
+                fused_floor = traffic.floor_us("add_rmsnorm", rows, cols, bf16, bw) if bw else None
+                for name in names:
+                    impl = registry.get(name)
+                    floor = traffic.floor_us(impl.op, rows, cols, bf16, bw) if bw else None
+                    for l2 in ("warm", "cold"):
+                        rec = {"kind": "graph_replay", "impl": name, "op": impl.op, "rows": rows,
+                               "cols": cols, "dtype": "bfloat16", "l2": l2, "floor_us": floor}
+                        try:
+                            us = median_us(lambda: impl.fn(x, r, w, EPS), warmup=5, reps=30,
+                                           l2=l2, graph=True)
+                            rec.update(median_us=us, target_us=None if floor is None else floor + 2,
+                                       met=None if floor is None else us <= floor + 2)
+                        except Exception as e:  # noqa: BLE001
+                            rec["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+                        out.append(rec)
+                fused = [o for o in out if o.get("kind") == "graph_replay" and o["rows"] == rows
+                         and o["cols"] == cols and o["impl"] == "capstone.fused"]
+                log(f"graph replay {rows}x{cols} bf16: capstone.fused "
+                    + ", ".join(f"{o['l2']} {o.get('median_us', float('nan')):.2f} us" for o in fused)
+                    + (f" (floor {fused_floor:.2f} us)" if fused_floor else ""))
+
+    for name, fn in (("seed as printed", seed_as_printed), ("seed partial", seed_partial),
+                     ("kernel census", census), ("copy bandwidth", copy_bw),
+                     ("graph replay", graph_replay)):
+        _step(name, fn, out)
+        records.write(path, out, {"eps": EPS})
+    log(f"extras done in {time.time() - start:.1f} s -> {path}")
+    return path
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fusedrms.capstone_gpu", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=("tune", "extras"))
+    p.add_argument("--out", type=Path, required=True, help="folder for the JSON files")
+    p.add_argument("--budget", type=float, default=60.0, help="seconds (stops cleanly after)")
+    a = p.parse_args(argv)
+    if not env.current().on_gpu:
+        print("the capstone studies time kernels and need a GPU; this machine has none. The "
+              "chapter shows the recorded H200 files instead.", file=sys.stderr)
+        return 2
+    a.out.mkdir(parents=True, exist_ok=True)
+    (tune if a.what == "tune" else extras)(a.out, a.budget)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

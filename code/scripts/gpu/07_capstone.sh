@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Chapter 7 (the capstone) on the GPU, budget 150 s. Writes into $RESULTS:
+#   capstone_extra.json           the seed listing's launch error and partial normalization, the
+#                                 kernels each PyTorch route launches (torch.profiler), copy
+#                                 bandwidth, graph-replayed small shapes against floor + 2 us
+#   capstone_tuning.json          the winning launch configuration per (cols, dtype) -- commit it as
+#                                 code/fusedrms/data/h200/capstone_tuning.json (unpack does)
+#   capstone_tuning_trials.json   every configuration timed, for the chapter
+# Each step is its own python process with its own timeout; the tuner stops itself at its budget
+# and saves after every key, so a kill still leaves what was measured.
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+export PYTHONPATH="$PWD/code${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+RESULTS=${RESULTS:?set RESULTS to the folder that collects the results}
+t_start=$(date +%s)
+status=0
+run() {  # run NAME SECONDS command...
+  local name=$1 limit=$2; shift 2
+  local t0=$(date +%s)
+  echo "--- 07_capstone: $name (limit $limit s)"
+  if timeout -k 5 "$limit" "$@"; then
+    echo "--- 07_capstone: $name ok ($(( $(date +%s) - t0 )) s)"
+  else
+    echo "--- 07_capstone: $name FAILED ($(( $(date +%s) - t0 )) s)"; status=1
+  fi
+}
+
+run "extras: seed listing, kernel census, graph replay" 45 \
+  python3 -m fusedrms.capstone_gpu extras --out "$RESULTS" --budget 35
+
+left=$(( 150 - ($(date +%s) - t_start) - 12 ))
+[ "$left" -lt 20 ] && left=20
+run "tuning per (cols, dtype), budget $left s" $(( left + 15 )) \
+  python3 -m fusedrms.capstone_gpu tune --out "$RESULTS" --budget "$left"
+
+# Later pieces of this session (GPU tests, notebooks) use the table if none is committed yet.
+table=code/fusedrms/data/h200/capstone_tuning.json
+if [ -f "$RESULTS/capstone_tuning.json" ] && [ ! -f "$table" ]; then
+  mkdir -p "$(dirname "$table")" && cp "$RESULTS/capstone_tuning.json" "$table" \
+    && echo "copied the new tuning table to $table for the rest of this session"
+fi
+echo "--- 07_capstone: total $(( $(date +%s) - t_start )) s"
+exit $status
