@@ -268,3 +268,11 @@ def test_gpu_compiled_kernel_and_timing():
     assert s["global_loads"] > 0 and s["global_stores"] > 0
     times = T.measure_num_warps(256, 4096, torch.float32, warps=(4, 8))
     assert set(times) == {4, 8} and all(0 < t < 1e5 and math.isfinite(t) for t in times.values())
+
+
+def test_assembly_excerpt_numbers_the_landmarks():
+    asm = "\n".join(["mov.u32 %r0, 0;", "ld.global.v4.b32 {%r1,%r2,%r3,%r4}, [%rd1];", "add.f32 x;",
+                     "add.f32 y;", "shfl.sync.bfly.b32 %r6, %r7, 16, 31, -1;", "st.global.b32 [%rd3], %r1;"])
+    text = T.assembly_excerpt(asm, "ptx")
+    assert "    2  ld.global.v4" in text and "    5  shfl.sync.bfly" in text and "..." in text
+    assert "mov.u32" not in text

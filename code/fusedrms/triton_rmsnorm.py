@@ -293,6 +293,31 @@ def assembly_summary(asm: str, kind: str = "ptx") -> dict:
     }
 
 
+LANDMARKS = {  # what chapter 4 points at in the compiled row kernel
+    "ptx": (r"ld\.global", r"shfl\.sync\.bfly", r"bar\.sync", r"rsqrt", r"st\.global"),
+    "amdgcn": (r"global_load|buffer_load", r"ds_swizzle|dpp|ds_bpermute", r"s_barrier", r"rsq",
+               r"global_store|buffer_store"),
+}
+
+
+def assembly_excerpt(asm: str, kind: str = "ptx", per_landmark: int = 3) -> str:
+    """The first few lines of each landmark (loads, shuffles, barrier, rsqrt, stores), numbered."""
+    import re
+
+    lines = asm.splitlines()
+    picked: list[int] = []
+    for pattern in LANDMARKS.get(kind, LANDMARKS["ptx"]):
+        hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+        picked.extend(hits[:per_landmark])
+    out, last = [], None
+    for i in sorted(set(picked)):
+        if last is not None and i > last + 1:
+            out.append("    ...")
+        out.append(f"{i + 1:5d}  {lines[i].strip()}")
+        last = i
+    return "\n".join(out)
+
+
 def bf16_truncate(t: torch.Tensor) -> torch.Tensor:
     """fp32 -> bf16 by dropping the low 16 bits (what the Triton interpreter's cast does)."""
     bits = t.to(torch.float32).contiguous().view(torch.int32) & -65536  # 0xFFFF0000
