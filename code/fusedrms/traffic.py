@@ -161,6 +161,7 @@ STEPS: dict[str, Step] = {s.name: s for s in [
           [Kernel("partial_sums", ("x",), ("partials",), SUMSQ),
            Kernel("normalize", ("partials", "x", "w"), ("y",), NORMALIZE + SCALE, ROW_STAT)],
           "RMSNorm split-row"),
+    # [book:eager-and-fused]
     _step("eager_add_rmsnorm", "eager PyTorch: t = x + r; n = rmsnorm(t); y = n * w -- three "
           "kernels, t and n materialized",
           {"x": _X, "residual": _RES, "w": _W, "y": _Y, "t": Tensor(ROW, role="intermediate"),
@@ -178,6 +179,7 @@ STEPS: dict[str, Step] = {s.name: s for s in [
           {"x": _X, "residual": _RES, "w": _W, "y": _Y, "t": Tensor(ROW, role="output")},
           [Kernel("fused_add_rmsnorm_residual", ("x", "residual", "w"), ("t", "y"),
                   ADD + RMSNORM, ROW_STAT)], "fused add+RMSNorm, writes residual"),
+    # [/book:eager-and-fused]
     _step("add_rmsnorm_two_pass", "fused add + RMSNorm for rows too wide to keep on chip: pass 1 "
           "reads x and r for the sum of squares, pass 2 reads both again to write y",
           {"x": _X, "residual": _RES, "w": _W, "y": _Y},
@@ -188,6 +190,7 @@ STEPS: dict[str, Step] = {s.name: s for s in [
           {"x": _X, "residual": _RES, "w": _W, "y": _Y, "t": Tensor(ROW, role="output")},
           [Kernel("add_rmsnorm_residual_two_pass", ("x", "residual", "t", "w"), ("t", "y"),
                   ADD + RMSNORM, ROW_STAT)], "add+RMSNorm residual two-pass"),
+    # [book:fp8]
     _step("rmsnorm_fp8_naive", "RMSNorm then FP8 block quantization as two kernels: the "
           "normalized rows are written in the activation dtype and read back",
           {"x": _X, "w": _W, "normed": Tensor(ROW, role="intermediate"), "codes": _Q,
@@ -200,6 +203,7 @@ STEPS: dict[str, Step] = {s.name: s for s in [
           {"x": _X, "w": _W, "codes": _Q, "scales": _S},
           [Kernel("rmsnorm_fp8", ("x", "w"), ("codes", "scales"), RMSNORM + QUANT, ROW_STAT,
                   QUANT_BLOCK)], "RMSNorm+FP8 fused"),
+    # [/book:fp8]
 ]}
 
 # The best design of each op in the registry (what bench reports "% of floor" against).

@@ -1,7 +1,7 @@
 """Chapter 2's pictures of the traffic model: a roofline, ideal time by model width, a calculator.
 
 Everything here draws numbers computed by :mod:`fusedrms.traffic`; nothing is typed in. The plots
-return a ``matplotlib.figure.Figure`` (Jupyter shows it; ``fig.savefig`` writes it). The calculator
+return a closed ``matplotlib.figure.Figure`` (Jupyter shows it; ``fig.savefig`` writes it). The calculator
 is an ipywidgets form whose Python callbacks need a live kernel; a static page shows
 :func:`width_table` and :func:`time_by_width` instead.
 """
@@ -13,6 +13,15 @@ from typing import Iterable, Sequence
 from matplotlib.figure import Figure
 
 from .. import traffic
+
+
+def _figure(figsize) -> Figure:
+    """A figure Jupyter shows once when it is returned (pyplot registers the inline display)."""
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=figsize)
+    plt.close(fig)  # not shown again at the end of the cell
+    return fig
 
 # Hidden sizes (the row width RMSNorm sees) of public models, from their papers or model cards.
 # name -> (width, key in book/references.bib)
@@ -35,7 +44,7 @@ def roofline(estimates: Sequence[traffic.Estimate], bandwidth_GBps: float, peak_
     """Attainable FLOP/s against intensity; each design sits on the ceiling at its intensity."""
     import numpy as np
 
-    fig = Figure(figsize=figsize)
+    fig = _figure(figsize)
     ax = fig.subplots()
     ridge = peak_tflops * 1000 / bandwidth_GBps  # flop/byte where the two ceilings meet
     lo = min(min(e.intensity for e in estimates) / 4, 0.05)
@@ -102,16 +111,16 @@ def time_by_width(steps: Sequence[str], rows: int = 4096, dtype="bf16",
                   figsize=(7.5, 4.2)) -> Figure:
     """Ideal µs of each step across model widths (the static page's calculator)."""
     widths = widths or MODEL_WIDTHS
-    fig = Figure(figsize=figsize)
+    fig = _figure(figsize)
     ax = fig.subplots()
     cols = [c for c, _ in widths.values()]
     for n, step in enumerate(steps):
         us = [traffic.price(step, rows, c, dtype, bandwidth_GBps).ideal_us for c in cols]
         ax.plot(cols, us, marker="o", color=_COLORS[n % len(_COLORS)],
                 label=traffic.get_step(step).label)
-    ax.set_xscale("log", base=2)
     ax.set_xticks(cols)
-    ax.set_xticklabels([f"{c}\n{m}" for m, (c, _) in widths.items()], fontsize=6)
+    ax.set_xticklabels([f"{m} ({c})" for m, (c, _) in widths.items()], fontsize=7, rotation=35,
+                       ha="right")
     ax.set_xlabel("row width (hidden size)")
     ax.set_ylabel("ideal time (µs)")
     ax.set_title(f"{rows} rows, {traffic.dtype_name(dtype)}, at {bandwidth_GBps:g} GB/s"
