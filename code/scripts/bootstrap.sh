@@ -7,7 +7,8 @@ VENV=${VENV:-.venv}
 PY=${PYTHON:-python3}
 TORCH_CPU_VERSION=${TORCH_CPU_VERSION:-2.13.0}
 stamp="$VENV/.fusedrms-installed"
-want="$(cat requirements.txt pyproject.toml book/_web/package-lock.json 2>/dev/null | sha256sum | cut -c1-16)"
+want="$( { cat requirements.txt pyproject.toml; cat book/_web/package-lock.json 2>/dev/null || true; } \
+        | sha256sum | cut -c1-16)"
 
 has_gpu() {
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then return 0; fi
