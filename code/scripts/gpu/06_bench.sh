@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Chapter 6: the recorded benchmark grid, the timing rules, an Nsight Compute summary, the chart.
+# Budget: 330 s in total. Each step has its own hard limit and writes its own files, so one
+# failure does not hide the others. Outputs go flat into $RESULTS:
+#   bench_grid.json/.csv  timing_rules.json  ncu_summary.json (+ ncu_raw.txt)  bench_plot.png/.svg
+set -uo pipefail
+: "${RESULTS:?set RESULTS to the output folder}"
+cd "$(dirname "$0")/../../.."
+export PYTHONPATH="$PWD/code${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+start=$(date +%s)
+elapsed() { echo $(( $(date +%s) - start )); }
+step() { echo "--- 06_bench [+$(elapsed) s] $*"; }
+status=0
+
+# 1. The grid (kernels and peers in 3 processes, torch.compile in 1 more with what is left).
+#    --budget-s is the soft limit (later cases are recorded as skipped); timeout is the hard one.
+step "bench plan h200 (soft budget 195 s, hard limit 215 s)"
+timeout -k 5 215 python3 -m fusedrms.bench plan h200 --budget-s 195 --compile-share 0.3 \
+  --allow-missing-floor --out "$RESULTS/bench_grid.json" || { echo "bench: exit $?"; status=1; }
+
+# 2. Each timing rule, kept and ignored (uses the grid's per-process medians when present).
+step "timing rules (hard limit 32 s)"
+grid_arg=(); [ -f "$RESULTS/bench_grid.json" ] && grid_arg=(--grid "$RESULTS/bench_grid.json")
+timeout -k 5 32 python3 -m fusedrms.bench rules "${grid_arg[@]}" --out "$RESULTS/timing_rules.json" \
+  || { echo "rules: exit $?"; status=1; }
+
+# 3. Nsight Compute on the target kernel only, filtered by name ("unavailable" if it fails).
+step "ncu summary (hard limit 42 s)"
+timeout -k 5 42 python3 -m fusedrms.bench ncu --timeout 32 --out "$RESULTS/ncu_summary.json" \
+  || { echo "ncu: exit $?"; status=1; }
+if [ -f "$RESULTS/ncu_summary.json" ]; then
+  python3 - "$RESULTS" <<'PY' || true
+import json, sys, pathlib
+doc = json.loads((pathlib.Path(sys.argv[1]) / "ncu_summary.json").read_text())
+rec = doc["records"][0]
+(pathlib.Path(sys.argv[1]) / "ncu_raw.txt").write_text(rec.get("raw_tail", "") + "\n")
+print({k: rec.get(k) for k in ("status", "impl", "kernel", "dram_throughput_pct",
+                               "sol_memory_pct", "duration_us", "reason")})
+PY
+fi
+
+# 4. The chart.
+step "plot (hard limit 20 s)"
+if [ -f "$RESULTS/bench_grid.json" ]; then
+  timeout -k 5 20 python3 -m fusedrms.plots "$RESULTS/bench_grid.json" --out "$RESULTS/bench_plot" \
+    || { echo "plot: exit $?"; status=1; }
+fi
+step "done, exit $status"
+exit $status
