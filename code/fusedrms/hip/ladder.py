@@ -1,0 +1,225 @@
+"""The HIP optimization ladder: measure every variant on the GPU, record it, and judge the target.
+
+    python -m fusedrms.hip.ladder --out $RESULTS/hip_ladder.json      (on a GPU machine)
+
+Each record is one (variant, shape, dtype): the median of device-event timings with the L2 flushed
+before every call (``fusedrms.timing.time_gpu(l2="cold")``), the output checked against the float64
+reference, and the time as a fraction of the copy floor (the bytes RMSNorm must move at the
+measured device-to-device copy bandwidth). ``kind`` is ``"ladder"`` for the variants beside
+``triton.row``, and ``"block_size"`` for the block-size sweep of ``hip.block``.
+
+The chapter loads the file with ``records.load("hip_ladder")`` and calls :func:`verdict`.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import traceback
+
+import torch
+
+from .. import checks, env, records, reference, registry, validation
+
+LADDER = ("hip.serial", "hip.block", "hip.shuffle", "hip.vectorized", "hip.unfused", "triton.row")
+FUSED_HIP = ("hip.serial", "hip.block", "hip.shuffle", "hip.vectorized")
+SEED_SHAPE = (1024, 4096, "float32")
+LARGE_SHAPES = ((16384, 8192, "float32"), (16384, 8192, "bfloat16"))
+BLOCK_SIZES = (32, 64, 128, 256, 512, 1024)
+TARGET_FRACTION_OF_FLOOR = 0.85
+TARGET_RATIO_TO_TRITON = 1.15
+
+# Seed 003's table: RX 9070 XT, ROCm, fp32 1024x4096, eps 1e-5, median of 3 processes x 50 runs
+# (2026-07-19). Another GPU, another day: shown beside our measurements, labelled as such.
+SEED_003_RX9070XT = {
+    "hardware": "AMD Radeon RX 9070 XT (seed 003, 2026-07-19, ROCm, fp32 1024x4096)",
+    "median_ms": {"HIP serial": 1.504860, "HIP block": 0.058440,
+                  "Triton 4 warps": 0.033360, "Triton 8 warps": 0.030081},
+}
+
+
+def rmsnorm_bytes(rows: int, cols: int, dtype: torch.dtype) -> int:
+    """What a fused RMSNorm must move: read x, write y, read w once."""
+    size = torch.tensor([], dtype=dtype).element_size()
+    return (2 * rows * cols + cols) * size
+
+
+def _copy_bandwidth() -> tuple[float, str]:
+    try:
+        from .. import timing
+
+        return timing.copy_bandwidth_GBps(), "fusedrms.timing.copy_bandwidth_GBps (1 GiB d2d copy)"
+    except ImportError:
+        src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        times = _time(lambda: dst.copy_(src), 3, 10)
+        return 2 * src.numel() / (statistics.median(times) * 1e-6) / 1e9, "own 1 GiB d2d copy"
+
+
+def _floor_us(rows, cols, dtype, bandwidth_GBps) -> float:
+    try:
+        from .. import traffic
+
+        return traffic.floor_us("rmsnorm", rows, cols, dtype, bandwidth_GBps)
+    except ImportError:
+        return rmsnorm_bytes(rows, cols, dtype) / (bandwidth_GBps * 1e3)
+
+
+def _time(fn, warmup: int, reps: int) -> list[float]:
+    try:
+        from .. import timing
+
+        return timing.time_gpu(fn, warmup=warmup, reps=reps, l2="cold")
+    except ImportError:
+        start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        stop = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for _ in range(warmup):
+            fn()
+        for a, b in zip(start, stop):
+            a.record()
+            fn()
+            b.record()
+        torch.cuda.synchronize()
+        return [a.elapsed_time(b) * 1e3 for a, b in zip(start, stop)]
+
+
+def measure_one(name: str, rows: int, cols: int, dtype_name: str, bandwidth_GBps: float,
+                fn=None, kind: str = "ladder", block_size: int | None = None,
+                time_budget_s: float = 1.5) -> dict:
+    """Check and time one implementation on one shape. Never raises: errors become a record."""
+    dtype = getattr(torch, dtype_name)
+    rec = {"kind": kind, "name": name, "rows": rows, "cols": cols, "dtype": dtype_name,
+           "block_size": block_size}
+    try:
+        gen = torch.Generator(device="cuda").manual_seed(rows * 7 + cols)
+        x = torch.randn(rows, cols, device="cuda", generator=gen).to(dtype)
+        w = torch.randn(cols, device="cuda", generator=gen).to(dtype)
+        fn = fn or registry.get(name).fn
+        y = fn(x, w, 1e-5)
+        torch.cuda.synchronize()
+        report = checks.allclose(y, reference.rmsnorm(x, w, 1e-5, accum=torch.float64))
+        rec.update(correct=report.ok, max_rel_err=report.max_rel_err, check=report.message)
+        once = statistics.median(_time(lambda: fn(x, w, 1e-5), 1, 3))
+        reps = int(max(5, min(100, time_budget_s * 1e6 / max(once, 1.0))))
+        samples = _time(lambda: fn(x, w, 1e-5), min(10, reps), reps)
+        median = statistics.median(samples)
+        floor = _floor_us(rows, cols, dtype, bandwidth_GBps)
+        rec.update(median_us=median, min_us=min(samples), reps=reps,
+                   bytes=rmsnorm_bytes(rows, cols, dtype), floor_us=floor,
+                   fraction_of_floor=floor / median,
+                   GBps=rmsnorm_bytes(rows, cols, dtype) / (median * 1e3))
+    except Exception as e:  # noqa: BLE001 - record and go on: one failure must not hide the rest
+        rec.update(error=f"{type(e).__name__}: {e}")
+        traceback.print_exc()
+    status = (f"{rec['median_us']:9.1f} us  {100 * rec['fraction_of_floor']:5.1f}% of floor  "
+              f"correct={rec['correct']}" if "median_us" in rec else rec.get("error"))
+    print(f"  {name:15s} {rows}x{cols} {dtype_name:8s} block={block_size}: {status}", flush=True)
+    return rec
+
+
+def measure(shapes=(SEED_SHAPE, *LARGE_SHAPES), names=LADDER, block_sizes=BLOCK_SIZES) -> tuple[list, dict]:
+    env.require_gpu("The HIP ladder")
+    from . import kernels
+
+    bandwidth, how = _copy_bandwidth()
+    print(f"copy bandwidth {bandwidth:.0f} GB/s ({how})", flush=True)
+    out = []
+    for rows, cols, dtype_name in shapes:
+        for name in names:
+            if name == "triton.row":
+                try:
+                    registry.get(name)
+                except KeyError as e:
+                    out.append({"kind": "ladder", "name": name, "rows": rows, "cols": cols,
+                                "dtype": dtype_name, "error": str(e)})
+                    continue
+            out.append(measure_one(name, rows, cols, dtype_name, bandwidth))
+    rows, cols, dtype_name = SEED_SHAPE
+    for block in block_sizes:
+        out.append(measure_one("hip.block", rows, cols, dtype_name, bandwidth, kind="block_size",
+                               block_size=block, time_budget_s=0.5,
+                               fn=lambda x, w, eps, b=block: kernels.rmsnorm(x, w, eps, "block", b)))
+    extra = {"copy_GBps": bandwidth, "copy_method": how, "l2": "cold (flushed before every call)",
+             "floor": "bytes (read x, write y, read w) / copy bandwidth"}
+    return out, extra
+
+
+# ---- reading a recorded file (used by the chapter and its tests) ----
+
+def ladder_rows(doc: dict, rows: int, cols: int, dtype: str) -> list[dict]:
+    return [r for r in doc["records"] if r.get("kind") == "ladder" and r["rows"] == rows
+            and r["cols"] == cols and r["dtype"] == dtype]
+
+
+def table(doc: dict) -> str:
+    """The ladder as a text table, one block per shape."""
+    lines = []
+    shapes = sorted({(r["rows"], r["cols"], r["dtype"]) for r in doc["records"] if r.get("kind") == "ladder"},
+                    key=lambda s: (s[0] * s[1], s[2]))
+    for rows, cols, dtype in shapes:
+        lines.append(f"{rows}x{cols} {dtype}")
+        lines.append(f"  {'kernel':16s}{'median us':>11s}{'% of floor':>12s}{'GB/s':>8s}  correct")
+        for r in ladder_rows(doc, rows, cols, dtype):
+            if "median_us" in r:
+                lines.append(f"  {r['name']:16s}{r['median_us']:11.1f}{100 * r['fraction_of_floor']:11.1f}%"
+                             f"{r['GBps']:8.0f}  {r['correct']}")
+            else:
+                lines.append(f"  {r['name']:16s}  not measured: {r.get('error', '?')}")
+    return "\n".join(lines)
+
+
+def verdict(doc: dict) -> list[str]:
+    """Target at each large shape: best fused HIP variant >= 85% of the floor, <= 1.15x Triton."""
+    out = []
+    large = sorted({(r["rows"], r["cols"], r["dtype"]) for r in doc["records"]
+                    if r.get("kind") == "ladder" and (r["rows"], r["cols"], r["dtype"]) != SEED_SHAPE})
+    for rows, cols, dtype in large:
+        rs = {r["name"]: r for r in ladder_rows(doc, rows, cols, dtype) if "median_us" in r}
+        hip = [rs[n] for n in FUSED_HIP if n in rs and rs[n].get("correct")]
+        if not hip:
+            out.append(f"{rows}x{cols} {dtype}: no correct HIP measurement recorded: not met")
+            continue
+        best = min(hip, key=lambda r: r["median_us"])
+        frac = best["fraction_of_floor"]
+        line = (f"{rows}x{cols} {dtype}: best HIP variant {best['name']} {best['median_us']:.1f} us = "
+                f"{100 * frac:.1f}% of the copy floor (target >= {100 * TARGET_FRACTION_OF_FLOOR:.0f}%: "
+                f"{'met' if frac >= TARGET_FRACTION_OF_FLOOR else 'not met, gap %.1f points' % (100 * (TARGET_FRACTION_OF_FLOOR - frac))})")
+        triton = rs.get("triton.row")
+        if triton:
+            ratio = best["median_us"] / triton["median_us"]
+            ok = ratio <= TARGET_RATIO_TO_TRITON
+            line += (f"; {ratio:.2f}x triton.row's {triton['median_us']:.1f} us (target <= "
+                     f"{TARGET_RATIO_TO_TRITON}x: {'met' if ok else 'not met'})")
+        else:
+            line += "; triton.row not recorded: Triton comparison not available"
+        out.append(line)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="JSON file to write (records.write)")
+    parser.add_argument("--quick", action="store_true", help="only the seed shape")
+    args = parser.parse_args(argv)
+    try:
+        env.require_gpu("The HIP ladder")
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        return 2
+    registry.load_all()
+    shapes = (SEED_SHAPE,) if args.quick else (SEED_SHAPE, *LARGE_SHAPES)
+    try:
+        recs, extra = measure(shapes)
+    except validation.InputError as e:
+        print(e, file=sys.stderr)
+        return 2
+    path = records.write(args.out, recs, extra)
+    doc = {"provenance": {}, "records": recs}
+    print(table(doc))
+    print("\n".join(verdict(doc)))
+    print(f"wrote {path}")
+    return 0 if all("error" not in r for r in recs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
