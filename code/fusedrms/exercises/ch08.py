@@ -1,0 +1,184 @@
+"""Chapter 8 exercises: why the order of operations is part of the specification, what fusing
+saves, and the scale of an all-zero block.
+
+The byte counts are priced by :mod:`fusedrms.traffic` (the model of chapter 2); each typical mistake
+is that count with one convention broken (scales forgotten, codes counted as 2 bytes, ...).
+"""
+from __future__ import annotations
+
+import math
+
+from .. import fp8_quant, traffic
+from .core import Exercise, as_choice, as_number, as_vector, correct, wrong
+
+ROWS, COLS, DTYPE = 8, fp8_quant.HIDDEN_SIZE, "bf16"  # not the chapter's 2 rows: compute, don't copy
+ITEM = traffic.DTYPE_BYTES[DTYPE]
+BLOCKS = fp8_quant.n_blocks(COLS)
+X = ROWS * COLS * ITEM  # the bf16 activations
+W = COLS * ITEM  # gamma, read once
+CODES = ROWS * COLS  # one byte per e4m3 code
+SCALES = ROWS * BLOCKS * 4  # one fp32 per 128-column block
+
+NAIVE = traffic.price("rmsnorm_fp8_naive", ROWS, COLS, DTYPE)
+FUSED = traffic.price("rmsnorm_fp8_fused", ROWS, COLS, DTYPE)
+
+
+# (1) why the reordered reference fails equality ----------------------------------------------
+REORDER_CHOICES = {
+    "a": "The fp8 cast is not deterministic: it can round the same value differently twice.",
+    "b": "The specification rounds twice (x*r to bf16, then the product with gamma to bf16); the "
+         "reordered version rounds x*r*gamma once. For some elements the two bf16 results are one "
+         "bf16 step apart, and where that step crosses an fp8 rounding boundary (or changes a "
+         "block's absmax, hence its scale) the code differs.",
+    "c": "Floating-point multiplication is not commutative, so x*r*gamma and gamma*x*r differ.",
+    "d": "The reordered version adds eps in a different place, so r itself differs.",
+    "e": "The reordered version is less accurate: fp32 cannot hold x*r*gamma exactly, so its "
+         "codes are wrong and the specification's are right.",
+}
+_REORDER_HINTS = {
+    "a": "Round-to-nearest-even is a function: the same fp32 value always gives the same code. "
+         "Look at what reaches the cast.",
+    "c": "IEEE multiplication is commutative (a*b == b*a exactly). What changes between the two "
+         "versions is where the results are rounded to bf16.",
+    "d": "Both versions share row_rscale: r is bit-identical. Compare the lines after it.",
+    "e": "If anything, one rounding is closer to the exact value than two. Equality fails because "
+         "the two definitions give different bf16 values, not because one of them is wrong.",
+}
+
+
+def _grade_reorder(answer):
+    choice = as_choice(answer, list(REORDER_CHOICES))
+    if choice == "b":
+        return correct("Rounding is part of each operation, so where the casts sit changes the "
+                       "bf16 values; an fp8 code is a discrete function of them, so equality "
+                       "holds only between implementations of the same order.")
+    return wrong(f"({choice}) is not the reason.", _REORDER_HINTS[choice])
+
+
+reorder_failure = Exercise(
+    "reorder_failure",
+    "The reordered reference computes x*r*gamma in fp32 and casts to bf16 once; the specification "
+    "casts x*r to bf16 and multiplies by gamma in bf16. Why do hundreds of fp8 codes differ? "
+    "Answer with a letter: " + " ".join(f"({k}) {v}" for k, v in REORDER_CHOICES.items()),
+    _grade_reorder, solution="b", mistakes={f"choice {k}": k for k in _REORDER_HINTS})
+
+
+# (2) the fused kernel's bytes -----------------------------------------------------------------
+FUSED_BYTES = [FUSED.bytes_read, FUSED.bytes_written]
+_FUSED_MISTAKES = {
+    "scales forgotten": ([X + W, CODES],
+                         f"The kernel also writes one fp32 scale per 128-column block: {ROWS} rows "
+                         f"x {BLOCKS} blocks x 4 B."),
+    "codes counted as 2 bytes": ([X + W, 2 * CODES + SCALES],
+                                 "An e4m3 code is one byte: that is the point of fp8."),
+    "one scale per row": ([X + W, CODES + ROWS * 4],
+                          f"There is a scale per 128-column block: {BLOCKS} per row."),
+    "scales as bf16": ([X + W, CODES + SCALES // 2], "The scales are fp32: 4 bytes each."),
+    "gamma counted per row": ([X + ROWS * W, CODES + SCALES],
+                              "gamma has no row dimension: every program reads the same vector, "
+                              "which the cache serves; count it once."),
+    "gamma forgotten": ([X, CODES + SCALES], f"The kernel reads gamma too: {COLS} bf16 values."),
+    "x counted as fp32": ([2 * X + W, CODES + SCALES], "x is bf16 in memory: 2 bytes per element."),
+}
+
+
+def _grade_fused(answer):
+    read, written = as_vector(answer, 2, "numbers: [bytes read, bytes written]")
+    if [read, written] == FUSED_BYTES:
+        return correct(f"reads {FUSED.bytes_read:,} B (x {X:,} + gamma {W:,}), writes "
+                       f"{FUSED.bytes_written:,} B (codes {CODES:,} + scales {SCALES:,}).")
+    for label, (value, hint) in _FUSED_MISTAKES.items():
+        if [read, written] == value:
+            return wrong(f"[{read:,.0f}, {written:,.0f}] ({label}).", hint)
+    if read == FUSED.bytes_read:
+        return wrong(f"The bytes read are right; {written:,.0f} B written is not.",
+                     "Writes: one byte per code, and one fp32 scale per block of 128 columns.")
+    if written == FUSED.bytes_written:
+        return wrong(f"The bytes written are right; {read:,.0f} B read is not.",
+                     "Reads: x (bf16, 2 B per element) and gamma once.")
+    return wrong(f"[{read:,.0f}, {written:,.0f}] is not the fused kernel's traffic.",
+                 "List what it touches in global memory: reads x and gamma; writes the codes and "
+                 "the scales. Count each tensor's elements times its bytes per element.")
+
+
+fused_bytes = Exercise(
+    "fused_bytes",
+    f"How many bytes does the fused kernel read and write at {ROWS} x {COLS} bf16 (128-column "
+    f"blocks)? Answer [bytes_read, bytes_written].",
+    _grade_fused, solution=FUSED_BYTES,
+    mistakes={label: v for label, (v, _) in _FUSED_MISTAKES.items()})
+
+
+# (3) what fusing saves ------------------------------------------------------------------------
+SAVED = NAIVE.bytes_total - FUSED.bytes_total
+_SAVED_MISTAKES = {
+    "one direction only": (X, "The intermediate rows are written by the first kernel and read "
+                              "back by the second: they cross the boundary twice."),
+    "fp32 intermediate": (2 * 2 * X, "The naive norm kernel writes bf16 rows (2 B per element), "
+                                     "not fp32."),
+    "the fused total": (FUSED.bytes_total, "That is what the fused kernel moves; the question is "
+                                           "the difference between the two versions."),
+    "scales counted as saved": (2 * X + SCALES, "Both versions write the scales: they cancel."),
+    "the naive total": (NAIVE.bytes_total, "That is everything the naive version moves; subtract "
+                                           "what the fused one still moves."),
+}
+
+
+def _grade_saved(answer):
+    value = as_number(answer, "a number of bytes")
+    if value == SAVED:
+        return correct(f"{SAVED:,} B: the {ROWS} x {COLS} bf16 rows ({X:,} B) written once and "
+                       f"read back once. Everything else is the same in both versions.")
+    for label, (bytes_, hint) in _SAVED_MISTAKES.items():
+        if value == bytes_:
+            return wrong(f"{value:,.0f} B ({label}).", hint)
+    if 0 < value < 10:
+        return wrong(f"{value} looks like a ratio.", "The question asks for bytes: naive total "
+                                                     "minus fused total.")
+    return wrong(f"{value:,.0f} B is not the saving.",
+                 "Compare the two lists of tensors: which one appears only in the naive version, "
+                 "and how many times does it cross the kernel boundary?")
+
+
+bytes_saved = Exercise(
+    "bytes_saved",
+    f"How many bytes of global-memory traffic does fusing save at {ROWS} x {COLS} bf16 (naive "
+    f"total minus fused total)?",
+    _grade_saved, solution=SAVED, mistakes={label: b for label, (b, _) in _SAVED_MISTAKES.items()})
+
+
+# (4) the scale of an all-zero block ------------------------------------------------------------
+FLOOR = fp8_quant.ABSMAX_FLOOR
+ZERO_SCALE = float(fp8_quant.reference(*fp8_quant.make_inputs(1, 128, 0, device="cpu", zero_block=True))[1])
+_ZERO_MISTAKES = {
+    "no floor": (0.0, "Without a floor the scale would be 0 (and every code 0/0 = NaN); this "
+                      f"chapter's default floors the absmax at {FLOOR:g}."),
+    "floor not divided by 448": (FLOOR, "The scale is absmax / 448, and the floor replaces the "
+                                        "absmax, not the scale."),
+    "multiplied by 448": (FLOOR * 448, "The scale maps 448 (the largest code) to the absmax: "
+                                       "absmax / 448."),
+    "SGLang's floor": (1e-10 / 448, f"That is SGLang's floor; the chapter uses DeepSeek-V3's, "
+                                    f"{FLOOR:g}."),
+}
+
+
+def _grade_zero(answer):
+    value = as_number(answer, "a scale (a small positive number)")
+    if math.isclose(value, ZERO_SCALE, rel_tol=1e-4):
+        return correct(f"{ZERO_SCALE:.6g} = {FLOOR:g} / 448: the floor stands in for the absmax, "
+                       f"every code is 0, and the block dequantizes to zeros as it should.")
+    for label, (v, hint) in _ZERO_MISTAKES.items():
+        if math.isclose(value, v, rel_tol=1e-4, abs_tol=1e-30):
+            return wrong(f"{value:g} ({label}).", hint)
+    return wrong(f"{value:g} is not the stored scale.",
+                 "Follow the reference: absmax of the block, floored, divided by 448.")
+
+
+zero_block_scale = Exercise(
+    "zero_block_scale",
+    "With the chapter's default floor, what scale does the reference store for a block of 128 "
+    "zeros?",
+    _grade_zero, solution=ZERO_SCALE, mistakes={label: v for label, (v, _) in _ZERO_MISTAKES.items()})
+
+
+ALL = (reorder_failure, fused_bytes, bytes_saved, zero_block_scale)

@@ -1,0 +1,64 @@
+import math
+
+import pytest
+
+from fusedrms import fp8_quant, traffic
+from fusedrms.exercises import ch08
+
+
+@pytest.mark.parametrize("exercise", ch08.ALL, ids=lambda e: e.name)
+def test_solution_is_accepted(exercise):
+    feedback = exercise.check(exercise.solution)
+    assert feedback.ok, str(feedback)
+
+
+@pytest.mark.parametrize("exercise,label", [(e, m) for e in ch08.ALL for m in e.mistakes],
+                         ids=lambda v: v if isinstance(v, str) else v.name)
+def test_typical_mistake_is_rejected_with_a_hint(exercise, label):
+    feedback = exercise.check(exercise.mistakes[label])
+    assert not feedback.ok, f"{exercise.name} accepted the mistake {label!r}"
+    assert feedback.hint, f"{exercise.name}: no hint for {label!r}"
+
+
+@pytest.mark.parametrize("exercise", ch08.ALL, ids=lambda e: e.name)
+@pytest.mark.parametrize("bad", [None, "abc", float("nan"), [1, 2, 3], {"a": 1}, math.inf, True])
+def test_malformed_answers_get_a_message_not_a_traceback(exercise, bad):
+    feedback = exercise.check(bad)
+    assert not feedback.ok and feedback.message
+
+
+def test_mistakes_are_distinct_from_the_solution_and_each_other():
+    for e in ch08.ALL:
+        values = [repr(e.solution), *(repr(v) for v in e.mistakes.values())]
+        assert len(set(values)) == len(values), e.name
+
+
+def test_solutions_follow_from_first_principles():
+    rows, cols = ch08.ROWS, ch08.COLS
+    x, w, codes, scales = rows * cols * 2, cols * 2, rows * cols, rows * (cols // 128) * 4
+    assert ch08.fused_bytes.solution == [x + w, codes + scales]
+    assert ch08.bytes_saved.solution == 2 * x
+    assert ch08.zero_block_scale.solution == pytest.approx(1e-4 / 448, rel=1e-6)
+    assert ch08.bytes_saved.solution == (traffic.price("rmsnorm_fp8_naive", rows, cols).bytes_total
+                                         - traffic.price("rmsnorm_fp8_fused", rows, cols).bytes_total)
+
+
+def test_the_reorder_question_has_one_right_letter_and_accepts_spellings():
+    assert ch08.reorder_failure.check(" B ").ok
+    assert set(ch08.REORDER_CHOICES) == {"b"} | {v for v in ch08.reorder_failure.mistakes.values()}
+    assert not ch08.reorder_failure.check("f").ok  # not a listed choice
+
+
+def test_other_spellings_and_near_misses():
+    assert ch08.fused_bytes.check(tuple(ch08.fused_bytes.solution)).ok
+    assert ch08.bytes_saved.check(str(ch08.bytes_saved.solution)).ok
+    assert not ch08.bytes_saved.check(ch08.bytes_saved.solution + 1).ok  # bytes are exact
+    read, written = ch08.fused_bytes.solution
+    fb = ch08.fused_bytes.check([read, written + 4])
+    assert not fb.ok and "bytes read are right" in fb.message
+    assert ch08.zero_block_scale.check(1e-4 / 448).ok
+    assert not ch08.bytes_saved.check(2.3).ok and "ratio" in ch08.bytes_saved.check(2.3).message
+
+
+def test_the_exercise_shape_is_not_the_chapters():
+    assert (ch08.ROWS, ch08.COLS) != (2, 7168) and ch08.COLS == fp8_quant.HIDDEN_SIZE
