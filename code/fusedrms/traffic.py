@@ -504,7 +504,11 @@ _MEASURED: tuple | None = None
 
 
 def reader_bandwidth_GBps() -> tuple[float, str]:
-    """(GB/s, source): a device-to-device copy measured on this GPU, else the published H200 figure."""
+    """(GB/s, source): a device-to-device copy measured on this GPU, else the published H200 figure.
+
+    ``source`` is ``"measured"`` or ``"published H200 figure"`` (on a GPU whose measurement failed:
+    that GPU's published figure when the table has it).
+    """
     global _MEASURED
     from . import env
 
@@ -515,9 +519,11 @@ def reader_bandwidth_GBps() -> tuple[float, str]:
 
                 _MEASURED = (float(timing.copy_bandwidth_GBps()), "measured")
             except Exception as e:  # a missing module or a failed measurement must not stop a page
+                key = published_for(env.current().gpu_name) or H200
+                label = f"published {key.split()[0] if key == H200 else key} figure"
                 print(f"(could not measure the copy bandwidth: {type(e).__name__}: {e}; "
-                      f"using the published H200 figure)", file=sys.stderr)
-                _MEASURED = (PUBLISHED[H200][0], "published H200 figure")
+                      f"using the {label})", file=sys.stderr)
+                _MEASURED = (PUBLISHED[key][0], label)
         return _MEASURED
     return PUBLISHED[H200][0], "published H200 figure"
 
