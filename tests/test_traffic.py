@@ -225,3 +225,41 @@ def test_cli_lists_steps_and_rejects_unknown_names_cleanly():
     bad = _cli("rmsnorm", "--gpu", "B200")
     assert bad.returncode == 2 and "unknown --gpu" in bad.stderr
     assert _cli().returncode == 2
+
+
+def _pretend_gpu(monkeypatch, gpu_name, copy):
+    """Run reader_bandwidth_GBps as if on a GPU, with a stand-in for fusedrms.timing."""
+    import types
+
+    import fusedrms
+    from fusedrms import env
+
+    fake_env = env.Env("cuda", torch.device("cpu"), gpu_name, "compiled for the GPU", "nvcc",
+                       {"torch": torch.__version__, "python": "3"})
+    monkeypatch.setattr(env, "_CURRENT", fake_env)
+    timing = types.SimpleNamespace(copy_bandwidth_GBps=copy)
+    monkeypatch.setattr(fusedrms, "timing", timing, raising=False)
+    monkeypatch.setitem(sys.modules, "fusedrms.timing", timing)
+    monkeypatch.setattr(traffic, "_MEASURED", None)
+
+
+def test_reader_bandwidth_measures_once_on_a_gpu(monkeypatch):
+    calls = []
+    _pretend_gpu(monkeypatch, "NVIDIA H100 80GB HBM3", lambda: calls.append(1) or 3000.0)
+    assert traffic.reader_bandwidth_GBps() == (3000.0, "measured")
+    assert traffic.reader_bandwidth_GBps() == (3000.0, "measured") and len(calls) == 1
+    ceilings = traffic.reader_ceilings()
+    assert ceilings["peak_tflops"] == traffic.PUBLISHED["H100 SXM"][1]
+    assert ceilings["peak_source"] == "nvidia_h100"
+
+
+def test_reader_bandwidth_falls_back_when_measuring_fails(monkeypatch, capsys):
+    def broken():
+        raise RuntimeError("out of memory")
+
+    _pretend_gpu(monkeypatch, "Tesla T4", broken)
+    assert traffic.reader_bandwidth_GBps() == (320.0, "published T4 figure")
+    assert "out of memory" in capsys.readouterr().err
+    _pretend_gpu(monkeypatch, "Some Future GPU", broken)
+    assert traffic.reader_bandwidth_GBps() == (4800.0, "published H200 figure")
+    assert traffic.reader_ceilings()["peak_tflops"] is None
