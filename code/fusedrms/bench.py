@@ -126,6 +126,8 @@ PLANS = {
         Sweep("graph", "rmsnorm", (1, 256), (4096,), ("fp32",), ("warm", "graph")),
         Sweep("l2", "add_rmsnorm", (256, 1024, 4096, 16384), (4096,), ("bf16",),
               ("cold", "warm")),
+        Sweep("extra_ops", "add_rmsnorm_residual", (4096, 16384), (4096, 8192), ("bf16",)),
+        Sweep("extra_ops", "rmsnorm_fp8", (4096, 16384), (4096, 8192), ("bf16",)),
     ],
     # What `python -m fusedrms.bench` runs with no arguments: a minute on a GPU.
     "default": [

@@ -1,0 +1,273 @@
+"""The benchmark harness: cases, the worker protocol, aggregation over processes, floors, files.
+
+The worker and the aggregation run here on the CPU with a fake clock (``timing`` needs a GPU), so
+everything but the device events is exercised; the GPU tests run the real thing.
+"""
+import contextlib
+import io
+import json
+import statistics
+from dataclasses import asdict
+
+import pytest
+import torch
+
+from fusedrms import bench, env, records, registry, timing
+
+ENV = env.current()
+
+
+def fake_clock(monkeypatch, per_process_offsets=(0.0, 1.0, 2.0)):
+    """timing.* replaced by a deterministic clock: samples 1..reps, shifted per process."""
+    state = {"process": 0}
+
+    def time_gpu(fn, warmup=25, reps=100, l2="cold", graph=False):
+        fn()
+        offset = per_process_offsets[state["process"] % len(per_process_offsets)]
+        return [float(v) + offset for v in range(1, reps + 1)]
+
+    monkeypatch.setattr(timing, "time_gpu", time_gpu)
+    monkeypatch.setattr(timing, "copy_bandwidth_GBps", lambda nbytes=1 << 30, reps=20: 1000.0)
+    monkeypatch.setattr(timing, "l2_bytes", lambda: 50 << 20)
+    monkeypatch.setattr(timing, "flush_bytes", lambda: 256 << 20)
+    return state
+
+
+def inprocess_runner(state):
+    """A runner that runs the worker in this process (on the CPU) and parses its output."""
+    def runner(cases, settings, deadline, index, bar, log, device_info):
+        state["process"] = index
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            bench.run_worker({"cases": cases, "settings": asdict(settings), "deadline": deadline,
+                              "device": "cpu"})
+        got, bw, failure = bench.consume(buf.getvalue().splitlines(keepends=True), index, bar,
+                                         log, device_info)
+        return bench.complete(got, cases, index, failure), bw, failure
+    return runner
+
+
+SMALL = [bench.Sweep("t", "add_rmsnorm", (4, 33), (64,), ("fp32",),
+                     impls=("torch.eager_chain", "torch.rms_norm_add"))]
+
+
+def test_no_gpu_run_explains_and_exits_2(capsys):
+    if ENV.on_gpu:
+        pytest.skip("this machine has a GPU")
+    assert bench.main([]) == bench.NO_GPU_EXIT
+    err = capsys.readouterr().err
+    assert "No GPU here" in err and "recorded" in err and "Traceback" not in err
+    assert bench.main(["rules"]) == bench.NO_GPU_EXIT
+    assert bench.main(["ncu"]) == bench.NO_GPU_EXIT
+
+
+def test_unknown_dtype_and_mode_are_explained():
+    with pytest.raises(ValueError, match="unknown dtype"):
+        bench.dtype_of("fp64")
+    with pytest.raises(ValueError, match="unknown mode"):
+        bench.Sweep("x", "rmsnorm", (1,), (8,), modes=("hot",))
+
+
+def test_plans_expand_to_registered_cases():
+    cases, not_run = bench.expand(bench.PLANS["h200"])
+    names = {c["impl"] for c in cases}
+    assert {"torch.eager_chain", "torch.rms_norm_add", "torch.compile_add",
+            "torch.rms_norm", "torch.compile"} <= names
+    grid = [c for c in cases if c["sweep"] == "grid"]
+    assert {c["rows"] for c in grid} == {1, 16, 256, 1024, 4096, 16384}
+    assert {c["cols"] for c in grid} == {2048, 4096, 8192, 16384}
+    assert {c["dtype"] for c in grid} == {"bf16", "fp16", "fp32"}
+    assert all(c["rows"] <= 256 for c in cases if c["mode"] == "graph")
+    assert all(r["status"].startswith("unsupported") for r in not_run)
+
+
+def test_floor_bytes_match_the_traffic_model_and_fail_clearly():
+    from fusedrms import traffic
+
+    rows, cols = 64, 256
+    b = bench.floor_bytes("add_rmsnorm", rows, cols, "bf16")
+    assert b == traffic.price(traffic.OP_STEP["add_rmsnorm"], rows, cols, "bf16").bytes_total
+    assert b >= 3 * rows * cols * 2  # x and residual read, y written
+    assert bench.floor_us(10**9, 1000.0) == pytest.approx(1000.0)  # 1 GB at 1000 GB/s = 1 ms
+    with pytest.raises(bench.FloorUnavailable, match="no step for op"):
+        bench.floor_bytes("softmax", 4, 8, "bf16")
+
+
+def test_worker_and_aggregation_over_three_processes(monkeypatch, tmp_path):
+    state = fake_clock(monkeypatch)
+    settings = bench.Settings(processes=3, compile_processes=0, warmup=2, reps=11, min_reps=11)
+    out = tmp_path / "grid.json"
+    doc = bench.run_sweeps(SMALL, settings, out, log=lambda m: None, runner=inprocess_runner(state))
+    recs = [r for r in doc["records"] if r["status"] == "ok"]
+    assert len(recs) == 4  # 2 impls x 2 shapes
+    for r in recs:
+        # process medians 6, 7, 8 (samples 1..11 shifted by 0, 1, 2): median 7, range 6-8
+        assert r["process_medians_us"] == [6.0, 7.0, 8.0]
+        assert r["median_us"] == 7.0 and r["min_median_us"] == 6.0 and r["max_median_us"] == 8.0
+        assert r["processes"] == 3 and r["reps"] == 11
+        assert r["correct"] is True, r["check"]
+        nbytes = bench.floor_bytes("add_rmsnorm", r["rows"], r["cols"], "fp32")
+        assert r["bytes"] == nbytes
+        assert r["floor_us"] == pytest.approx(nbytes / 1e9 / 1000.0 * 1e6)
+        assert r["pct_of_floor"] == pytest.approx(100 * r["floor_us"] / 7.0)
+        assert r["achieved_GBps"] == pytest.approx(nbytes / 7.0 / 1e3)
+    # the files: JSON with provenance, CSV beside it, loadable
+    loaded = bench.load(out)
+    assert loaded["provenance"]["copy_GBps_per_process"] == [1000.0] * 3
+    assert "flush" in loaded["records"][0]["l2_method"]
+    assert "Recorded on" in records.describe(loaded)
+    csv_text = out.with_suffix(".csv").read_text().splitlines()
+    assert csv_text[0].startswith("sweep,op,impl,rows,cols,dtype,mode,status,median_us")
+    assert "6.0;7.0;8.0" in csv_text[1]
+    table = bench.format_table(loaded["records"])
+    assert "torch.eager_chain" in table and "%" in table
+
+
+def test_a_wrong_kernel_is_flagged_and_a_crashing_one_reported(monkeypatch):
+    state = fake_clock(monkeypatch)
+    registry.load_all()
+    wrong = registry.Impl("test.zeros", "add_rmsnorm", lambda x, r, w, eps: torch.zeros_like(x),
+                          "triton")
+    broken = registry.Impl("test.broken", "add_rmsnorm",
+                           lambda x, r, w, eps: (_ for _ in ()).throw(RuntimeError("boom")),
+                           "triton")
+    registry.register(wrong)
+    registry.register(broken)
+    try:
+        sweep = [bench.Sweep("t", "add_rmsnorm", (8,), (32,), ("fp32",),
+                             impls=("test.*",))]
+        doc = bench.run_sweeps(sweep, bench.Settings(processes=1, compile_processes=0, reps=5,
+                                                     min_reps=5),
+                               None, log=lambda m: None, runner=inprocess_runner(state))
+    finally:
+        registry._IMPLS.pop("test.zeros")
+        registry._IMPLS.pop("test.broken")
+    by = {r["impl"]: r for r in doc["records"]}
+    assert by["test.zeros"]["correct"] is False and "FAIL" in by["test.zeros"]["check"]
+    assert by["test.broken"]["status"].startswith("error: RuntimeError: boom")
+
+
+def test_budget_skips_and_says_so(monkeypatch):
+    state = fake_clock(monkeypatch)
+    cases, _ = bench.expand(SMALL)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        bench.run_worker({"cases": cases, "settings": asdict(bench.Settings()),
+                          "deadline": 1.0, "device": "cpu"})
+    got, bw, failure = bench.consume(buf.getvalue().splitlines(True), 0, bench._progress(0, "x"),
+                                     lambda m: None, {})
+    assert bw == 1000.0 and failure is None
+    assert got and all(r["status"] == "skipped: time budget" for r in got)
+
+
+def test_a_crashed_worker_leaves_not_run_records():
+    cases, _ = bench.expand(SMALL)
+    got = bench.complete([], cases, 2, "worker exited with code -9")
+    assert len(got) == len(cases)
+    assert all(r["status"] == "not run: worker exited with code -9" and r["process"] == 2
+               for r in got)
+
+
+def test_aggregate_without_floor_keeps_times_or_raises():
+    rec = dict(sweep="s", op="softmax", impl="x", rows=1, cols=8, dtype="fp32", mode="cold",
+               status="ok", median_us=2.0, p10_us=1.0, p90_us=3.0, n=10, warmup=3,
+               first_call_ms=1.0, correct=True, check="", l2_method="m", process=0)
+    out = bench.aggregate([rec], [1000.0], allow_missing_floor=True)
+    assert out[0]["median_us"] == 2.0 and "floor_error" in out[0] and "pct_of_floor" not in out[0]
+    with pytest.raises(bench.FloorUnavailable):
+        bench.aggregate([rec], [1000.0], allow_missing_floor=False)
+
+
+def test_compile_peers_report_compile_time_separately():
+    rec = dict(sweep="s", op="add_rmsnorm", impl="torch.compile_add", rows=1, cols=8,
+               dtype="fp32", mode="cold", status="ok", median_us=2.0, p10_us=1.0, p90_us=3.0,
+               n=10, warmup=3, first_call_ms=1500.0, correct=True, check="", l2_method="m",
+               process=0)
+    out = bench.aggregate([rec], [1000.0])
+    assert out[0]["compile_s"] == [1.5] and out[0]["median_us"] == 2.0
+
+
+def test_select_filters_records():
+    doc = {"records": [{"impl": "a", "rows": 1}, {"impl": "b", "rows": 2}, {"impl": "c", "rows": 2}]}
+    assert [r["impl"] for r in bench.select(doc, rows=2)] == ["b", "c"]
+    assert [r["impl"] for r in bench.select(doc, impl=("a", "c"))] == ["a", "c"]
+
+
+def test_sample_rows_cover_first_middle_last():
+    assert bench.sample_rows(1) == [0]
+    rows = bench.sample_rows(1000)
+    assert rows[0] == 0 and rows[-1] == 999 and 500 in rows and len(rows) <= 19
+
+
+NCU_CSV = '''==PROF== Connected to process 123
+some program output
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","123","python3","h","_add_rmsnorm_kernel","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","GPU Speed Of Light Throughput","DRAM Throughput","%","91.52"
+"0","123","python3","h","_add_rmsnorm_kernel","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","GPU Speed Of Light Throughput","Duration","usecond","201.34"
+"0","123","python3","h","_add_rmsnorm_kernel","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","GPU Speed Of Light Throughput","Memory Throughput","%","91.52"
+"0","123","python3","h","_add_rmsnorm_kernel","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","GPU Speed Of Light Throughput","Compute (SM) Throughput","%","20.1"
+"0","123","python3","h","_add_rmsnorm_kernel","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","Memory Workload Analysis","Memory Throughput","Tbyte/second","4.39"
+"0","123","python3","h","_add_rmsnorm_kernel","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","Memory Workload Analysis","L2 Hit Rate","%","1,2"
+==PROF== Disconnected
+'''
+
+
+def test_parse_ncu_csv_reads_the_target_metrics():
+    (k,) = bench.parse_ncu_csv(NCU_CSV)
+    assert k["kernel"] == "_add_rmsnorm_kernel"
+    assert k["dram_throughput_pct"] == 91.52 and k["sol_memory_pct"] == 91.52
+    assert k["duration_us"] == pytest.approx(201.34)
+    assert k["dram_GBps"] == pytest.approx(4390.0)
+    assert k["l2_hit_pct"] == 12.0  # thousands separators stripped
+    assert bench.parse_ncu_csv("==PROF== ERR_NVGPUCTRPERM\n") == []
+
+
+def test_kernel_base_names_for_the_ncu_filter():
+    assert bench.base_name("_add_rmsnorm_kernel") == "_add_rmsnorm_kernel"
+    assert bench.base_name("void at::native::vectorized_elementwise_kernel<4, float>(int, float)") \
+        == "vectorized_elementwise_kernel"
+
+
+def test_unavailable_profile_is_none_not_zero(monkeypatch):
+    monkeypatch.setattr(bench, "find_ncu", lambda: None)
+    s = bench.profile_with_ncu("torch.rms_norm_add")
+    assert s["status"] == "unavailable" and "ncu not found" in s["reason"]
+    for k in ("dram_throughput_pct", "sol_memory_pct", "duration_us"):
+        assert s[k] is None
+
+
+def test_show_and_plot_a_written_file(tmp_path, capsys):
+    rec = dict(sweep="grid", op="add_rmsnorm", impl="capstone.fused", rows=1024, cols=4096,
+               dtype="bf16", mode="cold", status="ok", median_us=10.0, min_median_us=9.0,
+               max_median_us=11.0, p10_us=9.5, p90_us=10.5, processes=3, bytes=25174016,
+               copy_GBps=4000.0, floor_us=6.29, pct_of_floor=62.9, achieved_GBps=2517.0)
+    path = bench.write_results(tmp_path / "g.json", [rec, dict(rec, rows=4096, bytes=100671488,
+                                                               achieved_GBps=3500.0,
+                                                               pct_of_floor=87.5)],
+                               {"copy_GBps_per_process": [4000.0]})
+    assert bench.main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Recorded on" in out and "capstone.fused" in out and "63%" in out
+    assert bench.main(["plot", str(path), "--out", str(tmp_path / "p")]) == 0
+    assert (tmp_path / "p.png").stat().st_size > 1000 and (tmp_path / "p.svg").exists()
+    assert bench.main(["show", str(tmp_path / "missing.json")]) == 1
+
+
+@pytest.mark.gpu
+def test_gpu_small_run_end_to_end(tmp_path):
+    sweep = [bench.Sweep("t", "add_rmsnorm", (256, 4096), (4096,), ("bf16",), ("cold", "warm"),
+                         impls=("torch.rms_norm_add", "capstone.*"))]
+    doc = bench.run_sweeps(sweep, bench.Settings(processes=2, compile_processes=0), tmp_path / "g.json")
+    ok = [r for r in doc["records"] if r["status"] == "ok"]
+    assert ok and all(r["processes"] == 2 and r["median_us"] > 0 for r in ok)
+    assert all(0 < r["pct_of_floor"] < 150 for r in ok)
+    assert all(r["correct"] for r in ok if not r["impl"].startswith("torch."))
+
+
+@pytest.mark.gpu
+def test_gpu_ncu_summary_never_reports_zero_for_missing():
+    s = bench.profile_with_ncu(rows=1024, cols=4096, timeout_s=120)
+    if s["status"] != "ok":
+        assert s["duration_us"] is None and s["reason"]
+    else:
+        assert s["duration_us"] > 0 and 0 < s["dram_throughput_pct"] <= 100
