@@ -72,12 +72,12 @@ def test_weight_counts_once_per_kernel_that_reads_it_not_per_row():
     assert [any(t == "w" for t, _ in k.reads) for k in unfused.kernels] == [False, False, True]
 
 
-def test_unfused_rmsnorm_materializes_squares_and_rstd():
+def test_unfused_rmsnorm_materializes_squares_and_row_sums():
     rows, cols = 8, 64
     e = price("rmsnorm_unfused", rows, cols, "bf16")
-    sq, rstd, x, w = rows * cols * 4, rows * 4, rows * cols * 2, cols * 2
-    assert e.bytes_read == x + sq + x + rstd + w
-    assert e.bytes_written == sq + rstd + x
+    sq, sums, x, w = rows * cols * 4, rows * 4, rows * cols * 2, cols * 2
+    assert e.bytes_read == x + sq + x + sums + w
+    assert e.bytes_written == sq + sums + x
     assert e.launches == 3
 
 

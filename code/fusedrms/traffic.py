@@ -121,7 +121,7 @@ _RES = Tensor(ROW)
 _Y = Tensor(ROW, role="output")
 _Q = Tensor(ROW, "fp8", "output")
 _S = Tensor(("rows", "blocks"), "fp32", "output")
-_RSTD = Tensor(("rows",), "fp32", "statistic")
+_ROW_SUMS = Tensor(("rows",), "fp32", "intermediate")
 
 # FLOP counts per element, shared by the steps so that fusion never changes the arithmetic:
 ADD = 1  # t = x + r
@@ -143,12 +143,13 @@ STEPS: dict[str, Step] = {s.name: s for s in [
           {"x": _X, "w": _W, "y": _Y},
           [Kernel("rmsnorm", ("x", "w"), ("y",), RMSNORM, ROW_STAT)], "RMSNorm fused"),
     _step("rmsnorm_unfused", "RMSNorm as three kernels: square -> reduce -> scale, with the "
-          "squares (fp32) and the per-row rstd (fp32) materialized in global memory",
+          "squares (fp32) and the per-row sums (fp32) materialized in global memory",
           {"x": _X, "w": _W, "y": _Y, "squares": Tensor(ROW, "fp32", "intermediate"),
-           "rstd": _RSTD},
+           "row_sums": _ROW_SUMS},
           [Kernel("square", ("x",), ("squares",), 1),
-           Kernel("reduce", ("squares",), ("rstd",), 1, ROW_STAT),
-           Kernel("scale", ("x", "rstd", "w"), ("y",), NORMALIZE + SCALE)], "RMSNorm unfused"),
+           Kernel("row_sum", ("squares",), ("row_sums",), 1),
+           Kernel("scale", ("x", "row_sums", "w"), ("y",), NORMALIZE + SCALE, ROW_STAT)],
+          "RMSNorm unfused"),
     _step("rmsnorm_two_pass", "RMSNorm in one kernel that reads x twice: once for the sum of "
           "squares, once to write y (the HIP block kernel; a looped kernel for rows too wide to "
           "keep on chip). Priced as if the second read missed the cache",
