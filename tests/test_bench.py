@@ -271,3 +271,15 @@ def test_gpu_ncu_summary_never_reports_zero_for_missing():
         assert s["duration_us"] is None and s["reason"]
     else:
         assert s["duration_us"] > 0 and 0 < s["dram_throughput_pct"] <= 100
+
+
+def test_historical_seed_table_is_labelled_and_in_microseconds():
+    doc = bench.historical_seed()
+    p = doc["provenance"]
+    assert p["historical"] is True and "seed 003" in p["source"] and "9070 XT" in p["gpu"]
+    by = {r["impl"].split(" (")[0]: r for r in doc["records"]}
+    assert by["HIP serial"]["median_us"] == pytest.approx(1504.86)
+    assert by["HIP block"]["median_us"] == pytest.approx(58.44)
+    assert by["Triton t0"]["median_us"] == pytest.approx(33.36)
+    assert by["Triton t1"]["median_us"] == pytest.approx(30.081)
+    assert all(r["min_median_us"] <= r["median_us"] <= r["max_median_us"] for r in doc["records"])

@@ -587,6 +587,14 @@ def load(path_or_name: str | Path = "bench_grid", machine: str = "h200") -> dict
     return records.load(str(path_or_name), machine)
 
 
+def historical_seed() -> dict:
+    """The seed chapter's RX 9070 XT table (historical evidence, not measured here), in µs."""
+    doc = records.load("seed003_rmsnorm", "rx9070xt")
+    recs = [dict(r, median_us=1e3 * r["median_ms"], min_median_us=1e3 * r["min_median_ms"],
+                 max_median_us=1e3 * r["max_median_ms"]) for r in doc["records"]]
+    return {"provenance": doc["provenance"], "records": recs}
+
+
 def select(doc: dict, **where) -> list[dict]:
     """Records whose fields equal every ``where`` value (a tuple/list/set value means 'any of')."""
     def match(r):

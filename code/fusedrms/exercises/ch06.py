@@ -1,0 +1,157 @@
+"""Chapter 6 exercises: predict a time from the traffic model and a bandwidth, grade a measurement
+against that prediction, and recognize which timing rule a suspicious number broke.
+
+Every byte count comes from :func:`fusedrms.traffic.price`; each typical mistake is that count (or
+that division) with one convention broken: the write forgotten, the weight counted per row,
+GiB/s taken for GB/s, the wrong element size, the eager chain's traffic, the wrong unit.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import traffic
+from .core import Exercise, Malformed, as_choice, as_number, correct, wrong
+
+# A hypothetical GPU: a round copy bandwidth so the arithmetic is the reader's, not a lookup.
+ROWS, COLS, DTYPE = 8192, 4096, "bf16"
+BANDWIDTH_GBPS = 3200.0  # GB/s, GB = 10^9 bytes, read + write counted (as timing.copy_bandwidth_GBps)
+ITEM = traffic.DTYPE_BYTES[DTYPE]
+MATRIX = ROWS * COLS * ITEM  # one activation matrix in bytes
+WEIGHT = COLS * ITEM
+FUSED = traffic.price(traffic.OP_STEP["add_rmsnorm"], ROWS, COLS, DTYPE)
+EAGER = traffic.price("eager_add_rmsnorm", ROWS, COLS, DTYPE)
+
+
+def _us(nbytes: float, gbps: float = BANDWIDTH_GBPS) -> float:
+    return nbytes / (gbps * 1e9) * 1e6
+
+
+FLOOR_US = _us(FUSED.bytes_total)
+
+
+def _matches(value: float, target: float, rel: float = 0.01) -> bool:
+    return math.isclose(value, target, rel_tol=rel)
+
+
+# (1) predict the floor time -------------------------------------------------------------------
+_PREDICT_MISTAKES = {
+    "the write forgotten": (_us(2 * MATRIX + WEIGHT),
+                            "The kernel also writes y: x and the residual are read, y is written, "
+                            "three matrices cross the memory bus."),
+    "the weight counted per row": (_us(3 * MATRIX + ROWS * WEIGHT),
+                                   "w has no row dimension: every row's program reads the same "
+                                   f"{COLS} values, which the cache serves. Count it once."),
+    "GiB/s taken for GB/s": (FUSED.bytes_total / (BANDWIDTH_GBPS * 2**30) * 1e6,
+                             "The bandwidth is in GB/s with GB = 10^9 bytes (as the harness "
+                             "reports it); 2^30 is a GiB."),
+    "bf16 counted as 4 bytes": (_us(2 * FUSED.bytes_total),
+                                "bf16 is 2 bytes per element."),
+    "the eager chain's traffic": (_us(EAGER.bytes_total),
+                                  "That is the unfused chain (t and n written and read back). The "
+                                  "floor of the fused kernel counts x, r, w in and y out."),
+    "milliseconds instead of µs": (FLOOR_US / 1e3,
+                                   "The answer is asked in microseconds (1 ms = 1000 µs)."),
+    "seconds instead of µs": (FLOOR_US / 1e6, "The answer is asked in microseconds."),
+}
+
+
+def _grade_predict(answer):
+    value = as_number(answer, "a time in microseconds")
+    if value <= 0:
+        raise Malformed("a time must be positive; write it in microseconds, e.g. answer = 12.5")
+    if _matches(value, FLOOR_US):
+        return correct(f"{FUSED.bytes_total:,} B / {BANDWIDTH_GBPS:,.0f} GB/s = {FLOOR_US:.2f} µs: "
+                       f"three {ROWS} x {COLS} bf16 matrices ({MATRIX:,} B each) and the weight "
+                       f"once ({WEIGHT:,} B). No kernel that moves these bytes can be faster.")
+    for label, (target, hint) in _PREDICT_MISTAKES.items():
+        if _matches(value, target):
+            return wrong(f"{value:.4g} µs ({label}).", hint)
+    return wrong(f"{value:.4g} µs is not the floor.",
+                 "Bytes: x and the residual read, y written, w read once, at 2 bytes per bf16 "
+                 "element. Time = bytes / (GB/s x 10^9), then x 10^6 for µs.")
+
+
+predict_floor = Exercise(
+    "predict_floor",
+    f"The fused add + RMSNorm runs at {ROWS} rows x {COLS} columns in bf16 on a GPU whose copy "
+    f"bandwidth is {BANDWIDTH_GBPS:,.0f} GB/s (GB = 10^9 bytes, read + write counted). Using the "
+    f"traffic model, what is the shortest time the kernel can take, in microseconds?",
+    _grade_predict, solution=FLOOR_US,
+    mistakes={label: v for label, (v, _) in _PREDICT_MISTAKES.items()})
+
+
+# (2) grade a measurement against the prediction ------------------------------------------------
+MEASURED_US = 80.0  # a hypothetical measurement (median of process medians)
+PCT = 100 * FLOOR_US / MEASURED_US
+_PCT_MISTAKES = {
+    "the ratio inverted": (100 * MEASURED_US / FLOOR_US,
+                           "% of floor = floor time / measured time: a kernel on the floor scores "
+                           "100%, a slower one less."),
+    "a fraction, not a percent": (FLOOR_US / MEASURED_US, "Multiply by 100 for a percentage."),
+    "the gap, not the share": (100 - PCT, "That is how far from the floor the kernel is; the "
+                                          "question asks what share of the floor it reaches."),
+}
+
+
+def _grade_pct(answer):
+    value = as_number(answer, "a percentage")
+    if _matches(value, PCT, rel=0.005):
+        return correct(f"{FLOOR_US:.2f} / {MEASURED_US:.0f} = {PCT:.1f}% of the floor "
+                       f"(equivalently {FUSED.bytes_total / (MEASURED_US * 1e3):,.0f} GB/s "
+                       f"achieved out of {BANDWIDTH_GBPS:,.0f}).")
+    for label, (target, hint) in _PCT_MISTAKES.items():
+        if _matches(value, target, rel=0.005):
+            return wrong(f"{value:.4g} ({label}).", hint)
+    return wrong(f"{value:.4g}% is not it.", "Divide the floor you predicted by the measured "
+                                             "time, times 100.")
+
+
+percent_of_floor = Exercise(
+    "percent_of_floor",
+    f"At the same shape the kernel measures {MEASURED_US:.0f} µs (median of process medians). "
+    f"What percent of the floor does it reach?",
+    _grade_pct, solution=PCT, mistakes={label: v for label, (v, _) in _PCT_MISTAKES.items()})
+
+
+# (3) which rule did a suspicious number break? ------------------------------------------------
+BIG_ROWS, BIG_COLS = 16384, 8192
+BIG_FLOOR_US = _us(traffic.price(traffic.OP_STEP["add_rmsnorm"], BIG_ROWS, BIG_COLS,
+                                 DTYPE).bytes_total)
+SUSPICIOUS_US = 4.0
+RULE_CHOICES = {
+    "a": "The CPU clock was read right after the call without a synchronize: it timed the launch.",
+    "b": "The L2 was warm: the inputs were still in the cache from the previous call.",
+    "c": "Only one process was measured: another process could have been slower.",
+    "d": "The median hides the slow calls; the mean would have been right.",
+    "e": "The kernel is simply faster than the copy: fusion beats the floor.",
+}
+_RULE_HINTS = {
+    "b": f"The inputs here are {3 * BIG_ROWS * BIG_COLS * ITEM / 1e6:,.0f} MB, far larger than "
+         f"any L2 (tens of MB): a warm cache cannot hold them, let alone explain a factor this size.",
+    "c": "Processes differ by a few percent, not by a factor of tens.",
+    "d": "The median and the mean of honest samples differ by outliers, not by a factor of tens.",
+    "e": "The floor is the time to move the bytes the op must move; no kernel beats it. A number "
+         "below it means the measurement did not cover the work.",
+}
+
+
+def _grade_rule(answer):
+    choice = as_choice(answer, list(RULE_CHOICES))
+    if choice == "a":
+        return correct(f"{SUSPICIOUS_US:.0f} µs is about {BIG_FLOOR_US / SUSPICIOUS_US:.0f}x below "
+                       f"the floor ({BIG_FLOOR_US:.0f} µs): impossible for the kernel, typical for "
+                       f"a launch. Device events, or a synchronize before reading the clock, "
+                       f"time the work.")
+    return wrong(f"({choice}) cannot explain it.", _RULE_HINTS[choice])
+
+
+broken_rule = Exercise(
+    "broken_rule",
+    f"A colleague reports {SUSPICIOUS_US:.0f} µs for the fused add + RMSNorm at {BIG_ROWS} x "
+    f"{BIG_COLS} bf16 on the GPU above ({BANDWIDTH_GBPS:,.0f} GB/s). Compute the floor first. "
+    f"Which rule was most likely broken? Answer with a letter: "
+    + " ".join(f"({k}) {v}" for k, v in RULE_CHOICES.items()),
+    _grade_rule, solution="a", mistakes={f"choice {k}": k for k in _RULE_HINTS})
+
+
+ALL = (predict_floor, percent_of_floor, broken_rule)
