@@ -582,6 +582,12 @@ def exactness_records(shapes=CHECK_SHAPES, seeds=CHECK_SEEDS, log=print,
             rec[f"{name}_error"] = f"{type(e).__name__}: {e}"
     out.append(rec)
     log(f"  zero block (no floor): {rec}")
+    # what this torch does with values past 448 without the clamp (saturate or NaN?)
+    beyond = torch.tensor([448.0, 464.0, 500.0, 1000.0, math.inf], device=env.current().device)
+    out.append({"kind": "torch_cast_beyond_448", "device": str(beyond.device),
+                "values": beyond.tolist(),
+                "codes": code_bits(beyond.to(FP8_DTYPE)).tolist()})
+    log(f"  torch .to(float8_e4m3fn) of {beyond.tolist()}: {out[-1]['codes']}")
     return out
 
 
