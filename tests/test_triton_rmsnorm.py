@@ -276,3 +276,41 @@ def test_assembly_excerpt_numbers_the_landmarks():
     text = T.assembly_excerpt(asm, "ptx")
     assert "    2  ld.global.v4" in text and "    5  shfl.sync.bfly" in text and "..." in text
     assert "mov.u32" not in text
+
+
+def _write_record(tmp_path, monkeypatch, name, recs):
+    from fusedrms import records
+
+    monkeypatch.setattr(records, "DATA_DIR", tmp_path)
+    records.write(tmp_path / "h200" / f"{name}.json", recs)
+    return records.load(name)
+
+
+def test_summarize_warps_from_a_recorded_file(tmp_path, monkeypatch):
+    recs = [dict(rows=4096, cols=c, dtype="bfloat16", num_warps=nw, median_us=us, gbps=1000.0 / us)
+            for c, times in [(1024, {4: 10.0, 8: 12.0, 16: 15.0}), (8192, {4: 40.0, 8: 30.0, 16: 31.0})]
+            for nw, us in times.items()]
+    recs += [{"rows": "x"}, {"cols": 1}]  # malformed records are skipped
+    doc = _write_record(tmp_path, monkeypatch, "triton_warps", recs)
+    s = T.summarize_warps(doc["records"])
+    assert [r["shape"] for r in s["rows"]] == ["4096x1024", "4096x8192"]
+    assert [r["fastest"] for r in s["rows"]] == [4, 8] and s["winners"] == [4, 8]
+    # the rule picks 4 warps at 1024 (fastest) and 16 at 8192 (31.0 <= 1.05 * 30.0)
+    assert [r["rule within 5%"] for r in s["rows"]] == ["yes", "yes"] and s["rule_hits"] == 2
+    assert s["rows"][0]["8 warps us"] == 12.0
+    assert T.summarize_warps([]) == {"rows": [], "winners": [], "rule_hits": 0}
+
+
+def test_side_by_side_keeps_shared_shapes(tmp_path, monkeypatch):
+    hip = _write_record(tmp_path, monkeypatch, "hip_ladder", [
+        dict(variant="serial", rows=1024, cols=4096, dtype="float32", median_us=900.0),
+        dict(variant="hip.block", rows=1024, cols=4096, dtype="float32", median_us=20.0),
+        dict(variant="block", rows=8, cols=8, dtype="float32", median_us=3.0),
+        {"variant": "no median"}])
+    tri = {"records": [dict(rows=1024, cols=4096, dtype="float32", num_warps=8, median_us=13.0,
+                            gbps=2500.0)]}
+    out = T.side_by_side([(hip, "hip"), (tri, "triton"), (None, "triton")])
+    assert out["shared"] == [(1024, 4096, "float32")]
+    assert [r["variant"] for r in out["rows"]] == ["triton.row, 8 warps", "hip.block", "hip.serial"]
+    alone = T.side_by_side([(hip, "hip")])
+    assert alone["shared"] == [] and len(alone["rows"]) == 3

@@ -389,6 +389,71 @@ def measure_num_warps(rows: int, cols: int, dtype: torch.dtype = torch.float32,
     return out
 
 
+def summarize_warps(recs: list, tie: float = 0.05) -> dict:
+    """Chapter 4's reading of the recorded num_warps sweep (``triton_warps.json`` records).
+
+    Returns ``{"rows": [one dict per shape], "winners": sorted fastest settings, "rule_hits": n}``;
+    each row has the shape, the median per setting (``"<n> warps us"``), the fastest setting, the
+    book's rule and whether the rule came within ``tie`` of the fastest. Malformed records are
+    skipped.
+    """
+    by_shape: dict = {}
+    for r in recs or []:
+        try:
+            key = (int(r["rows"]), int(r["cols"]), str(r["dtype"]))
+            by_shape.setdefault(key, {})[int(r["num_warps"])] = (float(r["median_us"]),
+                                                                 r.get("gbps"))
+        except (KeyError, TypeError, ValueError):
+            continue
+    rows, winners, hits = [], set(), 0
+    for (n_rows, cols, dtype), per in sorted(by_shape.items(), key=lambda kv: (kv[0][2], kv[0][1],
+                                                                               kv[0][0])):
+        best = min(per, key=lambda k: per[k][0])
+        rule = num_warps_for(triton.next_power_of_2(cols))
+        row = {"shape": f"{n_rows}x{cols}", "dtype": dtype}
+        row.update({f"{nw} warps us": per[nw][0] for nw in sorted(per)})
+        gbps = per[best][1]
+        row.update({"fastest": best, "GB/s best": float(gbps) if gbps is not None else None,
+                    "rule": rule})
+        if rule not in per:
+            row["rule within 5%"] = "not measured"
+        else:
+            ok = per[rule][0] <= (1 + tie) * per[best][0]
+            row["rule within 5%"] = "yes" if ok else "no"
+            hits += ok
+        rows.append(row)
+        winners.add(best)
+    return {"rows": rows, "winners": sorted(winners), "rule_hits": hits}
+
+
+def side_by_side(docs: list) -> dict:
+    """Recorded medians of several routes at the shapes they share.
+
+    ``docs`` is a list of ``(doc_or_None, route)`` with ``route`` a prefix such as ``"hip"`` or
+    ``"triton"``. Records need ``median_us`` (others are skipped); ``variant`` defaults to
+    ``"triton.row, <n> warps"`` for sweep records. Returns ``{"shared": shapes recorded by more
+    than one route, "rows": the records at those shapes (all records when none is shared)}``.
+    """
+    found = []
+    for doc, route in docs:
+        for r in (doc or {}).get("records", []):
+            try:
+                variant = str(r.get("variant") or f"triton.row, {r['num_warps']} warps")
+                found.append({"variant": variant if variant.startswith(route) else f"{route}.{variant}",
+                              "route": route, "rows": r.get("rows"), "cols": r.get("cols"),
+                              "dtype": r.get("dtype"), "median_us": float(r["median_us"]),
+                              "GB/s": float(r["gbps"]) if r.get("gbps") is not None else None})
+            except (AttributeError, KeyError, TypeError, ValueError):
+                continue
+    routes_at: dict = {}
+    for r in found:
+        routes_at.setdefault((r["rows"], r["cols"], r["dtype"]), set()).add(r["route"])
+    shared = sorted((s for s, routes in routes_at.items() if len(routes) > 1), key=str)
+    rows = [r for r in found if (r["rows"], r["cols"], r["dtype"]) in set(shared)] if shared else found
+    rows.sort(key=lambda r: (str(r["dtype"]), str(r["cols"]), str(r["rows"]), r["median_us"]))
+    return {"shared": shared, "rows": rows}
+
+
 # ---------------------------------------------------------------- command line
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
