@@ -28,9 +28,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
       "$VENV/bin/python" -m pip install -q torch
     else
       echo "[bootstrap] no GPU: installing the CPU build of torch $TORCH_CPU_VERSION"
-      "$VENV/bin/python" -m pip install -q "torch==$TORCH_CPU_VERSION" \
-        --index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple \
-        || "$VENV/bin/python" -m pip install -q "torch==$TORCH_CPU_VERSION"
+      if "$VENV/bin/python" -c "import socket; socket.setdefaulttimeout(5); \
+           socket.getaddrinfo('download.pytorch.org', 443)" 2>/dev/null; then
+        "$VENV/bin/python" -m pip install -q --retries 1 "torch==$TORCH_CPU_VERSION" \
+          --index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple
+      else  # a mirror or local wheel house serves the CPU build under its plain name
+        "$VENV/bin/python" -m pip install -q "torch==$TORCH_CPU_VERSION"
+      fi
     fi
   fi
   echo "[bootstrap] installing requirements.txt and the fusedrms package (editable)"
