@@ -13,9 +13,16 @@ computation adds, whatever the element's size:
 So ``rtol = 2 u_out + (sqrt(n) + 8) u_32`` and ``atol`` is the output format's smallest normal
 number (products that underflow). NaN never passes, except where the reference has NaN in the same
 place and the caller asked for ``nan="match"``.
+
+Unwritten outputs: :func:`poison` fills a buffer with a NaN whose bit pattern no arithmetic
+produces (:data:`POISON_BITS`); :func:`allclose` and :func:`equal` report elements that still hold
+it as *unwritten* before anything else. :func:`poisoned_allocations` poisons every buffer a wrapper
+allocates with ``torch.empty*`` while it runs, so wrappers need no extra argument to be checked.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from dataclasses import dataclass
 
@@ -37,12 +44,30 @@ def unit_roundoff(dtype: torch.dtype) -> float:
         raise ValueError(f"no unit roundoff known for {dtype}") from None
 
 
-def tolerance_for(dtype: torch.dtype, n: int) -> tuple[float, float]:
-    """(rtol, atol) for an RMSNorm output of ``dtype`` whose rows have ``n`` columns."""
+def tolerance_terms(dtype: torch.dtype, n: int) -> dict:
+    """The pieces of :func:`tolerance_for`, by name, for a page that explains them.
+
+    ``cast``: one unit in the last place of ``dtype`` (``2 u_out``); ``reduction``: the fp32 sum of
+    ``n`` squares plus rsqrt and two products (``(sqrt(n) + 8) u_32``); ``rtol`` their sum; ``atol``
+    the smallest normal number of ``dtype``.
+    """
     u32 = UNIT_ROUNDOFF[torch.float32]
-    rtol = 2 * unit_roundoff(dtype) + (math.sqrt(max(n, 1)) + 8) * u32
-    atol = torch.finfo(dtype).tiny
-    return rtol, atol
+    cast = 2 * unit_roundoff(dtype)
+    reduction = (math.sqrt(max(int(n), 1)) + 8) * u32
+    return {"cast": cast, "reduction": reduction, "rtol": cast + reduction,
+            "atol": float(torch.finfo(dtype).tiny)}
+
+
+def tolerance_for(dtype: torch.dtype, n: int) -> tuple[float, float]:
+    """(rtol, atol) for an RMSNorm output of ``dtype`` whose rows have ``n`` columns.
+
+    ``rtol = 2 u_out + (sqrt(n) + 8) u_32``: one ulp of the output format for the final cast
+    (round-to-nearest needs half of it; the Triton interpreter truncates bf16 casts and needs all of
+    it) plus the fp32 reduction's error. ``atol`` is the output format's smallest normal number.
+    fp16, n = 4096: 9.77e-4 + 4.3e-6; bf16: 7.81e-3 + 4.3e-6; fp32: 1.19e-7 + 4.3e-6.
+    """
+    terms = tolerance_terms(dtype, n)
+    return terms["rtol"], terms["atol"]
 
 
 @dataclass
@@ -56,6 +81,8 @@ class Report:
     max_ulp: int = 0
     mismatches: int = 0
     worst_index: tuple | None = None
+    rel_l2: float = 0.0
+    unwritten: int = 0  # elements that still hold the poison value
 
     def __bool__(self) -> bool:
         return self.ok
@@ -67,7 +94,8 @@ class Report:
 def _ordered_ints(t: torch.Tensor) -> torch.Tensor:
     """Map floats to integers whose order and spacing follow the float grid (for ULP distances)."""
     int_type = {torch.float32: torch.int32, torch.float16: torch.int16,
-                torch.bfloat16: torch.int16, torch.float64: torch.int64}[t.dtype]
+                torch.bfloat16: torch.int16, torch.float64: torch.int64,
+                torch.float8_e4m3fn: torch.int8, torch.float8_e5m2: torch.int8}[t.dtype]
     bits = t.contiguous().view(int_type).to(torch.int64)
     sign_bit = 1 << (torch.finfo(t.dtype).bits - 1)
     return torch.where(bits < 0, -(bits + sign_bit), bits)
@@ -84,6 +112,88 @@ def relative_l2(actual: torch.Tensor, expected: torch.Tensor) -> float:
     denom = torch.linalg.vector_norm(e).item()
     num = torch.linalg.vector_norm(a - e).item()
     return num / denom if denom > 0 else (0.0 if num == 0 else math.inf)
+
+
+# ---- poison: find the outputs a kernel never wrote ----
+
+# NaNs with a payload that arithmetic does not produce (computed NaNs are the canonical quiet NaN
+# or carry an input's payload), so an element holding exactly these bits was never written.
+POISON_BITS = {
+    torch.float64: (torch.int64, 0x7FF4A5A5A5A5A5A5),
+    torch.float32: (torch.int32, 0x7FA5A5A5),
+    torch.float16: (torch.int16, 0x7E5A),
+    torch.bfloat16: (torch.int16, 0x7FA5),
+    torch.float8_e4m3fn: (torch.uint8, 0xFF),  # e4m3fn has two NaN codes; kernels make 0x7F
+    torch.float8_e5m2: (torch.uint8, 0xFE),
+}
+
+
+def poison(t: torch.Tensor) -> torch.Tensor:
+    """Fill ``t`` in place with the poison NaN of its dtype (other dtypes are left alone)."""
+    if t.dtype in POISON_BITS and t.numel() > 0:
+        int_type, bits = POISON_BITS[t.dtype]
+        t.view(int_type).fill_(bits)
+    return t
+
+
+def poisoned(shape, dtype: torch.dtype, device="cpu") -> torch.Tensor:
+    """A new tensor full of poison."""
+    return poison(torch.empty(shape, dtype=dtype, device=device))
+
+
+def is_poison(t: torch.Tensor) -> torch.Tensor:
+    """Boolean mask of the elements that still hold the poison value."""
+    if t.dtype not in POISON_BITS:
+        return torch.zeros(t.shape, dtype=torch.bool, device=t.device)
+    int_type, bits = POISON_BITS[t.dtype]
+    return t.view(int_type) == torch.tensor(bits, dtype=int_type).to(t.device)
+
+
+@contextlib.contextmanager
+def poisoned_allocations():
+    """Inside the block, ``torch.empty``, ``empty_like``, ``empty_strided`` and ``Tensor.new_empty``
+    return poisoned tensors (floating dtypes only).
+
+    A wrapper that allocates its output with one of these needs no ``out=`` argument: whatever its
+    kernel does not write stays poison, and :func:`allclose` reports it as unwritten. Buffers a
+    kernel reads before writing are poisoned too, which turns a read of uninitialized memory into
+    NaN instead of whatever the allocator left there.
+    """
+    saved = {name: getattr(torch, name) for name in ("empty", "empty_like", "empty_strided")}
+    saved_new_empty = torch.Tensor.new_empty
+
+    def wrap(allocate):
+        @functools.wraps(allocate)
+        def allocate_poisoned(*args, **kwargs):
+            out = allocate(*args, **kwargs)
+            return poison(out) if isinstance(out, torch.Tensor) else out
+        return allocate_poisoned
+
+    try:
+        for name, fn in saved.items():
+            setattr(torch, name, wrap(fn))
+        torch.Tensor.new_empty = wrap(saved_new_empty)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch, name, fn)
+        torch.Tensor.new_empty = saved_new_empty
+
+
+def _unwritten_report(actual: torch.Tensor) -> Report | None:
+    mask = is_poison(actual)
+    if not mask.any():
+        return None
+    count = int(mask.sum())
+    idx = tuple(torch.nonzero(mask)[0].tolist())
+    rows = ""
+    if actual.dim() == 2:
+        bad_rows = torch.nonzero(mask.any(dim=1)).flatten().tolist()
+        shown = ", ".join(str(r) for r in bad_rows[:6]) + (", ..." if len(bad_rows) > 6 else "")
+        rows = f" in {len(bad_rows)} of {actual.shape[0]} rows ({shown})"
+    return Report(False, f"{count} of {actual.numel()} elements never written{rows}; first at "
+                         f"{idx} (still the poison value)", mismatches=count, worst_index=idx,
+                  unwritten=count)
 
 
 def _nan_inf_report(actual, expected, nan: str) -> Report | None:
@@ -123,6 +233,9 @@ def allclose(actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = 
     rtol = d_rtol if rtol is None else rtol
     atol = d_atol if atol is None else atol
     a, e = actual.detach().cpu(), expected.detach().cpu()
+    unwritten = _unwritten_report(a)
+    if unwritten is not None:
+        return unwritten
     special = _nan_inf_report(a, e, nan)
     if special is not None:
         return special
@@ -131,12 +244,15 @@ def allclose(actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = 
     err = torch.where(finite, (a64 - e64).abs(), torch.zeros((), dtype=torch.float64))
     bound = atol + rtol * e64.abs()
     over = finite & (err > bound)
-    rel = torch.where(finite & (e64 != 0), err / e64.abs(), torch.zeros((), dtype=torch.float64))
+    # relative error where it means something: below atol the absolute bound decides
+    rel = torch.where(finite & (e64.abs() > atol), err / e64.abs(),
+                      torch.zeros((), dtype=torch.float64))
     ulp = ulp_distance(torch.where(finite, a, torch.zeros((), dtype=a.dtype)),
                        torch.where(finite, e, torch.zeros((), dtype=e.dtype)))
     worst = tuple(torch.nonzero(err == err.max())[0].tolist())
     stats = dict(max_abs_err=err.max().item(), max_rel_err=rel.max().item(),
-                 max_ulp=int(ulp.max().item()), mismatches=int(over.sum()), worst_index=worst)
+                 max_ulp=int(ulp.max().item()), mismatches=int(over.sum()), worst_index=worst,
+                 rel_l2=relative_l2(torch.where(finite, a64, 0.0), torch.where(finite, e64, 0.0)))
     if over.any():
         idx = tuple(torch.nonzero(over)[0].tolist())
         return Report(False, f"{stats['mismatches']} of {a.numel()} elements outside "
@@ -155,6 +271,9 @@ def equal(actual: torch.Tensor, expected: torch.Tensor) -> Report:
         return Report(True, "empty tensors")
     size = actual.element_size()
     view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
+    unwritten = _unwritten_report(actual.detach().cpu())
+    if unwritten is not None and not is_poison(expected.detach().cpu()).any():
+        return unwritten
     a = actual.detach().cpu().contiguous().view(view)
     e = expected.detach().cpu().contiguous().view(view)
     diff = a != e

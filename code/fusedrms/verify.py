@@ -1,0 +1,549 @@
+"""The boundary suite: every registered kernel, every dtype it supports, every awkward input.
+
+For each implementation in :mod:`fusedrms.registry` (``hip.*``, ``triton.*``, ``capstone.*``,
+``fp8.*``; library peers ``torch.*`` with ``--peers``), each dtype it declares and each
+:data:`CASES` entry its width allows, one *check*:
+
+1. fresh random inputs (a seed derived from the kernel, the case and the dtype);
+2. the output buffers poisoned before the launch (:func:`fusedrms.checks.poison`), through the
+   wrapper's ``out=`` argument when it has one, else by poisoning every ``torch.empty*`` the wrapper
+   calls (:func:`fusedrms.checks.poisoned_allocations`); elements left poison are *unwritten*;
+3. the reference in float64 (:mod:`fusedrms.reference`, ``accum=torch.float64``), compared with
+   :func:`fusedrms.checks.allclose` (tolerance from :func:`fusedrms.checks.tolerance_for`) or, for
+   FP8 codes, with chapter 8's exact rule.
+
+NaN and Inf policy (what IEEE arithmetic gives, and what the float64 reference does): a NaN in a
+row makes that whole row NaN (it enters the sum of squares); an Inf in a row makes the sum infinite
+and ``r = 0``, so the row's finite entries become 0 and the Inf entry ``Inf * 0 = NaN``. Other rows
+are untouched. The checks use ``nan="match"``: NaN and Inf must sit exactly where the reference has
+them.
+
+Command line::
+
+    python -m fusedrms.verify [--kernel NAME|all] [--device cpu|gpu] [--verbose] [--json PATH]
+
+prints a table and ends with the line ``N passed, M failed``; the exit status is 1 on any failure.
+"""
+from __future__ import annotations
+
+from fusedrms import env  # first: decides GPU or interpreter before any kernel module loads
+
+import argparse
+import contextlib
+import fnmatch
+import inspect
+import os
+import sys
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import torch
+
+from . import checks, reference, registry
+
+F64 = torch.float64
+DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One boundary input. ``kind`` selects how :func:`make_inputs` fills it."""
+
+    name: str
+    short: str  # a column label for :func:`matrix`
+    kind: str
+    gpu_shape: tuple[int, int]
+    cpu_shape: tuple[int, int]
+    catches: str
+    eps: float = 1e-5
+    nan: str = "never"  # "match" where the input itself holds NaN or Inf
+
+    def shape(self, on_gpu: bool) -> tuple[int, int]:
+        return self.gpu_shape if on_gpu else self.cpu_shape
+
+
+# Widths are few on purpose (1, 13, 257, 4096): each new width is a new Triton compilation on a GPU.
+# 13 and 257 are not powers of two (padded lanes); 1 and 4096 are.
+CASES: tuple[Case, ...] = (
+    Case("3x13", "3x13", "normal", (3, 13), (3, 13),
+         "masking: 13 columns in a 16-lane block, 3 padded lanes that must add nothing"),
+    Case("33x257", "33x257", "normal", (33, 257), (33, 257),
+         "a width just past a power of two (512 lanes, half padding); rows not a multiple of 2, 4, 8"),
+    Case("1024x4096", "1024x4k", "normal", (1024, 4096), (4, 4096),
+         "a model's width: multi-warp reductions, no padding (smaller on CPU)"),
+    Case("1x1", "1x1", "normal", (1, 1), (1, 1),
+         "the smallest problem: one program, one lane; y = x / sqrt(x^2 + eps) * w"),
+    Case("one column", "1col", "normal", (1000, 1), (5, 1),
+         "many rows of width 1: row indexing, rows-per-program tails"),
+    Case("all zeros", "zeros", "zeros", (4, 13), (4, 13),
+         "0/0: r = 1/sqrt(eps) and y = 0; a missing eps gives NaN"),
+    Case("w = 0", "w=0", "w0", (4, 257), (4, 257),
+         "y = 0 exactly: a weight that is ignored or loaded from the wrong place"),
+    Case("mixed signs", "mixed", "mixed", (64, 4096), (4, 4096),
+         "alternating signs: summing x instead of x*x cancels to about 0"),
+    Case("huge values", "huge", "huge", (6, 257), (6, 257),
+         "fp16 inputs near 3e4: their squares overflow fp16 (max 65504); only an fp32 sum survives"),
+    Case("tiny values", "tiny", "tiny", (6, 13), (6, 13),
+         "mean square 4e-7 < eps 1e-5: eps dominates, so a missing or misplaced eps shows"),
+    Case("NaN input", "NaN", "nan", (4, 13), (4, 13),
+         "a NaN in row 1 makes row 1 NaN and leaves the others alone", nan="match"),
+    Case("Inf input", "Inf", "inf", (4, 13), (4, 13),
+         "+Inf in row 1, -Inf in row 2: those rows become 0 with NaN at the Inf", nan="match"),
+    Case("strided rows", "stride", "strided", (33, 257), (5, 257),
+         "row stride 514, NaN between rows: assuming contiguous rows, or reading past a row's "
+         "end, picks up NaN"),
+    Case("transposed", "transp", "transposed", (33, 257), (5, 257),
+         "column stride != 1: the wrapper must copy (or handle strides)"),
+)
+
+
+_CASE_NAMES = {c.name for c in CASES}
+
+
+def case(name: str) -> Case:
+    for c in CASES:
+        if c.name == name:
+            return c
+    raise KeyError(f"no case named {name!r}; known: {', '.join(c.name for c in CASES)}")
+
+
+# ---------------------------------------------------------------- inputs
+
+def _scale_huge(dtype: torch.dtype) -> float:
+    # fp16: squares of 7.5e3..3e4 overflow fp16, yet x + residual stays below 65504.
+    # fp32 / bf16 (same exponent range): 1e17, squares 1e34, a 4096-wide sum still below 3.4e38.
+    return 3e4 if dtype == torch.float16 else 1e17
+
+
+def make_inputs(c: Case, op: str, dtype: torch.dtype, device, seed: int) -> dict:
+    """Fresh inputs for ``c``: ``x``, ``w``, ``eps`` and, for the add ops, ``residual``."""
+    device = torch.device(device) if device is not None else env.current().device
+    rows, cols = c.shape(device.type != "cpu")
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g)
+
+    def signed_uniform(lo, hi, shape):
+        magnitude = lo + (hi - lo) * torch.rand(*shape, generator=g)
+        return torch.where(torch.rand(*shape, generator=g) < 0.5, -magnitude, magnitude)
+
+    x, res, w = randn(rows, cols), randn(rows, cols), randn(cols)
+    if c.kind == "zeros":
+        x, res = torch.zeros(rows, cols), torch.zeros(rows, cols)
+    elif c.kind == "w0":
+        w = torch.zeros(cols)
+    elif c.kind == "mixed":
+        sign = (-1.0) ** torch.arange(cols)
+        x = sign * (0.5 + 1.5 * torch.rand(rows, cols, generator=g))
+        res = 0.5 * randn(rows, cols)
+    elif c.kind == "huge":
+        s = _scale_huge(dtype)
+        x, res = signed_uniform(0.25 * s, s, (rows, cols)), signed_uniform(0.25 * s, s, (rows, cols))
+    elif c.kind == "tiny":
+        x, res = 1e-3 * randn(rows, cols), 1e-3 * randn(rows, cols)
+    elif c.kind == "nan":
+        x[1, cols // 2] = float("nan")
+    elif c.kind == "inf":
+        x[1, 0] = float("inf")
+        x[2, cols - 1] = float("-inf")
+
+    def place(t):
+        return t.to(dtype).to(device)
+
+    if c.kind == "strided":  # the same values, in a buffer twice as wide whose gaps hold NaN
+        def place(t):  # noqa: F811
+            wide = torch.full((t.shape[0], 2 * t.shape[1]), float("nan"), dtype=dtype,
+                              device=device)
+            wide[:, : t.shape[1]] = t.to(dtype)
+            return wide[:, : t.shape[1]]
+    elif c.kind == "transposed":
+        def place(t):  # noqa: F811
+            return t.t().contiguous().to(dtype).to(device).t()
+
+    return {"x": place(x), "residual": place(res), "w": w.to(dtype).to(device), "eps": c.eps}
+
+
+# ---------------------------------------------------------------- running one check
+
+@dataclass
+class Check:
+    """The outcome of one (kernel, dtype, case). ``status`` is "pass", "FAIL" or "skip"."""
+
+    kernel: str
+    op: str
+    dtype: str
+    case: str
+    shape: tuple
+    status: str
+    message: str = ""
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    max_ulp: int = 0
+    rel_l2: float = 0.0
+    unwritten: int = 0
+    rtol: float = 0.0
+    seconds: float = 0.0
+    details: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "pass"
+
+    def record(self) -> dict:
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        return d
+
+
+def _accepts_out(fn: Callable) -> bool:
+    try:
+        return "out" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _poisoned_outputs(op: str, x: torch.Tensor):
+    """Poisoned buffers in the ``out=`` layout of ``op`` (see CONTRIBUTING.md, Registry)."""
+    rows_shape = tuple(x.shape)
+    if op in ("rmsnorm", "add_rmsnorm"):
+        return checks.poisoned(rows_shape, x.dtype, x.device)
+    if op == "add_rmsnorm_residual":
+        return (checks.poisoned(rows_shape, x.dtype, x.device),
+                checks.poisoned(rows_shape, x.dtype, x.device))
+    if op == "rmsnorm_fp8":
+        from . import fp8_quant  # the block layout is chapter 8's
+
+        scales_shape = fp8_quant.scales_shape(rows_shape)
+        return (checks.poisoned(rows_shape, torch.float8_e4m3fn, x.device),
+                checks.poisoned(scales_shape, torch.float32, x.device))
+    raise ValueError(f"unknown op {op!r}")
+
+
+def launch(impl: registry.Impl, inputs: dict):
+    """Call ``impl`` on ``inputs`` with its outputs poisoned; returns what the wrapper returned."""
+    args = (inputs["x"], inputs["w"], inputs["eps"])
+    if impl.op in ("add_rmsnorm", "add_rmsnorm_residual"):
+        args = (inputs["x"], inputs["residual"], inputs["w"], inputs["eps"])
+    quiet = contextlib.nullcontext()
+    if not inputs["x"].is_cuda:  # NumPy (the interpreter) warns on the NaN/Inf cases' arithmetic
+        import numpy
+
+        quiet = numpy.errstate(all="ignore")
+    with quiet:
+        result = _call(impl, args, inputs["x"])
+    if inputs["x"].is_cuda:
+        torch.cuda.synchronize()
+    return result
+
+
+def _call(impl: registry.Impl, args: tuple, x: torch.Tensor):
+    if _accepts_out(impl.fn):
+        out = _poisoned_outputs(impl.op, x)
+        result = impl.fn(*args, out=out)
+        return out if result is None else result
+    if impl.kernel:
+        with checks.poisoned_allocations():
+            return impl.fn(*args)
+    return impl.fn(*args)  # library peers allocate inside ATen; nothing to poison
+
+
+def _reference_rmsnorm(x, w, eps):
+    return reference.rmsnorm(x, w, eps, accum=F64, out_dtype=F64)
+
+
+def compare(op: str, inputs: dict, result, nan: str = "never") -> tuple[checks.Report, dict]:
+    """Compare a wrapper's result with the float64 reference. Returns the verdict and details."""
+    x, w, eps = inputs["x"], inputs["w"], inputs["eps"]
+    cols = x.shape[-1]
+
+    def check_tensor(actual, expected, name, n=cols):
+        if not isinstance(actual, torch.Tensor):
+            return checks.Report(False, f"{name}: expected a tensor, got {type(actual).__name__}")
+        if actual.dtype != x.dtype:
+            return checks.Report(False, f"{name} is {actual.dtype}, expected {x.dtype} (x's dtype)")
+        return checks.allclose(actual, expected, n=n, nan=nan)
+
+    if op == "rmsnorm":
+        return check_tensor(result, _reference_rmsnorm(x, w, eps), "y"), {}
+    if op == "add_rmsnorm":
+        expected = reference.add_rmsnorm(x, inputs["residual"], w, eps, accum=F64, out_dtype=F64)
+        return check_tensor(result, expected, "y"), {}
+    if op == "add_rmsnorm_residual":
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            return checks.Report(False, "expected (y, x + residual), got "
+                                        f"{type(result).__name__}"), {}
+        y, s = result
+        s_exact = x.to(F64) + inputs["residual"].to(F64)
+        s_report = check_tensor(s, s_exact, "x + residual", n=1)  # one rounding of a sum
+        # y is defined from s as stored; a wrong s is reported above, y then uses s rounded here.
+        s_used = s if s_report.ok else s_exact.to(x.dtype)
+        y_report = check_tensor(y, _reference_rmsnorm(s_used, w, eps), "y")
+        details = {"residual_out": str(s_report), "y": str(y_report)}
+        if not s_report.ok:
+            return checks.Report(False, f"x + residual: {s_report.message}",
+                                 **_stats(s_report)), details
+        if not y_report.ok:
+            return checks.Report(False, f"y: {y_report.message}", **_stats(y_report)), details
+        return y_report, details
+    if op == "rmsnorm_fp8":
+        return _compare_fp8(inputs, result, nan)
+    raise ValueError(f"unknown op {op!r}")
+
+
+def _stats(r: checks.Report) -> dict:
+    return dict(max_abs_err=r.max_abs_err, max_rel_err=r.max_rel_err, max_ulp=r.max_ulp,
+                mismatches=r.mismatches, worst_index=r.worst_index, rel_l2=r.rel_l2,
+                unwritten=r.unwritten)
+
+
+def _compare_fp8(inputs: dict, result, nan: str) -> tuple[checks.Report, dict]:
+    """FP8 codes compare exactly and scales with a tolerance, by chapter 8's own rule."""
+    from . import fp8_quant
+
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        return checks.Report(False, f"expected (codes, scales), got {type(result).__name__}"), {}
+    codes, scales = result
+    ref_codes, ref_scales = fp8_quant.reference(inputs["x"], inputs["w"], inputs["eps"])
+    unwritten = checks.is_poison(codes).sum() + checks.is_poison(scales).sum()
+    if unwritten and not checks.is_poison(ref_codes).any():
+        # 0xFF is also an e4m3 NaN code, which compare() would match with any NaN
+        report = checks._unwritten_report(codes) or checks._unwritten_report(scales)
+        return report, {}
+    return fp8_quant.compare(codes, scales, ref_codes, ref_scales), {}
+
+
+def seed_for(base: int, kernel: str, case_name: str, dtype: torch.dtype) -> int:
+    """A distinct, reproducible seed per check (fresh inputs for every check)."""
+    return zlib.crc32(f"{base}|{kernel}|{case_name}|{dtype}".encode())
+
+
+def run_check(impl: registry.Impl, c: Case, dtype: torch.dtype, device=None,
+              seed: int = 0) -> Check:
+    """One check of ``impl`` on case ``c`` in ``dtype`` (on the environment's device by default)."""
+    device = torch.device(device) if device is not None else env.current().device
+    on_gpu = device.type != "cpu"
+    rows, cols = c.shape(on_gpu)
+    name = DTYPE_NAMES.get(dtype, str(dtype))
+    base = dict(kernel=impl.name, op=impl.op, dtype=name, case=c.name, shape=(rows, cols))
+    dev_key = "cuda" if on_gpu else "cpu"
+    if not impl.supports(dev_key, dtype, cols):
+        why = impl.gpu_only_reason if dev_key not in impl.devices else "not supported"
+        return Check(**base, status="skip", message=why or "not supported")
+    if impl.op == "rmsnorm_fp8" and c.kind in ("nan", "inf"):
+        return Check(**base, status="skip", message="NaN/Inf policy for FP8 is chapter 8's")
+    inputs = make_inputs(c, impl.op, dtype, device, seed_for(seed, impl.name, c.name, dtype))
+    rtol = checks.tolerance_for(dtype, cols)[0]
+    start = time.perf_counter()
+    try:
+        result = launch(impl, inputs)
+    except Exception as e:  # any failure to run is a failed check, reported in one line
+        if os.environ.get("FUSEDRMS_TRACEBACK"):
+            import traceback
+
+            traceback.print_exc()
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return Check(**base, status="FAIL", message=f"raised {type(e).__name__}: {msg}"[:300],
+                     rtol=rtol, seconds=time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    try:
+        report, details = compare(impl.op, inputs, result, nan=c.nan)
+    except Exception as e:
+        return Check(**base, status="FAIL", message=f"comparison raised {type(e).__name__}: {e}",
+                     rtol=rtol, seconds=seconds)
+    return Check(**base, status="pass" if report.ok else "FAIL", message=report.message,
+                 max_abs_err=report.max_abs_err, max_rel_err=report.max_rel_err,
+                 max_ulp=report.max_ulp, rel_l2=report.rel_l2, unwritten=report.unwritten,
+                 rtol=rtol, seconds=seconds, details=details)
+
+
+# ---------------------------------------------------------------- selecting and running
+
+def lookup(pattern: str = "all", peers: bool = False) -> list[registry.Impl]:
+    """Implementations by name: ``all``, a name, a glob (``triton.*``) or a comma-separated list.
+
+    ``all`` means every registered kernel (``peers=True`` adds the library peers). The broken
+    kernels of :mod:`fusedrms.broken` are found by name (``broken.*``), never by ``all``.
+    """
+    known = {i.name: i for i in registry.impls()}
+    chosen: dict[str, registry.Impl] = {}
+    for part in (p.strip() for p in pattern.split(",") if p.strip()):
+        if part == "all":
+            chosen.update({n: i for n, i in known.items() if i.kernel or peers})
+            continue
+        pool = dict(known)
+        if part.startswith("broken"):
+            from . import broken
+
+            pool = dict(broken.IMPLS)
+        hits = {n: i for n, i in pool.items() if fnmatch.fnmatchcase(n, part)}
+        if not hits:
+            names = ", ".join(sorted(known) + ["broken.*"])
+            raise KeyError(f"no implementation matches {part!r}; known: {names}")
+        chosen.update(hits)
+    return list(chosen.values())
+
+
+def run(impls: list[registry.Impl], device=None, dtypes=None, cases=None, seed: int = 0,
+        progress: Callable[[Check], None] | None = None) -> list[Check]:
+    """Every check of every implementation in ``impls``; ``progress`` sees each as it finishes."""
+    out = []
+    for impl in impls:
+        for dtype in impl.dtypes if dtypes is None else [d for d in dtypes if d in impl.dtypes]:
+            for c in CASES if cases is None else cases:
+                check = run_check(impl, c, dtype, device, seed)
+                out.append(check)
+                if progress is not None:
+                    progress(check)
+    return out
+
+
+def summary(results: list[Check]) -> str:
+    """The last line of the CLI: ``N passed, M failed``."""
+    passed = sum(r.status == "pass" for r in results)
+    failed = sum(r.status == "FAIL" for r in results)
+    return f"{passed} passed, {failed} failed"
+
+
+def table(results: list[Check], verbose: bool = False) -> str:
+    """One line per (kernel, dtype), then one line per failed check (every check with ``verbose``)."""
+    lines = [f"{'kernel':<24} {'dtype':<5} {'passed':>7} {'skip':>4} {'max ulp':>7} "
+             f"{'max rel err':>11}  failing cases"]
+    lines.append("-" * len(lines[0]))
+    groups: dict[tuple, list[Check]] = {}
+    for r in results:
+        groups.setdefault((r.kernel, r.dtype), []).append(r)
+    for (kernel, dtype), rs in groups.items():
+        ran = [r for r in rs if r.status != "skip"]
+        passed = [r for r in ran if r.ok]
+        failing = ", ".join(r.case for r in ran if not r.ok) or "-"
+        worst_ulp = max((r.max_ulp for r in passed), default=0)
+        worst_rel = max((r.max_rel_err for r in passed), default=0.0)
+        lines.append(f"{kernel:<24} {dtype:<5} {len(passed):>3}/{len(ran):<3} "
+                     f"{len(rs) - len(ran):>4} {worst_ulp:>7} {worst_rel:>11.2e}  {failing}")
+    shown = results if verbose else [r for r in results if r.status == "FAIL"]
+    if shown:
+        lines.append("")
+    for r in shown:
+        shape = "x".join(str(s) for s in r.shape)
+        lines.append(f"{r.status:<4} {r.kernel} {r.dtype} {r.case} ({shape}): {r.message}")
+    return "\n".join(lines)
+
+
+SHORT_DTYPE = {"fp32": "32", "fp16": "16", "bf16": "b16"}
+
+
+def matrix(results: list[Check]) -> str:
+    """Kernels down, cases across (:attr:`Case.short` labels): ``ok``, ``-`` (skipped), the
+    dtypes that failed (``32``, ``16``, ``b16``) or ``all``."""
+    kernels = list(dict.fromkeys(r.kernel for r in results))
+    names = list(dict.fromkeys(r.case for r in results))
+    labels = [case(n).short if n in _CASE_NAMES else n for n in names]
+    widths = [max(4, len(label)) for label in labels]
+    kw = max([6] + [len(k) for k in kernels])
+    lines = [f"{'kernel':<{kw}} " + " ".join(f"{lab:>{w}}" for lab, w in zip(labels, widths))]
+    for k in kernels:
+        cells = []
+        for cname, w in zip(names, widths):
+            ran = [r for r in results if r.kernel == k and r.case == cname and r.status != "skip"]
+            bad = [SHORT_DTYPE.get(r.dtype, r.dtype) for r in ran if not r.ok]
+            text = "ok" if not bad else ("all" if len(bad) == len(ran) > 1 else "/".join(bad))
+            cells.append(f"{('-' if not ran else text):>{w}}")
+        lines.append(f"{k:<{kw}} " + " ".join(cells))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- command line
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m fusedrms.verify",
+        description="Run the boundary suite (shapes, zeros, huge/tiny values, NaN/Inf, strides) "
+                    "against registered RMSNorm kernels; float64 reference, poisoned outputs.")
+    p.add_argument("--kernel", default="all",
+                   help="'all' (every registered kernel), a name (triton.row), a glob (hip.*) or a "
+                        "comma-separated list; broken.* runs the deliberately broken kernels")
+    p.add_argument("--device", choices=["cpu", "gpu"], default=None,
+                   help="default: the GPU if there is one, else the CPU (Triton interpreter)")
+    p.add_argument("--dtype", default=None, help="only this dtype: fp32, fp16 or bf16")
+    p.add_argument("--case", default=None, help="only the cases whose name contains this text")
+    p.add_argument("--peers", action="store_true", help="with 'all': also the torch peers")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--verbose", "-v", action="store_true", help="one line per check")
+    p.add_argument("--json", default=None, help="write the results here (records.write)")
+    return p
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    e = env.current()
+    if args.device == "gpu" and not e.on_gpu:
+        print("--device gpu: no GPU here (or FUSEDRMS_FORCE_CPU is set); run without --device "
+              "to use the CPU interpreter.", file=sys.stderr)
+        return 2
+    if args.device == "cpu" and e.on_gpu:  # the interpreter must be chosen before kernels load
+        os.environ["FUSEDRMS_FORCE_CPU"] = "1"
+        os.execv(sys.executable, [sys.executable, "-m", "fusedrms.verify", *argv])
+    dtypes = None
+    if args.dtype:
+        names = {v: k for k, v in DTYPE_NAMES.items()}
+        if args.dtype not in names:
+            parser.error(f"--dtype must be one of {', '.join(names)} (got {args.dtype!r})")
+        dtypes = [names[args.dtype]]
+    cases = None
+    if args.case:
+        cases = [c for c in CASES if args.case.lower() in c.name.lower()]
+        if not cases:
+            parser.error(f"no case name contains {args.case!r}; cases: "
+                         f"{', '.join(c.name for c in CASES)}")
+    try:
+        impls = lookup(args.kernel, peers=args.peers)
+    except KeyError as err:
+        parser.error(str(err.args[0]))
+    print(e.describe())
+    print(f"verifying {len(impls)} implementation(s): {', '.join(i.name for i in impls)}")
+    start = time.perf_counter()
+
+    def progress(check: Check):
+        if check.status == "FAIL":
+            print(f"  FAIL {check.kernel} {check.dtype} {check.case}: {check.message}", flush=True)
+
+    def save(results, complete):
+        if not args.json:
+            return
+        from . import records
+
+        records.write(args.json, [r.record() for r in results],
+                      extra={"table": table(results), "matrix": matrix(results),
+                             "summary": summary(results), "complete": complete,
+                             "seconds": round(time.perf_counter() - start, 2),
+                             "cases": [asdict(c) for c in CASES]})
+
+    results: list[Check] = []
+    for impl in impls:  # one implementation at a time, saved as it goes (a timeout keeps the rest)
+        results += run([impl], dtypes=dtypes, cases=cases, seed=args.seed, progress=progress)
+        save(results, complete=False)
+        ran = [r for r in results if r.kernel == impl.name and r.status != "skip"]
+        print(f"  {impl.name}: {sum(r.ok for r in ran)}/{len(ran)} passed "
+              f"({time.perf_counter() - start:.1f} s)", flush=True)
+    elapsed = time.perf_counter() - start
+    save(results, complete=True)
+    print()
+    print(table(results, verbose=args.verbose))
+    print()
+    print(matrix(results))
+    skipped = sum(r.status == "skip" for r in results)
+    print(f"\n{len(results)} checks in {elapsed:.1f} s ({skipped} skipped: unsupported dtype, "
+          f"width or device)")
+    if args.json:
+        print(f"wrote {args.json}")
+    print(summary(results))
+    return 0 if all(r.status != "FAIL" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
