@@ -283,3 +283,28 @@ def test_historical_seed_table_is_labelled_and_in_microseconds():
     assert by["Triton t0"]["median_us"] == pytest.approx(33.36)
     assert by["Triton t1"]["median_us"] == pytest.approx(30.081)
     assert all(r["min_median_us"] <= r["median_us"] <= r["max_median_us"] for r in doc["records"])
+
+
+def test_chapter_helpers_verdict_classify_rules():
+    recs = [dict(impl="k", status="ok", rows=r, cols=4096, dtype="bf16", median_us=t, bytes=b,
+                 pct_of_floor=p) for r, t, b, p in
+            [(1, 5.0, 1e4, 0.1), (16, 5.5, 1e5, 1.0), (4096, 30.0, 1e8, 80.0),
+             (16384, 100.0, 4e8, 95.0)]]
+    labels = [r["regime"] for r in bench.classify(recs)]
+    assert labels == ["launch-bound", "launch-bound", "in between", "on the floor"]
+    v = bench.verdict(recs[2:])
+    assert "not met" in v and "80.0% at 4096x4096 bf16" in v and "gap 5.0" in v
+    assert bench.verdict(recs[3:]).startswith("target >= 85% of floor over 1 cases: met")
+    assert "no data" in bench.verdict([])
+    rule = {"rule": "synchronize", "status": "ok",
+            "ignored": {"what": "cpu", "median_us": 4.0}, "followed": {"what": "ev", "median_us": 200.0}}
+    text = bench.rule_summary(rule)
+    assert "ignored" in text and "0.02" in text
+    assert "not measured" in bench.rule_summary({"rule": "L2", "status": "error: x"})
+    assert bench.find_rule({"records": [rule]}, "synchronize") is rule
+    assert bench.find_rule(None, "x") is None
+
+
+def test_recorded_missing_file_is_a_note_not_an_error(capsys):
+    assert bench.recorded("no_such_file_anywhere") is None
+    assert "not recorded yet" in capsys.readouterr().out

@@ -587,6 +587,71 @@ def load(path_or_name: str | Path = "bench_grid", machine: str = "h200") -> dict
     return records.load(str(path_or_name), machine)
 
 
+def recorded(name: str, machine: str = "h200") -> dict | None:
+    """A recorded file, or None with a printed note when it has not been recorded yet."""
+    try:
+        doc = records.load(name, machine)
+    except FileNotFoundError as e:
+        print(f"(not recorded yet: {e})")
+        return None
+    return doc
+
+
+def rule_summary(rule: dict) -> str:
+    """One rule of the timing-rules file: the number with the rule ignored and kept."""
+    if rule.get("status") != "ok":
+        return f"{rule['rule']}: not measured ({rule.get('status')})"
+    ign, fol = rule["ignored"], rule["followed"]
+    ratio = ign["median_us"] / fol["median_us"] if fol["median_us"] else float("nan")
+    return (f"{rule['rule']}:\n  ignored  {ign['median_us']:>10.2f} µs  {ign['what']}\n"
+            f"  followed {fol['median_us']:>10.2f} µs  {fol['what']}\n"
+            f"  ignored / followed = {ratio:.3g}")
+
+
+def find_rule(doc: dict | None, name: str) -> dict | None:
+    for r in (doc or {}).get("records", []):
+        if r.get("rule") == name:
+            return r
+    return None
+
+
+def verdict(recs: list[dict], target_pct: float = 85.0) -> str:
+    """Whether every record reaches ``target_pct`` of its floor, and the worst gap."""
+    priced = [r for r in recs if r.get("pct_of_floor") is not None]
+    if not priced:
+        return f"target >= {target_pct:.0f}% of floor: no data"
+    worst = min(priced, key=lambda r: r["pct_of_floor"])
+    met = worst["pct_of_floor"] >= target_pct
+    return (f"target >= {target_pct:.0f}% of floor over {len(priced)} cases: "
+            f"{'met' if met else 'not met'}; worst {worst['pct_of_floor']:.1f}% at "
+            f"{worst['rows']}x{worst['cols']} {worst['dtype']}"
+            + ("" if met else f", gap {target_pct - worst['pct_of_floor']:.1f} points"))
+
+
+def classify(recs: list[dict], floor_pct: float = 85.0, flat: float = 2.0) -> list[dict]:
+    """Label each measured record of one implementation by the regime the chart shows.
+
+    ``launch-bound``: within ``flat`` x of the implementation's fastest time (the time barely
+    grows with the data); ``on the floor``: at least ``floor_pct`` of the floor; otherwise
+    ``in between`` (per-row latency, too few rows to fill the GPU, or a slow kernel).
+    """
+    ok = [r for r in recs if r.get("status") == "ok" and r.get("median_us")]
+    if not ok:
+        return []
+    fastest = min(r["median_us"] for r in ok)
+    out = []
+    for r in sorted(ok, key=lambda r: r.get("bytes") or 0):
+        pct = r.get("pct_of_floor")
+        if pct is not None and pct >= floor_pct:
+            label = "on the floor"
+        elif r["median_us"] <= flat * fastest:
+            label = "launch-bound"
+        else:
+            label = "in between"
+        out.append({**r, "regime": label})
+    return out
+
+
 def historical_seed() -> dict:
     """The seed chapter's RX 9070 XT table (historical evidence, not measured here), in µs."""
     doc = records.load("seed003_rmsnorm", "rx9070xt")
