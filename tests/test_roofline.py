@@ -28,3 +28,12 @@ def test_calculator_recomputes_when_an_input_changes():
     step = calc.children[0].children[0]
     step.value = "eager_add_rmsnorm"
     assert "launches <b>3</b>" in out.value
+
+
+def test_traffic_bars_add_up_to_the_row_trips():
+    ests = [traffic.price(s, 64, 512, "bf16") for s in ("eager_add_rmsnorm", "fused_add_rmsnorm")]
+    fig = roofline.traffic_bars(ests)
+    ax = fig.axes[0]
+    for n, e in enumerate(ests):
+        right = max(p.get_x() + p.get_width() for p in ax.patches if abs(p.get_y() + 0.3 - n) < 1e-9)
+        assert abs(right - e.bytes_total / (64 * 512 * 2)) < 1e-9

@@ -78,6 +78,37 @@ def roofline(estimates: Sequence[traffic.Estimate], bandwidth_GBps: float, peak_
     return fig
 
 
+def traffic_bars(estimates: Sequence[traffic.Estimate], title: str = "",
+                 figsize=(7.5, 3.2)) -> Figure:
+    """One bar per design, one segment per tensor access (reads blue, writes orange), in
+    row-trips; kernel boundaries drawn as black ticks."""
+    fig = _figure((figsize[0], max(figsize[1], 0.55 * len(estimates) + 1.2)))
+    ax = fig.subplots()
+    for n, e in enumerate(estimates):
+        unit = e.rows * e.cols * traffic.DTYPE_BYTES[e.dtype]  # one row-trip in bytes
+        left = 0.0
+        for k in e.kernels:
+            for kind, accesses in (("read", k.reads), ("write", k.writes)):
+                for tensor, nbytes in accesses:
+                    width = nbytes / unit
+                    ax.barh(n, width, left=left, color="#4c72b0" if kind == "read" else "#dd8452",
+                            edgecolor="white", height=0.6)
+                    if width >= 0.3:
+                        ax.text(left + width / 2, n, tensor, ha="center", va="center",
+                                fontsize=7, color="white")
+                    left += width
+            ax.plot([left, left], [n - 0.38, n + 0.38], color="black", lw=1.5)
+    ax.set_yticks(range(len(estimates)))
+    ax.set_yticklabels([e.label or e.step for e in estimates], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("row-trips of global memory (blue: read, orange: written, tick: a kernel ends)",
+                  fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, axis="x", alpha=0.25)
+    fig.tight_layout()
+    return fig
+
+
 def width_table(steps: Iterable[str], widths: dict | None = None, rows: int = 4096,
                 dtype="bf16", bandwidth_GBps: float = traffic.PUBLISHED[traffic.H200][0]) -> list[dict]:
     """One record per (model width, step): bytes, launches, row-trips, ideal µs."""
