@@ -574,8 +574,8 @@ def main(argv: list[str] | None = None) -> int:
                     "2 x 7168 bf16 example and the published H200 bandwidth.")
     parser.add_argument("steps", nargs="*", metavar="STEP", help="one or more steps (see --list)")
     parser.add_argument("--list", action="store_true", help="list the steps and exit")
-    parser.add_argument("--rows", type=int, default=2)
-    parser.add_argument("--cols", type=int, default=7168)
+    parser.add_argument("--rows", type=int, default=2, help="rows (tokens); default 2")
+    parser.add_argument("--cols", type=int, default=7168, help="row width (hidden size); default 7168")
     parser.add_argument("--dtype", default="bf16", help="bf16, fp16 or fp32")
     parser.add_argument("--bandwidth", type=float, default=None,
                         help="GB/s (default: the --gpu's published figure)")
@@ -592,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         print("name at least one STEP; python -m fusedrms.traffic --list shows them",
               file=sys.stderr)
         return 2
-    gpu = next((k for k in PUBLISHED if k.lower() == args.gpu.lower()), None)
+    gpu = next((k for k in PUBLISHED if k.lower() == args.gpu.lower()), None) or published_for(args.gpu)
     if gpu is None:
         print(f"error: unknown --gpu {args.gpu!r}; known: {', '.join(PUBLISHED)} "
               f"(or give --bandwidth and --peak)", file=sys.stderr)
