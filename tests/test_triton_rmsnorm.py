@@ -314,3 +314,8 @@ def test_side_by_side_keeps_shared_shapes(tmp_path, monkeypatch):
     assert [r["variant"] for r in out["rows"]] == ["triton.row, 8 warps", "hip.block", "hip.serial"]
     alone = T.side_by_side([(hip, "hip")])
     assert alone["shared"] == [] and len(alone["rows"]) == 3
+
+
+def test_max_cols_table_matches_the_registry():
+    for name, limit in T.MAX_COLS.items():
+        assert registry.get(name).max_cols == limit
