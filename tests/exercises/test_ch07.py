@@ -45,3 +45,16 @@ def test_key_accepts_aliases_and_order():
     assert ch07.autotune_key.check(["width", "DTYPE"]).ok
     assert "re-tunes" in ch07.autotune_key.check(["rows"]).message
     assert "derived" in ch07.autotune_key.check(["block"]).message
+
+
+def test_page_solution_is_the_checked_solution():
+    """The dropdown on the page shows exactly the code the tests accept (no drifting copy)."""
+    from pathlib import Path
+
+    import nbformat
+
+    from fusedrms.viz import file_section
+
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "chapters" / "07_capstone.ipynb", 4)
+    section = file_section(ch07.__file__, "solution-kernel")
+    assert any(c.cell_type == "markdown" and section in c.source for c in nb.cells)
