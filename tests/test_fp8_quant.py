@@ -341,3 +341,18 @@ def test_gpu_reports_hardware_support():
     supported, why = q.hardware_fp8_support()
     major, minor = torch.cuda.get_device_capability()
     assert supported == (ENV.backend == "cuda" and (major, minor) >= (8, 9)), why
+
+
+# ---------------------------------------------------------------- command line
+
+def test_cli_check_and_a_record_rehearsal(tmp_path, capsys):
+    assert q._main(["check", "--rows", "2", "--cols", "300"]) == 0
+    assert "fused: PASS" in capsys.readouterr().out
+    out = tmp_path / "fp8_quant.json"
+    q._main(["record", "--out", str(out), "--dry-run"])
+    doc = json.loads(out.read_text())
+    summary = q.exactness_summary(doc)
+    assert summary["fused"]["checks"] == 6 and summary["fused"]["exact"] == 6
+    assert summary["reordered_reference"]["differing_codes"] > 0
+    assert any(r["kind"] == "zero_block" and r["fused_differing_codes"] == 0 for r in doc["records"])
+    assert q.timing_table(doc)  # on a CPU the timing step records its error instead of a time
