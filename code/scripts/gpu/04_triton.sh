@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# budget: 90
 # Chapter 4 (Triton route) on the GPU, budget about 90 s. Writes into $RESULTS:
 #   triton_warps.json          num_warps 4/8/16: 1024x4096 fp32, and widths 1024..16384 (bf16, fp32)
 #   triton_versions.json       row / looped / multirow where each one matters
