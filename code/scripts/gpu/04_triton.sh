@@ -75,7 +75,7 @@ for rows, cols, dtype, group in shapes:
                         median_us=round(us, 3), gbps=round(nbytes / us / 1e3, 1), bytes=nbytes))
     print(f"{rows}x{cols} {dtype}: " + ", ".join(f"{nw} warps {us:.2f} us" for nw, us in times.items()))
     records.write(os.path.join(R, "triton_warps.json"), out,
-                  extra={"timer": "fusedrms.triton_rmsnorm.time_us (median)"})
+                  extra={"timer": "fusedrms.triton_rmsnorm.time_us: median of fusedrms.timing.time_gpu samples (L2 flushed) or do_bench"})
 if not out:
     raise SystemExit("no num_warps measurement succeeded")
 EOF
