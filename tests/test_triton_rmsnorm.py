@@ -319,3 +319,11 @@ def test_side_by_side_keeps_shared_shapes(tmp_path, monkeypatch):
 def test_max_cols_table_matches_the_registry():
     for name, limit in T.MAX_COLS.items():
         assert registry.get(name).max_cols == limit
+
+
+def test_time_us_takes_the_median_of_timing_samples(monkeypatch):
+    from fusedrms import timing
+
+    monkeypatch.setattr(T.env, "require_gpu", lambda what: None)
+    monkeypatch.setattr(timing, "time_gpu", lambda fn, warmup, reps: [3.0, 1.0, 2.0, 10.0, 2.5])
+    assert T.time_us(lambda: None) == 2.5
