@@ -307,11 +307,18 @@ def _compare_fp8(inputs: dict, result, nan: str) -> tuple[checks.Report, dict]:
         return checks.Report(False, f"expected (codes, scales), got {type(result).__name__}"), {}
     codes, scales = result
     ref_codes, ref_scales = fp8_quant.reference(inputs["x"], inputs["w"], inputs["eps"])
-    unwritten = checks.is_poison(codes).sum() + checks.is_poison(scales).sum()
-    if unwritten and not checks.is_poison(ref_codes).any():
-        # 0xFF is also an e4m3 NaN code, which compare() would match with any NaN
-        report = checks._unwritten_report(codes) or checks._unwritten_report(scales)
-        return report, {}
+    # e4m3's poison is also a NaN code (which compare() matches with any NaN): unwritten means
+    # poison where the reference is not NaN
+    for name, got, ref in (("codes", codes, ref_codes), ("scales", scales, ref_scales)):
+        if not isinstance(got, torch.Tensor) or got.shape != ref.shape:
+            continue
+        left = checks.is_poison(got).cpu() & ~torch.isnan(ref.float()).cpu()
+        if left.any():
+            idx = tuple(torch.nonzero(left)[0].tolist())
+            count = int(left.sum())
+            return checks.Report(False, f"{name}: {count} of {got.numel()} elements never written; "
+                                        f"first at {idx} (still the poison value)",
+                                 mismatches=count, worst_index=idx, unwritten=count), {}
     return fp8_quant.compare(codes, scales, ref_codes, ref_scales), {}
 
 

@@ -1,0 +1,266 @@
+"""fusedrms.verify: the boundary suite catches broken kernels and passes correct ones."""
+import json
+import math
+
+import pytest
+import torch
+
+from fusedrms import broken, checks, env, reference, registry, verify
+
+ENV = env.current()
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def torch_impl(name, fn, op="rmsnorm", **kw):
+    """A test double: an Impl around plain torch code (kernel=True so outputs get poisoned)."""
+    return registry.Impl(name, op, fn, "torch", **kw)
+
+
+def fp32_rmsnorm(x, w, eps):
+    y = torch.empty_like(x)  # poisoned by the suite
+    y.copy_(reference.rmsnorm(x, w, eps))
+    return y
+
+
+# ---------------------------------------------------------------- the cases
+
+def test_cases_are_named_once_and_say_what_they_catch():
+    names = [c.name for c in verify.CASES]
+    assert len(names) == len(set(names)) and len({c.short for c in verify.CASES}) == len(names)
+    assert all(len(c.catches) > 20 for c in verify.CASES)
+    wanted = {"3x13", "33x257", "1024x4096", "1x1", "one column", "all zeros", "w = 0",
+              "mixed signs", "huge values", "tiny values", "NaN input", "Inf input",
+              "strided rows", "transposed"}
+    assert wanted <= set(names)
+    assert verify.case("1024x4096").gpu_shape == (1024, 4096)
+    with pytest.raises(KeyError, match="known"):
+        verify.case("nope")
+
+
+def test_inputs_do_what_the_cases_promise():
+    dev = torch.device("cpu")
+    huge = verify.make_inputs(verify.case("huge values"), "rmsnorm", torch.float16, dev, 1)
+    assert torch.isinf(huge["x"] * huge["x"]).all()  # squares overflow fp16
+    assert (huge["x"].float() + huge["residual"].float()).abs().max() < 65504
+    tiny = verify.make_inputs(verify.case("tiny values"), "rmsnorm", torch.float32, dev, 1)
+    assert (tiny["x"].double() ** 2).mean(-1).max() < tiny["eps"] / 5
+    nan = verify.make_inputs(verify.case("NaN input"), "rmsnorm", torch.float32, dev, 1)
+    assert torch.isnan(nan["x"]).sum() == 1 and torch.isnan(nan["x"][1]).any()
+    inf = verify.make_inputs(verify.case("Inf input"), "rmsnorm", torch.float32, dev, 1)
+    assert torch.isinf(inf["x"]).sum() == 2
+    strided = verify.make_inputs(verify.case("strided rows"), "rmsnorm", torch.float32, dev, 1)
+    cols = strided["x"].shape[1]
+    assert strided["x"].stride() == (2 * cols, 1) and not strided["x"].is_contiguous()
+    gap = strided["x"].as_strided((strided["x"].shape[0], cols), (2 * cols, 1), cols)
+    assert torch.isnan(gap).all()  # what a kernel reading past its row would pick up
+    transposed = verify.make_inputs(verify.case("transposed"), "rmsnorm", torch.float32, dev, 1)
+    assert transposed["x"].stride(1) != 1
+    zeros = verify.make_inputs(verify.case("all zeros"), "add_rmsnorm", torch.float32, dev, 1)
+    assert not zeros["x"].any() and not zeros["residual"].any()
+    assert not verify.make_inputs(verify.case("w = 0"), "rmsnorm", torch.bfloat16, dev, 1)["w"].any()
+
+
+def test_fresh_inputs_per_check_and_reproducible():
+    c = verify.case("3x13")
+    a = verify.seed_for(0, "triton.row", c.name, torch.float32)
+    assert a == verify.seed_for(0, "triton.row", c.name, torch.float32)
+    assert len({a, verify.seed_for(0, "triton.row", c.name, torch.float16),
+                verify.seed_for(0, "hip.block", c.name, torch.float32),
+                verify.seed_for(1, "triton.row", c.name, torch.float32)}) == 4
+
+
+def test_the_documented_nan_and_inf_propagation():
+    """The float64 reference is the policy: NaN row -> NaN row; Inf row -> zeros, NaN at the Inf."""
+    dev = torch.device("cpu")
+    nan = verify.make_inputs(verify.case("NaN input"), "rmsnorm", torch.float32, dev, 3)
+    y = reference.rmsnorm(nan["x"], nan["w"], 1e-5, accum=torch.float64)
+    assert torch.isnan(y[1]).all() and not torch.isnan(y[[0, 2, 3]]).any()
+    inf = verify.make_inputs(verify.case("Inf input"), "rmsnorm", torch.float32, dev, 3)
+    y = reference.rmsnorm(inf["x"], inf["w"], 1e-5, accum=torch.float64)
+    for row, col in ((1, 0), (2, inf["x"].shape[1] - 1)):
+        assert torch.isnan(y[row, col])
+        others = torch.cat([y[row, :col], y[row, col + 1:]])
+        assert (others == 0).all()
+    assert torch.isfinite(y[[0, 3]]).all()
+
+
+# ---------------------------------------------------------------- poison and comparison
+
+def test_an_output_the_kernel_never_writes_is_reported():
+    lazy = torch_impl("test.lazy", lambda x, w, eps: torch.empty_like(x))
+    check = verify.run_check(lazy, verify.case("3x13"), torch.float32)
+    assert check.status == "FAIL" and check.unwritten == 39 and "never written" in check.message
+
+
+def test_out_argument_gets_poisoned_buffers():
+    seen = {}
+
+    def half_writer(x, w, eps, out=None):
+        seen["poisoned"] = bool(checks.is_poison(out).all())
+        out[: x.shape[0] // 2] = reference.rmsnorm(x, w, eps)[: x.shape[0] // 2]
+        return out
+
+    check = verify.run_check(torch_impl("test.half", half_writer), verify.case("33x257"),
+                             torch.float16)
+    assert seen["poisoned"] and check.status == "FAIL" and check.unwritten == 17 * 257
+
+
+def test_correct_torch_code_passes_every_case_in_every_dtype():
+    impl = torch_impl("test.fp32", fp32_rmsnorm)
+    cases = [c for c in verify.CASES if c.cpu_shape[1] < 4096]
+    results = verify.run([impl], cases=cases)
+    assert all(r.ok for r in results), verify.table(results)
+    assert {r.dtype for r in results} == {"fp32", "fp16", "bf16"}
+
+
+def test_add_ops_are_compared_with_their_references():
+    def add_rms(x, r, w, eps):
+        return reference.add_rmsnorm(x, r, w, eps)
+
+    def add_rms_res(x, r, w, eps):
+        return reference.add_rmsnorm_residual(x, r, w, eps)
+
+    def add_rms_rounded_sum(x, r, w, eps):  # rounds x + residual to x's dtype before the norm
+        return reference.rmsnorm((x + r), w, eps)
+
+    cases = [verify.case(n) for n in ("3x13", "huge values", "NaN input", "strided rows")]
+    for impl in (torch_impl("t.add", add_rms, "add_rmsnorm"),
+                 torch_impl("t.res", add_rms_res, "add_rmsnorm_residual")):
+        assert all(r.ok for r in verify.run([impl], cases=cases)), impl.name
+    wrong = torch_impl("t.wrong", add_rms_rounded_sum, "add_rmsnorm", dtypes=(torch.bfloat16,))
+    assert not all(r.ok for r in verify.run([wrong], cases=cases))
+
+
+def test_a_raising_wrapper_is_one_failed_check():
+    def boom(x, w, eps):
+        raise RuntimeError("launch failed\nwith detail")
+
+    check = verify.run_check(torch_impl("t.boom", boom), verify.case("1x1"), torch.float32)
+    assert check.status == "FAIL" and check.message == "raised RuntimeError: launch failed"
+
+
+def test_wrong_dtype_output_fails():
+    check = verify.run_check(torch_impl("t.f32", lambda x, w, eps: reference.rmsnorm(
+        x, w, eps, out_dtype=torch.float32)), verify.case("3x13"), torch.float16)
+    assert check.status == "FAIL" and "expected torch.float16" in check.message
+
+
+def test_unsupported_combinations_are_skipped():
+    narrow = torch_impl("t.narrow", fp32_rmsnorm, dtypes=(torch.float32,), max_cols=64)
+    assert verify.run_check(narrow, verify.case("33x257"), torch.float32).status == "skip"
+    assert verify.run_check(narrow, verify.case("3x13"), torch.float16).status == "skip"
+    gpu_only = torch_impl("t.gpu", fp32_rmsnorm, devices=("cuda",), gpu_only_reason="needs sm_89")
+    check = verify.run_check(gpu_only, verify.case("3x13"), torch.float32, device="cpu")
+    assert check.status == "skip" and check.message == "needs sm_89"
+
+
+# ---------------------------------------------------------------- the broken kernels
+
+def _failing_cases(name, dtype, cases):
+    results = verify.run([broken.IMPLS[name]], dtypes=[dtype], cases=[verify.case(c) for c in cases])
+    return {r.case for r in results if r.status == "FAIL"}, results
+
+
+def test_padded_mean_is_caught_only_where_the_width_is_not_a_power_of_two():
+    failing, _ = _failing_cases("broken.padded_mean", torch.float32,
+                                ("3x13", "33x257", "1x1", "one column", "1024x4096"))
+    assert failing == {"3x13", "33x257"}
+
+
+def test_unmasked_row_is_caught():
+    failing, _ = _failing_cases("broken.unmasked_row", torch.float16, ("3x13", "1x1"))
+    assert failing == {"3x13"}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fp16_accumulation_is_caught_by_huge_values(dtype):
+    failing, results = _failing_cases("broken.fp16_accum", dtype, ("huge values", "all zeros"))
+    assert failing == {"huge values"}
+    assert any("NaN" in r.message or "outside" in r.message for r in results)
+
+
+def test_rows_floor_leaves_the_last_odd_row_unwritten():
+    failing, results = _failing_cases("broken.rows_floor", torch.bfloat16,
+                                      ("3x13", "33x257", "all zeros"))
+    assert failing == {"3x13", "33x257"}
+    r = next(r for r in results if r.case == "3x13")
+    assert r.unwritten == 13 and "rows (2)" in r.message
+
+
+def test_unmasked_weight_is_invisible_in_the_outputs():
+    """The honest limit of output checks: a read past the end that is never stored."""
+    failing, _ = _failing_cases("broken.unmasked_weight", torch.float32, ("3x13", "33x257"))
+    assert failing == set()
+
+
+def test_broken_kernels_are_not_in_the_registry():
+    names = {i.name for i in registry.impls()}
+    assert not names & set(broken.IMPLS)
+    assert set(broken.CAUGHT) < set(broken.IMPLS) == set(broken.KERNELS)
+
+
+# ---------------------------------------------------------------- selection and CLI
+
+def test_lookup():
+    all_kernels = verify.lookup("all")
+    assert all(i.kernel for i in all_kernels)
+    assert {i.name for i in verify.lookup("triton.*")} >= {"triton.row"}
+    assert [i.name for i in verify.lookup("broken.padded_mean")] == ["broken.padded_mean"]
+    assert len(verify.lookup("triton.row,broken.*")) == 1 + len(broken.IMPLS)
+    with pytest.raises(KeyError, match="no implementation matches 'nope'"):
+        verify.lookup("nope")
+
+
+def test_every_registered_kernel_passes_a_quick_case():
+    results = verify.run(verify.lookup("all"), dtypes=[torch.float32],
+                         cases=[verify.case("3x13")])
+    assert results and all(r.status != "FAIL" for r in results), verify.table(results)
+
+
+def test_cli_pass_and_json(tmp_path, capsys):
+    out = tmp_path / "v.json"
+    rc = verify.main(["--kernel", "triton.row", "--case", "3x13", "--json", str(out)])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert rc == 0 and lines[-1] == "3 passed, 0 failed"
+    doc = json.loads(out.read_text())
+    assert doc["provenance"]["summary"] == "3 passed, 0 failed" and doc["provenance"]["complete"]
+    assert len(doc["records"]) == 3 and doc["records"][0]["status"] == "pass"
+    assert "triton.row" in doc["provenance"]["table"]
+
+
+def test_cli_fails_on_a_broken_kernel(capsys):
+    rc = verify.main(["--kernel", "broken.padded_mean", "--case", "3x13", "--dtype", "fp32"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert rc == 1 and out[-1] == "0 passed, 1 failed"
+    assert any(line.startswith("FAIL broken.padded_mean fp32 3x13") for line in out)
+
+
+def test_cli_errors_are_messages(capsys):
+    with pytest.raises(SystemExit) as e:
+        verify.main(["--kernel", "nope"])
+    assert e.value.code == 2 and "no implementation matches" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        verify.main(["--dtype", "fp64"])
+    with pytest.raises(SystemExit):
+        verify.main(["--case", "nothing like this"])
+    if not ENV.on_gpu:
+        assert verify.main(["--device", "gpu"]) == 2
+
+
+# ---------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+def test_broken_kernels_are_caught_on_the_gpu():
+    cases = [verify.case(n) for n in ("3x13", "huge values")]
+    for name in broken.CAUGHT:
+        results = verify.run([broken.IMPLS[name]], dtypes=[torch.float16], cases=cases)
+        assert any(r.status == "FAIL" for r in results), name
+
+
+@pytest.mark.gpu
+def test_row_kernel_passes_the_model_width_on_the_gpu():
+    impl = registry.get("triton.row")
+    for dtype in DTYPES:
+        check = verify.run_check(impl, verify.case("1024x4096"), dtype)
+        assert check.ok, check.message
+        assert check.max_rel_err <= check.rtol and math.isfinite(check.rel_l2)
