@@ -78,7 +78,6 @@ FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448.0
 ABSMAX_FLOOR = 1e-4  # DeepSeek-V3's floor; SGLang uses 1e-10; 0.0 means none
 MAX_COLS = 16384  # the fused kernel keeps a whole row in registers
 ROUNDINGS = ("auto", "cast", "software")
-NAN_CODES = (0x7F, 0xFF)  # e4m3fn's only NaN patterns (sign bit either way)
 
 FP32 = torch.float32
 BF16 = torch.bfloat16
