@@ -1,4 +1,6 @@
 """The capstone tuner's choice rule and the profiler summary (pure functions, CPU), plus a GPU smoke test."""
+import json
+
 import pytest
 import torch
 
@@ -58,3 +60,63 @@ def test_gpu_tune_one_key_small(tmp_path):
                         candidates=[cfg(1, 4), cfg(2, 8)])
     assert result is not None and result["configs_timed"] >= 2
     assert all(t["error"] is None for t in trials)
+
+
+class FakeTiming:
+    """Stands in for fusedrms.timing on the CPU: runs fn once, returns made-up microseconds."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def time_gpu(self, fn, warmup=25, reps=100, l2="cold", graph=False):
+        assert l2 in ("cold", "warm")
+        fn()
+        self.calls += 1
+        return [1.0 + (self.calls % 7) / 10] * 3
+
+    def copy_bandwidth_GBps(self):
+        return 4000.0
+
+
+@pytest.fixture
+def cpu_as_gpu(monkeypatch):
+    fake = FakeTiming()
+    monkeypatch.setattr(G, "_timing", lambda: fake)
+    monkeypatch.setattr(G.env, "require_gpu", lambda what: None)
+    return fake
+
+
+def test_tune_end_to_end_writes_a_table_the_wrapper_reads(cpu_as_gpu, tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setattr(G, "SEARCH_DTYPES", (torch.bfloat16,))
+    path = G.tune(tmp_path, budget_s=120, cols_list=(64,), rows_list=(2, 5))
+    table = A.load_tuning_table(path)
+    assert set(table["configs"]) == {(64, "bfloat16"), (64, "float16")}
+    trials = json.loads((tmp_path / "capstone_tuning_trials.json").read_text())["records"]
+    assert trials and all(t["error"] is None for t in trials)
+    doc = json.loads(path.read_text())
+    assert doc["provenance"]["rows"] == [2, 5] and "worst ratio" in doc["provenance"]["objective"]
+    # an exhausted budget leaves a valid (empty) table rather than a crash
+    empty = G.tune(tmp_path / "none", budget_s=0, cols_list=(64,), rows_list=(2,))
+    assert A.load_tuning_table(empty)["configs"] == {}
+
+
+def test_extras_end_to_end_on_small_shapes(cpu_as_gpu, tmp_path, monkeypatch):
+    monkeypatch.setattr(G, "SEED_SHAPE", (4, 256))
+    monkeypatch.setattr(G, "CENSUS_SHAPE", (8, 64))
+    monkeypatch.setattr(G, "SMALL_ROWS", (1, 3))
+    monkeypatch.setattr(G, "SMALL_COLS", (64,))
+    path = G.extras(tmp_path, budget_s=120)
+    recs = json.loads(path.read_text())["records"]
+    kinds = {r["kind"] for r in recs}
+    assert {"seed_as_printed", "seed_partial", "kernel_census", "copy_bandwidth",
+            "graph_replay"} <= kinds, [r for r in recs if r["kind"] == "error"]
+    assert "error" not in kinds
+    seed = next(r for r in recs if r["kind"] == "seed_as_printed")
+    assert "Conflicting meta-parameters: BLOCK" in seed["error"]
+    graph = [r for r in recs if r["kind"] == "graph_replay"]
+    assert len(graph) == 2 * 4 * 2 and all("median_us" in r and r["floor_us"] for r in graph)
+    from fusedrms import capstone_results as CR
+    verdict = CR.evaluate_targets([], graph_small=graph)[2]
+    assert verdict.met is not None

@@ -38,7 +38,18 @@ TUNE_ROWS = (256, 4096, 16384)
 SEARCH_DTYPES = (torch.bfloat16, torch.float32)
 SMALL_ROWS = (1, 64, 256, 1024)
 SMALL_COLS = (2048, 4096, 8192)
+SEED_SHAPE = (64, 4096)  # rows, cols for the seed listing's two faults
+CENSUS_SHAPE = (4096, 4096)  # bf16, for the profiler's kernel census
 EPS = 1e-5
+
+
+def _device() -> torch.device:
+    return env.current().device
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def log(msg: str) -> None:
@@ -107,12 +118,12 @@ class _Inputs:
 
     def __init__(self, cols: int, dtype: torch.dtype):
         self.cols, self.dtype, self.cache = cols, dtype, {}
-        self.w = torch.randn(cols, device="cuda", dtype=dtype)
+        self.w = torch.randn(cols, device=_device(), dtype=dtype)
 
     def get(self, rows: int):
         if rows not in self.cache:
-            x = torch.randn(rows, self.cols, device="cuda", dtype=self.dtype)
-            r = torch.randn(rows, self.cols, device="cuda", dtype=self.dtype)
+            x = torch.randn(rows, self.cols, device=_device(), dtype=self.dtype)
+            r = torch.randn(rows, self.cols, device=_device(), dtype=self.dtype)
             self.cache[rows] = (x, r, torch.empty_like(x))
         return self.cache[rows]
 
@@ -250,11 +261,12 @@ def profile_kernels(fn, calls: int = 5) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    _sync()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
         for _ in range(calls):
             fn()
-        torch.cuda.synchronize()
+        _sync()
     events = []
     for e in prof.events():
         if str(getattr(e, "device_type", "")).endswith("CUDA"):
@@ -287,26 +299,30 @@ def extras(out_dir: Path, budget_s: float) -> Path:
     out: list = []
     bf16 = torch.bfloat16
 
+    dev = _device()
+    seed_rows, seed_cols = SEED_SHAPE
+
     def seed_as_printed(out):
-        x, r = (torch.randn(64, 4096, device="cuda", dtype=torch.float32) for _ in range(2))
-        w = torch.randn(4096, device="cuda")
+        x, r = (torch.randn(seed_rows, seed_cols, device=dev) for _ in range(2))
+        w = torch.randn(seed_cols, device=dev)
         res = seed.launch_as_printed(x, r, w)
-        out.append({"kind": "seed_as_printed", "rows": 64, "cols": 4096, "dtype": "float32", **res})
+        out.append({"kind": "seed_as_printed", "rows": seed_rows, "cols": seed_cols,
+                    "dtype": "float32", **res})
         log(f"seed listing as printed: {res}")
 
     def seed_partial(out):
-        x, r = (torch.randn(64, 4096, device="cuda", dtype=torch.float32) for _ in range(2))
-        w = torch.randn(4096, device="cuda")
-        for block in seed.SEED_BLOCKS + (4096,):
+        x, r = (torch.randn(seed_rows, seed_cols, device=dev) for _ in range(2))
+        w = torch.randn(seed_cols, device=dev)
+        for block in seed.SEED_BLOCKS + (seed_cols,):
             res = seed.partial_normalization_error(x, r, w, block)
             out.append({"kind": "seed_partial", "dtype": "float32", **res})
-            log(f"seed kernel with BLOCK={block} on 4096 columns: {res}")
+            log(f"seed kernel with BLOCK={block} on {seed_cols} columns: {res}")
 
     def census(out):
         registry.load_all()
-        rows, cols = 4096, 4096
-        x, r = (torch.randn(rows, cols, device="cuda", dtype=bf16) for _ in range(2))
-        w = torch.randn(cols, device="cuda", dtype=bf16)
+        rows, cols = CENSUS_SHAPE
+        x, r = (torch.randn(rows, cols, device=dev, dtype=bf16) for _ in range(2))
+        w = torch.randn(cols, device=dev, dtype=bf16)
         for name in ("torch.eager_chain", "torch.rms_norm_add", "capstone.fused",
                      "capstone.fused_residual"):
             try:
@@ -339,8 +355,8 @@ def extras(out_dir: Path, budget_s: float) -> Path:
                 if time.time() > start + budget_s:
                     log("graph replay: budget spent, stopping")
                     return
-                x, r = (torch.randn(rows, cols, device="cuda", dtype=bf16) for _ in range(2))
-                w = torch.randn(cols, device="cuda", dtype=bf16)
+                x, r = (torch.randn(rows, cols, device=dev, dtype=bf16) for _ in range(2))
+                w = torch.randn(cols, device=dev, dtype=bf16)
                 fused_floor = traffic.floor_us("add_rmsnorm", rows, cols, bf16, bw) if bw else None
                 for name in names:
                     impl = registry.get(name)
