@@ -302,18 +302,30 @@ def test_summarize_warps_from_a_recorded_file(tmp_path, monkeypatch):
 
 
 def test_side_by_side_keeps_shared_shapes(tmp_path, monkeypatch):
-    hip = _write_record(tmp_path, monkeypatch, "hip_ladder", [
-        dict(variant="serial", rows=1024, cols=4096, dtype="float32", median_us=900.0),
-        dict(variant="hip.block", rows=1024, cols=4096, dtype="float32", median_us=20.0),
-        dict(variant="block", rows=8, cols=8, dtype="float32", median_us=3.0),
-        {"variant": "no median"}])
+    hip = _write_record(tmp_path, monkeypatch, "hip_ladder", [  # hip.ladder's field names
+        dict(kind="ladder", name="hip.serial", rows=1024, cols=4096, dtype="float32", median_us=900.0),
+        dict(kind="ladder", name="hip.block", rows=1024, cols=4096, dtype="float32", median_us=20.0,
+             GBps=1600.0),
+        dict(kind="block_size", name="hip.block", block_size=128, rows=1024, cols=4096,
+             dtype="float32", median_us=25.0),
+        dict(kind="ladder", name="block", rows=8, cols=8, dtype="float32", median_us=3.0),
+        {"name": "hip.shuffle", "error": "no median"}])
     tri = {"records": [dict(rows=1024, cols=4096, dtype="float32", num_warps=8, median_us=13.0,
                             gbps=2500.0)]}
     out = T.side_by_side([(hip, "hip"), (tri, "triton"), (None, "triton")])
     assert out["shared"] == [(1024, 4096, "float32")]
-    assert [r["variant"] for r in out["rows"]] == ["triton.row, 8 warps", "hip.block", "hip.serial"]
+    assert [r["variant"] for r in out["rows"]] == ["triton.row, 8 warps", "hip.block",
+                                                   "hip.block (block 128)", "hip.serial"]
+    assert out["rows"][1]["GB/s"] == 1600.0
     alone = T.side_by_side([(hip, "hip")])
-    assert alone["shared"] == [] and len(alone["rows"]) == 3
+    assert alone["shared"] == [] and len(alone["rows"]) == 4
+    assert "hip.block" in [r["variant"] for r in alone["rows"] if r["rows"] == 8]
+    # hip_ladder also times triton.row: it counts as the triton route, not as hip
+    both = T.side_by_side([({"records": [dict(name="triton.row", rows=1, cols=2, dtype="float32",
+                                               median_us=5.0),
+                                          dict(name="hip.block", rows=1, cols=2, dtype="float32",
+                                               median_us=6.0)]}, "hip")])
+    assert both["shared"] == [(1, 2, "float32")]
 
 
 def test_max_cols_table_matches_the_registry():

@@ -430,23 +430,35 @@ def summarize_warps(recs: list, tie: float = 0.05) -> dict:
     return {"rows": rows, "winners": sorted(winners), "rule_hits": hits}
 
 
+ROUTES = ("hip", "triton", "torch", "capstone", "fp8")
+
+
 def side_by_side(docs: list) -> dict:
     """Recorded medians of several routes at the shapes they share.
 
-    ``docs`` is a list of ``(doc_or_None, route)`` with ``route`` a prefix such as ``"hip"`` or
-    ``"triton"``. Records need ``median_us`` (others are skipped); ``variant`` defaults to
-    ``"triton.row, <n> warps"`` for sweep records. Returns ``{"shared": shapes recorded by more
-    than one route, "rows": the records at those shapes (all records when none is shared)}``.
+    ``docs`` is a list of ``(doc_or_None, route)``; ``route`` (``"hip"``, ``"triton"``) labels
+    records whose name does not already start with a route. A record's name is its ``variant`` or
+    ``name`` field (``hip_ladder`` uses ``name``; it also times ``triton.row``), plus its
+    ``block_size`` when it has one; sweep records without a name become ``"triton.row, <n> warps"``.
+    Records without ``median_us`` are skipped; GB/s comes from ``gbps`` or ``GBps``. Returns
+    ``{"shared": shapes recorded by more than one route, "rows": the records at those shapes (all
+    records when none is shared)}``.
     """
     found = []
     for doc, route in docs:
         for r in (doc or {}).get("records", []):
             try:
-                variant = str(r.get("variant") or f"triton.row, {r['num_warps']} warps")
-                found.append({"variant": variant if variant.startswith(route) else f"{route}.{variant}",
-                              "route": route, "rows": r.get("rows"), "cols": r.get("cols"),
-                              "dtype": r.get("dtype"), "median_us": float(r["median_us"]),
-                              "GB/s": float(r["gbps"]) if r.get("gbps") is not None else None})
+                variant = r.get("variant") or r.get("name")
+                variant = str(variant) if variant else f"triton.row, {r['num_warps']} warps"
+                if r.get("block_size"):
+                    variant += f" (block {r['block_size']})"
+                if not variant.startswith(ROUTES):
+                    variant = f"{route}.{variant}"
+                gbps = r.get("gbps", r.get("GBps"))
+                found.append({"variant": variant, "route": variant.split(".")[0],
+                              "rows": r.get("rows"), "cols": r.get("cols"), "dtype": r.get("dtype"),
+                              "median_us": float(r["median_us"]),
+                              "GB/s": float(gbps) if gbps is not None else None})
             except (AttributeError, KeyError, TypeError, ValueError):
                 continue
     routes_at: dict = {}
