@@ -192,6 +192,8 @@ def test_assembly_summary_reads_ptx():
     """
     s = T.assembly_summary(ptx, "ptx")
     assert s["widest_global_load_vector"] == 4 and s["global_loads"] == 2
+    hinted = T.assembly_summary("ld.global.L1::evict_last.v2.b32 { %r1, %r2 }, [ %rd1 + 0 ];", "ptx")
+    assert hinted["widest_global_load_vector"] == 2
     assert s["butterfly_shuffles"] == 2 and s["barriers"] == 1 and s["rsqrt"] == 1
     assert s["global_stores"] == 1 and s["shared_stores"] == 1
     amd = T.assembly_summary("global_load_dwordx4 v[0:3]\nds_swizzle_b32\ns_barrier\n", "amdgcn")

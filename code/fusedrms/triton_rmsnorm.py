@@ -265,7 +265,7 @@ def assembly_summary(asm: str, kind: str = "ptx") -> dict:
         return len(re.findall(pattern, asm))
 
     if kind == "ptx":
-        loads = re.findall(r"ld\.global(?:\.[a-z0-9]+)*", asm)
+        loads = re.findall(r"ld\.global\S*", asm)
         vector = [m for m in loads if re.search(r"\.v(2|4|8)\b", m)]
         widths = sorted({int(re.search(r"\.v(\d)", m).group(1)) for m in vector}) or [1]
         return {
@@ -274,7 +274,7 @@ def assembly_summary(asm: str, kind: str = "ptx") -> dict:
             "global_load_forms": sorted(set(loads)),
             "widest_global_load_vector": max(widths),
             "global_stores": count(r"st\.global"),
-            "global_store_forms": sorted(set(re.findall(r"st\.global(?:\.[a-z0-9]+)*", asm))),
+            "global_store_forms": sorted(set(re.findall(r"st\.global\S*", asm))),
             "butterfly_shuffles": count(r"shfl\.sync\.bfly"),
             "barriers": count(r"bar\.sync|barrier\.sync"),
             "shared_loads": count(r"ld\.shared"),
