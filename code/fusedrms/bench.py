@@ -615,6 +615,19 @@ def find_rule(doc: dict | None, name: str) -> dict | None:
     return None
 
 
+def print_rule(recorded_doc: dict | None, live: list[dict] | None, name: str) -> None:
+    """A rule as recorded (with provenance) and, when this machine has a GPU, as measured now."""
+    rec = find_rule(recorded_doc, name)
+    if rec is None:
+        print(f"recorded: no '{name}' measurement in the recorded timing rules yet")
+    else:
+        print(f"recorded ({records.describe(recorded_doc)}):")
+        print(rule_summary(rec))
+    if live is not None:
+        mine = find_rule({"records": live}, name)
+        print(f"\nthis machine, just now:\n{rule_summary(mine) if mine else 'not measured'}")
+
+
 def verdict(recs: list[dict], target_pct: float = 85.0) -> str:
     """Whether every record reaches ``target_pct`` of its floor, and the worst gap."""
     priced = [r for r in recs if r.get("pct_of_floor") is not None]
