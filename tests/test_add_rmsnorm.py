@@ -239,7 +239,7 @@ def test_gpu_default_config(shape, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cols", [2048, 8192])
+@pytest.mark.parametrize("cols", [2048])
 def test_gpu_every_candidate_and_persistent_variant(cols):
     x, r, w = inputs(300, cols, torch.bfloat16)
     expected = reference.add_rmsnorm(x, r, w, accum=torch.float64)

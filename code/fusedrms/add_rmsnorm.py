@@ -303,6 +303,12 @@ def choose_config(cols: int, dtype: torch.dtype, table: dict | None = None,
     return heuristic_config(cols, dtype), "heuristic (no tuned entry for this GPU and width)"
 
 
+@functools.lru_cache(maxsize=512)
+def _default_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
+    """choose_config, remembered: the wrappers ask on every call, the answer never changes."""
+    return choose_config(cols, dtype)[0]
+
+
 # ---------------------------------------------------------------- wrappers
 
 def _prepare(x, residual, w, eps, name: str):
@@ -354,7 +360,7 @@ def add_rmsnorm(x, residual, w, eps: float = 1e-5, *, config=None) -> torch.Tens
     """
     config = _check_config(config)
     x2, r2, w, eps, shape = _prepare(x, residual, w, eps, "capstone.fused")
-    config = config or choose_config(x2.shape[1], x2.dtype)[0]
+    config = config or _default_config(x2.shape[1], x2.dtype)
     y2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
     launch(x2, r2, w, y2, None, eps, config)
     return y2.reshape(shape)
@@ -369,7 +375,7 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
     """
     config = _check_config(config)
     x2, r2, w, eps, shape = _prepare(x, residual, w, eps, "capstone.fused_residual")
-    config = config or choose_config(x2.shape[1], x2.dtype)[0]
+    config = config or _default_config(x2.shape[1], x2.dtype)
     if in_place:
         for t, name in ((x, "x"), (residual, "residual")):
             if not t.is_contiguous():
