@@ -1,0 +1,71 @@
+import math
+
+import pytest
+import torch
+
+from fusedrms import broken, checks, verify
+from fusedrms.exercises import ch05
+
+
+@pytest.mark.parametrize("exercise", ch05.ALL, ids=lambda e: e.name)
+def test_solution_is_accepted(exercise):
+    feedback = exercise.check(exercise.solution)
+    assert feedback.ok, str(feedback)
+
+
+@pytest.mark.parametrize("exercise,label", [(e, m) for e in ch05.ALL for m in e.mistakes],
+                         ids=lambda v: v if isinstance(v, str) else v.name)
+def test_typical_mistake_is_rejected_with_a_hint(exercise, label):
+    feedback = exercise.check(exercise.mistakes[label])
+    assert not feedback.ok, f"{exercise.name} accepted the mistake {label!r}"
+    assert feedback.hint, f"{exercise.name}: no hint for {label!r}"
+
+
+@pytest.mark.parametrize("exercise", ch05.ALL, ids=lambda e: e.name)
+@pytest.mark.parametrize("bad", [None, "abc", float("nan"), [1, 2, 3], {"a": 1}, math.inf, 7,
+                                 (float("nan"), "cast"), ("x", "cast"), (1e-3, "vibes")])
+def test_malformed_answers_get_a_message_not_a_traceback(exercise, bad):
+    feedback = exercise.check(bad)
+    assert not feedback.ok and feedback.message
+
+
+def test_tolerance_range():
+    t = ch05.fp16_tolerance
+    assert t.check((1e-3, "cast")).ok  # torch.testing's fp16 default is inside the range
+    assert t.check((1.5e-3, "Cast ")).ok
+    assert t.check([9.81e-4, "cast"]).ok
+    assert not t.check((4.9e-4, "cast")).ok  # below u + the reduction term
+    assert not t.check((2.5e-3, "cast")).ok  # above two ulps
+    assert not t.check((3.9e-3, "cast")).ok  # bf16 precision
+    assert not t.check((0.0, "cast")).ok and not t.check((-1e-3, "cast")).ok
+    assert not t.check((1e-3, "reduction")).ok
+    assert ch05.fp16_tolerance.solution[0] == checks.tolerance_for(torch.float16, 4096)[0]
+
+
+def test_the_bounds_mean_what_they_say():
+    """Correct fp16 results (round to nearest, fp32 math) pass the lower bound; bf16 ones fail the
+    upper."""
+    g = torch.Generator().manual_seed(5)
+    exact = torch.rand(100_000, generator=g, dtype=torch.float64) + 0.5
+    rounded_err = ((exact.to(torch.float16).double() - exact).abs() / exact).max().item()
+    assert rounded_err <= ch05.TOO_TIGHT_BELOW
+    bf16_err = ((exact.to(torch.bfloat16).double() - exact).abs() / exact).max().item()
+    assert bf16_err > ch05.TOO_LOOSE_ABOVE
+
+
+def test_find_the_bug_spellings():
+    assert ch05.find_the_bug.check("broken.padded_mean").ok
+    assert ch05.find_the_bug.check(" Padded_Mean ").ok
+    assert not ch05.find_the_bug.check("padded").ok
+
+
+def test_mystery_report_hides_the_name_and_shows_the_evidence():
+    text = ch05.mystery_report()
+    assert "padded" not in text and "mystery" in text
+    assert text.splitlines()[-1].endswith("failed") and "FAIL" in text
+    # the evidence the solution cites: power-of-two widths pass, others fail
+    results = verify.run([broken.IMPLS[ch05.MYSTERY]], dtypes=[torch.float32])
+    status = {r.case: r.status for r in results}
+    assert status["1024x4096"] == status["1x1"] == status["w = 0"] == "pass"
+    assert status["3x13"] == status["33x257"] == "FAIL"
+    assert all(r.unwritten == 0 for r in results)
