@@ -778,7 +778,8 @@ def measure_timing_rules(grid: dict | None = None, log=print) -> list[dict]:
     def warmup():
         rows, cols, dt = 4096, 4096, "fp16"
         args = make_inputs("add_rmsnorm", rows, cols, dtype_of(dt))
-        res = {"impl": target, "rows": rows, "cols": cols, "dtype": dt}
+        res = {"impl": target, "rows": rows, "cols": cols, "dtype": dt,
+               "triton_cache": os.environ.get("TRITON_CACHE_DIR", "default")}
         first, _ = _sync_wall_ms(lambda: impl.fn(*args))
         samples = timing.time_gpu(lambda: impl.fn(*args), warmup=10, reps=30, l2="warm")
         with_first = [first * 1e3] + samples
@@ -1133,6 +1134,8 @@ def main(argv: list[str] | None = None) -> int:
             print(format_table([r for r in doc["records"] if r.get("status") == "ok"]))
             return 0
         if a.cmd == "rules":
+            # An empty Triton cache, so that the warm-up rule's first call includes a real JIT.
+            os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="fusedrms_rules_triton_")
             env.require_gpu("Measuring the timing rules")
             grid = load(a.grid) if a.grid else None
             recs = measure_timing_rules(grid)
