@@ -25,8 +25,11 @@ GRID = [
     rec("torch.rms_norm_add", 16384, 8192, "bfloat16", 390.0, 47.0),
     rec("torch.eager_chain", 16384, 8192, "bf16", 715.0, 26.0),
     rec("capstone.fused", 4096, 2048, "torch.bfloat16", 16.0, 75.0),
-    rec("torch.compile_add", 4096, 2048, "bfloat16", 15.0, 80.0),
-    rec("capstone.fused", 256, 4096, "bfloat16", 3.0, None, floor_us=1.5, graph=True),
+    {"impl": "torch.compile_add", "op": "add_rmsnorm", "rows": 4096, "cols": 2048,
+     "dtype": "bf16", "median_us": 15.0, "pct_of_floor": 80.0, "mode": "cold", "status": "ok"},
+    rec("capstone.fused", 256, 4096, "bfloat16", 3.0, None, floor_us=1.5, mode="graph"),
+    rec("capstone.fused", 4096, 2048, "bf16", 9.0, 130.0, mode="warm"),  # L2-warm: not a target
+    rec("torch.rms_norm_add", 4096, 2048, "bf16", 1.0, 99.0, status="error: boom"),
     {"impl": "capstone.fused", "rows": "x"},  # malformed
     rec("capstone.fused", 8, 8, "int8", 1.0),  # unknown dtype
     rec("capstone.fused", 8, 8, "bf16", float("nan")),  # NaN time
@@ -44,7 +47,8 @@ def test_load_missing_and_present(tmp_path, capsys):
 def test_grid_points_skip_malformed_and_normalize(tmp_path):
     write(tmp_path, "bench_grid", GRID)
     pts = R.grid_points(R.load("bench_grid", data_dir=tmp_path))
-    assert len(pts) == 6
+    assert len(pts) == 7
+    assert {p.mode for p in pts} == {"cold", "warm", "graph"}
     assert {p.dtype for p in pts} == {"bf16"}
     graph = [p for p in pts if p.graph]
     assert len(graph) == 1 and graph[0].pct_floor == pytest.approx(50.0)
