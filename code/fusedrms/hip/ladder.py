@@ -85,7 +85,7 @@ def _time(fn, warmup: int, reps: int) -> list[float]:
 
 def measure_one(name: str, rows: int, cols: int, dtype_name: str, bandwidth_GBps: float,
                 fn=None, kind: str = "ladder", block_size: int | None = None,
-                time_budget_s: float = 1.5) -> dict:
+                time_budget_s: float = 0.8) -> dict:
     """Check and time one implementation on one shape. Never raises: errors become a record."""
     dtype = getattr(torch, dtype_name)
     rec = {"kind": kind, "name": name, "rows": rows, "cols": cols, "dtype": dtype_name,

@@ -123,7 +123,7 @@ inline void barrier_wait(Barrier& b, unsigned participants, const char* name, st
         return;
     }
     if (++team->waiting + team->exited == team->threads) {
-        fail(std::string("barrier mismatch in block ") + std::to_string(blockIdx.x) + ": every thread "
+        fail(std::string("divergent barriers in block ") + std::to_string(blockIdx.x) + ": every thread "
              "is waiting, but at different barriers (for example some at __syncthreads() and some in a "
              "warp shuffle), so none can complete. Every thread must reach the same barriers in order.");
         return;

@@ -1,0 +1,59 @@
+"""Chapter 3's checkers accept the solution, reject each typical mistake with a hint, and answer
+malformed input (including code that does not compile) with a message, never a traceback."""
+import math
+
+import pytest
+
+from fusedrms.exercises import ch03
+
+
+@pytest.mark.parametrize("exercise", ch03.ALL, ids=lambda e: e.name)
+def test_solution_is_accepted(exercise):
+    feedback = exercise.check(exercise.solution)
+    assert feedback.ok, str(feedback)
+
+
+@pytest.mark.parametrize("exercise,label", [(e, m) for e in ch03.ALL for m in e.mistakes],
+                         ids=lambda v: v if isinstance(v, str) else v.name)
+def test_typical_mistake_is_rejected_with_a_hint(exercise, label):
+    feedback = exercise.check(exercise.mistakes[label])
+    assert not feedback.ok, f"{exercise.name} accepted the mistake {label!r}"
+    assert feedback.hint, f"{exercise.name}: no hint for {label!r}"
+
+
+def test_compile_errors_show_the_compilers_message():
+    feedback = ch03.shuffle_finish.check(ch03.shuffle_finish.mistakes["does not compile"])
+    assert "does not compile" in feedback.message and "error" in feedback.message
+
+
+def test_each_shuffle_mistake_fails_for_its_own_reason():
+    m = ch03.shuffle_finish.mistakes
+    assert "64-lane" in ch03.shuffle_finish.check(m["32 lanes hard-coded"]).message
+    assert "race" in ch03.shuffle_finish.check(m["no barrier between the warp totals and their readers"]).message
+    assert "divergent" in ch03.shuffle_finish.check(m["barrier only for lane 0"]).message
+
+
+def test_a_shared_memory_tree_is_not_a_shuffle_finish():
+    tree = ("__device__ float block_sum_shuffle(float partial) {\n"
+            "    HIP_DYNAMIC_SHARED(float, s)\n    s[threadIdx.x] = partial;\n    __syncthreads();\n"
+            "    return s[0];\n}\n")
+    feedback = ch03.shuffle_finish.check(tree)
+    assert not feedback.ok and "shuffle" in feedback.message
+
+
+def test_the_starter_is_not_accepted():
+    assert not ch03.shuffle_finish.check(ch03.SHUFFLE_STARTER.replace("// TODO", "// __shfl TODO")).ok
+
+
+@pytest.mark.parametrize("exercise", ch03.ALL, ids=lambda e: e.name)
+@pytest.mark.parametrize("bad", [None, "", float("nan"), [1, 2, 3], {"a": 1}, math.inf, 0, 10**6])
+def test_malformed_answers_get_a_message_not_a_traceback(exercise, bad):
+    feedback = exercise.check(bad)
+    assert not feedback.ok
+    assert feedback.message
+
+
+def test_listing_numbers_the_block_kernel_without_its_tree_barrier():
+    listing = ch03.numbered_listing()
+    assert listing.count("__syncthreads()") == 1
+    assert "if (tid < stride)" in listing.splitlines()[ch03.missing_barrier.solution - 1]
