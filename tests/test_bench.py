@@ -308,3 +308,9 @@ def test_chapter_helpers_verdict_classify_rules():
 def test_recorded_missing_file_is_a_note_not_an_error(capsys):
     assert bench.recorded("no_such_file_anywhere") is None
     assert "not recorded yet" in capsys.readouterr().out
+
+
+def test_correctness_flag_over_processes():
+    assert bench._all_correct([True, True]) is True
+    assert bench._all_correct([True, False, None]) is False
+    assert bench._all_correct([True, None]) is None  # not checked is not "correct"

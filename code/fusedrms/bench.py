@@ -421,6 +421,14 @@ def complete(got: list[dict], cases: list[dict], index: int, failure: str | None
                   for c in cases if case_key(c) not in seen]
 
 
+def _all_correct(flags) -> bool | None:
+    """False if any process saw a wrong output, None if the output was not checked, else True."""
+    flags = list(flags)
+    if any(f is False for f in flags):
+        return False
+    return None if any(f is None for f in flags) else True
+
+
 def aggregate(per_process: list[dict], copy_bw: list[float], allow_missing_floor: bool = True
               ) -> list[dict]:
     """One record per case: the median of process medians, their range, and % of floor."""
@@ -445,7 +453,7 @@ def aggregate(per_process: list[dict], copy_bw: list[float], allow_missing_floor
                    p90_us=statistics.median(r["p90_us"] for r in ok),
                    reps=ok[0]["n"], warmup=ok[0]["warmup"],
                    first_call_ms=[round(r["first_call_ms"], 3) for r in ok],
-                   correct=all(r["correct"] is not False for r in ok), check=ok[0]["check"],
+                   correct=_all_correct(r["correct"] for r in ok), check=ok[0]["check"],
                    l2_method=ok[0]["l2_method"])
         if is_compiled_peer(c["impl"]):
             rec["compile_s"] = [round(r["first_call_ms"] / 1e3, 3) for r in ok]
