@@ -38,7 +38,7 @@ rm -rf "$dest"
 mkdir -p "$dest/html-manager" "$dest/mathjax" "$dest/licenses"
 
 cp "$modules/requirejs/require.js" "$dest/require.js"
-cp "$web/widgets-setup.js" "$dest/widgets-setup.js"
+cp "$web/widgets-setup.js" "$web/book.css" "$dest/"
 
 # The embedder and the icon fonts it references by hashed name (no source maps, no non-AMD build).
 cp "$manager/dist/embed-amd.js" "$dest/html-manager/"
