@@ -59,13 +59,11 @@ def roofline(estimates: Sequence[traffic.Estimate], bandwidth_GBps: float, peak_
                 textcoords="offset points", xytext=(0, 8), fontsize=8, rotation=0)
     ax.annotate(f"{peak_tflops:g} TFLOP/s (fp32)", (hi / 30, peak_tflops),
                 textcoords="offset points", xytext=(0, 4), fontsize=8)
-    seen = {}
     for n, e in enumerate(estimates):
         y = min(e.intensity * bandwidth_GBps / 1000, peak_tflops)
         color = _COLORS[n % len(_COLORS)]
         ax.scatter([e.intensity], [y], color=color, zorder=3, s=36,
                    label=f"{e.label or e.step} ({e.intensity:.2f} flop/B)")
-        seen[e.step] = y
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte of global memory)")
