@@ -216,7 +216,7 @@ def _poisoned_outputs(op: str, x: torch.Tensor):
     if op == "rmsnorm_fp8":
         from . import fp8_quant  # the block layout is chapter 8's
 
-        scales_shape = fp8_quant.scales_shape(rows_shape)
+        scales_shape = rows_shape[:-1] + (fp8_quant.n_blocks(rows_shape[-1]),)
         return (checks.poisoned(rows_shape, torch.float8_e4m3fn, x.device),
                 checks.poisoned(scales_shape, torch.float32, x.device))
     raise ValueError(f"unknown op {op!r}")

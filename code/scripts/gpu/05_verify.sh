@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# budget: 90
 # Chapter 5 (verification) on the GPU, budget about 90 s. Writes into $RESULTS:
 #   verify_gpu.json   every registered kernel x dtype x boundary case (records.write; the text
 #                     table and the case-by-kernel matrix are in its provenance: table, matrix)
