@@ -11,15 +11,15 @@ export PYTHONPATH="$PWD/code${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 RESULTS=${RESULTS:?set RESULTS to the folder that collects the results}
 status=0
 t0=$(date +%s)
-echo "--- 05_verify: boundary suite, every registered kernel (limit 65 s)"
-if timeout 65 python3 -m fusedrms.verify --kernel all --device gpu --json "$RESULTS/verify_gpu.json"; then
+echo "--- 05_verify: boundary suite, every registered kernel (limit 60 s)"
+if timeout 60 python3 -m fusedrms.verify --kernel all --device gpu --json "$RESULTS/verify_gpu.json"; then
   echo "--- 05_verify: suite passed ($(( $(date +%s) - t0 )) s)"
 else
   echo "--- 05_verify: suite FAILED or timed out, exit $? ($(( $(date +%s) - t0 )) s)"; status=1
 fi
 t1=$(date +%s)
-echo "--- 05_verify: pytest -m gpu (limit 25 s)"
-if timeout 25 python3 -m pytest -p no:cacheprovider -q -m gpu tests/test_checks.py \
+echo "--- 05_verify: pytest -m gpu (limit 24 s)"
+if timeout 24 python3 -m pytest -p no:cacheprovider -q -m gpu tests/test_checks.py \
     tests/test_verify.py tests/test_reference.py; then
   echo "--- 05_verify: GPU tests passed ($(( $(date +%s) - t1 )) s)"
 else
