@@ -120,3 +120,23 @@ def test_extras_end_to_end_on_small_shapes(cpu_as_gpu, tmp_path, monkeypatch):
     from fusedrms import capstone_results as CR
     verdict = CR.evaluate_targets([], graph_small=graph)[2]
     assert verdict.met is not None
+
+
+def test_confirm_end_to_end_writes_harness_shaped_records(cpu_as_gpu, tmp_path, monkeypatch):
+    from fusedrms import capstone_results as CR
+
+    monkeypatch.setattr(G, "CONFIRM_SHAPES", ((3, 64, torch.bfloat16), (5, 32, torch.float32)))
+    table = tmp_path / "capstone_tuning.json"
+    table.write_text(json.dumps({"provenance": {"gpu": "none (CPU)"}, "records": [
+        {"cols": 64, "dtype": "bfloat16", "rows_per_program": 2, "num_warps": 1,
+         "num_stages": 1, "programs_per_sm": None}]}))
+    monkeypatch.setattr(A, "TUNING_FILE", A.TUNING_FILE)  # restored after the test
+    try:
+        path = G.confirm(tmp_path, budget_s=60)
+    finally:
+        A._table.cache_clear()
+        A._default_config.cache_clear()
+    recs = json.loads(path.read_text())["records"]
+    assert len(recs) == 2 * 3 and all(r["status"] == "ok" for r in recs)
+    points = CR.grid_points(json.loads(path.read_text()))
+    assert len(points) == 6 and all(p.mode == "cold" and p.pct_floor for p in points)

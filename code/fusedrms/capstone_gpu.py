@@ -3,6 +3,7 @@ shows next to the measurement harness's grid. Run by ``code/scripts/gpu/07_capst
 
     python -m fusedrms.capstone_gpu tune   --out DIR --budget 80   # capstone_tuning(_trials).json
     python -m fusedrms.capstone_gpu extras --out DIR --budget 40   # capstone_extra.json
+    python -m fusedrms.capstone_gpu confirm --out DIR --budget 20  # capstone_confirm.json
 
 **Tuning.** For each key ``(cols, dtype)`` the tuner times every compiled candidate
 (:func:`fusedrms.add_rmsnorm.candidate_configs`, plus the heuristic and the one-row-per-program
@@ -404,10 +405,64 @@ def extras(out_dir: Path, budget_s: float) -> Path:
     return path
 
 
+CONFIRM_SHAPES = tuple((rows, cols, torch.bfloat16) for cols in (2048, 4096, 8192, 16384)
+                       for rows in (256, 1024, 4096, 16384)) + tuple(
+    (rows, cols, torch.float32) for cols in (2048, 8192) for rows in (1024, 16384))
+CONFIRM_PEERS = ("torch.rms_norm_add", "torch.eager_chain")
+
+
+def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> Path:
+    """Time the capstone *with the new tuning table* next to the eager peers, L2 flushed, in one
+    process (``capstone_confirm.json``, records shaped like the harness's: impl, op, rows, cols,
+    dtype, mode, median_us, floor_us, pct_of_floor). The harness's grid may have run before the
+    table existed; this is the tuned kernel's own evidence."""
+    env.require_gpu("confirming the tuned capstone")
+    start = time.time()
+    table_path = Path(table_path or out_dir / "capstone_tuning.json")
+    if table_path.exists():
+        A.TUNING_FILE = table_path
+    A._table.cache_clear()
+    A._default_config.cache_clear()
+    bw = float(_timing().copy_bandwidth_GBps())
+    traffic = _traffic()
+    impls = _impls(("capstone.fused",) + CONFIRM_PEERS)
+    out = []
+    path = out_dir / "capstone_confirm.json"
+    for rows, cols, dtype in CONFIRM_SHAPES:
+        if time.time() > start + budget_s:
+            log("confirm: budget spent, stopping")
+            break
+        x, r = (torch.randn(rows, cols, device=_device(), dtype=dtype) for _ in range(2))
+        w = torch.randn(cols, device=_device(), dtype=dtype)
+        cfg, source = A.choose_config(cols, dtype)
+        floor = traffic.floor_us("add_rmsnorm", rows, cols, dtype, bw)
+        line = []
+        for name, impl in impls.items():
+            rec = {"impl": name, "op": "add_rmsnorm", "rows": rows, "cols": cols,
+                   "dtype": A.dtype_name(dtype), "mode": "cold", "copy_GBps": bw,
+                   "floor_us": floor}
+            if name == "capstone.fused":
+                rec.update(config=cfg.label(), config_source=source)
+            try:
+                us = median_us(lambda: impl.fn(x, r, w, EPS), warmup=3, reps=15, l2="cold")
+                rec.update(status="ok", median_us=us, pct_of_floor=100 * floor / us)
+                line.append(f"{name} {us:.2f} us ({100 * floor / us:.0f}%)")
+            except Exception as e:  # noqa: BLE001
+                rec["status"] = f"error: {type(e).__name__}: {str(e)[:200]}"
+                line.append(f"{name} FAILED")
+            out.append(rec)
+        records.write(path, out, {"copy_GBps": bw, "table": str(table_path)})
+        log(f"confirm {rows}x{cols} {A.dtype_name(dtype)}: " + ", ".join(line))
+        del x, r, w
+    records.write(path, out, {"copy_GBps": bw, "table": str(table_path)})
+    log(f"confirm done in {time.time() - start:.1f} s -> {path}")
+    return path
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedrms.capstone_gpu", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("tune", "extras"))
+    p.add_argument("what", choices=("tune", "extras", "confirm"))
     p.add_argument("--out", type=Path, required=True, help="folder for the JSON files")
     p.add_argument("--budget", type=float, default=60.0, help="seconds (stops cleanly after)")
     a = p.parse_args(argv)
@@ -416,7 +471,7 @@ def main(argv=None) -> int:
               "chapter shows the recorded H200 files instead.", file=sys.stderr)
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
-    (tune if a.what == "tune" else extras)(a.out, a.budget)
+    {"tune": tune, "extras": extras, "confirm": confirm}[a.what](a.out, a.budget)
     return 0
 
 
