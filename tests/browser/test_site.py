@@ -104,7 +104,8 @@ class Visit:
         page.on("pageerror", lambda e: not _harmless(str(e))
                 and self.errors.append(f"{path}: uncaught: {e}"))
         page.on("response", lambda r: r.status >= 400 and self.failed.append(f"{r.status} {r.url}"))
-        page.on("websocket", lambda ws: self.foreign.append(ws.url))
+        page.on("websocket", lambda ws: urlsplit(ws.url).hostname != LOCAL_HOST
+                and self.foreign.append(ws.url))
         response = page.goto(self.site_url + path, wait_until="load")
         assert response is not None and response.ok, f"{path}: HTTP {response and response.status}"
         page.wait_for_load_state("networkidle")
