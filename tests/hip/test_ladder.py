@@ -50,3 +50,53 @@ def test_missing_triton_and_errors_are_reported_not_raised(tmp_path):
 
 def test_bytes_counted():
     assert ladder.rmsnorm_bytes(1024, 4096, __import__("torch").float32) == (2 * 1024 * 4096 + 4096) * 4
+
+
+def _full_doc_records():
+    recs = []
+    for rows, cols, dtype, floor in [(1024, 4096, "float32", 8.0), (16384, 8192, "float32", 250.0),
+                                     (16384, 8192, "bfloat16", 125.0)]:
+        for name, factor in [("hip.serial", 40.0), ("hip.block", 1.4), ("hip.shuffle", 1.3),
+                             ("hip.vectorized", 1.1), ("hip.unfused", 3.0), ("triton.row", 1.05)]:
+            recs.append(_rec(name, rows, cols, dtype, floor * factor, floor))
+    for block in ladder.BLOCK_SIZES:
+        recs.append({**_rec("hip.block", 1024, 4096, "float32", 20.0 + block / 100, 8.0),
+                     "kind": "block_size", "block_size": block})
+    return recs
+
+
+def test_reading_helpers_on_a_full_file(tmp_path):
+    doc = _doc(tmp_path, _full_doc_records())
+    fusion = ladder.fusion_lines(doc)
+    assert len(fusion) == 3 and all("fusion saves 2.73x" in line for line in fusion), fusion
+    assert len(ladder.block_size_lines(doc)) == len(ladder.BLOCK_SIZES)
+    seed = ladder.seed_comparison_lines(doc)
+    assert "RX 9070 XT" in seed[0] and any("25.8x" in s for s in seed) and "28.6x" in seed[-1]
+    assert all(": met" in line and "not met" not in line for line in ladder.verdict(doc))
+
+
+def test_the_chapters_recorded_data_cells_run_on_a_written_file(tmp_path, monkeypatch, capsys):
+    """Execute the notebook's cells that read hip_ladder.json against a file written here."""
+    from pathlib import Path
+
+    import nbformat
+
+    machine = tmp_path / "h200"
+    records.write(machine / "hip_ladder.json", _full_doc_records(),
+                  {"copy_GBps": 4230.0, "l2": "cold"})
+    monkeypatch.setattr(records, "DATA_DIR", tmp_path)
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "chapters" / "03_hip.ipynb", as_version=4)
+    cells = [c.source for c in nb.cells if c.cell_type == "code"]
+    setup = cells[:2]  # env.setup() and the imports + recorded() helper
+    data_cells = [c for c in cells[2:] if "doc" in c and "ENV.on_gpu" not in c or 'recorded("hip_ladder")' in c]
+    assert any('recorded("hip_ladder")' in c for c in data_cells)
+    namespace: dict = {}
+    for source in setup + data_cells:
+        if 'recorded("hip_ladder")' in source:
+            source = source.replace("if ENV.on_gpu:", "if False:")  # no live timing in this test
+        exec(compile(source, "<chapter 3 cell>", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "RECORDED: Recorded on" in out
+    assert "copy bandwidth 4230 GB/s" in out
+    assert "16384x8192 float32: best HIP variant hip.vectorized" in out and "target >= 85%: met" in out
+    assert "fusion saves" in out and "block  1024:" in out and "RX 9070 XT" in out

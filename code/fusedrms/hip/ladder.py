@@ -196,6 +196,51 @@ def verdict(doc: dict) -> list[str]:
     return out
 
 
+def fusion_lines(doc: dict) -> list[str]:
+    """The unfused pipeline against the fastest correct fused HIP kernel, at every recorded shape."""
+    out = []
+    shapes = sorted({(r["rows"], r["cols"], r["dtype"]) for r in doc["records"] if r.get("kind") == "ladder"})
+    for rows, cols, dtype in shapes:
+        rs = {r["name"]: r for r in ladder_rows(doc, rows, cols, dtype)
+              if "median_us" in r and r.get("correct")}
+        fused = [rs[n] for n in FUSED_HIP if n in rs]
+        if not fused or "hip.unfused" not in rs:
+            continue
+        best = min(fused, key=lambda r: r["median_us"])
+        slow = rs["hip.unfused"]["median_us"]
+        out.append(f"{rows}x{cols} {dtype}: unfused {slow:.1f} us vs {best['name']} "
+                   f"{best['median_us']:.1f} us: fusion saves {slow / best['median_us']:.2f}x")
+    return out
+
+
+def block_size_lines(doc: dict) -> list[str]:
+    out = []
+    for r in doc["records"]:
+        if r.get("kind") != "block_size":
+            continue
+        state = (f"{r['median_us']:8.1f} us, {100 * r['fraction_of_floor']:5.1f}% of floor, "
+                 f"correct={r['correct']}" if "median_us" in r else r.get("error"))
+        out.append(f"block {r['block_size']:5d}: {state}")
+    return out
+
+
+def seed_comparison_lines(doc: dict | None) -> list[str]:
+    """The seed's RX 9070 XT table, labelled, and the serial/block ratio on both GPUs."""
+    seed = SEED_003_RX9070XT
+    ms = seed["median_ms"]
+    out = [seed["hardware"]]
+    out += [f"  {name:16s} {value * 1000:8.1f} us" for name, value in ms.items()]
+    out.append(f"  serial / block on that GPU: {ms['HIP serial'] / ms['HIP block']:.1f}x")
+    if doc:
+        rows, cols, dtype = SEED_SHAPE
+        rs = {r["name"]: r for r in ladder_rows(doc, rows, cols, dtype) if "median_us" in r}
+        if "hip.serial" in rs and "hip.block" in rs:
+            gpu = doc["provenance"].get("gpu", "the recorded GPU")
+            out.append(f"  serial / block on {gpu}: "
+                       f"{rs['hip.serial']['median_us'] / rs['hip.block']['median_us']:.1f}x")
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSON file to write (records.write)")
