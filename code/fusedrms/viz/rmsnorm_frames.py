@@ -70,7 +70,7 @@ def frames(x=(3, 4, -3, -4), w=(1, 0.5, 2, 1), eps: float = 1e-5) -> list[Frame]
     t = trace(x, w, eps)
     n = len(t.x)
     cell, left = 64, 110
-    width = left + cell * max(n, 2) + 40
+    width = max(left + cell * n + 40, 480)  # room for the captions drawn inside the frame
 
     def canvas(height=250):
         c = Canvas(width, height)
