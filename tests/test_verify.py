@@ -264,3 +264,36 @@ def test_row_kernel_passes_the_model_width_on_the_gpu():
         check = verify.run_check(impl, verify.case("1024x4096"), dtype)
         assert check.ok, check.message
         assert check.max_rel_err <= check.rtol and math.isfinite(check.rel_l2)
+
+
+# ---------------------------------------------------------------- property-based, every kernel
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+KERNEL_NAMES = [i.name for i in verify.lookup("all")]
+
+
+@settings(derandomize=True, max_examples=60, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(KERNEL_NAMES), rows=st.integers(1, 5), cols=st.integers(1, 300),
+       dtype_index=st.integers(0, 2), seed=st.integers(0, 2**16), zero_row=st.booleans())
+def test_every_kernel_on_random_shapes(name, rows, cols, dtype_index, seed, zero_row):
+    """Random shapes and dtypes through every registered kernel; a zero row must stay zero."""
+    impl = registry.get(name)
+    dtype = impl.dtypes[dtype_index % len(impl.dtypes)]
+    if not impl.supports(ENV.device.type, dtype, cols):
+        return
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g)
+    if zero_row:
+        x[rows // 2] = 0
+    inputs = {"x": x.to(dtype).to(ENV.device), "residual": torch.zeros(rows, cols, dtype=dtype,
+                                                                        device=ENV.device),
+              "w": torch.randn(cols, generator=g).to(dtype).to(ENV.device), "eps": 1e-5}
+    result = verify.launch(impl, inputs)
+    report, _ = verify.compare(impl.op, inputs, result)
+    assert report, f"{name} {dtype} {rows}x{cols}: {report}"
+    if zero_row and impl.op != "rmsnorm_fp8":
+        y = result[0] if isinstance(result, tuple) else result
+        assert not y[rows // 2].any()
