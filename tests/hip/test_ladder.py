@@ -100,3 +100,21 @@ def test_the_chapters_recorded_data_cells_run_on_a_written_file(tmp_path, monkey
     assert "copy bandwidth 4230 GB/s" in out
     assert "16384x8192 float32: best HIP variant hip.vectorized" in out and "target >= 85%: met" in out
     assert "fusion saves" in out and "block  1024:" in out and "RX 9070 XT" in out
+
+
+def test_measure_one_builds_a_complete_record_on_the_cpu_runtime():
+    calls = []
+
+    def fake_timer(fn, warmup, reps):  # runs the kernel, returns made-up microseconds
+        fn()
+        calls.append((warmup, reps))
+        return [10.0] * reps
+
+    rec = ladder.measure_one("hip.shuffle", 3, 13, "float32", 4000.0, device="cpu", timer=fake_timer)
+    assert rec["correct"] and rec["median_us"] == 10.0 and "error" not in rec, rec
+    assert abs(rec["fraction_of_floor"] - rec["floor_us"] / 10.0) < 1e-12
+    assert rec["bytes"] == ladder.rmsnorm_bytes(3, 13, __import__("torch").float32)
+    assert calls[0] == (1, 3) and calls[1][1] >= 5
+    bad = ladder.measure_one("hip.block", 3, 13, "float32", 4000.0, device="cpu", timer=fake_timer,
+                             fn=lambda x, w, eps: 1 / 0)
+    assert bad["error"].startswith("ZeroDivisionError")

@@ -85,27 +85,32 @@ def _time(fn, warmup: int, reps: int) -> list[float]:
 
 def measure_one(name: str, rows: int, cols: int, dtype_name: str, bandwidth_GBps: float,
                 fn=None, kind: str = "ladder", block_size: int | None = None,
-                time_budget_s: float = 0.8) -> dict:
-    """Check and time one implementation on one shape. Never raises: errors become a record."""
+                time_budget_s: float = 0.8, device: str = "cuda", timer=None) -> dict:
+    """Check and time one implementation on one shape. Never raises: errors become a record.
+
+    ``device`` and ``timer`` (``timer(fn, warmup, reps) -> list of us``) exist for tests on a CPU.
+    """
+    timer = timer or _time
     dtype = getattr(torch, dtype_name)
     rec = {"kind": kind, "name": name, "rows": rows, "cols": cols, "dtype": dtype_name,
            "block_size": block_size}
     try:
-        gen = torch.Generator(device="cuda").manual_seed(rows * 7 + cols)
-        x = torch.randn(rows, cols, device="cuda", generator=gen).to(dtype)
-        w = torch.randn(cols, device="cuda", generator=gen).to(dtype)
+        gen = torch.Generator(device=device).manual_seed(rows * 7 + cols)
+        x = torch.randn(rows, cols, device=device, generator=gen).to(dtype)
+        w = torch.randn(cols, device=device, generator=gen).to(dtype)
         if fn is None and name.startswith("hip."):
             from . import kernels  # directly: a failing import elsewhere must not hide HIP numbers
 
             fn = getattr(kernels, f"rmsnorm_{name[4:]}")
         fn = fn or registry.get(name).fn
         y = fn(x, w, 1e-5)
-        torch.cuda.synchronize()
+        if device == "cuda":
+            torch.cuda.synchronize()
         report = checks.allclose(y, reference.rmsnorm(x, w, 1e-5, accum=torch.float64))
         rec.update(correct=report.ok, max_rel_err=report.max_rel_err, check=report.message)
-        once = statistics.median(_time(lambda: fn(x, w, 1e-5), 1, 3))
+        once = statistics.median(timer(lambda: fn(x, w, 1e-5), 1, 3))
         reps = int(max(5, min(100, time_budget_s * 1e6 / max(once, 1.0))))
-        samples = _time(lambda: fn(x, w, 1e-5), min(10, reps), reps)
+        samples = timer(lambda: fn(x, w, 1e-5), min(10, reps), reps)
         median = statistics.median(samples)
         floor = _floor_us(rows, cols, dtype, bandwidth_GBps)
         rec.update(median_us=median, min_us=min(samples), reps=reps,
