@@ -235,6 +235,18 @@ def test_cli_fails_on_a_broken_kernel(capsys):
     assert any(line.startswith("FAIL broken.padded_mean fp32 3x13") for line in out)
 
 
+def test_cli_jobs_runs_routes_in_processes(tmp_path, capsys):
+    assert verify.route_groups(verify.lookup("triton.row,triton.multirow,broken.rows_floor")) == [
+        ["triton.row", "triton.multirow"], ["broken.rows_floor"]]
+    out = tmp_path / "jobs.json"
+    rc = verify.main(["--kernel", "triton.row,broken.rows_floor", "--case", "3x13", "--dtype",
+                      "fp16", "--jobs", "2", "--json", str(out)])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert rc == 1 and lines[-1] == "1 passed, 1 failed"
+    kernels = [r["kernel"] for r in json.loads(out.read_text())["records"]]
+    assert kernels == ["triton.row", "broken.rows_floor"]  # the order asked for, not finish order
+
+
 def test_cli_errors_are_messages(capsys):
     with pytest.raises(SystemExit) as e:
         verify.main(["--kernel", "nope"])

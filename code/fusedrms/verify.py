@@ -480,7 +480,52 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--verbose", "-v", action="store_true", help="one line per check")
     p.add_argument("--json", default=None, help="write the results here (records.write)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="run the routes (hip, triton, capstone, ...) in this many processes at "
+                        "once; kernel compilation is CPU-bound, so a GPU run finishes sooner")
     return p
+
+
+def route_groups(impls: list[registry.Impl]) -> list[list[str]]:
+    """Implementation names grouped by the prefix before the dot (one build cache per group)."""
+    groups: dict[str, list[str]] = {}
+    for impl in impls:
+        groups.setdefault(impl.name.split(".")[0], []).append(impl.name)
+    return list(groups.values())
+
+
+def _run_group(names: list[str], dtype_names, case_names, seed: int) -> list[Check]:
+    """Worker of ``--jobs``: a fresh process (spawn) runs one group of implementations."""
+    by_name = {v: k for k, v in DTYPE_NAMES.items()}
+    dtypes = None if dtype_names is None else [by_name[d] for d in dtype_names]
+    cases = None if case_names is None else [case(c) for c in case_names]
+    impls = lookup(",".join(names), peers=True)
+    return run(impls, dtypes=dtypes, cases=cases, seed=seed)
+
+
+def _run_in_processes(impls, args, dtypes, cases, collect, progress) -> None:
+    import concurrent.futures
+    import multiprocessing
+
+    dtype_names = None if dtypes is None else [DTYPE_NAMES[d] for d in dtypes]
+    case_names = None if cases is None else [c.name for c in cases]
+    groups = route_groups(impls)
+    pool = concurrent.futures.ProcessPoolExecutor(
+        max_workers=min(args.jobs, len(groups)), mp_context=multiprocessing.get_context("spawn"))
+    with pool:
+        futures = {pool.submit(_run_group, names, dtype_names, case_names, args.seed): names
+                   for names in groups}
+        for future in concurrent.futures.as_completed(futures):
+            names = futures[future]
+            try:
+                group_results = future.result()
+            except Exception as e:  # a crashed worker: its kernels fail, the others still report
+                group_results = [Check(kernel=n, op=registry.get(n).op if not n.startswith(
+                    "broken") else "rmsnorm", dtype="-", case="(worker)", shape=(), status="FAIL",
+                    message=f"worker raised {type(e).__name__}: {e}"[:300]) for n in names]
+            for check in group_results:
+                progress(check)
+            collect(group_results)
 
 
 def main(argv=None) -> int:
@@ -530,13 +575,23 @@ def main(argv=None) -> int:
                              "seconds": round(time.perf_counter() - start, 2),
                              "cases": [asdict(c) for c in CASES]})
 
+    order = {impl.name: i for i, impl in enumerate(impls)}
     results: list[Check] = []
-    for impl in impls:  # one implementation at a time, saved as it goes (a timeout keeps the rest)
-        results += run([impl], dtypes=dtypes, cases=cases, seed=args.seed, progress=progress)
-        save(results, complete=False)
-        ran = [r for r in results if r.kernel == impl.name and r.status != "skip"]
-        print(f"  {impl.name}: {sum(r.ok for r in ran)}/{len(ran)} passed "
-              f"({time.perf_counter() - start:.1f} s)", flush=True)
+
+    def collect(group_results: list[Check]):
+        results.extend(group_results)
+        results.sort(key=lambda r: order[r.kernel])  # stable: dtype and case order kept
+        save(results, complete=False)  # a timeout keeps what finished
+        for name in dict.fromkeys(r.kernel for r in group_results):
+            ran = [r for r in group_results if r.kernel == name and r.status != "skip"]
+            print(f"  {name}: {sum(r.ok for r in ran)}/{len(ran)} passed "
+                  f"({time.perf_counter() - start:.1f} s)", flush=True)
+
+    if args.jobs > 1 and len(impls) > 1:
+        _run_in_processes(impls, args, dtypes, cases, collect, progress)
+    else:
+        for impl in impls:
+            collect(run([impl], dtypes=dtypes, cases=cases, seed=args.seed, progress=progress))
     elapsed = time.perf_counter() - start
     save(results, complete=True)
     print()
