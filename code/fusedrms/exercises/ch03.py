@@ -113,7 +113,7 @@ def _grade_block_sizes(answer):
 
     rows, cols = entries[0]["rows"], entries[0]["cols"]
     if not env.current().on_gpu:
-        rows, cols = min(rows, 33), min(cols, 257)
+        rows, cols = min(rows, 5), min(cols, 257)  # the CPU runtime: one OS thread per GPU thread
     device = "cuda" if env.current().on_gpu else "cpu"
     _, kernels = _hip()
     for e in entries:
