@@ -79,3 +79,12 @@ def test_host_program_compiles_for_gpus(tool, flags, tmp_path):
     out = subprocess.run([tool, *flags, str(HOST), "-o", str(tmp_path / "host.o")],
                          capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr
+
+
+def test_ptx_shows_16_byte_loads_only_in_the_vectorized_kernel():
+    require_or_skip("FUSEDRMS_REQUIRE_NVCC", build.available("nvcc"), "nvcc not installed")
+    found = build.memory_instructions(build.ptx())
+    assert "ld.global.v4.f32" in found["rmsnorm_vectorized<float, 4>"]
+    assert "st.global.v4.u32" in found["rmsnorm_vectorized<bf16_bits, 8>"]
+    assert found["rmsnorm_block<float>"] == ["ld.global.f32", "st.global.f32"]
+    assert found["rmsnorm_vectorized<float, 1>"] == ["ld.global.f32", "st.global.f32"]  # the fallback

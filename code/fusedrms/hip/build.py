@@ -182,3 +182,52 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.fusedrms_vector_width.restype = c.c_int
     lib.fusedrms_vectorized_max_cols.argtypes = [c.c_int]
     lib.fusedrms_vectorized_max_cols.restype = c.c_int
+
+
+def ptx(text: str | None = None, arch: str = "sm_90", timeout: int = 300) -> str:
+    """The PTX nvcc generates for ``text`` (default rmsnorm.hip): what the GPU will be asked to do.
+
+    Needs only nvcc, not a GPU. Cached like a library build.
+    """
+    compiler = compiler_for("nvcc")
+    if compiler is None:
+        raise CompileError("nvcc", [], "no nvcc on PATH: PTX needs the CUDA toolkit")
+    text = source_text() if text is None else text
+    args = [a for a in flags("nvcc", arch) if a != "-shared"] + ["--ptx"]
+    target = cache_dir() / f"rmsnorm-ptx-{_key(text, compiler, args)}.ptx"
+    if not target.exists():
+        with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+            src = Path(tmp) / "kernel.hip"
+            src.write_text(text)
+            out = Path(tmp) / "out.ptx"
+            command = [compiler, *args, str(src), "-o", str(out)]
+            result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+            if result.returncode != 0:
+                raise CompileError("nvcc", command, (result.stderr + result.stdout).replace(str(src), "kernel.hip"))
+            os.replace(out, target)
+    return target.read_text()
+
+
+def memory_instructions(ptx_text: str) -> dict[str, list[str]]:
+    """For every kernel (entry) in the PTX: its distinct global load and store instructions."""
+    import re
+
+    out = {}
+    entries = list(re.finditer(r"\.entry (\S+)\(", ptx_text))
+    for i, m in enumerate(entries):
+        end = entries[i + 1].start() if i + 1 < len(entries) else len(ptx_text)
+        body = ptx_text[m.start():end]
+        out[_readable(m.group(1))] = sorted(set(re.findall(r"(?:ld|st)\.global[.\w]*", body)))
+    return out
+
+
+def _readable(mangled: str) -> str:
+    """``_Z18rmsnorm_vectorizedIfLi4EE...`` -> ``rmsnorm_vectorized<float, 4>`` (our kernels only)."""
+    import re
+
+    m = re.match(r"_Z\d+(\w+?)I(f|9half_bits|9bf16_bits)(?:Li(\d+)E)?E", mangled)
+    if not m:
+        m2 = re.match(r"_Z\d+([a-z_]+)", mangled)
+        return m2.group(1) if m2 else mangled
+    dtype = {"f": "float", "9half_bits": "half_bits", "9bf16_bits": "bf16_bits"}[m.group(2)]
+    return f"{m.group(1)}<{dtype}{', ' + m.group(3) if m.group(3) else ''}>"
