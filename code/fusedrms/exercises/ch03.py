@@ -23,6 +23,18 @@ def _hip():
     return build, kernels
 
 
+def _gpu_build_available() -> bool:
+    """A GPU, and the compiler that builds the HIP source for it (nvcc or hipcc)."""
+    from .. import env
+
+    if not env.current().on_gpu:
+        return False
+    build, kernels = _hip()
+    import torch
+
+    return build.available(kernels.toolchain_for(torch.device("cuda")))
+
+
 def _replace_section(text: str, marker: str, new_body: str) -> str:
     pattern = re.compile(rf"(^[^\n]*\[book:{re.escape(marker)}\][^\n]*\n)(.*?)(^[^\n]*\[/book:{re.escape(marker)}\])",
                          flags=re.S | re.M)
@@ -109,12 +121,11 @@ def _grade_block_sizes(answer):
             return wrong(f"block size {b}: time_us = {e['time_us']} is not a measured time.",
                          "Record the median of a few timed runs (kernels.time_us does it).")
     # Rerun each size on the reader's shape (capped on the CPU runtime) and compare the verdicts.
-    from .. import env
-
     rows, cols = entries[0]["rows"], entries[0]["cols"]
-    if not env.current().on_gpu:
+    on_gpu = _gpu_build_available()
+    if not on_gpu:
         rows, cols = min(rows, 5), min(cols, 257)  # the CPU runtime: one OS thread per GPU thread
-    device = "cuda" if env.current().on_gpu else "cpu"
+    device = "cuda" if on_gpu else "cpu"
     _, kernels = _hip()
     for e in entries:
         failure = _run_variant(None, "block", [(rows, cols)], [e["block_size"]], device=device)
@@ -192,9 +203,7 @@ def _grade_shuffle(answer):
                          "not a fixed 32; put a __syncthreads() that every thread reaches between "
                          "writing the warp totals and reading them; make sure every lane ends with "
                          "the total (__shfl_xor gives it to all lanes, __shfl_down only to lane 0).")
-    from .. import env
-
-    if env.current().on_gpu:
+    if _gpu_build_available():
         try:
             failure = _run_variant(text, "shuffle", BOUNDARY_SHAPES + ((64, 4096),), (32, 256, 1024),
                                    device="cuda")

@@ -121,9 +121,11 @@ def compile(text: str | None = None, toolchain: str = "cpu", arch: str | None = 
         raise ValueError(f"toolchain must be one of {TOOLCHAINS}, got {toolchain!r}")
     compiler = compiler_for(toolchain)
     if compiler is None:
-        raise CompileError(toolchain, [], f"no {toolchain} compiler found on PATH "
-                           f"({'g++' if toolchain == 'cpu' else toolchain}); install it or choose "
-                           f"another toolchain")
+        hint = ("install g++ (apt install g++)" if toolchain == "cpu" else
+                f"install {'the CUDA toolkit' if toolchain == 'nvcc' else 'ROCm (hipcc)'}, or run the "
+                f"kernels on the CPU runtime by passing CPU tensors (x.cpu(), w.cpu())")
+        raise CompileError(toolchain, [], f"no {'g++' if toolchain == 'cpu' else toolchain} on "
+                           f"PATH: {hint}")
     text = source_text() if text is None else text
     args = flags(toolchain, arch, defines, shared)
     key = _key(text, compiler, args)
