@@ -193,8 +193,12 @@ rmsnorm_shuffle = _wrapper("shuffle")
 rmsnorm_vectorized = _wrapper("vectorized")
 rmsnorm_unfused = _wrapper("unfused")
 
+# GPU tensors need the GPU's compiler (nvcc or hipcc); without it only the CPU runtime is offered.
+_DEVICES = ("cpu", "cuda") if (build.available("nvcc") or build.available("hipcc")) else ("cpu",)
+
 for _variant in VARIANTS:
     registry.register(registry.Impl(
         f"hip.{_variant}", "rmsnorm", globals()[f"rmsnorm_{_variant}"], "hip", dtypes=DTYPES,
+        devices=_DEVICES,
         max_cols=VECTORIZED_MAX_COLS if _variant == "vectorized" else None,
         description=DESCRIPTIONS[_variant]))
