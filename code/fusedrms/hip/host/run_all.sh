@@ -10,7 +10,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=${BUILD_DIR:-$(mktemp -d)}
 compiler=${COMPILER:-}
 if [ -z "$compiler" ]; then
-  if command -v hipcc >/dev/null && { command -v rocminfo >/dev/null || [ -n "${HIP_ARCH:-}" ]; }; then compiler=hipcc
+  if command -v hipcc >/dev/null && { [ -n "${HIP_ARCH:-}" ] || rocminfo 2>/dev/null | grep -q 'gfx[0-9]'; }; then compiler=hipcc
   elif command -v nvcc >/dev/null && command -v nvidia-smi >/dev/null; then compiler=nvcc
   else compiler=g++; fi
 fi
