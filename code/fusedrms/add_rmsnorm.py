@@ -205,7 +205,7 @@ def candidate_configs(cols: int, dtype: torch.dtype, max_elements_per_thread: in
 # [/book:candidates]
 
 
-def persistent_variants(config: LaunchConfig, stages=(1, 2, 3),
+def persistent_variants(config: LaunchConfig, stages=(1, 2),
                         programs_per_sm=(1, 2, 4, 8)) -> list[LaunchConfig]:
     """The same compiled tile, launched as a persistent grid, with loads pipelined ``stages`` deep.
     Programs per SM stay within the 64 resident warps an SM holds."""

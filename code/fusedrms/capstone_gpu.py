@@ -7,8 +7,8 @@ shows next to the measurement harness's grid. Run by ``code/scripts/gpu/07_capst
 
 **Tuning.** For each key ``(cols, dtype)`` the tuner times every compiled candidate
 (:func:`fusedrms.add_rmsnorm.candidate_configs`, plus the heuristic and the one-row-per-program
-baseline) at several row counts, keeps the two best, and tries each as a persistent grid with 1-3
-pipeline stages. The winner minimizes the *worst* ratio to the best time seen at any of the row
+baseline) at several row counts, keeps the two best, and tries each as a persistent grid with 1 or
+2 pipeline stages. The winner minimizes the *worst* ratio to the best time seen at any of the row
 counts (minimax regret): one configuration per key has to serve every batch size, so it must not be
 far off at any of them. fp16 has bf16's element size and the same code path, so it is not searched
 again: bf16's best few are timed on fp16 and the fastest is recorded.
@@ -164,7 +164,8 @@ def tune_key(cols: int, dtype: torch.dtype, rows_list, deadline: float, trials: 
     inputs = _Inputs(cols, dtype)
     heuristic, baseline = A.heuristic_config(cols, dtype), baseline_config(cols)
     if candidates is None:
-        candidates = list(dict.fromkeys(A.candidate_configs(cols, dtype) + [heuristic, baseline]))
+        # the known-good ones first, so a key cut short by its budget still has them
+        candidates = list(dict.fromkeys([heuristic, baseline] + A.candidate_configs(cols, dtype)))
     times = {}
     for cfg in candidates:
         if time.time() > deadline:
@@ -194,6 +195,12 @@ def tune_key(cols: int, dtype: torch.dtype, rows_list, deadline: float, trials: 
             "ranked": [{**c.as_dict(), "worst_ratio_to_best": regret[c]} for c in top(regret, 5)]}
 
 
+def key_order(cols_list, dtypes) -> list:
+    """Keys in the order the tuner visits them: narrow widths first (where tuning matters most),
+    alternating dtypes, so a short budget still covers both."""
+    return [(cols, dtype) for cols in sorted(cols_list) for dtype in dtypes]
+
+
 def tune(out_dir: Path, budget_s: float, cols_list=TUNE_COLS, rows_list=TUNE_ROWS) -> Path:
     env.require_gpu("tuning the capstone")
     start = time.time()
@@ -209,22 +216,26 @@ def tune(out_dir: Path, budget_s: float, cols_list=TUNE_COLS, rows_list=TUNE_ROW
         records.write(table_path, winners, extra)
         records.write(trials_path, trials, extra)
 
-    for dtype in SEARCH_DTYPES:
-        for cols in cols_list:
-            if time.time() > deadline:
-                log(f"budget spent: ({cols}, {A.dtype_name(dtype)}) not tuned (heuristic stays)")
-                continue
-            t0 = time.time()
-            result = tune_key(cols, dtype, rows_list, deadline, trials)
-            if result is None:
-                log(f"({cols}, {A.dtype_name(dtype)}): no configuration timed")
-                continue
-            result["source"] = "searched"
-            winners.append(result)
-            save()
-            log(f"({cols}, {A.dtype_name(dtype)}): {result['label']}, worst ratio "
-                f"{result['worst_ratio_to_best']:.3f}, times {result['times_us']} "
-                f"({result['configs_timed']} configs, {time.time() - t0:.1f} s)")
+    keys = key_order(cols_list, SEARCH_DTYPES)
+    for i, (cols, dtype) in enumerate(keys):
+        now = time.time()
+        if now > deadline:
+            log(f"budget spent: ({cols}, {A.dtype_name(dtype)}) not tuned (heuristic stays)")
+            continue
+        # each remaining key gets a share of what is left in proportion to its work (its candidates
+        # plus the persistent variants); a key that finishes early passes its time on
+        weight = [len(A.candidate_configs(c, d)) + 6 for c, d in keys[i:]]
+        key_deadline = min(deadline, now + (deadline - now) * weight[0] / sum(weight))
+        result = tune_key(cols, dtype, rows_list, key_deadline, trials)
+        if result is None:
+            log(f"({cols}, {A.dtype_name(dtype)}): no configuration timed")
+            continue
+        result["source"] = "searched"
+        winners.append(result)
+        save()
+        log(f"({cols}, {A.dtype_name(dtype)}): {result['label']}, worst ratio "
+            f"{result['worst_ratio_to_best']:.3f}, times {result['times_us']} "
+            f"({result['configs_timed']} configs, {time.time() - now:.1f} s)")
     # fp16: bf16's best few, timed on fp16
     for cols in cols_list:
         bf16 = next((w for w in winners if w["cols"] == cols and w["dtype"] == "bfloat16"), None)
