@@ -314,3 +314,71 @@ def test_correctness_flag_over_processes():
     assert bench._all_correct([True, True]) is True
     assert bench._all_correct([True, False, None]) is False
     assert bench._all_correct([True, None]) is None  # not checked is not "correct"
+
+
+def test_timing_rules_logic_with_a_fake_clock(monkeypatch):
+    """measure_timing_rules' bookkeeping on the CPU: small inputs, fake events, no compile."""
+    import dataclasses
+
+    fake_clock(monkeypatch)
+    original = bench.make_inputs
+    monkeypatch.setattr(bench, "make_inputs",
+                        lambda op, rows, cols, dtype, device="cuda", seed=0:
+                        original(op, 4, 64, dtype, "cpu"))
+    monkeypatch.setattr(bench, "_sync", lambda device="cuda": None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(bench.env, "require_gpu", lambda what: None)
+    monkeypatch.setattr(bench, "pick_target", lambda op="add_rmsnorm": "torch.rms_norm_add")
+    registry.load_all()
+    monkeypatch.setitem(registry._IMPLS, "torch.compile_add", dataclasses.replace(
+        registry._IMPLS["torch.compile_add"], fn=registry._IMPLS["torch.rms_norm_add"].fn))
+    grid = {"records": [dict(impl="k", op="add_rmsnorm", rows=1, cols=8, dtype="bf16",
+                             mode="cold", status="ok", median_us=10.0, p10_us=9.0, p90_us=11.0,
+                             process_medians_us=[9.0, 10.0, 12.0])]}
+    got = {r["rule"]: r for r in bench.measure_timing_rules(grid, log=lambda m: None)}
+    assert set(got) == {"synchronize", "warm-up", "processes", "L2", "launch overhead"}
+    for name, r in got.items():
+        assert r["status"] == "ok", (name, r["status"])
+        assert r["ignored"]["median_us"] > 0 and r["followed"]["median_us"] > 0
+        assert "ignored" in bench.rule_summary(r)
+    assert got["processes"]["worst_across_pct"] == pytest.approx(30.0)
+    assert got["warm-up"]["compile"]["impl"] == "torch.compile_add"
+    assert [s["rows"] for s in got["L2"]["shapes"]] == [1024, 16384]
+    # without a grid the process rule says what it needs instead of failing the others
+    got = {r["rule"]: r for r in bench.measure_timing_rules(None, log=lambda m: None)}
+    assert got["processes"]["status"].startswith("error: RuntimeError: needs the grid")
+    assert got["L2"]["status"] == "ok"
+
+
+def test_profile_with_a_fake_ncu(monkeypatch, tmp_path):
+    """The ncu command line, its filter by kernel name, and the parsed summary."""
+    fake = tmp_path / "ncu"
+    csv_file = tmp_path / "out.csv"
+    csv_file.write_text(NCU_CSV)
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/args\ncat {csv_file}\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(bench, "find_ncu", lambda: str(fake))
+    monkeypatch.setattr(bench, "kernel_names",
+                        lambda *a: ["_add_rmsnorm_kernel", "void at::foo<int>(int)"])
+    s = bench.profile_with_ncu("capstone.fused", rows=64, cols=128)
+    assert s["status"] == "ok", s.get("reason")
+    assert s["kernel_filter"] == "regex:_add_rmsnorm_kernel|foo"
+    args = (tmp_path / "args").read_text()
+    assert "--clock-control none" in args and "--section SpeedOfLight" in args
+    assert "--section MemoryWorkloadAnalysis" in args and "profile-target" in args
+    assert s["dram_throughput_pct"] == 91.52 and s["duration_us"] == pytest.approx(201.34)
+    assert s["model_bytes"] == bench.floor_bytes("add_rmsnorm", 64, 128, "bf16")
+    csv_file.write_text("==ERROR== ERR_NVGPUCTRPERM - no permission\n")
+    s = bench.profile_with_ncu("capstone.fused", rows=64, cols=128)
+    assert s["status"] == "unavailable" and "ERR_NVGPUCTRPERM" in s["reason"]
+    assert s["dram_throughput_pct"] is None and s["duration_us"] is None
+
+
+@pytest.mark.skipif(ENV.on_gpu, reason="checks the worker's no-GPU answer")
+def test_a_real_worker_process_without_gpu_reports_and_the_parent_keeps_going():
+    cases, _ = bench.expand(SMALL)
+    info = {}
+    got, bw, failure = bench._run_process(cases, bench.Settings(), None, 0,
+                                          bench._progress(len(cases), "t"), lambda m: None, info)
+    assert bw is None and failure.startswith("No GPU here")
+    assert len(got) == len(cases) and all(r["status"].startswith("not run: No GPU") for r in got)

@@ -69,3 +69,80 @@ def test_graph_replay_removes_launch_overhead():
 def test_copy_bandwidth_is_plausible():
     bw = timing.copy_bandwidth_GBps(256 << 20)
     assert 100 < bw < 20_000
+
+
+class FakeEvent:
+    """Stands in for torch.cuda.Event: a shared fake clock advanced by every recorded call."""
+    clock = [0.0]
+
+    def __init__(self, enable_timing=True):
+        self.t = None
+
+    def record(self):
+        self.t = FakeEvent.clock[0]
+
+    def elapsed_time(self, other):  # milliseconds, like CUDA events
+        return other.t - self.t
+
+
+def fake_cuda(monkeypatch, call_ms=0.004):
+    """Enough of torch.cuda for time_gpu's control flow to run on the CPU."""
+    calls = {"fn": 0, "flush": 0, "replay": 0, "captured": 0}
+
+    class FakeGraph:
+        def replay(self):
+            calls["replay"] += 1
+            FakeEvent.clock[0] += call_ms * calls["captured_per_graph"]
+
+    class FakeGraphCtx:
+        def __init__(self, g):
+            calls["capturing"] = True
+
+        def __enter__(self):
+            calls["captured_before"] = calls["fn"]
+
+        def __exit__(self, *a):
+            calls["captured_per_graph"] = calls["fn"] - calls["captured_before"]
+            calls["capturing"] = False
+
+    class FakeStream:
+        def wait_stream(self, other):
+            pass
+
+    import contextlib
+
+    monkeypatch.setattr(timing.env, "require_gpu", lambda what: None)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", FakeGraphCtx)
+    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: FakeStream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(timing, "flush_l2", lambda: calls.__setitem__("flush", calls["flush"] + 1))
+
+    def fn():
+        calls["fn"] += 1
+        if not calls.get("capturing"):
+            FakeEvent.clock[0] += call_ms
+    return fn, calls
+
+
+def test_time_gpu_control_flow_warm_and_cold(monkeypatch):
+    fn, calls = fake_cuda(monkeypatch)
+    samples = timing.time_gpu(fn, warmup=3, reps=7, l2="warm")
+    assert len(samples) == 7 and calls["fn"] == 10 and calls["flush"] == 0
+    assert all(s == pytest.approx(4.0) for s in samples)  # 0.004 ms = 4 µs per call
+    calls["fn"] = 0
+    samples = timing.time_gpu(fn, warmup=2, reps=5, l2="cold")
+    assert calls["fn"] == 7 and calls["flush"] == 2 + 1 + 5  # warm-up, once before, every rep
+
+
+def test_time_gpu_graph_divides_by_calls_per_replay(monkeypatch):
+    fn, calls = fake_cuda(monkeypatch)
+    samples = timing.time_gpu(fn, warmup=1, reps=4, l2="warm", graph=True)
+    assert calls["captured_per_graph"] == timing.GRAPH_CALLS
+    assert calls["replay"] == 5 and len(samples) == 4
+    assert all(s == pytest.approx(4.0) for s in samples)  # per call, not per replay
+    samples = timing.time_gpu(fn, warmup=0, reps=3, l2="cold", graph=True)
+    assert calls["captured_per_graph"] == 1 and len(samples) == 3
