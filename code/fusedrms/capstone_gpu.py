@@ -181,7 +181,22 @@ def tune_key(cols: int, dtype: torch.dtype, rows_list, deadline: float, trials: 
                 break
             if variant not in times:
                 times[variant] = _measure(variant, inputs, rows_list, trials, deadline)
-    winner, regret = select_winner(times)
+    # Timings of medium shapes are noisy: time the finalists again, interleaved, keep the better
+    # median of the two for each, and choose among them.
+    _, regret = select_winner(times)
+    finalists = list(dict.fromkeys(top(regret, 4) + [c for c in (heuristic, baseline)
+                                                     if times.get(c)]))
+    for rows in rows_list:
+        x, r, y = inputs.get(rows)
+        for cfg in finalists:
+            if time.time() > deadline + 5:  # cheap (no compiles): a few seconds of slack
+                break
+            try:
+                again = median_us(lambda: A.launch(x, r, inputs.w, y, None, EPS, cfg))
+                times[cfg][rows] = min(times[cfg][rows], again)
+            except Exception as e:  # noqa: BLE001
+                log(f"re-timing {cfg.label()} at {rows} rows failed: {e}")
+    winner, regret = select_winner({c: times[c] for c in finalists})
     inputs.free()
     return {"cols": cols, "dtype": A.dtype_name(dtype), **winner.as_dict(), "label": winner.label(),
             "worst_ratio_to_best": regret[winner],
@@ -192,7 +207,22 @@ def tune_key(cols: int, dtype: torch.dtype, rows_list, deadline: float, trials: 
             "baseline": baseline.as_dict(),
             "baseline_times_us": {str(n): v for n, v in sorted(times.get(baseline, {}).items())},
             "configs_timed": sum(1 for t in times.values() if t),
+            "finalists": [c.label() for c in finalists],
             "ranked": [{**c.as_dict(), "worst_ratio_to_best": regret[c]} for c in top(regret, 5)]}
+
+
+def warm_up_gpu(seconds: float = 1.0) -> None:
+    """Keep the GPU busy for a moment so clocks have ramped up before the first timing."""
+    if not torch.cuda.is_available():
+        return
+    a = torch.empty(64 << 20, dtype=torch.float32, device="cuda")
+    b = torch.empty_like(a)
+    end = time.time() + seconds
+    while time.time() < end:
+        for _ in range(20):
+            b.copy_(a)
+        torch.cuda.synchronize()
+    del a, b
 
 
 def key_order(cols_list, dtypes) -> list:
@@ -215,6 +245,8 @@ def tune(out_dir: Path, budget_s: float, cols_list=TUNE_COLS, rows_list=TUNE_ROW
     def save():
         records.write(table_path, winners, extra)
         records.write(trials_path, trials, extra)
+
+    warm_up_gpu()
 
     keys = key_order(cols_list, SEARCH_DTYPES)
     for i, (cols, dtype) in enumerate(keys):
