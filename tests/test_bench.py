@@ -382,3 +382,23 @@ def test_a_real_worker_process_without_gpu_reports_and_the_parent_keeps_going():
                                           bench._progress(len(cases), "t"), lambda m: None, info)
     assert bw is None and failure.startswith("No GPU here")
     assert len(got) == len(cases) and all(r["status"].startswith("not run: No GPU") for r in got)
+
+
+def test_budget_deadlines_favour_the_first_process_and_keep_a_compile_reserve(monkeypatch):
+    seen = []
+
+    def runner(cases, settings, deadline, index, bar, log, device_info):
+        seen.append((index, deadline - bench.time.time(), cases[0]["impl"]))
+        return [], 1000.0, None
+
+    sweep = [bench.Sweep("t", "add_rmsnorm", (4,), (64,), ("fp32",),
+                         impls=("torch.eager_chain", "torch.compile_add"))]
+    bench.run_sweeps(sweep, bench.Settings(processes=3, compile_processes=1, budget_s=100,
+                                           compile_share=0.3), None, log=lambda m: None,
+                     runner=runner)
+    (i0, d0, _), (i1, d1, _), (i2, d2, _), (i3, d3, impl3) = seen
+    assert impl3 == "torch.compile_add"
+    assert d0 == pytest.approx(70 * 2 / 4, abs=1)  # 70 s for kernels, the first gets 2 shares
+    assert d1 == pytest.approx(70 / 2, abs=1)  # instant runs: the others share what is left
+    assert d2 == pytest.approx(70, abs=1)
+    assert d3 == pytest.approx(100, abs=2)  # the rest of the budget goes to compile

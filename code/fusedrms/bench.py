@@ -529,9 +529,12 @@ def run_sweeps(sweeps: list[Sweep], settings: Settings, out: str | Path | None =
         deadline = None
         if end:
             remaining_kernel_runs = max(settings.processes - i, 0)
-            if remaining_kernel_runs:  # kernels share what is left above the compile reserve
+            if remaining_kernel_runs:  # kernels share what is left above the compile reserve;
+                # the first process counts double: it pays the JIT compilation of every kernel
                 reserve = compile_reserve * settings.budget_s
-                deadline = time.time() + max(end - reserve - time.time(), 0) / remaining_kernel_runs
+                weight = 2.0 if i == 0 else 1.0
+                shares = weight + (remaining_kernel_runs - 1)
+                deadline = time.time() + max(end - reserve - time.time(), 0) * weight / shares
             else:
                 share = (end - time.time()) / (len(runs) - i)
                 deadline = time.time() + share
