@@ -375,7 +375,7 @@ def _run_process(cases: list[dict], settings: Settings, deadline: float | None, 
         spec_path = f.name
     cmd = [sys.executable, "-m", "fusedrms.bench", "worker", spec_path]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, bufsize=1)
-    hard_limit = None if deadline is None else max(deadline - time.time(), 0) + 90
+    hard_limit = None if deadline is None else max(deadline - time.time(), 0) + 30
     killer = None
     if hard_limit is not None:  # a hung compile must not hang the whole run
         killer = threading.Timer(hard_limit, proc.kill)

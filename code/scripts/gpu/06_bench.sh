@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# budget: 330
 # Chapter 6: the recorded benchmark grid, the timing rules, an Nsight Compute summary, the chart.
 # Budget: 330 s in total. Each step has its own hard limit and writes its own files, so one
 # failure does not hide the others. Outputs go flat into $RESULTS:
@@ -14,19 +15,19 @@ status=0
 
 # 1. The grid (kernels and peers in 3 processes, torch.compile in 1 more with what is left).
 #    --budget-s is the soft limit (later cases are recorded as skipped); timeout is the hard one.
-step "bench plan h200 (soft budget 195 s, hard limit 215 s)"
-timeout -k 5 215 python3 -m fusedrms.bench plan h200 --budget-s 195 --compile-share 0.3 \
+step "bench plan h200 (soft budget 190 s, hard limit 210 s)"
+timeout -k 5 210 python3 -m fusedrms.bench plan h200 --budget-s 190 --compile-share 0.3 \
   --allow-missing-floor --out "$RESULTS/bench_grid.json" || { echo "bench: exit $?"; status=1; }
 
 # 2. Each timing rule, kept and ignored (uses the grid's per-process medians when present).
-step "timing rules (hard limit 32 s)"
+step "timing rules (hard limit 40 s)"
 grid_arg=(); [ -f "$RESULTS/bench_grid.json" ] && grid_arg=(--grid "$RESULTS/bench_grid.json")
-timeout -k 5 32 python3 -m fusedrms.bench rules "${grid_arg[@]}" --out "$RESULTS/timing_rules.json" \
+timeout -k 5 40 python3 -m fusedrms.bench rules "${grid_arg[@]}" --out "$RESULTS/timing_rules.json" \
   || { echo "rules: exit $?"; status=1; }
 
 # 3. Nsight Compute on the target kernel only, filtered by name ("unavailable" if it fails).
-step "ncu summary (hard limit 42 s)"
-timeout -k 5 42 python3 -m fusedrms.bench ncu --timeout 32 --out "$RESULTS/ncu_summary.json" \
+step "ncu summary (hard limit 45 s)"
+timeout -k 5 45 python3 -m fusedrms.bench ncu --timeout 28 --out "$RESULTS/ncu_summary.json" \
   || { echo "ncu: exit $?"; status=1; }
 if [ -f "$RESULTS/ncu_summary.json" ]; then
   python3 - "$RESULTS" <<'PY' || true
@@ -40,9 +41,9 @@ PY
 fi
 
 # 4. The chart.
-step "plot (hard limit 20 s)"
+step "plot (hard limit 15 s)"
 if [ -f "$RESULTS/bench_grid.json" ]; then
-  timeout -k 5 20 python3 -m fusedrms.plots "$RESULTS/bench_grid.json" --out "$RESULTS/bench_plot" \
+  timeout -k 5 15 python3 -m fusedrms.plots "$RESULTS/bench_grid.json" --out "$RESULTS/bench_plot" \
     || { echo "plot: exit $?"; status=1; }
 fi
 step "done, exit $status"
