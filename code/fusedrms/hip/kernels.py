@@ -61,13 +61,14 @@ def is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def default_block_size(variant: str, cols: int) -> int:
+def default_block_size(variant: str, cols: int, dtype: torch.dtype = torch.float32) -> int:
     """The book's choice: 256 threads (the seed's), 128 rows per block for serial, and for the
     vectorized kernel enough threads that each holds about four 16-byte packs of the row."""
     if variant == "serial":
         return 128
     if variant == "vectorized":
-        want = -(-cols // 16)  # about 16 floats (four packs of fp32) per thread
+        per_pack = 16 // torch.tensor([], dtype=dtype).element_size()  # 4 floats or 8 halves
+        want = -(-cols // (4 * per_pack))  # threads for about four packs each
         block = 64
         while block < want and block < MAX_BLOCK:
             block *= 2
@@ -119,7 +120,7 @@ def rmsnorm(x, w, eps: float = 1e-5, variant: str = "block", block_size: int | N
         raise validation.InputError(f"w is {w.dtype} but x is {x2.dtype}; the HIP kernels read both "
                                     f"in one format: convert with w.to(x.dtype).")
     eps = validation.check_eps(eps)
-    block = _check_block(default_block_size(variant, cols) if block_size is None else block_size,
+    block = _check_block(default_block_size(variant, cols, x2.dtype) if block_size is None else block_size,
                          variant, cols)
     y2 = torch.empty((rows, cols), dtype=x2.dtype, device=x2.device)
     if rows == 0:

@@ -147,16 +147,18 @@ __global__ void rmsnorm_vectorized(const T* x, const T* w, T* y, int rows, int c
     const Pack<T, VEC>* x_row = reinterpret_cast<const Pack<T, VEC>*>(x + row * x_stride);
     const Pack<T, VEC>* w_packs = reinterpret_cast<const Pack<T, VEC>*>(w);
     Pack<T, VEC>* y_row = reinterpret_cast<Pack<T, VEC>*>(y + (long)row * cols);
-    float v[PACKS][VEC];
+    Pack<T, VEC> held[PACKS];  // the row, as loaded: 16-bit formats stay 16-bit in registers
     float sum_sq = 0.0f;
 #pragma unroll
     for (int i = 0; i < PACKS; ++i) {
         const int p = threadIdx.x + i * blockDim.x;
-        const Pack<T, VEC> in = p < packs_in_row ? x_row[p] : Pack<T, VEC>{};
+        if (p < packs_in_row) {
+            held[i] = x_row[p];
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-            v[i][j] = p < packs_in_row ? to_float(in.v[j]) : 0.0f;
-            sum_sq += v[i][j] * v[i][j];
+            for (int j = 0; j < VEC; ++j) {
+                const float v = to_float(held[i].v[j]);
+                sum_sq += v * v;
+            }
         }
     }
     const float r = rsqrtf(block_sum_shuffle(sum_sq) / cols + eps);
@@ -167,7 +169,8 @@ __global__ void rmsnorm_vectorized(const T* x, const T* w, T* y, int rows, int c
             const Pack<T, VEC> wp = w_packs[p];
             Pack<T, VEC> out;
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) out.v[j] = from_float<T>(v[i][j] * r * to_float(wp.v[j]));
+            for (int j = 0; j < VEC; ++j)
+                out.v[j] = from_float<T>(to_float(held[i].v[j]) * r * to_float(wp.v[j]));
             y_row[p] = out;
         }
     }
