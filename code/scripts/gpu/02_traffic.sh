@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# budget: 40
 # Chapter 2 (traffic model) on the GPU, budget about 20 s. Writes into $RESULTS:
 #   traffic_bandwidth.json      the measured copy bandwidth next to the published table, and the
 #                               model's ideal times for the chapter's shapes at both

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# budget: 170
 # Chapter 7 (the capstone) on the GPU, budget 150 s. Writes into $RESULTS:
 #   capstone_extra.json           the seed listing's launch error and partial normalization, the
 #                                 kernels each PyTorch route launches (torch.profiler), copy

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every chapter on the GPU under nbval (the same command CI runs on the CPU), then chapter 1's
-# budget: 300
+# budget: 240
 # printed output kept as a record.
 set -uo pipefail
 source code/scripts/gpu/jupyter_env.source
