@@ -100,3 +100,14 @@ def test_census_and_tuning_readers():
     rows = R.tuning_rows(tuning)
     assert len(rows) == 1 and rows[0]["times_us"] == {256: 3.0, 4096: 15.0}
     assert rows[0]["baseline_times_us"] == {256: 6.0} and rows[0]["heuristic_times_us"] == {}
+
+
+def test_grid_points_ignore_sweeps_that_retime_grid_shapes():
+    from fusedrms import capstone_results as cr
+
+    rec = dict(impl="capstone.fused", op="add_rmsnorm", rows=4096, cols=4096, dtype="bf16",
+               mode="cold", status="ok", median_us=30.0, pct_of_floor=80.0)
+    doc = {"records": [dict(rec, sweep="grid"), dict(rec, sweep="l2", median_us=99.0),
+                       dict(rec, sweep="extra_ops", median_us=98.0)]}
+    points = cr.grid_points(doc)
+    assert [p.median_us for p in points] == [30.0]

@@ -90,11 +90,17 @@ class Point:
         return (self.rows, self.cols, self.dtype)
 
 
-def grid_points(doc: dict | None) -> list[Point]:
-    """The usable records of a harness file (``bench_grid``); malformed ones are skipped."""
+def grid_points(doc: dict | None, sweeps: tuple = ("grid", "graph")) -> list[Point]:
+    """The usable records of a harness file (``bench_grid``); malformed ones are skipped.
+
+    Only the harness's ``grid`` and ``graph`` sweeps count: its ``l2`` and ``extra_ops`` sweeps
+    re-time grid shapes under other conditions and would overwrite the grid's numbers.
+    """
     out = []
     for rec in (doc or {}).get("records", []) if isinstance(doc, dict) else []:
         if not isinstance(rec, dict) or rec.get("status", "ok") != "ok":
+            continue
+        if "sweep" in rec and rec["sweep"] not in sweeps:
             continue
         try:
             impl, op = str(rec["impl"]), str(rec.get("op", ""))
