@@ -116,7 +116,7 @@ class Sweep:
 
 
 PLANS = {
-    # The recorded H200 run (code/scripts/gpu/06_bench.sh). Order matters: under a time budget
+    # The recorded H200 run (code/scripts/gpu/80_bench.sh). Order matters: under a time budget
     # the last cases of a process are the ones skipped.
     "h200": [
         Sweep("grid", "add_rmsnorm", (1, 16, 256, 1024, 4096, 16384), (2048, 4096, 8192, 16384),

@@ -9,7 +9,7 @@
 #   capstone_tuning_trials.json   every configuration timed, for the chapter
 #   capstone_confirm.json         the capstone with the new table next to the eager peers (L2
 #                                 flushed): the tuned kernel's own numbers, since the harness's
-#                                 grid (06_bench) ran before this table existed
+#                                 grid (80_bench) runs after this piece, so it times the tuned kernel
 # Each step is its own python process with its own timeout; the tuner stops itself at its budget
 # and saves after every key, so a kill still leaves what was measured.
 set -uo pipefail

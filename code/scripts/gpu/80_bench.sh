@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # budget: 330
+# Named 80_ so it runs after 07_capstone has tuned the capstone: the grid times the tuned kernel.
 # Chapter 6: the recorded benchmark grid, the timing rules, an Nsight Compute summary, the chart.
 # Budget: 330 s in total. Each step has its own hard limit and writes its own files, so one
 # failure does not hide the others. Outputs go flat into $RESULTS:
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/../../.."
 export PYTHONPATH="$PWD/code${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
-step() { echo "--- 06_bench [+$(elapsed) s] $*"; }
+step() { echo "--- 80_bench [+$(elapsed) s] $*"; }
 status=0
 
 # 1. The grid (kernels and peers in 3 processes, torch.compile in 1 more with what is left).
