@@ -41,3 +41,11 @@ def test_bad_inputs_are_explained():
         hip_frames.trace([1, 2], [1])
     with pytest.raises(ValueError, match="columns"):
         hip_frames.trace(list(range(9)), [1] * 9)
+
+
+def test_explorer_accepts_text_and_reports_bad_input():
+    assert hip_frames.trace("3, 4, -3, -4", "1 0.5 2 1").total == 50
+    with pytest.raises(ValueError, match="commas"):
+        hip_frames.trace("3, four", "1, 1")
+    box = hip_frames.explorer(threads=2)
+    assert box.children, "the explorer shows its controls and frames"

@@ -36,9 +36,20 @@ class BlockTrace:
     y: list[float]
 
 
+def _values(v, name: str) -> list[float]:
+    """A list of numbers from a sequence or from text such as "3, 4, -3, -4"."""
+    if isinstance(v, str):
+        try:
+            return [float(t) for t in v.replace(",", " ").split()]
+        except ValueError:
+            raise ValueError(f"{name}: write numbers separated by commas, e.g. 3, 4, -3, -4") from None
+    return [float(t) for t in v]
+
+
 def trace(x, w, eps: float = 1e-5, threads: int = 4) -> BlockTrace:
-    x = [float(v) for v in x]
-    w = [float(v) for v in w]
+    x = _values(x, "x")
+    w = _values(w, "w")
+    threads = int(threads)
     if not 1 <= len(x) <= MAX_COLS:
         raise ValueError(f"the animation draws 1 to {MAX_COLS} columns; got {len(x)}")
     if len(w) != len(x):
@@ -205,3 +216,16 @@ def check_against_kernels(x=(3, 4, -3, -4), w=(1, 0.5, 2, 1), eps: float = 1e-5,
         y = kernels.rmsnorm(xt, wt, eps, variant=variant, block_size=block).cpu()
         out[variant] = checks.allclose(y, expected)
     return out
+
+
+def explorer(x="3, 4, -3, -4", w="1, 0.5, 2, 1", eps: float = 1e-5, threads: int = 4):
+    """The animation with editable x, w, eps and thread count (recomputes in a live kernel)."""
+    import ipywidgets as widgets
+
+    from .stepper import explorer as _explorer
+
+    controls = {"x": widgets.Text(value=x, description="x"),
+                "w": widgets.Text(value=w, description="w"),
+                "eps": widgets.FloatText(value=eps, description="eps"),
+                "threads": widgets.Dropdown(options=[1, 2, 4, 8], value=threads, description="threads")}
+    return _explorer(frames, controls)
