@@ -175,8 +175,10 @@ def measure(shapes=(SEED_SHAPE, *LARGE_SHAPES), names=LADDER, block_sizes=BLOCK_
 # ---- reading a recorded file (used by the chapter and its tests) ----
 
 def ladder_rows(doc: dict, rows: int, cols: int, dtype: str) -> list[dict]:
-    return [r for r in doc["records"] if r.get("kind") == "ladder" and r["rows"] == rows
-            and r["cols"] == cols and r["dtype"] == dtype]
+    """The ladder's records at one shape, in the ladder's order (serial first)."""
+    found = [r for r in doc["records"] if r.get("kind") == "ladder" and r["rows"] == rows
+             and r["cols"] == cols and r["dtype"] == dtype]
+    return sorted(found, key=lambda r: LADDER.index(r["name"]) if r["name"] in LADDER else len(LADDER))
 
 
 def table(doc: dict) -> str:
