@@ -299,6 +299,34 @@ def test_recorded_results_summary_and_verdicts(tmp_path):
     assert not any("2x7168" in l for l in lines)  # small shapes are not held to the targets
 
 
+def test_verdicts_prefer_cuda_graph_times(tmp_path):
+    doc = _fake_doc(tmp_path, speedup_large=1.2, floor_fraction=0.5)
+    r = next(r for r in doc["records"] if r.get("rows") == 16384)
+    r.update(speedup_graph=2.2, fused_graph_us=90.0, fused_graph_floor_fraction=0.95)
+    lines = q.target_verdicts(doc)
+    assert any("2.20x faster than naive (CUDA graph); target >= 1.5x: met" in l for l in lines)
+    assert any("95.0% of the copy floor (CUDA graph)" in l and l.endswith(": met") for l in lines)
+
+
+def test_launch_options_cap_registers_only_on_cuda_at_16_warps(monkeypatch):
+    if ENV.backend != "cuda":
+        assert q.launch_options(16) == {"num_warps": 16}
+    fake = env.Env("cuda", torch.device("cuda"), "NVIDIA H200", "compiled for the GPU", "nvcc",
+                   {"torch": torch.__version__, "python": "3"})
+    monkeypatch.setattr(env, "current", lambda: fake)
+    monkeypatch.setattr(q, "_supports_maxnreg", lambda: True)
+    assert q.launch_options(16) == {"num_warps": 16, "maxnreg": 64}
+    assert q.launch_options(16, cap_registers=False) == {"num_warps": 16}
+    assert q.launch_options(8) == {"num_warps": 8}
+
+
+def test_kernel_resources_runs_everywhere():
+    res = q.kernel_resources(rows=2, cols=300)
+    assert res["num_warps"] == 4 and set(res) >= {"fused_registers", "norm_spills"}
+    if ENV.on_gpu and ENV.backend == "cuda":
+        assert res["fused_registers"] > 0
+
+
 def test_verdicts_report_the_gap_when_not_met(tmp_path):
     lines = q.target_verdicts(_fake_doc(tmp_path, speedup_large=1.3, floor_fraction=0.8))
     assert any("not met (gap 0.20x)" in l for l in lines)

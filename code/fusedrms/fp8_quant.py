@@ -264,12 +264,17 @@ def to_bf16_value(v, SOFTWARE_ROUNDING: tl.constexpr):
 
 
 @triton.jit
-def normalize_rows_bf16(x, w, cols_f, eps, SOFTWARE_ROUNDING: tl.constexpr):
-    """Steps 1-3 on a (blocks, 128) tile of fp32 x (masked lanes 0): returns bf16 values in fp32."""
+def row_rscale_tile(x, cols_f, eps):
+    """Steps 1-2 on a (blocks, 128) tile of fp32 x (masked lanes 0): r = 1 / sqrt(mean + eps)."""
     squares = (x * x).to(tl.float64)  # exact for bf16 x; summed in float64, so order-free
     sum_sq = tl.sum(tl.sum(squares, axis=1), axis=0).to(tl.float32)
     mean_sq = tl.div_rn(sum_sq, cols_f)
-    r = tl.div_rn(1.0, tl.sqrt_rn(mean_sq + eps))  # correctly rounded, unlike rsqrt
+    return tl.div_rn(1.0, tl.sqrt_rn(mean_sq + eps))  # correctly rounded, unlike rsqrt
+
+
+@triton.jit
+def normalize_bf16(x, r, w, SOFTWARE_ROUNDING: tl.constexpr):
+    """Step 3: returns the bf16 values of the normalized, weighted row (held in fp32)."""
     normed = to_bf16_value(x * r, SOFTWARE_ROUNDING)  # cast the normalized row to bf16 ...
     return to_bf16_value(normed * w, SOFTWARE_ROUNDING)  # ... then gamma, rounded once more
 
@@ -301,8 +306,11 @@ def rmsnorm_fp8_fused_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, cols_f, 
     offsets = blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
     mask = offsets < cols
     x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    r = row_rscale_tile(x, cols_f, eps)
+    # gamma is loaded only now: loaded earlier it would hold registers through the reduction,
+    # and registers per thread decide how many rows an SM keeps in flight
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    y = normalize_rows_bf16(x, w, cols_f, eps, SOFTWARE_ROUNDING)  # stays in registers
+    y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)  # stays in registers
     codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING)
     tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
     n_blocks = tl.cdiv(cols, BLOCK_COLS)
@@ -319,8 +327,9 @@ def rmsnorm_bf16_kernel(x_ptr, w_ptr, y_ptr, cols, cols_f, x_row_stride, eps,
     offsets = tl.arange(0, BLOCKS)[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
     mask = offsets < cols
     x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    r = row_rscale_tile(x, cols_f, eps)
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    y = normalize_rows_bf16(x, w, cols_f, eps, SOFTWARE_ROUNDING)
+    y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)
     tl.store(y_ptr + row * cols + offsets, y.to(tl.bfloat16), mask=mask)  # exact: y is bf16 already
 
 
@@ -376,7 +385,31 @@ def num_warps_for(tile_elements: int) -> int:
     return max(4, min(16, tile_elements // 512))
 
 
-def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps):
+# Registers per thread decide how many programs (rows) an SM keeps in flight: an SM has 65536
+# registers, so two 16-warp (512-thread) programs fit only at <= 64 registers per thread. Without a
+# cap the compiler may take a few more and leave one row per SM, and the kernel waits on memory
+# latency instead of streaming (chapter 8 measures both).
+REGISTER_CAP = {16: 64}
+
+
+def _supports_maxnreg() -> bool:
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except ImportError:
+        return False
+    return "maxnreg" in getattr(CUDAOptions, "__dataclass_fields__", {})
+
+
+def launch_options(num_warps: int, cap_registers: bool = True) -> dict:
+    """Triton launch options: ``num_warps``, plus ``maxnreg`` on CUDA when the cap applies."""
+    options = {"num_warps": num_warps}
+    if (cap_registers and num_warps in REGISTER_CAP and env.current().backend == "cuda"
+            and _supports_maxnreg()):
+        options["maxnreg"] = REGISTER_CAP[num_warps]
+    return options
+
+
+def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=True):
     x2, w, eps, floor, shape = _check_inputs(x, w, eps, absmax_floor, env.current().device)
     cols = x2.shape[1]
     validation.check_width(cols, MAX_COLS, "fp8_quant (one row per program)")
@@ -391,7 +424,7 @@ def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps):
     software = rounding == "software"
     codes_out = codes.view(torch.uint8) if software else codes
     meta = dict(BLOCK_COLS=BLOCK_COLS, BLOCKS=blocks, SOFTWARE_ROUNDING=software,
-                num_warps=num_warps or num_warps_for(blocks * BLOCK_COLS))
+                **launch_options(num_warps or num_warps_for(blocks * BLOCK_COLS), cap_registers))
     return x2, w, eps, floor, shape, codes, codes_out, scales, meta
 
 
@@ -410,10 +443,16 @@ def _shaped(codes, scales, shape):
 
 
 def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR,
-                      rounding: str = "auto", num_warps: int | None = None):
-    """One kernel: normalize and quantize each row on chip. Returns ``(codes, scales)``."""
+                      rounding: str = "auto", num_warps: int | None = None,
+                      cap_registers: bool = True):
+    """One kernel: normalize and quantize each row on chip. Returns ``(codes, scales)``.
+
+    ``rounding``: ``"auto"`` (default), ``"cast"`` or ``"software"`` (module docstring).
+    ``num_warps`` defaults to :func:`num_warps_for` the padded row; ``cap_registers`` applies
+    :data:`REGISTER_CAP` on CUDA (two programs per SM at 16 warps).
+    """
     x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
-        x, w, eps, absmax_floor, rounding, num_warps)
+        x, w, eps, absmax_floor, rounding, num_warps, cap_registers)
     rows, cols = x2.shape
     if rows == 0:
         return _shaped(codes, scales, shape)
@@ -424,10 +463,11 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
 
 
 def rmsnorm_fp8_naive(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR,
-                      rounding: str = "auto", num_warps: int | None = None):
+                      rounding: str = "auto", num_warps: int | None = None,
+                      cap_registers: bool = True):
     """Two kernels: the norm writes bf16 rows to memory, the quantizer reads them back."""
     x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
-        x, w, eps, absmax_floor, rounding, num_warps)
+        x, w, eps, absmax_floor, rounding, num_warps, cap_registers)
     rows, cols = x2.shape
     if rows == 0:
         return _shaped(codes, scales, shape)
@@ -436,6 +476,29 @@ def rmsnorm_fp8_naive(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
         rmsnorm_bf16_kernel[(rows,)](x2, w, y, cols, float(cols), x2.stride(0), eps, **meta)
         quantize_fp8_kernel[(rows,)](y, codes_out, scales, cols, floor, FP8_MAX=FP8_MAX, **meta)
     return _shaped(codes, scales, shape)
+
+
+def kernel_resources(rows: int = 4, cols: int = HIDDEN_SIZE, num_warps: int | None = None,
+                     cap_registers: bool = True) -> dict:
+    """Registers and spills per thread of the compiled kernels (GPU; None in the interpreter)."""
+    x, w = make_inputs(rows, cols, 0)
+    x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
+        x, w, RMS_NORM_EPS, ABSMAX_FLOOR, "auto", num_warps, cap_registers)
+    y = torch.empty(x2.shape, dtype=BF16, device=x2.device)
+    with _interpreter_quiet():
+        launched = {
+            "fused": rmsnorm_fp8_fused_kernel[(rows,)](x2, w, codes_out, scales, cols, float(cols),
+                                                       x2.stride(0), eps, floor, FP8_MAX=FP8_MAX,
+                                                       **meta),
+            "norm": rmsnorm_bf16_kernel[(rows,)](x2, w, y, cols, float(cols), x2.stride(0), eps,
+                                                 **meta),
+            "quantize": quantize_fp8_kernel[(rows,)](y, codes_out, scales, cols, floor,
+                                                     FP8_MAX=FP8_MAX, **meta)}
+    out = {"num_warps": meta["num_warps"], "maxnreg": meta.get("maxnreg")}
+    for name, k in launched.items():
+        out[f"{name}_registers"] = getattr(k, "n_regs", None)
+        out[f"{name}_spills"] = getattr(k, "n_spills", None)
+    return out
 
 
 registry.register(registry.Impl(
@@ -604,16 +667,19 @@ def timing_records(shapes=TIMING_SHAPES, warmup: int = 10, reps: int = 50, log=p
         log(f"  copy bandwidth FAILED: {e}")
     for rows, cols in shapes:
         rec = {"kind": "timing", "rows": rows, "cols": cols, "copy_GBps": copy_GBps}
-        try:
-            x, w = make_inputs(rows, cols, 0)
-            for name, fn in (("naive", rmsnorm_fp8_naive), ("fused", rmsnorm_fp8_fused)):
-                times = timing.time_gpu(lambda: fn(x, w), warmup, reps, l2="cold", graph=False)
-                times = sorted(float(t) for t in times)
-                rec[f"{name}_us"] = times[len(times) // 2]
-                rec[f"{name}_us_min"] = times[0]
-            rec["speedup"] = rec["naive_us"] / rec["fused_us"]
-        except Exception as e:  # noqa: BLE001
-            rec["error"] = f"{type(e).__name__}: {e}"
+        x, w = make_inputs(rows, cols, 0)
+        # graph=False: what a Python caller sees (launch overhead included);
+        # graph=True: the kernels replayed from a CUDA graph, so Python's overhead is not counted
+        for graph, suffix in ((False, ""), (True, "_graph")):
+            try:
+                for name, fn in (("naive", rmsnorm_fp8_naive), ("fused", rmsnorm_fp8_fused)):
+                    times = timing.time_gpu(lambda: fn(x, w), warmup, reps, l2="cold", graph=graph)
+                    times = sorted(float(t) for t in times)
+                    rec[f"{name}{suffix}_us"] = times[len(times) // 2]
+                    rec[f"{name}{suffix}_us_min"] = times[0]
+                rec[f"speedup{suffix}"] = rec[f"naive{suffix}_us"] / rec[f"fused{suffix}_us"]
+            except Exception as e:  # noqa: BLE001
+                rec[f"error{suffix}"] = f"{type(e).__name__}: {e}"
         try:
             from . import traffic
 
@@ -624,14 +690,45 @@ def timing_records(shapes=TIMING_SHAPES, warmup: int = 10, reps: int = 50, log=p
                 rec[f"{name}_bytes"] = int(price.bytes_total)
                 if copy_GBps:  # the floor: these bytes moved at the measured copy bandwidth
                     rec[f"{name}_floor_us"] = price.bytes_total / copy_GBps / 1e3
-                    if f"{name}_us" in rec:
-                        rec[f"{name}_floor_fraction"] = rec[f"{name}_floor_us"] / rec[f"{name}_us"]
+                    for suffix in ("", "_graph"):
+                        if f"{name}{suffix}_us" in rec:
+                            rec[f"{name}{suffix}_floor_fraction"] = (
+                                rec[f"{name}_floor_us"] / rec[f"{name}{suffix}_us"])
         except Exception as e:  # noqa: BLE001
             rec["traffic_error"] = f"{type(e).__name__}: {e}"
+        del x, w
         out.append(rec)
         log(f"  time {rows}x{cols}: " + ", ".join(
             f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items()
             if k not in ("kind", "rows", "cols")))
+    return out
+
+
+SWEEP_SHAPE = (16384, 7168)
+SWEEP_CONFIGS = ((16, True), (16, False), (8, False), (32, False))  # (num_warps, cap_registers)
+
+
+def sweep_records(shape=SWEEP_SHAPE, configs=SWEEP_CONFIGS, warmup: int = 5, reps: int = 30,
+                  log=print) -> list[dict]:
+    """The fused kernel's launch configuration at one large shape: time, registers, spills."""
+    from . import timing
+
+    rows, cols = shape
+    x, w = make_inputs(rows, cols, 0)
+    out = []
+    for num_warps, cap in configs:
+        rec = {"kind": "sweep", "rows": rows, "cols": cols, "num_warps": num_warps,
+               "cap_registers": cap}
+        try:
+            rec.update(kernel_resources(num_warps=num_warps, cap_registers=cap))
+            times = sorted(timing.time_gpu(
+                lambda: rmsnorm_fp8_fused(x, w, num_warps=num_warps, cap_registers=cap),
+                warmup, reps, l2="cold", graph=True))
+            rec["fused_graph_us"] = float(times[len(times) // 2])
+        except Exception as e:  # noqa: BLE001
+            rec["error"] = f"{type(e).__name__}: {e}"
+        out.append(rec)
+        log(f"  sweep {rows}x{cols}: {rec}")
     return out
 
 
@@ -648,7 +745,9 @@ def record(path, log=print, check_shapes=CHECK_SHAPES, timing_shapes=TIMING_SHAP
                                                "floor_fraction": TARGET_FLOOR_FRACTION,
                                                "large_rows": LARGE_ROWS}}
     steps = (("exactness", lambda: exactness_records(check_shapes, log=log)),
-             ("timing", lambda: timing_records(timing_shapes, log=log)))
+             ("resources", lambda: [{"kind": "resources", **kernel_resources()}]),
+             ("timing", lambda: timing_records(timing_shapes, log=log)),
+             ("sweep", lambda: sweep_records(log=log) if timing_shapes == TIMING_SHAPES else []))
     for step, fn in steps:
         try:
             out += fn()
@@ -688,8 +787,15 @@ def timing_table(doc: dict) -> list[dict]:
     return [r for r in doc["records"] if r.get("kind") == "timing"]
 
 
+def timing_kind(r: dict) -> str:
+    """``"_graph"`` when the record has CUDA-graph times (kernel time without Python's launch
+    overhead), else ``""`` (times as a Python caller sees them)."""
+    return "_graph" if "speedup_graph" in r else ""
+
+
 def target_verdicts(doc: dict) -> list[str]:
-    """"met / not met" lines for the chapter's targets at the large recorded shapes."""
+    """"met / not met" lines for the chapter's targets at the large recorded shapes, from the
+    CUDA-graph times where recorded (the kernels' own time), else the plain ones."""
     targets = doc["provenance"].get("targets", {})
     speedup_target = targets.get("speedup", TARGET_SPEEDUP)
     floor_target = targets.get("floor_fraction", TARGET_FLOOR_FRACTION)
@@ -699,22 +805,24 @@ def target_verdicts(doc: dict) -> list[str]:
         if r["rows"] < large:
             continue
         shape = f"{r['rows']}x{r['cols']}"
-        if "speedup" not in r:
+        g = timing_kind(r)
+        if f"speedup{g}" not in r:
             lines.append(f"{shape}: not measured ({r.get('error', 'no timing recorded')})")
             continue
-        s = r["speedup"]
+        how = " (CUDA graph)" if g else ""
+        s = r[f"speedup{g}"]
         verdict = "met" if s >= speedup_target else f"not met (gap {speedup_target - s:.2f}x)"
-        lines.append(f"{shape}: fused {s:.2f}x faster than naive; target >= {speedup_target}x: "
-                     f"{verdict}")
-        frac = r.get("fused_floor_fraction")
+        lines.append(f"{shape}: fused {s:.2f}x faster than naive{how}; target >= "
+                     f"{speedup_target}x: {verdict}")
+        frac = r.get(f"fused{g}_floor_fraction")
         if frac is None:
             lines.append(f"{shape}: copy floor not available "
                          f"({r.get('traffic_error', 'no copy bandwidth recorded')})")
         else:
             verdict = ("met" if frac >= floor_target else
                        f"not met (gap {100 * (floor_target - frac):.1f} points: "
-                       f"{r['fused_us'] - r['fused_floor_us']:.1f} us above the floor)")
-            lines.append(f"{shape}: fused at {100 * frac:.1f}% of the copy floor; target >= "
+                       f"{r[f'fused{g}_us'] - r['fused_floor_us']:.1f} us above the floor)")
+            lines.append(f"{shape}: fused at {100 * frac:.1f}% of the copy floor{how}; target >= "
                          f"{100 * floor_target:.0f}%: {verdict}")
     return lines or ["no large-shape timings recorded"]
 
