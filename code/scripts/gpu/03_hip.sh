@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# budget: 120
 # Chapter 3 (HIP route) on the GPU, budget about 90 s. Writes into $RESULTS:
 #   hip_ladder.json      serial -> block -> shuffle -> vectorized, unfused and triton.row at
 #                        1024x4096 fp32 and 16384x8192 fp32/bf16, plus hip.block's block-size sweep
