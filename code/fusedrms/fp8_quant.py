@@ -515,10 +515,13 @@ registry.register(registry.Impl(
 
 # ---------------------------------------------------------------- the cast, in isolation
 
+ELEMENTWISE_BLOCK = 1024  # values per program of the two demonstration kernels below
+
+
 @triton.jit
 def cast_to_fp8_kernel(v_ptr, codes_ptr, n, FP8_MAX: tl.constexpr, BLOCK: tl.constexpr,
                        CLAMP: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr):
-    offsets = tl.arange(0, BLOCK)
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
     if CLAMP:
@@ -531,7 +534,7 @@ def cast_to_fp8_kernel(v_ptr, codes_ptr, n, FP8_MAX: tl.constexpr, BLOCK: tl.con
 
 @triton.jit
 def round_to_bf16_kernel(v_ptr, out_ptr, n, BLOCK: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr):
-    offsets = tl.arange(0, BLOCK)
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
     tl.store(out_ptr + offsets, to_bf16_value(v, SOFTWARE_ROUNDING), mask=mask)
@@ -548,9 +551,9 @@ def triton_cast_to_fp8(values, software: bool, clamp: bool = True) -> torch.Tens
         raise validation.InputError("the software rounding assumes |value| <= 448: keep clamp=True.")
     codes = torch.empty(v.shape, dtype=FP8_DTYPE, device=v.device)
     if v.numel():
-        cast_to_fp8_kernel[(1,)](v, codes.view(torch.uint8) if software else codes, v.numel(),
-                                 FP8_MAX=FP8_MAX, BLOCK=triton.next_power_of_2(v.numel()),
-                                 CLAMP=clamp, SOFTWARE_ROUNDING=software)
+        cast_to_fp8_kernel[(triton.cdiv(v.numel(), ELEMENTWISE_BLOCK),)](
+            v, codes.view(torch.uint8) if software else codes, v.numel(), FP8_MAX=FP8_MAX,
+            BLOCK=ELEMENTWISE_BLOCK, CLAMP=clamp, SOFTWARE_ROUNDING=software)
     return codes
 
 
@@ -561,8 +564,8 @@ def triton_round_to_bf16(values, software: bool) -> torch.Tensor:
         raise validation.InputError("triton_round_to_bf16 takes at most 65536 values per call.")
     out = torch.empty_like(v)
     if v.numel():
-        round_to_bf16_kernel[(1,)](v, out, v.numel(), BLOCK=triton.next_power_of_2(v.numel()),
-                                   SOFTWARE_ROUNDING=software)
+        round_to_bf16_kernel[(triton.cdiv(v.numel(), ELEMENTWISE_BLOCK),)](
+            v, out, v.numel(), BLOCK=ELEMENTWISE_BLOCK, SOFTWARE_ROUNDING=software)
     return out
 
 
