@@ -318,3 +318,15 @@ def test_every_kernel_on_random_shapes(name, rows, cols, dtype_index, seed, zero
     if zero_row and impl.op != "rmsnorm_fp8":
         y = result[0] if isinstance(result, tuple) else result
         assert not y[rows // 2].any()
+
+
+def test_budget_use_table():
+    results = verify.run([registry.get("triton.row")], cases=[verify.case("3x13")])
+    text = verify.budget_use(results)
+    lines = text.splitlines()
+    assert lines[0].split() == ["kernel", "fp32", "fp16", "bf16"] and lines[1].startswith("triton.row")
+    shares = [float(v) for v in lines[1].split()[1:]]
+    assert all(0 <= v < 1 for v in shares)
+    assert verify.budget_use([r.record() for r in results]) == text
+    fp8 = verify.run([registry.get("fp8.fused")], cases=[verify.case("3x13")])
+    assert verify.budget_use(fp8).splitlines()[1].split() == ["fp8.fused", "-", "-", "exact"]

@@ -462,6 +462,33 @@ def matrix(results: list[Check]) -> str:
     return "\n".join(lines)
 
 
+def budget_use(results) -> str:
+    """Worst ``max rel err / rtol`` per kernel and dtype: how much of the tolerance correct kernels
+    use (0.5 is round-to-nearest, 1.0 the edge). Takes :class:`Check` objects or their records.
+    FP8 codes are compared exactly, so those kernels read ``exact``."""
+    worst: dict[tuple, float] = {}
+    exact: set[tuple] = set()
+    for r in results:
+        r = r.record() if isinstance(r, Check) else r
+        if r["status"] != "pass":
+            continue
+        key = (r["kernel"], r["dtype"])
+        if r["op"] == "rmsnorm_fp8":
+            exact.add(key)
+        elif r["rtol"] > 0:
+            worst[key] = max(worst.get(key, 0.0), r["max_rel_err"] / r["rtol"])
+    seen = [(r.record() if isinstance(r, Check) else r)["kernel"] for r in results]
+    kernels = [k for k in dict.fromkeys(seen) if any(kd[0] == k for kd in worst.keys() | exact)]
+    dtypes = ("fp32", "fp16", "bf16")
+    width = max([6] + [len(k) for k in kernels])
+    lines = [f"{'kernel':<{width}} " + " ".join(f"{d:>6}" for d in dtypes)]
+    for k in kernels:
+        cells = [f"{'exact':>6}" if (k, d) in exact else
+                 f"{worst[(k, d)]:>6.2f}" if (k, d) in worst else f"{'-':>6}" for d in dtypes]
+        lines.append(f"{k:<{width}} " + " ".join(cells))
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- command line
 
 def _parser() -> argparse.ArgumentParser:

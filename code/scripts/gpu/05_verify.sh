@@ -12,7 +12,7 @@ RESULTS=${RESULTS:?set RESULTS to the folder that collects the results}
 status=0
 t0=$(date +%s)
 echo "--- 05_verify: boundary suite, every registered kernel (limit 60 s)"
-if timeout 60 python3 -m fusedrms.verify --kernel all --device gpu --jobs 4 --json "$RESULTS/verify_gpu.json"; then
+if timeout 60 python3 -m fusedrms.verify --kernel all --device gpu --json "$RESULTS/verify_gpu.json"; then
   echo "--- 05_verify: suite passed ($(( $(date +%s) - t0 )) s)"
 else
   echo "--- 05_verify: suite FAILED or timed out, exit $? ($(( $(date +%s) - t0 )) s)"; status=1
