@@ -42,7 +42,7 @@ def stepper(frames: list[Frame], interval_ms: int = 1600, description: str = "st
     play = widgets.Play(value=0, min=0, max=last, step=1, interval=interval_ms,
                         description="play", tooltip="play the steps")
     slider = widgets.IntSlider(value=0, min=0, max=last, step=1, description=description,
-                               readout=True, continuous_update=True)
+                               readout=False, continuous_update=True)  # the frame title says "Step k/n"
     links = (widgets.jslink((play, "value"), (slider, "value")),
              widgets.jslink((slider, "value"), (stack, "selected_index")))
     box = widgets.VBox([widgets.HBox([play, slider]), stack])
