@@ -196,6 +196,9 @@ def test_assembly_summary_reads_ptx():
     assert hinted["widest_global_load_vector"] == 2
     assert s["butterfly_shuffles"] == 2 and s["barriers"] == 1 and s["rsqrt"] == 1
     assert s["global_stores"] == 1 and s["shared_stores"] == 1
+    commented = T.assembly_summary("// %bb.0: // %__nv_rsqrtf.exit\nrsqrt.approx.ftz.f32 %f1, %f2;", "ptx")
+    assert commented["rsqrt"] == 1
+    assert "__nv_rsqrtf" not in T.assembly_excerpt("// %__nv_rsqrtf.exit\nrsqrt.approx.f32 %f1;", "ptx")
     amd = T.assembly_summary("global_load_dwordx4 v[0:3]\nds_swizzle_b32\ns_barrier\n", "amdgcn")
     assert amd["global_loads"] == 1 and amd["cross_lane_ops"] == 1
 
@@ -339,5 +342,17 @@ def test_time_us_takes_the_median_of_timing_samples(monkeypatch):
     from fusedrms import timing
 
     monkeypatch.setattr(T.env, "require_gpu", lambda what: None)
-    monkeypatch.setattr(timing, "time_gpu", lambda fn, warmup, reps: [3.0, 1.0, 2.0, 10.0, 2.5])
-    assert T.time_us(lambda: None) == 2.5
+    calls = []
+
+    def fake(fn, warmup, reps, l2="cold", graph=False):
+        calls.append(graph)
+        if graph:
+            raise RuntimeError("capture failed")
+        return [3.0, 1.0, 2.0, 10.0, 2.5]
+
+    monkeypatch.setattr(timing, "time_gpu", fake)
+    us, how = T.time_us_with_method(lambda: None)
+    assert us == 2.5 and calls == [True, False] and "plain launches" in how
+    monkeypatch.setattr(timing, "time_gpu", lambda fn, warmup, reps, l2="cold", graph=False: [4.0, 5.0, 6.0])
+    us, how = T.time_us_with_method(lambda: None)
+    assert us == 5.0 and "graph replay" in how
