@@ -330,3 +330,11 @@ def test_budget_use_table():
     assert verify.budget_use([r.record() for r in results]) == text
     fp8 = verify.run([registry.get("fp8.fused")], cases=[verify.case("3x13")])
     assert verify.budget_use(fp8).splitlines()[1].split() == ["fp8.fused", "-", "-", "exact"]
+
+
+def test_budget_use_with_failures_shows_shares_above_one():
+    results = verify.run(verify.lookup("broken.fp16_accum"), dtypes=[torch.float32],
+                         cases=[verify.case("3x13"), verify.case("huge values")])
+    assert verify.budget_use(results).splitlines()[1:] == []  # nothing passed
+    line = verify.budget_use(results, failed=True).splitlines()[1].split()
+    assert line[0] == "broken.fp16_accum" and float(line[1]) > 1.0  # NaN (huge) is never counted
