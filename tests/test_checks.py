@@ -137,6 +137,12 @@ def test_inf_must_match_sign_and_place():
     assert not checks.allclose(torch.tensor([1.0, math.inf]), e, nan="match")
 
 
+def test_scalars_and_unsupported_dtypes():
+    assert checks.allclose(torch.tensor(1.0), torch.tensor(1.0, dtype=torch.float64))
+    with pytest.raises(ValueError, match="no unit roundoff"):
+        checks.allclose(torch.ones(2, dtype=torch.int32), torch.ones(2, dtype=torch.float64))
+
+
 def test_shape_mismatch_and_empty():
     assert not checks.allclose(torch.zeros(2, 3), torch.zeros(3, 2, dtype=torch.float64))
     assert checks.allclose(torch.zeros(0, 3), torch.zeros(0, 3, dtype=torch.float64))

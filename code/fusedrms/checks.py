@@ -230,7 +230,7 @@ def allclose(actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = 
         return Report(False, f"shape {tuple(actual.shape)} != expected {tuple(expected.shape)}")
     if actual.numel() == 0:
         return Report(True, "empty tensors")
-    n = n if n is not None else actual.shape[-1]
+    n = n if n is not None else (actual.shape[-1] if actual.dim() else 1)
     d_rtol, d_atol = tolerance_for(actual.dtype, n)
     rtol = d_rtol if rtol is None else rtol
     atol = d_atol if atol is None else atol
