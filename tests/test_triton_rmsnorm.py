@@ -250,6 +250,22 @@ def test_gpu_variants(variant, rows, cols, dtype):
     _check(VARIANTS[variant](x, w), x, w)
 
 
+def test_rotation_copies():
+    l2 = 60 << 20
+    assert T.rotation_copies(1 << 40, l2) == 2  # huge calls: two copies already evict each other
+    assert T.rotation_copies(16 << 20, l2) == 13  # 3 x 60 MiB / 16 MiB = 11.25 -> 12, + 1
+    assert T.rotation_copies(1, l2) == 64  # tiny calls: capped
+    assert T.rotation_copies(0, l2) == 64
+
+
+@pytest.mark.gpu
+def test_gpu_rotating_timer():
+    x, w = _inputs(1024, 4096)
+    us, how = T.time_rotating_us(T.rmsnorm_row, x, w)
+    assert 1.0 < us < 1e4 and "rotating" in how
+    assert "graph replay" in how  # the kernel is capturable: no launch overhead in the sample
+
+
 @pytest.mark.gpu
 def test_gpu_looped_wide_rows():
     x, w = _inputs(8, 100_000)
@@ -322,9 +338,11 @@ def test_side_by_side_keeps_shared_shapes(tmp_path, monkeypatch):
     assert [r["variant"] for r in out["rows"]] == ["triton.row, 8 warps", "hip.block",
                                                    "hip.block (block 128)", "hip.serial"]
     assert out["rows"][1]["GB/s"] == 1600.0
-    alone = T.side_by_side([(hip, "hip")])
-    assert alone["shared"] == [] and len(alone["rows"]) == 4
-    assert "hip.block" in [r["variant"] for r in alone["rows"] if r["rows"] == 8]
+    alone = T.side_by_side([(hip, "hip")])  # nothing shared: the seed shape only
+    assert alone["shared"] == [] and len(alone["rows"]) == 3
+    assert {(r["rows"], r["cols"]) for r in alone["rows"]} == {(1024, 4096)}
+    other = T.side_by_side([(hip, "hip")], fallback_shape=(8, 8, "float32"))
+    assert [r["variant"] for r in other["rows"]] == ["hip.block"]
     # hip_ladder also times triton.row: it counts as the triton route, not as hip
     both = T.side_by_side([({"records": [dict(name="triton.row", rows=1, cols=2, dtype="float32",
                                                median_us=5.0),
@@ -336,23 +354,3 @@ def test_side_by_side_keeps_shared_shapes(tmp_path, monkeypatch):
 def test_max_cols_table_matches_the_registry():
     for name, limit in T.MAX_COLS.items():
         assert registry.get(name).max_cols == limit
-
-
-def test_time_us_takes_the_median_of_timing_samples(monkeypatch):
-    from fusedrms import timing
-
-    monkeypatch.setattr(T.env, "require_gpu", lambda what: None)
-    calls = []
-
-    def fake(fn, warmup, reps, l2="cold", graph=False):
-        calls.append(graph)
-        if graph:
-            raise RuntimeError("capture failed")
-        return [3.0, 1.0, 2.0, 10.0, 2.5]
-
-    monkeypatch.setattr(timing, "time_gpu", fake)
-    us, how = T.time_us_with_method(lambda: None)
-    assert us == 2.5 and calls == [True, False] and "plain launches" in how
-    monkeypatch.setattr(timing, "time_gpu", lambda fn, warmup, reps, l2="cold", graph=False: [4.0, 5.0, 6.0])
-    us, how = T.time_us_with_method(lambda: None)
-    assert us == 5.0 and "graph replay" in how

@@ -361,49 +361,67 @@ def bytes_moved(rows: int, cols: int, dtype: torch.dtype, w_dtype: torch.dtype |
     return 2 * rows * cols * size + cols * w_size
 
 
-def time_us_with_method(fn) -> tuple[float, str]:
-    """Median GPU time of ``fn()`` in microseconds, and how it was measured.
+def rotation_copies(bytes_per_call: int, l2_bytes: int) -> int:
+    """How many input copies a rotation needs so that the other calls' traffic (three L2s' worth)
+    has evicted a copy's x before it is read again: at least 2, at most 64."""
+    return max(2, min(64, -(-3 * l2_bytes // max(bytes_per_call, 1)) + 1))
 
-    First choice: ``fusedrms.timing.time_gpu`` with the L2 flushed before each call and the call
-    replayed from a CUDA/HIP graph, so the sample is the kernel's GPU time alone: the wrapper's
-    Python work and Triton's launch path (tens of microseconds, comparable to the kernel) are not
-    in it. If graph capture fails, the same without a graph; without ``fusedrms.timing``,
-    ``triton.testing.do_bench``.
+
+def time_rotating_us(call, x: torch.Tensor, w: torch.Tensor, reps: int = 7) -> tuple[float, str]:
+    """Microseconds per call of ``call(x_i, w)``, back to back over rotating copies of ``x``.
+
+    A steady-state measurement, like a model running layer after layer: each call reads an input
+    the previous calls have pushed out of L2 (so x comes from DRAM), its output's write-back is paid
+    within the run, and there is no flush kernel whose dirty lines land in the timed call. The calls
+    are captured once in a CUDA/HIP graph, so Python and Triton's launch path are not timed; the
+    sample is one replay's time divided by its calls (median of ``reps`` replays).
     """
     import statistics
 
     env.require_gpu("timing a kernel")
+    props = torch.cuda.get_device_properties(x.device)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 64 << 20)
+    per_call = bytes_moved(x.shape[0], x.shape[-1], x.dtype, w.dtype)
+    copies = rotation_copies(per_call, l2)
+    xs = [x] + [x.clone() for _ in range(copies - 1)]
+    calls = max(copies, 20)
+    for xi in xs:  # compile, allocate, touch
+        call(xi, w)
+    torch.cuda.synchronize()
+    how = f"{calls} calls back to back over {copies} rotating input copies"
     try:
-        from . import timing  # chapter 6's harness
-    except ImportError:
-        timing = None
-    if timing is not None and hasattr(timing, "time_gpu"):
-        for graph in (True, False):
-            try:
-                samples = (timing.time_gpu(fn, warmup=10, reps=100, l2="cold", graph=True) if graph
-                           else timing.time_gpu(fn, warmup=25, reps=100))
-            except Exception:  # noqa: BLE001 - a kernel that cannot be captured: time it plainly
-                if not graph:
-                    raise
-                continue
-            if isinstance(samples, dict) and "median_us" in samples:
-                samples = [samples["median_us"]]
-            if samples:
-                how = "graph replay" if graph else "plain launches"
-                return (float(statistics.median(samples)),
-                        f"fusedrms.timing.time_gpu, L2 flushed before each call, {how}, median of 100")
-    us = 1000.0 * float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
-    return us, "triton.testing.do_bench median (L2 flushed)"
-
-
-def time_us(fn) -> float:
-    """Median GPU time of ``fn()`` in microseconds (see :func:`time_us_with_method`)."""
-    return time_us_with_method(fn)[0]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for i in range(3):
+                call(xs[i % copies], w)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(calls):
+                call(xs[i % copies], w)
+        run, how = graph.replay, how + ", one CUDA graph replay per sample"
+    except Exception:  # noqa: BLE001 - not capturable: time plain launches (CPU cost may show)
+        def run():
+            for i in range(calls):
+                call(xs[i % copies], w)
+        how += ", plain launches (graph capture failed)"
+    run()  # warm the replay
+    samples = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0 / calls)
+    return float(statistics.median(samples)), how + f", median of {reps}"
 
 
 def measure_num_warps(rows: int, cols: int, dtype: torch.dtype = torch.float32,
                       warps=(4, 8, 16), eps: float = 1e-5) -> dict:
-    """Median µs of the row kernel for each ``num_warps`` (GPU only). Checks the output first."""
+    """µs per call of the row kernel for each ``num_warps`` (GPU only; :func:`time_rotating_us`).
+    Checks each setting's output first."""
     env.require_gpu("measuring num_warps")
     x = torch.randn(rows, cols, device="cuda", dtype=dtype)
     w = torch.randn(cols, device="cuda", dtype=dtype)
@@ -413,7 +431,8 @@ def measure_num_warps(rows: int, cols: int, dtype: torch.dtype = torch.float32,
         report = checks.allclose(rmsnorm_row(x, w, eps, num_warps=nw), expected)
         if not report:
             raise RuntimeError(f"num_warps={nw} gave a wrong result: {report}")
-        out[nw] = time_us(lambda nw=nw: rmsnorm_row(x, w, eps, num_warps=nw))
+        out[nw] = time_rotating_us(lambda xi, wi, nw=nw: rmsnorm_row(xi, wi, eps, num_warps=nw),
+                                   x, w)[0]
     return out
 
 
@@ -457,7 +476,7 @@ def summarize_warps(recs: list, tie: float = 0.05) -> dict:
 ROUTES = ("hip", "triton", "torch", "capstone", "fp8")
 
 
-def side_by_side(docs: list) -> dict:
+def side_by_side(docs: list, fallback_shape=(1024, 4096, "float32")) -> dict:
     """Recorded medians of several routes at the shapes they share.
 
     ``docs`` is a list of ``(doc_or_None, route)``; ``route`` (``"hip"``, ``"triton"``) labels
@@ -465,8 +484,8 @@ def side_by_side(docs: list) -> dict:
     ``name`` field (``hip_ladder`` uses ``name``; it also times ``triton.row``), plus its
     ``block_size`` when it has one; sweep records without a name become ``"triton.row, <n> warps"``.
     Records without ``median_us`` are skipped; GB/s comes from ``gbps`` or ``GBps``. Returns
-    ``{"shared": shapes recorded by more than one route, "rows": the records at those shapes (all
-    records when none is shared)}``.
+    ``{"shared": shapes recorded by more than one route, "rows": the records at those shapes, or at
+    ``fallback_shape`` (the seed chapter's) when no shape is shared}``.
     """
     found = []
     for doc, route in docs:
@@ -489,7 +508,8 @@ def side_by_side(docs: list) -> dict:
     for r in found:
         routes_at.setdefault((r["rows"], r["cols"], r["dtype"]), set()).add(r["route"])
     shared = sorted((s for s, routes in routes_at.items() if len(routes) > 1), key=str)
-    rows = [r for r in found if (r["rows"], r["cols"], r["dtype"]) in set(shared)] if shared else found
+    keep = set(shared) if shared else {tuple(fallback_shape)}
+    rows = [r for r in found if (r["rows"], r["cols"], r["dtype"]) in keep]
     rows.sort(key=lambda r: (str(r["dtype"]), str(r["cols"]), str(r["rows"]), r["median_us"]))
     return {"shared": shared, "rows": rows}
 
@@ -576,7 +596,8 @@ def main(argv=None) -> int:
         line = (f"{reg_name:<16} {'PASS' if report.ok else 'FAIL':<6} "
                 f"{report.max_abs_err:>9.2e} {report.max_ulp:>7}")
         if e.on_gpu and args.rows > 0:
-            us = time_us(lambda: fn(x, w, args.eps, num_warps=args.num_warps))
+            us, _how = time_rotating_us(
+                lambda xi, wi: fn(xi, wi, args.eps, num_warps=args.num_warps), x, w)
             line += f" {us:>10.2f} {nbytes / us / 1e3:>8.0f}"
         print(line)
         if not report.ok:

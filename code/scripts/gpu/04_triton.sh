@@ -5,6 +5,8 @@
 #   triton_bf16_rounding.json  GPU bf16 outputs vs round-to-nearest-even and vs truncation
 #   triton_warps.json          num_warps 4/8/16: 1024x4096 fp32, and widths 1024..16384 (bf16, fp32)
 #   triton_versions.json       row / looped / multirow where each one matters
+# Kernel times: fusedrms.triton_rmsnorm.time_rotating_us (back-to-back calls over rotating input
+# copies, replayed from a CUDA graph; no flush kernel whose dirty L2 lines land in the timed call).
 # Two processes: the command line as a user runs it, then one process for the records (each record
 # in its own try block, written as soon as it is complete, under a deadline: Python + CUDA start-up
 # costs ~5 s per process, and compiling the 40-odd kernel configurations is most of the budget).
@@ -106,7 +108,7 @@ def warps_sweep():
         for nw in (4, 8, 16):
             try:
                 ok = checks.allclose(T.rmsnorm_row(x, w, num_warps=nw), expected).ok
-                us, how = T.time_us_with_method(lambda: T.rmsnorm_row(x, w, num_warps=nw))
+                us, how = T.time_rotating_us(lambda xi, wi: T.rmsnorm_row(xi, wi, num_warps=nw), x, w)
             except Exception as err:
                 print(f"{rows}x{cols} {tag(dtype)} {nw} warps: {type(err).__name__}: {err}")
                 continue
@@ -138,7 +140,7 @@ def versions():
                 continue
             try:
                 ok = checks.allclose(fn(x, w), expected).ok
-                us, how = T.time_us_with_method(lambda: fn(x, w))
+                us, how = T.time_rotating_us(fn, x, w)
             except Exception as err:
                 print(f"{name} {rows}x{cols}: {type(err).__name__}: {err}")
                 continue
