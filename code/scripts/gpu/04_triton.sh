@@ -93,8 +93,9 @@ def bf16_rounding():
 
 def warps_sweep():
     shapes = [(1024, 4096, torch.float32, "seed shape")]
-    shapes += [(4096, c, d, "width sweep") for d in (torch.bfloat16, torch.float32)
-               for c in (1024, 2048, 4096, 8192, 16384)]
+    # width by width, both dtypes, so a deadline cuts the widest widths rather than a whole dtype
+    shapes += [(4096, c, d, "width sweep") for c in (1024, 2048, 4096, 8192, 16384)
+               for d in (torch.bfloat16, torch.float32)]
     out = []
     for rows, cols, dtype, group in shapes:
         if left() < 14:
