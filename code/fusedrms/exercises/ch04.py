@@ -229,7 +229,8 @@ fix_weight_load = Exercise(
 
 WARPS_ROWS, WARPS_COLS, WARPS_DTYPE = 4096, 8192, torch.bfloat16
 ALLOWED_WARPS = (1, 2, 4, 8, 16, 32)
-NOISE = 0.05  # two medians within 5% are a tie
+NOISE = 0.05  # two medians of one measurement within 5% are a tie
+RENOISE = 0.08  # a fresh measurement may reorder settings that close; allow a little more
 
 
 class NotCheckedHere(Feedback):
@@ -324,13 +325,13 @@ def _grade_warps(answer) -> Feedback:
                              "Copy the recorded medians of the table for this width.")
         source = "the recorded H200 sweep"
     fastest = min((measured[k] for k in timings), default=math.inf)
-    if measured[chosen] > (1 + NOISE) * fastest:
+    if measured[chosen] > (1 + (RENOISE if env.current().on_gpu else NOISE)) * fastest:
         other = min(timings, key=lambda k: measured[k])
         return wrong(f"in {source}, {other} warps took {measured[other]:.2f} us and {chosen} took "
                      f"{measured[chosen]:.2f} us.",
                      "Measure again on an idle GPU; the ranking must hold in a fresh measurement.")
-    return correct(f"{chosen} warps is within {NOISE:.0%} of the fastest setting for {shape} in "
-                   f"{source} ({measured[chosen]:.2f} us vs {fastest:.2f} us).")
+    return correct(f"{chosen} warps is as fast as the fastest setting for {shape} in {source}, "
+                   f"within measurement noise ({measured[chosen]:.2f} us vs {fastest:.2f} us).")
 
 
 def warps_solution() -> dict | None:
