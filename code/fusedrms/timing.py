@@ -7,9 +7,10 @@ HIP events on ROCm builds of torch) and reads them all after one final synchroni
 L2 state (``l2``):
 
 - ``"cold"``: before every timed call a buffer of ``flush_bytes()`` (at least twice the L2, and at
-  least 256 MiB) is zeroed, which evicts the inputs from L2, so each call reads them from DRAM. This
-  is a *flush*, not a rotation of input buffers. The flush also keeps the GPU busy while the CPU
-  queues the next call, which hides the launch overhead from the measurement.
+  least 256 MiB) is read, which evicts the inputs from L2, so each call reads them from DRAM, and
+  the GPU then spins for a moment (:func:`flush_l2`). This is a *flush*, not a rotation of input
+  buffers. The flush and the spin keep the GPU busy while the CPU queues the next call, which hides
+  the launch overhead from the measurement.
 - ``"warm"``: calls run back to back with nothing in between; inputs that fit in L2 stay there,
   and when a call is shorter than its launch, the gap the GPU spends waiting for the CPU is counted.
 
@@ -47,24 +48,35 @@ def l2_bytes() -> int | None:
 
 
 def flush_bytes() -> int:
-    """Size of the buffer zeroed before each cold call: 2x L2, at least 256 MiB."""
+    """Size of the buffer read before each cold call: 2x L2, at least 256 MiB."""
     return max(2 * (l2_bytes() or 0), MIN_FLUSH_BYTES)
 
 
+HOLD_CYCLES = 100_000  # ~50 µs at 2 GHz: the GPU spins while the CPU queues the timed call
+
+
 def flush_l2() -> None:
-    """Evict the L2 by writing a buffer larger than it (enqueued on the current stream)."""
+    """Evict the L2 by *reading* a buffer larger than it, then hold the GPU briefly.
+
+    Reading rather than zeroing matters: a zeroing flush leaves the L2 full of dirty lines, and the
+    timed kernel then pays for writing them back. A read leaves only clean lines, and the write-back
+    of the previous call's outputs happens here, untimed. The short spin that follows keeps the GPU
+    busy until the CPU has queued the start event and the call, so a slow Python wrapper does not
+    leave the GPU idle inside the timed interval.
+    """
     torch = _torch()
     key = torch.cuda.current_device()
     if key not in _FLUSH:
-        _FLUSH[key] = torch.empty(flush_bytes(), dtype=torch.uint8, device="cuda")
-    _FLUSH[key].zero_()
+        _FLUSH[key] = torch.zeros(flush_bytes() // 8, dtype=torch.int64, device="cuda")
+    _FLUSH[key].sum()
+    torch.cuda._sleep(HOLD_CYCLES)
 
 
 def l2_method(l2: str, graph: bool = False) -> str:
     """One sentence naming how the L2 was handled, stored with every result."""
     if l2 == "cold":
         size = flush_bytes() >> 20
-        how = f"flush: a {size} MiB buffer is zeroed before every timed call (L2 "
+        how = f"flush: a {size} MiB buffer is read before every timed call (L2 "
         how += f"{(l2_bytes() or 0) >> 20} MiB)"
         return how + ("; one call per graph replay" if graph else "")
     if graph:
