@@ -52,7 +52,7 @@ def flush_bytes() -> int:
     return max(2 * (l2_bytes() or 0), MIN_FLUSH_BYTES)
 
 
-HOLD_CYCLES = 100_000  # ~50 µs at 2 GHz: the GPU spins while the CPU queues the timed call
+HOLD_CYCLES = 400_000  # ~0.2 ms at 2 GHz: the GPU spins while the CPU queues the timed call
 
 
 def flush_l2() -> None:
