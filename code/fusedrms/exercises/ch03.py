@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..viz.source import file_section
 from .core import Exercise, Malformed, correct, wrong

@@ -298,3 +298,5 @@ autotune_key = Exercise(
     mistakes={"rows": ["rows"], "rows too": ["rows", "cols", "dtype"], "BLOCK": ["BLOCK"],
               "cols only": ["cols"], "dtype only": ["dtype"], "the tuned knob": ["num_warps"],
               "eps": ["cols", "eps"], "not a list": 42, "unknown name": ["hidden_size_x"]})
+
+ALL = [residual_variant, residual_bytes, autotune_key]
