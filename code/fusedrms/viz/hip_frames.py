@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .stepper import Frame
 from .svg import Canvas, fmt
-from .traces import tree_reduce_levels
+from .traces import check_row, tree_reduce_levels
 
 MAX_COLS = 8
 MAX_THREADS = 8
@@ -50,12 +50,7 @@ def trace(x, w, eps: float = 1e-5, threads: int = 4) -> BlockTrace:
     x = _values(x, "x")
     w = _values(w, "w")
     threads = int(threads)
-    if not 1 <= len(x) <= MAX_COLS:
-        raise ValueError(f"the animation draws 1 to {MAX_COLS} columns; got {len(x)}")
-    if len(w) != len(x):
-        raise ValueError(f"w needs one weight per column: {len(x)} values, got {len(w)}")
-    if not all(math.isfinite(v) for v in x + w):
-        raise ValueError("x and w must be finite numbers for the animation")
+    check_row(x, w, MAX_COLS)
     if threads not in (1, 2, 4, 8):
         raise ValueError(f"threads must be a power of two from 1 to {MAX_THREADS}; got {threads}")
     if not eps >= 0:

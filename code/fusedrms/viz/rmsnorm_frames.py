@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .stepper import Frame
 from .svg import Canvas, fmt
-from .traces import tree_reduce_levels
+from .traces import check_row, tree_reduce_levels
 
 MAX_COLS = 8  # the picture stays readable up to 8 columns
 
@@ -31,12 +31,7 @@ class RMSNormTrace:
 def trace(x, w, eps: float = 1e-5) -> RMSNormTrace:
     x = [float(v) for v in x]
     w = [float(v) for v in w]
-    if not 1 <= len(x) <= MAX_COLS:
-        raise ValueError(f"the animation draws 1 to {MAX_COLS} columns; got {len(x)}")
-    if len(w) != len(x):
-        raise ValueError(f"w needs one weight per column: {len(x)} values, got {len(w)}")
-    if not all(math.isfinite(v) for v in x + w):
-        raise ValueError("x and w must be finite numbers for the animation")
+    check_row(x, w, MAX_COLS)
     if not eps >= 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
     squares = [v * v for v in x]

@@ -1,6 +1,18 @@
 """Traces of the algorithms the animations draw, computed step by step (never typed numbers)."""
 from __future__ import annotations
 
+import math
+
+
+def check_row(x: list[float], w: list[float], max_cols: int) -> None:
+    """The inputs an animation can draw: 1..max_cols finite values and one weight per column."""
+    if not 1 <= len(x) <= max_cols:
+        raise ValueError(f"the animation draws 1 to {max_cols} columns; got {len(x)}")
+    if len(w) != len(x):
+        raise ValueError(f"w needs one weight per column: {len(x)} values, got {len(w)}")
+    if not all(math.isfinite(v) for v in x + w):
+        raise ValueError("x and w must be finite numbers for the animation")
+
 
 def tree_reduce_levels(values: list[float]) -> list[list[float]]:
     """Pairwise tree sum as a block of threads does it: each level adds the upper half onto the
