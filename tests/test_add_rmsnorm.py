@@ -12,9 +12,11 @@ from fusedrms.validation import InputError
 ENV = env.current()
 DEV = ENV.device
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# interpreter default, one row per program, a persistent grid that loops over tiles, pipelined
+# interpreter default, one row per program, a persistent grid that loops over tiles, pipelined;
+# the two-pass design in chunks (whole-row for 13 columns; 3 to 64 chunks, the last one partial)
 CONFIGS = (None, A.LaunchConfig(1, 4, 1, None), A.LaunchConfig(2, 4, 2, 1),
-           A.LaunchConfig(8, 2, 3, 2))
+           A.LaunchConfig(8, 2, 3, 2), A.LaunchConfig(1, 4, 1, None, 128),
+           A.LaunchConfig(2, 2, 1, 2, 32))
 
 
 def inputs(rows, cols, dtype, device=DEV, seed=0):
@@ -37,6 +39,17 @@ def test_both_ops_match_float64_references(shape, dtype, config):
     assert checks.equal(s, ref_s)  # the stored residual is x + r rounded once, bit for bit
     assert checks.allclose(y2, ref_y)
     assert y.dtype == y2.dtype == s.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_chunked_design_on_a_partial_last_chunk(dtype):
+    x, r, w = inputs(3, 13, dtype)  # chunks of 4: 4 + 4 + 4 + 1 columns
+    cfg = A.LaunchConfig(2, 1, 1, 1, 4)
+    ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, 1e-5, accum=torch.float64)
+    y, s = A.add_rmsnorm_residual(x, r, w, config=cfg)
+    assert checks.equal(s, ref_s) and checks.allclose(y, ref_y)
+    assert checks.allclose(A.add_rmsnorm(x, r, w, config=cfg),
+                           reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64))
 
 
 def test_residual_is_rounded_to_nearest_even_not_truncated():
@@ -163,6 +176,25 @@ def test_candidates_respect_registers_and_vectors(cols, dtype):
         assert (per_thread * size) % 16 == 0  # whole 16-byte vectors
 
 
+@pytest.mark.parametrize("cols", [2048, 4096, 8192, 16384])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_chunked_candidates_are_narrower_than_the_row(cols, dtype):
+    size = torch.empty((), dtype=dtype).element_size()
+    cands = A.chunked_candidates(cols, dtype)
+    assert (cands == []) == (cols < 4096) and len(set(cands)) == len(cands)
+    for c in cands:
+        assert c.chunk < cols and c.rows_per_program == 1 and c.programs_per_sm is None
+        assert (c.chunk // (32 * c.num_warps) * size) in (16, 32)  # bytes per thread per tensor
+        assert "chunks of" in c.label()
+    for v in A.persistent_variants(cands[0]) if cands else []:
+        assert v.chunk == cands[0].chunk and v.num_stages == 1
+
+
+def test_chunk_must_be_a_power_of_two():
+    with pytest.raises(InputError, match="chunk"):
+        A.LaunchConfig(1, 4, 1, None, 1000)
+
+
 def test_heuristic_values():
     assert A.heuristic_config(2048, torch.bfloat16) == A.LaunchConfig(4, 16, 1, None)
     assert A.heuristic_config(4096, torch.bfloat16) == A.LaunchConfig(2, 16, 1, None)
@@ -190,6 +222,8 @@ def _table_file(tmp_path, gpu="NVIDIA H200", extra_records=()):
                         "num_stages": 3, "programs_per_sm": 4},
                        {"cols": 2048, "dtype": "float32", "rows_per_program": 4, "num_warps": 16,
                         "num_stages": 1, "programs_per_sm": None},
+                       {"cols": 16384, "dtype": "bfloat16", "rows_per_program": 1, "num_warps": 8,
+                        "num_stages": 1, "programs_per_sm": 4, "chunk": 2048},
                        *extra_records]}
     path = tmp_path / "capstone_tuning.json"
     path.write_text(json.dumps(doc))
@@ -204,7 +238,8 @@ def test_tuning_table_loads_and_skips_malformed_rows(tmp_path):
     table = A.load_tuning_table(path)
     assert table["gpu"] == "NVIDIA H200"
     assert table["configs"] == {(4096, "bfloat16"): A.LaunchConfig(2, 8, 3, 4),
-                                (2048, "float32"): A.LaunchConfig(4, 16, 1, None)}
+                                (2048, "float32"): A.LaunchConfig(4, 16, 1, None),
+                                (16384, "bfloat16"): A.LaunchConfig(1, 8, 1, 4, 2048)}
     assert A.load_tuning_table(tmp_path / "missing.json")["configs"] == {}
 
 

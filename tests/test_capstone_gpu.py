@@ -90,7 +90,8 @@ def test_tune_end_to_end_writes_a_table_the_wrapper_reads(cpu_as_gpu, tmp_path, 
     import time
 
     monkeypatch.setattr(G, "SEARCH_DTYPES", (torch.bfloat16,))
-    path = G.tune(tmp_path, budget_s=120, cols_list=(64,), rows_list=(2, 5))
+    no_table = tmp_path / "no_previous_table.json"
+    path = G.tune(tmp_path, budget_s=120, cols_list=(64,), rows_list=(2, 5), previous_path=no_table)
     table = A.load_tuning_table(path)
     assert set(table["configs"]) == {(64, "bfloat16"), (64, "float16")}
     trials = json.loads((tmp_path / "capstone_tuning_trials.json").read_text())["records"]
@@ -98,8 +99,39 @@ def test_tune_end_to_end_writes_a_table_the_wrapper_reads(cpu_as_gpu, tmp_path, 
     doc = json.loads(path.read_text())
     assert doc["provenance"]["rows"] == [2, 5] and "worst ratio" in doc["provenance"]["objective"]
     # an exhausted budget leaves a valid (empty) table rather than a crash
-    empty = G.tune(tmp_path / "none", budget_s=0, cols_list=(64,), rows_list=(2,))
+    empty = G.tune(tmp_path / "none", budget_s=0, cols_list=(64,), rows_list=(2,),
+                   previous_path=no_table)
     assert A.load_tuning_table(empty)["configs"] == {}
+
+
+def _previous_table(tmp_path, records):
+    path = tmp_path / "previous.json"
+    path.write_text(json.dumps({"provenance": {"gpu": env.current().gpu_name}, "records": records}))
+    return path
+
+
+def test_tune_times_the_previous_winner_and_keeps_unreached_keys(cpu_as_gpu, tmp_path, monkeypatch):
+    monkeypatch.setattr(G, "SEARCH_DTYPES", (torch.bfloat16,))
+    old = {"rows_per_program": 1, "num_warps": 2, "num_stages": 1, "programs_per_sm": 3,
+           "chunk": 16}
+    previous = _previous_table(tmp_path, [{"cols": 64, "dtype": "bfloat16", **old},
+                                          {"cols": 128, "dtype": "float32", **old}])
+    path = G.tune(tmp_path, budget_s=120, cols_list=(64,), rows_list=(2,), previous_path=previous)
+    trials = json.loads((tmp_path / "capstone_tuning_trials.json").read_text())["records"]
+    assert any(t["programs_per_sm"] == 3 and t["chunk"] == 16 and t["cols"] == 64 for t in trials)
+    table = A.load_tuning_table(path)["configs"]
+    assert table[(128, "float32")] == A.LaunchConfig(1, 2, 1, 3, 16)  # not reached: carried over
+    doc = json.loads(path.read_text())["records"]
+    assert "not re-tuned" in next(r for r in doc if r["cols"] == 128)["source"]
+    assert next(r for r in doc if r["cols"] == 64)["source"] == "searched"
+
+
+def test_persistent_variants_go_to_the_best_of_each_design():
+    whole = [cfg(1, 16), cfg(2, 8), cfg(1, 8)]
+    chunked = [A.LaunchConfig(1, 8, 1, None, 2048), A.LaunchConfig(1, 4, 1, None, 1024),
+               A.LaunchConfig(1, 16, 1, None, 4096)]
+    regret = {c: 1.0 + i / 10 for i, c in enumerate(chunked + whole)}  # chunked all rank first
+    assert G._best_per_design(regret, 2) == whole[:2] + chunked[:2]
 
 
 def test_extras_end_to_end_on_small_shapes(cpu_as_gpu, tmp_path, monkeypatch):
@@ -140,3 +172,14 @@ def test_confirm_end_to_end_writes_harness_shaped_records(cpu_as_gpu, tmp_path, 
     assert len(recs) == 2 * 3 and all(r["status"] == "ok" for r in recs)
     points = CR.grid_points(json.loads(path.read_text()))
     assert len(points) == 6 and all(p.mode == "cold" and p.pct_floor for p in points)
+
+
+def test_check_table_passes_two_pass_entries_and_catches_a_wrong_kernel(cpu_as_gpu, tmp_path,
+                                                                      monkeypatch):
+    entry = {"cols": 64, "dtype": "bfloat16", "rows_per_program": 1, "num_warps": 1,
+             "num_stages": 1, "programs_per_sm": 2, "chunk": 16}
+    table = _previous_table(tmp_path, [entry, {**entry, "dtype": "float32", "chunk": None}])
+    monkeypatch.setattr(G, "CHECK_SHAPES", ((1, 0, False), (3, 3, True)))
+    assert G.check_table(tmp_path, budget_s=60, table_path=table)
+    monkeypatch.setattr(A, "add_rmsnorm", lambda x, r, w, eps, config: torch.zeros_like(x))
+    assert not G.check_table(tmp_path, budget_s=60, table_path=table)

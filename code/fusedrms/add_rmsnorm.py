@@ -1,6 +1,8 @@
 """The capstone (chapter 7): fused residual-add + RMSNorm, one kernel, three (or four) row-trips.
 
-Two ops, one kernel source (:func:`add_rmsnorm_kernel`):
+Two ops, one kernel source per design: :func:`add_rmsnorm_kernel` keeps the whole row in registers;
+:func:`add_rmsnorm_chunked_kernel` (for wide rows) walks it twice in column chunks, the second pass
+re-reading x and r mostly from L2. The tuner tries both and keeps the faster per (cols, dtype).
 
 - ``add_rmsnorm``: ``y = rmsnorm(x + residual) * w``. Reads x and the residual, writes y: three
   row-trips. The sum ``s = x + residual`` lives in fp32 registers and is never rounded
@@ -23,7 +25,8 @@ Launch configuration ("autotuning done right"):
 
 - ``BLOCK = next_power_of_2(cols)`` follows from the width and is never tuned: a block narrower
   than the row would normalize part of it (the seed listing's bug, :mod:`fusedrms.seed_capstone`).
-- What *is* tuned: ``num_warps``, rows per program and ``num_stages``, and how many programs the
+- What *is* tuned: ``num_warps``, rows per program and ``num_stages``, the design (whole row in
+  registers, or two passes in chunks of ``chunk`` columns), and how many programs the
   grid launches (one per tile of rows, or a persistent grid of a few programs per SM that loop over
   tiles). The table is keyed on ``(cols, dtype)``: the two things that change the compiled kernel's
   register tile. Not on rows: a serving batch changes its row count every step, and a key on rows
@@ -115,6 +118,54 @@ def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, cols,
 # [/book:kernel]
 
 
+# [book:chunked-kernel]
+@triton.jit
+def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, cols,
+                               x_stride, r_stride, y_stride, s_stride, eps,
+                               CHUNK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+                               WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
+    """The same op for wide rows, in two passes over column chunks: few registers per thread, so
+    many programs share an SM and hide each other's memory latency."""
+    n_tiles = tl.cdiv(rows, ROWS_PER_PROGRAM)
+    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0)):
+        row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
+        row_ok = row < rows
+        # pass 1: per-lane partial sums of squares; ask L2 to keep x and r for pass 2
+        partial = tl.zeros([ROWS_PER_PROGRAM, CHUNK], dtype=tl.float32)
+        for start in tl.range(0, cols, CHUNK):
+            col = start + tl.arange(0, CHUNK)
+            mask = row_ok[:, None] & (col < cols)[None, :]
+            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+            s = x + r
+            if WRITE_SUM:
+                s = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16).to(tl.float32)
+            partial += s * s
+        rstd = tl.rsqrt(tl.sum(partial, axis=1) / cols + eps)
+        # pass 2: read x and r again (from L2, mostly; last use), write s and y
+        for start in tl.range(0, cols, CHUNK):
+            col = start + tl.arange(0, CHUNK)
+            col_ok = col < cols
+            mask = row_ok[:, None] & col_ok[None, :]
+            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+            s = x + r
+            if WRITE_SUM:
+                s_stored = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
+                tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
+                s = s_stored.to(tl.float32)
+            y = s * rstd[:, None] * w[None, :]
+            tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
+                     _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
+# [/book:chunked-kernel]
+
+
 # ---------------------------------------------------------------- launch configurations
 
 @dataclass(frozen=True)
@@ -125,6 +176,7 @@ class LaunchConfig:
     num_warps: int = 4
     num_stages: int = 1
     programs_per_sm: int | None = None  # None: one program per tile; else a persistent grid
+    chunk: int | None = None  # None: the whole row in registers; else two passes over chunks
 
     def __post_init__(self):
         for name in ("rows_per_program", "num_warps", "num_stages"):
@@ -142,11 +194,17 @@ class LaunchConfig:
                 or self.programs_per_sm < 1):
             raise validation.InputError(f"programs_per_sm must be None or a positive whole number, "
                                         f"got {self.programs_per_sm!r}.")
+        if self.chunk is not None and (
+                isinstance(self.chunk, bool) or not isinstance(self.chunk, int) or self.chunk < 1
+                or self.chunk & (self.chunk - 1)):
+            raise validation.InputError(f"chunk must be None or a power of two (columns per "
+                                        f"pass step), got {self.chunk!r}.")
 
     def label(self) -> str:
         grid = "tile grid" if self.programs_per_sm is None else f"{self.programs_per_sm}/SM"
+        chunked = "" if self.chunk is None else f", two passes in chunks of {self.chunk}"
         return (f"rows/prog {self.rows_per_program}, warps {self.num_warps}, "
-                f"stages {self.num_stages}, {grid}")
+                f"stages {self.num_stages}, {grid}{chunked}")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -205,16 +263,40 @@ def candidate_configs(cols: int, dtype: torch.dtype, max_elements_per_thread: in
 # [/book:candidates]
 
 
+# [book:chunked-candidates]
+def chunked_candidates(cols: int, dtype: torch.dtype) -> list[LaunchConfig]:
+    """The two-pass design's variants for wide rows (BLOCK of 4096 or more): chunks of 1024 to 4096
+    columns, narrower than the row, one row per program, 16 or 32 bytes of each input per thread.
+    Small register tiles let up to 64 warps' worth of programs share an SM."""
+    size = torch.empty((), dtype=dtype).element_size()
+    block = triton.next_power_of_2(cols)
+    out = []
+    if block < 4096:
+        return out
+    for chunk in (1024, 2048, 4096):
+        if chunk >= block:
+            continue
+        for bytes_per_thread in (16, 32):
+            warps = chunk * size // bytes_per_thread // 32
+            if 1 <= warps <= 32:
+                out.append(LaunchConfig(1, warps, 1, None, chunk))
+    return out
+# [/book:chunked-candidates]
+
+
 def persistent_variants(config: LaunchConfig, stages=(1, 2),
                         programs_per_sm=(1, 2, 4, 8)) -> list[LaunchConfig]:
     """The same compiled tile, launched as a persistent grid, with loads pipelined ``stages`` deep.
-    Programs per SM stay within the 64 resident warps an SM holds."""
+    Programs per SM stay within the 64 resident warps an SM holds. The two-pass design is not
+    pipelined (its occupancy hides latency), so it gets one stage."""
+    stages = (1,) if config.chunk is not None else stages
     out = []
     for pps in programs_per_sm:
         if pps * config.num_warps > 64:
             continue
         for st in stages:
-            out.append(LaunchConfig(config.rows_per_program, config.num_warps, st, pps))
+            out.append(LaunchConfig(config.rows_per_program, config.num_warps, st, pps,
+                                    config.chunk))
     return out
 
 
@@ -265,9 +347,10 @@ def load_tuning_table(path=None) -> dict:
             cfg = LaunchConfig(int(rec["rows_per_program"]), int(rec["num_warps"]),
                                int(rec["num_stages"]),
                                None if rec.get("programs_per_sm") is None
-                               else int(rec["programs_per_sm"]))
+                               else int(rec["programs_per_sm"]),
+                               None if rec.get("chunk") is None else int(rec["chunk"]))
             configs[(int(rec["cols"]), str(rec["dtype"]))] = cfg
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, validation.InputError):
             continue
     return {"gpu": doc.get("provenance", {}).get("gpu"), "configs": configs, "path": str(path)}
 
@@ -333,23 +416,33 @@ def _check_config(config) -> LaunchConfig | None:
             return LaunchConfig(**config)
         except TypeError as e:
             raise validation.InputError(f"config: {e}. Keys: rows_per_program, num_warps, "
-                                        f"num_stages, programs_per_sm.") from None
+                                        f"num_stages, programs_per_sm, chunk.") from None
     raise validation.InputError(f"config must be a LaunchConfig, a dict or None, "
                                 f"got {type(config).__name__}.")
 
 
 def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig) -> None:
-    """Launch the kernel on validated 2-D tensors (``s2`` None: don't write the sum)."""
+    """Launch the kernel on validated 2-D tensors (``s2`` None: don't write the sum).
+
+    A config with a ``chunk`` narrower than the row's BLOCK runs the two-pass kernel; otherwise
+    (no chunk, or the whole row fits in one chunk) the row lives in registers."""
     rows, cols = x2.shape
     if rows == 0:
         return
     rpp, programs = grid_size(config, rows, sm_count(x2.device))
     write_sum = s2 is not None
     software_bf16 = (not env.current().on_gpu) and x2.dtype == torch.bfloat16
+    block = triton.next_power_of_2(cols)
+    s_out = s2 if write_sum else y2
+    args = (x2, r2, w, y2, s_out, rows, cols,
+            x2.stride(0), r2.stride(0), y2.stride(0), s_out.stride(0), eps)
+    if config.chunk is not None and config.chunk < block:
+        add_rmsnorm_chunked_kernel[(programs,)](
+            *args, CHUNK=config.chunk, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum,
+            SOFTWARE_BF16=software_bf16, num_warps=config.num_warps, num_stages=config.num_stages)
+        return
     add_rmsnorm_kernel[(programs,)](
-        x2, r2, w, y2, s2 if write_sum else y2, rows, cols,
-        x2.stride(0), r2.stride(0), y2.stride(0), (s2 if write_sum else y2).stride(0), eps,
-        BLOCK=triton.next_power_of_2(cols), ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum,
+        *args, BLOCK=block, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum,
         SOFTWARE_BF16=software_bf16, num_warps=config.num_warps, num_stages=config.num_stages)
 
 

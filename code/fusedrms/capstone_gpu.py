@@ -4,11 +4,14 @@ shows next to the measurement harness's grid. Run by ``code/scripts/gpu/07_capst
     python -m fusedrms.capstone_gpu tune   --out DIR --budget 80   # capstone_tuning(_trials).json
     python -m fusedrms.capstone_gpu extras --out DIR --budget 40   # capstone_extra.json
     python -m fusedrms.capstone_gpu confirm --out DIR --budget 20  # capstone_confirm.json
+    python -m fusedrms.capstone_gpu check --out DIR --table T      # the table's two-pass entries
 
-**Tuning.** For each key ``(cols, dtype)`` the tuner times every compiled candidate
-(:func:`fusedrms.add_rmsnorm.candidate_configs`, plus the heuristic and the one-row-per-program
-baseline) at several row counts, keeps the two best, and tries each as a persistent grid with 1 or
-2 pipeline stages. The winner minimizes the *worst* ratio to the best time seen at any of the row
+**Tuning.** For each key ``(cols, dtype)`` the tuner times every compiled candidate of both designs
+(:func:`fusedrms.add_rmsnorm.candidate_configs` for the row in registers,
+:func:`fusedrms.add_rmsnorm.chunked_candidates` for the two-pass design, plus the heuristic, the
+one-row-per-program baseline and the previous table's winner) at several row counts, keeps the two
+best of each design, and tries each as a persistent grid with 1 or 2 pipeline stages. Every
+candidate is checked against the float64 reference, both ops, before it is timed. The winner minimizes the *worst* ratio to the best time seen at any of the row
 counts (minimax regret): one configuration per key has to serve every batch size, so it must not be
 far off at any of them. fp16 has bf16's element size and the same code path, so it is not searched
 again: bf16's best few are timed on fp16 and the fastest is recorded.
@@ -133,14 +136,22 @@ class _Inputs:
 
 
 def _measure(cfg: A.LaunchConfig, inputs: _Inputs, rows_list, trials: list, deadline: float) -> dict:
-    """{rows: median µs} for one config; checks its output first. Errors are recorded, not raised."""
+    """{rows: median µs} for one config; checks both ops first. Errors are recorded, not raised."""
     out = {}
     base = {"cols": inputs.cols, "dtype": A.dtype_name(inputs.dtype), **cfg.as_dict(),
             "label": cfg.label()}
     try:
         x, r, y = inputs.get(min(rows_list))
-        A.launch(x, r, inputs.w, y, None, EPS, cfg)
-        report = checks.allclose(y, reference.add_rmsnorm(x, r, inputs.w, EPS, accum=torch.float64))
+        s = torch.empty_like(y)
+        A.launch(x, r, inputs.w, y, s, EPS, cfg)  # the residual-writing op: s exact, y close
+        ref_y, ref_s = reference.add_rmsnorm_residual(x, r, inputs.w, EPS, accum=torch.float64)
+        report = checks.equal(s, ref_s)
+        if report:
+            report = checks.allclose(y, ref_y)
+        if report:
+            A.launch(x, r, inputs.w, y, None, EPS, cfg)
+            report = checks.allclose(y, reference.add_rmsnorm(x, r, inputs.w, EPS,
+                                                              accum=torch.float64))
         if not report:
             trials.append({**base, "rows": min(rows_list), "median_us": None,
                            "error": f"wrong result: {report.message}"})
@@ -159,13 +170,32 @@ def _measure(cfg: A.LaunchConfig, inputs: _Inputs, rows_list, trials: list, dead
     return out if len(out) == len(rows_list) else {}
 
 
+def previous_winner(cols: int, dtype: torch.dtype, table: dict | None) -> A.LaunchConfig | None:
+    """The configuration the current table holds for this key (timed again: a new search must not
+    lose the old winner)."""
+    if not table:
+        return None
+    return table.get("configs", {}).get((cols, A.dtype_name(dtype)))
+
+
+def _best_per_design(regret: dict, k: int) -> list:
+    """The k best of each design (row in registers, two passes), best first within each."""
+    ranked = top(regret, len(regret))
+    whole = [c for c in ranked if c.chunk is None][:k]
+    chunked = [c for c in ranked if c.chunk is not None][:k]
+    return whole + chunked
+
+
 def tune_key(cols: int, dtype: torch.dtype, rows_list, deadline: float, trials: list,
-             candidates=None) -> dict | None:
+             candidates=None, previous: A.LaunchConfig | None = None) -> dict | None:
     inputs = _Inputs(cols, dtype)
     heuristic, baseline = A.heuristic_config(cols, dtype), baseline_config(cols)
     if candidates is None:
         # the known-good ones first, so a key cut short by its budget still has them
-        candidates = list(dict.fromkeys([heuristic, baseline] + A.candidate_configs(cols, dtype)))
+        known = [previous] if previous is not None else []
+        candidates = list(dict.fromkeys(known + [heuristic, baseline]
+                                        + A.candidate_configs(cols, dtype)
+                                        + A.chunked_candidates(cols, dtype)))
     times = {}
     for cfg in candidates:
         if time.time() > deadline:
@@ -175,7 +205,7 @@ def tune_key(cols: int, dtype: torch.dtype, rows_list, deadline: float, trials: 
         inputs.free()
         return None
     _, regret = select_winner(times)
-    for cfg in top(regret, 2):
+    for cfg in _best_per_design(regret, 2):
         for variant in A.persistent_variants(cfg):
             if time.time() > deadline:
                 break
@@ -184,8 +214,8 @@ def tune_key(cols: int, dtype: torch.dtype, rows_list, deadline: float, trials: 
     # Timings of medium shapes are noisy: time the finalists again, interleaved, keep the better
     # median of the two for each, and choose among them.
     _, regret = select_winner(times)
-    finalists = list(dict.fromkeys(top(regret, 4) + [c for c in (heuristic, baseline)
-                                                     if times.get(c)]))
+    finalists = list(dict.fromkeys(top(regret, 4) + [c for c in (heuristic, baseline, previous)
+                                                     if c is not None and times.get(c)]))
     for rows in rows_list:
         x, r, y = inputs.get(rows)
         for cfg in finalists:
@@ -206,6 +236,9 @@ def tune_key(cols: int, dtype: torch.dtype, rows_list, deadline: float, trials: 
             "heuristic_times_us": {str(n): v for n, v in sorted(times.get(heuristic, {}).items())},
             "baseline": baseline.as_dict(),
             "baseline_times_us": {str(n): v for n, v in sorted(times.get(baseline, {}).items())},
+            "previous": None if previous is None else previous.as_dict(),
+            "previous_times_us": {str(n): v for n, v in
+                                  sorted(times.get(previous, {}).items())} if previous else {},
             "configs_timed": sum(1 for t in times.values() if t),
             "finalists": [c.label() for c in finalists],
             "ranked": [{**c.as_dict(), "worst_ratio_to_best": regret[c]} for c in top(regret, 5)]}
@@ -231,9 +264,15 @@ def key_order(cols_list, dtypes) -> list:
     return [(cols, dtype) for cols in sorted(cols_list) for dtype in dtypes]
 
 
-def tune(out_dir: Path, budget_s: float, cols_list=TUNE_COLS, rows_list=TUNE_ROWS) -> Path:
+def tune(out_dir: Path, budget_s: float, cols_list=TUNE_COLS, rows_list=TUNE_ROWS,
+         previous_path: Path | None = None) -> Path:
     env.require_gpu("tuning the capstone")
     start = time.time()
+    # the table in use (committed): its winners are timed again, and carried over for keys the
+    # budget does not reach, so a short run never leaves a key worse off than before
+    previous = A.load_tuning_table(previous_path)
+    if previous.get("gpu") != env.current().gpu_name:
+        previous = {"configs": {}}
     deadline = start + budget_s
     winners, trials = [], []
     table_path = out_dir / "capstone_tuning.json"
@@ -242,8 +281,15 @@ def tune(out_dir: Path, budget_s: float, cols_list=TUNE_COLS, rows_list=TUNE_ROW
                           + ", ".join(map(str, rows_list)) + " (L2 flushed before every call)",
              "rows": list(rows_list), "eps": EPS}
 
-    def save():
-        records.write(table_path, winners, extra)
+    def carried_over() -> list:
+        """Keys not (yet) tuned: the previous table's entry, marked as such."""
+        return [{"cols": cols, "dtype": name, **cfg.as_dict(), "label": cfg.label(),
+                 "times_us": {}, "source": "previous table's entry, not re-tuned: budget spent"}
+                for (cols, name), cfg in sorted(previous.get("configs", {}).items())
+                if not any(v["cols"] == cols and v["dtype"] == name for v in winners)]
+
+    def save():  # after every key: a run killed part-way still leaves a complete table
+        records.write(table_path, winners + carried_over(), extra)
         records.write(trials_path, trials, extra)
 
     warm_up_gpu()
@@ -252,13 +298,15 @@ def tune(out_dir: Path, budget_s: float, cols_list=TUNE_COLS, rows_list=TUNE_ROW
     for i, (cols, dtype) in enumerate(keys):
         now = time.time()
         if now > deadline:
-            log(f"budget spent: ({cols}, {A.dtype_name(dtype)}) not tuned (heuristic stays)")
+            log(f"budget spent: ({cols}, {A.dtype_name(dtype)}) not tuned (the previous entry, if any, stays)")
             continue
         # each remaining key gets a share of what is left in proportion to its work (its candidates
         # plus the persistent variants); a key that finishes early passes its time on
-        weight = [len(A.candidate_configs(c, d)) + 6 for c, d in keys[i:]]
+        weight = [len(A.candidate_configs(c, d)) + len(A.chunked_candidates(c, d)) + 10
+                  for c, d in keys[i:]]
         key_deadline = min(deadline, now + (deadline - now) * weight[0] / sum(weight))
-        result = tune_key(cols, dtype, rows_list, key_deadline, trials)
+        result = tune_key(cols, dtype, rows_list, key_deadline, trials,
+                          previous=previous_winner(cols, dtype, previous))
         if result is None:
             log(f"({cols}, {A.dtype_name(dtype)}): no configuration timed")
             continue
@@ -273,22 +321,30 @@ def tune(out_dir: Path, budget_s: float, cols_list=TUNE_COLS, rows_list=TUNE_ROW
         bf16 = next((w for w in winners if w["cols"] == cols and w["dtype"] == "bfloat16"), None)
         if bf16 is None or time.time() > deadline:
             continue
-        cands = [A.LaunchConfig(**{k: c[k] for k in ("rows_per_program", "num_warps",
-                                                      "num_stages", "programs_per_sm")})
+        cands = [A.LaunchConfig(**{k: c.get(k) for k in ("rows_per_program", "num_warps",
+                                                          "num_stages", "programs_per_sm",
+                                                          "chunk")})
                  for c in bf16["ranked"][:3]]
-        result = tune_key(cols, torch.float16, rows_list, deadline, trials, candidates=cands)
+        old = previous_winner(cols, torch.float16, previous)
+        cands = list(dict.fromkeys(cands + ([old] if old is not None else [])))
+        result = tune_key(cols, torch.float16, rows_list, deadline, trials, candidates=cands,
+                          previous=old)
         if result is not None:
-            result["source"] = "bfloat16's best three, timed on float16 (same element size)"
+            result["source"] = ("bfloat16's best three and the previous winner, timed on float16 "
+                                "(same element size)")
             winners.append(result)
             save()
             log(f"({cols}, float16): {result['label']}, times {result['times_us']}")
-    # fp16 keys the budget did not reach: bf16's winner, same element size, marked untimed
+    # fp16 keys the budget did not reach: the previous table's (timed) entry if there is one, else
+    # bf16's winner, same element size, marked untimed
     for w in [w for w in winners if w["dtype"] == "bfloat16"]:
+        if (w["cols"], "float16") in previous.get("configs", {}):
+            continue
         if not any(v["cols"] == w["cols"] and v["dtype"] == "float16" for v in winners):
             winners.append({**w, "dtype": "float16", "times_us": {}, "heuristic_times_us": {},
                             "baseline_times_us": {}, "source": "bfloat16's winner (same element "
                             "size), not timed on float16: budget spent"})
-    save()
+    save()  # keys the budget did not reach keep the previous table's entry
     log(f"tuning done in {time.time() - start:.1f} s: {len(winners)} keys, {len(trials)} trials")
     return table_path
 
@@ -502,19 +558,66 @@ def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> P
     return path
 
 
+# (rows, columns short of the key's width, strided rows): shapes the tuner did not time
+CHECK_SHAPES = ((1, 0, False), (3, 3, True))
+
+
+def check_table(out_dir: Path, budget_s: float, table_path: Path | None = None) -> bool:
+    """Check the table's two-pass entries through the wrappers, on shapes the tuner did not time:
+    one row, and 3 strided rows 3 columns short of the key's width (a partial last chunk).
+    Both ops against the float64 references (``s`` bit for bit). True when every check passed
+    (a budget spent before the end counts as a failure: an unchecked entry is not installed)."""
+    env.require_gpu("checking the tuning table")
+    start = time.time()
+    table = A.load_tuning_table(table_path)
+    entries = {k: c for k, c in table["configs"].items() if c.chunk is not None}
+    failures = 0
+    for (cols, name), cfg in sorted(entries.items()):
+        dtype = {v: k for k, v in A.DTYPE_NAMES.items()}[name]
+        for rows, width_less, strided in CHECK_SHAPES:
+            width = cols - width_less
+            if time.time() > start + budget_s:
+                log("check: budget spent before every entry was checked")
+                return False
+            base = torch.randn(rows, width + (5 if strided else 0), device=_device(), dtype=dtype)
+            x = base[:, :width]  # strided rows when the base is wider
+            r = torch.randn(rows, width, device=_device(), dtype=dtype)
+            w = torch.randn(width, device=_device(), dtype=dtype)
+            y = A.add_rmsnorm(x, r, w, EPS, config=cfg)
+            y2, s2 = A.add_rmsnorm_residual(x, r, w, EPS, config=cfg)
+            ref_y2, ref_s = reference.add_rmsnorm_residual(x, r, w, EPS, accum=torch.float64)
+            ok = (bool(checks.allclose(y, reference.add_rmsnorm(x, r, w, EPS,
+                                                                accum=torch.float64)))
+                  and bool(checks.equal(s2, ref_s)) and bool(checks.allclose(y2, ref_y2)))
+            failures += not ok
+            log(f"check {rows}x{width} {name} ({cfg.label()}): {'ok' if ok else 'FAILED'}")
+    log(f"check: {len(entries)} two-pass entries, {failures} failed ({time.time() - start:.1f} s)")
+    return failures == 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedrms.capstone_gpu", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("tune", "extras", "confirm"))
+    p.add_argument("what", choices=("tune", "extras", "confirm", "check"))
     p.add_argument("--out", type=Path, required=True, help="folder for the JSON files")
     p.add_argument("--budget", type=float, default=60.0, help="seconds (stops cleanly after)")
+    p.add_argument("--table", type=Path, default=None,
+                   help="check: the table to check (default: the committed H200 table)")
+    p.add_argument("--previous", type=Path, default=None,
+                   help="tune: the table in use (default: the committed H200 table); its winners "
+                        "are timed again and kept for keys the budget does not reach")
     a = p.parse_args(argv)
     if not env.current().on_gpu:
         print("the capstone studies time kernels and need a GPU; this machine has none. The "
               "chapter shows the recorded H200 files instead.", file=sys.stderr)
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
-    {"tune": tune, "extras": extras, "confirm": confirm}[a.what](a.out, a.budget)
+    if a.what == "tune":
+        tune(a.out, a.budget, previous_path=a.previous)
+    elif a.what == "check":
+        return 0 if check_table(a.out, a.budget, a.table) else 1
+    else:
+        {"extras": extras, "confirm": confirm}[a.what](a.out, a.budget)
     return 0
 
 
