@@ -1,4 +1,5 @@
 """Chapter 8: RMSNorm + FP8 block quantization (fusedrms.fp8_quant)."""
+import dataclasses
 import json
 import math
 
@@ -384,3 +385,96 @@ def test_cli_check_and_a_record_rehearsal(tmp_path, capsys):
     assert summary["reordered_reference"]["differing_codes"] > 0
     assert any(r["kind"] == "zero_block" and r["fused_differing_codes"] == 0 for r in doc["records"])
     assert q.timing_table(doc)  # on a CPU the timing step records its error instead of a time
+
+
+# ---------------------------------------------------------------- launch candidates and the table
+
+@pytest.mark.parametrize("version", ["fp8.naive", "fp8.fused"])
+@pytest.mark.parametrize("rows,cols", [(1, 1), (3, 127), (3, 129), (2, 7168), (1, 16384)])
+def test_block_reciprocal_division_is_bit_exact(version, rows, cols):
+    fn = registry.get(version).fn
+    for seed in (0, 1):
+        x, w = q.make_inputs(rows, cols, seed)
+        report = q.compare(*fn(x, w, division="block_reciprocal"), *q.reference(x, w))
+        assert report.ok, f"{version} {rows}x{cols} seed {seed}: {report}"
+
+
+def test_block_reciprocal_matches_the_baseline_at_the_corners():
+    """Signed zeros, zero and tiny blocks (the 2^64 lift), infinite scales, subnormal x."""
+    rec = q.candidate_exactness(q.FusedConfig(8, None, "block_reciprocal"), shapes=((3, 129),),
+                                seeds=(0,))
+    assert rec["bit_exact"] and rec["differing_codes"] == 0, rec["failures"]
+    assert rec["exact_checks"] == 1 + len(q.edge_inputs())
+
+
+def test_a_reciprocal_without_the_corrections_is_caught():
+    """y * (1 / scale) alone differs from y / scale now and then: the check must see it."""
+    x, w = q.make_inputs(64, 7168, 0)
+    ref_codes, ref_scales = q.reference(x, w)
+    rows, cols = x.shape
+    y = (x.float() * q.row_rscale(x, q.RMS_NORM_EPS)).to(BF16) * w
+    blocks = y.float().reshape(rows, -1, q.BLOCK_COLS)
+    inv = 1.0 / ref_scales.cpu()[..., None]
+    codes = (blocks.cpu() * inv).clamp(-q.FP8_MAX, q.FP8_MAX).to(q.FP8_DTYPE).reshape(rows, cols)
+    assert q.compare(codes, ref_scales, ref_codes, ref_scales).mismatches > 0
+
+
+def test_tuning_table_takes_only_bit_exact_rows_and_only_on_its_gpu(tmp_path, monkeypatch):
+    recs = [
+        {"kind": "candidate", "num_warps": 16, "maxnreg": 64, "division": "per_element",
+         "cols": 7168, "bit_exact": True, "fused_graph_us_16384": 227.0, "fused_graph_us_32768": 446.0},
+        {"kind": "candidate", "num_warps": 4, "maxnreg": None, "division": "block_reciprocal",
+         "cols": 7168, "bit_exact": False, "fused_graph_us_16384": 90.0, "fused_graph_us_32768": 180.0},
+        {"kind": "candidate", "num_warps": 8, "maxnreg": None, "division": "block_reciprocal",
+         "cols": 7168, "bit_exact": True, "fused_graph_us_16384": 150.0, "fused_graph_us_32768": 300.0},
+        {"kind": "candidate", "num_warps": 2, "maxnreg": None, "division": "block_reciprocal",
+         "cols": 7168, "bit_exact": True, "error": "RuntimeError: x"}]
+    best = q.best_candidate(recs)
+    assert (best["num_warps"], best["division"]) == (8, "block_reciprocal")
+    assert q.best_candidate(recs[1:2]) is None
+    path = tmp_path / "fp8_tuning.json"
+    cfg = q.write_tuning_table(path, recs, log=lambda *a: None)
+    assert cfg == q.FusedConfig(8, None, "block_reciprocal")
+    table = q.load_tuning_table(path)
+    assert table["configs"] == {7168: cfg}
+    doc = json.loads(path.read_text())
+    doc["records"].append({"cols": 4096, "num_warps": 3, "maxnreg": None, "division": "x",
+                           "bit_exact": True})
+    doc["records"].append({"cols": 2048, "num_warps": 4, "division": "per_element",
+                           "bit_exact": False})
+    path.write_text(json.dumps(doc))
+    assert q.load_tuning_table(path)["configs"] == {7168: cfg}  # malformed / inexact rows skipped
+    assert q.load_tuning_table(tmp_path / "missing.json")["configs"] == {}
+    # used only on a GPU of the table's name, for its width; the baseline elsewhere
+    h200 = dataclasses.replace(ENV, backend="cuda", device=torch.device("cuda"),
+                               gpu_name="NVIDIA H200")
+    monkeypatch.setattr(q, "_TABLE", {**table, "gpu": "NVIDIA H200"})
+    monkeypatch.setattr(env, "current", lambda: h200)
+    assert q.choose_config(7168)[0] == cfg
+    assert q.choose_config(4096)[0] == q.baseline_config(4096)
+    monkeypatch.setattr(env, "current", lambda: dataclasses.replace(h200, gpu_name="NVIDIA A100"))
+    assert q.choose_config(7168)[0] == q.baseline_config(7168)
+
+
+def test_baseline_is_the_first_candidate_and_the_interpreter_uses_it():
+    assert q.CANDIDATES[0] == q.baseline_config(q.HIDDEN_SIZE)
+    assert len(set(q.CANDIDATES)) == len(q.CANDIDATES)
+    if not ENV.on_gpu:
+        assert q.choose_config(q.HIDDEN_SIZE)[0] == q.baseline_config(q.HIDDEN_SIZE)
+
+
+def test_bad_division_and_config_get_clear_errors():
+    x, w = q.make_inputs(2, 256, 0)
+    with pytest.raises(validation.InputError, match="division must be one of"):
+        q.rmsnorm_fp8_fused(x, w, division="fast")
+    with pytest.raises(validation.InputError, match="config must be a FusedConfig"):
+        q.rmsnorm_fp8_fused(x, w, config=(8, None, "per_element"))
+
+
+@pytest.mark.gpu
+def test_gpu_every_candidate_is_bit_exact_at_scale():
+    x, w = q.make_inputs(1024, 7168, 3)
+    ref = q.reference(x, w)
+    for cfg in q.CANDIDATES:
+        report = q.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg), *ref)
+        assert report.ok, f"{cfg.label}: {report}"
