@@ -262,8 +262,13 @@ def tuning_rows(doc: dict | None) -> list[dict]:
                    "winner": rec.get("label") or "?", "source": rec.get("source", "")}
         except (KeyError, TypeError, ValueError):
             continue
-        for key in ("times_us", "heuristic_times_us", "baseline_times_us"):
+        for key in ("times_us", "heuristic_times_us", "baseline_times_us", "previous_times_us"):
             row[key] = {int(k): _num(v) for k, v in (rec.get(key) or {}).items()
                         if _num(v) is not None}
+        previous = rec.get("previous") or {}
+        # the table in use before this run, timed again: shown when the search replaced it
+        row["replaced_previous"] = bool(previous) and any(
+            previous.get(k) != rec.get(k) for k in ("rows_per_program", "num_warps", "num_stages",
+                                                   "programs_per_sm", "chunk"))
         out.append(row)
     return out
