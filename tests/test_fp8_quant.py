@@ -432,6 +432,9 @@ def test_tuning_table_takes_only_bit_exact_rows_and_only_on_its_gpu(tmp_path, mo
     best = q.best_candidate(recs)
     assert (best["num_warps"], best["division"]) == (8, "block_reciprocal")
     assert q.best_candidate(recs[1:2]) is None
+    partial = {**recs[2], "num_warps": 2, "fused_graph_us_16384": 10.0}
+    del partial["fused_graph_us_32768"]  # timed at one shape only: cannot win
+    assert q.best_candidate(recs + [partial])["num_warps"] == 8
     path = tmp_path / "fp8_tuning.json"
     cfg = q.write_tuning_table(path, recs, log=lambda *a: None)
     assert cfg == q.FusedConfig(8, None, "block_reciprocal")

@@ -1016,14 +1016,15 @@ def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int 
 def best_candidate(recs: list[dict], rows: int | None = None) -> dict | None:
     """The bit-exact candidate with the smallest CUDA-graph time summed over the timed shapes
     (or at ``rows``); None when none is bit-exact and timed."""
-    def total(r):
-        keys = [k for k in r if k.startswith("fused_graph_us_")]
-        if rows is not None:
-            keys = [k for k in keys if k == f"fused_graph_us_{rows}"]
-        return sum(r[k] for k in keys) if keys else None
+    cands = [r for r in recs if r.get("kind") == "candidate"]
+    timed = {k for r in cands for k in r if k.startswith("fused_graph_us_")}
+    keys = [f"fused_graph_us_{rows}"] if rows is not None else sorted(timed)
 
-    fine = [r for r in recs if r.get("kind") == "candidate" and r.get("bit_exact") is True
-            and "error" not in r and total(r) is not None]
+    def total(r):  # a candidate missing one of the shapes others were timed at cannot win
+        return sum(r[k] for k in keys) if keys and all(k in r for k in keys) else None
+
+    fine = [r for r in cands if r.get("bit_exact") is True and "error" not in r
+            and "skipped" not in r and total(r) is not None]
     return min(fine, key=total) if fine else None
 
 
