@@ -131,7 +131,8 @@ def test_persistent_variants_go_to_the_best_of_each_design():
     chunked = [A.LaunchConfig(1, 8, 1, None, 2048), A.LaunchConfig(1, 4, 1, None, 1024),
                A.LaunchConfig(1, 16, 1, None, 4096)]
     regret = {c: 1.0 + i / 10 for i, c in enumerate(chunked + whole)}  # chunked all rank first
-    assert G._best_per_design(regret, 2) == whole[:2] + chunked[:2]
+    assert G._best_per_design(regret) == whole[:2] + chunked[:1]
+    assert G._best_per_design(regret, 1, 2) == whole[:1] + chunked[:2]
 
 
 def test_extras_end_to_end_on_small_shapes(cpu_as_gpu, tmp_path, monkeypatch):

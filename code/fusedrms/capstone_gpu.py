@@ -10,11 +10,13 @@ shows next to the measurement harness's grid. Run by ``code/scripts/gpu/07_capst
 (:func:`fusedrms.add_rmsnorm.candidate_configs` for the row in registers,
 :func:`fusedrms.add_rmsnorm.chunked_candidates` for the two-pass design, plus the heuristic, the
 one-row-per-program baseline and the previous table's winner) at several row counts, keeps the two
-best of each design, and tries each as a persistent grid with 1 or 2 pipeline stages. Every
-candidate is checked against the float64 reference, both ops, before it is timed. The winner minimizes the *worst* ratio to the best time seen at any of the row
-counts (minimax regret): one configuration per key has to serve every batch size, so it must not be
-far off at any of them. fp16 has bf16's element size and the same code path, so it is not searched
-again: bf16's best few are timed on fp16 and the fastest is recorded.
+best of the register design and the best two-pass one, and tries each as a persistent grid (1 or 2
+pipeline stages; the two-pass design 1). Every candidate is checked against the float64 reference,
+both ops, before it is timed. The winner minimizes the *worst* ratio to the best time seen at any of
+the row counts (minimax regret): one configuration per key has to serve every batch size, so it must
+not be far off at any of them. fp16 has bf16's element size and the same code path, so it is not
+searched again: bf16's best three and the previous fp16 winner are timed on fp16. Keys the budget
+does not reach keep the previous table's entry.
 
 **Extras** (``capstone_extra.json``, one list of records, each with a ``kind``):
 ``seed_as_printed`` (the listing's launch error), ``seed_partial`` (what BLOCK < cols does),
@@ -178,12 +180,12 @@ def previous_winner(cols: int, dtype: torch.dtype, table: dict | None) -> A.Laun
     return table.get("configs", {}).get((cols, A.dtype_name(dtype)))
 
 
-def _best_per_design(regret: dict, k: int) -> list:
-    """The k best of each design (row in registers, two passes), best first within each."""
+def _best_per_design(regret: dict, whole: int = 2, chunked: int = 1) -> list:
+    """The best few of each design (row in registers, two passes), best first within each. The
+    two-pass design fills an SM with programs on its own, so one of it is tried persistent."""
     ranked = top(regret, len(regret))
-    whole = [c for c in ranked if c.chunk is None][:k]
-    chunked = [c for c in ranked if c.chunk is not None][:k]
-    return whole + chunked
+    return ([c for c in ranked if c.chunk is None][:whole]
+            + [c for c in ranked if c.chunk is not None][:chunked])
 
 
 def tune_key(cols: int, dtype: torch.dtype, rows_list, deadline: float, trials: list,
@@ -205,7 +207,7 @@ def tune_key(cols: int, dtype: torch.dtype, rows_list, deadline: float, trials: 
         inputs.free()
         return None
     _, regret = select_winner(times)
-    for cfg in _best_per_design(regret, 2):
+    for cfg in _best_per_design(regret):
         for variant in A.persistent_variants(cfg):
             if time.time() > deadline:
                 break
