@@ -289,3 +289,17 @@ def test_gpu_in_place_matches_out_of_place():
     y, s = A.add_rmsnorm_residual(x, r, w)
     A.add_rmsnorm_residual(x, r, w, in_place=True)
     assert torch.equal(x, y) and torch.equal(r, s)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", [8192, 8189])
+def test_gpu_every_chunked_candidate(cols):
+    # 8189: the tuned width's configs on a width 3 short (partial last chunk, unaligned rows)
+    x, r, w = inputs(300, cols, torch.bfloat16)
+    ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, accum=torch.float64)
+    expected = reference.add_rmsnorm(x, r, w, accum=torch.float64)
+    cands = A.chunked_candidates(8192, torch.bfloat16)
+    for cfg in cands + A.persistent_variants(cands[0]):
+        assert checks.allclose(A.add_rmsnorm(x, r, w, config=cfg), expected), cfg.label()
+        y, s = A.add_rmsnorm_residual(x, r, w, config=cfg)
+        assert checks.equal(s, ref_s) and checks.allclose(y, ref_y), cfg.label()

@@ -41,7 +41,7 @@ table=code/fusedrms/data/h200/capstone_tuning.json
 committed=$(mktemp)
 [ -f "$table" ] && cp "$table" "$committed"
 
-left=$(( 150 - ($(date +%s) - t_start) - 68 ))  # 68 s kept for the check, confirm and slack
+left=$(( 150 - ($(date +%s) - t_start) - 76 ))  # 76 s kept for the check, confirm and slack
 [ "$left" -lt 20 ] && left=20
 run "tuning per (cols, dtype), budget $left s" $(( left + 12 )) \
   python3 -m fusedrms.capstone_gpu tune --out "$RESULTS" --budget "$left"
@@ -49,8 +49,8 @@ run "tuning per (cols, dtype), budget $left s" $(( left + 12 )) \
 # Install the new table for the rest of this session, after checking its two-pass entries.
 if [ -f "$RESULTS/capstone_tuning.json" ]; then
   mkdir -p "$(dirname "$table")" && cp "$RESULTS/capstone_tuning.json" "$table"
-  if ! run "check the new table's two-pass entries (limit 40 s)" 40 \
-      python3 -m fusedrms.capstone_gpu check --out "$RESULTS" --budget 32 --table "$table" \
+  if ! run "check the new table's two-pass entries (limit 48 s)" 48 \
+      python3 -m fusedrms.capstone_gpu check --out "$RESULTS" --budget 40 --table "$table" \
       && [ -s "$committed" ]; then
     echo "--- 07_capstone: the new table is NOT used: the committed table is restored"
     mv "$RESULTS/capstone_tuning.json" "$RESULTS/capstone_tuning_rejected.json"
