@@ -49,7 +49,7 @@ run "tuning per (cols, dtype), budget $left s" $(( left + 12 )) \
 # Install the new table for the rest of this session, after checking its two-pass entries.
 if [ -f "$RESULTS/capstone_tuning.json" ]; then
   mkdir -p "$(dirname "$table")" && cp "$RESULTS/capstone_tuning.json" "$table"
-  if ! run "check the new table's two-pass entries (limit 48 s)" 48 \
+  if ! run "check the new table's two-pass entries" 48 \
       python3 -m fusedrms.capstone_gpu check --out "$RESULTS" --budget 40 --table "$table" \
       && [ -s "$committed" ]; then
     echo "--- 07_capstone: the new table is NOT used: the committed table is restored"
