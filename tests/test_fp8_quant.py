@@ -481,3 +481,15 @@ def test_gpu_every_candidate_is_bit_exact_at_scale():
     for cfg in q.CANDIDATES:
         report = q.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg), *ref)
         assert report.ok, f"{cfg.label}: {report}"
+
+
+@pytest.mark.parametrize("rows_per_program", [2, 4])
+@pytest.mark.parametrize("division", ["per_element", "block_reciprocal"])
+def test_several_rows_per_program_is_bit_exact(rows_per_program, division):
+    cfg = q.FusedConfig(8, None, division, rows_per_program)
+    for rows, cols in [(1, 1), (3, 129), (5, 200), (3, 7168)]:  # row counts not a multiple of R
+        x, w = q.make_inputs(rows, cols, 0)
+        report = q.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg), *q.reference(x, w))
+        assert report.ok, f"{cfg.label} {rows}x{cols}: {report}"
+    with pytest.raises(validation.InputError, match="rows_per_program"):
+        q.rmsnorm_fp8_fused(x, w, config=q.FusedConfig(8, None, division, 3))

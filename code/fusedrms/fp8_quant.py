@@ -351,6 +351,36 @@ def rmsnorm_fp8_fused_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, cols_f, 
 # [/book:fused-kernel]
 
 
+@triton.jit
+def rmsnorm_fp8_fused_rows_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, rows, cols, cols_f,
+                                  x_row_stride, eps, absmax_floor, FP8_MAX: tl.constexpr,
+                                  BLOCK_COLS: tl.constexpr, BLOCKS: tl.constexpr,
+                                  ROWS: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+                                  BLOCK_RECIPROCAL: tl.constexpr):
+    """The fused kernel with ``ROWS`` rows per program: a (rows, blocks, 128) tile, so the loads of
+    several rows are in flight together and the per-row scalar work is shared by more lanes."""
+    row_ids = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    blocks = tl.arange(0, BLOCKS)
+    offsets = (blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :])[None, :, :]
+    live = row_ids[:, None, None] < rows
+    mask = (offsets < cols) & live
+    x = tl.load(x_ptr + row_ids[:, None, None] * x_row_stride + offsets, mask=mask,
+                other=0.0).to(tl.float32)
+    squares = (x * x).to(tl.float64)  # as row_rscale_tile: float64, so the order is free
+    sum_sq = tl.sum(tl.sum(squares, axis=2), axis=1).to(tl.float32)
+    r = tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(sum_sq, cols_f) + eps))
+    w = tl.load(w_ptr + offsets, mask=offsets < cols, other=0.0).to(tl.float32)
+    y = normalize_bf16(x, r[:, None, None], w, SOFTWARE_ROUNDING)
+    codes, scale = quantize_tile(tl.reshape(y, (ROWS * BLOCKS, BLOCK_COLS)), absmax_floor,
+                                 FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL)
+    codes = tl.reshape(codes, (ROWS, BLOCKS, BLOCK_COLS))
+    tl.store(codes_ptr + row_ids[:, None, None] * cols + offsets, codes, mask=mask)
+    n_blocks = tl.cdiv(cols, BLOCK_COLS)
+    scale = tl.reshape(scale, (ROWS, BLOCKS))
+    tl.store(scales_ptr + row_ids[:, None] * n_blocks + blocks[None, :], scale,
+             mask=(blocks[None, :] < n_blocks) & (row_ids[:, None] < rows))
+
+
 # [book:naive-kernels]
 @triton.jit
 def rmsnorm_bf16_kernel(x_ptr, w_ptr, y_ptr, cols, cols_f, x_row_stride, eps,
@@ -453,11 +483,13 @@ class FusedConfig:
     num_warps: int
     maxnreg: int | None = None
     division: str = "per_element"
+    rows_per_program: int = 1
 
     @property
     def label(self) -> str:
         cap = f", maxnreg {self.maxnreg}" if self.maxnreg else ""
-        return f"warps {self.num_warps}{cap}, {self.division.replace('_', ' ')} division"
+        per = f", {self.rows_per_program} rows/program" if self.rows_per_program > 1 else ""
+        return f"warps {self.num_warps}{cap}{per}, {self.division.replace('_', ' ')} division"
 
 
 def baseline_config(cols: int = HIDDEN_SIZE) -> FusedConfig:
@@ -474,6 +506,7 @@ def baseline_config(cols: int = HIDDEN_SIZE) -> FusedConfig:
 CANDIDATES = (FusedConfig(16, 64, "per_element"), FusedConfig(8, None, "block_reciprocal"),
               FusedConfig(4, None, "block_reciprocal"), FusedConfig(16, 64, "block_reciprocal"),
               FusedConfig(8, 48, "block_reciprocal"), FusedConfig(8, None, "per_element"),
+              FusedConfig(16, None, "block_reciprocal", 2), FusedConfig(8, None, "block_reciprocal", 2),
               FusedConfig(4, None, "per_element"), FusedConfig(4, 128, "block_reciprocal"),
               FusedConfig(2, None, "block_reciprocal"))  # in order of promise: a deadline cuts the tail
 TUNING_FILE = records.DATA_DIR / "h200" / "fp8_tuning.json"
@@ -492,9 +525,9 @@ def load_tuning_table(path=None) -> dict:
         try:
             cfg = FusedConfig(int(rec["num_warps"]),
                               None if rec.get("maxnreg") is None else int(rec["maxnreg"]),
-                              str(rec["division"]))
-            if cfg.division in DIVISIONS and cfg.num_warps in (1, 2, 4, 8, 16, 32) and rec.get(
-                    "bit_exact") is True:
+                              str(rec["division"]), int(rec.get("rows_per_program", 1)))
+            if (cfg.division in DIVISIONS and cfg.num_warps in (1, 2, 4, 8, 16, 32)
+                    and cfg.rows_per_program in (1, 2, 4, 8) and rec.get("bit_exact") is True):
                 configs[int(rec["cols"])] = cfg
         except (KeyError, TypeError, ValueError):
             continue
@@ -533,6 +566,9 @@ def _resolve_config(cols, num_warps, cap_registers, division, config) -> FusedCo
     if config is not None:
         if not isinstance(config, FusedConfig):
             raise validation.InputError(f"config must be a FusedConfig, got {type(config).__name__}.")
+        if config.rows_per_program not in (1, 2, 4, 8):
+            raise validation.InputError(f"rows_per_program must be 1, 2, 4 or 8, got "
+                                        f"{config.rows_per_program!r}.")
         num_warps, division = config.num_warps, config.division
     if division is not None and division not in DIVISIONS:
         raise validation.InputError(f"division must be one of {', '.join(map(repr, DIVISIONS))}, "
@@ -566,7 +602,20 @@ def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=Tr
         options["maxnreg"] = cfg.maxnreg
     meta = dict(BLOCK_COLS=BLOCK_COLS, BLOCKS=blocks, SOFTWARE_ROUNDING=software,
                 BLOCK_RECIPROCAL=cfg.division == "block_reciprocal", **options)
+    if cfg.rows_per_program > 1:
+        meta["ROWS"] = cfg.rows_per_program  # the fused wrapper then launches the rows kernel
     return x2, w, eps, floor, shape, codes, codes_out, scales, meta
+
+
+def _launch_fused(x2, w, codes_out, scales, eps, floor, meta):
+    rows, cols = x2.shape
+    with _interpreter_quiet():
+        if "ROWS" in meta:
+            return rmsnorm_fp8_fused_rows_kernel[(triton.cdiv(rows, meta["ROWS"]),)](
+                x2, w, codes_out, scales, rows, cols, float(cols), x2.stride(0), eps, floor,
+                FP8_MAX=FP8_MAX, **meta)
+        return rmsnorm_fp8_fused_kernel[(rows,)](x2, w, codes_out, scales, cols, float(cols),
+                                                 x2.stride(0), eps, floor, FP8_MAX=FP8_MAX, **meta)
 
 
 def _interpreter_quiet():
@@ -600,12 +649,9 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
         config = choose_config(x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0)[0]
     x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
         x, w, eps, absmax_floor, rounding, num_warps, cap_registers, division, config)
-    rows, cols = x2.shape
-    if rows == 0:
+    if x2.shape[0] == 0:
         return _shaped(codes, scales, shape)
-    with _interpreter_quiet():
-        rmsnorm_fp8_fused_kernel[(rows,)](x2, w, codes_out, scales, cols, float(cols),
-                                          x2.stride(0), eps, floor, FP8_MAX=FP8_MAX, **meta)
+    _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
     return _shaped(codes, scales, shape)
 
 
@@ -619,6 +665,7 @@ def rmsnorm_fp8_naive(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
     rows, cols = x2.shape
     if rows == 0:
         return _shaped(codes, scales, shape)
+    meta.pop("ROWS", None)
     y = torch.empty((rows, cols), dtype=BF16, device=x2.device)  # the round trip
     with _interpreter_quiet():
         rmsnorm_bf16_kernel[(rows,)](x2, w, y, cols, float(cols), x2.stride(0), eps, **meta)
@@ -633,11 +680,11 @@ def kernel_resources(rows: int = 4, cols: int = HIDDEN_SIZE, num_warps: int | No
     x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
         x, w, RMS_NORM_EPS, ABSMAX_FLOOR, "auto", num_warps, cap_registers, None, config)
     y = torch.empty(x2.shape, dtype=BF16, device=x2.device)
+    fused = _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
+    meta.pop("ROWS", None)
     with _interpreter_quiet():
         launched = {
-            "fused": rmsnorm_fp8_fused_kernel[(rows,)](x2, w, codes_out, scales, cols, float(cols),
-                                                       x2.stride(0), eps, floor, FP8_MAX=FP8_MAX,
-                                                       **meta),
+            "fused": fused,
             "norm": rmsnorm_bf16_kernel[(rows,)](x2, w, y, cols, float(cols), x2.stride(0), eps,
                                                  **meta),
             "quantize": quantize_fp8_kernel[(rows,)](y, codes_out, scales, cols, floor,
@@ -926,9 +973,7 @@ def fused_resources(config: FusedConfig, cols: int = HIDDEN_SIZE) -> tuple:
     x, w = make_inputs(2, cols, 0)
     x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
         x, w, RMS_NORM_EPS, ABSMAX_FLOOR, "auto", None, True, None, config)
-    with _interpreter_quiet():
-        k = rmsnorm_fp8_fused_kernel[(2,)](x2, w, codes_out, scales, cols, float(cols),
-                                           x2.stride(0), eps, floor, FP8_MAX=FP8_MAX, **meta)
+    k = _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
     return getattr(k, "n_regs", None), getattr(k, "n_spills", None)
 
 
