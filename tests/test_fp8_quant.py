@@ -429,6 +429,10 @@ def test_tuning_table_takes_only_bit_exact_rows_and_only_on_its_gpu(tmp_path, mo
          "cols": 7168, "bit_exact": True, "fused_graph_us_16384": 150.0, "fused_graph_us_32768": 300.0},
         {"kind": "candidate", "num_warps": 2, "maxnreg": None, "division": "block_reciprocal",
          "cols": 7168, "bit_exact": True, "error": "RuntimeError: x"}]
+    rows2 = {**recs[2], "rows_per_program": 2, "fused_graph_us_16384": 149.0}
+    assert q.write_tuning_table(tmp_path / "r.json", recs + [rows2], log=lambda *a: None) == \
+        q.FusedConfig(8, None, "block_reciprocal", 2)
+    assert q.load_tuning_table(tmp_path / "r.json")["configs"][7168].rows_per_program == 2
     best = q.best_candidate(recs)
     assert (best["num_warps"], best["division"]) == (8, "block_reciprocal")
     assert q.best_candidate(recs[1:2]) is None
@@ -475,10 +479,12 @@ def test_bad_division_and_config_get_clear_errors():
 
 
 @pytest.mark.gpu
-def test_gpu_every_candidate_is_bit_exact_at_scale():
+def test_gpu_chosen_and_new_designs_are_bit_exact_at_scale():
+    """The configuration fp8.fused runs here, and one of each new design (08_fp8.sh checks all)."""
     x, w = q.make_inputs(1024, 7168, 3)
     ref = q.reference(x, w)
-    for cfg in q.CANDIDATES:
+    for cfg in {q.choose_config(7168)[0], q.FusedConfig(16, 64, "block_reciprocal"),
+                q.FusedConfig(8, None, "block_reciprocal", 2)}:
         report = q.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg), *ref)
         assert report.ok, f"{cfg.label}: {report}"
 

@@ -1079,9 +1079,11 @@ def write_tuning_table(path, recs: list[dict], log=print) -> FusedConfig | None:
     if best is None:
         log("  no bit-exact timed candidate: no tuning table written")
         return None
-    cfg = FusedConfig(best["num_warps"], best["maxnreg"], best["division"])
+    cfg = FusedConfig(best["num_warps"], best["maxnreg"], best["division"],
+                      best.get("rows_per_program", 1))
     row = {"cols": best["cols"], "num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg,
-           "division": cfg.division, "bit_exact": True, "label": cfg.label,
+           "division": cfg.division, "rows_per_program": cfg.rows_per_program,
+           "bit_exact": True, "label": cfg.label,
            **{k: v for k, v in best.items() if k.startswith("fused")}}
     records.write(path, [row], extra={"objective": "smallest CUDA-graph time summed over "
                                       + ", ".join(f"{r}x{c}" for r, c in CANDIDATE_SHAPES)
