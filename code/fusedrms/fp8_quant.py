@@ -17,8 +17,10 @@ The operation order is part of the specification, because the codes are checked 
    ``rsqrt`` of torch and Triton on a GPU is approximate and the two differ);
 3. cast ``x * r`` to bf16 (round to nearest even), multiply by gamma in bf16 (one rounding);
 4. upcast; per 128-column block ``absmax``, floored at ``absmax_floor``; ``scale = absmax / 448``;
-5. ``q = y / scale`` (correctly rounded division, never ``y * (1/scale)``), clamp to +-448 (torch's
-   ``.to(float8_e4m3fn)`` does not saturate: 464 and above become NaN), cast to e4m3, nearest even.
+5. ``q = y / scale`` (correctly rounded division, never ``y * (1/scale)`` alone; the kernels may get
+   the same quotient from one reciprocal per block and two fma corrections,
+   :func:`divide_by_block_scale`), clamp to +-448 (torch's ``.to(float8_e4m3fn)`` does not
+   saturate: 464 and above become NaN), cast to e4m3, nearest even.
 
 Decisions (documented in the chapter):
 
@@ -40,6 +42,8 @@ Decisions (documented in the chapter):
 
 Registered as ``fp8.naive`` (two kernels: the norm writes bf16 rows to memory, the quantizer reads
 them back) and ``fp8.fused`` (one kernel, the rows never leave the chip), op ``"rmsnorm_fp8"``.
+``fp8.fused`` launches with :func:`choose_config`: the fastest bit-exact of :data:`CANDIDATES` as
+recorded on this GPU (``data/h200/fp8_tuning.json``, written by ``record``), else the baseline.
 
 Command line (the GPU session runs ``record``)::
 
