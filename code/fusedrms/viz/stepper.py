@@ -21,10 +21,11 @@ class Frame:
     svg: str
 
     def html(self, index: int, total: int) -> str:
-        return (f'<div class="fusedrms-frame" data-step="{index}">'
+        return (f'<div class="fusedrms-frame" data-step="{index}" style="max-width:100%">'
                 f'<div style="font-weight:600">Step {index + 1}/{total}: {escape(self.title)}</div>'
                 f"{self.svg}"
-                f'<div class="fusedrms-caption" style="max-width:640px">{escape(self.caption)}</div>'
+                f'<div class="fusedrms-caption" style="max-width:100%;white-space:normal">'
+                f"{escape(self.caption)}</div>"
                 f"</div>")
 
 

@@ -65,5 +65,6 @@ class Canvas:
         defs = ('<defs><marker id="arrowhead" markerWidth="8" markerHeight="6" refX="7" refY="3" '
                 f'orient="auto"><polygon points="0 0, 8 3, 0 6" fill="{STROKE}"/></marker></defs>')
         return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" '
-                f'height="{self.height}" viewBox="0 0 {self.width} {self.height}" role="img">'
+                f'height="{self.height}" viewBox="0 0 {self.width} {self.height}" role="img" '
+                'style="max-width:100%;height:auto">'
                 + defs + "".join(self.parts) + "</svg>")
