@@ -484,7 +484,8 @@ def test_gpu_chosen_and_new_designs_are_bit_exact_at_scale():
     x, w = q.make_inputs(1024, 7168, 3)
     ref = q.reference(x, w)
     for cfg in {q.choose_config(7168)[0], q.FusedConfig(16, 64, "block_reciprocal"),
-                q.FusedConfig(8, None, "block_reciprocal", 2)}:
+                q.FusedConfig(8, None, "block_reciprocal", 2),
+                q.FusedConfig(4, None, "block_reciprocal", 1, "split")}:
         report = q.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg), *ref)
         assert report.ok, f"{cfg.label}: {report}"
 
@@ -499,3 +500,15 @@ def test_several_rows_per_program_is_bit_exact(rows_per_program, division):
         assert report.ok, f"{cfg.label} {rows}x{cols}: {report}"
     with pytest.raises(validation.InputError, match="rows_per_program"):
         q.rmsnorm_fp8_fused(x, w, config=q.FusedConfig(8, None, division, 3))
+
+
+@pytest.mark.parametrize("division", ["per_element", "block_reciprocal"])
+def test_unpadded_split_tile_is_bit_exact(division):
+    assert q.split_pieces(56) == (32, 16, 8) and q.split_pieces(64) is None
+    cfg = q.FusedConfig(8, None, division, 1, "split")
+    for rows, cols in [(2, 7168), (3, 7000), (2, 896), (3, 129)]:  # 3 pieces, or the padded fallback
+        x, w = q.make_inputs(rows, cols, 1)
+        report = q.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg), *q.reference(x, w))
+        assert report.ok, f"{cfg.label} {rows}x{cols}: {report}"
+    with pytest.raises(validation.InputError, match="tile must be one of"):
+        q.rmsnorm_fp8_fused(x, w, config=q.FusedConfig(8, None, division, 2, "split"))

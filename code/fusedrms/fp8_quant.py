@@ -385,6 +385,59 @@ def rmsnorm_fp8_fused_rows_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, rows, col
              mask=(blocks[None, :] < n_blocks) & (row_ids[:, None] < rows))
 
 
+@triton.jit
+def _piece_offsets(START_BLOCK: tl.constexpr, NB: tl.constexpr, BLOCK_COLS: tl.constexpr):
+    blocks = START_BLOCK + tl.arange(0, NB)
+    return blocks, blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
+
+
+@triton.jit
+def _quantize_piece(x, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks, offsets,
+                    FP8_MAX: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+                    BLOCK_RECIPROCAL: tl.constexpr, BLOCK_COLS: tl.constexpr):
+    mask = offsets < cols
+    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)
+    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL)
+    tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
+    n_blocks = tl.cdiv(cols, BLOCK_COLS)
+    tl.store(scales_ptr + row * n_blocks + blocks, scale, mask=blocks < n_blocks)
+
+
+@triton.jit
+def rmsnorm_fp8_fused_split_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, cols_f,
+                                   x_row_stride, eps, absmax_floor, FP8_MAX: tl.constexpr,
+                                   BLOCK_COLS: tl.constexpr, B0: tl.constexpr, B1: tl.constexpr,
+                                   B2: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+                                   BLOCK_RECIPROCAL: tl.constexpr):
+    """The fused kernel without padding: the row's blocks as three power-of-two pieces (56 blocks
+    = 32 + 16 + 8), so no lane works on a padded block."""
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_row_stride
+    blocks0, offsets0 = _piece_offsets(0, B0, BLOCK_COLS)
+    blocks1, offsets1 = _piece_offsets(B0, B1, BLOCK_COLS)
+    blocks2, offsets2 = _piece_offsets(B0 + B1, B2, BLOCK_COLS)
+    x0 = tl.load(x_row + offsets0, mask=offsets0 < cols, other=0.0).to(tl.float32)
+    x1 = tl.load(x_row + offsets1, mask=offsets1 < cols, other=0.0).to(tl.float32)
+    x2 = tl.load(x_row + offsets2, mask=offsets2 < cols, other=0.0).to(tl.float32)
+    sum_sq = (tl.sum(tl.sum((x0 * x0).to(tl.float64), axis=1), axis=0)  # float64: order-free
+              + tl.sum(tl.sum((x1 * x1).to(tl.float64), axis=1), axis=0)
+              + tl.sum(tl.sum((x2 * x2).to(tl.float64), axis=1), axis=0)).to(tl.float32)
+    r = tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(sum_sq, cols_f) + eps))
+    _quantize_piece(x0, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks0,
+                    offsets0, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+    _quantize_piece(x1, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks1,
+                    offsets1, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+    _quantize_piece(x2, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks2,
+                    offsets2, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+
+
+def split_pieces(n_blocks_: int) -> tuple[int, int, int] | None:
+    """``n_blocks`` as three distinct powers of two, largest first (56 -> 32, 16, 8), or None."""
+    pieces = [1 << i for i in range(n_blocks_.bit_length() - 1, -1, -1) if n_blocks_ >> i & 1]
+    return tuple(pieces) if len(pieces) == 3 else None
+
+
 # [book:naive-kernels]
 @triton.jit
 def rmsnorm_bf16_kernel(x_ptr, w_ptr, y_ptr, cols, cols_f, x_row_stride, eps,
@@ -479,6 +532,7 @@ def launch_options(num_warps: int, cap_registers: bool = True) -> dict:
 # ---------------------------------------------------------------- launch configurations
 
 DIVISIONS = ("per_element", "block_reciprocal")  # how step 5 divides: same codes, bit for bit
+TILES = ("padded", "split")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -488,12 +542,14 @@ class FusedConfig:
     maxnreg: int | None = None
     division: str = "per_element"
     rows_per_program: int = 1
+    tile: str = "padded"  # or "split": the row's blocks as three power-of-two pieces
 
     @property
     def label(self) -> str:
         cap = f", maxnreg {self.maxnreg}" if self.maxnreg else ""
         per = f", {self.rows_per_program} rows/program" if self.rows_per_program > 1 else ""
-        return f"warps {self.num_warps}{cap}{per}, {self.division.replace('_', ' ')} division"
+        tile = ", unpadded (split) tile" if self.tile == "split" else ""
+        return f"warps {self.num_warps}{cap}{per}{tile}, {self.division.replace('_', ' ')} division"
 
 
 def baseline_config(cols: int = HIDDEN_SIZE) -> FusedConfig:
@@ -510,6 +566,7 @@ def baseline_config(cols: int = HIDDEN_SIZE) -> FusedConfig:
 CANDIDATES = (FusedConfig(16, 64, "per_element"), FusedConfig(8, None, "block_reciprocal"),
               FusedConfig(4, None, "block_reciprocal"), FusedConfig(16, 64, "block_reciprocal"),
               FusedConfig(8, 48, "block_reciprocal"), FusedConfig(8, None, "per_element"),
+              FusedConfig(4, None, "block_reciprocal", 1, "split"),
               FusedConfig(16, None, "block_reciprocal", 2), FusedConfig(8, None, "block_reciprocal", 2),
               FusedConfig(4, None, "per_element"), FusedConfig(4, 128, "block_reciprocal"),
               FusedConfig(2, None, "block_reciprocal"))  # in order of promise: a deadline cuts the tail
@@ -529,9 +586,11 @@ def load_tuning_table(path=None) -> dict:
         try:
             cfg = FusedConfig(int(rec["num_warps"]),
                               None if rec.get("maxnreg") is None else int(rec["maxnreg"]),
-                              str(rec["division"]), int(rec.get("rows_per_program", 1)))
+                              str(rec["division"]), int(rec.get("rows_per_program", 1)),
+                              str(rec.get("tile", "padded")))
             if (cfg.division in DIVISIONS and cfg.num_warps in (1, 2, 4, 8, 16, 32)
-                    and cfg.rows_per_program in (1, 2, 4, 8) and rec.get("bit_exact") is True):
+                    and cfg.rows_per_program in (1, 2, 4, 8) and cfg.tile in TILES
+                    and rec.get("bit_exact") is True):
                 configs[int(rec["cols"])] = cfg
         except (KeyError, TypeError, ValueError):
             continue
@@ -573,6 +632,9 @@ def _resolve_config(cols, num_warps, cap_registers, division, config) -> FusedCo
         if config.rows_per_program not in (1, 2, 4, 8):
             raise validation.InputError(f"rows_per_program must be 1, 2, 4 or 8, got "
                                         f"{config.rows_per_program!r}.")
+        if config.tile not in TILES or (config.tile == "split" and config.rows_per_program > 1):
+            raise validation.InputError(f"tile must be one of {TILES} ('split' with one row per "
+                                        f"program), got {config.tile!r}.")
         num_warps, division = config.num_warps, config.division
     if division is not None and division not in DIVISIONS:
         raise validation.InputError(f"division must be one of {', '.join(map(repr, DIVISIONS))}, "
@@ -608,12 +670,21 @@ def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=Tr
                 BLOCK_RECIPROCAL=cfg.division == "block_reciprocal", **options)
     if cfg.rows_per_program > 1:
         meta["ROWS"] = cfg.rows_per_program  # the fused wrapper then launches the rows kernel
+    pieces = split_pieces(nb) if cfg.tile == "split" else None
+    if pieces:  # a width that is not three powers of two of blocks keeps the padded tile
+        meta["PIECES"] = pieces
     return x2, w, eps, floor, shape, codes, codes_out, scales, meta
 
 
 def _launch_fused(x2, w, codes_out, scales, eps, floor, meta):
     rows, cols = x2.shape
     with _interpreter_quiet():
+        if "PIECES" in meta:
+            b0, b1, b2 = meta["PIECES"]
+            split_meta = {k: v for k, v in meta.items() if k not in ("PIECES", "BLOCKS")}
+            return rmsnorm_fp8_fused_split_kernel[(rows,)](
+                x2, w, codes_out, scales, cols, float(cols), x2.stride(0), eps, floor,
+                FP8_MAX=FP8_MAX, B0=b0, B1=b1, B2=b2, **split_meta)
         if "ROWS" in meta:
             return rmsnorm_fp8_fused_rows_kernel[(triton.cdiv(rows, meta["ROWS"]),)](
                 x2, w, codes_out, scales, rows, cols, float(cols), x2.stride(0), eps, floor,
@@ -670,6 +741,7 @@ def rmsnorm_fp8_naive(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
     if rows == 0:
         return _shaped(codes, scales, shape)
     meta.pop("ROWS", None)
+    meta.pop("PIECES", None)
     y = torch.empty((rows, cols), dtype=BF16, device=x2.device)  # the round trip
     with _interpreter_quiet():
         rmsnorm_bf16_kernel[(rows,)](x2, w, y, cols, float(cols), x2.stride(0), eps, **meta)
@@ -686,6 +758,7 @@ def kernel_resources(rows: int = 4, cols: int = HIDDEN_SIZE, num_warps: int | No
     y = torch.empty(x2.shape, dtype=BF16, device=x2.device)
     fused = _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
     meta.pop("ROWS", None)
+    meta.pop("PIECES", None)
     with _interpreter_quiet():
         launched = {
             "fused": fused,
@@ -1084,9 +1157,9 @@ def write_tuning_table(path, recs: list[dict], log=print) -> FusedConfig | None:
         log("  no bit-exact timed candidate: no tuning table written")
         return None
     cfg = FusedConfig(best["num_warps"], best["maxnreg"], best["division"],
-                      best.get("rows_per_program", 1))
+                      best.get("rows_per_program", 1), best.get("tile", "padded"))
     row = {"cols": best["cols"], "num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg,
-           "division": cfg.division, "rows_per_program": cfg.rows_per_program,
+           "division": cfg.division, "rows_per_program": cfg.rows_per_program, "tile": cfg.tile,
            "bit_exact": True, "label": cfg.label,
            **{k: v for k, v in best.items() if k.startswith("fused")}}
     records.write(path, [row], extra={"objective": "smallest CUDA-graph time summed over "
