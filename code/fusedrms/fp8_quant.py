@@ -565,11 +565,12 @@ def baseline_config(cols: int = HIDDEN_SIZE) -> FusedConfig:
 # eight more) in favour of one multiply and four fmas.
 CANDIDATES = (FusedConfig(16, 64, "per_element"), FusedConfig(8, None, "block_reciprocal"),
               FusedConfig(4, None, "block_reciprocal"), FusedConfig(16, 64, "block_reciprocal"),
-              FusedConfig(8, 48, "block_reciprocal"), FusedConfig(8, None, "per_element"),
+              FusedConfig(8, None, "per_element"),
               FusedConfig(4, None, "block_reciprocal", 1, "split"),
-              FusedConfig(16, None, "block_reciprocal", 2), FusedConfig(8, None, "block_reciprocal", 2),
-              FusedConfig(4, None, "per_element"), FusedConfig(4, 128, "block_reciprocal"),
-              FusedConfig(2, None, "block_reciprocal"))  # in order of promise: a deadline cuts the tail
+              FusedConfig(8, None, "block_reciprocal", 2), FusedConfig(16, None, "block_reciprocal", 2),
+              FusedConfig(2, None, "block_reciprocal"), FusedConfig(4, None, "per_element"),
+              FusedConfig(8, 48, "block_reciprocal"),
+              FusedConfig(4, 128, "block_reciprocal"))  # in order of promise: a deadline cuts the tail
 TUNING_FILE = records.DATA_DIR / "h200" / "fp8_tuning.json"
 
 
@@ -1084,7 +1085,7 @@ def candidate_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seed
 
 
 def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int = 5, reps: int = 20,
-                       log=print, deadline: float | None = None) -> list[dict]:
+                       log=print, deadline: float | None = None, progress=None) -> list[dict]:
     """Every candidate configuration of the fused kernel: bit-exactness on the GPU, registers,
     and median times (cold L2, with and without CUDA-graph replay) at the large shapes. The
     naive pair is timed next to them (baseline division and block reciprocal) for the ratio."""
@@ -1129,6 +1130,8 @@ def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int 
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {e}"
         out.append(rec)
+        if progress is not None:
+            progress(out)  # written after every candidate: a timeout keeps what was measured
         log(f"  candidate {cfg.label}: exact {rec.get('bit_exact')} "
             f"({rec.get('differing_codes')} codes differ), registers {rec.get('registers')}, "
             + ", ".join(f"{k} {v:.1f}" for k, v in rec.items() if k.startswith("fused")))
@@ -1192,7 +1195,9 @@ def record(path, log=print, check_shapes=CHECK_SHAPES, timing_shapes=TIMING_SHAP
     def candidates_step():  # last: the steps above are the chapter's, they must not wait on it
         if timing_shapes != TIMING_SHAPES:
             return []
-        recs = candidates_records(log=log, deadline=t0 + candidates_budget_s)
+        recs = candidates_records(log=log, deadline=t0 + candidates_budget_s,
+                                  progress=lambda so_far: records.write(path, out + so_far,
+                                                                        extra=extra))
         winner = write_tuning_table(table_path, recs, log=log)
         extra["candidates_winner"] = winner.label if winner else None
         return recs
