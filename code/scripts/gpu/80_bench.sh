@@ -13,25 +13,35 @@ start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 step() { echo "--- 80_bench [+$(elapsed) s] $*"; }
 status=0
+# BENCH_STEPS picks steps (default all four); BENCH_BUDGET_S is the grid's soft budget (default 190 s).
+steps=",${BENCH_STEPS:-grid,rules,ncu,plot},"
+want() { [[ "$steps" == *",$1,"* ]]; }
+budget=${BENCH_BUDGET_S:-190}
 
 # 1. The grid (kernels and peers in 3 processes, torch.compile in 1 more with what is left).
 #    --budget-s is the soft limit (later cases are recorded as skipped); timeout is the hard one.
-step "bench plan h200 (soft budget 190 s, hard limit 210 s)"
-timeout -k 5 210 python3 -m fusedrms.bench plan h200 --budget-s 190 --compile-share 0.3 \
-  --allow-missing-floor --out "$RESULTS/bench_grid.json" || { echo "bench: exit $?"; status=1; }
+if want grid; then
+  step "bench plan h200 (soft budget $budget s, hard limit $(( budget + 20 )) s)"
+  timeout -k 5 $(( budget + 20 )) python3 -m fusedrms.bench plan h200 --budget-s "$budget" \
+    --compile-share 0.3 --allow-missing-floor --out "$RESULTS/bench_grid.json" \
+    || { echo "bench: exit $?"; status=1; }
+fi
 
 # 2. Each timing rule, kept and ignored (uses the grid's per-process medians when present).
-step "timing rules (hard limit 40 s)"
-grid_arg=(); [ -f "$RESULTS/bench_grid.json" ] && grid_arg=(--grid "$RESULTS/bench_grid.json")
-timeout -k 5 40 python3 -m fusedrms.bench rules "${grid_arg[@]}" --out "$RESULTS/timing_rules.json" \
-  || { echo "rules: exit $?"; status=1; }
+if want rules; then
+  step "timing rules (hard limit 40 s)"
+  grid_arg=(); [ -f "$RESULTS/bench_grid.json" ] && grid_arg=(--grid "$RESULTS/bench_grid.json")
+  timeout -k 5 40 python3 -m fusedrms.bench rules "${grid_arg[@]}" --out "$RESULTS/timing_rules.json" \
+    || { echo "rules: exit $?"; status=1; }
+fi
 
 # 3. Nsight Compute on the target kernel only, filtered by name ("unavailable" if it fails).
-step "ncu summary (hard limit 45 s)"
-timeout -k 5 45 python3 -m fusedrms.bench ncu --timeout 28 --out "$RESULTS/ncu_summary.json" \
-  || { echo "ncu: exit $?"; status=1; }
-if [ -f "$RESULTS/ncu_summary.json" ]; then
-  python3 - "$RESULTS" <<'PY' || true
+if want ncu; then
+  step "ncu summary (hard limit 45 s)"
+  timeout -k 5 45 python3 -m fusedrms.bench ncu --timeout 28 --out "$RESULTS/ncu_summary.json" \
+    || { echo "ncu: exit $?"; status=1; }
+  if [ -f "$RESULTS/ncu_summary.json" ]; then
+    python3 - "$RESULTS" <<'PY' || true
 import json, sys, pathlib
 doc = json.loads((pathlib.Path(sys.argv[1]) / "ncu_summary.json").read_text())
 rec = doc["records"][0]
@@ -39,11 +49,12 @@ rec = doc["records"][0]
 print({k: rec.get(k) for k in ("status", "impl", "kernel", "dram_throughput_pct",
                                "sol_memory_pct", "duration_us", "reason")})
 PY
+  fi
 fi
 
 # 4. The chart.
-step "plot (hard limit 15 s)"
-if [ -f "$RESULTS/bench_grid.json" ]; then
+if want plot && [ -f "$RESULTS/bench_grid.json" ]; then
+  step "plot (hard limit 15 s)"
   timeout -k 5 15 python3 -m fusedrms.plots "$RESULTS/bench_grid.json" --out "$RESULTS/bench_plot" \
     || { echo "plot: exit $?"; status=1; }
 fi
