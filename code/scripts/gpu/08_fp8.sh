@@ -19,7 +19,10 @@ RESULTS=${RESULTS:-$(mktemp -d)}
 echo "[08_fp8] record -> $RESULTS/fp8_quant.json"
 timeout 88 python3 -m fusedrms.fp8_quant record --out "$RESULTS/fp8_quant.json"
 rc=$?
-[ -f "$RESULTS/fp8_tuning.json" ] && echo "[08_fp8] tuning table -> $RESULTS/fp8_tuning.json"
+if [ -f "$RESULTS/fp8_tuning.json" ]; then  # later pieces of this session use the new table
+  cp "$RESULTS/fp8_tuning.json" code/fusedrms/data/h200/fp8_tuning.json
+  echo "[08_fp8] tuning table -> $RESULTS/fp8_tuning.json (installed for this session)"
+fi
 [ $rc -eq 124 ] && echo "[08_fp8] record TIMED OUT after 88 s (nothing written)"
 echo "[08_fp8] done (exit $rc)"
 exit $rc
