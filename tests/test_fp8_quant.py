@@ -512,3 +512,14 @@ def test_unpadded_split_tile_is_bit_exact(division):
         assert report.ok, f"{cfg.label} {rows}x{cols}: {report}"
     with pytest.raises(validation.InputError, match="tile must be one of"):
         q.rmsnorm_fp8_fused(x, w, config=q.FusedConfig(8, None, division, 2, "split"))
+
+
+def test_every_launch_keyword_is_a_parameter_of_its_kernel():
+    # Triton on a GPU rejects keywords a kernel does not declare; the interpreter ignores them.
+    x, w = q.make_inputs(2, 256, 0)
+    *_, meta = q._launch_setup(x, w, 1e-6, q.ABSMAX_FLOOR, "auto", None)
+    options = {"num_warps", "num_stages", "maxnreg"}
+    for kernel, kwargs in ((q.rmsnorm_bf16_kernel, q.norm_meta(meta)),
+                           (q.quantize_fp8_kernel, meta)):
+        unknown = set(kwargs) - options - set(kernel.arg_names)
+        assert not unknown, f"{kernel.fn.__name__} does not declare {unknown}"
