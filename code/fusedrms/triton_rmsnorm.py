@@ -486,6 +486,10 @@ def side_by_side(docs: list, fallback_shape=(1024, 4096, "float32")) -> dict:
     Records without ``median_us`` are skipped; GB/s comes from ``gbps`` or ``GBps``. Returns
     ``{"shared": shapes recorded by more than one route, "rows": the records at those shapes, or at
     ``fallback_shape`` (the seed chapter's) when no shape is shared}``.
+
+    Pass records of one timing method only: medians from different timers (the ladder's cold
+    flush, this chapter's rotating copies) are not comparable, and this function cannot tell them
+    apart. Chapter 4 calls it once per timer.
     """
     found = []
     for doc, route in docs:
