@@ -355,10 +355,16 @@ def bf16_rounding_census(actual: torch.Tensor, exact_fp32: torch.Tensor) -> dict
 
 
 def bytes_moved(rows: int, cols: int, dtype: torch.dtype, w_dtype: torch.dtype | None = None) -> int:
-    """x read once, y written once, w read once (it stays in L2 across rows)."""
-    size = torch.empty((), dtype=dtype).element_size()
-    w_size = torch.empty((), dtype=w_dtype or dtype).element_size()
-    return 2 * rows * cols * size + cols * w_size
+    """x read once, y written once, w read once: chapter 2's traffic model, step "rmsnorm".
+
+    The model prices w in x's dtype; a weight of another dtype changes only its one read."""
+    from . import traffic
+
+    total = traffic.price("rmsnorm", rows, cols, dtype).bytes_total
+    if w_dtype is not None and w_dtype != dtype:
+        total += cols * (torch.empty((), dtype=w_dtype).element_size()
+                         - torch.empty((), dtype=dtype).element_size())
+    return total
 
 
 def rotation_copies(bytes_per_call: int, l2_bytes: int) -> int:

@@ -40,9 +40,10 @@ SEED_003_RX9070XT = {
 
 
 def rmsnorm_bytes(rows: int, cols: int, dtype: torch.dtype) -> int:
-    """What a fused RMSNorm must move: read x, write y, read w once."""
-    size = torch.tensor([], dtype=dtype).element_size()
-    return (2 * rows * cols + cols) * size
+    """What a fused RMSNorm must move (read x, write y, read w once): chapter 2's traffic model."""
+    from .. import traffic
+
+    return traffic.price("rmsnorm", rows, cols, dtype).bytes_total
 
 
 def _copy_bandwidth() -> tuple[float, str]:
