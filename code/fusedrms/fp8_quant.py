@@ -70,6 +70,7 @@ import triton
 import triton.language as tl
 
 from . import checks, records, registry, validation
+from .add_rmsnorm import round_to_bf16  # chapter 7's bit-level rounding, reused
 
 # Excerpt of DeepSeek-V3's config.json: the fields this step's constants come from.
 DEEPSEEK_V3_CONFIG = {
@@ -222,18 +223,8 @@ def compare(codes, scales, ref_codes, ref_scales, scale_rtol: float = 1e-6) -> c
 # ---------------------------------------------------------------- Triton: rounding helpers
 
 # [book:software-rounding]
-@triton.jit
-def round_to_bf16(v):
-    """fp32 -> the nearest bf16 value (ties to even), returned as fp32: keep 8 significant bits.
-
-    Adding 0x7FFF plus the lowest kept bit, then clearing the 16 dropped bits, rounds the magnitude
-    to nearest even; a carry out of the mantissa correctly bumps the exponent.
-    """
-    bits = v.to(tl.uint32, bitcast=True)
-    bits = bits + 0x7FFF + ((bits >> 16) & 1)
-    return ((bits >> 16) << 16).to(tl.float32, bitcast=True)
-
-
+# fp32 -> bf16 to nearest even on the bit pattern is chapter 7's round_to_bf16 (add_rmsnorm.py):
+# add 0x7FFF plus the lowest kept bit, clear the 16 dropped bits; a carry bumps the exponent.
 @triton.jit
 def e4m3_bits(q):
     """fp32 with |q| <= 448 (or NaN) -> the e4m3fn bit pattern (uint8), rounded to nearest even.
@@ -266,7 +257,7 @@ def e4m3_bits(q):
 @triton.jit
 def to_bf16_value(v, SOFTWARE_ROUNDING: tl.constexpr):
     if SOFTWARE_ROUNDING:
-        return round_to_bf16(v)
+        return round_to_bf16(v).to(tl.float32)  # exact: a bf16 value widened back to fp32
     else:
         return v.to(tl.bfloat16).to(tl.float32)  # the hardware rounds to nearest even
 
