@@ -85,36 +85,52 @@ def _store_cast(v, dtype: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
 
 # [book:kernel]
 @triton.jit
+def _add_rmsnorm_tile(x_ptr, r_ptr, w, y_ptr, s_ptr, tile, rows, cols,
+                      x_stride, r_stride, y_stride, s_stride, eps,
+                      BLOCK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+                      WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
+    """One tile of ROWS_PER_PROGRAM whole rows: load, add, reduce, scale, store."""
+    col = tl.arange(0, BLOCK)
+    row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
+    mask = (row < rows)[:, None] & (col < cols)[None, :]
+    x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
+    r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
+    s = x + r  # the residual add: registers only
+    if WRITE_SUM:
+        # the next layer's residual, in x's dtype; y is computed from s as stored
+        s_stored = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
+        tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
+        s = s_stored.to(tl.float32)
+    mean_square = tl.sum(s * s, axis=1) / cols  # masked lanes added 0; real width
+    rstd = tl.rsqrt(mean_square + eps)
+    y = s * rstd[:, None] * w[None, :]
+    tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
+             _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
+
+
+@triton.jit
 def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, cols,
                        x_stride, r_stride, y_stride, s_stride, eps,
                        BLOCK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
-                       WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
+                       WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
+                       PERSISTENT: tl.constexpr):
     col = tl.arange(0, BLOCK)
-    col_ok = col < cols
-    # The weight is read once per program and kept in registers; every program reads the same
-    # bytes, so ask L2 to keep them (and to let the streamed rows go first).
-    w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
-                eviction_policy="evict_last").to(tl.float32)
-    n_tiles = tl.cdiv(rows, ROWS_PER_PROGRAM)
-    # One tile per program, or a persistent grid that walks the tiles (pipelined by num_stages).
-    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-        row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
-        mask = (row < rows)[:, None] & col_ok[None, :]
-        x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
-                    eviction_policy="evict_first").to(tl.float32)
-        r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
-                    eviction_policy="evict_first").to(tl.float32)
-        s = x + r  # the residual add: registers only
-        if WRITE_SUM:
-            # the next layer's residual, in x's dtype; y is computed from s as stored
-            s_stored = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
-            tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
-            s = s_stored.to(tl.float32)
-        mean_square = tl.sum(s * s, axis=1) / cols  # masked lanes added 0; real width
-        rstd = tl.rsqrt(mean_square + eps)
-        y = s * rstd[:, None] * w[None, :]
-        tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
-                 _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
+    # The weight: every program reads the same bytes, so ask L2 to keep them (and to let the
+    # streamed rows go first).
+    w = tl.load(w_ptr + col, mask=col < cols, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    if PERSISTENT:
+        # a few programs per SM walk the tiles (the loads pipelined num_stages deep)
+        for tile in tl.range(tl.program_id(0), tl.cdiv(rows, ROWS_PER_PROGRAM), tl.num_programs(0)):
+            _add_rmsnorm_tile(x_ptr, r_ptr, w, y_ptr, s_ptr, tile, rows, cols, x_stride, r_stride,
+                              y_stride, s_stride, eps, BLOCK, ROWS_PER_PROGRAM, WRITE_SUM,
+                              SOFTWARE_BF16)
+    else:
+        # one tile per program, no loop: nothing for the compiler to keep live across iterations
+        _add_rmsnorm_tile(x_ptr, r_ptr, w, y_ptr, s_ptr, tl.program_id(0), rows, cols, x_stride,
+                          r_stride, y_stride, s_stride, eps, BLOCK, ROWS_PER_PROGRAM, WRITE_SUM,
+                          SOFTWARE_BF16)
 # [/book:kernel]
 
 
@@ -421,6 +437,21 @@ def _check_config(config) -> LaunchConfig | None:
                                 f"got {type(config).__name__}.")
 
 
+# Repeated calls (a decode step calls the op with the same shapes every time) can skip Triton's
+# Python launch path: its argument binding and specialization key cost tens of microseconds.
+# The compiled kernel of a first launch is kept per everything Triton specializes on (shapes,
+# strides, dtypes, device, 16-byte alignment of each pointer, the config) and launched directly.
+# The study's control for the loop hypothesis: True runs one-tile programs through the loop too.
+TILE_LOOP_ALWAYS = False
+FAST_LAUNCH = os.environ.get("FUSEDRMS_FAST_LAUNCH", "0") not in ("0", "off")
+_COMPILED: dict = {}
+
+
+def _launch_key(tensors, rows, cols, config, write_sum) -> tuple:
+    return (rows, cols, config, write_sum, TILE_LOOP_ALWAYS,
+            tuple((t.dtype, t.device, t.stride(0), t.data_ptr() % 16 == 0) for t in tensors))
+
+
 def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig) -> None:
     """Launch the kernel on validated 2-D tensors (``s2`` None: don't write the sum).
 
@@ -429,21 +460,34 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig) -> None:
     rows, cols = x2.shape
     if rows == 0:
         return
-    rpp, programs = grid_size(config, rows, sm_count(x2.device))
     write_sum = s2 is not None
+    s_out = s2 if write_sum else y2
+    on_gpu = x2.device.type == "cuda"
+    key = None
+    if on_gpu and FAST_LAUNCH:
+        key = _launch_key((x2, r2, w, y2, s_out), rows, cols, config, write_sum)
+    if key is not None and key in _COMPILED:
+        compiled, grid, constants = _COMPILED[key]
+        compiled[grid](x2, r2, w, y2, s_out, rows, cols, x2.stride(0), r2.stride(0),
+                       y2.stride(0), s_out.stride(0), eps, *constants)
+        return
+    rpp, programs = grid_size(config, rows, sm_count(x2.device))
     software_bf16 = (not env.current().on_gpu) and x2.dtype == torch.bfloat16
     block = triton.next_power_of_2(cols)
-    s_out = s2 if write_sum else y2
     args = (x2, r2, w, y2, s_out, rows, cols,
             x2.stride(0), r2.stride(0), y2.stride(0), s_out.stride(0), eps)
     if config.chunk is not None and config.chunk < block:
-        add_rmsnorm_chunked_kernel[(programs,)](
-            *args, CHUNK=config.chunk, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum,
-            SOFTWARE_BF16=software_bf16, num_warps=config.num_warps, num_stages=config.num_stages)
-        return
-    add_rmsnorm_kernel[(programs,)](
-        *args, BLOCK=block, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum,
-        SOFTWARE_BF16=software_bf16, num_warps=config.num_warps, num_stages=config.num_stages)
+        kernel, width = add_rmsnorm_chunked_kernel, {"CHUNK": config.chunk}
+    else:
+        persistent = config.programs_per_sm is not None or TILE_LOOP_ALWAYS
+        kernel, width = add_rmsnorm_kernel, {"BLOCK": block, "PERSISTENT": persistent}
+    compiled = kernel[(programs,)](
+        *args, **width, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum, SOFTWARE_BF16=software_bf16,
+        num_warps=config.num_warps, num_stages=config.num_stages)
+    if key is not None and compiled is not None and hasattr(compiled, "run"):
+        constants = tuple(width.values())[:1] + (rpp, write_sum, software_bf16) \
+            + tuple(width.values())[1:]  # in the kernel's argument order
+        _COMPILED[key] = (compiled, (programs, 1, 1), constants)
 
 
 def add_rmsnorm(x, residual, w, eps: float = 1e-5, *, config=None) -> torch.Tensor:
