@@ -123,3 +123,55 @@ def test_timing_worker_runs_end_to_end_on_tiny_shapes(capsys, tmp_path, monkeypa
     assert msgs[-1]["kind"] == "done"
     agg = study.aggregate_timing(msgs)
     assert any(r.get("fastest_peer") for r in agg if r["impl"] == "ours.current")
+
+
+def _messages(capsys):
+    import json
+
+    return [json.loads(line[2:]) for line in capsys.readouterr().out.splitlines()
+            if line.startswith(study.TAG)]
+
+
+def test_python_worker_on_cpu(capsys, tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setattr(peers_flashinfer, "_STATE", {})
+    monkeypatch.setenv("FUSEDRMS_FLASHINFER_INCLUDE", str(tmp_path / "nowhere"))
+    study.run_python_worker(tmp_path, time.time() + 300, device="cpu", calls=2)
+    got = {(m["op"], m["impl"]): m for m in _messages(capsys) if m["kind"] == "py"}
+    for key in (("fused", "ours.current"), ("fused", "ours.fast_launch"),
+                ("fused", "ours.launch_only"), ("fused", "torch.rms_norm_add"),
+                ("residual", "ours.fast_launch"), ("residual", "ours.launch_only")):
+        assert got[key]["status"] == "ok" and got[key]["us_per_call"] > 0, got[key]
+    assert got[("residual", "flashinfer.fused_add_rmsnorm")]["status"].startswith("error")
+    assert A.FAST_LAUNCH is False  # the variant restores the default
+    assert (tmp_path / "python_profile_capstone_fused.txt").read_text().strip()
+
+
+def test_fp8_worker_on_cpu(capsys, tmp_path):
+    import time
+
+    study.run_fp8_worker(tmp_path, time.time() + 300, device="cpu", shapes=((3, 256),))
+    got = {m["impl"]: m for m in _messages(capsys) if m["kind"] == "fp8"}
+    assert got["fp8.fused"]["status"] == "ok" and got["fp8.fused"]["differing_codes"] == 0
+    for name in ("fp8.fused_baseline", "fp8.approx_w8"):
+        assert got[name]["status"] == "ok", got[name]
+
+
+def test_parent_writes_every_file_even_when_children_fail(tmp_path, monkeypatch):
+    """On a CPU the children exit at once (no GPU); the parent still writes its files, with the
+    children's exits recorded, and stops within its budget."""
+    import json
+    import time
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    t0 = time.time()
+    study.study(tmp_path / "out", budget_s=40)
+    assert time.time() - t0 < 60
+    out = tmp_path / "out"
+    for name in ("timing.json", "python_calls.json", "fp8.json", "study_summary.json"):
+        assert (out / name).exists(), name
+    timing = json.loads((out / "timing.json").read_text())
+    exits = [m for m in timing["raw"] if m["kind"] == "exit"]
+    assert len(exits) == 3 and all(m["rc"] != 0 for m in exits)
+    assert "ncu" in json.loads((out / "study_summary.json").read_text())["steps"]

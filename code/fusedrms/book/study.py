@@ -281,7 +281,8 @@ def run_timing_worker(out_dir: Path, deadline: float, index: int, device: str = 
 
 # ---------------------------------------------------------------- python per-call cost
 
-def run_python_worker(out_dir: Path, deadline: float) -> None:
+def run_python_worker(out_dir: Path, deadline: float, device: str = "cuda",
+                      calls: int = 200) -> None:
     import cProfile
     import io
     import pstats
@@ -293,10 +294,10 @@ def run_python_worker(out_dir: Path, deadline: float) -> None:
     from ..kernels import peers, peers_flashinfer
 
     rows, cols = 1, 4096
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(rows, cols, device="cuda", generator=g).to(torch.bfloat16)
-    r = torch.randn(rows, cols, device="cuda", generator=g).to(torch.bfloat16)
-    w = (1 + 0.1 * torch.randn(cols, device="cuda", generator=g)).to(torch.bfloat16)
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(rows, cols, device=device, generator=g).to(torch.bfloat16)
+    r = torch.randn(rows, cols, device=device, generator=g).to(torch.bfloat16)
+    w = (1 + 0.1 * torch.randn(cols, device=device, generator=g)).to(torch.bfloat16)
 
     def fast(fn):
         def call(*a):
@@ -332,21 +333,22 @@ def run_python_worker(out_dir: Path, deadline: float) -> None:
         ("residual", "flashinfer.fused_add_rmsnorm"):
             lambda: peers_flashinfer.fused_add_rmsnorm(x, r, w, EPS),
     }
-    calls = 200
     for (op, name), fn in cases.items():
         if time.time() > deadline:
             emit("py", op=op, impl=name, status="skipped: time budget")
             continue
+        if device == "cpu" and name == "torch.compile":
+            continue
         try:
-            for _ in range(20):
+            for _ in range(min(20, calls)):
                 fn()
-            torch.cuda.synchronize()
+            _sync(device)
             per = []
             for _ in range(5):
                 t0 = time.perf_counter()
                 for _ in range(calls):
                     fn()
-                torch.cuda.synchronize()
+                _sync(device)
                 per.append((time.perf_counter() - t0) * 1e6 / calls)
             emit("py", op=op, impl=name, status="ok", us_per_call=statistics.median(per),
                  samples=per)
@@ -356,10 +358,10 @@ def run_python_worker(out_dir: Path, deadline: float) -> None:
     try:
         prof = cProfile.Profile()
         prof.enable()
-        for _ in range(300):
+        for _ in range(calls + 100):
             A.add_rmsnorm(x, r, w, EPS)
         prof.disable()
-        torch.cuda.synchronize()
+        _sync(device)
         buf = io.StringIO()
         pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(30)
         (out_dir / "python_profile_capstone_fused.txt").write_text(buf.getvalue())
@@ -369,26 +371,32 @@ def run_python_worker(out_dir: Path, deadline: float) -> None:
 
 # ---------------------------------------------------------------- FP8: exactness's price
 
-def run_fp8_worker(out_dir: Path, deadline: float) -> None:
+FP8_SHAPES = ((16384, 7168), (4096, 7168), (16384, 4096))
+
+
+def run_fp8_worker(out_dir: Path, deadline: float, device: str = "cuda",
+                   shapes=FP8_SHAPES) -> None:
     import torch
 
     from ..kernels import rmsnorm_fp8 as Q
     from ..measure import timer
 
-    bw = timer.copy_bandwidth_GBps()
-    l2 = timer.l2_bytes() or (50 << 20)
+    if device == "cpu":
+        bw, l2 = 1.0, 1 << 10
+    else:
+        bw, l2 = timer.copy_bandwidth_GBps(), timer.l2_bytes() or (50 << 20)
     variants = {"fp8.fused": lambda x, w: Q.rmsnorm_fp8_fused(x, w),
                 "fp8.fused_baseline": lambda x, w: Q.rmsnorm_fp8_fused(x, w,
                                                                        config=Q.baseline_config(x.shape[1])),
                 "fp8.approx_w4": lambda x, w: Q.rmsnorm_fp8_approx(x, w, num_warps=4),
                 "fp8.approx_w8": lambda x, w: Q.rmsnorm_fp8_approx(x, w, num_warps=8),
                 "fp8.approx_w16": lambda x, w: Q.rmsnorm_fp8_approx(x, w, num_warps=16)}
-    for rows, cols in ((16384, 7168), (4096, 7168), (16384, 4096)):
+    for rows, cols in shapes:
         floor_bytes = rows * cols * 2 + rows * cols + rows * math.ceil(cols / 128) * 4 + cols * 2
         floor_us = floor_bytes / (bw * 1e3)
         per_set = rows * cols * 2
         k = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2 / per_set)))
-        xs = [Q.make_inputs(rows, cols, seed=i, device="cuda") for i in range(k)]
+        xs = [Q.make_inputs(rows, cols, seed=i, device=device) for i in range(k)]
         ref_codes, ref_scales = Q.reference(*xs[0])
         for name, fn in variants.items():
             if time.time() > deadline:
@@ -397,19 +405,22 @@ def run_fp8_worker(out_dir: Path, deadline: float) -> None:
             rec = dict(rows=rows, cols=cols, impl=name, floor_us=floor_us, copy_GBps=bw)
             try:
                 codes, scales = fn(*xs[0])
-                torch.cuda.synchronize()
+                _sync(device)
                 rec["differing_codes"] = int(Q.differing_codes(codes, ref_codes))
                 rec["scale_max_rel_diff"] = float(((scales - ref_scales).abs()
                                                    / ref_scales.abs().clamp_min(1e-30)).max())
                 calls = [(lambda f=fn, x=x, w=w: f(x, w)) for x, w in xs]
-                samples = timer.time_rotating(calls, reps=9)
+                samples = _time_calls(calls, device)
                 med = statistics.median(samples)
                 rec.update(status="ok", median_us=med, pct_of_floor=100 * floor_us / med)
             except Exception as e:  # noqa: BLE001
                 rec["status"] = f"error: {type(e).__name__}: {e}"[:300]
             emit("fp8", **rec)
         del xs
-        torch.cuda.empty_cache()
+        if device != "cpu":
+            torch.cuda.empty_cache()
+    if device == "cpu":
+        return
     # SASS of the exact and the diagnostic kernel (instruction mix per element)
     try:
         x, w = Q.make_inputs(4, 7168, device="cuda")
@@ -626,6 +637,7 @@ def study(out_dir: Path, budget_s: float = DEFAULT_BUDGET_S) -> Path:
         summary["steps"][f"timing_{i}"] = {"end": time.time() - t0}
         save()
     _keep_inductor_kernels(inductor_cache, out_dir)
+    _truncate(out_dir / "inductor_output_code.txt", 3 << 20)  # the first shapes are the ones read
     # 2. python per-call cost
     end = min(deadline, time.time() + budget_s * STEP_SHARES["python"])
     py = _run_child(["python"], end, log_path, env_vars)
@@ -642,6 +654,13 @@ def study(out_dir: Path, budget_s: float = DEFAULT_BUDGET_S) -> Path:
     summary["steps"]["ncu"] = run_ncu(out_dir, deadline - 3, env_vars)
     save()
     return out_dir
+
+
+def _truncate(path: Path, limit: int) -> None:
+    if path.exists() and path.stat().st_size > limit:
+        with open(path, "rb") as f:
+            head = f.read(limit)
+        path.write_bytes(head + b"\n[... truncated]\n")
 
 
 def _keep_inductor_kernels(cache: Path, out_dir: Path) -> None:
