@@ -95,3 +95,28 @@ def test_adding_to_a_recording_needs_the_same_commit_and_sources(tmp_path, monke
     records.write_manifest(out, manifest)
     with pytest.raises(record.RecordError, match="new --out folder"):
         record.run(["ch02"], out, require_gpu=False)
+
+
+def test_smoke_is_passed_down_marked_and_kept_apart(tmp_path, monkeypatch):
+    _fake_chapters(monkeypatch, tmp_path)
+    seen = {}
+    mod = record.companion("ch02")
+
+    def smoke_aware(out_dir, tune=False, log=print, smoke=False):
+        seen["smoke"] = smoke
+        return [records.write(out_dir / "good.json", [])]
+
+    monkeypatch.setattr(mod, "record", smoke_aware)
+    out = tmp_path / "smoke"
+    manifest = record.run(["ch02"], out, require_gpu=False, smoke=True)
+    assert seen["smoke"] and manifest["smoke"] and manifest["chapters"]["ch02"]["smoke"]
+    with pytest.raises(record.RecordError, match="never share a folder"):
+        record.run(["ch02"], out, require_gpu=False)
+
+
+def test_every_companion_takes_the_smoke_flag():
+    import inspect
+
+    for chapter in record.CHAPTERS:
+        params = inspect.signature(record.companion(chapter).record).parameters
+        assert {"tune", "log", "smoke"} <= set(params), chapter

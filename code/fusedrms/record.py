@@ -4,6 +4,7 @@
     python -m fusedrms.record                           # every chapter -> recordings/<gpu>/
     python -m fusedrms.record --chapters 3,4 --out DIR  # a subset, into DIR
     python -m fusedrms.record --chapters 7,8 --tune     # also re-tune (writes DIR/tuning/*.json)
+    python -m fusedrms.record --smoke --out /tmp/smoke  # every chapter at minimal sizes (~20 s each)
 
 Each chapter's experiment is ``record(out_dir, tune=False, log=print)`` in its companion module
 ``fusedrms.book.chNN``. Chapters run one after the other; a chapter that fails is logged (its
@@ -56,8 +57,13 @@ def parse_chapters(text: str | None) -> list[str]:
     return [c for c in CHAPTERS if c in out]
 
 
-def estimate_s(chapter: str, tune: bool = False) -> float:
+SMOKE_ESTIMATE_S = 20  # per chapter: every record() at minimal sizes
+
+
+def estimate_s(chapter: str, tune: bool = False, smoke: bool = False) -> float:
     mod = companion(chapter)
+    if smoke:
+        return SMOKE_ESTIMATE_S * (2 if tune else 1)
     return mod.ESTIMATE_S + (getattr(mod, "TUNING_ESTIMATE_S", 0) if tune else 0)
 
 
@@ -80,8 +86,12 @@ def new_manifest(command: str) -> dict:
             "command": command, "chapters": {}, "files": {}, "stale": {}}
 
 
-def check_compatible(manifest: dict, chapters: list[str]) -> None:
+def check_compatible(manifest: dict, chapters: list[str], smoke: bool = False) -> None:
     """Adding to an existing recording is allowed only at its commit and with unchanged sources."""
+    if bool(manifest.get("smoke")) != smoke:
+        raise RecordError("this folder holds a " + ("smoke" if manifest.get("smoke") else "real")
+                          + " recording; smoke and real recordings never share a folder: use "
+                            "another --out.")
     commit = records.provenance()["commit"]
     if manifest.get("commit") != commit:
         raise RecordError(f"the recording in this folder was made at commit "
@@ -114,7 +124,7 @@ class _Tee:
 
 
 def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
-        require_gpu: bool = True) -> dict:
+        require_gpu: bool = True, smoke: bool = False) -> dict:
     """Record ``chapters`` into ``out``; returns the manifest (also written after each chapter)."""
     if require_gpu:
         env.require_gpu("Recording the book's GPU results")
@@ -123,11 +133,13 @@ def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
     manifest = records.read_manifest(out)
     if manifest is None:
         manifest = new_manifest(command)
+        if smoke:
+            manifest["smoke"] = True  # a pipeline check at minimal sizes: never the book's numbers
     else:
-        check_compatible(manifest, chapters)
+        check_compatible(manifest, chapters, smoke)
         manifest["command"] = (manifest.get("command", "") + " ; " + command).strip(" ;")
     (out / "logs").mkdir(exist_ok=True)
-    total = sum(estimate_s(c, tune) for c in chapters)
+    total = sum(estimate_s(c, tune, smoke) for c in chapters)
     try:
         from tqdm.auto import tqdm
         bar = tqdm(total=round(total), unit="s", desc="recording", file=sys.stderr)
@@ -136,13 +148,13 @@ def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
     print(f"recording {', '.join(chapters)} into {out} (about {total:.0f} s on an H200)", flush=True)
     for chapter in chapters:
         mod = companion(chapter)
-        est = estimate_s(chapter, tune)
+        est = estimate_s(chapter, tune, smoke)
         print(f"=== {chapter}: about {est:.0f} s ({_dt.datetime.now():%H:%M:%S})", flush=True)
         if bar is not None:
             bar.set_description(f"{chapter} (~{est:.0f} s)")
         log_path = out / "logs" / f"{chapter}.log"
         entry = {"status": "running", "started": _dt.datetime.now(_dt.timezone.utc).isoformat(
-            timespec="seconds"), "commit": manifest["commit"], "tune": tune,
+            timespec="seconds"), "commit": manifest["commit"], "tune": tune, "smoke": smoke,
             "sources": records.source_hashes(mod.SOURCES), "log": f"logs/{chapter}.log"}
         manifest["chapters"][chapter] = entry
         manifest["stale"].pop(chapter, None)
@@ -153,7 +165,8 @@ def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
             tee = _Tee(sys.stdout, log_file)
             with contextlib.redirect_stdout(tee):
                 try:
-                    written = [Path(p) for p in mod.record(out, tune=tune, log=print) or []]
+                    kwargs = {"smoke": True} if smoke else {}
+                    written = [Path(p) for p in mod.record(out, tune=tune, log=print, **kwargs) or []]
                     entry["status"] = "ok"
                 except Exception as e:  # noqa: BLE001 - logged; the next chapter still runs
                     traceback.print_exc(file=tee)
@@ -191,6 +204,9 @@ def main(argv=None) -> int:
                                            "the checkout, which the chapters then show)")
     p.add_argument("--tune", action="store_true",
                    help="also run the long tuning steps (chapters 7 and 8); tables go to OUT/tuning/")
+    p.add_argument("--smoke", action="store_true",
+                   help="every chapter's record at minimal sizes (about 20 s each on an H200): a check "
+                        "of the pipeline; the manifest marks it, and it never mixes with a real one")
     p.add_argument("--list", action="store_true", help="list chapters, files and estimates; record nothing")
     args = p.parse_args(argv)
     try:
@@ -206,7 +222,9 @@ def main(argv=None) -> int:
         return 2
     command = " ".join(["python -m fusedrms.record", *(argv if argv is not None else sys.argv[1:])])
     try:
-        manifest = run(chapters, args.out or default_out(), tune=args.tune, command=command)
+        out = args.out or (default_out().with_name(default_out().name + "-smoke") if args.smoke
+                           else default_out())
+        manifest = run(chapters, out, tune=args.tune, command=command, smoke=args.smoke)
     except RecordError as e:
         print(f"fusedrms.record: {e}", file=sys.stderr)
         return 2

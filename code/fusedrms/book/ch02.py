@@ -50,9 +50,9 @@ def record_bandwidth(out_dir: Path, log=print) -> Path:
     return path
 
 
-def record_row_registers(out_dir: Path, log=print) -> Path:
+def record_row_registers(out_dir: Path, log=print, widths=REGISTER_WIDTHS) -> Path:
     recs = []
-    for cols in REGISTER_WIDTHS:
+    for cols in widths:
         try:
             block = 1 << (cols - 1).bit_length()
             warps = num_warps_for(block)
@@ -68,8 +68,9 @@ def record_row_registers(out_dir: Path, log=print) -> Path:
     return records.write(out_dir / "traffic_row_registers.json", recs)
 
 
-def record(out_dir, tune: bool = False, log=print) -> list[Path]:
+def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[Path]:
+    """``smoke``: one width (the same code paths, seconds instead of a minute)."""
     env.require_gpu("recording chapter 2")
     out_dir = Path(out_dir)
-    registers = record_row_registers(out_dir, log)  # first: it cannot fail on the bandwidth
+    registers = record_row_registers(out_dir, log, REGISTER_WIDTHS[:1] if smoke else REGISTER_WIDTHS)
     return [record_bandwidth(out_dir, log), registers]

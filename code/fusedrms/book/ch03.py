@@ -14,6 +14,7 @@ The chapter loads the file with ``records.load("hip_ladder")`` and calls :func:`
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -263,17 +264,21 @@ SOURCES = ("kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py", "kernels/hip/bui
 HOST_RUN = Path(__file__).resolve().parents[1] / "kernels" / "hip" / "host" / "run_all.sh"
 
 
-def record(out_dir, tune: bool = False, log=print) -> list[Path]:
+def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[Path]:
     """Chapter 3 on the GPU: the ladder (file rewritten after every measurement), then the host
-    program built with the GPU's own compiler."""
+    program built with the GPU's own compiler. ``smoke``: the seed shape, two block sizes, one
+    host shape."""
     env.require_gpu("The HIP ladder")
     out_dir = Path(out_dir)
     path = out_dir / "hip_ladder.json"
     registry.load_all()
-    recs, extra = measure(out_path=path)
+    recs, extra = (measure((SEED_SHAPE,), block_sizes=(128, 256), out_path=path) if smoke
+                   else measure(out_path=path))
     records.write(path, recs, extra)
     log(table({"provenance": {}, "records": recs}))
-    host = subprocess.run(["bash", str(HOST_RUN)], capture_output=True, text=True, timeout=240)
+    host_env = {**os.environ, **({"SHAPES": "3x13"} if smoke else {})}
+    host = subprocess.run(["bash", str(HOST_RUN)], capture_output=True, text=True, timeout=240,
+                          env=host_env)
     (out_dir / "hip_host_run.txt").write_text(host.stdout + host.stderr)
     log(host.stdout[-2000:])
     if host.returncode != 0:

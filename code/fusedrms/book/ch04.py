@@ -267,7 +267,7 @@ def _tag(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def record_assembly(out_dir: Path, log=print) -> None:
+def record_assembly(out_dir: Path, log=print, smoke: bool = False) -> None:
     kind = "amdgcn" if env.current().backend == "rocm" else "ptx"
     out = []
     for dtype in (torch.float32, torch.bfloat16):
@@ -284,9 +284,9 @@ def record_assembly(out_dir: Path, log=print) -> None:
     records.write(out_dir / "triton_row_asm.json", out)
 
 
-def record_bf16_rounding(out_dir: Path, log=print) -> None:
+def record_bf16_rounding(out_dir: Path, log=print, smoke: bool = False) -> None:
     out = []
-    for rows, cols in [(3, 13), (33, 257), (1024, 4096)]:
+    for rows, cols in [(3, 13), (33, 257), (1024, 4096)][:1 if smoke else None]:
         g = torch.Generator(device="cuda").manual_seed(0)
         x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16, generator=g)
         w = torch.randn(cols, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -299,10 +299,10 @@ def record_bf16_rounding(out_dir: Path, log=print) -> None:
                   extra={"exact": "reference.rmsnorm in fp32 (torch), before the bf16 cast"})
 
 
-def record_warps(out_dir: Path, log=print) -> None:
+def record_warps(out_dir: Path, log=print, smoke: bool = False) -> None:
     shapes = [(1024, 4096, torch.float32, "seed shape")]
-    shapes += [(4096, c, d, "width sweep") for c in (1024, 2048, 4096, 8192, 16384)
-               for d in (torch.bfloat16, torch.float32)]
+    shapes += [] if smoke else [(4096, c, d, "width sweep") for c in (1024, 2048, 4096, 8192, 16384)
+                                for d in (torch.bfloat16, torch.float32)]
     out = []
     for rows, cols, dtype, group in shapes:
         x = torch.randn(rows, cols, device="cuda", dtype=dtype)
@@ -329,9 +329,9 @@ def record_warps(out_dir: Path, log=print) -> None:
         raise RuntimeError("no num_warps measurement succeeded")
 
 
-def record_versions(out_dir: Path, log=print) -> None:
+def record_versions(out_dir: Path, log=print, smoke: bool = False) -> None:
     cases = [(1024, 4096, torch.float32), (65536, 128, torch.bfloat16),
-             (16384, 256, torch.bfloat16), (1024, 32768, torch.float32)]
+             (16384, 256, torch.bfloat16), (1024, 32768, torch.float32)][:1 if smoke else None]
     out = []
     for rows, cols, dtype in cases:
         x = torch.randn(rows, cols, device="cuda", dtype=dtype)
@@ -355,8 +355,9 @@ def record_versions(out_dir: Path, log=print) -> None:
         raise RuntimeError("no variant measurement succeeded")
 
 
-def record(out_dir, tune: bool = False, log=print) -> list[Path]:
-    """Chapter 4 on the GPU: each step on its own, so one failure hides nothing else."""
+def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[Path]:
+    """Chapter 4 on the GPU: each step on its own, so one failure hides nothing else.
+    ``smoke``: the first shape of each step only."""
     env.require_gpu("recording chapter 4")
     out_dir = Path(out_dir)
     failed = []
@@ -364,7 +365,7 @@ def record(out_dir, tune: bool = False, log=print) -> list[Path]:
                        ("num_warps sweep", record_warps), ("versions", record_versions)):
         t0 = time.time()
         try:
-            step(out_dir, log)
+            step(out_dir, log, smoke)
             log(f"ch04 {name}: ok ({time.time() - t0:.1f} s)")
         except Exception:  # noqa: BLE001 - the other steps still run; the error is in the log
             log(traceback.format_exc())

@@ -568,7 +568,7 @@ CHECK_SHAPES = ((1, 0, False), (3, 3, True))
 
 
 def check_table(out_dir: Path, budget_s: float, table_path: Path | None = None,
-                every_entry: bool = False, results: list | None = None) -> bool:
+                every_entry: bool = False, results: list | None = None, shapes=None) -> bool:
     """Check the table's two-pass entries through the wrappers, on shapes the tuner did not time:
     one row, and 3 strided rows 3 columns short of the key's width (a partial last chunk).
     Both ops against the float64 references (``s`` bit for bit). True when every check passed
@@ -580,7 +580,7 @@ def check_table(out_dir: Path, budget_s: float, table_path: Path | None = None,
     failures = 0
     for (cols, name), cfg in sorted(entries.items()):
         dtype = dtypes.torch_dtype(name)
-        for rows, width_less, strided in CHECK_SHAPES:
+        for rows, width_less, strided in (shapes or CHECK_SHAPES):
             width = cols - width_less
             if time.time() > start + budget_s:
                 log("check: budget spent before every entry was checked")
@@ -623,21 +623,23 @@ SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/round
            "book/seed_capstone.py")
 
 
-def record(out_dir, tune: bool = False, log=log) -> list[Path]:
+def record(out_dir, tune: bool = False, log=log, smoke: bool = False) -> list[Path]:
     """Chapter 7 on the GPU: the extras, then (``tune``) the tuner and the check of its two-pass
-    entries, then the confirmation run with the table in use (the new one when just tuned)."""
+    entries, then the confirmation run with the table in use (the new one when just tuned).
+    ``smoke``: every step with a budget of a few seconds (each stops cleanly at its budget)."""
     env.require_gpu("recording chapter 7")
     out_dir = Path(out_dir)
-    written = [extras(out_dir, EXTRAS_BUDGET_S)]
+    budget = (lambda s: 4) if smoke else (lambda s: s)
+    written = [extras(out_dir, budget(EXTRAS_BUDGET_S))]
     table = None
     if tune:
-        tune_table(out_dir, TUNE_BUDGET_S)
+        tune_table(out_dir, budget(TUNE_BUDGET_S), cols_list=TUNE_COLS[:1] if smoke else TUNE_COLS)
         table = out_dir / "tuning" / "capstone.json"
         written += [table, out_dir / "capstone_tuning_trials.json"]
-        if not check_table(out_dir, CHECK_BUDGET_S, table):
+        if not check_table(out_dir, budget(CHECK_BUDGET_S), table):
             raise RuntimeError(f"the tuned table {table} failed its check: do not install it")
     try:
-        written.append(confirm(out_dir, CONFIRM_BUDGET_S, table))
+        written.append(confirm(out_dir, budget(CONFIRM_BUDGET_S), table))
     finally:
         tuning.override("capstone", None)
     return written

@@ -356,12 +356,17 @@ SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/rounding.p
            "measure/timer.py", "traffic.py", "book/ch08.py")
 
 
-def record(out_dir, tune: bool = False, log=print, check_shapes=CHECK_SHAPES,
+SMOKE_CANDIDATE_SHAPES = ((1024, 7168),)
+
+
+def record(out_dir, tune: bool = False, log=print, smoke: bool = False, check_shapes=CHECK_SHAPES,
            timing_shapes=TIMING_SHAPES, candidates_budget_s: float = 90.0) -> list[Path]:
     """Chapter 8 on the GPU: exactness, then timings, then the candidates with the naive pair
     timed again beside them (one run, one timer). Each part fails on its own and its file is
     rewritten after each part, so a later failure keeps what was measured."""
     out_dir = Path(out_dir)
+    if smoke:  # the same steps at small shapes, two candidates (one of them the baseline)
+        check_shapes, timing_shapes = ((3, 129), (2, 7168)), ((2, 7168), (1024, 7168))
     full = timing_shapes == TIMING_SHAPES  # a rehearsal on small shapes skips the sweep and candidates
     path, cand_path = out_dir / "fp8_quant.json", out_dir / "fp8_candidates.json"
     out = []
@@ -387,8 +392,13 @@ def record(out_dir, tune: bool = False, log=print, check_shapes=CHECK_SHAPES,
         log(f"fp8_quant: {step} done after {time.time() - t0:.1f} s; wrote {path}")
     written = [path]
     try:
-        cands = [] if not full else candidates_records(log=log, deadline=time.time() + candidates_budget_s,
-                                   progress=lambda so_far: records.write(cand_path, so_far, extra=extra))
+        if smoke:
+            cands = candidates_records(CANDIDATES[:2], SMOKE_CANDIDATE_SHAPES, warmup=1, reps=3,
+                                       log=log, deadline=time.time() + 10)
+        else:
+            cands = [] if not full else candidates_records(
+                log=log, deadline=time.time() + candidates_budget_s,
+                progress=lambda so_far: records.write(cand_path, so_far, extra=extra))
     except Exception as e:  # noqa: BLE001
         cands = [{"kind": "error", "step": "candidates", "error": f"{type(e).__name__}: {e}"}]
         log(f"  candidates FAILED: {type(e).__name__}: {e}")
