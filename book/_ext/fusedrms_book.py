@@ -1,0 +1,37 @@
+"""The book's own Sphinx glue (listed in _config.yml under sphinx.local_extensions).
+
+Jupyter Book 1 registers sphinx-thebe's and sphinx-togglebutton's inline scripts twice, so every
+page declared `const THEBE_JS_URL` twice and the browser logged a SyntaxError. Each page now gets
+each script once; thebe itself stays off (launch_buttons.thebe: false), so its loader is dropped.
+"""
+from __future__ import annotations
+
+
+def _key(script) -> tuple:
+    attrs = getattr(script, "attributes", {}) or {}
+    return (getattr(script, "filename", str(script)), tuple(sorted(attrs.items())))
+
+
+def _is_thebe(script) -> bool:
+    attrs = getattr(script, "attributes", {}) or {}
+    name = str(getattr(script, "filename", "") or "")
+    return "THEBE_JS_URL" in str(attrs.get("body", "")) or name.endswith("sphinx-thebe.js")
+
+
+def _clean_scripts(app, pagename, templatename, context, doctree):
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    seen, kept = set(), []
+    for script in scripts:
+        key = _key(script)
+        if key in seen or _is_thebe(script):
+            continue
+        seen.add(key)
+        kept.append(script)
+    context["script_files"] = kept
+
+
+def setup(app):
+    app.connect("html-page-context", _clean_scripts, priority=900)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
