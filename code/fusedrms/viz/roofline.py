@@ -204,5 +204,8 @@ def calculator(bandwidth_GBps: float, peak_tflops: float | None = None,
     for w in (w_step, w_rows, w_cols, w_dtype, w_bw):
         w.observe(update, names="value")
     update()
-    return widgets.VBox([widgets.HBox([w_step, w_dtype]), widgets.HBox([w_rows, w_cols]),
-                         widgets.HBox([w_bw, note]), out])
+    from .static import live_controls
+
+    return widgets.VBox([live_controls(widgets.HBox([w_step, w_dtype]),
+                                       widgets.HBox([w_rows, w_cols]), widgets.HBox([w_bw])),
+                         note, out])

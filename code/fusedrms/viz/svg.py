@@ -19,6 +19,8 @@ PALETTE = {
     "idle": "#ffffff",
 }
 STROKE = "#374151"
+MONO_EM = 0.6    # a monospace glyph is about 0.6 em wide
+MIN_LABEL = 10   # smallest label size in a box; longer labels are squeezed to fit instead
 
 
 def fmt(v: float, digits: int = 4) -> str:
@@ -35,10 +37,18 @@ class Canvas:
         if title:
             self.text(8, 18, title, size=14, weight="bold", anchor="start")
 
-    def text(self, x, y, s, size=12, anchor="middle", weight="normal", color=STROKE):
+    def text(self, x, y, s, size=12, anchor="middle", weight="normal", color=STROKE, fit=None):
+        """A label; with ``fit`` (a width) it shrinks, then squeezes, to stay inside that width."""
+        s = str(s)
+        squeeze = ""
+        if fit is not None and len(s) * MONO_EM * size > fit:
+            size = max(MIN_LABEL, fit / (len(s) * MONO_EM))
+            if len(s) * MONO_EM * size > fit:
+                squeeze = f' textLength="{fit:g}" lengthAdjust="spacingAndGlyphs"'
+            size = round(size, 1)
         self.parts.append(f'<text x="{x}" y="{y}" font-size="{size}" text-anchor="{anchor}" '
-                          f'font-weight="{weight}" fill="{color}" '
-                          f'font-family="ui-monospace,monospace">{escape(str(s))}</text>')
+                          f'font-weight="{weight}" fill="{color}"{squeeze} '
+                          f'font-family="ui-monospace,monospace">{escape(s)}</text>')
 
     def box(self, x, y, w, h, label="", fill="idle", size=13, dashed=False):
         colour = PALETTE.get(fill, fill)
@@ -46,7 +56,7 @@ class Canvas:
         self.parts.append(f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="4" fill="{colour}" '
                           f'stroke="{STROKE}"{dash}/>')
         if label != "":
-            self.text(x + w / 2, y + h / 2 + size * 0.35, label, size=size)
+            self.text(x + w / 2, y + h / 2 + size * 0.35, label, size=size, fit=w - 4)
 
     def row(self, x, y, values, fill="input", cell=54, h=30, name=None, fills=None, labels=None):
         """A row of boxed values; ``fills`` overrides colours per cell, ``labels`` the text."""
