@@ -3,6 +3,10 @@
 Jupyter Book 1 registers sphinx-thebe's and sphinx-togglebutton's inline scripts twice, so every
 page declared `const THEBE_JS_URL` twice and the browser logged a SyntaxError. Each page now gets
 each script once; thebe itself stays off (launch_buttons.thebe: false), so its loader is dropped.
+
+The theme (pydata-sphinx-theme, "[PST]: ...") and sphinx-togglebutton ("[togglebutton]: ...")
+also log progress notes with console.log on every page; a small first script drops exactly those
+notes, so a reader's console shows only what the book itself has to say (nothing, when it works).
 """
 from __future__ import annotations
 
@@ -32,6 +36,16 @@ def _clean_scripts(app, pagename, templatename, context, doctree):
     context["script_files"] = kept
 
 
+QUIET_THEME_NOTES = """(function () {
+  var log = console.log.bind(console);
+  console.log = function (first) {
+    if (typeof first === "string" && /^\\[(PST|togglebutton)\\]/.test(first)) return;
+    return log.apply(null, arguments);
+  };
+})();"""
+
+
 def setup(app):
+    app.add_js_file(None, body=QUIET_THEME_NOTES, priority=1)  # before the theme's scripts
     app.connect("html-page-context", _clean_scripts, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

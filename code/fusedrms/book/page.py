@@ -194,8 +194,6 @@ VERSION_KEYS = ("cuda", "hip", "torch", "triton", "python")
 def _normalized(prov: Mapping) -> dict:
     """The badge's interface from either form: {gpu, driver, versions: {...}, date, commit,
     command?, stale?, own?} or a record file's flat provenance (cuda, torch, ... at the top)."""
-    if not isinstance(prov, Mapping):
-        raise TypeError("badge: pass the provenance as a dict (gpu, driver, versions, date, commit)")
     missing = [k for k in ("gpu", "date", "commit") if not prov.get(k)]
     if missing:
         raise ValueError(f"badge: the provenance lacks {missing}; a recorded result without "
@@ -260,6 +258,8 @@ def badge(provenance: Mapping, *, stale: str | bool | None = None, own: bool | N
     optional ``command``, ``stale`` (a note: the numbers come from an earlier kernel) and
     ``own`` (True: the reader recorded them on their GPU). A record file's provenance works too.
     """
+    if not isinstance(provenance, Mapping):
+        raise TypeError("badge: pass the provenance as a dict (gpu, driver, versions, date, commit)")
     prov = dict(provenance)
     if stale is not None:
         prov["stale"] = stale

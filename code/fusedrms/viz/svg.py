@@ -20,7 +20,7 @@ PALETTE = {
 }
 STROKE = "#374151"
 MONO_EM = 0.6    # a monospace glyph is about 0.6 em wide
-MIN_LABEL = 10   # smallest label size in a box; longer labels are squeezed to fit instead
+MIN_LABEL = 11   # smallest label size in a box; longer labels are squeezed to fit instead
 
 
 def fmt(v: float, digits: int = 4) -> str:
