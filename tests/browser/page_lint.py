@@ -355,7 +355,7 @@ def lint(site: Path = DEFAULT_SITE, pages: list[str] | None = None) -> dict[str,
         return {p: lint_page(browser, url, p) for p in pages}
 
 
-def _normalize(page: str) -> str:
+def _normalize(page: str, site: Path = DEFAULT_SITE) -> str:
     """Accept chapters/03_hip.html, chapters/03_hip.ipynb, _build/html/chapters/03_hip.html, 03_hip."""
     p = page.replace("\\", "/")
     if "_build/html/" in p:
@@ -364,8 +364,10 @@ def _normalize(page: str) -> str:
         p = p.rsplit(".", 1)[0] + ".html"
     if not p.endswith(".html"):
         p += ".html"
-    if "/" not in p and p != "index.html":
-        p = ("chapters/" if p[:2].isdigit() else "book/") + p
+    if "/" not in p and not (Path(site) / p).is_file():
+        for folder in ("chapters", "book"):
+            if (Path(site) / folder / p).is_file():
+                return f"{folder}/{p}"
     return p
 
 
@@ -377,7 +379,7 @@ def main(argv=None) -> int:
     parser.add_argument("--summary", action="store_true", help="counts per page and rule only")
     args = parser.parse_args(argv)
     try:
-        result = lint(args.site, [_normalize(p) for p in args.pages] or None)
+        result = lint(args.site, [_normalize(p, args.site) for p in args.pages] or None)
     except (FileNotFoundError, RuntimeError) as e:
         print(f"page lint: {e}", file=sys.stderr)
         return 2
