@@ -271,10 +271,11 @@ CONTENT_JS = HELPERS_JS + r"""
 FORBIDDEN_WORDS = [
     ("session", r"\bsessions?\b"),
     ("nbval", r"nbval"),
-    ("machine path", r"(?:^|[^\w.~-])/(?:tmp|root|work|home|opt|mnt|scratch)/"),
+    ("machine path", r"(?:^|[^\w.~-])/(?:tmp|root|work|home|scratch)/"),
     ("the issue", r"\bthe issue\b"),
     ("target met", r"\btargets?\b[^.\n]{0,40}?\bmet\b"),
-    ("build cache", r"build[ _-]?cache|jupyter_cache|__pycache__|_build/|/_cache\b"),
+    ("build cache", r"build[ _-]?cache|jupyter_cache|__pycache__|_build/(?:\.doctrees|jupyter_execute)"
+                    r"|/_cache\b"),
     ("budget", r"\bbudget"),
 ]
 

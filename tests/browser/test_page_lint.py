@@ -28,7 +28,7 @@ CLEAN = """<p>A sentence with a number: 2.43.</p>
 
 BAD = """<script>console.error("boom")</script>
 <div class="fusedrms-badge">Recorded: H200</div><p>Recorded on H200 (driver 580)</p>
-<p>In this session the target was met; see /work/main/_build/ for the budget.</p>
+<p>In this session the target was met; see /work/main/_build/jupyter_execute for the budget.</p>
 <div class="cell"><div class="cell_input"><pre>{long_code}</pre></div>
 <div class="cell_output"><div class="output"><pre>{long_output}</pre></div></div></div>
 <div class="cell"><div class="cell_output"><div class="output"><pre>{wide}</pre></div></div></div>

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from html import escape
 
+from ..book.page import COLUMN_PX
+
 # Colour roles shared by every animation in the book.
 PALETTE = {
     "input": "#dbeafe",     # values read from global memory
@@ -20,7 +22,7 @@ PALETTE = {
 }
 STROKE = "#374151"
 MONO_EM = 0.6    # a monospace glyph is about 0.6 em wide
-MIN_LABEL = 11   # smallest label size in a box; longer labels are squeezed to fit instead
+MIN_LABEL = 11   # smallest label, in px as displayed in the column; longer ones are squeezed
 
 
 def fmt(v: float, digits: int = 4) -> str:
@@ -33,6 +35,8 @@ def fmt(v: float, digits: int = 4) -> str:
 class Canvas:
     def __init__(self, width: int, height: int, title: str = ""):
         self.width, self.height = width, height
+        # a canvas wider than the column is shown scaled down: its labels are drawn larger
+        self.min_label = MIN_LABEL * max(1.0, width / COLUMN_PX)
         self.parts: list[str] = []
         if title:
             self.text(8, 18, title, size=14, weight="bold", anchor="start")
@@ -41,11 +45,12 @@ class Canvas:
         """A label; with ``fit`` (a width) it shrinks, then squeezes, to stay inside that width."""
         s = str(s)
         squeeze = ""
+        size = max(size, self.min_label)
         if fit is not None and len(s) * MONO_EM * size > fit:
-            size = max(MIN_LABEL, fit / (len(s) * MONO_EM))
+            size = max(self.min_label, fit / (len(s) * MONO_EM))
             if len(s) * MONO_EM * size > fit:
                 squeeze = f' textLength="{fit:g}" lengthAdjust="spacingAndGlyphs"'
-            size = round(size, 1)
+        size = round(size, 1)
         self.parts.append(f'<text x="{x}" y="{y}" font-size="{size}" text-anchor="{anchor}" '
                           f'font-weight="{weight}" fill="{color}"{squeeze} '
                           f'font-family="ui-monospace,monospace">{escape(s)}</text>')
