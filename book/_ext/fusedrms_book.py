@@ -10,6 +10,8 @@ notes, so a reader's console shows only what the book itself has to say (nothing
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def _key(script) -> tuple:
     attrs = getattr(script, "attributes", {}) or {}
@@ -45,7 +47,21 @@ QUIET_THEME_NOTES = """(function () {
 })();"""
 
 
+def _icon_on_the_redirect(app, exception):
+    """The site's index.html is a one-line redirect (sphinx-external-toc writes it): without an
+    icon link there, the browser asks for /favicon.ico and logs a 404 before it moves on."""
+    index = Path(app.outdir) / "index.html"
+    favicon = app.config.html_favicon
+    if exception is not None or not favicon or not index.is_file():
+        return
+    text = index.read_text(encoding="utf8")
+    if text.startswith("<meta http-equiv=\"Refresh\"") and 'rel="icon"' not in text:
+        icon = f'<link rel="icon" href="_static/{Path(favicon).name}" />\n'
+        index.write_text(icon + text, encoding="utf8")
+
+
 def setup(app):
     app.add_js_file(None, body=QUIET_THEME_NOTES, priority=1)  # before the theme's scripts
     app.connect("html-page-context", _clean_scripts, priority=900)
+    app.connect("build-finished", _icon_on_the_redirect, priority=900)  # after the redirect
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -325,6 +325,13 @@ def lint_page(browser, base_url: str, path: str, widths=WIDTHS) -> list[Violatio
             return [Violation(path, "console", "network",
                               f"HTTP {response and response.status} for the page itself")]
         page.wait_for_load_state("networkidle")
+        # Chromium asks for /favicon.ico behind the page's back (no event reports it) when the
+        # page names no icon.
+        if not page.locator('link[rel~="icon"]').count():
+            status = context.request.get(base_url + "favicon.ico").status
+            if status >= 400:
+                found.append({"rule": "console", "where": "network",
+                              "detail": f"no icon link, and /favicon.ico answers HTTP {status}"})
         problem = _rendered(page)
         if problem:
             found.append({"rule": "console", "where": "render",

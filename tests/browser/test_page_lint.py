@@ -12,7 +12,7 @@ from tests.browser import page_lint
 pytestmark = pytest.mark.browser
 
 PAGE = """<!doctype html><html><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">
 <style>body{{margin:0;font:16px sans-serif}} article{{max-width:690px;margin:0 8px}}
 pre{{overflow-x:auto;font:13px monospace}}</style></head>
 <body><article class="bd-article"><section><h1>Title</h1>{body}</section></article></body></html>"""
