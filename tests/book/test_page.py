@@ -137,6 +137,11 @@ def test_badge_accepts_a_record_files_flat_provenance():
     assert details["cuda"] == "13.0" and details["python"] == "3.12.3" and "backend" not in details
 
 
+def test_badge_shortens_the_measuring_machines_paths_in_the_command():
+    b = page.badge({**PROV, "command": "bench.py plan --out /tmp/res_c/grid.json -o=/x/y"})
+    assert dict(b.details())["command"] == "bench.py plan --out grid.json -o=y"
+
+
 def test_badge_refuses_provenance_without_gpu_date_or_commit():
     with pytest.raises(ValueError, match="commit"):
         page.badge({"gpu": "H200", "date": "2026-11-30"})

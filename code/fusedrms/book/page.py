@@ -16,6 +16,7 @@ import base64
 import csv
 import io
 import math
+import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from html import escape
@@ -208,6 +209,12 @@ def _normalized(prov: Mapping) -> dict:
             "stale": prov.get("stale"), "own": bool(prov.get("own"))}
 
 
+def _without_paths(command: str) -> str:
+    """A command as the reader can repeat it: absolute paths of the measuring machine shortened
+    to their file names (``--out /tmp/r/grid.json`` -> ``--out grid.json``)."""
+    return re.sub(r"(?<![\w.])/(?:[^\s/]+/)+([^\s/]*)", r"\1", command)
+
+
 class Badge:
     def __init__(self, prov: Mapping):
         self.p = _normalized(prov)
@@ -225,7 +232,7 @@ class Badge:
         rows += [(k, v) for k, v in p["versions"].items()]
         rows += [("date", p["date"]), ("commit", p["commit"])]
         if p["command"]:
-            rows.append(("command", str(p["command"])))
+            rows.append(("command", _without_paths(str(p["command"]))))
         return rows
 
     def stale_line(self) -> str:
