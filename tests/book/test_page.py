@@ -29,10 +29,17 @@ def test_glue_stores_formatted_text_hidden_from_the_page(monkeypatch):
     shown = _displayed(monkeypatch)
     assert page.glue("speedup", 2.4321, ".2f") == "2.43"
     (bundle, meta), = shown
-    assert bundle == {page.GLUE_PREFIX + "text/plain": "2.43"}  # no visible mime type
+    assert bundle == {page.GLUE_PREFIX + "text/plain": "'2.43'"}  # no visible mime type
     assert meta == {"scrapbook": {"name": "speedup", "mime_prefix": page.GLUE_PREFIX}}
-    assert page.glue("kernel", "triton.row") == "triton.row"  # strings without quotes
-    assert shown[-1][0][page.GLUE_PREFIX + "text/plain"] == "triton.row"
+    from myst_nb.core.variables import format_plain_text  # what {glue:text} does with it
+
+    def pasted(fmt_spec=""):
+        return format_plain_text(shown[-1][0][page.GLUE_PREFIX + "text/plain"], fmt_spec)
+    assert pasted() == "2.43"
+    assert page.glue("gbps", 4417.2, ",.0f") == "4,417" and pasted() == "4,417"  # not (4, 417)
+    assert page.glue("kernel", "triton.row") == "triton.row" and pasted() == "triton.row"
+    page.glue("ratio", 0.8567)
+    assert pasted() == "0.8567" and pasted(".1%") == "85.7%"  # a plain number formats in prose
 
 
 def test_glue_refuses_bad_names_and_non_finite_numbers(monkeypatch):

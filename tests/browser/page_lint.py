@@ -73,11 +73,17 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)  # a browser hanging up is no error
+
+
 @contextlib.contextmanager
 def serve(site: Path):
     """Serve ``site`` on 127.0.0.1 from a thread; yields the base URL."""
     handler = functools.partial(_QuietHandler, directory=str(site))
-    server = http.server.ThreadingHTTPServer((LOCAL_HOST, 0), handler)
+    server = _QuietServer((LOCAL_HOST, 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -280,7 +286,7 @@ FORBIDDEN_WORDS = [
 ]
 
 
-def _rendered(page) -> str | None:
+def wait_until_rendered(page) -> str | None:
     """Wait for math and widgets to finish drawing; return what never rendered, if anything."""
     try:
         if page.locator(".math").count():
@@ -317,8 +323,11 @@ def lint_page(browser, base_url: str, path: str, widths=WIDTHS) -> list[Violatio
         {"rule": "console", "where": "uncaught", "detail": str(e)[:300]}))
     page.on("response", lambda r: r.status >= 400 and found.append(
         {"rule": "console", "where": "network", "detail": f"HTTP {r.status} {r.url}"}))
-    page.on("requestfailed", lambda r: urlsplit(r.url).hostname == LOCAL_HOST and found.append(
-        {"rule": "console", "where": "network", "detail": f"failed request {r.url}"}))
+    # (a load the browser cancels, as on the index page's instant redirect, is no failure)
+    page.on("requestfailed", lambda r: urlsplit(r.url).hostname == LOCAL_HOST
+            and "ERR_ABORTED" not in (r.failure or "") and found.append(
+                {"rule": "console", "where": "network",
+                 "detail": f"failed request {r.url} ({r.failure})"}))
     try:
         response = page.goto(base_url + path, wait_until="load")
         if response is None or not response.ok:
@@ -332,7 +341,7 @@ def lint_page(browser, base_url: str, path: str, widths=WIDTHS) -> list[Violatio
             if status >= 400:
                 found.append({"rule": "console", "where": "network",
                               "detail": f"no icon link, and /favicon.ico answers HTTP {status}"})
-        problem = _rendered(page)
+        problem = wait_until_rendered(page)
         if problem:
             found.append({"rule": "console", "where": "render",
                           "detail": f"math or widgets never rendered ({problem})"})

@@ -102,15 +102,10 @@ def test_every_page_loads_offline_without_errors(visit):
     rendered = {}
     for path in pages:
         page = visit.open(path)
-        try:
-            if page.locator(".math").count():
-                # MathJax 3 from the site itself must typeset every formula on the page.
-                page.wait_for_function("() => [...document.querySelectorAll('.math')]"
-                                       ".every(m => m.querySelector('mjx-container'))")
-            if page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count():
-                page.wait_for_selector(".jupyter-widgets", state="attached")
-        except Exception as e:  # playwright's TimeoutError: report it with the requests below
-            visit.errors.append(f"{path}: math or widgets never rendered ({str(e).splitlines()[0]})")
+        # MathJax 3 from the site itself must typeset every formula; widgets must draw
+        problem = page_lint.wait_until_rendered(page)
+        if problem:  # reported with the requests below
+            visit.errors.append(f"{path}: math or widgets never rendered ({problem})")
         rendered[path] = page.evaluate(RENDERED_STATE_JS)
         page.close()
     visit.assert_offline_and_clean()

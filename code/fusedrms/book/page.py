@@ -37,8 +37,9 @@ FULL_ROWS_LIMIT = 2000  # above this, the full data goes only into the CSV
 def glue(name: str, value: Any, fmt: str = "") -> str:
     """Store ``value`` (formatted with ``fmt``) for the prose; shows nothing on the page.
 
-    In a markdown cell write ``{glue:text}`name``` (or ``{glue}`name```): the built book puts the
-    formatted text there. Returns the text, so a cell can also use or check it.
+    In a markdown cell write ``{glue:text}`name```: the built book puts the formatted text there.
+    Format here (``fmt``, e.g. ``".1f"``, ``",.0f"``); a number glued without ``fmt`` can also be
+    formatted in the prose, ``{glue:text}`name:.1f```. Returns the text, so a cell can use it.
     """
     from IPython.display import display
 
@@ -48,7 +49,11 @@ def glue(name: str, value: Any, fmt: str = "") -> str:
         raise ValueError(f"refusing to glue {name}={value}: a non-finite number in the prose "
                          "is a bug upstream")
     text = format(value, fmt) if fmt else str(value)
-    display({GLUE_PREFIX + "text/plain": text}, raw=True,
+    # myst-nb reads text/plain back with ast.literal_eval: store a literal that gives exactly the
+    # text ("4,417" unquoted would come back as the tuple (4, 417)), or the plain number.
+    number = not fmt and isinstance(value, (int, float)) and not isinstance(value, bool)
+    stored = repr(value) if number else repr(text)
+    display({GLUE_PREFIX + "text/plain": stored}, raw=True,
             metadata={"scrapbook": {"name": name, "mime_prefix": GLUE_PREFIX}})
     return text
 
