@@ -34,12 +34,13 @@ FULL_ROWS_LIMIT = 2000  # above this, the full data goes only into the CSV
 
 # -- numbers in sentences ---------------------------------------------------------------------
 
-def glue(name: str, value: Any, fmt: str = "") -> str:
+def glue(name: str, value: Any, fmt: str = "") -> None:
     """Store ``value`` (formatted with ``fmt``) for the prose; shows nothing on the page.
 
     In a markdown cell write ``{glue:text}`name```: the built book puts the formatted text there.
     Format here (``fmt``, e.g. ``".1f"``, ``",.0f"``); a number glued without ``fmt`` can also be
-    formatted in the prose, ``{glue:text}`name:.1f```. Returns the text, so a cell can use it.
+    formatted in the prose, ``{glue:text}`name:.1f```. Returns None, so a cell that ends with it
+    shows nothing.
     """
     from IPython.display import display
 
@@ -55,7 +56,6 @@ def glue(name: str, value: Any, fmt: str = "") -> str:
     stored = repr(value) if number else repr(text)
     display({GLUE_PREFIX + "text/plain": stored}, raw=True,
             metadata={"scrapbook": {"name": name, "mime_prefix": GLUE_PREFIX}})
-    return text
 
 
 # -- tables -----------------------------------------------------------------------------------
