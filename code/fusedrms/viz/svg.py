@@ -36,7 +36,8 @@ class Canvas:
     def __init__(self, width: int, height: int, title: str = ""):
         self.width, self.height = width, height
         # a canvas wider than the column is shown scaled down: its labels are drawn larger
-        self.min_label = MIN_LABEL * max(1.0, width / COLUMN_PX)
+        # (the column is a few px narrower than COLUMN_PX on some pages: keep a 2% margin)
+        self.min_label = MIN_LABEL * max(1.0, width / (0.98 * COLUMN_PX))
         self.parts: list[str] = []
         if title:
             self.text(8, 18, title, size=14, weight="bold", anchor="start")
