@@ -170,14 +170,19 @@ def test_chapter1_animation_steps_with_slider_and_play(visit):
     _screenshot(page, "stepper-0-initial")
 
     # Keyboard on the slider: one step right, the frame follows (jslink slider -> Stack).
+    heights = {0: stepper.bounding_box()["height"]}
     handle.focus()
     page.keyboard.press("ArrowRight")
     _wait_for_step(page, stepper, "==", 1, "ArrowRight on the slider did not show frame 2")
+    heights[1] = stepper.bounding_box()["height"]
     assert stepper.locator(".widget-readout").first.inner_text().strip() == "1"
     page.keyboard.press("ArrowLeft")
     _wait_for_step(page, stepper, "==", 0, "ArrowLeft on the slider did not go back to frame 1")
     page.keyboard.press("End")
     _wait_for_step(page, stepper, "==", last, "End on the slider did not show the last frame")
+    heights[last] = stepper.bounding_box()["height"]
+    # one height for every frame: the page below does not jump while Play runs
+    assert max(heights.values()) - min(heights.values()) <= 1, f"stepper heights by step: {heights}"
     _screenshot(page, "stepper-1-slider-end")
     page.keyboard.press("Home")
     _wait_for_step(page, stepper, "==", 0, "Home on the slider did not show the first frame")
