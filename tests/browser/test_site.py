@@ -238,3 +238,18 @@ def test_widget_state_is_embedded_and_no_cdn_is_referenced():
                 continue  # rel="canonical", "next", ...: navigation, not fetched by the page
             remote += [u for u in url_re.findall(text) if urlsplit(u).hostname != LOCAL_HOST]
         assert not remote, f"{page} loads from another host: {remote}"
+
+
+# -- controls that need a kernel --------------------------------------------------------------
+
+def test_live_only_controls_are_disabled_under_one_line_saying_so(visit):
+    page = visit.open(CHAPTER_1)
+    page.wait_for_selector(".fusedrms-live-only input", state="attached")
+    note = page.locator(".fusedrms-static-note").first
+    assert note.is_visible() and note.inner_text().strip() == "Run the notebook to change the inputs."
+    page.wait_for_function("() => [...document.querySelectorAll('.fusedrms-live-only input')]"
+                           ".every(i => i.disabled)")
+    states = page.evaluate("""() => [...document.querySelectorAll('.fusedrms-live-only')]
+        .map(b => ({inert: b.hasAttribute('inert'), opacity: getComputedStyle(b).opacity}))""")
+    assert states and all(s["inert"] and float(s["opacity"]) < 1 for s in states), states
+    visit.assert_offline_and_clean()
