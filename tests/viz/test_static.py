@@ -25,8 +25,10 @@ def test_explorer_and_calculator_mark_their_inputs_live_only():
     assert static.STATIC_NOTE_CLASS in ex.children[0].value
     assert static.LIVE_ONLY_CLASS in ex.children[1]._dom_classes
     calc = calculator(4000.0)
-    marked = [w for w in calc.children[0].children if static.LIVE_ONLY_CLASS in w._dom_classes]
-    assert len(marked) == 3  # the three rows of inputs; the result stays plain
+    rows, bandwidth = calc.children[:2], calc.children[2].children[0]
+    assert all(static.LIVE_ONLY_CLASS in w._dom_classes for w in (*rows, bandwidth))
+    assert static.STATIC_NOTE_CLASS in calc.children[3].value
+    assert static.LIVE_ONLY_CLASS not in calc.children[-1]._dom_classes  # the result stays plain
 
 
 def test_stepper_frames_keep_one_size_and_reserve_the_longest_caption():

@@ -205,8 +205,9 @@ def calculator(bandwidth_GBps: float, peak_tflops: float | None = None,
     for w in (w_step, w_rows, w_cols, w_dtype, w_bw):
         w.observe(update, names="value")
     update()
-    from .static import live_controls
+    from .static import live_only, static_note
 
-    return widgets.VBox([live_controls(widgets.HBox([w_step, w_dtype]),
-                                       widgets.HBox([w_rows, w_cols]), widgets.HBox([w_bw])),
-                         note, out])
+    # the static page greys the inputs out and says, under them, how to change them
+    return widgets.VBox([live_only(widgets.HBox([w_step, w_dtype])),
+                         live_only(widgets.HBox([w_rows, w_cols])),
+                         widgets.HBox([live_only(w_bw), note]), static_note(), out])
