@@ -175,3 +175,11 @@ def test_parent_writes_every_file_even_when_children_fail(tmp_path, monkeypatch)
     exits = [m for m in timing["raw"] if m["kind"] == "exit"]
     assert len(exits) == 3 and all(m["rc"] != 0 for m in exits)
     assert "ncu" in json.loads((out / "study_summary.json").read_text())["steps"]
+
+
+def test_summary_table_names_best_of_ours_and_fastest_peer():
+    recs = [{"rows": 4, "cols": 8, "dtype": "bf16", "op": "fused", "impl": i, "median_us": t,
+             "processes": 3} for i, t in (("ours.current", 3.0), ("ours.liger_w4", 2.0),
+                                          ("torch.compile", 2.5))]
+    text = study.summary_table(recs)
+    assert "liger_w4" in text and "torch.compile" in text and "(n=3)" in text

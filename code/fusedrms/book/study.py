@@ -653,7 +653,31 @@ def study(out_dir: Path, budget_s: float = DEFAULT_BUDGET_S) -> Path:
     # 4. Nsight Compute with what is left
     summary["steps"]["ncu"] = run_ncu(out_dir, deadline - 3, env_vars)
     save()
+    try:
+        print(summary_table(json.loads((out_dir / "timing.json").read_text())["records"]))
+    except Exception as e:  # noqa: BLE001 - the files are what matters
+        print(f"(no summary table: {type(e).__name__}: {e})")
     return out_dir
+
+
+def summary_table(recs: list[dict]) -> str:
+    """One line per (shape, op): ours now, our best candidate, the fastest peer (us, processes)."""
+    by_case: dict = {}
+    for r in recs:
+        if r.get("median_us"):
+            by_case.setdefault((r["rows"], r["cols"], r["dtype"], r["op"]), []).append(r)
+    lines = [f"{'shape':>18} {'op':>8} {'ours':>8} {'best ours (name)':>34} {'peer':>8} peer name"]
+    for (rows, cols, dt, op), rs in by_case.items():
+        cur = next((r for r in rs if r["impl"] == "ours.current"), None)
+        ours = [r for r in rs if r["impl"].startswith("ours.")]
+        peers = [r for r in rs if not r["impl"].startswith("ours.")]
+        best = min(ours, key=lambda r: r["median_us"]) if ours else None
+        peer = min(peers, key=lambda r: r["median_us"]) if peers else None
+        fmt = lambda r: f"{r['median_us']:8.2f}" if r else f"{'-':>8}"  # noqa: E731
+        lines.append(f"{rows:>7}x{cols:<6}{dt:>4} {op:>8} {fmt(cur)} {fmt(best)} "
+                     f"{(best['impl'][5:] if best else '-'):>25} {fmt(peer)} "
+                     f"{peer['impl'] if peer else '-'} (n={cur['processes'] if cur else 0})")
+    return "\n".join(lines)
 
 
 def _truncate(path: Path, limit: int) -> None:
