@@ -183,3 +183,24 @@ def test_check_table_passes_two_pass_entries_and_catches_a_wrong_kernel(cpu_as_g
     assert G.check_table(tmp_path, budget_s=60, table_path=table)
     monkeypatch.setattr(A, "add_rmsnorm", lambda x, r, w, eps, config: torch.zeros_like(x))
     assert not G.check_table(tmp_path, budget_s=60, table_path=table)
+
+
+def test_peer_sweeps_cover_the_goal_grid_and_every_peer():
+    from fusedrms.book import ch07
+    from fusedrms.measure import harness
+
+    sweeps = ch07.peer_sweeps()
+    cases, not_run = harness.expand(sweeps)
+    impls = {c["impl"] for c in cases}
+    for name in ("capstone.fused", "capstone.fused_residual", "capstone.fused_residual_in_place",
+                 "torch.compile_add", "torch.rms_norm_add", "torch.eager_chain",
+                 "torch.compile_residual", "liger.fused_add_rms_norm",
+                 "flashinfer.fused_add_rmsnorm", "triton.row", "liger.rms_norm",
+                 "flashinfer.rms_norm", "torch.compile"):
+        assert name in impls, name
+    grid = {(c["rows"], c["cols"]) for c in cases if c["sweep"] == "peers" and c["dtype"] == "bf16"}
+    assert grid == {(r, c) for r in ch07.GOAL_ROWS for c in ch07.GOAL_COLS}
+    assert {c["mode"] for c in cases if c["sweep"] == "peers"} == {"rotating"}
+    assert any(c["mode"] == "python" and c["rows"] == 1 and c["cols"] == 4096 for c in cases)
+    assert not harness.check_floors(sweeps)
+    assert harness.expand(ch07.peer_sweeps(smoke=True))[0]

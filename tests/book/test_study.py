@@ -139,12 +139,11 @@ def test_python_worker_on_cpu(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("FUSEDRMS_FLASHINFER_INCLUDE", str(tmp_path / "nowhere"))
     study.run_python_worker(tmp_path, time.time() + 300, device="cpu", calls=2)
     got = {(m["op"], m["impl"]): m for m in _messages(capsys) if m["kind"] == "py"}
-    for key in (("fused", "ours.current"), ("fused", "ours.fast_launch"),
-                ("fused", "ours.launch_only"), ("fused", "torch.rms_norm_add"),
-                ("residual", "ours.fast_launch"), ("residual", "ours.launch_only")):
+    for key in (("fused", "ours.current"), ("fused", "ours.full_path"),
+                ("fused", "torch.rms_norm_add"), ("residual", "ours.full_path")):
         assert got[key]["status"] == "ok" and got[key]["us_per_call"] > 0, got[key]
     assert got[("residual", "flashinfer.fused_add_rmsnorm")]["status"].startswith("error")
-    assert A.FAST_LAUNCH is False  # the variant restores the default
+    assert A.FAST_PATH is True  # the variant restores the default
     assert (tmp_path / "python_profile_capstone_fused.txt").read_text().strip()
 
 
@@ -183,3 +182,31 @@ def test_summary_table_names_best_of_ours_and_fastest_peer():
                                           ("torch.compile", 2.5))]
     text = study.summary_table(recs)
     assert "liger_w4" in text and "torch.compile" in text and "(n=3)" in text
+
+
+def test_table_from_study_picks_the_best_worst_case_and_loads(tmp_path):
+    import json
+
+    from fusedrms import tuning
+
+    recs = []
+    for rows, times in ((128, {"ours.current": 5.0, "ours.two_pass_c2048_w16": 4.0}),
+                        (4096, {"ours.current": 50.0, "ours.two_pass_c2048_w16": 45.0}),
+                        (1, {"ours.current": 1.0, "ours.two_pass_c2048_w16": 9.0})):  # ignored
+        for op in ("fused", "residual"):
+            for impl, t in times.items():
+                recs.append({"rows": rows, "cols": 8192, "dtype": "bf16", "op": op, "impl": impl,
+                             "median_us": t, "correct": True})
+    out = study.table_records(recs)
+    assert len(out) == 1 and out[0]["study_name"] == "two_pass_c2048_w16"
+    assert out[0]["chunk"] == 2048 and out[0]["num_warps"] == 16
+    assert out[0]["worst_ratio_to_best"] == 1.0
+    study_dir = tmp_path / "study"
+    study_dir.mkdir()
+    (study_dir / "timing.json").write_text(json.dumps(
+        {"records": recs, "raw": [{"kind": "copy", "gpu": "NVIDIA H200", "GBps": 4200.0}]}))
+    (study_dir / "study_summary.json").write_text(json.dumps({"started": "2026-12-01T08:50:00Z"}))
+    path = study.write_table(study_dir, tmp_path / "rec")
+    table = tuning.check_table("capstone", path)
+    assert table["gpu"] == "NVIDIA H200"
+    assert table["configs"][(8192, "bfloat16")] == A.LaunchConfig(1, 16, 1, None, 2048)

@@ -303,3 +303,84 @@ def test_gpu_every_chunked_candidate(cols):
         assert checks.allclose(A.add_rmsnorm(x, r, w, config=cfg), expected), cfg.label()
         y, s = A.add_rmsnorm_residual(x, r, w, config=cfg)
         assert checks.equal(s, ref_s) and checks.allclose(y, ref_y), cfg.label()
+
+
+# ---- repeated calls: the remembered plan skips nothing a reader relies on
+
+def _inputs(rows=3, cols=40, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, cols, generator=g).to(dtype),
+            torch.randn(rows, cols, generator=g).to(dtype),
+            (torch.rand(cols, generator=g) + 0.5).to(dtype))
+
+
+def test_repeated_calls_use_a_plan_and_give_the_same_answer():
+    from fusedrms.kernels import add_rmsnorm as A
+
+    A.clear_plans()
+    x, r, w = _inputs()
+    first = A.add_rmsnorm(x, r, w)
+    assert len(A._PLANS) == 1
+    x2, r2, _ = _inputs(seed=1)
+    again = A.add_rmsnorm(x2, r2, w)  # same key, new values
+    assert len(A._PLANS) == 1
+    assert torch.equal(again, A.add_rmsnorm(x2, r2, w, config=A.INTERPRETER_CONFIG))
+    y, s = A.add_rmsnorm_residual(x, r, w)
+    y2, s2 = A.add_rmsnorm_residual(x, r, w)
+    assert torch.equal(y, y2) and torch.equal(s, s2) and torch.equal(y, first)
+    xi, ri = x.clone(), r.clone()
+    A.add_rmsnorm_residual(xi, ri, w, in_place=True)
+    xj, rj = x.clone(), r.clone()
+    out = A.add_rmsnorm_residual(xj, rj, w, in_place=True)
+    assert out[0] is xj and torch.equal(xj, y) and torch.equal(rj, s)
+
+
+@pytest.mark.parametrize("bad", ["w_dtype", "w_len", "r_shape", "eps", "not_tensor", "alias"])
+def test_a_remembered_call_does_not_skip_checks_for_other_inputs(bad):
+    from fusedrms import validation
+    from fusedrms.kernels import add_rmsnorm as A
+
+    A.clear_plans()
+    x, r, w = _inputs()
+    A.add_rmsnorm(x, r, w)
+    A.add_rmsnorm_residual(x.clone(), r.clone(), w, in_place=True)
+    args = {"x": x, "r": r, "w": w, "eps": 1e-5}
+    if bad == "w_dtype":
+        args["w"] = w.to(torch.float64)
+    elif bad == "w_len":
+        args["w"] = w[:-1]
+    elif bad == "r_shape":
+        args["r"] = r[:-1]
+    elif bad == "eps":
+        args["eps"] = -1.0
+    elif bad == "not_tensor":
+        args["x"] = x.tolist()
+    with pytest.raises(validation.InputError):
+        if bad == "alias":
+            A.add_rmsnorm_residual(x, x, w, in_place=True)
+        else:
+            A.add_rmsnorm(args["x"], args["r"], args["w"], args["eps"])
+
+
+def test_strided_inputs_take_the_full_path_and_stay_correct():
+    from fusedrms import checks, reference
+    from fusedrms.kernels import add_rmsnorm as A
+
+    A.clear_plans()
+    x, r, w = _inputs(rows=6)
+    xs, rs = x[::2], r[::2]
+    for _ in range(2):
+        y = A.add_rmsnorm(xs, rs, w)
+    assert not A._PLANS
+    assert checks.allclose(y, reference.add_rmsnorm(xs, rs, w, 1e-5, accum=torch.float64,
+                                                    out_dtype=torch.float64)).ok
+
+
+def test_fast_path_can_be_switched_off(monkeypatch):
+    from fusedrms.kernels import add_rmsnorm as A
+
+    A.clear_plans()
+    monkeypatch.setattr(A, "FAST_PATH", False)
+    x, r, w = _inputs()
+    A.add_rmsnorm(x, r, w)
+    assert not A._PLANS

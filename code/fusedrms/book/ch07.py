@@ -605,18 +605,62 @@ def check_table(out_dir: Path, budget_s: float, table_path: Path | None = None,
     return failures == 0
 
 
+# ---------------------------------------------------------------- every peer, one timer
+
+# The capstone beside every peer, with the one timer of the issue: a CUDA graph replays calls over
+# rotating input sets larger than 4x L2 (inputs come from DRAM), medians over 3 processes
+# (torch.compile's too, its cache warm after the first). Then what a call costs from Python.
+GOAL_ROWS, GOAL_COLS = (1, 16, 128, 1024, 4096, 16384), (2048, 4096, 8192, 16384, 32768)
+PEER_IMPLS = ("capstone.*", "torch.*", "liger.*", "flashinfer.*")
+
+
+def peer_sweeps(smoke: bool = False) -> list:
+    from ..measure import harness
+
+    S = harness.Sweep
+    if smoke:
+        return [S("peers", "add_rmsnorm", (1024,), (4096,), ("bf16",), ("rotating",), PEER_IMPLS),
+                S("peers", "add_rmsnorm_residual", (1024,), (4096,), ("bf16",), ("rotating",),
+                  PEER_IMPLS),
+                S("python", "add_rmsnorm", (1,), (4096,), ("bf16",), ("python",), PEER_IMPLS)]
+    other = ((1, 1024, 16384), (4096, 8192, 16384), ("fp16", "fp32"))
+    return [S("peers", "add_rmsnorm", GOAL_ROWS, GOAL_COLS, ("bf16",), ("rotating",), PEER_IMPLS),
+            S("peers", "add_rmsnorm_residual", GOAL_ROWS, GOAL_COLS, ("bf16",), ("rotating",),
+              PEER_IMPLS),
+            S("python", "add_rmsnorm", (1,), (4096,), ("bf16",), ("python",), PEER_IMPLS),
+            S("python", "add_rmsnorm_residual", (1,), (4096,), ("bf16",), ("python",), PEER_IMPLS),
+            S("peers", "add_rmsnorm", *other, ("rotating",), PEER_IMPLS),
+            S("peers", "add_rmsnorm_residual", *other, ("rotating",), PEER_IMPLS),
+            S("peers_rmsnorm", "rmsnorm", (1, 1024, 16384), (4096, 8192, 16384), ("bf16",),
+              ("rotating",), ("triton.row", "torch.*", "liger.*", "flashinfer.*"))]
+
+
+def peers_bench(out_dir: Path, budget_s: float, smoke: bool = False) -> Path:
+    """``capstone_peers.json``: :func:`peer_sweeps` through the harness (3 processes each)."""
+    from ..measure import harness
+
+    env.require_gpu("timing the capstone against its peers")
+    path = Path(out_dir) / "capstone_peers.json"
+    settings = harness.Settings(processes=1 if smoke else 3, compile_processes=1 if smoke else 3,
+                                budget_s=budget_s, compile_share=0.45, allow_missing_floor=True)
+    harness.run_sweeps(peer_sweeps(smoke), settings, path, log=log)
+    return path
+
+
 # ---------------------------------------------------------------- the chapter's recording
 
 FILES = {
     "capstone_extra.json": "the seed listing's faults, the kernel census, graph-replay small shapes",
     "capstone_confirm.json": "the capstone with the table in use, next to the eager peers",
+    "capstone_peers.json": "both ops beside every peer, rotating-input graph timer, 3 processes",
 }
 TUNING_FILES = {
     "tuning/capstone.json": "the winner per (cols, dtype) (written with --tune)",
     "capstone_tuning_trials.json": "every configuration the tuner timed (written with --tune)",
 }
 EXTRAS_BUDGET_S, TUNE_BUDGET_S, CHECK_BUDGET_S, CONFIRM_BUDGET_S = 40, 300, 40, 60
-ESTIMATE_S = EXTRAS_BUDGET_S + CONFIRM_BUDGET_S + 30  # + start-up and compilation
+PEERS_BUDGET_S = 420
+ESTIMATE_S = EXTRAS_BUDGET_S + CONFIRM_BUDGET_S + PEERS_BUDGET_S + 40  # + start-up, compiles
 TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
 SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/rounding.py",
            "kernels/peers.py", "measure/timer.py", "traffic.py", "book/ch07.py",
@@ -640,6 +684,7 @@ def record(out_dir, tune: bool = False, log=log, smoke: bool = False) -> list[Pa
             raise RuntimeError(f"the tuned table {table} failed its check: do not install it")
     try:
         written.append(confirm(out_dir, budget(CONFIRM_BUDGET_S), table))
+        written.append(peers_bench(out_dir, 30 if smoke else PEERS_BUDGET_S, smoke=smoke))
     finally:
         tuning.override("capstone", None)
     return written
@@ -648,7 +693,7 @@ def record(out_dir, tune: bool = False, log=log, smoke: bool = False) -> list[Pa
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedrms.book.ch07", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("tune", "extras", "confirm", "check"))
+    p.add_argument("what", choices=("tune", "extras", "confirm", "check", "peers"))
     p.add_argument("--out", type=Path, required=True, help="folder for the JSON files")
     p.add_argument("--budget", type=float, default=60.0, help="seconds (stops cleanly after)")
     p.add_argument("--table", type=Path, default=None,
@@ -667,7 +712,7 @@ def main(argv=None) -> int:
     elif a.what == "check":
         return 0 if check_table(a.out, a.budget, a.table) else 1
     else:
-        {"extras": extras, "confirm": confirm}[a.what](a.out, a.budget)
+        {"extras": extras, "confirm": confirm, "peers": peers_bench}[a.what](a.out, a.budget)
     return 0
 
 

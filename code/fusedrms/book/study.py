@@ -299,35 +299,23 @@ def run_python_worker(out_dir: Path, deadline: float, device: str = "cuda",
     r = torch.randn(rows, cols, device=device, generator=g).to(torch.bfloat16)
     w = (1 + 0.1 * torch.randn(cols, device=device, generator=g)).to(torch.bfloat16)
 
-    def fast(fn):
+    def full_path(fn):  # every check and Triton's own launch path, on every call
         def call(*a):
-            A.FAST_LAUNCH = True
+            A.FAST_PATH = False
             try:
                 return fn(*a)
             finally:
-                A.FAST_LAUNCH = False
+                A.FAST_PATH = True
         return call
-
-    cfg = A._default_config(cols, x.dtype)
-    y = torch.empty_like(x)
-    s = torch.empty_like(x)
-
-    def launch_only():  # validated once, cached compiled kernel: the launcher's own cost
-        A.launch(x, r, w, y, None, EPS, cfg)
-
-    def launch_only_residual():
-        A.launch(x, r, w, y, s, EPS, cfg)
 
     cases = {
         ("fused", "ours.current"): lambda: A.add_rmsnorm(x, r, w, EPS),
-        ("fused", "ours.fast_launch"): lambda: fast(A.add_rmsnorm)(x, r, w, EPS),
-        ("fused", "ours.launch_only"): lambda: fast(lambda: launch_only())(),
+        ("fused", "ours.full_path"): lambda: full_path(A.add_rmsnorm)(x, r, w, EPS),
         ("fused", "torch.rms_norm_add"): lambda: F.rms_norm(x + r, (cols,), w, EPS),
         ("fused", "torch.eager_chain"): lambda: peers.eager_chain(x, r, w, EPS),
         ("fused", "torch.compile"): lambda: peers.compiled_add_rmsnorm(x, r, w, EPS),
         ("residual", "ours.current"): lambda: A.add_rmsnorm_residual(x, r, w, EPS),
-        ("residual", "ours.fast_launch"): lambda: fast(A.add_rmsnorm_residual)(x, r, w, EPS),
-        ("residual", "ours.launch_only"): lambda: fast(lambda: launch_only_residual())(),
+        ("residual", "ours.full_path"): lambda: full_path(A.add_rmsnorm_residual)(x, r, w, EPS),
         ("residual", "torch.compile"): lambda: compiled_residual(x, r, w, EPS),
         ("residual", "liger.fused_add_rms_norm"): lambda: liger_fused_add(x, r, w, EPS),
         ("residual", "flashinfer.fused_add_rmsnorm"):
@@ -359,7 +347,7 @@ def run_python_worker(out_dir: Path, deadline: float, device: str = "cuda",
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(calls + 100):
-            A.add_rmsnorm(x, r, w, EPS)
+            full_path(A.add_rmsnorm)(x, r, w, EPS)
         prof.disable()
         _sync(device)
         buf = io.StringIO()
@@ -734,3 +722,77 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---------------------------------------------------------------- a tuning table from the study
+
+def config_of(impl: str, cols: int, dtype, current) -> "object | None":
+    """The LaunchConfig behind a study implementation name (``ours.<candidate>``)."""
+    if impl in ("ours.current", "ours.current_in_place"):
+        return current
+    return candidates(cols, dtype).get(impl[len("ours."):])
+
+
+def table_records(recs: list[dict], min_rows: int = 128, gpu: str = "NVIDIA H200") -> list[dict]:
+    """One tuning record per (cols, dtype) the study timed: the candidate whose worst ratio to the
+    best candidate, over every row count >= ``min_rows`` and both ops, is smallest (a table is
+    keyed on the width, never on rows, so one launch must serve every batch). Rows below
+    ``min_rows`` take a few microseconds of launch either way and only add noise."""
+    import torch
+
+    from .. import records, tuning
+    from ..kernels import add_rmsnorm as A
+
+    # "ours.current" ran the table installed on that GPU at the time of the study
+    installed = tuning.load("capstone", tuning.installed_path("capstone", records.gpu_slug(gpu)))
+    by_key: dict = {}
+    for r in recs:
+        if (r.get("median_us") and r["impl"].startswith("ours.") and r["rows"] >= min_rows
+                and r["impl"] != "ours.current_in_place" and r.get("correct") is not False):
+            by_key.setdefault((r["cols"], r["dtype"]), []).append(r)
+    out = []
+    for (cols, dt), rs in sorted(by_key.items()):
+        dtype = getattr(torch, DTYPES[dt])
+        best: dict = {}
+        for r in rs:
+            case = (r["rows"], r["op"])
+            best[case] = min(best.get(case, math.inf), r["median_us"])
+        worst: dict = {}
+        for r in rs:
+            worst.setdefault(r["impl"], {})[(r["rows"], r["op"])] = (
+                r["median_us"] / best[(r["rows"], r["op"])])
+        complete = {i: v for i, v in worst.items() if len(v) == len(best)}
+        if not complete:
+            continue
+        ranked = sorted(complete, key=lambda i: max(complete[i].values()))
+        current = A.choose_config(cols, dtype, table=installed, gpu_name=installed["gpu"],
+                                  on_gpu=True)[0]
+        cfg = config_of(ranked[0], cols, dtype, current)
+        if cfg is None:
+            continue
+        out.append({"cols": cols, "dtype": DTYPES[dt], **cfg.as_dict(), "label": cfg.label(),
+                    "study_name": ranked[0][len("ours."):],
+                    "worst_ratio_to_best": max(complete[ranked[0]].values()),
+                    "rows_timed": sorted({k[0] for k in best}),
+                    "ranked": [{"name": i[len("ours."):], "worst_ratio_to_best":
+                                max(complete[i].values())} for i in ranked],
+                    "source": "capstone study (rotating-input graph timer, median of processes)"})
+    return out
+
+
+def write_table(study_dir: Path, out_dir: Path) -> Path:
+    """``out_dir/tuning/capstone.json`` from a study's ``timing.json``, with the study's
+    provenance, ready for ``python -m fusedrms.tuning install out_dir``."""
+    doc = json.loads((Path(study_dir) / "timing.json").read_text())
+    summary = json.loads((Path(study_dir) / "study_summary.json").read_text())
+    copy = next(m for m in doc["raw"] if m.get("kind") == "copy")
+    provenance = {"gpu": copy.get("gpu"), "torch": copy.get("torch"),
+                  "date": summary.get("started"), "copy_GBps": copy.get("GBps"),
+                  "command": "python -m fusedrms.book.study (exploration), then study.write_table",
+                  "objective": "minimize the worst ratio to the best candidate over rows >= 128 "
+                               "and both ops (fused, residual)"}
+    path = Path(out_dir) / "tuning" / "capstone.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    recs = table_records(doc["records"], gpu=copy.get("gpu") or "NVIDIA H200")
+    path.write_text(json.dumps({"provenance": provenance, "records": recs}, indent=1) + "\n")
+    return path

@@ -411,40 +411,21 @@ def _check_config(config) -> LaunchConfig | None:
                                 f"got {type(config).__name__}.")
 
 
-# Repeated calls (a decode step calls the op with the same shapes every time) can skip Triton's
-# Python launch path: its argument binding and specialization key cost tens of microseconds.
-# The compiled kernel of a first launch is kept per everything Triton specializes on (shapes,
-# strides, dtypes, device, 16-byte alignment of each pointer, the config) and launched directly.
 # The study's control for the loop hypothesis: True runs one-tile programs through the loop too.
 TILE_LOOP_ALWAYS = False
-FAST_LAUNCH = os.environ.get("FUSEDRMS_FAST_LAUNCH", "0") not in ("0", "off")
-_COMPILED: dict = {}
 
 
-def _launch_key(tensors, rows, cols, config, write_sum) -> tuple:
-    return (rows, cols, config, write_sum, TILE_LOOP_ALWAYS,
-            tuple((t.dtype, t.device, t.stride(0), t.data_ptr() % 16 == 0) for t in tensors))
-
-
-def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig) -> None:
+def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
     """Launch the kernel on validated 2-D tensors (``s2`` None: don't write the sum).
 
     A config with a ``chunk`` narrower than the row's BLOCK runs the two-pass kernel; otherwise
-    (no chunk, or the whole row fits in one chunk) the row lives in registers."""
+    (no chunk, or the whole row fits in one chunk) the row lives in registers.
+    Returns a :class:`_DirectLaunch` for calls with the same shapes (on a GPU), else None."""
     rows, cols = x2.shape
     if rows == 0:
-        return
+        return None
     write_sum = s2 is not None
     s_out = s2 if write_sum else y2
-    on_gpu = x2.device.type == "cuda"
-    key = None
-    if on_gpu and FAST_LAUNCH:
-        key = _launch_key((x2, r2, w, y2, s_out), rows, cols, config, write_sum)
-    if key is not None and key in _COMPILED:
-        compiled, grid, constants = _COMPILED[key]
-        compiled[grid](x2, r2, w, y2, s_out, rows, cols, x2.stride(0), r2.stride(0),
-                       y2.stride(0), s_out.stride(0), eps, *constants)
-        return
     rpp, programs = grid_size(config, rows, sm_count(x2.device))
     software_bf16 = (not env.current().on_gpu) and x2.dtype == torch.bfloat16
     block = triton.next_power_of_2(cols)
@@ -452,16 +433,85 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig) -> None:
             x2.stride(0), r2.stride(0), y2.stride(0), s_out.stride(0), eps)
     if config.chunk is not None and config.chunk < block:
         kernel, width = add_rmsnorm_chunked_kernel, {"CHUNK": config.chunk}
+        constants = (config.chunk, rpp, write_sum, software_bf16)
     else:
         persistent = config.programs_per_sm is not None or TILE_LOOP_ALWAYS
         kernel, width = add_rmsnorm_kernel, {"BLOCK": block, "PERSISTENT": persistent}
+        constants = (block, rpp, write_sum, software_bf16, persistent)  # the kernel's order
     compiled = kernel[(programs,)](
         *args, **width, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum, SOFTWARE_BF16=software_bf16,
         num_warps=config.num_warps, num_stages=config.num_stages)
-    if key is not None and compiled is not None and hasattr(compiled, "run"):
-        constants = tuple(width.values())[:1] + (rpp, write_sum, software_bf16) \
-            + tuple(width.values())[1:]  # in the kernel's argument order
-        _COMPILED[key] = (compiled, (programs, 1, 1), constants)
+    if x2.device.type == "cuda" and hasattr(compiled, "run") and hasattr(compiled, "__getitem__"):
+        return _DirectLaunch(compiled[(programs, 1, 1)], constants)
+    return None
+
+
+class _DirectLaunch:
+    """The compiled kernel of one first launch, called again without Triton's Python launch path
+    (argument binding and the specialization key cost tens of microseconds per call)."""
+
+    __slots__ = ("runner", "constants")
+
+    def __init__(self, runner, constants: tuple):
+        self.runner, self.constants = runner, constants
+
+    def __call__(self, x, r, w, y, s, rows: int, cols: int, eps: float) -> None:
+        # contiguous rows only (the plan cache below guarantees it): every row stride is cols
+        self.runner(x, r, w, y, s, rows, cols, cols, cols, cols, cols, eps, *self.constants)
+
+
+# ---------------------------------------------------------------- repeated calls
+
+# A model calls the op with the same shapes every step. Every check the wrappers make depends only
+# on the inputs' type, shape, strides, dtype and device and on eps; so does the launch (grid,
+# config, the compiled kernel, which Triton also specializes on 16-byte pointer alignment). A
+# call whose key matches one that passed every check skips straight to the launch; anything
+# else (another shape, dtype, device, stride, eps, a non-tensor) takes the full path and its checks.
+FAST_PATH = os.environ.get("FUSEDRMS_FAST_PATH", "1") not in ("0", "off")
+MAX_PLANS = 256
+_PLANS: dict = {}
+
+
+def _call_key(op: str, x, residual, w, eps) -> tuple | None:
+    if not (type(x) is torch.Tensor and type(residual) is torch.Tensor  # noqa: E721
+            and type(w) is torch.Tensor and type(eps) is float):  # noqa: E721
+        return None  # subclasses and other eps types: always the full path
+    return (op, x.shape, x.stride(), x.dtype, x.device, residual.shape, residual.stride(),
+            residual.dtype, residual.device, w.shape, w.stride(), w.dtype, w.device, eps,
+            x.data_ptr() % 16 == 0, residual.data_ptr() % 16 == 0, w.data_ptr() % 16 == 0,
+            tuning.generation(), TILE_LOOP_ALWAYS)
+
+
+class _Plan:
+    """What a validated call decided: the config, and (on a GPU) the compiled kernel."""
+
+    __slots__ = ("rows", "cols", "config", "direct")
+
+    def __init__(self, rows, cols, config, direct):
+        self.rows, self.cols, self.config, self.direct = rows, cols, config, direct
+
+    def run(self, x, r, w, y, s, eps: float) -> None:
+        if self.direct is not None:
+            self.direct(x, r, w, y, s if s is not None else y, self.rows, self.cols, eps)
+        else:  # the interpreter: the same launch, without the checks already made
+            c = self.cols
+            launch(x.view(-1, c), r.view(-1, c), w, y.view(-1, c),
+                   None if s is None else s.view(-1, c), eps, self.config)
+
+
+def _remember(key, x, residual, w, x2, config, direct) -> None:
+    """Keep a plan only for the layout the direct launch assumes: contiguous x, residual, w."""
+    if key is None or not (x.is_contiguous() and residual.is_contiguous()
+                           and w.is_contiguous() and x2.shape[0] > 0):
+        return
+    if len(_PLANS) >= MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = _Plan(x2.shape[0], x2.shape[1], config, direct)
+
+
+def clear_plans() -> None:
+    """Forget every remembered call (tests; after replacing a tuning table it happens anyway)."""
+    _PLANS.clear()
 
 
 def add_rmsnorm(x, residual, w, eps: float = 1e-5, *, config=None) -> torch.Tensor:
@@ -469,11 +519,18 @@ def add_rmsnorm(x, residual, w, eps: float = 1e-5, *, config=None) -> torch.Tens
 
     ``config`` (a :class:`LaunchConfig` or dict) overrides :func:`choose_config`.
     """
+    key = _call_key("fused", x, residual, w, eps) if FAST_PATH and config is None else None
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None:
+        y = torch.empty_like(x)
+        plan.run(x, residual, w, y, None, eps)
+        return y
     config = _check_config(config)
-    x2, r2, w, eps, shape = _prepare(x, residual, w, eps, "capstone.fused")
+    x2, r2, w2, eps, shape = _prepare(x, residual, w, eps, "capstone.fused")
     config = config or _default_config(x2.shape[1], x2.dtype)
     y2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
-    launch(x2, r2, w, y2, None, eps, config)
+    direct = launch(x2, r2, w2, y2, None, eps, config)
+    _remember(key, x, residual, w, x2, config, direct)
     return y2.reshape(shape)
 
 
@@ -484,8 +541,19 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
     ``in_place=True`` writes ``s`` into ``residual`` and ``y`` into ``x`` and returns them (vLLM's
     layout); both must then be contiguous, or the writes would land in a temporary copy.
     """
+    op = "residual_in_place" if in_place is True else "residual"
+    key = (_call_key(op, x, residual, w, eps)
+           if FAST_PATH and config is None and type(in_place) is bool else None)  # noqa: E721
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None and not (in_place and x.data_ptr() == residual.data_ptr()):
+        if in_place:
+            plan.run(x, residual, w, x, residual, eps)
+            return x, residual
+        y, s = torch.empty_like(x), torch.empty_like(x)
+        plan.run(x, residual, w, y, s, eps)
+        return y, s
     config = _check_config(config)
-    x2, r2, w, eps, shape = _prepare(x, residual, w, eps, "capstone.fused_residual")
+    x2, r2, w2, eps, shape = _prepare(x, residual, w, eps, "capstone.fused_residual")
     config = config or _default_config(x2.shape[1], x2.dtype)
     if in_place:
         for t, name in ((x, "x"), (residual, "residual")):
@@ -496,11 +564,13 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
         if x.data_ptr() == residual.data_ptr():
             raise validation.InputError("in_place=True needs x and residual in separate memory "
                                         "(y and s are written to both).")
-        launch(x2, r2, w, x2, r2, eps, config)
+        direct = launch(x2, r2, w2, x2, r2, eps, config)
+        _remember(key, x, residual, w, x2, config, direct)
         return x, residual
     y2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
     s2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
-    launch(x2, r2, w, y2, s2, eps, config)
+    direct = launch(x2, r2, w2, y2, s2, eps, config)
+    _remember(key, x, residual, w, x2, config, direct)
     return y2.reshape(shape), s2.reshape(shape)
 
 
@@ -512,3 +582,8 @@ registry.register(registry.Impl(
     max_cols=MAX_COLS,
     description="fused residual-add + RMSNorm that also writes x + residual (vLLM layout): "
                 "4 row-trips"))
+registry.register(registry.Impl(
+    "capstone.fused_residual_in_place", "add_rmsnorm_residual",
+    lambda x, residual, w, eps=1e-5: add_rmsnorm_residual(x, residual, w, eps, in_place=True),
+    "triton", max_cols=MAX_COLS, mutates=True,
+    description="the same, in place as vLLM and FlashInfer do it: s into residual, y into x"))
