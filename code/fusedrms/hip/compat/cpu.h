@@ -34,7 +34,7 @@
 #define FUSEDRMS_CPU_WARP 32  // build with -DFUSEDRMS_CPU_WARP=64 to run as 64-lane wavefronts
 #endif
 #define FUSEDRMS_PLATFORM_NAME "CPU runtime (OS threads)"
-#define FUSEDRMS_WARP_LANES FUSEDRMS_CPU_WARP
+inline constexpr int warpSize = FUSEDRMS_CPU_WARP;  // as HIP and CUDA device code see it
 
 struct dim3 {
     unsigned x, y, z;
@@ -46,6 +46,7 @@ typedef int hipError_t;
 typedef void* hipStream_t;
 enum { hipSuccess = 0, hipErrorInvalidValue = 1, hipErrorLaunchFailure = 719 };
 enum hipMemcpyKind { hipMemcpyHostToDevice, hipMemcpyDeviceToHost, hipMemcpyDeviceToDevice };
+enum hipDeviceAttribute_t { hipDeviceAttributeWarpSize };
 
 inline thread_local uint3 threadIdx = {0, 0, 0};
 inline thread_local uint3 blockIdx = {0, 0, 0};
@@ -267,7 +268,7 @@ hipError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shared
     std::vector<Team> tms(teams);
     for (auto& tm : tms) {
         tm.threads = block.x;
-        tm.lanes = FUSEDRMS_CPU_WARP;
+        tm.lanes = warpSize;
         tm.warp_count = (block.x + tm.lanes - 1) / tm.lanes;
         tm.warps.reset(new Barrier[tm.warp_count]);
         tm.epoch.assign(block.x, 0u);
@@ -297,16 +298,16 @@ namespace fusedrms_cpu {
 inline hipError_t& hip_status() { static hipError_t s = hipSuccess; return s; }
 }
 
-inline float __shfl_xor(float v, int mask, int width = FUSEDRMS_CPU_WARP) {
+inline float __shfl_xor(float v, int mask, int width = warpSize) {
     return fusedrms_cpu::shuffle(v, [=](int lane) { return (lane & ~(width - 1)) | ((lane ^ mask) & (width - 1)); });
 }
-inline float __shfl_down(float v, unsigned delta, int width = FUSEDRMS_CPU_WARP) {
+inline float __shfl_down(float v, unsigned delta, int width = warpSize) {
     return fusedrms_cpu::shuffle(v, [=](int lane) {
         int src = lane + (int)delta;
         return ((src & ~(width - 1)) == (lane & ~(width - 1))) ? src : lane;
     });
 }
-inline float __shfl(float v, int src_lane, int width = FUSEDRMS_CPU_WARP) {
+inline float __shfl(float v, int src_lane, int width = warpSize) {
     return fusedrms_cpu::shuffle(v, [=](int lane) { return (lane & ~(width - 1)) + (src_lane & (width - 1)); });
 }
 
@@ -321,6 +322,12 @@ template <typename T> inline hipError_t hipMalloc(T** p, size_t n) { return hipM
 inline hipError_t hipFree(void* p) { std::free(p); return hipSuccess; }
 inline hipError_t hipMemcpy(void* d, const void* s, size_t n, hipMemcpyKind) { std::memcpy(d, s, n); return hipSuccess; }
 inline hipError_t hipDeviceSynchronize() { return hipSuccess; }
+inline hipError_t hipGetDevice(int* device) { *device = 0; return hipSuccess; }
+inline hipError_t hipDeviceGetAttribute(int* value, hipDeviceAttribute_t attribute, int) {
+    if (attribute != hipDeviceAttributeWarpSize) return hipErrorInvalidValue;
+    *value = warpSize;
+    return hipSuccess;
+}
 typedef std::chrono::steady_clock::time_point* hipEvent_t;
 inline hipError_t hipEventCreate(hipEvent_t* e) { *e = new std::chrono::steady_clock::time_point(); return hipSuccess; }
 inline hipError_t hipEventRecord(hipEvent_t e, hipStream_t = nullptr) { *e = std::chrono::steady_clock::now(); return hipSuccess; }
