@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # budget: 120
 # Chapter 3 (HIP route) on the GPU, budget about 90 s. Writes into $RESULTS:
-#   hip_ladder.json      serial -> block -> shuffle -> vectorized, unfused and triton.row at
-#                        1024x4096 fp32 and 16384x8192 fp32/bf16, plus hip.block's block-size sweep
+#   hip_ladder.json      serial -> block -> shuffle -> vectorized, the unfused pipelines (scalar and
+#                        16-byte loads) and triton.row at 1024x4096 fp32 and 16384x8192 fp32/bf16,
+#                        plus the block-size sweeps of hip.block and hip.serial at 1024x4096
 #   hip_host_run.txt     the standalone host program (built with nvcc/hipcc) on 3x13, 33x257, 1024x4096
 # Every step is its own process with its own timeout, so one failure hides nothing else.
 set -uo pipefail
