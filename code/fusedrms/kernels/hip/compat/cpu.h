@@ -65,7 +65,8 @@ inline unsigned short fusedrms_float_to_half(float f) {
 namespace fusedrms_cpu {
 
 // One team of OS threads runs the blocks given to it, one block at a time.
-struct Cell { int writer = -1, reader = -1; unsigned write_epoch = 0, read_epoch = 0; bool many_readers = false; };
+// The last writer and the last two distinct readers of a shared word, since the last barrier.
+struct Cell { int writer = -1, reader = -1, other_reader = -1; unsigned write_epoch = 0, read_epoch = 0; };
 
 struct Barrier {  // waiters sleep on the barrier's own condition variable (no thundering herd)
     unsigned arrived = 0, generation = 0, exited = 0;
@@ -173,15 +174,17 @@ inline bool check_access(size_t byte, size_t size, bool write) {
     for (size_t word = byte / 4; word < (byte + size + 3) / 4; ++word) {
         Cell& c = team->shadow[word];
         bool other_wrote = c.writer >= 0 && c.write_epoch == e && c.writer != (int)tid;
+        const bool read_now = c.reader >= 0 && c.read_epoch == e;
+        // a reader other than this thread, if any: a thread never races with itself
+        const int other_reader = !read_now ? -1 : c.reader != (int)tid ? c.reader : c.other_reader;
         if (write) {
-            bool other_read = c.reader >= 0 && c.read_epoch == e && (c.many_readers || c.reader != (int)tid);
             if (other_wrote) race((unsigned)word, c.writer, "wrote", "writes");
-            else if (other_read) race((unsigned)word, c.reader, "read", "writes");
+            else if (other_reader >= 0) race((unsigned)word, other_reader, "read", "writes");
             c.writer = (int)tid; c.write_epoch = e;
         } else {
             if (other_wrote) race((unsigned)word, c.writer, "wrote", "reads");
-            if (c.reader >= 0 && c.read_epoch == e && c.reader != (int)tid) c.many_readers = true;
-            else if (c.read_epoch != e || c.reader < 0) c.many_readers = false;
+            if (!read_now) c.other_reader = -1;
+            else if (c.reader != (int)tid) c.other_reader = c.reader;
             c.reader = (int)tid; c.read_epoch = e;
         }
     }
