@@ -173,20 +173,25 @@ def _audited_loads():
         from triton.runtime import interpreter as interp
 
         builder, original = interp.InterpreterBuilder, interp.InterpreterBuilder.create_masked_load
-        np_dtype, handle = interp._get_np_dtype, interp.TensorHandle
+        handle = interp.TensorHandle
     except (ImportError, AttributeError):
         yield None
         return
     log: list[Load] = []
+    broken: list[Exception] = []
 
     def audited(self, ptrs, mask, other, *rest):
-        addresses = np.asarray(ptrs.data).astype(np.uint64)
-        taken = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
-        dtype = np_dtype(ptrs.get_element_ty())
-        undefined = other is None and not taken.all()
-        log.append(Load(addresses[taken], np.dtype(dtype).itemsize, undefined))
-        if undefined and np.issubdtype(dtype, np.floating):
-            other = handle(np.full(addresses.shape, np.nan, dtype=dtype), ptrs.get_element_ty())
+        try:  # the interpreter's internals differ between Triton versions: never fail the kernel
+            element = ptrs.get_element_ty() if hasattr(ptrs, "get_element_ty") else ptrs.dtype.element_ty
+            dtype = interp._get_np_dtype(element) if hasattr(interp, "_get_np_dtype") else self.np_dtype(element)
+            addresses = np.asarray(ptrs.data).astype(np.uint64)
+            taken = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
+            undefined = other is None and not taken.all()
+            log.append(Load(addresses[taken], np.dtype(dtype).itemsize, undefined))
+            if undefined and np.issubdtype(dtype, np.floating):
+                other = handle(np.full(addresses.shape, np.nan, dtype=dtype), element)
+        except Exception as err:  # noqa: BLE001
+            broken.append(err)
         return original(self, ptrs, mask, other, *rest)
 
     builder.create_masked_load = audited
@@ -194,6 +199,9 @@ def _audited_loads():
         yield log
     finally:
         builder.create_masked_load = original
+        if broken:
+            log.clear()
+            log.append(None)  # marks the audit as unusable
 
 
 def _interpreted(kernel):
@@ -245,7 +253,7 @@ def run_reader_kernel(kernel, rows: int, cols: int, seed: int = 0, audit: bool =
     outside[: rows * ys].view(rows, ys)[:, :cols] = False
     stray = int((outside & (y_buf != SENTINEL)).sum())
     run = KernelRun(rows, cols, y, stray, x, w, w_buf.cpu())
-    if log is not None:
+    if log is not None and None not in log:
         run.loads, run.audited = log, True
         run.outside_x, run.past_w = _stray_reads(log, x_buf, w_buf, rows, cols, xs)
     return run
