@@ -126,6 +126,7 @@ def test_measure_one_builds_a_complete_record_on_the_cpu_runtime():
 
     rec = ch03.measure_one("hip.shuffle", 3, 13, "float32", 4000.0, device="cpu", timer=fake_timer)
     assert rec["correct"] and rec["median_us"] == 10.0 and "error" not in rec, rec
+    assert rec["min_us"] <= rec["p25_us"] <= rec["median_us"] <= rec["p75_us"] <= rec["max_us"]
     assert abs(rec["fraction_of_floor"] - rec["floor_us"] / 10.0) < 1e-12
     assert rec["bytes"] == ch03.rmsnorm_bytes(3, 13, __import__("torch").float32)
     assert calls[0] == (1, 3) and calls[1][1] >= 5

@@ -127,7 +127,9 @@ def measure_one(name: str, rows: int, cols: int, dtype_name: str, bandwidth_GBps
         samples = timer(lambda: fn(x, w, 1e-5), min(10, reps), reps)
         median = statistics.median(samples)
         floor = _floor_us(rows, cols, dtype, bandwidth_GBps)
-        rec.update(median_us=median, min_us=min(samples), reps=reps,
+        quartiles = statistics.quantiles(samples, n=4)  # the spread beside the median
+        rec.update(median_us=median, min_us=min(samples), max_us=max(samples),
+                   p25_us=quartiles[0], p75_us=quartiles[2], reps=reps,
                    bytes=rmsnorm_bytes(rows, cols, dtype), floor_us=floor,
                    fraction_of_floor=floor / median,
                    GBps=rmsnorm_bytes(rows, cols, dtype) / (median * 1e3))
