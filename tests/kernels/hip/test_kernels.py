@@ -161,9 +161,23 @@ def test_the_cpu_runtime_reports_a_missing_barrier_as_a_race():
     assert BARRIER_AFTER_WRITE in text
     x, w = _inputs(1, 4, torch.float32)
     for _ in range(3):  # the report must not depend on how the OS schedules the threads
-        with pytest.raises(kernels.KernelError, match="race"):
+        with pytest.raises(kernels.KernelError, match="race") as err:
             kernels.rmsnorm(x, w, variant="block", block_size=4,
                             text=text.replace(BARRIER_AFTER_WRITE, ""))
+        pair = re.search(r"thread (\d+) (?:wrote|read) it and thread (\d+)", str(err.value))
+        assert pair and pair.group(1) != pair.group(2), str(err.value)  # never a thread with itself
+
+
+def test_a_race_report_names_a_second_thread_when_the_writer_also_read():
+    """Thread 0 reads a word after thread 1 did, then writes it: the race is with thread 1."""
+    text = build.source_text()
+    race = text.replace(TREE_STEP, "        if (tid < stride) partial[tid] += partial[tid + stride];\n", 1)
+    x, w = _inputs(1, 8, torch.float32)
+    for block in (4, 8):
+        with pytest.raises(kernels.KernelError, match="race") as err:
+            kernels.rmsnorm(x, w, variant="block", block_size=block, text=race)
+        pair = re.search(r"thread (\d+) (?:wrote|read) it and thread (\d+)", str(err.value))
+        assert pair and pair.group(1) != pair.group(2), str(err.value)
 
 
 def test_the_cpu_runtime_turns_a_divergent_barrier_into_an_error():
