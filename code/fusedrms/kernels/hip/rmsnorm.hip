@@ -177,7 +177,7 @@ __global__ void rmsnorm_vectorized(const T* x, const T* w, T* y, int rows, int c
 // [book:unfused]
 // The unfused pipeline: three kernels, two intermediates in global memory (the squares, rows*cols
 // floats, and one sum per row), as a framework computing op by op would run it. VEC elements per
-// access: 1 for hip.unfused (scalar loads, like hip.block), 16 bytes for hip.vectorized_unfused
+// access: 1 for hip.unfused (scalar loads, like hip.shuffle), 16 bytes for hip.vectorized_unfused
 // (like hip.vectorized), so each fused kernel has an unfused twin that differs only in fusion.
 template <typename T, int VEC>
 __global__ void square_kernel(const T* x, float* squares, int rows, int cols, long x_stride) {
