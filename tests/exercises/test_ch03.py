@@ -54,7 +54,7 @@ def test_block_sizes_solution_is_measured_here_and_fast():
 
 @pytest.mark.parametrize("label,needle", [
     ("times in milliseconds", "looks like milliseconds"),
-    ("made-up times", "more than 4x away"),
+    ("made-up times", "more than 3x away"),
     ("a shape it never ran", "x257"),
     ("correctness not checked", "correct=False"),
 ])
@@ -68,17 +68,17 @@ def test_block_sizes_rejects_seconds_and_a_smaller_shape_than_claimed():
     seconds = [{**e, "time_us": e["time_us"] / 1e6} for e in solution]
     assert "looks like seconds" in ch03.block_sizes.check(seconds).message
     rows = solution[0]["rows"]
-    bigger = [{**e, "rows": rows * 6} for e in solution]  # claims 6x the rows it timed
+    bigger = [{**e, "rows": rows * 7} for e in solution]  # claims 7x the rows it timed
     fb = ch03.block_sizes.check(bigger)
     assert not fb.ok and "the checker measured" in fb.message
 
 
 def test_block_sizes_time_tolerance():
     assert ch03._time_mismatch(100.0, 100.0) is None
-    assert ch03._time_mismatch(30.0, 100.0) is None and ch03._time_mismatch(390.0, 100.0) is None
+    assert ch03._time_mismatch(34.0, 100.0) is None and ch03._time_mismatch(290.0, 100.0) is None
     assert "milliseconds" in ch03._time_mismatch(0.1, 100.0)
     assert "seconds" in ch03._time_mismatch(1e-4, 100.0)
-    assert "4x away" in ch03._time_mismatch(20.0, 100.0)
+    assert "3x away" in ch03._time_mismatch(30.0, 100.0)
 
 
 # ---- 3.2: any correct finish, in HIP's own names ----

@@ -102,7 +102,7 @@ def _entries(answer) -> list[dict]:
     return out
 
 
-TIME_FACTOR = 4  # a recorded time this close to the checker's own re-timing is a measurement
+TIME_FACTOR = 3  # a recorded time this close to the checker's own re-timing is a measurement
 CPU_MAX_ELEMENTS = 64 * 1024  # the CPU runtime starts one OS thread per GPU thread: keep reruns short
 
 
@@ -114,6 +114,7 @@ def _measure_block(rows: int, cols: int, block: int, on_gpu: bool):
     import torch
 
     from .. import checks, reference
+    from ..measure import timer
 
     _, kernels = _hip()
     device = "cuda" if on_gpu else "cpu"
@@ -133,10 +134,10 @@ def _measure_block(rows: int, cols: int, block: int, on_gpu: bool):
         return f"{rows}x{cols}, block {block}: {e}", math.nan, None
     report = checks.allclose(y.cpu(), expected)
     failure = None if report.ok else f"{rows}x{cols}, block {block}: wrong output ({report.message})"
-    # On a GPU: the reader's timer (kernels.time_us, device events). On the CPU runtime one run is
+    # On a GPU: the reader's timer (timer.median_us, device events). On the CPU runtime one run is
     # the measurement (a launch there takes milliseconds to seconds); `again` times more runs, for
     # a second opinion on a machine whose other work may have slowed one of them.
-    return failure, kernels.time_us(run, 2, 5) if on_gpu else once_us, lambda: kernels.time_us(run, 0, 1)
+    return failure, timer.median_us(run, 2, 5) if on_gpu else once_us, lambda: timer.median_us(run, 0, 1)
 
 
 def _time_mismatch(recorded: float, measured: float) -> str | None:
@@ -169,7 +170,7 @@ def _grade_block_sizes(answer):
                          "hip.block raises an InputError for it; record only sizes that ran.")
         if not math.isfinite(e["time_us"]) or e["time_us"] <= 0:
             return wrong(f"block size {b}: time_us = {e['time_us']} is not a measured time.",
-                         "Record the median of a few timed runs (kernels.time_us does it).")
+                         "Record the median of a few timed runs (timer.median_us does it).")
     rows, cols = entries[0]["rows"], entries[0]["cols"]
     if rows < 1 or cols < 1:
         return wrong(f"{rows}x{cols} is not a shape hip.block can run.",
@@ -181,7 +182,8 @@ def _grade_block_sizes(answer):
                      f"elements at most).",
                      "Without a GPU, time the chapter's CPU shape (33x257): the CPU runtime starts "
                      "one OS thread per GPU thread.")
-    # Rerun each size at the reader's shape: the same verdict, and a time of the same size.
+    # Rerun each size at the reader's shape: first the same verdicts, then times of the same size.
+    reruns = []
     for e in entries:
         failure, measured_us, again = _measure_block(rows, cols, e["block_size"], on_gpu)
         if (failure is None) != e["correct"]:
@@ -190,6 +192,8 @@ def _grade_block_sizes(answer):
                          f"the check {actual}.",
                          "Compare each output with reference.rmsnorm(x, w, eps, accum=torch.float64) "
                          "through checks.allclose, and record report.ok.")
+        reruns.append((e, measured_us, again))
+    for e, measured_us, again in reruns:
         mismatch = _time_mismatch(e["time_us"], measured_us) if math.isfinite(measured_us) else None
         for _ in range(2):  # up to two more runs before calling the number made up
             if not mismatch:
@@ -198,7 +202,7 @@ def _grade_block_sizes(answer):
             mismatch = _time_mismatch(e["time_us"], measured_us)
         if mismatch:
             return wrong(f"block size {e['block_size']} at {rows}x{cols}: {mismatch}.",
-                         "Record kernels.time_us(...) of the call itself, in microseconds, at the "
+                         "Record timer.median_us(...) of the call itself, in microseconds, at the "
                          "shape you write in rows and cols (on this machine: "
                          f"{'the GPU' if on_gpu else 'the CPU runtime'}).")
     fastest = min(entries, key=lambda e: e["time_us"])
@@ -213,6 +217,7 @@ def block_sizes_solution() -> list[dict]:
     import torch
 
     from .. import checks, reference
+    from ..measure import timer
 
     _, kernels = _hip()
     on_gpu = _gpu_build_available()
@@ -226,21 +231,20 @@ def block_sizes_solution() -> list[dict]:
     for block in (32, 64, 256, 1024) if on_gpu else (8, 16, 32, 64):
         y = kernels.rmsnorm(x, w, EPS, variant="block", block_size=block)
         ok = checks.allclose(y.cpu(), expected).ok
-        t = kernels.time_us(lambda: kernels.rmsnorm(x, w, EPS, variant="block", block_size=block), 1, 3)
+        t = timer.median_us(lambda: kernels.rmsnorm(x, w, EPS, variant="block", block_size=block), 1, 3)
         out.append({"block_size": block, "rows": rows, "cols": cols, "correct": ok, "time_us": t})
     return out
 
 
 class _Measured(Exercise):
-    """An exercise whose solution is a measurement on this machine, taken when first asked for."""
+    """An exercise whose solution is a measurement on this machine, taken afresh whenever asked for
+    (times measured a while ago on a busy machine need not match the checker's rerun now)."""
 
     measure = None
 
     @property
     def solution(self):
-        if self._solution is None and self.measure is not None:
-            self._solution = self.measure()
-        return self._solution
+        return self.measure() if self._solution is None and self.measure is not None else self._solution
 
     @solution.setter
     def solution(self, value):

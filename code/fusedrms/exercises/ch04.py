@@ -34,7 +34,8 @@ import triton
 import triton.language as tl
 
 from .. import checks, reference, records
-from ..kernels.rmsnorm import measure_num_warps, num_warps_for, rmsnorm_row_kernel
+from ..book.ch04 import measure_num_warps
+from ..kernels.rmsnorm import num_warps_for, rmsnorm_row_kernel
 from .core import Exercise, Feedback, Malformed, as_number, correct, wrong
 
 CASES = ((3, 13), (33, 257))
