@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# `make lab`'s install step: what a live notebook needs on top of bootstrap.sh's environment.
+#   - requirements-lab.txt: JupyterLab, Notebook 7 and jupyterlab_widgets (the widget front end of
+#     the kernel-side ipywidgets 8.x), into the same .venv;
+#   - the kernel "fusedrms", registered inside .venv (--sys-prefix: nothing outside .venv changes).
+# All or nothing: if any step fails (or is interrupted), the packages it added are uninstalled, the
+# ones it changed are put back and the kernel registration is removed, so a rerun starts clean.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+VENV=${VENV:-.venv}
+KERNEL=fusedrms
+KERNEL_LABEL="Python (fusedrms book)"
+bash code/scripts/bootstrap.sh
+py="$VENV/bin/python"
+stamp="$VENV/.fusedrms-lab-installed"
+want="$(cat requirements.txt requirements-lab.txt | sha256sum | cut -c1-16)"
+kernel_dir="$VENV/share/jupyter/kernels/$KERNEL"
+
+widgets_front_end_ok() {  # the JupyterLab half of ipywidgets is installed and enabled
+  "$VENV/bin/jupyter" labextension list 2>&1 \
+    | grep -Eq '@jupyter-widgets/jupyterlab-manager .*enabled.*OK'
+}
+
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && [ -x "$VENV/bin/jupyter-lab" ] \
+   && [ -f "$kernel_dir/kernel.json" ]; then
+  exit 0
+fi
+
+before=$(mktemp)
+"$py" -m pip list --format=freeze --disable-pip-version-check > "$before"
+undo() {
+  local rc=$?
+  trap - ERR INT TERM
+  echo "[lab] the install failed (exit $rc): undoing it so that .venv is as it was" >&2
+  rm -f "$stamp"
+  rm -rf "$kernel_dir"
+  "$py" - "$before" <<'PY' || true
+import subprocess, sys
+def listed(lines):
+    pairs = (line.strip().split("==", 1) for line in lines if "==" in line)
+    return {name.lower().replace("_", "-"): version for name, version in pairs}
+pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+before = listed(open(sys.argv[1]))
+after = listed(subprocess.run(pip + ["list", "--format=freeze"], capture_output=True,
+                              text=True).stdout.splitlines())
+added = [n for n in after if n not in before]
+changed = [f"{n}=={before[n]}" for n in after if n in before and after[n] != before[n]]
+if added:
+    subprocess.run(pip + ["uninstall", "-q", "-y", *added])
+if changed:
+    subprocess.run(pip + ["install", "-q", "--no-deps", *changed])
+PY
+  rm -f "$before"
+  echo "[lab] fix what the message above says (network, disk space) and run 'make lab' again" >&2
+  exit "$rc"
+}
+trap undo ERR INT TERM
+
+echo "[lab] installing requirements-lab.txt (JupyterLab, Notebook 7, the ipywidgets front end)"
+"$py" -m pip install -q --disable-pip-version-check -r requirements-lab.txt
+if ! widgets_front_end_ok; then
+  echo "[lab] the widget front end (@jupyter-widgets/jupyterlab-manager) is not enabled in JupyterLab:" >&2
+  "$VENV/bin/jupyter" labextension list >&2 || true
+  false
+fi
+echo "[lab] registering the kernel '$KERNEL' ($KERNEL_LABEL) inside $VENV"
+"$py" -m ipykernel install --sys-prefix --name "$KERNEL" --display-name "$KERNEL_LABEL" >/dev/null
+echo "$want" > "$stamp"
+trap - ERR INT TERM
+rm -f "$before"
+"$py" - <<'PY'
+import importlib.metadata as md
+print("[lab] " + ", ".join(f"{p} {md.version(p)}" for p in (
+    "jupyterlab", "notebook", "ipywidgets", "jupyterlab_widgets", "ipykernel")))
+PY
