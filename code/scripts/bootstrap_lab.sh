@@ -2,14 +2,18 @@
 # `make lab`'s install step: what a live notebook needs on top of bootstrap.sh's environment.
 #   - requirements-lab.txt: JupyterLab, Notebook 7 and jupyterlab_widgets (the widget front end of
 #     the kernel-side ipywidgets 8.x), into the same .venv;
-#   - the kernel "fusedrms", registered inside .venv (--sys-prefix: nothing outside .venv changes).
+#   - the kernel, registered inside .venv (--sys-prefix: nothing outside .venv changes) as
+#     "python3", the name every chapter asks for, displayed as "Python 3 (fusedrms book)". One
+#     kernel to pick in JupyterLab, Notebook 7 and VS Code alike (a second kernel spec makes
+#     JupyterLab ask which one to start). Its command stays "python", which Jupyter runs as the
+#     server's own interpreter, so the spec still works after the clone is moved.
 # All or nothing: if any step fails (or is interrupted), the packages it added are uninstalled, the
 # ones it changed are put back and the kernel registration is removed, so a rerun starts clean.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=${VENV:-.venv}
-KERNEL=fusedrms
-KERNEL_LABEL="Python (fusedrms book)"
+KERNEL=python3
+KERNEL_LABEL="Python 3 (fusedrms book)"
 bash code/scripts/bootstrap.sh
 py="$VENV/bin/python"
 stamp="$VENV/.fusedrms-lab-installed"
@@ -21,12 +25,17 @@ widgets_front_end_ok() {  # the JupyterLab half of ipywidgets is installed and e
     | grep -Eq '@jupyter-widgets/jupyterlab-manager .*enabled.*OK'
 }
 
-if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && [ -x "$VENV/bin/jupyter-lab" ] \
-   && [ -f "$kernel_dir/kernel.json" ]; then
+kernel_registered() {
+  grep -qF "\"$KERNEL_LABEL\"" "$kernel_dir/kernel.json" 2>/dev/null
+}
+
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && [ -x "$VENV/bin/jupyter-lab" ] && kernel_registered; then
   exit 0
 fi
 
 before=$(mktemp)
+kernel_backup=$(mktemp -d)
+[ -d "$kernel_dir" ] && cp -r "$kernel_dir" "$kernel_backup/"
 "$py" -m pip list --format=freeze --disable-pip-version-check > "$before"
 undo() {
   local rc=$?
@@ -34,6 +43,7 @@ undo() {
   echo "[lab] the install failed (exit $rc): undoing it so that .venv is as it was" >&2
   rm -f "$stamp"
   rm -rf "$kernel_dir"
+  [ -d "$kernel_backup/$KERNEL" ] && cp -r "$kernel_backup/$KERNEL" "$kernel_dir"
   "$py" - "$before" <<'PY' || true
 import subprocess, sys
 def listed(lines):
@@ -50,7 +60,7 @@ if added:
 if changed:
     subprocess.run(pip + ["install", "-q", "--no-deps", *changed])
 PY
-  rm -f "$before"
+  rm -rf "$before" "$kernel_backup"
   echo "[lab] fix what the message above says (network, disk space) and run 'make lab' again" >&2
   exit "$rc"
 }
@@ -65,9 +75,16 @@ if ! widgets_front_end_ok; then
 fi
 echo "[lab] registering the kernel '$KERNEL' ($KERNEL_LABEL) inside $VENV"
 "$py" -m ipykernel install --sys-prefix --name "$KERNEL" --display-name "$KERNEL_LABEL" >/dev/null
+"$py" - "$kernel_dir/kernel.json" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+spec["argv"][0] = "python"  # Jupyter starts "python" kernels with its own interpreter (.venv's)
+json.dump(spec, open(sys.argv[1], "w"), indent=1)
+PY
+kernel_registered
 echo "$want" > "$stamp"
 trap - ERR INT TERM
-rm -f "$before"
+rm -rf "$before" "$kernel_backup"
 "$py" - <<'PY'
 import importlib.metadata as md
 print("[lab] " + ", ".join(f"{p} {md.version(p)}" for p in (
