@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 VENV=${VENV:-.venv}
 KERNEL=python3
 KERNEL_LABEL="Python 3 (fusedrms book)"
-bash code/scripts/bootstrap.sh
+FUSEDRMS_SKIP_WEB=1 bash code/scripts/bootstrap.sh  # no npm needed to run notebooks
 py="$VENV/bin/python"
 stamp="$VENV/.fusedrms-lab-installed"
 want="$(cat requirements.txt requirements-lab.txt | sha256sum | cut -c1-16)"
