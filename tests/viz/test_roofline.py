@@ -25,7 +25,8 @@ def test_width_table_and_plot_cover_every_model_width():
 
 def _calculator_parts(calc):
     (step, dtype), (rows, cols), (bandwidth, _note) = (box.children for box in calc.children[:3])
-    table, plot = calc.children[3], calc.children[4]
+    table, = (c for c in calc.children if "fusedrms-calculator-table" in c._dom_classes)
+    plot, = (c for c in calc.children if "fusedrms-calculator-plot" in c._dom_classes)
     return step, dtype, rows, cols, bandwidth, table, plot
 
 

@@ -202,10 +202,9 @@ def explorer(x="3, 4, -3, -4", w="1, 0.5, 2, 1", eps: float = 1e-5, threads: int
     """The animation with editable x, w, eps and thread count (recomputes in a live kernel)."""
     import ipywidgets as widgets
 
-    from .stepper import explorer as _explorer
+    from .stepper import explorer as _explorer, row_input
 
-    controls = {"x": widgets.Text(value=x, description="x", continuous_update=False),
-                "w": widgets.Text(value=w, description="w", continuous_update=False),
+    controls = {"x": row_input(x, "x"), "w": row_input(w, "w"),
                 "eps": widgets.FloatText(value=eps, description="eps"),
                 "threads": widgets.Dropdown(options=[1, 2, 4, 8], value=threads, description="threads")}
     return _explorer(frames, controls)

@@ -129,11 +129,8 @@ def explorer(x="3, 4, -3, -4", w="1, 0.5, 2, 1", eps=1e-5):
     """The animation with editable x, w and eps (recomputes in a live kernel)."""
     import ipywidgets as widgets
 
-    from .stepper import explorer as _explorer
+    from .stepper import explorer as _explorer, row_input
 
-    # Text boxes apply on Enter or when they lose focus, not at every keystroke ("3, 4, -" on the
-    # way to "3, 4, -3" is not an error to flash at the reader).
-    controls = {"x": widgets.Text(value=x, description="x", continuous_update=False),
-                "w": widgets.Text(value=w, description="w", continuous_update=False),
+    controls = {"x": row_input(x, "x"), "w": row_input(w, "w"),
                 "eps": widgets.FloatText(value=eps, description="eps")}
     return _explorer(frames, controls)
