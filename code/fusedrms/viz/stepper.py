@@ -7,11 +7,14 @@ which runs in the browser, so the static page steps without a kernel. Python cal
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from html import escape
 from typing import Callable
 
 import ipywidgets as widgets
+
+from .static import live_only, static_note
 
 
 @dataclass(frozen=True)
@@ -20,17 +23,56 @@ class Frame:
     caption: str  # states the step's numbers, computed, never typed
     svg: str
 
-    def html(self, index: int, total: int) -> str:
+    def html(self, index: int, total: int, others: "list[Frame] | None" = None) -> str:
+        """The frame; ``others`` (every frame of the animation) reserve room for the tallest title
+        and caption, so the animation keeps one height while it plays."""
+        title = f"Step {index + 1}/{total}: {escape(self.title)}"
+        caption = escape(self.caption)
+        if others:
+            title = _overlay(title, [f"Step {i + 1}/{total}: {escape(f.title)}"
+                                     for i, f in enumerate(others) if i != index])
+            caption = _overlay(caption, [escape(f.caption) for i, f in enumerate(others)
+                                         if i != index])
         return (f'<div class="fusedrms-frame" data-step="{index}" style="max-width:100%">'
-                f'<div style="font-weight:600">Step {index + 1}/{total}: {escape(self.title)}</div>'
+                f'<div style="font-weight:600">{title}</div>'
                 f"{self.svg}"
                 f'<div class="fusedrms-caption" style="max-width:100%;white-space:normal">'
-                f"{escape(self.caption)}</div>"
+                f"{caption}</div>"
                 f"</div>")
 
 
+def _overlay(shown: str, hidden: list[str]) -> str:
+    """``shown`` in a grid cell shared with invisible copies of ``hidden``: as tall as the tallest."""
+    ghosts = "".join(f'<div aria-hidden="true" style="grid-area:1/1;visibility:hidden">{h}</div>'
+                     for h in hidden if h != shown)
+    return (f'<div style="display:grid"><div style="grid-area:1/1">{shown}</div>{ghosts}</div>'
+            if ghosts else shown)
+
+
+_SVG_SIZE = re.compile(r'<svg\b([^>]*?)\bwidth="([\d.]+)"([^>]*?)\bheight="([\d.]+)"'
+                       r'([^>]*?)\bviewBox="0 0 ([\d.]+) ([\d.]+)"')
+
+
+def _same_size(svgs: list[str]) -> list[str]:
+    """Pad every frame's drawing to the largest one (blank space right and below), so all frames
+    scale alike at any column width and the picture does not jump between steps."""
+    sizes = [_SVG_SIZE.search(s) for s in svgs]
+    if not all(sizes):
+        return svgs
+    w = max(float(m.group(6)) for m in sizes)
+    h = max(float(m.group(7)) for m in sizes)
+    out = []
+    for s, m in zip(svgs, sizes):
+        head = (f'<svg{m.group(1)}width="{w:g}"{m.group(3)}height="{h:g}"{m.group(5)}'
+                f'viewBox="0 0 {w:g} {h:g}"')
+        out.append(s[:m.start()] + head + s[m.end():])
+    return out
+
+
 def frame_stack(frames: list[Frame]) -> widgets.Stack:
-    return widgets.Stack([widgets.HTML(f.html(i, len(frames))) for i, f in enumerate(frames)],
+    svgs = _same_size([f.svg for f in frames])
+    even = [Frame(f.title, f.caption, svg) for f, svg in zip(frames, svgs)]
+    return widgets.Stack([widgets.HTML(f.html(i, len(even), even)) for i, f in enumerate(even)],
                          selected_index=0)
 
 
@@ -52,27 +94,52 @@ def stepper(frames: list[Frame], interval_ms: int = 1600, description: str = "st
     return box
 
 
+def _close_all(widget: widgets.Widget) -> None:
+    """Close a widget tree's comms (frames replaced by a recompute must not pile up in the kernel)."""
+    for link in getattr(widget, "links", ()):
+        link.close()
+    for child in getattr(widget, "children", ()):
+        _close_all(child)
+    widget.close()
+
+
+def row_input(value: str, description: str) -> widgets.Text:
+    """A text box for a row of numbers. It applies on Enter or when it loses focus, not at every
+    keystroke ("3, 4, -" on the way to "3, 4, -3" is not an error to flash at the reader)."""
+    return widgets.Text(value=value, description=description, continuous_update=False,
+                        tooltip="numbers separated by commas; press Enter to apply")
+
+
 def explorer(make_frames: Callable[..., list[Frame]], controls: dict[str, widgets.Widget],
              interval_ms: int = 1600) -> widgets.VBox:
     """An animation whose inputs the reader can edit (live kernel only).
 
-    ``make_frames(**values)`` recomputes the frames from the controls' values; a bad input shows
-    its error message instead of frames. In the static book the controls are inert and the frames
-    for the initial values are shown.
+    ``make_frames(**values)`` recomputes the frames from the controls' values. A bad input (it
+    raises ``ValueError``, ``TypeError`` or ``ArithmeticError``) shows its message in the widget in
+    place of the frames, never a traceback; the next good input brings the frames back. In the
+    static book the controls are greyed out under one line saying to run the notebook
+    (:mod:`.static`), and the frames for the initial values show.
     """
     status = widgets.HTML()
+    status.add_class("fusedrms-explorer-status")
     holder = widgets.VBox()
 
     def rebuild(_change=None):
+        values = {k: w.value for k, w in controls.items()}
         try:
-            values = {k: w.value for k, w in controls.items()}
-            holder.children = [stepper(make_frames(**values), interval_ms)]
-            status.value = ""
-        except (ValueError, TypeError) as e:
-            status.value = f'<span style="color:#b35900">{escape(str(e))}</span>'
+            shown = [stepper(make_frames(**values), interval_ms)]
+            message = ""
+        except (ValueError, TypeError, ArithmeticError) as e:
+            shown = []  # no frames of the previous input next to an error about this one
+            message = (f'<span class="fusedrms-input-error" style="color:#b35900">'
+                       f"{escape(str(e))}</span>")
+        old, holder.children = holder.children, shown
+        status.value = message
+        for w in old:
+            _close_all(w)
 
     for w in controls.values():
         w.observe(rebuild, names="value")
     rebuild()
-    note = widgets.HTML("<i>Edit the inputs to recompute the frames (needs a running kernel).</i>")
-    return widgets.VBox([note, widgets.HBox(list(controls.values())), status, holder])
+    return widgets.VBox([static_note(), live_only(widgets.HBox(list(controls.values()))), status,
+                         holder])
