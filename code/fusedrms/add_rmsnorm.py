@@ -53,6 +53,7 @@ import triton
 import triton.language as tl
 
 from . import records, registry, validation
+from .triton_rmsnorm import loud_scale  # chapter 4's overflow guard, reused
 
 # The whole row lives in registers: 32768 fp32 sums over 1024 threads is 32 values per thread for
 # s and 32 for w, the most that stays out of local memory. Wider rows need a looped design.
@@ -110,8 +111,8 @@ def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, cols,
             s_stored = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
             tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
             s = s_stored.to(tl.float32)
-        mean_square = tl.sum(s * s, axis=1) / cols  # masked lanes added 0; real width
-        rstd = tl.rsqrt(mean_square + eps)
+        denominator = tl.sum(s * s, axis=1) / cols + eps  # masked lanes added 0; real width
+        rstd = loud_scale(tl.rsqrt(denominator), denominator)  # NaN, not 0, on overflow
         y = s * rstd[:, None] * w[None, :]
         tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
                  _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
@@ -143,7 +144,8 @@ def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, cols,
             if WRITE_SUM:
                 s = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16).to(tl.float32)
             partial += s * s
-        rstd = tl.rsqrt(tl.sum(partial, axis=1) / cols + eps)
+        denominator = tl.sum(partial, axis=1) / cols + eps
+        rstd = loud_scale(tl.rsqrt(denominator), denominator)
         # pass 2: read x and r again (from L2, mostly; last use), write s and y
         for start in tl.range(0, cols, CHUNK):
             col = start + tl.arange(0, CHUNK)

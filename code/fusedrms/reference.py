@@ -13,11 +13,23 @@ FP32 = torch.float32
 FP64 = torch.float64
 
 
+def loud(r: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
+    """``r`` where ``denominator = mean(x^2) + eps`` lies in its dtype's normal range, else NaN.
+
+    The kernels' policy (``triton_rmsnorm.loud_scale``): a row whose sum of squares overflowed,
+    that holds a NaN or an Inf, or (eps = 0) whose mean square fell below the smallest normal
+    number comes back as NaN, never as a finite wrong row (overflow alone would give zeros)."""
+    info = torch.finfo(denominator.dtype)
+    in_range = (denominator >= info.tiny) & (denominator <= info.max)
+    return torch.where(in_range, r, torch.full_like(r, float("nan")))
+
+
 def row_scale(x: torch.Tensor, eps: float, accum: torch.dtype = FP32) -> torch.Tensor:
-    """r = 1 / sqrt(mean(x^2) + eps) for every row (last dimension), shape ``x.shape[:-1] + (1,)``."""
+    """r = 1 / sqrt(mean(x^2) + eps) for every row (last dimension), shape ``x.shape[:-1] + (1,)``.
+    NaN for a row outside the accumulation dtype's range (:func:`loud`)."""
     xa = x.to(accum)
-    mean_square = (xa * xa).sum(dim=-1, keepdim=True) / x.shape[-1]
-    return torch.rsqrt(mean_square + eps)
+    denominator = (xa * xa).sum(dim=-1, keepdim=True) / x.shape[-1] + eps
+    return loud(torch.rsqrt(denominator), denominator)
 
 
 def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5,

@@ -59,6 +59,18 @@ def num_warps_for(block_size: int) -> int:
     return max(4, min(16, block_size // 512))
 
 
+# [book:loud-scale]
+@triton.jit
+def loud_scale(r, denominator):
+    """The row scale ``r = 1/sqrt(denominator)``, or NaN where ``denominator = mean(x^2) + eps``
+    left fp32's normal range: the fp32 sum of squares overflowed (rms(x) above about
+    1.8e19 / sqrt(cols)), the row holds a NaN or an Inf, or eps = 0 and mean(x^2) < 1.2e-38.
+    Without it an overflowed row would come back as zeros, finite and wrong; one compare per row."""
+    in_range = (denominator >= 1.1754943508222875e-38) & (denominator <= 3.4028234663852886e38)
+    return tl.where(in_range, r, float("nan"))
+# [/book:loud-scale]
+
+
 # [book:row-kernel]
 @triton.jit
 def rmsnorm_row_kernel(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
@@ -68,7 +80,7 @@ def rmsnorm_row_kernel(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, ep
     mask = offsets < cols  # lanes past the last column do nothing
     x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
     mean_square = tl.sum(x * x, axis=0) / cols  # masked lanes added 0; divide by the real width
-    r = tl.rsqrt(mean_square + eps)
+    r = loud_scale(tl.rsqrt(mean_square + eps), mean_square + eps)  # NaN, not 0, on overflow
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)  # one weight per column
     y = x * r * w
     tl.store(y_ptr + row * y_row_stride + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -89,7 +101,8 @@ def rmsnorm_looped_kernel(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride,
         cols_here = start + offsets
         x = tl.load(x_row + cols_here, mask=cols_here < cols, other=0.0).to(tl.float32)
         partial += x * x
-    r = tl.rsqrt(tl.sum(partial, axis=0) / cols + eps)
+    denominator = tl.sum(partial, axis=0) / cols + eps
+    r = loud_scale(tl.rsqrt(denominator), denominator)
     # pass 2: read x again (it no longer fits on chip) and write y
     for start in range(0, cols, BLOCK_SIZE):
         cols_here = start + offsets
@@ -111,7 +124,8 @@ def rmsnorm_multirow_kernel(x_ptr, w_ptr, y_ptr, rows, cols, x_row_stride, y_row
     mask = (row_ids[:, None] < rows) & col_mask[None, :]  # the last program may run out of rows
     x = tl.load(x_ptr + row_ids[:, None] * x_row_stride + offsets[None, :],
                 mask=mask, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(x * x, axis=1) / cols + eps)  # one scale per row
+    denominator = tl.sum(x * x, axis=1) / cols + eps
+    r = loud_scale(tl.rsqrt(denominator), denominator)  # one scale per row
     w = tl.load(w_ptr + offsets, mask=col_mask, other=0.0).to(tl.float32)  # shared by the rows
     y = x * r[:, None] * w[None, :]
     tl.store(y_ptr + row_ids[:, None] * y_row_stride + offsets[None, :],
