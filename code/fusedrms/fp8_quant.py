@@ -70,7 +70,9 @@ import triton
 import triton.language as tl
 
 from . import checks, records, registry, validation
+from . import reference as reference_module  # `reference` below is this module's specification
 from .add_rmsnorm import round_to_bf16  # chapter 7's bit-level rounding, reused
+from .triton_rmsnorm import loud_scale  # chapter 4's guard: NaN, never 0, for an overflowed row
 
 # Excerpt of DeepSeek-V3's config.json: the fields this step's constants come from.
 DEEPSEEK_V3_CONFIG = {
@@ -108,8 +110,8 @@ def row_rscale(x2: torch.Tensor, eps: float) -> torch.Tensor:
     """r = 1 / sqrt(mean(x^2) + eps) per row, fp32, in the specified order (steps 1-2)."""
     xf = x2.to(FP32)
     sum_sq = (xf * xf).to(torch.float64).sum(dim=-1, keepdim=True)  # order-free up to 2^-53
-    mean_sq = sum_sq.to(FP32) / _full(xf, x2.shape[-1])
-    return torch.reciprocal(torch.sqrt(mean_sq + _full(xf, eps)))
+    denominator = sum_sq.to(FP32) / _full(xf, x2.shape[-1]) + _full(xf, eps)
+    return reference_module.loud(torch.reciprocal(torch.sqrt(denominator)), denominator)
 
 
 def quantize_blocks(y: torch.Tensor, absmax_floor: float = ABSMAX_FLOOR,
@@ -119,10 +121,11 @@ def quantize_blocks(y: torch.Tensor, absmax_floor: float = ABSMAX_FLOOR,
     nb = n_blocks(cols, block_cols)
     held = F.pad(y.to(FP32), (0, nb * block_cols - cols))  # a partial last block: zeros
     blocks = held.reshape(rows, nb, block_cols)
-    absmax = blocks.abs().amax(dim=-1)
+    absmax = blocks.abs().amax(dim=-1)  # NaN if the block holds one
+    finite = torch.isfinite(absmax)
     if absmax_floor > 0:
         absmax = torch.maximum(absmax, _full(absmax, absmax_floor))
-    scales = absmax / _full(absmax, FP8_MAX)
+    scales = torch.where(finite, absmax / _full(absmax, FP8_MAX), _full(absmax, float("nan")))
     q = (blocks / scales[..., None]).clamp(-FP8_MAX, FP8_MAX)  # clamp first: the cast does not saturate
     codes = q.to(FP8_DTYPE).reshape(rows, nb * block_cols)[:, :cols]
     return codes.contiguous(), scales
@@ -267,8 +270,8 @@ def row_rscale_tile(x, cols_f, eps):
     """Steps 1-2 on a (blocks, 128) tile of fp32 x (masked lanes 0): r = 1 / sqrt(mean + eps)."""
     squares = (x * x).to(tl.float64)  # exact for bf16 x; summed in float64, so order-free
     sum_sq = tl.sum(tl.sum(squares, axis=1), axis=0).to(tl.float32)
-    mean_sq = tl.div_rn(sum_sq, cols_f)
-    return tl.div_rn(1.0, tl.sqrt_rn(mean_sq + eps))  # correctly rounded, unlike rsqrt
+    denominator = tl.div_rn(sum_sq, cols_f) + eps
+    return loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)  # correctly rounded
 
 
 @triton.jit
@@ -304,11 +307,19 @@ def divide_by_block_scale(y, scale):
 
 
 @triton.jit
+def max_keeping_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)  # tl.max would drop a NaN
+
+
+@triton.jit
 def quantize_tile(y, absmax_floor, FP8_MAX: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
                   BLOCK_RECIPROCAL: tl.constexpr):
-    """Steps 4-5 on a (blocks, 128) tile: returns (codes, one scale per block)."""
-    absmax = tl.maximum(tl.max(tl.abs(y), axis=1), absmax_floor)  # floor 0: no floor
-    scale = tl.div_rn(absmax, FP8_MAX)
+    """Steps 4-5 on a (blocks, 128) tile: returns (codes, one scale per block).
+    A block holding a NaN or an Inf gets a NaN scale, so all its codes are NaN too."""
+    absmax = tl.reduce(tl.abs(y), 1, max_keeping_nan)
+    finite = absmax <= 3.4028234663852886e38  # False for NaN and Inf: one compare per block
+    absmax = tl.maximum(absmax, absmax_floor)  # floor 0: no floor
+    scale = tl.where(finite, tl.div_rn(absmax, FP8_MAX), float("nan"))
     if BLOCK_RECIPROCAL:
         q = divide_by_block_scale(y, scale)  # the same quotient, bit for bit, cheaper
     else:
@@ -364,7 +375,8 @@ def rmsnorm_fp8_fused_rows_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, rows, col
                 other=0.0).to(tl.float32)
     squares = (x * x).to(tl.float64)  # as row_rscale_tile: float64, so the order is free
     sum_sq = tl.sum(tl.sum(squares, axis=2), axis=1).to(tl.float32)
-    r = tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(sum_sq, cols_f) + eps))
+    denominator = tl.div_rn(sum_sq, cols_f) + eps
+    r = loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)
     w = tl.load(w_ptr + offsets, mask=offsets < cols, other=0.0).to(tl.float32)
     y = normalize_bf16(x, r[:, None, None], w, SOFTWARE_ROUNDING)
     codes, scale = quantize_tile(tl.reshape(y, (ROWS * BLOCKS, BLOCK_COLS)), absmax_floor,
@@ -415,7 +427,8 @@ def rmsnorm_fp8_fused_split_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, co
     sum_sq = (tl.sum(tl.sum((x0 * x0).to(tl.float64), axis=1), axis=0)  # float64: order-free
               + tl.sum(tl.sum((x1 * x1).to(tl.float64), axis=1), axis=0)
               + tl.sum(tl.sum((x2 * x2).to(tl.float64), axis=1), axis=0)).to(tl.float32)
-    r = tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(sum_sq, cols_f) + eps))
+    denominator = tl.div_rn(sum_sq, cols_f) + eps
+    r = loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)
     _quantize_piece(x0, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks0,
                     offsets0, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
     _quantize_piece(x1, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks1,
