@@ -57,7 +57,64 @@ def test_device_width_and_eps():
         v.check_device(torch.ones(1), torch.device("cuda"))
     with pytest.raises(v.InputError, match="at most 8 columns.*looped"):
         v.check_width(9, 8, "row kernel", "the looped kernel")
-    assert v.check_eps("1e-5") == 1e-5
+    assert v.check_eps(1e-5) == 1e-5
     for bad in (-1.0, float("nan"), float("inf"), "x"):
         with pytest.raises(v.InputError):
             v.check_eps(bad)
+
+
+# ---------------------------------------------------------------- issue 17: eps, flags, overlap
+
+@pytest.mark.parametrize("eps,match", [
+    (10 ** 400, "does not fit a float"), (True, "must be a number"), ("1e-5", "must be a number"),
+    (None, "must be a number"), (torch.tensor(1e-5), "must be a number"), (-1e-5, ">= 0"),
+    (float("nan"), ">= 0"), (float("inf"), ">= 0"), (1e300, "largest"), (1e-40, "smallest normal"),
+])
+def test_check_eps_refuses_what_the_kernels_cannot_use(eps, match):
+    with pytest.raises(v.InputError, match=match):
+        v.check_eps(eps)
+
+
+def test_check_eps_accepts_zero_and_fp32_normal_numbers():
+    assert v.check_eps(0) == 0.0 and v.check_eps(1e-6) == 1e-6
+    assert v.check_eps(v.FP32_TINY) == v.FP32_TINY and v.check_eps(v.FP32_MAX) == v.FP32_MAX
+    import numpy
+
+    assert v.check_eps(numpy.float32(1e-5)) == pytest.approx(1e-5)
+
+
+def test_the_eps_error_stays_short_for_huge_integers():
+    with pytest.raises(v.InputError) as e:
+        v.check_eps(10 ** 400)
+    assert len(str(e.value)) < 120
+
+
+@pytest.mark.parametrize("bad", ["no", 1, None, 0.0])
+def test_check_flag_takes_only_booleans(bad):
+    with pytest.raises(v.InputError, match="True or False"):
+        v.check_flag(bad, "in_place")
+    assert v.check_flag(False, "in_place") is False
+
+
+def test_check_tensor_names_the_supported_dtype():
+    with pytest.raises(v.InputError, match=r"x.to\(torch.bfloat16\)\."):
+        v.check_tensor(torch.ones(2), "x", dtypes=(torch.bfloat16,))
+
+
+def test_overlap_is_found_by_byte_range_not_by_pointer():
+    buf = torch.randn(10, 13)
+    a, b = buf[:9], buf[1:]
+    assert v.overlaps(a, b) and v.overlaps(buf[0], buf) and v.overlaps(buf[:, 3], buf[:, 5])
+    assert not v.overlaps(buf[:5], buf[5:]) and not v.overlaps(buf, torch.randn(10, 13))
+    assert not v.overlaps(buf[:0], buf)  # no elements, no memory
+
+
+def test_check_no_overlap_lets_an_output_replace_its_own_input_only():
+    x, r, w = torch.randn(4, 8), torch.randn(4, 8), torch.randn(8)
+    v.check_no_overlap({"x": x, "residual": r}, {"x": x, "residual": r, "w": w})
+    with pytest.raises(v.InputError, match="x is written but shares memory with w"):
+        v.check_no_overlap({"x": x}, {"x": x, "w": x[0]})
+    with pytest.raises(v.InputError, match="both written"):
+        v.check_no_overlap({"x": x, "residual": x}, {})
+    with pytest.raises(v.InputError, match="shares memory with x"):
+        v.check_no_overlap({"x": x[:, :4]}, {"x": x})  # the same name, a different view

@@ -469,6 +469,7 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
     layout); both must then be contiguous, or the writes would land in a temporary copy.
     """
     config = _check_config(config)
+    in_place = validation.check_flag(in_place, "in_place")
     x2, r2, w, eps, shape = _prepare(x, residual, w, eps, "capstone.fused_residual")
     config = config or _default_config(x2.shape[1], x2.dtype)
     if in_place:
@@ -477,9 +478,9 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
                 raise validation.InputError(
                     f"in_place=True writes into {name}, which is not contiguous; the kernel would "
                     f"write into a temporary copy. Pass {name}.contiguous() or use in_place=False.")
-        if x.data_ptr() == residual.data_ptr():
-            raise validation.InputError("in_place=True needs x and residual in separate memory "
-                                        "(y and s are written to both).")
+        # y goes into x and s into residual: neither may overlap the other tensors it reads
+        validation.check_no_overlap({"x": x2, "residual": r2},
+                                    {"x": x2, "residual": r2, "w": w})
         launch(x2, r2, w, x2, r2, eps, config)
         return x, residual
     y2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)

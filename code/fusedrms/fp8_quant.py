@@ -27,6 +27,11 @@ Decisions (documented in the chapter):
 - **Zero blocks.** With no floor an all-zero block has scale 0 and ``0 / 0`` gives NaN codes. The
   default floors absmax at ``1e-4`` (DeepSeek-V3's reference code; SGLang uses 1e-10), so scales
   are never 0. Pass ``absmax_floor=0.0`` for the unprotected behaviour.
+- **NaN and Inf.** NaN in, NaN out: a block whose values hold a NaN or an Inf gets a NaN scale and
+  NaN codes throughout (absmax keeps a NaN, where ``tl.max`` would drop it; a non-finite absmax
+  makes the scale NaN, one compare per block). A NaN or Inf in x, or a row whose fp32 sum of
+  squares overflows (rms above about 1.8e19 / sqrt(cols)), makes ``r`` NaN and so every block of
+  the row; a NaN or Inf in gamma (or a product past bf16's range) poisons only its own block.
 - **Widths that are not a multiple of 128** are accepted: the last block is partial (its missing
   columns count as zeros for the absmax and are not stored), and there are ``ceil(cols / 128)``
   scales per row. Rows of up to :data:`MAX_COLS` columns (the fused kernel keeps a row on chip).
@@ -60,6 +65,7 @@ import dataclasses
 import functools
 import json
 import math
+import numbers
 import os
 import sys
 import time
@@ -97,6 +103,10 @@ BF16 = torch.bfloat16
 # ---------------------------------------------------------------- reference
 
 def n_blocks(cols: int, block_cols: int = BLOCK_COLS) -> int:
+    """Scales per row: ``ceil(cols / block_cols)``."""
+    for name, value, least in (("cols", cols, 0), ("block_cols", block_cols, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise validation.InputError(f"{name} must be a whole number >= {least}, got {value!r}.")
     return -(-cols // block_cols)
 
 
@@ -110,8 +120,9 @@ def row_rscale(x2: torch.Tensor, eps: float) -> torch.Tensor:
     """r = 1 / sqrt(mean(x^2) + eps) per row, fp32, in the specified order (steps 1-2)."""
     xf = x2.to(FP32)
     sum_sq = (xf * xf).to(torch.float64).sum(dim=-1, keepdim=True)  # order-free up to 2^-53
-    denominator = sum_sq.to(FP32) / _full(xf, x2.shape[-1]) + _full(xf, eps)
-    return reference_module.loud(torch.reciprocal(torch.sqrt(denominator)), denominator)
+    sum_sq = sum_sq.to(FP32)
+    denominator = sum_sq / _full(xf, x2.shape[-1]) + _full(xf, eps)
+    return reference_module.loud(torch.reciprocal(torch.sqrt(denominator)), sum_sq, denominator)
 
 
 def quantize_blocks(y: torch.Tensor, absmax_floor: float = ABSMAX_FLOOR,
@@ -658,6 +669,7 @@ def _resolve_config(cols, num_warps, cap_registers, division, config) -> FusedCo
 
 def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=True,
                   division=None, config=None):
+    validation.check_flag(cap_registers, "cap_registers")
     x2, w, eps, floor, shape = _check_inputs(x, w, eps, absmax_floor, env.current().device)
     cols = x2.shape[1]
     validation.check_width(cols, MAX_COLS, "fp8_quant (one row per program)")

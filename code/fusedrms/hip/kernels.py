@@ -159,6 +159,9 @@ def warp_lanes(device: torch.device | str = "cpu", defines: dict | None = None) 
 
 def time_us(fn, warmup: int = 2, reps: int = 5) -> float:
     """Median wall time of ``fn()`` in microseconds: CUDA events on a GPU, a clock on the CPU."""
+    for name, value, least in (("warmup", warmup, 0), ("reps", reps, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise validation.InputError(f"{name} must be a whole number >= {least}, got {value!r}.")
     for _ in range(warmup):
         fn()
     if env.current().on_gpu:
