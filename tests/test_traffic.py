@@ -196,7 +196,7 @@ def test_reader_bandwidth_without_gpu_is_the_published_h200_figure():
 @pytest.mark.gpu
 def test_reader_bandwidth_is_measured_on_a_gpu():
     value, source = traffic.reader_bandwidth_GBps()
-    assert source == "measured", "fusedrms.timing.copy_bandwidth_GBps failed (see stderr)"
+    assert source == "measured", "fusedrms.measure.timer.copy_bandwidth_GBps failed (see stderr)"
     assert 50 < value < 20000
 
 
@@ -228,18 +228,18 @@ def test_cli_lists_steps_and_rejects_unknown_names_cleanly():
 
 
 def _pretend_gpu(monkeypatch, gpu_name, copy):
-    """Run reader_bandwidth_GBps as if on a GPU, with a stand-in for fusedrms.timing."""
+    """Run reader_bandwidth_GBps as if on a GPU, with a stand-in for fusedrms.measure.timer."""
     import types
 
-    import fusedrms
+    import fusedrms.measure
     from fusedrms import env
 
     fake_env = env.Env("cuda", torch.device("cpu"), gpu_name, "compiled for the GPU", "nvcc",
                        {"torch": torch.__version__, "python": "3"})
     monkeypatch.setattr(env, "_CURRENT", fake_env)
     timing = types.SimpleNamespace(copy_bandwidth_GBps=copy)
-    monkeypatch.setattr(fusedrms, "timing", timing, raising=False)
-    monkeypatch.setitem(sys.modules, "fusedrms.timing", timing)
+    monkeypatch.setattr(fusedrms.measure, "timer", timing, raising=False)
+    monkeypatch.setitem(sys.modules, "fusedrms.measure.timer", timing)
     monkeypatch.setattr(traffic, "_MEASURED", None)
 
 

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from fusedrms import broken, checks, env, reference, registry, verify
+from fusedrms.book import broken
+from fusedrms import checks, env, reference, registry, verify
 
 ENV = env.current()
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)

@@ -18,7 +18,7 @@ def loud(r: torch.Tensor, sum_sq: torch.Tensor, denominator: torch.Tensor,
     """``r`` where the row's sum of squares and ``denominator = mean(x^2) + eps`` lie in the
     normal range of ``range_dtype`` (default: their own dtype), else NaN.
 
-    The kernels' policy (``triton_rmsnorm.loud_scale``): a row whose sum of squares overflowed,
+    The kernels' policy (``kernels.rmsnorm.loud_scale``): a row whose sum of squares overflowed,
     that holds a NaN or an Inf, or (eps = 0) whose mean square fell below the smallest normal
     number comes back as NaN, never as a finite wrong row (overflow alone would give zeros)."""
     info = torch.finfo(range_dtype or denominator.dtype)

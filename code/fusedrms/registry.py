@@ -25,11 +25,11 @@ OPS = ("rmsnorm", "add_rmsnorm", "add_rmsnorm_residual", "rmsnorm_fp8")
 
 # Modules that register implementations, in the order the book introduces them.
 MODULES = (
-    "fusedrms.peers",
-    "fusedrms.hip.kernels",
-    "fusedrms.triton_rmsnorm",
-    "fusedrms.add_rmsnorm",
-    "fusedrms.fp8_quant",
+    "fusedrms.kernels.peers",
+    "fusedrms.kernels.hip.kernels",
+    "fusedrms.kernels.rmsnorm",
+    "fusedrms.kernels.add_rmsnorm",
+    "fusedrms.kernels.rmsnorm_fp8",
 )
 
 

@@ -516,9 +516,9 @@ def reader_bandwidth_GBps() -> tuple[float, str]:
     if env.current().on_gpu:
         if _MEASURED is None:
             try:
-                from . import timing  # written by the measurement chapter; imported lazily
+                from .measure import timer  # written by the measurement chapter; imported lazily
 
-                _MEASURED = (float(timing.copy_bandwidth_GBps()), "measured")
+                _MEASURED = (float(timer.copy_bandwidth_GBps()), "measured")
             except Exception as e:  # a missing module or a failed measurement must not stop a page
                 key = published_for(env.current().gpu_name) or H200
                 label = f"published {key.split()[0] if key == H200 else key} figure"

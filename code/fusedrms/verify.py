@@ -27,7 +27,7 @@ prints a table and ends with the line ``N passed, M failed``; the exit status is
 """
 from __future__ import annotations
 
-from fusedrms import env  # first: decides GPU or interpreter before any kernel module loads
+from . import env  # first: decides GPU or interpreter before any kernel module loads
 
 import argparse
 import contextlib
@@ -227,9 +227,9 @@ def _poisoned_outputs(op: str, x: torch.Tensor):
         return (checks.poisoned(rows_shape, x.dtype, x.device),
                 checks.poisoned(rows_shape, x.dtype, x.device))
     if op == "rmsnorm_fp8":
-        from . import fp8_quant  # the block layout is chapter 8's
+        from .kernels import rmsnorm_fp8  # the block layout is chapter 8's
 
-        scales_shape = rows_shape[:-1] + (fp8_quant.n_blocks(rows_shape[-1]),)
+        scales_shape = rows_shape[:-1] + (rmsnorm_fp8.n_blocks(rows_shape[-1]),)
         return (checks.poisoned(rows_shape, torch.float8_e4m3fn, x.device),
                 checks.poisoned(scales_shape, torch.float32, x.device))
     raise ValueError(f"unknown op {op!r}")
@@ -315,12 +315,12 @@ def _stats(r: checks.Report) -> dict:
 
 def _compare_fp8(inputs: dict, result, nan: str) -> tuple[checks.Report, dict]:
     """FP8 codes compare exactly and scales with a tolerance, by chapter 8's own rule."""
-    from . import fp8_quant
+    from .kernels import rmsnorm_fp8
 
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
         return checks.Report(False, f"expected (codes, scales), got {type(result).__name__}"), {}
     codes, scales = result
-    ref_codes, ref_scales = fp8_quant.reference(inputs["x"], inputs["w"], inputs["eps"])
+    ref_codes, ref_scales = rmsnorm_fp8.reference(inputs["x"], inputs["w"], inputs["eps"])
     # e4m3's poison is also a NaN code (which compare() matches with any NaN): unwritten means
     # poison where the reference is not NaN
     for name, got, ref in (("codes", codes, ref_codes), ("scales", scales, ref_scales)):
@@ -333,7 +333,7 @@ def _compare_fp8(inputs: dict, result, nan: str) -> tuple[checks.Report, dict]:
             return checks.Report(False, f"{name}: {count} of {got.numel()} elements never written; "
                                         f"first at {idx} (still the poison value)",
                                  mismatches=count, worst_index=idx, unwritten=count), {}
-    return fp8_quant.compare(codes, scales, ref_codes, ref_scales), {}
+    return rmsnorm_fp8.compare(codes, scales, ref_codes, ref_scales), {}
 
 
 def seed_for(base: int, kernel: str, case_name: str, dtype: torch.dtype) -> int:
@@ -388,7 +388,7 @@ def lookup(pattern: str = "all", peers: bool = False) -> list[registry.Impl]:
     """Implementations by name: ``all``, a name, a glob (``triton.*``) or a comma-separated list.
 
     ``all`` means every registered kernel (``peers=True`` adds the library peers). The broken
-    kernels of :mod:`fusedrms.broken` are found by name (``broken.*``), never by ``all``.
+    kernels of :mod:`fusedrms.book.broken` are found by name (``broken.*``), never by ``all``.
     """
     known = {i.name: i for i in registry.impls()}
     chosen: dict[str, registry.Impl] = {}
@@ -398,7 +398,7 @@ def lookup(pattern: str = "all", peers: bool = False) -> list[registry.Impl]:
             continue
         pool = dict(known)
         if part.startswith("broken"):
-            from . import broken
+            from .book import broken
 
             pool = dict(broken.IMPLS)
         hits = {n: i for n, i in pool.items() if fnmatch.fnmatchcase(n, part)}

@@ -1,7 +1,8 @@
 
 import torch
 
-from fusedrms import broken, checks, verify
+from fusedrms.book import broken
+from fusedrms import checks, verify
 from fusedrms.exercises import ch05
 
 

@@ -18,7 +18,7 @@ BOUNDARY_SHAPES = ((3, 13), (33, 257))
 
 
 def _hip():
-    from ..hip import build, kernels
+    from ..kernels.hip import build, kernels
 
     return build, kernels
 

@@ -1,7 +1,7 @@
 """Chapter 4 exercises: fix two Triton kernels, then choose num_warps by measurement.
 
 The two kernel exercises take the reader's ``@triton.jit`` kernel itself as the answer. It must have
-the signature of :func:`fusedrms.triton_rmsnorm.rmsnorm_row_kernel`::
+the signature of :func:`fusedrms.kernels.rmsnorm.rmsnorm_row_kernel`::
 
     (x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps, BLOCK_SIZE: tl.constexpr)
 
@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from .. import checks, reference, records
-from ..triton_rmsnorm import measure_num_warps, rmsnorm_row_kernel
+from ..kernels.rmsnorm import measure_num_warps, rmsnorm_row_kernel
 from .core import Exercise, Feedback, Malformed, as_number, correct, wrong
 
 CASES = ((3, 13), (33, 257))

@@ -5,7 +5,7 @@
    (``"cast"`` or ``"reduction"``). Too tight fails correct kernels; too loose accepts a kernel
    with bf16's precision.
 2. :data:`find_the_bug` — :func:`mystery_report` runs the suite on one of the broken kernels of
-   :mod:`fusedrms.broken` with its name hidden; the answer is which one (``"padded_mean"``,
+   :mod:`fusedrms.book.broken` with its name hidden; the answer is which one (``"padded_mean"``,
    ``"unmasked_row"``, ``"fp16_accum"``, ``"rows_floor"``, ``"unmasked_weight"``).
 """
 from __future__ import annotations
@@ -140,7 +140,8 @@ def mystery_report(seed: int = 0) -> str:
 
     The matrix (cases across), then the first failing line of each failing case.
     """
-    from .. import broken, verify
+    from ..book import broken
+    from .. import verify
 
     results = verify.run([broken.IMPLS[MYSTERY]], seed=seed)
     for r in results:

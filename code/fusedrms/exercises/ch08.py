@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 
-from .. import fp8_quant, traffic
+from .. import traffic
+from ..kernels import rmsnorm_fp8 as fp8_quant
 from .core import Exercise, as_choice, as_number, as_vector, correct, wrong
 
 ROWS, COLS, DTYPE = 8, fp8_quant.HIDDEN_SIZE, "bf16"  # not the chapter's 2 rows: compute, don't copy

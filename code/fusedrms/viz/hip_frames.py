@@ -200,7 +200,7 @@ def check_against_kernels(x=(3, 4, -3, -4), w=(1, 0.5, 2, 1), eps: float = 1e-5,
     import torch
 
     from .. import checks
-    from ..hip import kernels
+    from ..kernels.hip import kernels
 
     t = trace(x, w, eps, threads)
     xt = torch.tensor([t.x], dtype=torch.float32, device=device)

@@ -1,6 +1,6 @@
 """Chapter 4's animation: one 13-column row in a 16-lane block, line by line of the row kernel.
 
-:func:`trace` replays :func:`fusedrms.triton_rmsnorm.rmsnorm_row_kernel` on one row, one line at a
+:func:`trace` replays :func:`fusedrms.kernels.rmsnorm.rmsnorm_row_kernel` on one row, one line at a
 time, in the kernel's own arithmetic (fp32, masked lanes loaded as 0, the mean divided by ``cols``),
 and also launches the real kernel on the same row (GPU, or the interpreter) so the last frame shows
 the kernel's own output next to the replay. Nothing drawn is typed by hand.
@@ -42,7 +42,7 @@ class RowTrace:
 def trace(x=None, w=None, eps: float = 1e-5, run_kernel: bool = True) -> RowTrace:
     """Replay the row kernel on one row (fp32); with ``run_kernel`` also launch the real kernel."""
     from .. import env
-    from ..triton_rmsnorm import rmsnorm_row
+    from ..kernels.rmsnorm import rmsnorm_row
 
     x = list(DEFAULT_X if x is None else x)
     w = list(DEFAULT_W if w is None else w)

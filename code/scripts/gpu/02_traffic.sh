@@ -53,7 +53,8 @@ EOF
 step "row kernel registers and spills by width" 14 <<'EOF'
 import os, time
 import torch
-from fusedrms import records, triton_rmsnorm as T
+from fusedrms import records
+from fusedrms.kernels import rmsnorm as T
 t0 = time.time()
 recs = []
 for cols in (4096, 8192, 16384, 32768, 65536):

@@ -22,13 +22,13 @@ run() {  # run NAME SECONDS COMMAND...
 
 run "build the GPU library (nvcc or hipcc)" 60 python3 -c "
 import time, torch
-from fusedrms.hip import kernels, build
+from fusedrms.kernels.hip import kernels, build
 t = time.time(); tc = kernels.toolchain_for(torch.device('cuda'))
 path = build.compile(toolchain=tc)
 print(f'{tc}: {path.name} in {time.time() - t:.1f} s; platform: {kernels.platform(\"cuda\")}')
 "
-run "GPU tests (tests/hip -m gpu)" 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/hip -x
-run "ladder -> hip_ladder.json" 75 python3 -m fusedrms.hip.ladder --out "$RESULTS/hip_ladder.json"
+run "GPU tests (tests/kernels/hip -m gpu)" 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/hip -x
+run "ladder -> hip_ladder.json" 75 python3 -m fusedrms.book.ch03 --out "$RESULTS/hip_ladder.json"
 run "host program: 3x13, 33x257, 1024x4096" 40 bash -c \
-  'bash code/fusedrms/hip/host/run_all.sh 2>&1 | tee "$RESULTS/hip_host_run.txt"; exit ${PIPESTATUS[0]}'
+  'bash code/fusedrms/kernels/hip/host/run_all.sh 2>&1 | tee "$RESULTS/hip_host_run.txt"; exit ${PIPESTATUS[0]}'
 exit $status

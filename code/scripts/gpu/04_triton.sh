@@ -5,7 +5,7 @@
 #   triton_bf16_rounding.json  GPU bf16 outputs vs round-to-nearest-even and vs truncation
 #   triton_warps.json          num_warps 4/8/16: 1024x4096 fp32, and widths 1024..16384 (bf16, fp32)
 #   triton_versions.json       row / looped / multirow where each one matters
-# Kernel times: fusedrms.triton_rmsnorm.time_rotating_us (back-to-back calls over rotating input
+# Kernel times: fusedrms.kernels.rmsnorm.time_rotating_us (back-to-back calls over rotating input
 # copies, replayed from a CUDA graph; no flush kernel whose dirty L2 lines land in the timed call).
 # Two processes: the command line as a user runs it, then one process for the records (each record
 # in its own try block, written as soon as it is complete, under a deadline: Python + CUDA start-up
@@ -17,8 +17,8 @@ RESULTS=${RESULTS:?set RESULTS to the folder that collects the results}
 status=0
 t0=$(date +%s)
 
-echo "--- 04_triton: CLI, 1024x4096 fp32 (python -m fusedrms.triton_rmsnorm)"
-if timeout 20 python3 -m fusedrms.triton_rmsnorm --version all --rows 1024 --cols 4096; then
+echo "--- 04_triton: CLI, 1024x4096 fp32 (python -m fusedrms.kernels.rmsnorm)"
+if timeout 20 python3 -m fusedrms.kernels.rmsnorm --version all --rows 1024 --cols 4096; then
   echo "--- 04_triton: CLI ok ($(( $(date +%s) - t0 )) s)"
 else
   echo "--- 04_triton: CLI FAILED ($(( $(date +%s) - t0 )) s)"; status=1
@@ -28,7 +28,8 @@ echo "--- 04_triton: records"
 timeout 68 python3 - <<'EOF'
 import os, sys, time, traceback
 import torch
-from fusedrms import checks, env, records, reference, triton_rmsnorm as T
+from fusedrms import checks, env, records, reference
+from fusedrms.kernels import rmsnorm as T
 
 START = time.time()
 DEADLINE = 62  # seconds for this process; each step checks what is left

@@ -3,7 +3,7 @@
 # Chapter 5 (verification) on the GPU, budget about 90 s. Writes into $RESULTS:
 #   verify_gpu.json         every registered kernel x dtype x boundary case (records.write; the
 #                           text table and the case-by-kernel matrix are in its provenance)
-#   verify_broken_gpu.json  the same suite on fusedrms.broken's kernels (they must fail)
+#   verify_broken_gpu.json  the same suite on fusedrms.book.broken's kernels (they must fail)
 # then runs this chapter's GPU tests (checks, verify, reference; the broken kernels must fail).
 # Each step has its own timeout; verify saves after every kernel, so a timeout keeps what ran.
 set -uo pipefail
@@ -25,7 +25,7 @@ timeout 30 python3 -m fusedrms.verify --kernel 'broken.*' --device gpu \
 echo "    verify exit $? (1 = failures found, as it should)"; tail -8 "$RESULTS/verify_broken_gpu.txt"
 if timeout 15 python3 - "$RESULTS/verify_broken_gpu.json" <<'PY'
 import json, sys
-from fusedrms import broken
+from fusedrms.book import broken
 doc = json.load(open(sys.argv[1]))
 failed = {r["kernel"] for r in doc["records"] if r["status"] == "FAIL"}
 missed = [name for name in broken.CAUGHT if name not in failed]

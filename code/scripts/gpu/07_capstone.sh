@@ -35,7 +35,7 @@ run() {  # run NAME SECONDS command...
 }
 
 run "extras: seed listing, kernel census, graph replay" 45 \
-  python3 -m fusedrms.capstone_gpu extras --out "$RESULTS" --budget 35
+  python3 -m fusedrms.book.ch07 extras --out "$RESULTS" --budget 35
 
 table=code/fusedrms/data/h200/capstone_tuning.json
 committed=$(mktemp)
@@ -44,13 +44,13 @@ committed=$(mktemp)
 left=$(( 150 - ($(date +%s) - t_start) - 76 ))  # 76 s kept for the check, confirm and slack
 [ "$left" -lt 20 ] && left=20
 run "tuning per (cols, dtype), budget $left s" $(( left + 12 )) \
-  python3 -m fusedrms.capstone_gpu tune --out "$RESULTS" --budget "$left"
+  python3 -m fusedrms.book.ch07 tune --out "$RESULTS" --budget "$left"
 
 # Install the new table for the rest of this session, after checking its two-pass entries.
 if [ -f "$RESULTS/capstone_tuning.json" ]; then
   mkdir -p "$(dirname "$table")" && cp "$RESULTS/capstone_tuning.json" "$table"
   if ! run "check the new table's two-pass entries" 48 \
-      python3 -m fusedrms.capstone_gpu check --out "$RESULTS" --budget 40 --table "$table" \
+      python3 -m fusedrms.book.ch07 check --out "$RESULTS" --budget 40 --table "$table" \
       && [ -s "$committed" ]; then
     echo "--- 07_capstone: the new table is NOT used: the committed table is restored"
     mv "$RESULTS/capstone_tuning.json" "$RESULTS/capstone_tuning_rejected.json"
@@ -64,7 +64,7 @@ rm -f "$committed"
 left=$(( 150 - ($(date +%s) - t_start) - 12 ))
 [ "$left" -lt 10 ] && left=10
 run "confirm: tuned capstone vs eager peers, budget $left s" $(( left + 10 )) \
-  python3 -m fusedrms.capstone_gpu confirm --out "$RESULTS" --budget "$left"
+  python3 -m fusedrms.book.ch07 confirm --out "$RESULTS" --budget "$left"
 
 echo "--- 07_capstone: total $(( $(date +%s) - t_start )) s"
 exit $status

@@ -22,7 +22,7 @@ budget=${BENCH_BUDGET_S:-190}
 #    --budget-s is the soft limit (later cases are recorded as skipped); timeout is the hard one.
 if want grid; then
   step "bench plan h200 (soft budget $budget s, hard limit $(( budget + 20 )) s)"
-  timeout -k 5 $(( budget + 20 )) python3 -m fusedrms.bench plan h200 --budget-s "$budget" \
+  timeout -k 5 $(( budget + 20 )) python3 -m fusedrms.measure.harness plan h200 --budget-s "$budget" \
     --compile-share 0.3 --allow-missing-floor --out "$RESULTS/bench_grid.json" \
     || { echo "bench: exit $?"; status=1; }
 fi
@@ -31,14 +31,14 @@ fi
 if want rules; then
   step "timing rules (hard limit 40 s)"
   grid_arg=(); [ -f "$RESULTS/bench_grid.json" ] && grid_arg=(--grid "$RESULTS/bench_grid.json")
-  timeout -k 5 40 python3 -m fusedrms.bench rules "${grid_arg[@]}" --out "$RESULTS/timing_rules.json" \
+  timeout -k 5 40 python3 -m fusedrms.measure.harness rules "${grid_arg[@]}" --out "$RESULTS/timing_rules.json" \
     || { echo "rules: exit $?"; status=1; }
 fi
 
 # 3. Nsight Compute on the target kernel only, filtered by name ("unavailable" if it fails).
 if want ncu; then
   step "ncu summary (hard limit 45 s)"
-  timeout -k 5 45 python3 -m fusedrms.bench ncu --timeout 28 --out "$RESULTS/ncu_summary.json" \
+  timeout -k 5 45 python3 -m fusedrms.measure.harness ncu --timeout 28 --out "$RESULTS/ncu_summary.json" \
     || { echo "ncu: exit $?"; status=1; }
   if [ -f "$RESULTS/ncu_summary.json" ]; then
     python3 - "$RESULTS" <<'PY' || true
@@ -55,7 +55,7 @@ fi
 # 4. The chart.
 if want plot && [ -f "$RESULTS/bench_grid.json" ]; then
   step "plot (hard limit 15 s)"
-  timeout -k 5 15 python3 -m fusedrms.plots "$RESULTS/bench_grid.json" --out "$RESULTS/bench_plot" \
+  timeout -k 5 15 python3 -m fusedrms.measure.plots "$RESULTS/bench_grid.json" --out "$RESULTS/bench_plot" \
     || { echo "plot: exit $?"; status=1; }
 fi
 step "done, exit $status"

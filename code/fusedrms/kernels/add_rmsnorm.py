@@ -1,0 +1,499 @@
+"""The capstone (chapter 7): fused residual-add + RMSNorm, one kernel, three (or four) row-trips.
+
+Two ops, one kernel source per design: :func:`add_rmsnorm_kernel` keeps the whole row in registers;
+:func:`add_rmsnorm_chunked_kernel` (for wide rows) walks it twice in column chunks, the second pass
+re-reading x and r mostly from L2. The tuner tries both and keeps the faster per (cols, dtype).
+
+- ``add_rmsnorm``: ``y = rmsnorm(x + residual) * w``. Reads x and the residual, writes y: three
+  row-trips. The sum ``s = x + residual`` lives in fp32 registers and is never rounded
+  (:func:`fusedrms.reference.add_rmsnorm`).
+- ``add_rmsnorm_residual``: also writes ``s`` in x's dtype for the next layer's residual (the vLLM /
+  FlashInfer layout): four row-trips. ``y`` is computed from ``s`` *as stored*, so the next layer
+  and this one see the same residual (:func:`fusedrms.reference.add_rmsnorm_residual`).
+
+Casting convention (the book's, as :func:`fusedrms.reference.rmsnorm`): upcast to fp32, compute
+``s * r * w`` in fp32, cast once at the store.
+
+Out of place by default (the registry's convention ``fn(x, r, w, eps) -> (y, s)``): the caller's
+tensors stay untouched, so a benchmark can call it a thousand times on the same inputs and a test
+can compare with the reference afterwards. ``add_rmsnorm_residual(..., in_place=True)`` writes
+``s`` into ``residual`` and ``y`` into ``x``, as vLLM's ``fused_add_rms_norm`` does. It moves the
+same bytes (read x and r, write s and y: four row-trips either way); what it saves is two
+allocations and the memory they occupy, which matters inside a model and not at all in bytes.
+
+Launch configuration ("autotuning done right"):
+
+- ``BLOCK = next_power_of_2(cols)`` follows from the width and is never tuned: a block narrower
+  than the row would normalize part of it (the seed listing's bug, :mod:`fusedrms.book.seed_capstone`).
+- What *is* tuned: ``num_warps``, rows per program and ``num_stages``, the design (whole row in
+  registers, or two passes in chunks of ``chunk`` columns), and how many programs the
+  grid launches (one per tile of rows, or a persistent grid of a few programs per SM that loop over
+  tiles). The table is keyed on ``(cols, dtype)``: the two things that change the compiled kernel's
+  register tile. Not on rows: a serving batch changes its row count every step, and a key on rows
+  would re-tune (and re-compile) at run time.
+- The table comes from the H200 run (``data/h200/capstone_tuning.json``, written by
+  ``python -m fusedrms.book.ch07 tune``) and is used on that GPU; elsewhere, or for a width the
+  table lacks, :func:`heuristic_config` decides. Under the interpreter one fixed configuration
+  (:data:`INTERPRETER_CONFIG`) is used: multi-config autotuning cannot run there.
+- One rule depends on rows, and it needs no tuning: when a grid of ``rows / rows_per_program``
+  programs would leave SMs idle, rows per program halves until every SM has a program
+  (:func:`effective_rows_per_program`).
+"""
+from __future__ import annotations
+
+from .. import env  # first: decides GPU or interpreter before any @triton.jit below
+
+import functools
+import json
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import records, registry, validation
+from .rmsnorm import loud_scale  # chapter 4's overflow guard, reused
+
+# The whole row lives in registers: 32768 fp32 sums over 1024 threads is 32 values per thread for
+# s and 32 for w, the most that stays out of local memory. Wider rows need a looped design.
+MAX_COLS = 32768
+TUNING_FILE = records.DATA_DIR / "h200" / "capstone_tuning.json"
+DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
+# ---------------------------------------------------------------- the kernel
+
+# [book:round-bf16]
+@triton.jit
+def round_to_bf16(v):
+    """fp32 -> bf16, round to nearest even, done on the bits. The GPU's own cast does this; the
+    interpreter's truncates, and a residual stored truncated would differ from the reference."""
+    bits = v.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    rounded = bits.to(tl.float32, bitcast=True)
+    return tl.where(v != v, v, rounded).to(tl.bfloat16)  # NaN stays NaN
+# [/book:round-bf16]
+
+
+@triton.jit
+def _store_cast(v, dtype: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
+    if SOFTWARE_BF16:
+        return round_to_bf16(v)
+    else:
+        return v.to(dtype)
+
+
+# [book:kernel]
+@triton.jit
+def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, cols,
+                       x_stride, r_stride, y_stride, s_stride, eps,
+                       BLOCK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+                       WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
+    col = tl.arange(0, BLOCK)
+    col_ok = col < cols
+    # The weight is read once per program and kept in registers; every program reads the same
+    # bytes, so ask L2 to keep them (and to let the streamed rows go first).
+    w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
+                eviction_policy="evict_last").to(tl.float32)
+    n_tiles = tl.cdiv(rows, ROWS_PER_PROGRAM)
+    # One tile per program, or a persistent grid that walks the tiles (pipelined by num_stages).
+    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0)):
+        row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
+        mask = (row < rows)[:, None] & col_ok[None, :]
+        x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+                    eviction_policy="evict_first").to(tl.float32)
+        r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+                    eviction_policy="evict_first").to(tl.float32)
+        s = x + r  # the residual add: registers only
+        if WRITE_SUM:
+            # the next layer's residual, in x's dtype; y is computed from s as stored
+            s_stored = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
+            tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
+            s = s_stored.to(tl.float32)
+        denominator = tl.sum(s * s, axis=1) / cols + eps  # masked lanes added 0; real width
+        rstd = loud_scale(tl.rsqrt(denominator), denominator)  # NaN, not 0, on overflow
+        y = s * rstd[:, None] * w[None, :]
+        tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
+                 _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
+# [/book:kernel]
+
+
+# [book:chunked-kernel]
+@triton.jit
+def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, cols,
+                               x_stride, r_stride, y_stride, s_stride, eps,
+                               CHUNK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+                               WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
+    """The same op for wide rows, in two passes over column chunks: few registers per thread, so
+    many programs share an SM and hide each other's memory latency."""
+    n_tiles = tl.cdiv(rows, ROWS_PER_PROGRAM)
+    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0)):
+        row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
+        row_ok = row < rows
+        # pass 1: per-lane partial sums of squares; ask L2 to keep x and r for pass 2
+        partial = tl.zeros([ROWS_PER_PROGRAM, CHUNK], dtype=tl.float32)
+        for start in tl.range(0, cols, CHUNK):
+            col = start + tl.arange(0, CHUNK)
+            mask = row_ok[:, None] & (col < cols)[None, :]
+            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+            s = x + r
+            if WRITE_SUM:
+                s = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16).to(tl.float32)
+            partial += s * s
+        denominator = tl.sum(partial, axis=1) / cols + eps
+        rstd = loud_scale(tl.rsqrt(denominator), denominator)
+        # pass 2: read x and r again (from L2, mostly; last use), write s and y
+        for start in tl.range(0, cols, CHUNK):
+            col = start + tl.arange(0, CHUNK)
+            col_ok = col < cols
+            mask = row_ok[:, None] & col_ok[None, :]
+            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+            s = x + r
+            if WRITE_SUM:
+                s_stored = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
+                tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
+                s = s_stored.to(tl.float32)
+            y = s * rstd[:, None] * w[None, :]
+            tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
+                     _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
+# [/book:chunked-kernel]
+
+
+# ---------------------------------------------------------------- launch configurations
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """What the tuner chooses. BLOCK is not here: it follows from the width."""
+
+    rows_per_program: int = 1
+    num_warps: int = 4
+    num_stages: int = 1
+    programs_per_sm: int | None = None  # None: one program per tile; else a persistent grid
+    chunk: int | None = None  # None: the whole row in registers; else two passes over chunks
+
+    def __post_init__(self):
+        for name in ("rows_per_program", "num_warps", "num_stages"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise validation.InputError(f"{name} must be a positive whole number, got {value!r}.")
+        if self.rows_per_program & (self.rows_per_program - 1):
+            raise validation.InputError(f"rows_per_program must be a power of two (a block "
+                                        f"dimension), got {self.rows_per_program}.")
+        if self.num_warps not in (1, 2, 4, 8, 16, 32):
+            raise validation.InputError(f"num_warps must be a power of two from 1 to 32, "
+                                        f"got {self.num_warps}.")
+        if self.programs_per_sm is not None and (
+                isinstance(self.programs_per_sm, bool) or not isinstance(self.programs_per_sm, int)
+                or self.programs_per_sm < 1):
+            raise validation.InputError(f"programs_per_sm must be None or a positive whole number, "
+                                        f"got {self.programs_per_sm!r}.")
+        if self.chunk is not None and (
+                isinstance(self.chunk, bool) or not isinstance(self.chunk, int) or self.chunk < 1
+                or self.chunk & (self.chunk - 1)):
+            raise validation.InputError(f"chunk must be None or a power of two (columns per "
+                                        f"pass step), got {self.chunk!r}.")
+
+    def label(self) -> str:
+        grid = "tile grid" if self.programs_per_sm is None else f"{self.programs_per_sm}/SM"
+        chunked = "" if self.chunk is None else f", two passes in chunks of {self.chunk}"
+        return (f"rows/prog {self.rows_per_program}, warps {self.num_warps}, "
+                f"stages {self.num_stages}, {grid}{chunked}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# Under the interpreter: one configuration. Four rows per program exercises the row mask
+# (3 rows, 33 rows...) and costs fewer interpreted programs than one row each.
+INTERPRETER_CONFIG = LaunchConfig(rows_per_program=4, num_warps=4, num_stages=1)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+# [book:heuristic]
+def heuristic_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
+    """The fallback when no measured table applies (documented rule, not a measurement).
+
+    - rows per program: enough rows for a tile of about 16 KB per input tensor (a narrow row alone
+      gives a program too little to load), at most 8;
+    - warps: about 32 bytes (two 16-byte vector loads) per thread per tensor, 4 to 16 warps;
+    - one program per tile, no pipelining.
+    """
+    size = torch.empty((), dtype=dtype).element_size()
+    block = triton.next_power_of_2(cols)
+    rows_per_program = max(1, min(8, 16384 // (block * size)))
+    tile_bytes = rows_per_program * block * size
+    num_warps = max(4, min(16, tile_bytes // (32 * 32)))
+    return LaunchConfig(rows_per_program, triton.next_power_of_2(num_warps), 1, None)
+# [/book:heuristic]
+
+
+# [book:candidates]
+def candidate_configs(cols: int, dtype: torch.dtype, max_elements_per_thread: int = 32,
+                      max_tile_elements: int = 16384) -> list[LaunchConfig]:
+    """The compiled variants the H200 tuner tries for one (cols, dtype) key.
+
+    Rows per program 1..8 and warps chosen so each thread moves 16, 32, 64 or 128 bytes of each
+    input tensor (whole 16-byte vectors), with at most ``max_elements_per_thread`` fp32 values per
+    thread per tensor (registers) and a tile of at most ``max_tile_elements``.
+    """
+    size = torch.empty((), dtype=dtype).element_size()
+    block = triton.next_power_of_2(cols)
+    out = []
+    for rows_per_program in (1, 2, 4, 8):
+        tile = rows_per_program * block
+        if tile > max_tile_elements and rows_per_program > 1:
+            break
+        for bytes_per_thread in (16, 32, 64, 128):
+            threads = tile * size // bytes_per_thread
+            warps = threads // 32
+            if warps < 1 or warps > 32 or tile // threads > max_elements_per_thread:
+                continue
+            out.append(LaunchConfig(rows_per_program, warps, 1, None))
+    return out
+# [/book:candidates]
+
+
+# [book:chunked-candidates]
+def chunked_candidates(cols: int, dtype: torch.dtype) -> list[LaunchConfig]:
+    """The two-pass design's variants for wide rows (BLOCK of 4096 or more): chunks of 1024 to 4096
+    columns, narrower than the row, one row per program, 16 or 32 bytes of each input per thread.
+    Small register tiles let up to 64 warps' worth of programs share an SM."""
+    size = torch.empty((), dtype=dtype).element_size()
+    block = triton.next_power_of_2(cols)
+    out = []
+    if block < 4096:
+        return out
+    for chunk in (1024, 2048, 4096):
+        if chunk >= block:
+            continue
+        for bytes_per_thread in (16, 32):
+            warps = chunk * size // bytes_per_thread // 32
+            if 1 <= warps <= 32:
+                out.append(LaunchConfig(1, warps, 1, None, chunk))
+    return out
+# [/book:chunked-candidates]
+
+
+def persistent_variants(config: LaunchConfig, stages=(1, 2),
+                        programs_per_sm=(1, 2, 4, 8)) -> list[LaunchConfig]:
+    """The same compiled tile, launched as a persistent grid, with loads pipelined ``stages`` deep.
+    Programs per SM stay within the 64 resident warps an SM holds. The two-pass design is not
+    pipelined (its occupancy hides latency), so it gets one stage."""
+    stages = (1,) if config.chunk is not None else stages
+    out = []
+    for pps in programs_per_sm:
+        if pps * config.num_warps > 64:
+            continue
+        for st in stages:
+            out.append(LaunchConfig(config.rows_per_program, config.num_warps, st, pps,
+                                    config.chunk))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors (compute units) of the device; 1 under the interpreter."""
+    if device.type != "cuda":
+        return 1
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def effective_rows_per_program(rows_per_program: int, rows: int, sms: int) -> int:
+    """Halve rows per program while the grid would leave SMs without a program."""
+    rpp = rows_per_program
+    while rpp > 1 and -(-rows // rpp) < sms:
+        rpp //= 2
+    return rpp
+
+
+def grid_size(config: LaunchConfig, rows: int, sms: int) -> tuple[int, int]:
+    """(rows per program actually used, number of programs)."""
+    rpp = effective_rows_per_program(config.rows_per_program, rows, sms)
+    tiles = -(-rows // rpp)
+    if config.programs_per_sm is None:
+        return rpp, tiles
+    return rpp, max(1, min(tiles, sms * config.programs_per_sm))
+
+
+# ---------------------------------------------------------------- the tuning table
+
+def load_tuning_table(path=None) -> dict:
+    """Read a tuning file written by the H200 run: ``{"gpu": name, "configs": {(cols, dtype): cfg}}``.
+
+    Missing file: an empty table. A malformed entry is skipped (a bad row must not break the op).
+    """
+    path = TUNING_FILE if path is None else path
+    try:
+        doc = json.loads(open(path).read())
+    except FileNotFoundError:
+        return {"gpu": None, "configs": {}, "path": str(path)}
+    configs = {}
+    for rec in doc.get("records", []):
+        try:
+            cfg = LaunchConfig(int(rec["rows_per_program"]), int(rec["num_warps"]),
+                               int(rec["num_stages"]),
+                               None if rec.get("programs_per_sm") is None
+                               else int(rec["programs_per_sm"]),
+                               None if rec.get("chunk") is None else int(rec["chunk"]))
+            configs[(int(rec["cols"]), str(rec["dtype"]))] = cfg
+        except (KeyError, TypeError, ValueError, validation.InputError):
+            continue
+    return {"gpu": doc.get("provenance", {}).get("gpu"), "configs": configs, "path": str(path)}
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> dict:
+    if os.environ.get("FUSEDRMS_CAPSTONE_TABLE", "") in ("0", "off"):
+        return {"gpu": None, "configs": {}, "path": "disabled by FUSEDRMS_CAPSTONE_TABLE"}
+    return load_tuning_table()
+
+
+def choose_config(cols: int, dtype: torch.dtype, table: dict | None = None,
+                  gpu_name: str | None = None, on_gpu: bool | None = None
+                  ) -> tuple[LaunchConfig, str]:
+    """(configuration, where it came from) for a width and dtype on this machine."""
+    e = env.current()
+    on_gpu = e.on_gpu if on_gpu is None else on_gpu
+    if not on_gpu:
+        return INTERPRETER_CONFIG, "interpreter: one fixed configuration"
+    table = _table() if table is None else table
+    gpu_name = e.gpu_name if gpu_name is None else gpu_name
+    configs = table.get("configs", {})
+    if configs and table.get("gpu") == gpu_name:
+        name = dtype_name(dtype)
+        if (cols, name) in configs:
+            return configs[(cols, name)], f"tuned on {table['gpu']} for ({cols}, {name})"
+        block = triton.next_power_of_2(cols)
+        same_block = [c for (c, d) in configs if d == name and triton.next_power_of_2(c) == block]
+        if same_block:
+            nearest = min(same_block, key=lambda c: abs(c - cols))
+            return configs[(nearest, name)], (f"tuned on {table['gpu']} for ({nearest}, {name}), "
+                                              f"same BLOCK {block}")
+    return heuristic_config(cols, dtype), "heuristic (no tuned entry for this GPU and width)"
+
+
+@functools.lru_cache(maxsize=512)
+def _default_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
+    """choose_config, remembered: the wrappers ask on every call, the answer never changes."""
+    return choose_config(cols, dtype)[0]
+
+
+# ---------------------------------------------------------------- wrappers
+
+def _prepare(x, residual, w, eps, name: str):
+    validation.check_tensor(x, "x")
+    validation.check_device(x, env.current().device, "x")
+    validation.check_same(x, residual, "x", "residual")
+    shape = tuple(x.shape)
+    x2 = validation.as_rows(x, "x")
+    r2 = validation.as_rows(residual, "residual")
+    cols = x2.shape[1]
+    validation.check_width(cols, MAX_COLS, name)
+    w = validation.check_weight(w, cols, x2.device, "w")
+    eps = validation.check_eps(eps)
+    return x2, r2, w, eps, shape
+
+
+def _check_config(config) -> LaunchConfig | None:
+    if config is None or isinstance(config, LaunchConfig):
+        return config
+    if isinstance(config, dict):
+        try:
+            return LaunchConfig(**config)
+        except TypeError as e:
+            raise validation.InputError(f"config: {e}. Keys: rows_per_program, num_warps, "
+                                        f"num_stages, programs_per_sm, chunk.") from None
+    raise validation.InputError(f"config must be a LaunchConfig, a dict or None, "
+                                f"got {type(config).__name__}.")
+
+
+def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig) -> None:
+    """Launch the kernel on validated 2-D tensors (``s2`` None: don't write the sum).
+
+    A config with a ``chunk`` narrower than the row's BLOCK runs the two-pass kernel; otherwise
+    (no chunk, or the whole row fits in one chunk) the row lives in registers."""
+    rows, cols = x2.shape
+    if rows == 0:
+        return
+    rpp, programs = grid_size(config, rows, sm_count(x2.device))
+    write_sum = s2 is not None
+    software_bf16 = (not env.current().on_gpu) and x2.dtype == torch.bfloat16
+    block = triton.next_power_of_2(cols)
+    s_out = s2 if write_sum else y2
+    args = (x2, r2, w, y2, s_out, rows, cols,
+            x2.stride(0), r2.stride(0), y2.stride(0), s_out.stride(0), eps)
+    if config.chunk is not None and config.chunk < block:
+        add_rmsnorm_chunked_kernel[(programs,)](
+            *args, CHUNK=config.chunk, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum,
+            SOFTWARE_BF16=software_bf16, num_warps=config.num_warps, num_stages=config.num_stages)
+        return
+    add_rmsnorm_kernel[(programs,)](
+        *args, BLOCK=block, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum,
+        SOFTWARE_BF16=software_bf16, num_warps=config.num_warps, num_stages=config.num_stages)
+
+
+def add_rmsnorm(x, residual, w, eps: float = 1e-5, *, config=None) -> torch.Tensor:
+    """``y = rmsnorm(x + residual) * w`` in one kernel; x and residual of shape (..., cols).
+
+    ``config`` (a :class:`LaunchConfig` or dict) overrides :func:`choose_config`.
+    """
+    config = _check_config(config)
+    x2, r2, w, eps, shape = _prepare(x, residual, w, eps, "capstone.fused")
+    config = config or _default_config(x2.shape[1], x2.dtype)
+    y2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
+    launch(x2, r2, w, y2, None, eps, config)
+    return y2.reshape(shape)
+
+
+def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = False,
+                         config=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(y, s)`` with ``s = x + residual`` stored in x's dtype and ``y = rmsnorm(s) * w``.
+
+    ``in_place=True`` writes ``s`` into ``residual`` and ``y`` into ``x`` and returns them (vLLM's
+    layout); both must then be contiguous, or the writes would land in a temporary copy.
+    """
+    config = _check_config(config)
+    in_place = validation.check_flag(in_place, "in_place")
+    x2, r2, w, eps, shape = _prepare(x, residual, w, eps, "capstone.fused_residual")
+    config = config or _default_config(x2.shape[1], x2.dtype)
+    if in_place:
+        for t, name in ((x, "x"), (residual, "residual")):
+            if not t.is_contiguous():
+                raise validation.InputError(
+                    f"in_place=True writes into {name}, which is not contiguous; the kernel would "
+                    f"write into a temporary copy. Pass {name}.contiguous() or use in_place=False.")
+        # y goes into x and s into residual: neither may overlap the other tensors it reads
+        validation.check_no_overlap({"x": x2, "residual": r2},
+                                    {"x": x2, "residual": r2, "w": w})
+        launch(x2, r2, w, x2, r2, eps, config)
+        return x, residual
+    y2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
+    s2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
+    launch(x2, r2, w, y2, s2, eps, config)
+    return y2.reshape(shape), s2.reshape(shape)
+
+
+registry.register(registry.Impl(
+    "capstone.fused", "add_rmsnorm", add_rmsnorm, "triton", max_cols=MAX_COLS,
+    description="fused residual-add + RMSNorm, tuned per (cols, dtype): 3 row-trips"))
+registry.register(registry.Impl(
+    "capstone.fused_residual", "add_rmsnorm_residual", add_rmsnorm_residual, "triton",
+    max_cols=MAX_COLS,
+    description="fused residual-add + RMSNorm that also writes x + residual (vLLM layout): "
+                "4 row-trips"))

@@ -1,0 +1,1403 @@
+"""RMSNorm + FP8 block quantization (chapter 8): the step that feeds an FP8 GEMM.
+
+Each row is normalized, multiplied by the weight ``gamma`` and quantized in blocks of 128 columns to
+fp8 e4m3 codes, with one fp32 scale per block (``value ~= code * scale``). Where the numbers come
+from (DeepSeek-V3's ``config.json``, excerpt in :data:`DEEPSEEK_V3_CONFIG`): ``hidden_size`` 7168
+is the row width, ``quantization_config.weight_block_size`` ``[128, 128]`` the block, ``fmt``
+``"e4m3"`` the code format (largest finite value 448), ``rms_norm_eps`` 1e-6 the epsilon.
+
+The operation order is part of the specification, because the codes are checked bit for bit
+(:func:`reference`):
+
+1. upcast x (bf16) to fp32; square (exact for bf16 inputs) and sum the squares in **float64**, so
+   the sum does not depend on the order of additions (torch and Triton add in different orders;
+   an fp32 sum would move about one normalized value in 10^5 by a bf16 step); round the sum to
+   fp32 and divide by the column count in fp32;
+2. ``r = 1 / sqrt(mean + eps)`` with a correctly rounded square root and division (the hardware
+   ``rsqrt`` of torch and Triton on a GPU is approximate and the two differ);
+3. cast ``x * r`` to bf16 (round to nearest even), multiply by gamma in bf16 (one rounding);
+4. upcast; per 128-column block ``absmax``, floored at ``absmax_floor``; ``scale = absmax / 448``;
+5. ``q = y / scale`` (correctly rounded division, never ``y * (1/scale)`` alone; the kernels may get
+   the same quotient from one reciprocal per block and two fma corrections,
+   :func:`divide_by_block_scale`), clamp to +-448 (torch's ``.to(float8_e4m3fn)`` does not
+   saturate: 464 and above become NaN), cast to e4m3, nearest even.
+
+Decisions (documented in the chapter):
+
+- **Zero blocks.** With no floor an all-zero block has scale 0 and ``0 / 0`` gives NaN codes. The
+  default floors absmax at ``1e-4`` (DeepSeek-V3's reference code; SGLang uses 1e-10), so scales
+  are never 0. Pass ``absmax_floor=0.0`` for the unprotected behaviour.
+- **NaN and Inf.** NaN in, NaN out: a block whose values hold a NaN or an Inf gets a NaN scale and
+  NaN codes throughout (absmax keeps a NaN, where ``tl.max`` would drop it; a non-finite absmax
+  makes the scale NaN, one compare per block). A NaN or Inf in x, or a row whose fp32 sum of
+  squares overflows (rms above about 1.8e19 / sqrt(cols)), makes ``r`` NaN and so every block of
+  the row; a NaN or Inf in gamma (or a product past bf16's range) poisons only its own block.
+- **Widths that are not a multiple of 128** are accepted: the last block is partial (its missing
+  columns count as zeros for the absmax and are not stored), and there are ``ceil(cols / 128)``
+  scales per row. Rows of up to :data:`MAX_COLS` columns (the fused kernel keeps a row on chip).
+- **Inputs** are bf16 x and bf16 gamma, the format of the models this step serves.
+- **Rounding paths.** ``rounding="cast"`` uses Triton's casts (``.to(tl.bfloat16)``,
+  ``.to(tl.float8e4nv)``): hardware conversions on a GPU of compute capability >= 8.9 (Ada,
+  Hopper and later). ``rounding="software"`` rounds with integer arithmetic on the fp32 bits
+  (nearest even, bf16 and e4m3, subnormals included) and writes the e4m3 bit patterns itself: it is
+  bit-exact everywhere, on older GPUs (A100, T4) and in the Triton interpreter, whose casts are
+  wrong (fp32->bf16 truncates; fp32->fp8e4nv rounds ties up, loses the exponent carry, does not
+  saturate and flushes subnormals: triton issue 8322). ``"auto"`` picks ``"cast"`` on a CUDA GPU of
+  capability >= 8.9 and ``"software"`` everywhere else.
+
+Registered as ``fp8.naive`` (two kernels: the norm writes bf16 rows to memory, the quantizer reads
+them back) and ``fp8.fused`` (one kernel, the rows never leave the chip), op ``"rmsnorm_fp8"``.
+``fp8.fused`` launches with :func:`choose_config`: the fastest bit-exact of :data:`CANDIDATES` as
+recorded on this GPU (``data/h200/fp8_tuning.json``, written by ``record``), else the baseline.
+
+Command line (the GPU session runs ``record``)::
+
+    python -m fusedrms.kernels.rmsnorm_fp8 check --rows 4 --cols 7168
+    python -m fusedrms.kernels.rmsnorm_fp8 record --out results/fp8_quant.json
+"""
+from __future__ import annotations
+
+from .. import env  # first: decides GPU or interpreter before any @triton.jit below
+
+import argparse
+import contextlib
+import dataclasses
+import functools
+import json
+import math
+import numbers
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from .. import checks, records, registry, validation
+from .. import reference as reference_module  # `reference` below is this module's specification
+from .add_rmsnorm import round_to_bf16  # chapter 7's bit-level rounding, reused
+from .rmsnorm import loud_scale  # chapter 4's guard: NaN, never 0, for an overflowed row
+
+# Excerpt of DeepSeek-V3's config.json: the fields this step's constants come from.
+DEEPSEEK_V3_CONFIG = {
+    "hidden_size": 7168,
+    "rms_norm_eps": 1e-06,
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                            "quant_method": "fp8", "weight_block_size": [128, 128]},
+}
+HIDDEN_SIZE = DEEPSEEK_V3_CONFIG["hidden_size"]
+BLOCK_COLS = DEEPSEEK_V3_CONFIG["quantization_config"]["weight_block_size"][1]
+RMS_NORM_EPS = DEEPSEEK_V3_CONFIG["rms_norm_eps"]
+FP8_DTYPE = torch.float8_e4m3fn  # "e4m3": 4 exponent bits, 3 mantissa bits, no infinities
+FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448.0
+ABSMAX_FLOOR = 1e-4  # DeepSeek-V3's floor; SGLang uses 1e-10; 0.0 means none
+MAX_COLS = 16384  # the fused kernel keeps a whole row in registers
+ROUNDINGS = ("auto", "cast", "software")
+
+FP32 = torch.float32
+BF16 = torch.bfloat16
+
+
+# ---------------------------------------------------------------- reference
+
+def n_blocks(cols: int, block_cols: int = BLOCK_COLS) -> int:
+    """Scales per row: ``ceil(cols / block_cols)``."""
+    for name, value, least in (("cols", cols, 0), ("block_cols", block_cols, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise validation.InputError(f"{name} must be a whole number >= {least}, got {value!r}.")
+    return -(-cols // block_cols)
+
+
+def _full(like: torch.Tensor, value: float) -> torch.Tensor:
+    # A 0-d tensor on the same device, not a Python number: torch on CUDA divides by a Python
+    # number as "multiply by its reciprocal", which is not a correctly rounded division.
+    return torch.tensor(value, dtype=FP32, device=like.device)
+
+
+def row_rscale(x2: torch.Tensor, eps: float) -> torch.Tensor:
+    """r = 1 / sqrt(mean(x^2) + eps) per row, fp32, in the specified order (steps 1-2)."""
+    xf = x2.to(FP32)
+    sum_sq = (xf * xf).to(torch.float64).sum(dim=-1, keepdim=True)  # order-free up to 2^-53
+    sum_sq = sum_sq.to(FP32)
+    denominator = sum_sq / _full(xf, x2.shape[-1]) + _full(xf, eps)
+    return reference_module.loud(torch.reciprocal(torch.sqrt(denominator)), sum_sq, denominator)
+
+
+def quantize_blocks(y: torch.Tensor, absmax_floor: float = ABSMAX_FLOOR,
+                    block_cols: int = BLOCK_COLS) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-block scales and e4m3 codes of the (rows, cols) values ``y`` (steps 4-5)."""
+    rows, cols = y.shape
+    nb = n_blocks(cols, block_cols)
+    held = F.pad(y.to(FP32), (0, nb * block_cols - cols))  # a partial last block: zeros
+    blocks = held.reshape(rows, nb, block_cols)
+    absmax = blocks.abs().amax(dim=-1)  # NaN if the block holds one
+    finite = torch.isfinite(absmax)
+    if absmax_floor > 0:
+        absmax = torch.maximum(absmax, _full(absmax, absmax_floor))
+    scales = torch.where(finite, absmax / _full(absmax, FP8_MAX), _full(absmax, float("nan")))
+    q = (blocks / scales[..., None]).clamp(-FP8_MAX, FP8_MAX)  # clamp first: the cast does not saturate
+    codes = q.to(FP8_DTYPE).reshape(rows, nb * block_cols)[:, :cols]
+    return codes.contiguous(), scales
+
+
+def _check_floor(absmax_floor) -> float:
+    try:
+        value = float(absmax_floor)
+    except (TypeError, ValueError):
+        raise validation.InputError(f"absmax_floor must be a number, got {absmax_floor!r}.") from None
+    if not (value >= 0.0 and math.isfinite(value)):
+        raise validation.InputError(f"absmax_floor must be a finite number >= 0 (0 means no floor), "
+                                    f"got {value}.")
+    return value
+
+
+def _check_inputs(x, w, eps, absmax_floor, device=None):
+    """Validate; returns (x2 rows x cols, w, eps, floor, out_shape)."""
+    validation.check_tensor(x, "x", dtypes=(BF16,))
+    if device is not None:
+        validation.check_device(x, device, "x")
+    shape = tuple(x.shape)
+    x2 = validation.as_rows(x, "x")
+    cols = x2.shape[1]
+    validation.check_tensor(w, "w", dtypes=(BF16,))
+    w = validation.check_weight(w, cols, x2.device, "w")
+    return x2, w, validation.check_eps(eps), _check_floor(absmax_floor), shape
+
+
+def reference(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The specification, in PyTorch: ``(codes e4m3 of x's shape, scales fp32 (..., blocks))``."""
+    x2, w, eps, floor, shape = _check_inputs(x, w, eps, absmax_floor)
+    normed = (x2.to(FP32) * row_rscale(x2, eps)).to(BF16)  # step 3: one rounding to bf16 ...
+    y = normed * w  # ... then gamma in bf16 (exact product, rounded once)
+    codes, scales = quantize_blocks(y, floor)
+    return codes.reshape(shape), scales.reshape(shape[:-1] + (scales.shape[-1],))
+
+
+def reference_reordered(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same formula in another order: ``x * r * gamma`` in fp32, one cast to bf16 at the end
+    (the book's RMSNorm convention of chapter 1). Mathematically equal; not bit-equal."""
+    x2, w, eps, floor, shape = _check_inputs(x, w, eps, absmax_floor)
+    y = (x2.to(FP32) * row_rscale(x2, eps) * w.to(FP32)).to(BF16)
+    codes, scales = quantize_blocks(y, floor)
+    return codes.reshape(shape), scales.reshape(shape[:-1] + (scales.shape[-1],))
+
+
+# ---------------------------------------------------------------- comparison rule
+
+def code_bits(codes: torch.Tensor) -> torch.Tensor:
+    return codes.detach().cpu().contiguous().view(torch.uint8)
+
+
+def differing_codes(codes: torch.Tensor, ref_codes: torch.Tensor) -> int:
+    """How many codes differ bit for bit, except that a NaN code matches any NaN code.
+
+    NaN codes appear only without an absmax floor (an all-zero block: 0 / 0); the sign of that NaN
+    is the platform's (x86 CPUs give a negative NaN, CUDA a positive one), so it is not compared.
+    """
+    a, e = code_bits(codes).to(torch.int16), code_bits(ref_codes).to(torch.int16)
+    a_nan, e_nan = (a & 0x7F) == 0x7F, (e & 0x7F) == 0x7F
+    return int(((a != e) & ~(a_nan & e_nan)).sum())
+
+
+def compare(codes, scales, ref_codes, ref_scales, scale_rtol: float = 1e-6) -> checks.Report:
+    """The chapter's rule: codes equal bit for bit (NaN codes by position), scales allclose.
+
+    Scales use ``rtol=1e-6`` and no absolute tolerance (a floored scale is 2.2e-7, so an absolute
+    1e-6 would accept anything); NaN scales must sit where the reference has them.
+    """
+    if codes.shape != ref_codes.shape or codes.dtype != ref_codes.dtype:
+        return checks.Report(False, f"codes: got {tuple(codes.shape)} {codes.dtype}, expected "
+                                    f"{tuple(ref_codes.shape)} {ref_codes.dtype}")
+    if scales.shape != ref_scales.shape or scales.dtype != ref_scales.dtype:
+        return checks.Report(False, f"scales: got {tuple(scales.shape)} {scales.dtype}, expected "
+                                    f"{tuple(ref_scales.shape)} {ref_scales.dtype}")
+    n_diff = differing_codes(codes, ref_codes)
+    if scales.numel():
+        scale_report = checks.allclose(scales.float().cpu(), ref_scales.float().cpu(),
+                                       rtol=scale_rtol, atol=0.0, nan="match")
+    else:
+        scale_report = checks.Report(True, "no scales")
+    codes_msg = (f"all {codes.numel()} codes equal bit for bit" if n_diff == 0 else
+                 f"{n_diff} of {codes.numel()} codes differ")
+    ok = n_diff == 0 and scale_report.ok
+    if n_diff:
+        diff = code_bits(codes) != code_bits(ref_codes)
+        where = tuple(torch.nonzero(diff)[0].tolist())
+        codes_msg += (f" (first at {where}: got {float(codes.float().cpu()[where])}, expected "
+                      f"{float(ref_codes.float().cpu()[where])})")
+    return checks.Report(ok, f"{codes_msg}; scales: {scale_report}", mismatches=n_diff,
+                         max_abs_err=scale_report.max_abs_err,
+                         max_rel_err=scale_report.max_rel_err)
+
+
+# ---------------------------------------------------------------- Triton: rounding helpers
+
+# [book:software-rounding]
+# fp32 -> bf16 to nearest even on the bit pattern is chapter 7's round_to_bf16 (add_rmsnorm.py):
+# add 0x7FFF plus the lowest kept bit, clear the 16 dropped bits; a carry bumps the exponent.
+@triton.jit
+def e4m3_bits(q):
+    """fp32 with |q| <= 448 (or NaN) -> the e4m3fn bit pattern (uint8), rounded to nearest even.
+
+    Normal codes (|q| >= 2^-6): round the 23-bit fp32 mantissa to 3 bits as above (a carry bumps
+    the exponent: 127.09 -> 128), then rebias the exponent from 127 to 7. Subnormal codes
+    (|q| < 2^-6) count steps of 2^-9: the 24-bit significand shifted right, rounded to nearest even
+    by its remainder; a result of 8 is the smallest normal code, which is what it should be.
+    """
+    bits = q.to(tl.uint32, bitcast=True)
+    sign = (bits >> 31) << 7
+    mag = bits & 0x7FFFFFFF
+    biased_exp = (mag >> 23).to(tl.int32)
+    rounded = mag + 0x7FFFF + ((mag >> 20) & 1)
+    normal = (rounded >> 20) - (120 << 3)  # (exponent - 127 + 7) << 3 | mantissa
+    significand = (mag & 0x7FFFFF) | 0x800000
+    shift = tl.minimum(141 - biased_exp, 31).to(tl.uint32)  # 141 = 127 + 9 + 5 (q * 2^9)
+    kept = significand >> shift
+    rest = significand & ((1 << shift) - 1)
+    half = 1 << (shift - 1)
+    up = (rest > half) | ((rest == half) & ((kept & 1) == 1))
+    subnormal = kept + up.to(tl.uint32)
+    code = tl.where(biased_exp >= 121, normal, subnormal)  # 2^-6 has biased exponent 121
+    code = tl.where(mag > 0x7F800000, 0x7F, code)  # NaN stays NaN
+    return (sign | code).to(tl.uint8)
+# [/book:software-rounding]
+
+
+# [book:shared-steps]
+@triton.jit
+def to_bf16_value(v, SOFTWARE_ROUNDING: tl.constexpr):
+    if SOFTWARE_ROUNDING:
+        return round_to_bf16(v).to(tl.float32)  # exact: a bf16 value widened back to fp32
+    else:
+        return v.to(tl.bfloat16).to(tl.float32)  # the hardware rounds to nearest even
+
+
+@triton.jit
+def row_rscale_tile(x, cols_f, eps):
+    """Steps 1-2 on a (blocks, 128) tile of fp32 x (masked lanes 0): r = 1 / sqrt(mean + eps)."""
+    squares = (x * x).to(tl.float64)  # exact for bf16 x; summed in float64, so order-free
+    sum_sq = tl.sum(tl.sum(squares, axis=1), axis=0).to(tl.float32)
+    denominator = tl.div_rn(sum_sq, cols_f) + eps
+    return loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)  # correctly rounded
+
+
+@triton.jit
+def normalize_bf16(x, r, w, SOFTWARE_ROUNDING: tl.constexpr):
+    """Step 3: returns the bf16 values of the normalized, weighted row (held in fp32)."""
+    normed = to_bf16_value(x * r, SOFTWARE_ROUNDING)  # cast the normalized row to bf16 ...
+    return to_bf16_value(normed * w, SOFTWARE_ROUNDING)  # ... then gamma, rounded once more
+
+
+@triton.jit
+def divide_by_block_scale(y, scale):
+    """``y / scale`` correctly rounded, with one true division per block instead of per element.
+
+    ``inv = 1 / scale`` (correctly rounded) once per block; per element ``q = y * inv`` is within
+    about 2 ulps of the quotient; two fma corrections ``q += (y - q * scale) * inv`` make it the
+    correctly rounded one (Markstein's theorem: the residual is exact, and a correction from a
+    quotient within 1 ulp with a correctly rounded reciprocal rounds to ``RN(y / scale)``).
+    The theorem needs the residual above fp32's underflow, so blocks with a scale below 2^-90
+    (only possible with a floor below ~4e-25) are scaled by 2^64 first: exact, same quotient.
+    ``y == 0`` and an infinite scale take ``y * inv``, which is then exactly ``y / scale`` (signed
+    zeros, NaN for inf / inf and for 0 / 0).
+    """
+    tiny = scale < 8.077935669463161e-28  # 2^-90
+    lift = tl.where(tiny, 18446744073709551616.0, 1.0)  # 2^64, a power of two: exact
+    s = (scale * lift)[:, None]
+    inv = tl.div_rn(1.0, s)
+    y_s = y * lift[:, None]
+    q = y_s * inv
+    q = tl.fma(tl.fma(-q, s, y_s), inv, q)
+    q = tl.fma(tl.fma(-q, s, y_s), inv, q)
+    special = (y_s == 0) | (inv == 0)  # inv == 0: the scale is infinite
+    return tl.where(special, y_s * inv, q)
+
+
+@triton.jit
+def max_keeping_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)  # tl.max would drop a NaN
+
+
+@triton.jit
+def quantize_tile(y, absmax_floor, FP8_MAX: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+                  BLOCK_RECIPROCAL: tl.constexpr):
+    """Steps 4-5 on a (blocks, 128) tile: returns (codes, one scale per block).
+    A block holding a NaN or an Inf gets a NaN scale, so all its codes are NaN too."""
+    absmax = tl.reduce(tl.abs(y), 1, max_keeping_nan)
+    finite = absmax <= 3.4028234663852886e38  # False for NaN and Inf: one compare per block
+    absmax = tl.maximum(absmax, absmax_floor)  # floor 0: no floor
+    scale = tl.where(finite, tl.div_rn(absmax, FP8_MAX), float("nan"))
+    if BLOCK_RECIPROCAL:
+        q = divide_by_block_scale(y, scale)  # the same quotient, bit for bit, cheaper
+    else:
+        q = tl.div_rn(y, scale[:, None])  # y * (1 / scale) alone would differ by a code now and then
+    q = tl.clamp(q, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
+    if SOFTWARE_ROUNDING:
+        codes = e4m3_bits(q)  # uint8 bit patterns, stored through a uint8 view
+    else:
+        codes = q.to(tl.float8e4nv, fp_downcast_rounding="rtne")
+    return codes, scale
+# [/book:shared-steps]
+
+
+# ---------------------------------------------------------------- Triton: the two versions
+
+# [book:fused-kernel]
+@triton.jit
+def rmsnorm_fp8_fused_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, cols_f, x_row_stride,
+                             eps, absmax_floor, FP8_MAX: tl.constexpr, BLOCK_COLS: tl.constexpr,
+                             BLOCKS: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+                             BLOCK_RECIPROCAL: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    blocks = tl.arange(0, BLOCKS)  # the row as a (blocks, 128) tile, padded to a power of two
+    offsets = blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
+    mask = offsets < cols
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    r = row_rscale_tile(x, cols_f, eps)
+    # gamma is loaded only now: loaded earlier it would hold registers through the reduction,
+    # and registers per thread decide how many rows an SM keeps in flight
+    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)  # stays in registers
+    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL)
+    tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
+    n_blocks = tl.cdiv(cols, BLOCK_COLS)
+    tl.store(scales_ptr + row * n_blocks + blocks, scale, mask=blocks < n_blocks)
+# [/book:fused-kernel]
+
+
+@triton.jit
+def rmsnorm_fp8_fused_rows_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, rows, cols, cols_f,
+                                  x_row_stride, eps, absmax_floor, FP8_MAX: tl.constexpr,
+                                  BLOCK_COLS: tl.constexpr, BLOCKS: tl.constexpr,
+                                  ROWS: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+                                  BLOCK_RECIPROCAL: tl.constexpr):
+    """The fused kernel with ``ROWS`` rows per program: a (rows, blocks, 128) tile, so the loads of
+    several rows are in flight together and the per-row scalar work is shared by more lanes."""
+    row_ids = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    blocks = tl.arange(0, BLOCKS)
+    offsets = (blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :])[None, :, :]
+    live = row_ids[:, None, None] < rows
+    mask = (offsets < cols) & live
+    x = tl.load(x_ptr + row_ids[:, None, None] * x_row_stride + offsets, mask=mask,
+                other=0.0).to(tl.float32)
+    squares = (x * x).to(tl.float64)  # as row_rscale_tile: float64, so the order is free
+    sum_sq = tl.sum(tl.sum(squares, axis=2), axis=1).to(tl.float32)
+    denominator = tl.div_rn(sum_sq, cols_f) + eps
+    r = loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)
+    w = tl.load(w_ptr + offsets, mask=offsets < cols, other=0.0).to(tl.float32)
+    y = normalize_bf16(x, r[:, None, None], w, SOFTWARE_ROUNDING)
+    codes, scale = quantize_tile(tl.reshape(y, (ROWS * BLOCKS, BLOCK_COLS)), absmax_floor,
+                                 FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL)
+    codes = tl.reshape(codes, (ROWS, BLOCKS, BLOCK_COLS))
+    tl.store(codes_ptr + row_ids[:, None, None] * cols + offsets, codes, mask=mask)
+    n_blocks = tl.cdiv(cols, BLOCK_COLS)
+    scale = tl.reshape(scale, (ROWS, BLOCKS))
+    tl.store(scales_ptr + row_ids[:, None] * n_blocks + blocks[None, :], scale,
+             mask=(blocks[None, :] < n_blocks) & (row_ids[:, None] < rows))
+
+
+@triton.jit
+def _piece_offsets(START_BLOCK: tl.constexpr, NB: tl.constexpr, BLOCK_COLS: tl.constexpr):
+    blocks = START_BLOCK + tl.arange(0, NB)
+    return blocks, blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
+
+
+@triton.jit
+def _quantize_piece(x, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks, offsets,
+                    FP8_MAX: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+                    BLOCK_RECIPROCAL: tl.constexpr, BLOCK_COLS: tl.constexpr):
+    mask = offsets < cols
+    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)
+    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL)
+    tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
+    n_blocks = tl.cdiv(cols, BLOCK_COLS)
+    tl.store(scales_ptr + row * n_blocks + blocks, scale, mask=blocks < n_blocks)
+
+
+@triton.jit
+def rmsnorm_fp8_fused_split_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, cols_f,
+                                   x_row_stride, eps, absmax_floor, FP8_MAX: tl.constexpr,
+                                   BLOCK_COLS: tl.constexpr, B0: tl.constexpr, B1: tl.constexpr,
+                                   B2: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+                                   BLOCK_RECIPROCAL: tl.constexpr):
+    """The fused kernel without padding: the row's blocks as three power-of-two pieces (56 blocks
+    = 32 + 16 + 8), so no lane works on a padded block."""
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_row_stride
+    blocks0, offsets0 = _piece_offsets(0, B0, BLOCK_COLS)
+    blocks1, offsets1 = _piece_offsets(B0, B1, BLOCK_COLS)
+    blocks2, offsets2 = _piece_offsets(B0 + B1, B2, BLOCK_COLS)
+    x0 = tl.load(x_row + offsets0, mask=offsets0 < cols, other=0.0).to(tl.float32)
+    x1 = tl.load(x_row + offsets1, mask=offsets1 < cols, other=0.0).to(tl.float32)
+    x2 = tl.load(x_row + offsets2, mask=offsets2 < cols, other=0.0).to(tl.float32)
+    sum_sq = (tl.sum(tl.sum((x0 * x0).to(tl.float64), axis=1), axis=0)  # float64: order-free
+              + tl.sum(tl.sum((x1 * x1).to(tl.float64), axis=1), axis=0)
+              + tl.sum(tl.sum((x2 * x2).to(tl.float64), axis=1), axis=0)).to(tl.float32)
+    denominator = tl.div_rn(sum_sq, cols_f) + eps
+    r = loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)
+    _quantize_piece(x0, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks0,
+                    offsets0, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+    _quantize_piece(x1, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks1,
+                    offsets1, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+    _quantize_piece(x2, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks2,
+                    offsets2, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+
+
+def split_pieces(n_blocks_: int) -> tuple[int, int, int] | None:
+    """``n_blocks`` as three distinct powers of two, largest first (56 -> 32, 16, 8), or None."""
+    pieces = [1 << i for i in range(n_blocks_.bit_length() - 1, -1, -1) if n_blocks_ >> i & 1]
+    return tuple(pieces) if len(pieces) == 3 else None
+
+
+# [book:naive-kernels]
+@triton.jit
+def rmsnorm_bf16_kernel(x_ptr, w_ptr, y_ptr, cols, cols_f, x_row_stride, eps,
+                        BLOCK_COLS: tl.constexpr, BLOCKS: tl.constexpr,
+                        SOFTWARE_ROUNDING: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCKS)[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
+    mask = offsets < cols
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    r = row_rscale_tile(x, cols_f, eps)
+    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)
+    tl.store(y_ptr + row * cols + offsets, y.to(tl.bfloat16), mask=mask)  # exact: y is bf16 already
+
+
+@triton.jit
+def quantize_fp8_kernel(y_ptr, codes_ptr, scales_ptr, cols, absmax_floor, FP8_MAX: tl.constexpr,
+                        BLOCK_COLS: tl.constexpr, BLOCKS: tl.constexpr,
+                        SOFTWARE_ROUNDING: tl.constexpr, BLOCK_RECIPROCAL: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    blocks = tl.arange(0, BLOCKS)
+    offsets = blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
+    mask = offsets < cols
+    y = tl.load(y_ptr + row * cols + offsets, mask=mask, other=0.0).to(tl.float32)  # read back
+    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL)
+    tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
+    n_blocks = tl.cdiv(cols, BLOCK_COLS)
+    tl.store(scales_ptr + row * n_blocks + blocks, scale, mask=blocks < n_blocks)
+# [/book:naive-kernels]
+
+
+# ---------------------------------------------------------------- wrappers
+
+def hardware_fp8_support(device=None) -> tuple[bool, str]:
+    """(supported, why): Triton's fp8e4nv conversions need a CUDA GPU of capability >= 8.9."""
+    e = env.current()
+    if not e.on_gpu:
+        return False, "no GPU: the Triton interpreter's fp8 cast is wrong for ~1-2% of values"
+    if e.backend != "cuda":
+        return False, "a ROCm GPU: tl.float8e4nv conversions are an NVIDIA format here"
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) < (8, 9):
+        return False, (f"{torch.cuda.get_device_name(device)} has compute capability "
+                       f"{major}.{minor}; fp8 e4m3 conversions need 8.9 or newer (Ada, Hopper)")
+    return True, f"compute capability {major}.{minor} converts to fp8 e4m3 in hardware"
+
+
+def resolve_rounding(rounding: str, device=None) -> str:
+    """``"auto"`` -> ``"cast"`` where the hardware converts to e4m3, else ``"software"``."""
+    if rounding not in ROUNDINGS:
+        raise validation.InputError(f"rounding must be one of {', '.join(map(repr, ROUNDINGS))}, "
+                                    f"got {rounding!r}.")
+    supported, why = hardware_fp8_support(device)
+    if rounding == "auto":
+        return "cast" if supported else "software"
+    if rounding == "cast" and env.current().on_gpu and not supported:
+        raise validation.InputError(f"rounding='cast' needs hardware fp8 e4m3 conversions: {why}. "
+                                    f"Use rounding='software' (bit-exact integer rounding; what "
+                                    f"'auto' picks on this GPU).")
+    return rounding  # "cast" under the interpreter runs its (faulty) emulation: chapter 8 shows it
+
+
+def num_warps_for(tile_elements: int) -> int:
+    """About 16 elements per thread, 4 to 16 warps (the book's rule from chapter 4)."""
+    return max(4, min(16, tile_elements // 512))
+
+
+# Registers per thread decide how many programs (rows) an SM keeps in flight: an SM has 65536
+# registers, so two 16-warp (512-thread) programs fit only at <= 64 registers per thread. Without a
+# cap the compiler may take a few more and leave one row per SM, and the kernel waits on memory
+# latency instead of streaming (chapter 8 measures both).
+REGISTER_CAP = {16: 64}
+
+
+def _supports_maxnreg() -> bool:
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except ImportError:
+        return False
+    return "maxnreg" in getattr(CUDAOptions, "__dataclass_fields__", {})
+
+
+def launch_options(num_warps: int, cap_registers: bool = True) -> dict:
+    """Triton launch options: ``num_warps``, plus ``maxnreg`` on CUDA when the cap applies."""
+    options = {"num_warps": num_warps}
+    if (cap_registers and num_warps in REGISTER_CAP and env.current().backend == "cuda"
+            and _supports_maxnreg()):
+        options["maxnreg"] = REGISTER_CAP[num_warps]
+    return options
+
+
+# ---------------------------------------------------------------- launch configurations
+
+DIVISIONS = ("per_element", "block_reciprocal")  # how step 5 divides: same codes, bit for bit
+TILES = ("padded", "split")
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedConfig:
+    """How the fused kernel is launched and divides. ``maxnreg`` None: the compiler decides."""
+    num_warps: int
+    maxnreg: int | None = None
+    division: str = "per_element"
+    rows_per_program: int = 1
+    tile: str = "padded"  # or "split": the row's blocks as three power-of-two pieces
+
+    @property
+    def label(self) -> str:
+        cap = f", maxnreg {self.maxnreg}" if self.maxnreg else ""
+        per = f", {self.rows_per_program} rows/program" if self.rows_per_program > 1 else ""
+        tile = ", unpadded (split) tile" if self.tile == "split" else ""
+        return f"warps {self.num_warps}{cap}{per}{tile}, {self.division.replace('_', ' ')} division"
+
+
+def baseline_config(cols: int = HIDDEN_SIZE) -> FusedConfig:
+    """The chapter's first design: the book's warps rule, the 16-warp register cap, div_rn per
+    element. Used wherever no tuned table applies (and recorded next to any tuned winner)."""
+    warps = num_warps_for(triton.next_power_of_2(n_blocks(cols)) * BLOCK_COLS)
+    return FusedConfig(warps, REGISTER_CAP.get(warps), "per_element")
+
+
+# Candidates the GPU session times and checks (fused_candidates_records); the first is the baseline
+# at the DeepSeek width. Fewer warps keep more rows in flight per SM (the recorded warps sweep);
+# the block reciprocal removes a true division per element (a reciprocal instruction plus about
+# eight more) in favour of one multiply and four fmas.
+CANDIDATES = (FusedConfig(16, 64, "per_element"), FusedConfig(8, None, "block_reciprocal"),
+              FusedConfig(4, None, "block_reciprocal"), FusedConfig(16, 64, "block_reciprocal"),
+              FusedConfig(8, None, "per_element"),
+              FusedConfig(4, None, "block_reciprocal", 1, "split"),
+              FusedConfig(8, None, "block_reciprocal", 2), FusedConfig(16, None, "block_reciprocal", 2),
+              FusedConfig(2, None, "block_reciprocal"), FusedConfig(4, None, "per_element"),
+              FusedConfig(8, 48, "block_reciprocal"),
+              FusedConfig(4, 128, "block_reciprocal"))  # in order of promise: a deadline cuts the tail
+TUNING_FILE = records.DATA_DIR / "h200" / "fp8_tuning.json"
+
+
+def load_tuning_table(path=None) -> dict:
+    """``{"gpu": name, "configs": {cols: FusedConfig}}`` from a file written by the GPU session
+    (``fp8_tuning.json``). Missing file or malformed entries: skipped, never an error."""
+    path = TUNING_FILE if path is None else path
+    try:
+        doc = json.loads(open(path).read())
+    except (OSError, ValueError):
+        return {"gpu": None, "configs": {}, "path": str(path)}
+    configs = {}
+    for rec in doc.get("records", []):
+        try:
+            cfg = FusedConfig(int(rec["num_warps"]),
+                              None if rec.get("maxnreg") is None else int(rec["maxnreg"]),
+                              str(rec["division"]), int(rec.get("rows_per_program", 1)),
+                              str(rec.get("tile", "padded")))
+            if (cfg.division in DIVISIONS and cfg.num_warps in (1, 2, 4, 8, 16, 32)
+                    and cfg.rows_per_program in (1, 2, 4, 8) and cfg.tile in TILES
+                    and rec.get("bit_exact") is True):
+                configs[int(rec["cols"])] = cfg
+        except (KeyError, TypeError, ValueError):
+            continue
+    return {"gpu": doc.get("provenance", {}).get("gpu"), "configs": configs, "path": str(path)}
+
+
+_TABLE: dict | None = None
+
+
+def _table() -> dict:
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = ({"gpu": None, "configs": {}, "path": "disabled by FUSEDRMS_FP8_TABLE"}
+                  if os.environ.get("FUSEDRMS_FP8_TABLE", "") in ("0", "off") else
+                  load_tuning_table())
+    return _TABLE
+
+
+def use_tuning_table(table: dict | None) -> None:
+    """Replace the loaded table (the GPU session installs its fresh winner; None reloads)."""
+    global _TABLE
+    _TABLE = table
+
+
+def choose_config(cols: int) -> tuple[FusedConfig, str]:
+    """(configuration, where it came from): the tuned entry for this GPU and width, else the
+    baseline. The interpreter always takes the baseline (a GPU table says nothing about it)."""
+    e = env.current()
+    table = _table()
+    if e.on_gpu and table.get("gpu") == e.gpu_name and cols in table.get("configs", {}):
+        return table["configs"][cols], f"tuned on {table['gpu']} for {cols} columns"
+    return baseline_config(cols), "baseline (no tuned entry for this GPU and width)"
+
+
+def _resolve_config(cols, num_warps, cap_registers, division, config) -> FusedConfig:
+    if config is not None:
+        if not isinstance(config, FusedConfig):
+            raise validation.InputError(f"config must be a FusedConfig, got {type(config).__name__}.")
+        if config.rows_per_program not in (1, 2, 4, 8):
+            raise validation.InputError(f"rows_per_program must be 1, 2, 4 or 8, got "
+                                        f"{config.rows_per_program!r}.")
+        if config.tile not in TILES or (config.tile == "split" and config.rows_per_program > 1):
+            raise validation.InputError(f"tile must be one of {TILES} ('split' with one row per "
+                                        f"program), got {config.tile!r}.")
+        num_warps, division = config.num_warps, config.division
+    if division is not None and division not in DIVISIONS:
+        raise validation.InputError(f"division must be one of {', '.join(map(repr, DIVISIONS))}, "
+                                    f"got {division!r}.")
+    if num_warps is not None and num_warps not in (1, 2, 4, 8, 16, 32):
+        raise validation.InputError(f"num_warps must be a power of two from 1 to 32, got "
+                                    f"{num_warps!r}; leave it None for the book's rule.")
+    if config is not None:
+        return config
+    base = baseline_config(cols)
+    warps = num_warps or base.num_warps
+    cap = REGISTER_CAP.get(warps) if cap_registers else None
+    return FusedConfig(warps, cap, division or "per_element")
+
+
+def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=True,
+                  division=None, config=None):
+    validation.check_flag(cap_registers, "cap_registers")
+    x2, w, eps, floor, shape = _check_inputs(x, w, eps, absmax_floor, env.current().device)
+    cols = x2.shape[1]
+    validation.check_width(cols, MAX_COLS, "fp8_quant (one row per program)")
+    rounding = resolve_rounding(rounding, x2.device)
+    cfg = _resolve_config(cols, num_warps, cap_registers, division, config)
+    nb = n_blocks(cols)
+    blocks = triton.next_power_of_2(nb)
+    codes = torch.empty(x2.shape, dtype=FP8_DTYPE, device=x2.device)
+    scales = torch.empty((x2.shape[0], nb), dtype=FP32, device=x2.device)
+    software = rounding == "software"
+    codes_out = codes.view(torch.uint8) if software else codes
+    options = {"num_warps": cfg.num_warps}
+    if cfg.maxnreg and env.current().backend == "cuda" and _supports_maxnreg():
+        options["maxnreg"] = cfg.maxnreg
+    meta = dict(BLOCK_COLS=BLOCK_COLS, BLOCKS=blocks, SOFTWARE_ROUNDING=software,
+                BLOCK_RECIPROCAL=cfg.division == "block_reciprocal", **options)
+    if cfg.rows_per_program > 1:
+        meta["ROWS"] = cfg.rows_per_program  # the fused wrapper then launches the rows kernel
+    pieces = split_pieces(nb) if cfg.tile == "split" else None
+    if pieces:  # a width that is not three powers of two of blocks keeps the padded tile
+        meta["PIECES"] = pieces
+    return x2, w, eps, floor, shape, codes, codes_out, scales, meta
+
+
+def _launch_fused(x2, w, codes_out, scales, eps, floor, meta):
+    rows, cols = x2.shape
+    with _interpreter_quiet():
+        if "PIECES" in meta:
+            b0, b1, b2 = meta["PIECES"]
+            split_meta = {k: v for k, v in meta.items() if k not in ("PIECES", "BLOCKS")}
+            return rmsnorm_fp8_fused_split_kernel[(rows,)](
+                x2, w, codes_out, scales, cols, float(cols), x2.stride(0), eps, floor,
+                FP8_MAX=FP8_MAX, B0=b0, B1=b1, B2=b2, **split_meta)
+        if "ROWS" in meta:
+            return rmsnorm_fp8_fused_rows_kernel[(triton.cdiv(rows, meta["ROWS"]),)](
+                x2, w, codes_out, scales, rows, cols, float(cols), x2.stride(0), eps, floor,
+                FP8_MAX=FP8_MAX, **meta)
+        return rmsnorm_fp8_fused_kernel[(rows,)](x2, w, codes_out, scales, cols, float(cols),
+                                                 x2.stride(0), eps, floor, FP8_MAX=FP8_MAX, **meta)
+
+
+def _interpreter_quiet():
+    """NumPy warns on 0/0 under the interpreter (padding blocks past the last column, or a zero
+    block with no floor) and on bf16 products past the largest value (they are meant to be
+    infinite); those lanes are masked or meant to be NaN or inf, so the warning is noise."""
+    if env.current().on_gpu:
+        return contextlib.nullcontext()
+    import numpy
+
+    return numpy.errstate(divide="ignore", invalid="ignore", over="ignore")
+
+
+def _shaped(codes, scales, shape):
+    return codes.reshape(shape), scales.reshape(shape[:-1] + (scales.shape[-1],))
+
+
+def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR,
+                      rounding: str = "auto", num_warps: int | None = None,
+                      cap_registers: bool = True, division: str | None = None,
+                      config: FusedConfig | None = None):
+    """One kernel: normalize and quantize each row on chip. Returns ``(codes, scales)``.
+
+    ``rounding``: ``"auto"`` (default), ``"cast"`` or ``"software"`` (module docstring).
+    With no launch arguments the configuration is :func:`choose_config`'s: the bit-exact winner of
+    the recorded candidates on this GPU (``data/h200/fp8_tuning.json``), else the baseline.
+    ``num_warps`` / ``cap_registers`` (:data:`REGISTER_CAP`) / ``division`` (:data:`DIVISIONS`)
+    override the baseline piece by piece; ``config`` (a :class:`FusedConfig`) sets all three.
+    """
+    if num_warps is None and division is None and config is None and cap_registers:
+        config = choose_config(x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0)[0]
+    x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
+        x, w, eps, absmax_floor, rounding, num_warps, cap_registers, division, config)
+    if x2.shape[0] == 0:
+        return _shaped(codes, scales, shape)
+    _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
+    return _shaped(codes, scales, shape)
+
+
+def norm_meta(meta: dict) -> dict:
+    """The launch keywords the naive norm kernel takes: it does not divide, so it has no
+    BLOCK_RECIPROCAL (Triton on a GPU rejects keywords a kernel does not declare; the interpreter
+    ignores them, which is how this once slipped through CPU tests)."""
+    return {k: v for k, v in meta.items() if k != "BLOCK_RECIPROCAL"}
+
+
+def rmsnorm_fp8_naive(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR,
+                      rounding: str = "auto", num_warps: int | None = None,
+                      cap_registers: bool = True, division: str | None = None):
+    """Two kernels: the norm writes bf16 rows to memory, the quantizer reads them back.
+    Always the baseline launch (never the tuned table): the comparison the chapter starts from."""
+    x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
+        x, w, eps, absmax_floor, rounding, num_warps, cap_registers, division)
+    rows, cols = x2.shape
+    if rows == 0:
+        return _shaped(codes, scales, shape)
+    meta.pop("ROWS", None)
+    meta.pop("PIECES", None)
+    y = torch.empty((rows, cols), dtype=BF16, device=x2.device)  # the round trip
+    with _interpreter_quiet():
+        rmsnorm_bf16_kernel[(rows,)](x2, w, y, cols, float(cols), x2.stride(0), eps,
+                                     **norm_meta(meta))
+        quantize_fp8_kernel[(rows,)](y, codes_out, scales, cols, floor, FP8_MAX=FP8_MAX, **meta)
+    return _shaped(codes, scales, shape)
+
+
+def kernel_resources(rows: int = 4, cols: int = HIDDEN_SIZE, num_warps: int | None = None,
+                     cap_registers: bool = True, config: FusedConfig | None = None) -> dict:
+    """Registers and spills per thread of the compiled kernels (GPU; None in the interpreter)."""
+    x, w = make_inputs(rows, cols, 0)
+    x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
+        x, w, RMS_NORM_EPS, ABSMAX_FLOOR, "auto", num_warps, cap_registers, None, config)
+    y = torch.empty(x2.shape, dtype=BF16, device=x2.device)
+    fused = _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
+    meta.pop("ROWS", None)
+    meta.pop("PIECES", None)
+    with _interpreter_quiet():
+        launched = {
+            "fused": fused,
+            "norm": rmsnorm_bf16_kernel[(rows,)](x2, w, y, cols, float(cols), x2.stride(0), eps,
+                                                 **norm_meta(meta)),
+            "quantize": quantize_fp8_kernel[(rows,)](y, codes_out, scales, cols, floor,
+                                                     FP8_MAX=FP8_MAX, **meta)}
+    out = {"num_warps": meta["num_warps"], "maxnreg": meta.get("maxnreg")}
+    for name, k in launched.items():
+        out[f"{name}_registers"] = getattr(k, "n_regs", None)
+        out[f"{name}_spills"] = getattr(k, "n_spills", None)
+    return out
+
+
+registry.register(registry.Impl(
+    "fp8.naive", op="rmsnorm_fp8", fn=rmsnorm_fp8_naive, route="triton", dtypes=(BF16,),
+    max_cols=MAX_COLS,
+    description="RMSNorm kernel writes bf16 rows, a second kernel quantizes them to fp8 e4m3 "
+                "in 128-column blocks (chapter 8)"))
+registry.register(registry.Impl(
+    "fp8.fused", op="rmsnorm_fp8", fn=rmsnorm_fp8_fused, route="triton", dtypes=(BF16,),
+    max_cols=MAX_COLS,
+    description="RMSNorm + fp8 e4m3 block quantization in one kernel, one row per program "
+                "(chapter 8)"))
+
+
+# ---------------------------------------------------------------- the cast, in isolation
+
+ELEMENTWISE_BLOCK = 1024  # values per program of the two demonstration kernels below
+
+
+@triton.jit
+def cast_to_fp8_kernel(v_ptr, codes_ptr, n, FP8_MAX: tl.constexpr, BLOCK: tl.constexpr,
+                       CLAMP: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
+    if CLAMP:
+        v = tl.clamp(v, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
+    if SOFTWARE_ROUNDING:
+        tl.store(codes_ptr + offsets, e4m3_bits(v), mask=mask)
+    else:
+        tl.store(codes_ptr + offsets, v.to(tl.float8e4nv, fp_downcast_rounding="rtne"), mask=mask)
+
+
+@triton.jit
+def round_to_bf16_kernel(v_ptr, out_ptr, n, BLOCK: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
+    tl.store(out_ptr + offsets, to_bf16_value(v, SOFTWARE_ROUNDING), mask=mask)
+
+
+def triton_cast_to_fp8(values, software: bool, clamp: bool = True) -> torch.Tensor:
+    """fp32 values -> e4m3 codes through Triton alone (up to 65536 values): Triton's cast
+    (``software=False``) or the integer rounding, after clamping to +-448 as the kernels do.
+    ``clamp=False`` shows Triton's raw cast (the software path always clamps: it assumes it)."""
+    v = torch.as_tensor(values, dtype=FP32).reshape(-1).to(env.current().device)
+    if v.numel() > 65536:
+        raise validation.InputError("triton_cast_to_fp8 takes at most 65536 values per call.")
+    if software and not clamp:
+        raise validation.InputError("the software rounding assumes |value| <= 448: keep clamp=True.")
+    codes = torch.empty(v.shape, dtype=FP8_DTYPE, device=v.device)
+    if v.numel():
+        cast_to_fp8_kernel[(triton.cdiv(v.numel(), ELEMENTWISE_BLOCK),)](
+            v, codes.view(torch.uint8) if software else codes, v.numel(), FP8_MAX=FP8_MAX,
+            BLOCK=ELEMENTWISE_BLOCK, CLAMP=clamp, SOFTWARE_ROUNDING=software)
+    return codes
+
+
+def triton_round_to_bf16(values, software: bool) -> torch.Tensor:
+    """fp32 values -> nearest bf16 (as fp32) through Triton: its cast or the integer rounding."""
+    v = torch.as_tensor(values, dtype=FP32).reshape(-1).to(env.current().device)
+    if v.numel() > 65536:
+        raise validation.InputError("triton_round_to_bf16 takes at most 65536 values per call.")
+    out = torch.empty_like(v)
+    if v.numel():
+        round_to_bf16_kernel[(triton.cdiv(v.numel(), ELEMENTWISE_BLOCK),)](
+            v, out, v.numel(), BLOCK=ELEMENTWISE_BLOCK, SOFTWARE_ROUNDING=software)
+    return out
+
+
+# ---------------------------------------------------------------- inputs for checks
+
+def make_inputs(rows: int, cols: int, seed: int = 0, device=None, zero_block: bool = False):
+    """Random bf16 x (N(0,1) with a few large outliers per row, as activations have) and gamma
+    (around 1). Drawn on the CPU so every machine gets the same numbers. ``zero_block`` zeroes
+    columns 0..127 of row 0 (an all-zero block, the 0/0 case)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g)
+    if cols >= 8:
+        spikes = torch.randint(0, cols, (rows, max(1, cols // 512)), generator=g)
+        x.scatter_(1, spikes, 20.0 * torch.randn(spikes.shape, generator=g))
+    if zero_block and rows:
+        x[0, :BLOCK_COLS] = 0.0
+    w = 1.0 + 0.1 * torch.randn(cols, generator=g)
+    device = device or env.current().device
+    return x.to(BF16).to(device), w.to(BF16).to(device)
+
+
+# ---------------------------------------------------------------- recorded results (GPU)
+
+CHECK_SHAPES = ((1, 1), (3, 127), (3, 129), (5, 200), (7, 1000), (2, 7168), (64, 7168),
+                (4, 16384), (4096, 7168))
+CHECK_SEEDS = (0, 1, 2)
+TIMING_SHAPES = ((2, 7168), (4096, 7168), (16384, 7168), (32768, 7168))
+LARGE_ROWS = 4096  # shapes with at least this many rows are "large" for the targets
+TARGET_SPEEDUP = 1.5
+TARGET_FLOOR_FRACTION = 0.90
+
+
+def exactness_records(shapes=CHECK_SHAPES, seeds=CHECK_SEEDS, log=print,
+                      budget_s: float = 50.0) -> list[dict]:
+    """Codes and scales of every version against the reference, shape by shape, seed by seed.
+    Shapes left when ``budget_s`` seconds have passed are recorded as skipped."""
+    out = []
+    t0 = time.time()
+    versions = {"fused": lambda x, w: rmsnorm_fp8_fused(x, w),
+                "fused_baseline": lambda x, w: rmsnorm_fp8_fused(x, w, config=baseline_config(
+                    x.shape[-1])),
+                "naive": lambda x, w: rmsnorm_fp8_naive(x, w),
+                "fused_software": lambda x, w: rmsnorm_fp8_fused(x, w, rounding="software"),
+                "reordered_reference": lambda x, w: reference_reordered(x, w)}
+    for rows, cols in shapes:
+        for seed in seeds:
+            if time.time() - t0 > budget_s:
+                out.append({"kind": "skipped", "rows": rows, "cols": cols, "seed": seed,
+                            "reason": f"exactness budget of {budget_s:.0f} s spent"})
+                log(f"  exact {rows}x{cols} seed {seed}: skipped (budget spent)")
+                continue
+            x, w = make_inputs(rows, cols, seed)
+            ref_codes, ref_scales = reference(x, w)
+            rec = {"kind": "exactness", "rows": rows, "cols": cols, "seed": seed,
+                   "codes": rows * cols}
+            for name, fn in versions.items():
+                try:
+                    codes, scales = fn(x, w)
+                    report = compare(codes, scales, ref_codes, ref_scales)
+                    rec[f"{name}_differing_codes"] = report.mismatches
+                    rec[f"{name}_scales_ok"] = bool(checks.allclose(
+                        scales.cpu(), ref_scales.cpu(), rtol=1e-6, atol=0.0, nan="match"))
+                except Exception as e:  # noqa: BLE001 - recorded, the next version still runs
+                    rec[f"{name}_error"] = f"{type(e).__name__}: {e}"
+            out.append(rec)
+            log(f"  exact {rows}x{cols} seed {seed}: " + ", ".join(
+                f"{k.replace('_differing_codes', '')} {v}" for k, v in rec.items()
+                if k.endswith("_differing_codes")))
+    # the zero block without a floor: NaN codes must sit where the reference puts them
+    x, w = make_inputs(4, 512, 0, zero_block=True)
+    ref_codes, ref_scales = reference(x, w, absmax_floor=0.0)
+    rec = {"kind": "zero_block", "rows": 4, "cols": 512,
+           "reference_nan_codes": int((code_bits(ref_codes) & 0x7F == 0x7F).sum()),
+           "reference_zero_scales": int((ref_scales == 0).sum())}
+    for name, fn in (("fused", rmsnorm_fp8_fused), ("naive", rmsnorm_fp8_naive)):
+        try:
+            codes, scales = fn(x, w, absmax_floor=0.0)
+            rec[f"{name}_differing_codes"] = compare(codes, scales, ref_codes, ref_scales).mismatches
+            rec[f"{name}_nan_codes"] = int((code_bits(codes) & 0x7F == 0x7F).sum())
+        except Exception as e:  # noqa: BLE001
+            rec[f"{name}_error"] = f"{type(e).__name__}: {e}"
+    out.append(rec)
+    log(f"  zero block (no floor): {rec}")
+    # what this torch does with values past 448 without the clamp (saturate or NaN?)
+    beyond = torch.tensor([448.0, 464.0, 500.0, 1000.0, math.inf], device=env.current().device)
+    out.append({"kind": "torch_cast_beyond_448", "device": str(beyond.device),
+                "values": beyond.tolist(),
+                "codes": code_bits(beyond.to(FP8_DTYPE)).tolist()})
+    log(f"  torch .to(float8_e4m3fn) of {beyond.tolist()}: {out[-1]['codes']}")
+    return out
+
+
+def timing_records(shapes=TIMING_SHAPES, warmup: int = 10, reps: int = 50, log=print) -> list[dict]:
+    """Median times of naive and fused (cold L2), priced by the traffic model and the copy floor."""
+    from ..measure import timer  # written by the measurement chapter; imported here so CPU use never needs it
+
+    out = []
+    try:
+        copy_GBps = float(timer.copy_bandwidth_GBps())
+        log(f"  copy bandwidth: {copy_GBps:.0f} GB/s")
+    except Exception as e:  # noqa: BLE001
+        copy_GBps = None
+        out.append({"kind": "error", "step": "copy_bandwidth", "error": f"{type(e).__name__}: {e}"})
+        log(f"  copy bandwidth FAILED: {e}")
+    for rows, cols in shapes:
+        rec = {"kind": "timing", "rows": rows, "cols": cols, "copy_GBps": copy_GBps}
+        x, w = make_inputs(rows, cols, 0)
+        # graph=False: what a Python caller sees (launch overhead included);
+        # graph=True: the kernels replayed from a CUDA graph, so Python's overhead is not counted
+        for graph, suffix in ((False, ""), (True, "_graph")):
+            try:
+                for name, fn in (("naive", rmsnorm_fp8_naive), ("fused", rmsnorm_fp8_fused),
+                                 ("fused_baseline", lambda x, w: rmsnorm_fp8_fused(
+                                     x, w, config=baseline_config(x.shape[-1])))):
+                    times = timer.time_gpu(lambda: fn(x, w), warmup, reps, l2="cold", graph=graph)
+                    times = sorted(float(t) for t in times)
+                    rec[f"{name}{suffix}_us"] = times[len(times) // 2]
+                    rec[f"{name}{suffix}_us_min"] = times[0]
+                rec[f"speedup{suffix}"] = rec[f"naive{suffix}_us"] / rec[f"fused{suffix}_us"]
+                rec[f"speedup_baseline{suffix}"] = (rec[f"naive{suffix}_us"]
+                                                    / rec[f"fused_baseline{suffix}_us"])
+            except Exception as e:  # noqa: BLE001
+                rec[f"error{suffix}"] = f"{type(e).__name__}: {e}"
+        try:
+            from .. import traffic
+
+            for name in ("naive", "fused"):
+                price = traffic.price(f"rmsnorm_fp8_{name}", rows, cols, "bf16")
+                rec[f"{name}_bytes_read"] = int(price.bytes_read)
+                rec[f"{name}_bytes_written"] = int(price.bytes_written)
+                rec[f"{name}_bytes"] = int(price.bytes_total)
+                if copy_GBps:  # the floor: these bytes moved at the measured copy bandwidth
+                    rec[f"{name}_floor_us"] = price.bytes_total / copy_GBps / 1e3
+                    for suffix in ("", "_graph"):
+                        if f"{name}{suffix}_us" in rec:
+                            rec[f"{name}{suffix}_floor_fraction"] = (
+                                rec[f"{name}_floor_us"] / rec[f"{name}{suffix}_us"])
+                        if name == "fused" and f"fused_baseline{suffix}_us" in rec:
+                            rec[f"fused_baseline{suffix}_floor_fraction"] = (
+                                rec["fused_floor_us"] / rec[f"fused_baseline{suffix}_us"])
+        except Exception as e:  # noqa: BLE001
+            rec["traffic_error"] = f"{type(e).__name__}: {e}"
+        del x, w
+        out.append(rec)
+        log(f"  time {rows}x{cols}: " + ", ".join(
+            f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items()
+            if k not in ("kind", "rows", "cols")))
+    return out
+
+
+SWEEP_SHAPE = (16384, 7168)
+SWEEP_CONFIGS = ((16, True), (16, False), (8, False), (32, False))  # (num_warps, cap_registers)
+
+
+def sweep_records(shape=SWEEP_SHAPE, configs=SWEEP_CONFIGS, warmup: int = 5, reps: int = 30,
+                  log=print) -> list[dict]:
+    """The fused kernel's launch configuration at one large shape: time, registers, spills."""
+    from ..measure import timer
+
+    rows, cols = shape
+    x, w = make_inputs(rows, cols, 0)
+    out = []
+    for num_warps, cap in configs:
+        rec = {"kind": "sweep", "rows": rows, "cols": cols, "num_warps": num_warps,
+               "cap_registers": cap}
+        try:
+            rec.update(kernel_resources(num_warps=num_warps, cap_registers=cap))
+            times = sorted(timer.time_gpu(
+                lambda: rmsnorm_fp8_fused(x, w, num_warps=num_warps, cap_registers=cap),
+                warmup, reps, l2="cold", graph=True))
+            rec["fused_graph_us"] = float(times[len(times) // 2])
+        except Exception as e:  # noqa: BLE001
+            rec["error"] = f"{type(e).__name__}: {e}"
+        out.append(rec)
+        log(f"  sweep {rows}x{cols}: {rec}")
+    return out
+
+
+CANDIDATE_SHAPES = ((16384, 7168), (32768, 7168))
+CANDIDATE_CHECK_SHAPES = ((3, 129), (7, 1000), (64, 7168), (4, 16384), (4096, 7168))
+
+
+def edge_inputs(device=None):
+    """Inputs that reach the corners of the division: signed zeros, a zero block, tiny blocks
+    (scales below 2^-90 without a floor), subnormal bf16 values, and a huge gamma that makes some
+    normalized values infinite (an infinite scale). Returns a list of (name, x, w, floor)."""
+    device = device or env.current().device
+    x, w = make_inputs(6, 1024, 7, device="cpu")
+    x[0, :64] = -0.0
+    x[0, 64:128] = 0.0
+    x[1, :128] = 0.0
+    x[2, 128:256] *= 1e-30  # tiny next to the row: normalized values underflow towards 0
+    x[3] *= 1e-36  # a whole tiny row
+    tiny_x = x.clone()
+    w_huge = w.clone()
+    w_huge[256:384] = 3.0e38  # bf16 products overflow to inf in this block
+    out = [("signed zeros and tiny blocks", x, w, ABSMAX_FLOOR),
+           ("same, no floor", tiny_x, w, 0.0),
+           ("same, floor 1e-30", tiny_x, w, 1e-30),
+           ("infinite values (huge gamma), no floor", x, w_huge, 0.0),
+           ("infinite values (huge gamma)", x, w_huge, ABSMAX_FLOOR)]
+    g = torch.Generator().manual_seed(11)
+    sub = (torch.randn(4, 512, generator=g) * 1e-39).to(BF16)  # bf16 subnormals
+    out.append(("subnormal x, no floor", sub, torch.ones(512, dtype=BF16), 0.0))
+    return [(name, a.to(BF16).to(device), b.to(BF16).to(device), f) for name, a, b, f in out]
+
+
+def fused_resources(config: FusedConfig, cols: int = HIDDEN_SIZE) -> tuple:
+    """(registers, spills) per thread of the fused kernel compiled for ``config`` (None: interpreter)."""
+    x, w = make_inputs(2, cols, 0)
+    x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
+        x, w, RMS_NORM_EPS, ABSMAX_FLOOR, "auto", None, True, None, config)
+    k = _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
+    return getattr(k, "n_regs", None), getattr(k, "n_spills", None)
+
+
+@functools.lru_cache(maxsize=16)
+def _case(rows: int, cols: int, seed: int):
+    """Inputs and reference of one check, kept: every candidate is checked on the same cases."""
+    x, w = make_inputs(rows, cols, seed)
+    return x, w, reference(x, w)
+
+
+def candidate_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seeds=(0, 1)) -> dict:
+    """One fused configuration, checked twice: on random inputs its codes must equal the
+    reference's bit for bit; on :func:`edge_inputs` they must equal the baseline kernel's (the
+    same arithmetic up to the division: any difference there is the candidate's fault, while a
+    difference between baseline and reference at those corners is recorded, not blamed on it)."""
+    checked = differing = 0
+    failures = []
+    for rows, cols in shapes:
+        for seed in seeds:
+            x, w, ref = _case(rows, cols, seed)
+            report = compare(*rmsnorm_fp8_fused(x, w, config=config), *ref)
+            checked += 1
+            differing += report.mismatches
+            if not report.ok:
+                failures.append(f"{rows}x{cols} seed {seed}: {report}")
+    edge_vs_reference = 0
+    for name, x, w, floor in edge_inputs():
+        out = rmsnorm_fp8_fused(x, w, absmax_floor=floor, config=config)
+        base = rmsnorm_fp8_fused(x, w, absmax_floor=floor, config=baseline_config(x.shape[-1]))
+        report = compare(*out, *base)
+        edge_vs_reference += compare(*out, *reference(x, w, absmax_floor=floor)).mismatches
+        checked += 1
+        differing += report.mismatches
+        if not report.ok:
+            failures.append(f"{name} (against the baseline kernel): {report}")
+    return {"exact_checks": checked, "differing_codes": differing, "bit_exact": not failures,
+            "edge_codes_differing_from_reference": edge_vs_reference, "failures": failures[:3]}
+
+
+def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int = 5, reps: int = 20,
+                       log=print, deadline: float | None = None, progress=None) -> list[dict]:
+    """Every candidate configuration of the fused kernel: bit-exactness on the GPU, registers,
+    and median times (cold L2, with and without CUDA-graph replay) at the large shapes. The
+    naive pair is timed next to them (baseline division and block reciprocal) for the ratio."""
+    from ..measure import timer
+
+    out = []
+    inputs = {shape: make_inputs(*shape, 0) for shape in shapes}
+
+    def med(fn, graph):
+        t = sorted(float(v) for v in timer.time_gpu(fn, warmup, reps, l2="cold", graph=graph))
+        return t[len(t) // 2]
+
+    for division in DIVISIONS:
+        rec = {"kind": "naive_reference", "division": division}
+        try:
+            for (rows, cols), (x, w) in inputs.items():
+                for graph, suffix in ((True, "_graph"), (False, "")):
+                    rec[f"naive{suffix}_us_{rows}"] = med(
+                        lambda: rmsnorm_fp8_naive(x, w, division=division), graph)
+        except Exception as e:  # noqa: BLE001
+            rec["error"] = f"{type(e).__name__}: {e}"
+        out.append(rec)
+        log(f"  naive, {division} division: {rec}")
+    for cfg in configs:
+        rec = {"kind": "candidate", "label": cfg.label, **dataclasses.asdict(cfg),
+               "cols": shapes[0][1], "baseline": cfg == baseline_config(shapes[0][1])}
+        if deadline is not None and time.time() > deadline:
+            rec["skipped"] = "time budget spent"
+            out.append(rec)
+            log(f"  candidate {cfg.label}: skipped (time budget spent)")
+            continue
+        try:
+            rec.update(candidate_exactness(cfg))
+        except Exception as e:  # noqa: BLE001
+            rec.update(bit_exact=False, error=f"exactness: {type(e).__name__}: {e}")
+        try:
+            rec["registers"], rec["spills"] = fused_resources(cfg)
+            for (rows, cols), (x, w) in inputs.items():
+                for graph, suffix in ((True, "_graph"), (False, "")):
+                    rec[f"fused{suffix}_us_{rows}"] = med(
+                        lambda: rmsnorm_fp8_fused(x, w, config=cfg), graph)
+        except Exception as e:  # noqa: BLE001
+            rec["error"] = f"{type(e).__name__}: {e}"
+        out.append(rec)
+        if progress is not None:
+            progress(out)  # written after every candidate: a timeout keeps what was measured
+        log(f"  candidate {cfg.label}: exact {rec.get('bit_exact')} "
+            f"({rec.get('differing_codes')} codes differ), registers {rec.get('registers')}, "
+            + ", ".join(f"{k} {v:.1f}" for k, v in rec.items() if k.startswith("fused")))
+    return out
+
+
+def best_candidate(recs: list[dict], rows: int | None = None) -> dict | None:
+    """The bit-exact candidate with the smallest CUDA-graph time summed over the timed shapes
+    (or at ``rows``); None when none is bit-exact and timed."""
+    cands = [r for r in recs if r.get("kind") == "candidate"]
+    timed = {k for r in cands for k in r if k.startswith("fused_graph_us_")}
+    keys = [f"fused_graph_us_{rows}"] if rows is not None else sorted(timed)
+
+    def total(r):  # a candidate missing one of the shapes others were timed at cannot win
+        return sum(r[k] for k in keys) if keys and all(k in r for k in keys) else None
+
+    fine = [r for r in cands if r.get("bit_exact") is True and "error" not in r
+            and "skipped" not in r and total(r) is not None]
+    return min(fine, key=total) if fine else None
+
+
+def write_tuning_table(path, recs: list[dict], log=print) -> FusedConfig | None:
+    """Write ``fp8_tuning.json`` (the winner, for the wrapper) and return the winner's config."""
+    best = best_candidate(recs)
+    if best is None:
+        log("  no bit-exact timed candidate: no tuning table written")
+        return None
+    cfg = FusedConfig(best["num_warps"], best["maxnreg"], best["division"],
+                      best.get("rows_per_program", 1), best.get("tile", "padded"))
+    row = {"cols": best["cols"], "num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg,
+           "division": cfg.division, "rows_per_program": cfg.rows_per_program, "tile": cfg.tile,
+           "bit_exact": True, "label": cfg.label,
+           **{k: v for k, v in best.items() if k.startswith("fused")}}
+    records.write(path, [row], extra={"objective": "smallest CUDA-graph time summed over "
+                                      + ", ".join(f"{r}x{c}" for r, c in CANDIDATE_SHAPES)
+                                      + " among the bit-exact candidates"})
+    log(f"  winner: {cfg.label}; wrote {path}")
+    return cfg
+
+
+def record(path, log=print, check_shapes=CHECK_SHAPES, timing_shapes=TIMING_SHAPES,
+           candidates_budget_s: float = 62.0) -> list[dict]:
+    """The GPU session's step: exactness, then timings; each part fails on its own, and the file
+    is rewritten after each, so a later timeout keeps what was measured."""
+    from .. import records
+
+    out = []
+    t0 = time.time()
+    rounding = resolve_rounding("auto")
+    log(f"fp8_quant: rounding 'auto' resolves to {rounding!r} ({hardware_fp8_support()[1]})")
+    extra = {"rounding": rounding, "targets": {"speedup": TARGET_SPEEDUP,
+                                               "floor_fraction": TARGET_FLOOR_FRACTION,
+                                               "large_rows": LARGE_ROWS}}
+    from pathlib import Path
+
+    table_path = Path(path).with_name("fp8_tuning.json")
+
+    extra["fused_config"] = choose_config(HIDDEN_SIZE)[0].label  # what "fused" ran as
+    extra["baseline_config"] = baseline_config(HIDDEN_SIZE).label
+
+    def candidates_step():  # last: the steps above are the chapter's, they must not wait on it
+        if timing_shapes != TIMING_SHAPES:
+            return []
+        recs = candidates_records(log=log, deadline=t0 + candidates_budget_s,
+                                  progress=lambda so_far: records.write(path, out + so_far,
+                                                                        extra=extra))
+        winner = write_tuning_table(table_path, recs, log=log)
+        extra["candidates_winner"] = winner.label if winner else None
+        return recs
+
+    steps = (("exactness", lambda: exactness_records(check_shapes, log=log)),
+             ("resources", lambda: [{"kind": "resources", **kernel_resources()}]),
+             ("timing", lambda: timing_records(timing_shapes, log=log)),
+             ("sweep", lambda: sweep_records(log=log) if timing_shapes == TIMING_SHAPES else []),
+             ("candidates", candidates_step))
+    for step, fn in steps:
+        try:
+            out += fn()
+        except Exception as e:  # noqa: BLE001 - recorded; the other step still runs
+            out.append({"kind": "error", "step": step, "error": f"{type(e).__name__}: {e}"})
+            log(f"  {step} FAILED: {type(e).__name__}: {e}")
+        records.write(path, out, extra=extra)
+        log(f"fp8_quant: {step} done after {time.time() - t0:.1f} s; wrote {path}")
+    return out
+
+
+# ---------------------------------------------------------------- reading the recorded results
+
+def exactness_table(doc: dict) -> list[dict]:
+    """One row per recorded shape x seed: differing codes per version (0 is bit-exact)."""
+    return [r for r in doc["records"] if r.get("kind") == "exactness"]
+
+
+def exactness_summary(doc: dict) -> dict:
+    """Totals over all recorded shapes and seeds, per version: checks run, checks exact, codes."""
+    rows = exactness_table(doc)
+    summary = {}
+    for version in ("fused", "fused_baseline", "naive", "fused_software", "reordered_reference"):
+        key = f"{version}_differing_codes"
+        done = [r for r in rows if key in r]
+        summary[version] = {
+            "checks": len(done),
+            "exact": sum(1 for r in done if r[key] == 0 and r.get(f"{version}_scales_ok", True)),
+            "differing_codes": sum(r[key] for r in done),
+            "codes": sum(r["codes"] for r in done),
+            "errors": sum(1 for r in rows if f"{version}_error" in r),
+        }
+    return summary
+
+
+def timing_table(doc: dict) -> list[dict]:
+    return [r for r in doc["records"] if r.get("kind") == "timing"]
+
+
+def timing_kind(r: dict) -> str:
+    """``"_graph"`` when the record has CUDA-graph times (kernel time without Python's launch
+    overhead), else ``""`` (times as a Python caller sees them)."""
+    return "_graph" if "speedup_graph" in r else ""
+
+
+def target_verdicts(doc: dict, candidates: dict | None = None) -> list[str]:
+    """"met / not met" lines for the chapter's targets at the large recorded shapes, from the
+    CUDA-graph times where recorded (the kernels' own time), else the plain ones."""
+    targets = doc["provenance"].get("targets", {})
+    speedup_target = targets.get("speedup", TARGET_SPEEDUP)
+    floor_target = targets.get("floor_fraction", TARGET_FLOOR_FRACTION)
+    large = targets.get("large_rows", LARGE_ROWS)
+    lines = []
+    for r in timing_table(doc):
+        if r["rows"] < large:
+            continue
+        shape = f"{r['rows']}x{r['cols']}"
+        g = timing_kind(r)
+        if f"speedup{g}" not in r:
+            lines.append(f"{shape}: not measured ({r.get('error', 'no timing recorded')})")
+            continue
+        how = " (CUDA graph)" if g else ""
+        s = r[f"speedup{g}"]
+        verdict = "met" if s >= speedup_target else f"not met (gap {speedup_target - s:.2f}x)"
+        lines.append(f"{shape}: fused {s:.2f}x faster than naive{how}; target >= "
+                     f"{speedup_target}x: {verdict}")
+        frac = r.get(f"fused{g}_floor_fraction")
+        if frac is None:
+            lines.append(f"{shape}: copy floor not available "
+                         f"({r.get('traffic_error', 'no copy bandwidth recorded')})")
+        else:
+            verdict = ("met" if frac >= floor_target else
+                       f"not met (gap {100 * (floor_target - frac):.1f} points: "
+                       f"{r[f'fused{g}_us'] - r['fused_floor_us']:.1f} us above the floor)")
+            lines.append(f"{shape}: fused at {100 * frac:.1f}% of the copy floor{how}; target >= "
+                         f"{100 * floor_target:.0f}%: {verdict}")
+    return (lines + tuned_verdicts(doc, candidates)) or ["no large-shape timings recorded"]
+
+
+def candidate_table(doc: dict) -> list[dict]:
+    """The recorded launch candidates of the fused kernel (one dict each; times in us)."""
+    return [r for r in doc["records"] if r.get("kind") == "candidate"]
+
+
+def tuned_verdicts(doc: dict, candidates: dict | None = None) -> list[str]:
+    """The targets for the fastest bit-exact candidate (what ``fp8.fused`` runs once its table is
+    committed), against the naive pair and the copy floor of ``doc``'s timing records.
+
+    ``candidates`` is the record file holding the candidates when it is not ``doc`` (a later
+    session); the lines then say that the two times come from different sessions."""
+    targets = doc["provenance"].get("targets", {})
+    speedup_target = targets.get("speedup", TARGET_SPEEDUP)
+    floor_target = targets.get("floor_fraction", TARGET_FLOOR_FRACTION)
+    recs = candidate_table(candidates or doc)
+    across = ""
+    if candidates is not None and candidates is not doc:
+        across = (f" [candidate timed in the session of commit "
+                  f"{str(candidates['provenance'].get('commit'))[:10]}, naive in that of "
+                  f"{str(doc['provenance'].get('commit'))[:10]}]")
+    if not recs:
+        return []
+    best = best_candidate(recs)
+    if best is None:
+        return ["candidates: none both bit-exact and timed"]
+    lines = []
+    for r in timing_table(doc):
+        t = best.get(f"fused_graph_us_{r['rows']}")
+        if t is None or "naive_graph_us" not in r:
+            continue
+        shape = f"{r['rows']}x{r['cols']}"
+        s = r["naive_graph_us"] / t
+        verdict = "met" if s >= speedup_target else f"not met (gap {speedup_target - s:.2f}x)"
+        lines.append(f"{shape}: best candidate ({best['label']}) {t:.1f} us, {s:.2f}x faster "
+                     f"than naive (CUDA graph); target >= {speedup_target}x: {verdict}{across}")
+        if r.get("fused_floor_us"):
+            frac = r["fused_floor_us"] / t
+            verdict = ("met" if frac >= floor_target else
+                       f"not met (gap {100 * (floor_target - frac):.1f} points: "
+                       f"{t - r['fused_floor_us']:.1f} us above the floor)")
+            lines.append(f"{shape}: best candidate at {100 * frac:.1f}% of the copy floor; "
+                         f"target >= {100 * floor_target:.0f}%: {verdict}")
+    return lines
+
+
+# ---------------------------------------------------------------- command line
+
+def _main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fusedrms.kernels.rmsnorm_fp8", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    chk = sub.add_parser("check", help="compare naive and fused with the reference")
+    chk.add_argument("--rows", type=int, default=4)
+    chk.add_argument("--cols", type=int, default=HIDDEN_SIZE)
+    chk.add_argument("--seed", type=int, default=0)
+    chk.add_argument("--rounding", choices=ROUNDINGS, default="auto")
+    rec = sub.add_parser("record", help="GPU: exactness and timings into a record file")
+    rec.add_argument("--out", required=True)
+    rec.add_argument("--dry-run", action="store_true",
+                     help="small shapes, and allowed without a GPU (timings then fail and are "
+                          "recorded as errors): a rehearsal of the GPU step")
+    args = parser.parse_args(argv)
+    if args.cmd == "check":
+        x, w = make_inputs(args.rows, args.cols, args.seed)
+        ref = reference(x, w)
+        ok = True
+        for name, fn in (("naive", rmsnorm_fp8_naive), ("fused", rmsnorm_fp8_fused)):
+            report = compare(*fn(x, w, rounding=args.rounding), *ref)
+            ok &= report.ok
+            print(f"{name}: {report}")
+        return 0 if ok else 1
+    if args.dry_run:
+        out = record(args.out, check_shapes=((3, 129), (2, 7168)), timing_shapes=((2, 7168),))
+    elif not env.current().on_gpu:
+        print("error: recording fp8_quant results needs a GPU (use --dry-run to rehearse on a CPU)")
+        return 2
+    else:
+        out = record(args.out)
+    return 1 if any(r.get("kind") == "error" for r in out) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -1,0 +1,1188 @@
+"""The book's benchmark harness: every speed claim in the book comes from here.
+
+    python -m fusedrms.measure.harness                       # a small default sweep, 3 processes
+    python -m fusedrms.measure.harness run --op add_rmsnorm --rows 1024,4096 --cols 4096 --dtypes bf16
+    python -m fusedrms.measure.harness plan h200 --out bench_grid.json       # the recorded H200 grid
+    python -m fusedrms.measure.harness show [FILE]           # print a result file (the recorded one by default)
+    python -m fusedrms.measure.harness plot FILE --out STEM  # bandwidth and % of floor, PNG + SVG
+    python -m fusedrms.measure.harness rules --out timing_rules.json   # each timing rule, broken and kept
+    python -m fusedrms.measure.harness ncu --out ncu_summary.json      # Nsight Compute on one kernel
+
+How a number is made (see :mod:`fusedrms.measure.timer` for the details of one measurement):
+
+1. Every case (implementation x op x rows x cols x dtype x mode) runs in ``--processes`` separate
+   Python processes (default 3), one after another. A process warms each implementation up (the
+   first call, with its JIT or ``torch.compile`` cost, is timed on its own as ``first_call_ms``),
+   checks its output on sampled rows against :mod:`fusedrms.reference`, then times it with device
+   events and keeps the median, p10 and p90.
+2. The result is the median of the process medians, with their range (min-max).
+3. Each process also measures the device's copy bandwidth; bytes from the traffic model
+   (:mod:`fusedrms.traffic`) divided by it give the floor, and each result is reported as a
+   percentage of that floor.
+
+Modes: ``cold`` (L2 flushed before every call), ``warm`` (back to back), ``graph`` (CUDA graph
+replay, back to back: launch overhead removed). ``torch.compile`` peers run in their own process
+(``--compile-processes``, default 1) because compiling one kernel per shape is slow.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import fnmatch
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .. import env, records
+
+NO_GPU_EXIT = 2
+LINE_TAG = "@@"  # worker protocol: lines starting with this are JSON messages
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+COMPILED_PEERS = ("torch.compile", "torch.compile_add")
+EPS = 1e-5
+
+
+class FloorUnavailable(RuntimeError):
+    """The traffic model cannot price this op, so no floor (and no % of floor) exists for it."""
+
+
+class NoGPU(RuntimeError):
+    pass
+
+
+def dtype_of(name: str):
+    import torch
+
+    try:
+        return getattr(torch, DTYPES[name])
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; use one of {', '.join(DTYPES)}") from None
+
+
+def dtype_name(dtype) -> str:
+    inverse = {v: k for k, v in DTYPES.items()}
+    return inverse.get(str(dtype).replace("torch.", ""), str(dtype).replace("torch.", ""))
+
+
+# ---------------------------------------------------------------- the floor (traffic model)
+
+def floor_bytes(op: str, rows: int, cols: int, dtype: str) -> int:
+    """Bytes that ``op`` must move at this shape, from :func:`fusedrms.traffic.price`."""
+    try:
+        from .. import traffic
+    except ModuleNotFoundError as e:
+        raise FloorUnavailable(f"the traffic model (fusedrms.traffic) cannot be imported ({e}); "
+                               f"no floor can be computed") from None
+    step_of = getattr(traffic, "OP_STEP", {})
+    if op not in step_of:
+        raise FloorUnavailable(f"the traffic model has no step for op {op!r} "
+                               f"(traffic.OP_STEP knows {sorted(step_of)}); no floor for it")
+    return int(traffic.price(step_of[op], rows, cols, dtype_of(dtype)).bytes_total)
+
+
+def floor_us(nbytes: int, copy_GBps: float) -> float:
+    """Time to move ``nbytes`` at the copy bandwidth, in µs (GB = 10^9 bytes)."""
+    return nbytes / (copy_GBps * 1e9) * 1e6
+
+
+# ---------------------------------------------------------------- what to run
+
+@dataclass
+class Sweep:
+    """A grid of cases: every implementation of ``op`` matching ``impls`` at every shape x dtype."""
+
+    name: str
+    op: str
+    rows: tuple
+    cols: tuple
+    dtypes: tuple = ("bf16",)
+    modes: tuple = ("cold",)
+    impls: tuple = ("*",)  # fnmatch patterns on implementation names
+
+    def __post_init__(self):
+        bad = [m for m in self.modes if m not in ("cold", "warm", "graph")]
+        if bad:
+            raise ValueError(f"unknown mode(s) {bad}; use cold, warm or graph")
+        for d in self.dtypes:
+            dtype_of(d)
+
+
+PLANS = {
+    # The recorded H200 run (code/scripts/gpu/80_bench.sh). Order matters: under a time budget
+    # the last cases of a process are the ones skipped.
+    "h200": [
+        Sweep("grid", "add_rmsnorm", (1, 16, 256, 1024, 4096, 16384), (2048, 4096, 8192, 16384),
+              ("bf16", "fp16", "fp32")),
+        Sweep("rmsnorm", "rmsnorm", (1, 1024, 16384), (4096, 8192), ("bf16", "fp32")),
+        Sweep("graph", "add_rmsnorm", (1, 16, 256), (2048, 8192), ("bf16",), ("warm", "graph")),
+        Sweep("graph", "rmsnorm", (1, 256), (4096,), ("fp32",), ("warm", "graph")),
+        Sweep("l2", "add_rmsnorm", (256, 1024, 4096, 16384), (4096,), ("bf16",),
+              ("cold", "warm")),
+        Sweep("extra_ops", "add_rmsnorm_residual", (4096, 16384), (4096, 8192), ("bf16",)),
+        Sweep("extra_ops", "rmsnorm_fp8", (4096, 16384), (4096, 8192), ("bf16",)),
+    ],
+    # What `python -m fusedrms.measure.harness` runs with no arguments: a minute on a GPU.
+    "default": [
+        Sweep("default", "add_rmsnorm", (1024, 4096, 16384), (4096,), ("bf16",)),
+    ],
+}
+
+
+@dataclass
+class Settings:
+    processes: int = 3
+    compile_processes: int = 1
+    warmup: int = 10
+    reps: int = 50
+    time_cap_s: float = 0.1  # per timing: fewer reps (never below min_reps) for slow calls
+    min_reps: int = 10
+    budget_s: float | None = None
+    compile_share: float = 0.3  # of the budget, kept for the torch.compile process
+    allow_missing_floor: bool = False
+
+
+def is_compiled_peer(name: str) -> bool:
+    return name in COMPILED_PEERS
+
+
+def expand(sweeps: list[Sweep]) -> tuple[list[dict], list[dict]]:
+    """(cases to run, cases not run with the reason), from the registry."""
+    from .. import registry
+
+    run, not_run = [], []
+    for sw in sweeps:
+        impls = [i for i in registry.impls(sw.op)
+                 if any(fnmatch.fnmatch(i.name, p) for p in sw.impls)]
+        for dt in sw.dtypes:
+            for rows in sw.rows:
+                for cols in sw.cols:
+                    for impl in impls:
+                        for mode in sw.modes:
+                            case = dict(sweep=sw.name, op=sw.op, impl=impl.name, rows=rows,
+                                        cols=cols, dtype=dt, mode=mode)
+                            if not impl.supports("cuda", dtype_of(dt), cols):
+                                not_run.append({**case, "status": "unsupported: "
+                                                + _why_unsupported(impl, dt, cols)})
+                            else:
+                                run.append(case)
+    return run, not_run
+
+
+def _why_unsupported(impl, dt: str, cols: int) -> str:
+    if "cuda" not in impl.devices:
+        return f"no GPU path ({impl.gpu_only_reason or 'devices ' + str(impl.devices)})"
+    if dtype_of(dt) not in impl.dtypes:
+        return f"dtype {dt} not supported"
+    return f"{cols} columns over its limit of {impl.max_cols}"
+
+
+def case_key(c: dict) -> tuple:
+    return (c["sweep"], c["op"], c["impl"], c["rows"], c["cols"], c["dtype"], c["mode"])
+
+
+# ---------------------------------------------------------------- one process (the worker)
+
+def _emit(kind: str, **payload) -> None:
+    sys.stdout.write(LINE_TAG + json.dumps({"kind": kind, **payload}, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def make_inputs(op: str, rows: int, cols: int, dtype, device="cuda", seed: int = 0) -> tuple:
+    """Arguments for an implementation of ``op`` (see :mod:`fusedrms.registry` for signatures)."""
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(rows, cols, device=device, dtype=torch.float32, generator=g).to(dtype)
+    w = (1 + 0.1 * torch.randn(cols, device=device, generator=g)).to(dtype)
+    if op.startswith("add_"):
+        r = torch.randn(rows, cols, device=device, dtype=torch.float32, generator=g).to(dtype)
+        return (x, r, w, EPS)
+    return (x, w, EPS)
+
+
+def sample_rows(rows: int, k: int = 16) -> list[int]:
+    """A few rows spread over the matrix (first, last, middle): enough to catch a wrong kernel."""
+    picks = {0, rows - 1, rows // 2} | {round(i * (rows - 1) / (k - 1)) for i in range(k)}
+    return sorted(p for p in picks if 0 <= p < rows)
+
+
+def check_output(op: str, out, args: tuple) -> tuple[bool | None, str]:
+    """Compare sampled rows of ``out`` with the float64 reference; (ok, message)."""
+    from .. import checks, reference
+    import torch
+
+    idx = torch.tensor(sample_rows(args[0].shape[0]), device=args[0].device)
+    f64 = torch.float64
+    if op == "rmsnorm":
+        x, w, eps = args
+        expected = reference.rmsnorm(x[idx], w, eps, accum=f64, out_dtype=f64)
+        report = checks.allclose(out[idx], expected)
+    elif op == "add_rmsnorm":
+        x, r, w, eps = args
+        expected = reference.add_rmsnorm(x[idx], r[idx], w, eps, accum=f64, out_dtype=f64)
+        report = checks.allclose(out[idx], expected)
+    elif op == "add_rmsnorm_residual":
+        x, r, w, eps = args
+        y_exp, s_exp = reference.add_rmsnorm_residual(x[idx], r[idx], w, eps, accum=f64)
+        y, s = out
+        report = checks.allclose(y[idx], y_exp)
+        if report.ok:
+            report = checks.allclose(s[idx], s_exp.to(f64))
+    else:
+        return None, f"not checked by the harness (op {op}); see python -m fusedrms.verify"
+    return bool(report.ok), str(report)
+
+
+def _adapt(t_est_us: float, mode: str, s: Settings) -> tuple[int, int]:
+    """(warmup, reps) so that one timing stays near ``time_cap_s``."""
+    from . import timer
+
+    per_call = t_est_us * (timer.GRAPH_CALLS if mode == "graph" else 1) / 1e6
+    if mode == "cold":
+        per_call += 1e-4  # the flush
+    reps = max(s.min_reps, min(s.reps, int(s.time_cap_s / max(per_call, 1e-7))))
+    warmup = max(3, min(s.warmup, reps // 2))
+    return warmup, reps
+
+
+def _sync(device: str = "cuda") -> None:
+    import torch
+
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
+def _sync_wall_ms(fn, device: str = "cuda") -> tuple[float, object]:
+    _sync(device)
+    t0 = time.perf_counter()
+    out = fn()
+    _sync(device)
+    return (time.perf_counter() - t0) * 1e3, out
+
+
+def run_worker(spec: dict) -> int:
+    """Run ``spec['cases']`` in this process, emitting one JSON line per result."""
+    import torch
+
+    from .. import registry
+    from . import timer
+
+    device = spec.get("device", "cuda")  # "cpu" only in the harness's own tests
+    if device != "cpu" and not env.current().on_gpu:
+        _emit("fatal", error=_no_gpu_message())
+        return NO_GPU_EXIT
+    s = Settings(**spec["settings"])
+    deadline = spec.get("deadline")
+    bw = timer.copy_bandwidth_GBps()
+    _emit("copy", GBps=bw, l2_bytes=timer.l2_bytes(), flush_bytes=timer.flush_bytes())
+    cases = spec["cases"]
+    by_shape: dict = {}
+    for c in cases:
+        by_shape.setdefault((c["op"], c["rows"], c["cols"], c["dtype"]), []).append(c)
+    for (op, rows, cols, dt), group in by_shape.items():
+        if deadline and time.time() > deadline:
+            for c in group:
+                _emit("record", **c, status="skipped: time budget")
+            continue
+        args = make_inputs(op, rows, cols, dtype_of(dt), device)
+        by_impl: dict = {}
+        for c in group:
+            by_impl.setdefault(c["impl"], []).append(c)
+        for name, impl_cases in by_impl.items():
+            if deadline and time.time() > deadline:
+                for c in impl_cases:
+                    _emit("record", **c, status="skipped: time budget")
+                continue
+            impl = registry.get(name)
+            call = (lambda f=impl.fn: f(*args))
+            try:
+                first_ms, out = _sync_wall_ms(call, device)
+                ok, message = check_output(op, out, args)
+                del out
+                est = statistics.median(timer.time_gpu(call, warmup=2, reps=5, l2="warm"))
+            except Exception as e:  # noqa: BLE001 - report and go on with the next case
+                for c in impl_cases:
+                    _emit("record", **c, status=f"error: {type(e).__name__}: {e}"[:500])
+                if "CUDA error" in str(e) or "illegal" in str(e).lower():
+                    _emit("fatal", error=f"CUDA context lost after {name}: {e}"[:500])
+                    return 1
+                continue
+            for c in impl_cases:
+                mode = c["mode"]
+                warmup, reps = _adapt(est, mode, s)
+                l2 = "cold" if mode == "cold" else "warm"
+                base = dict(c, first_call_ms=first_ms, correct=ok, check=message,
+                            warmup=warmup, copy_GBps=bw,
+                            l2_method=timer.l2_method(l2, graph=mode == "graph"))
+                try:
+                    samples = timer.time_gpu(call, warmup=warmup, reps=reps, l2=l2,
+                                              graph=mode == "graph")
+                    _emit("record", **base, status="ok", **timer.summarize(samples))
+                except Exception as e:  # noqa: BLE001
+                    _emit("record", **base, status=f"error: {type(e).__name__}: {e}"[:500])
+            if is_compiled_peer(name):
+                from ..kernels import peers
+
+                for sc in (peers.COMPILED_RMSNORM, peers.COMPILED_ADD_RMSNORM):
+                    sc.reset()  # free the compiled graphs of this shape
+        del args
+        if device != "cpu":
+            torch.cuda.empty_cache()
+    _emit("done")
+    return 0
+
+
+# ---------------------------------------------------------------- many processes (the parent)
+
+def _no_gpu_message() -> str:
+    return ("No GPU here: the benchmark times kernels with device events and needs a CUDA or "
+            "ROCm GPU (none is visible, or FUSEDRMS_FORCE_CPU is set). The book shows the "
+            "recorded H200 results instead: `python -m fusedrms.measure.harness show` prints them, "
+            "`python -m fusedrms.measure.harness plot` draws them.")
+
+
+def _progress(total: int, desc: str):
+    try:
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc=desc, unit="case", mininterval=5, file=sys.stderr)
+    except ImportError:  # tqdm missing: a plain counter
+        class _Plain:
+            n = 0
+
+            def update(self, k=1):
+                self.n += k
+
+            def close(self):
+                pass
+
+        return _Plain()
+
+
+def _run_process(cases: list[dict], settings: Settings, deadline: float | None, index: int,
+                 bar, log, device_info: dict) -> tuple[list[dict], float | None, str | None]:
+    """Start one worker process; return (its records, its copy bandwidth, a failure or None)."""
+    spec = {"cases": cases, "settings": asdict(settings), "deadline": deadline}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+        spec_path = f.name
+    cmd = [sys.executable, "-m", "fusedrms.measure.harness", "worker", spec_path]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, bufsize=1)
+    hard_limit = None if deadline is None else max(deadline - time.time(), 0) + 30
+    killer = None
+    if hard_limit is not None:  # a hung compile must not hang the whole run
+        killer = threading.Timer(hard_limit, proc.kill)
+        killer.start()
+    try:
+        got, bw, failure = consume(proc.stdout, index, bar, log, device_info)
+        proc.wait()
+    finally:
+        if killer:
+            killer.cancel()
+        os.unlink(spec_path)
+    if proc.returncode not in (0, None) and failure is None:
+        failure = f"worker exited with code {proc.returncode}"
+    return complete(got, cases, index, failure), bw, failure
+
+
+def consume(lines, index: int, bar, log, device_info: dict
+            ) -> tuple[list[dict], float | None, str | None]:
+    """Read a worker's output: its records, its copy bandwidth and a fatal error if any."""
+    got, bw, failure = [], None, None
+    for line in lines:
+        if not line.startswith(LINE_TAG):
+            sys.stderr.write(line)  # the worker's own prints and warnings
+            continue
+        msg = json.loads(line[len(LINE_TAG):])
+        kind = msg.pop("kind")
+        if kind == "copy":
+            bw = msg["GBps"]
+            device_info.update(l2_bytes=msg.get("l2_bytes"), flush_bytes=msg.get("flush_bytes"))
+            log(f"process {index + 1}: copy bandwidth {bw:.0f} GB/s")
+        elif kind == "record":
+            got.append({**msg, "process": index})
+            bar.update(1)
+        elif kind == "fatal":
+            failure = msg["error"]
+    return got, bw, failure
+
+
+def complete(got: list[dict], cases: list[dict], index: int, failure: str | None) -> list[dict]:
+    """Add a 'not run' record for every case a crashed worker never reported."""
+    seen = {case_key(r) for r in got}
+    return got + [{**c, "process": index, "status": f"not run: {failure or 'worker ended'}"}
+                  for c in cases if case_key(c) not in seen]
+
+
+def _all_correct(flags) -> bool | None:
+    """False if any process saw a wrong output, None if the output was not checked, else True."""
+    flags = list(flags)
+    if any(f is False for f in flags):
+        return False
+    return None if any(f is None for f in flags) else True
+
+
+def aggregate(per_process: list[dict], copy_bw: list[float], allow_missing_floor: bool = True
+              ) -> list[dict]:
+    """One record per case: the median of process medians, their range, and % of floor."""
+    bw = statistics.median(copy_bw) if copy_bw else None
+    groups: dict = {}
+    for r in per_process:
+        groups.setdefault(case_key(r), []).append(r)
+    out = []
+    for key, rs in groups.items():
+        ok = [r for r in rs if r.get("status") == "ok"]
+        c = dict(zip(("sweep", "op", "impl", "rows", "cols", "dtype", "mode"), key))
+        rec = dict(c, processes=len(ok))
+        if not ok:
+            statuses = sorted({r.get("status", "?") for r in rs})
+            rec["status"] = statuses[0] if len(statuses) == 1 else "; ".join(statuses)
+            out.append(rec)
+            continue
+        meds = [r["median_us"] for r in sorted(ok, key=lambda r: r["process"])]
+        rec.update(status="ok", median_us=statistics.median(meds), min_median_us=min(meds),
+                   max_median_us=max(meds), process_medians_us=meds,
+                   p10_us=statistics.median(r["p10_us"] for r in ok),
+                   p90_us=statistics.median(r["p90_us"] for r in ok),
+                   reps=ok[0]["n"], warmup=ok[0]["warmup"],
+                   first_call_ms=[round(r["first_call_ms"], 3) for r in ok],
+                   correct=_all_correct(r["correct"] for r in ok), check=ok[0]["check"],
+                   l2_method=ok[0]["l2_method"])
+        if is_compiled_peer(c["impl"]):
+            rec["compile_s"] = [round(r["first_call_ms"] / 1e3, 3) for r in ok]
+        try:
+            nbytes = floor_bytes(c["op"], c["rows"], c["cols"], c["dtype"])
+            rec["bytes"] = nbytes
+            if bw:
+                rec["copy_GBps"] = bw
+                rec["floor_us"] = floor_us(nbytes, bw)
+                rec["pct_of_floor"] = 100 * rec["floor_us"] / rec["median_us"]
+                rec["achieved_GBps"] = nbytes / (rec["median_us"] * 1e3)
+        except FloorUnavailable as e:
+            if not allow_missing_floor:
+                raise
+            rec["floor_error"] = str(e)
+        out.append(rec)
+    return out
+
+
+def check_floors(sweeps: list[Sweep]) -> list[str]:
+    """Problems with the floor for each op of the sweeps (empty when all can be priced)."""
+    problems = []
+    for op in dict.fromkeys(sw.op for sw in sweeps):
+        try:
+            floor_bytes(op, 1, 128, "fp32")
+        except FloorUnavailable as e:
+            problems.append(str(e))
+    return problems
+
+
+def run_sweeps(sweeps: list[Sweep], settings: Settings, out: str | Path | None = None,
+               log=print, runner=None) -> dict:
+    """Run every case of ``sweeps`` in separate processes; write and return the result document.
+
+    Kernels and library peers run in ``settings.processes`` processes; the ``torch.compile`` peers
+    in ``settings.compile_processes`` more, last, with whatever time budget is left.
+    """
+    runner = runner or _run_process
+    if runner is _run_process and not env.current().on_gpu:
+        raise NoGPU(_no_gpu_message())
+    problems = check_floors(sweeps)
+    if problems and not settings.allow_missing_floor:
+        raise FloorUnavailable("; ".join(problems) + ". Fix the traffic model, or pass "
+                               "--allow-missing-floor to record times without a floor.")
+    for p in problems:
+        log(f"warning: {p}")
+    cases, not_run = expand(sweeps)
+    kernels = [c for c in cases if not is_compiled_peer(c["impl"])]
+    # Compiling is slow and may not all fit the budget: bf16 first, then fp32, fp16 last (the
+    # 16-bit formats behave alike), so what is skipped is the least informative.
+    rank = {"bf16": 0, "fp32": 1, "fp16": 2}
+    compiled = sorted((c for c in cases if is_compiled_peer(c["impl"])),
+                      key=lambda c: rank.get(c["dtype"], 3))
+    runs = [kernels] * settings.processes + ([compiled] * settings.compile_processes
+                                              if compiled else [])
+    start = time.time()
+    end = start + settings.budget_s if settings.budget_s else None
+    compile_reserve = settings.compile_share if compiled and settings.compile_processes else 0.0
+    log(f"{len(kernels)} kernel/peer cases x {settings.processes} processes, {len(compiled)} "
+        f"torch.compile cases x {settings.compile_processes if compiled else 0} processes; "
+        f"{len(not_run)} combinations unsupported"
+        + (f"; budget {settings.budget_s:.0f} s" if end else ""))
+    bar = _progress(sum(len(r) for r in runs), "bench")
+    per_process, bws, failures, device_info = [], [], [], {}
+    from ..kernels import peers
+
+    extra = {"settings": asdict(settings), "sweeps": [asdict(s) for s in sweeps],
+             "liger": peers.liger_status(),
+             "method": "median of per-process medians of device-event timings; range = min-max "
+                       "of process medians; p10/p90 = median over processes"}
+    doc = {}
+    for i, run in enumerate(runs):
+        deadline = None
+        if end:
+            remaining_kernel_runs = max(settings.processes - i, 0)
+            if remaining_kernel_runs:  # kernels share what is left above the compile reserve;
+                # the first process counts double: it pays the JIT compilation of every kernel
+                reserve = compile_reserve * settings.budget_s
+                weight = 2.0 if i == 0 else 1.0
+                shares = weight + (remaining_kernel_runs - 1)
+                deadline = time.time() + max(end - reserve - time.time(), 0) * weight / shares
+            else:
+                share = (end - time.time()) / (len(runs) - i)
+                deadline = time.time() + share
+        kind = "kernels and peers" if i < settings.processes else "torch.compile peers"
+        t0 = time.time()
+        log(f"process {i + 1}/{len(runs)} ({kind}, {len(run)} cases) starting at "
+            f"+{t0 - start:.0f} s" + (f", deadline +{deadline - start:.0f} s" if deadline else ""))
+        got, bw, failure = runner(run, settings, deadline, i, bar, log, device_info)
+        skipped = sum(1 for r in got if str(r.get("status", "")).startswith("skipped"))
+        log(f"process {i + 1}/{len(runs)} finished in {time.time() - t0:.0f} s: "
+            f"{len(got) - skipped} run, {skipped} skipped" + (f"; {failure}" if failure else ""))
+        per_process += got
+        if bw:
+            bws.append(bw)
+        if failure:
+            failures.append(f"process {i}: {failure}")
+        if failure and failure.startswith("No GPU"):
+            raise NoGPU(failure)
+        recs = aggregate(per_process, bws, allow_missing_floor=True) + not_run
+        run_extra = {**extra, **device_info, "copy_GBps_per_process": bws,
+                     "failures": failures, "elapsed_s": round(time.time() - start, 1)}
+        doc = {"provenance": {**records.provenance(), **run_extra}, "records": recs}
+        if out:
+            write_results(out, recs, run_extra)
+    bar.close()
+    if out:
+        log(f"wrote {out} and {Path(out).with_suffix('.csv')}")
+    return doc
+
+
+# ---------------------------------------------------------------- files: JSON + CSV, loading
+
+CSV_FIELDS = ("sweep", "op", "impl", "rows", "cols", "dtype", "mode", "status", "median_us",
+              "min_median_us", "max_median_us", "p10_us", "p90_us", "processes", "reps",
+              "bytes", "copy_GBps", "floor_us", "pct_of_floor", "achieved_GBps", "correct",
+              "first_call_ms", "compile_s", "process_medians_us", "l2_method")
+
+
+def write_results(path: str | Path, recs: list[dict], extra: dict) -> Path:
+    """JSON through :func:`fusedrms.records.write` (provenance included) and a CSV beside it."""
+    path = records.write(path, recs, extra)
+    write_csv(path.with_suffix(".csv"), recs)
+    return path
+
+
+def write_csv(path: str | Path, recs: list[dict]) -> Path:
+    path = Path(path)
+    fields = list(CSV_FIELDS) + sorted({k for r in recs for k in r} - set(CSV_FIELDS))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in recs:
+            w.writerow({k: (";".join(str(v) for v in r[k]) if isinstance(r.get(k), list)
+                            else r.get(k, "")) for k in fields})
+    return path
+
+
+def load(path_or_name: str | Path = "bench_grid", machine: str = "h200") -> dict:
+    """A result document: a path to a JSON file, or the name of a recorded file."""
+    p = Path(path_or_name)
+    if p.suffix == ".json" or p.exists():
+        if not p.exists():
+            raise FileNotFoundError(f"no result file at {p}")
+        return json.loads(p.read_text())
+    return records.load(str(path_or_name), machine)
+
+
+def recorded(name: str, machine: str = "h200") -> dict | None:
+    """A recorded file, or None with a printed note when it has not been recorded yet."""
+    try:
+        doc = records.load(name, machine)
+    except FileNotFoundError as e:
+        print(f"(not recorded yet: {e})")
+        return None
+    return doc
+
+
+def rule_summary(rule: dict) -> str:
+    """One rule of the timing-rules file: the number with the rule ignored and kept."""
+    if rule.get("status") != "ok":
+        return f"{rule['rule']}: not measured ({rule.get('status')})"
+    ign, fol = rule["ignored"], rule["followed"]
+    ratio = ign["median_us"] / fol["median_us"] if fol["median_us"] else float("nan")
+    return (f"{rule['rule']}:\n  ignored  {ign['median_us']:>10.2f} µs  {ign['what']}\n"
+            f"  followed {fol['median_us']:>10.2f} µs  {fol['what']}\n"
+            f"  ignored / followed = {ratio:.3g}")
+
+
+def find_rule(doc: dict | None, name: str) -> dict | None:
+    for r in (doc or {}).get("records", []):
+        if r.get("rule") == name:
+            return r
+    return None
+
+
+def print_rule(recorded_doc: dict | None, live: list[dict] | None, name: str) -> None:
+    """A rule as recorded (with provenance) and, when this machine has a GPU, as measured now."""
+    rec = find_rule(recorded_doc, name)
+    if rec is None:
+        print(f"recorded: no '{name}' measurement in the recorded timing rules yet")
+    else:
+        print(f"recorded ({records.describe(recorded_doc)}):")
+        print(rule_summary(rec))
+    if live is not None:
+        mine = find_rule({"records": live}, name)
+        print(f"\nthis machine, just now:\n{rule_summary(mine) if mine else 'not measured'}")
+
+
+def verdict(recs: list[dict], target_pct: float = 85.0) -> str:
+    """Whether every record reaches ``target_pct`` of its floor, and the worst gap."""
+    priced = [r for r in recs if r.get("pct_of_floor") is not None]
+    if not priced:
+        return f"target >= {target_pct:.0f}% of floor: no data"
+    worst = min(priced, key=lambda r: r["pct_of_floor"])
+    met = worst["pct_of_floor"] >= target_pct
+    return (f"target >= {target_pct:.0f}% of floor over {len(priced)} cases: "
+            f"{'met' if met else 'not met'}; worst {worst['pct_of_floor']:.1f}% at "
+            f"{worst['rows']}x{worst['cols']} {worst['dtype']}"
+            + ("" if met else f", gap {target_pct - worst['pct_of_floor']:.1f} points"))
+
+
+def classify(recs: list[dict], floor_pct: float = 85.0, flat: float = 2.0) -> list[dict]:
+    """Label each measured record of one implementation by the regime the chart shows.
+
+    ``launch-bound``: within ``flat`` x of the implementation's fastest time (the time barely
+    grows with the data); ``on the floor``: at least ``floor_pct`` of the floor; otherwise
+    ``in between`` (per-row latency, too few rows to fill the GPU, or a slow kernel).
+    """
+    ok = [r for r in recs if r.get("status") == "ok" and r.get("median_us")]
+    if not ok:
+        return []
+    fastest = min(r["median_us"] for r in ok)
+    out = []
+    for r in sorted(ok, key=lambda r: r.get("bytes") or 0):
+        pct = r.get("pct_of_floor")
+        if pct is not None and pct >= floor_pct:
+            label = "on the floor"
+        elif r["median_us"] <= flat * fastest:
+            label = "launch-bound"
+        else:
+            label = "in between"
+        out.append({**r, "regime": label})
+    return out
+
+
+def historical_seed() -> dict:
+    """The seed chapter's RX 9070 XT table (historical evidence, not measured here), in µs."""
+    doc = records.load("seed003_rmsnorm", "rx9070xt")
+    recs = [dict(r, median_us=1e3 * r["median_ms"], min_median_us=1e3 * r["min_median_ms"],
+                 max_median_us=1e3 * r["max_median_ms"]) for r in doc["records"]]
+    return {"provenance": doc["provenance"], "records": recs}
+
+
+def select(doc: dict, **where) -> list[dict]:
+    """Records whose fields equal every ``where`` value (a tuple/list/set value means 'any of')."""
+    def match(r):
+        for k, v in where.items():
+            if isinstance(v, (tuple, list, set)):
+                if r.get(k) not in v:
+                    return False
+            elif r.get(k) != v:
+                return False
+        return True
+
+    return [r for r in doc["records"] if match(r)]
+
+
+def format_table(recs: list[dict], limit: int | None = None) -> str:
+    """A plain-text table of results (what ``show`` prints and the chapter displays)."""
+    head = (f"{'implementation':22} {'op':12} {'rows':>6} {'cols':>6} {'dtype':5} {'mode':5} "
+            f"{'median µs':>10} {'range µs':>17} {'% floor':>8} {'GB/s':>7}")
+    lines = [head, "-" * len(head)]
+    for r in recs[:limit]:
+        if r.get("status") != "ok":
+            lines.append(f"{r['impl']:22} {r['op']:12} {r['rows']:>6} {r['cols']:>6} "
+                         f"{r['dtype']:5} {r['mode']:5} {r.get('status', '')}")
+            continue
+        rng = f"{r['min_median_us']:.1f}-{r['max_median_us']:.1f}"
+        pct = f"{r['pct_of_floor']:.0f}%" if r.get("pct_of_floor") is not None else "n/a"
+        gbs = f"{r['achieved_GBps']:.0f}" if r.get("achieved_GBps") is not None else "n/a"
+        lines.append(f"{r['impl']:22} {r['op']:12} {r['rows']:>6} {r['cols']:>6} {r['dtype']:5} "
+                     f"{r['mode']:5} {r['median_us']:>10.2f} {rng:>17} {pct:>8} {gbs:>7}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the timing rules, measured
+
+def pick_target(op: str = "add_rmsnorm") -> str:
+    """The kernel the rules and the profile look at: capstone, else Triton, else HIP, else a peer."""
+    from .. import registry
+
+    impls = [i for i in registry.impls(op) if "cuda" in i.devices]
+    for prefix in ("capstone.", "triton.", "hip."):
+        for i in impls:
+            if i.kernel and i.name.startswith(prefix):
+                return i.name
+    for i in impls:
+        if not is_compiled_peer(i.name):
+            return i.name
+    raise KeyError(f"no implementation of {op} runs on a GPU")
+
+
+def measure_timing_rules(grid: dict | None = None, log=print) -> list[dict]:
+    """Each rule of GPU timing, measured once kept and once ignored (GPU only)."""
+    import torch
+
+    from .. import registry
+    from . import timer
+
+    env.require_gpu("Measuring the timing rules")
+    out = []
+
+    def step(rule, fn):
+        t0 = time.time()
+        try:
+            rec = fn()
+            rec["status"] = "ok"
+        except Exception as e:  # noqa: BLE001 - one broken rule must not hide the others
+            rec = {"status": f"error: {type(e).__name__}: {e}"[:500]}
+        rec = {"rule": rule, **rec}
+        log(f"rule {rule}: {rec['status']} ({time.time() - t0:.1f} s)")
+        out.append(rec)
+
+    target = pick_target("add_rmsnorm")
+    impl = registry.get(target)
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+
+    def synchronize():
+        rows, cols, dt = 16384, 8192, "bf16"
+        args = make_inputs("add_rmsnorm", rows, cols, dtype_of(dt))
+        call = lambda: impl.fn(*args)  # noqa: E731
+        for _ in range(5):
+            call()
+        torch.cuda.synchronize()
+        no_sync = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            call()
+            no_sync.append((time.perf_counter() - t0) * 1e6)
+            torch.cuda.synchronize()
+        with_sync = []
+        for _ in range(20):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            call()
+            torch.cuda.synchronize()
+            with_sync.append((time.perf_counter() - t0) * 1e6)
+        events = timer.time_gpu(call, warmup=5, reps=20, l2="warm")
+        return dict(impl=target, rows=rows, cols=cols, dtype=dt,
+                    ignored={"what": "CPU clock around the call, no synchronize",
+                             "median_us": med(no_sync)},
+                    followed={"what": "device events (warm L2)", "median_us": med(events)},
+                    also={"what": "CPU clock with synchronize before and after",
+                          "median_us": med(with_sync)},
+                    ratio=med(events) / med(no_sync))
+
+    def warmup():
+        rows, cols, dt = 4096, 4096, "fp16"
+        args = make_inputs("add_rmsnorm", rows, cols, dtype_of(dt))
+        res = {"impl": target, "rows": rows, "cols": cols, "dtype": dt,
+               "triton_cache": os.environ.get("TRITON_CACHE_DIR", "default")}
+        first, _ = _sync_wall_ms(lambda: impl.fn(*args))
+        samples = timer.time_gpu(lambda: impl.fn(*args), warmup=10, reps=30, l2="warm")
+        with_first = [first * 1e3] + samples
+        res.update(ignored={"what": "first call, timed with synchronize (includes JIT compile "
+                                    "or load from the on-disk cache, and launch setup)",
+                            "median_us": first * 1e3},
+                   followed={"what": "median after 10 warm-up calls (device events, warm L2)",
+                             "median_us": med(samples)},
+                   mean_with_first_us=statistics.fmean(with_first),
+                   median_with_first_us=med(with_first),
+                   ratio=first * 1e3 / med(samples))
+        if any(i.name == "torch.compile_add" for i in registry.impls("add_rmsnorm")):
+            comp = registry.get("torch.compile_add")
+            c_first, _ = _sync_wall_ms(lambda: comp.fn(*args))
+            c_med = med(timer.time_gpu(lambda: comp.fn(*args), warmup=5, reps=20, l2="warm"))
+            res["compile"] = {"impl": "torch.compile_add", "first_call_us": c_first * 1e3,
+                              "median_us": c_med, "ratio": c_first * 1e3 / c_med}
+        return res
+
+    def processes():
+        if grid is None:
+            raise RuntimeError("needs the grid's per-process medians (pass --grid FILE)")
+        rows = [r for r in grid["records"] if r.get("status") == "ok"
+                and len(r.get("process_medians_us", [])) >= 2 and r["mode"] == "cold"]
+        if not rows:
+            raise RuntimeError("the grid holds no case measured in two or more processes")
+        spreads = []
+        for r in rows:
+            m = r["process_medians_us"]
+            across = (max(m) - min(m)) / r["median_us"]
+            within = (r["p90_us"] - r["p10_us"]) / r["median_us"]
+            spreads.append((across, within, r))
+        worst = max(spreads, key=lambda t: t[0])
+        return dict(cases=len(spreads),
+                    median_across_process_spread_pct=100 * med([s[0] for s in spreads]),
+                    median_within_process_p10_p90_pct=100 * med([s[1] for s in spreads]),
+                    worst={k: worst[2][k] for k in ("impl", "op", "rows", "cols", "dtype",
+                                                    "process_medians_us", "p10_us", "p90_us")},
+                    worst_across_pct=100 * worst[0],
+                    ignored={"what": "one process: the median of the worst case's fastest "
+                                     "process", "median_us": min(worst[2]["process_medians_us"])},
+                    followed={"what": "median of process medians", "median_us":
+                              worst[2]["median_us"]})
+
+    def l2():
+        res = []
+        for rows, cols, dt in ((1024, 4096, "bf16"), (16384, 8192, "bf16")):
+            args = make_inputs("add_rmsnorm", rows, cols, dtype_of(dt))
+            call = lambda a=args: impl.fn(*a)  # noqa: E731
+            warm = med(timer.time_gpu(call, warmup=10, reps=50, l2="warm"))
+            cold = med(timer.time_gpu(call, warmup=10, reps=50, l2="cold"))
+            entry = dict(rows=rows, cols=cols, dtype=dt, warm_us=warm, cold_us=cold,
+                         ratio=cold / warm, l2_method=timer.l2_method("cold"),
+                         l2_bytes=timer.l2_bytes())
+            try:
+                entry["bytes"] = floor_bytes("add_rmsnorm", rows, cols, dt)
+            except FloorUnavailable as e:
+                entry["floor_error"] = str(e)
+            res.append(entry)
+        return dict(impl=target, shapes=res,
+                    ignored={"what": "warm L2 at the shape that fits in L2",
+                             "median_us": res[0]["warm_us"]},
+                    followed={"what": "cold L2 (flushed) at that shape",
+                              "median_us": res[0]["cold_us"]})
+
+    def launch():
+        res = []
+        names = [target] + [n for n in ("torch.eager_chain",) if n != target]
+        for name in names:
+            f = registry.get(name).fn
+            args = make_inputs("add_rmsnorm", 1, 4096, dtype_of("bf16"))
+            call = lambda f=f, a=args: f(*a)  # noqa: E731
+            warm = med(timer.time_gpu(call, warmup=10, reps=50, l2="warm"))
+            graph = med(timer.time_gpu(call, warmup=10, reps=50, l2="warm", graph=True))
+            res.append(dict(impl=name, rows=1, cols=4096, dtype="bf16", launched_us=warm,
+                            graph_us=graph, ratio=warm / graph))
+        return dict(impls=res,
+                    ignored={"what": f"{target} launched call by call (warm, 1x4096 bf16)",
+                             "median_us": res[0]["launched_us"]},
+                    followed={"what": f"{target} in a CUDA graph ({timer.GRAPH_CALLS} calls per replay)",
+                              "median_us": res[0]["graph_us"]})
+
+    step("synchronize", synchronize)
+    step("warm-up", warmup)
+    step("processes", processes)
+    step("L2", l2)
+    step("launch overhead", launch)
+    return out
+
+
+# ---------------------------------------------------------------- Nsight Compute
+
+NCU_SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis")
+
+
+def find_ncu() -> str | None:
+    import shutil
+
+    for cand in (shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
+        if cand and Path(cand).exists():
+            return cand
+    return None
+
+
+def kernel_names(impl_name: str, op: str, rows: int, cols: int, dt: str) -> list[str]:
+    """Names of the GPU kernels one call of ``impl_name`` launches (from torch.profiler)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from .. import registry
+
+    fn = registry.get(impl_name).fn
+    args = make_inputs(op, rows, cols, dtype_of(dt))
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    names = []
+    for e in prof.events():
+        dev = str(getattr(e, "device_type", ""))
+        if "CUDA" in dev and e.name not in names and not e.name.startswith(("cuda", "Memcpy",
+                                                                             "Memset")):
+            names.append(e.name)
+    return names
+
+
+def base_name(kernel: str) -> str:
+    """``void ns::foo<T>(args)`` -> ``foo``: the part ncu's ``-k`` matches by default."""
+    name = kernel.removeprefix("void ").split("(")[0].split("<")[0]
+    return name.split("::")[-1].strip()
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except (ValueError, AttributeError):
+        return None
+
+
+_TO_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3,
+          "second": 1e6, "s": 1e6}
+_TO_GBPS = {"byte/second": 1e-9, "Kbyte/second": 1e-6, "Mbyte/second": 1e-3,
+            "Gbyte/second": 1.0, "Tbyte/second": 1e3, "byte/s": 1e-9, "GB/s": 1.0, "TB/s": 1e3}
+
+
+def parse_ncu_csv(text: str) -> list[dict]:
+    """Per-kernel metrics from ``ncu --csv --page details`` output (other lines ignored)."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
+    if start is None:
+        return []
+    rows = list(csv.DictReader([ln for ln in lines[start:] if ln.startswith('"')]))
+    kernels: dict = {}
+    for r in rows:
+        k = kernels.setdefault(r.get("ID"), {"kernel": r.get("Kernel Name"), "metrics": {}})
+        section, name, unit = r.get("Section Name", ""), r.get("Metric Name", ""), \
+            r.get("Metric Unit", "")
+        k["metrics"][f"{section} / {name}"] = {"unit": unit, "value": r.get("Metric Value")}
+        value = _number(r.get("Metric Value", ""))
+        if value is None:
+            continue
+        sol = "Speed Of Light" in section
+        if name == "DRAM Throughput" and unit == "%":
+            k["dram_throughput_pct"] = value
+        elif name == "Memory Throughput" and unit == "%" and sol:
+            k["sol_memory_pct"] = value
+        elif name == "Compute (SM) Throughput" and unit == "%":
+            k["sol_compute_pct"] = value
+        elif name == "Duration" and unit in _TO_US:
+            k["duration_us"] = value * _TO_US[unit]
+        elif name == "Memory Throughput" and unit in _TO_GBPS:
+            k["dram_GBps"] = value * _TO_GBPS[unit]
+        elif name == "L2 Hit Rate" and unit == "%":
+            k["l2_hit_pct"] = value
+        elif name == "Mem Busy" and unit == "%":
+            k["mem_busy_pct"] = value
+    return list(kernels.values())
+
+
+def profile_with_ncu(impl_name: str | None = None, op: str = "add_rmsnorm", rows: int = 16384,
+                     cols: int = 8192, dt: str = "bf16", timeout_s: float = 120,
+                     log=print) -> dict:
+    """Nsight Compute on one kernel, filtered by name. Missing values are ``None``, never 0."""
+    summary = {"status": "unavailable", "op": op, "rows": rows, "cols": cols, "dtype": dt,
+               "dram_throughput_pct": None, "sol_memory_pct": None, "duration_us": None,
+               "dram_GBps": None}
+    try:
+        summary["impl"] = impl_name = impl_name or pick_target(op)
+        ncu = find_ncu()
+        if ncu is None:
+            summary["reason"] = "ncu not found (neither on PATH nor /usr/local/cuda/bin/ncu)"
+            return summary
+        names = kernel_names(impl_name, op, rows, cols, dt)
+        summary["kernels_launched"] = names
+        if not names:
+            summary["reason"] = "torch.profiler saw no kernel for this implementation"
+            return summary
+        bases = sorted({base_name(n) for n in names})
+        import re
+
+        regex = "|".join(re.escape(b) for b in bases)
+        summary["kernel_filter"] = f"regex:{regex}"
+        cmd = [ncu, "--clock-control", "none", "--target-processes", "all",
+               "-k", f"regex:{regex}", "--launch-skip", "3", "--launch-count", str(len(bases)),
+               *sum((["--section", s] for s in NCU_SECTIONS), []), "--csv", "--page", "details",
+               sys.executable, "-m", "fusedrms.measure.harness", "profile-target", "--impl", impl_name,
+               "--op", op, "--rows", str(rows), "--cols", str(cols), "--dtype", dt]
+        summary["command"] = " ".join(cmd)
+        log("running: " + summary["command"])
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        summary["ncu_exit_code"] = proc.returncode
+        summary["raw_tail"] = (proc.stdout + proc.stderr)[-3000:]
+        kernels = parse_ncu_csv(proc.stdout)
+        if not kernels:
+            why = "ERR_NVGPUCTRPERM: no permission for GPU counters" if "ERR_NVGPUCTRPERM" in \
+                proc.stdout + proc.stderr else "ncu printed no metrics for the filtered kernel"
+            summary["reason"] = f"{why} (exit code {proc.returncode})"
+            return summary
+        summary["kernels"] = kernels
+        main = max(kernels, key=lambda k: k.get("duration_us") or 0)
+        for k in ("kernel", "dram_throughput_pct", "sol_memory_pct", "sol_compute_pct",
+                  "duration_us", "dram_GBps", "l2_hit_pct", "mem_busy_pct"):
+            summary[k] = main.get(k)
+        if summary["duration_us"] is not None and summary["dram_GBps"] is not None:
+            summary["implied_bytes"] = summary["dram_GBps"] * 1e3 * summary["duration_us"]
+        try:
+            summary["model_bytes"] = floor_bytes(op, rows, cols, dt)
+        except FloorUnavailable as e:
+            summary["floor_error"] = str(e)
+        summary["status"] = "ok" if summary["duration_us"] is not None else "partial"
+    except subprocess.TimeoutExpired:
+        summary["reason"] = f"ncu did not finish within {timeout_s:.0f} s"
+    except Exception as e:  # noqa: BLE001 - record why, never a zero
+        summary["reason"] = f"{type(e).__name__}: {e}"[:500]
+    return summary
+
+
+def profile_target(impl_name: str, op: str, rows: int, cols: int, dt: str, calls: int = 6) -> None:
+    """What ncu runs: a few calls of one implementation (the first ones are skipped by ncu)."""
+    import torch
+
+    from .. import registry
+
+    fn = registry.get(impl_name).fn
+    args = make_inputs(op, rows, cols, dtype_of(dt))
+    for _ in range(calls):
+        fn(*args)
+    torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------------- command line
+
+def _ints(text: str) -> tuple:
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}")
+
+
+def _names(text: str) -> tuple:
+    return tuple(v.strip() for v in text.split(",") if v.strip())
+
+
+def _add_settings(p):
+    p.add_argument("--processes", type=int, default=3, help="separate processes (default 3)")
+    p.add_argument("--compile-processes", type=int, default=1,
+                   help="processes for the torch.compile peers (default 1)")
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--time-cap", type=float, default=0.1,
+                   help="seconds per timing; slow calls get fewer reps (at least 10)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="stop starting new cases after this many seconds (skipped ones are "
+                        "recorded as skipped)")
+    p.add_argument("--compile-share", type=float, default=0.3,
+                   help="share of --budget-s kept for the torch.compile process (default 0.3)")
+    p.add_argument("--allow-missing-floor", action="store_true",
+                   help="record times even if the traffic model cannot price an op")
+    p.add_argument("--out", default="bench_results.json", help="JSON path (a CSV goes beside)")
+
+
+def _settings(a) -> Settings:
+    return Settings(processes=a.processes, compile_processes=a.compile_processes,
+                    warmup=a.warmup, reps=a.reps, time_cap_s=a.time_cap, budget_s=a.budget_s,
+                    compile_share=a.compile_share,
+                    allow_missing_floor=a.allow_missing_floor)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0].startswith("-"):
+        argv = ["run"] + argv
+    p = argparse.ArgumentParser(prog="python -m fusedrms.measure.harness", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="time implementations over a grid")
+    r.add_argument("--op", default="add_rmsnorm")
+    r.add_argument("--rows", type=_ints, default=(1024, 4096, 16384))
+    r.add_argument("--cols", type=_ints, default=(4096,))
+    r.add_argument("--dtypes", type=_names, default=("bf16",))
+    r.add_argument("--modes", type=_names, default=("cold",))
+    r.add_argument("--impls", type=_names, default=("*",), help="names or patterns, e.g. 'triton.*'")
+    _add_settings(r)
+    pl = sub.add_parser("plan", help="run a named plan of sweeps (h200: the recorded grid)")
+    pl.add_argument("name", choices=sorted(PLANS))
+    _add_settings(pl)
+    sh = sub.add_parser("show", help="print a result file (default: the recorded H200 grid)")
+    sh.add_argument("file", nargs="?", default="bench_grid")
+    sh.add_argument("--limit", type=int, default=None)
+    pt = sub.add_parser("plot", help="draw bandwidth and %% of floor (PNG and SVG)")
+    pt.add_argument("file", nargs="?", default="bench_grid")
+    pt.add_argument("--out", default="bench_plot")
+    ru = sub.add_parser("rules", help="measure each timing rule kept and ignored")
+    ru.add_argument("--grid", default=None, help="a result file with per-process medians")
+    ru.add_argument("--out", default="timing_rules.json")
+    nc = sub.add_parser("ncu", help="Nsight Compute summary of one kernel")
+    nc.add_argument("--impl", default=None)
+    nc.add_argument("--op", default="add_rmsnorm")
+    nc.add_argument("--rows", type=int, default=16384)
+    nc.add_argument("--cols", type=int, default=8192)
+    nc.add_argument("--dtype", default="bf16")
+    nc.add_argument("--timeout", type=float, default=120)
+    nc.add_argument("--out", default="ncu_summary.json")
+    pr = sub.add_parser("profile-target", help=argparse.SUPPRESS)
+    pr.add_argument("--impl", required=True)
+    pr.add_argument("--op", default="add_rmsnorm")
+    pr.add_argument("--rows", type=int, required=True)
+    pr.add_argument("--cols", type=int, required=True)
+    pr.add_argument("--dtype", default="bf16")
+    wk = sub.add_parser("worker", help=argparse.SUPPRESS)
+    wk.add_argument("spec")
+    a = p.parse_args(argv)
+
+    try:
+        if a.cmd == "worker":
+            return run_worker(json.loads(Path(a.spec).read_text()))
+        if a.cmd == "show":
+            doc = load(a.file)
+            print(records.describe(doc))
+            print(format_table(doc["records"], a.limit))
+            return 0
+        if a.cmd == "plot":
+            from . import plots
+
+            for path in plots.plot_file(a.file, a.out):
+                print(f"wrote {path}")
+            return 0
+        if a.cmd in ("run", "plan"):
+            sweeps = PLANS[a.name] if a.cmd == "plan" else [
+                Sweep("run", a.op, a.rows, a.cols, a.dtypes, a.modes, a.impls)]
+            doc = run_sweeps(sweeps, _settings(a), a.out)
+            print(format_table([r for r in doc["records"] if r.get("status") == "ok"]))
+            return 0
+        if a.cmd == "rules":
+            # An empty Triton cache, so that the warm-up rule's first call includes a real JIT.
+            os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="fusedrms_rules_triton_")
+            env.require_gpu("Measuring the timing rules")
+            grid = load(a.grid) if a.grid else None
+            recs = measure_timing_rules(grid)
+            records.write(a.out, recs)
+            print(f"wrote {a.out}")
+            return 0
+        if a.cmd == "ncu":
+            env.require_gpu("Profiling with Nsight Compute")
+            s = profile_with_ncu(a.impl, a.op, a.rows, a.cols, a.dtype, a.timeout)
+            records.write(a.out, [s])
+            print(f"ncu: {s['status']}" + (f" ({s.get('reason')})" if s.get("reason") else "")
+                  + f"; wrote {a.out}")
+            return 0
+        if a.cmd == "profile-target":
+            env.require_gpu("Profiling")
+            profile_target(a.impl, a.op, a.rows, a.cols, a.dtype)
+            return 0
+    except (NoGPU, FloorUnavailable) as e:
+        print(f"fusedrms.measure.harness: {e}", file=sys.stderr)
+        return NO_GPU_EXIT
+    except RuntimeError as e:
+        if "needs a CUDA or ROCm GPU" in str(e):
+            print(f"fusedrms.measure.harness: {e}\n{_no_gpu_message()}", file=sys.stderr)
+            return NO_GPU_EXIT
+        raise
+    except (FileNotFoundError, KeyError, ValueError) as e:
+        print(f"fusedrms.measure.harness: {e}", file=sys.stderr)
+        return 1
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

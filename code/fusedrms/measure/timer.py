@@ -1,0 +1,176 @@
+"""Timing GPU work honestly: device events, warm-up, a stated L2 state, optional graph replay.
+
+A kernel launch returns before the kernel runs, so a CPU clock around a call measures the launch,
+not the work. :func:`time_gpu` brackets every call with a pair of device events (CUDA events, or
+HIP events on ROCm builds of torch) and reads them all after one final synchronize.
+
+L2 state (``l2``):
+
+- ``"cold"``: before every timed call a buffer of ``flush_bytes()`` (at least twice the L2, and at
+  least 256 MiB) is read, which evicts the inputs from L2, so each call reads them from DRAM, and
+  the GPU then spins for a moment (:func:`flush_l2`). This is a *flush*, not a rotation of input
+  buffers. The flush and the spin keep the GPU busy while the CPU queues the next call, which hides
+  the launch overhead from the measurement.
+- ``"warm"``: calls run back to back with nothing in between; inputs that fit in L2 stay there,
+  and when a call is shorter than its launch, the gap the GPU spends waiting for the CPU is counted.
+
+``graph=True`` captures the calls in a CUDA/HIP graph and times its replay. With ``l2="warm"`` one
+replay holds ``GRAPH_CALLS`` calls and each sample is the replay's time divided by that number: the
+back-to-back cost without the CPU's per-launch work. With ``l2="cold"`` the graph holds one call,
+replayed after each flush.
+
+Every function returns microseconds. Without a GPU they raise a RuntimeError that says so.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Callable
+
+from .. import env
+
+GRAPH_CALLS = 20  # calls per graph replay in warm graph mode
+MIN_FLUSH_BYTES = 256 << 20
+_FLUSH: dict = {}
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def l2_bytes() -> int | None:
+    """The device's L2 size in bytes as torch reports it (None if torch does not say)."""
+    torch = _torch()
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    size = getattr(props, "L2_cache_size", None)
+    return int(size) if size else None
+
+
+def flush_bytes() -> int:
+    """Size of the buffer read before each cold call: 2x L2, at least 256 MiB."""
+    return max(2 * (l2_bytes() or 0), MIN_FLUSH_BYTES)
+
+
+HOLD_CYCLES = 400_000  # ~0.2 ms at 2 GHz: the GPU spins while the CPU queues the timed call
+
+
+def flush_l2() -> None:
+    """Evict the L2 by *reading* a buffer larger than it, then hold the GPU briefly.
+
+    Reading rather than zeroing matters: a zeroing flush leaves the L2 full of dirty lines, and the
+    timed kernel then pays for writing them back. A read leaves only clean lines, and the write-back
+    of the previous call's outputs happens here, untimed. The short spin that follows keeps the GPU
+    busy until the CPU has queued the start event and the call, so a slow Python wrapper does not
+    leave the GPU idle inside the timed interval.
+    """
+    torch = _torch()
+    key = torch.cuda.current_device()
+    if key not in _FLUSH:
+        _FLUSH[key] = torch.zeros(flush_bytes() // 8, dtype=torch.int64, device="cuda")
+    _FLUSH[key].sum()
+    torch.cuda._sleep(HOLD_CYCLES)
+
+
+def l2_method(l2: str, graph: bool = False) -> str:
+    """One sentence naming how the L2 was handled, stored with every result."""
+    if l2 == "cold":
+        size = flush_bytes() >> 20
+        how = f"flush: a {size} MiB buffer is read before every timed call (L2 "
+        how += f"{(l2_bytes() or 0) >> 20} MiB)"
+        return how + ("; one call per graph replay" if graph else "")
+    if graph:
+        return f"warm: {GRAPH_CALLS} calls back to back inside one graph replay"
+    return "warm: calls back to back, inputs stay in L2 when they fit"
+
+
+def _check_args(l2: str, warmup: int, reps: int) -> None:
+    if l2 not in ("cold", "warm"):
+        raise ValueError(f"l2 must be 'cold' or 'warm', got {l2!r}")
+    if reps < 1 or warmup < 0:
+        raise ValueError(f"need reps >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
+
+
+def _capture(fn: Callable[[], object], calls: int):
+    """A graph holding ``calls`` calls of ``fn`` (warmed on a side stream first, as torch asks)."""
+    torch = _torch()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    torch.cuda.synchronize()
+    return graph
+
+
+def time_gpu(fn: Callable[[], object], warmup: int = 25, reps: int = 100, l2: str = "cold",
+             graph: bool = False) -> list[float]:
+    """Microseconds per call of ``fn()`` (no arguments), one sample per rep, from device events.
+
+    ``warmup`` calls run first and are not timed (they include JIT compilation and first-touch
+    costs). See the module docstring for ``l2`` and ``graph``.
+    """
+    env.require_gpu("Timing with device events")
+    _check_args(l2, warmup, reps)
+    torch = _torch()
+    cold = l2 == "cold"
+    per_replay = GRAPH_CALLS if (graph and not cold) else 1
+    call = fn
+    if graph:
+        g = _capture(fn, per_replay)
+        call = g.replay
+    for _ in range(warmup):
+        if cold:
+            flush_l2()
+        call()
+    if cold:
+        flush_l2()  # allocate the flush buffer outside the timed loop
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for start, end in zip(starts, ends):
+        if cold:
+            flush_l2()
+        start.record()
+        call()
+        end.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) * 1000.0 / per_replay for s, e in zip(starts, ends)]
+
+
+def copy_bandwidth_GBps(nbytes: int = 1 << 30, reps: int = 20) -> float:
+    """Device-to-device copy bandwidth in GB/s (10^9 bytes/s), counting read + write bytes.
+
+    The median of ``reps`` timed copies of ``nbytes`` (default 1 GiB, far larger than any L2). The
+    book calls the time to move a kernel's bytes at this rate its floor: a reference, not a hard
+    limit (a kernel that mostly reads can land a few percent under it, as chapter 6 shows).
+    """
+    env.require_gpu("Measuring copy bandwidth")
+    torch = _torch()
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    times = time_gpu(lambda: dst.copy_(src), warmup=3, reps=reps, l2="warm")
+    del src, dst
+    return 2 * nbytes / (statistics.median(times) * 1e-6) / 1e9
+
+
+def summarize(samples: list[float]) -> dict:
+    """Median, p10, p90, mean, min, max and count of a list of timings (µs)."""
+    if not samples:
+        raise ValueError("no samples to summarize")
+    s = sorted(samples)
+
+    def pct(q: float) -> float:  # linear interpolation between order statistics
+        pos = q * (len(s) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(s) - 1)
+        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+    return {"median_us": statistics.median(s), "p10_us": pct(0.10), "p90_us": pct(0.90),
+            "mean_us": statistics.fmean(s), "min_us": s[0], "max_us": s[-1], "n": len(s)}

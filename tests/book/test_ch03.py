@@ -1,0 +1,120 @@
+"""The ladder's reading side: table and verdict from a recorded file (written here, not measured)."""
+import json
+
+from fusedrms import records
+from fusedrms.book import ch03
+
+
+def _rec(name, rows, cols, dtype, us, floor_us, correct=True):
+    return {"kind": "ladder", "name": name, "rows": rows, "cols": cols, "dtype": dtype,
+            "median_us": us, "floor_us": floor_us, "fraction_of_floor": floor_us / us,
+            "GBps": 1000.0, "correct": correct}
+
+
+def _doc(tmp_path, recs):
+    path = records.write(tmp_path / "hip_ladder.json", recs, {"copy_GBps": 4200.0})
+    return json.loads(path.read_text())
+
+
+def test_verdict_met_and_not_met(tmp_path):
+    doc = _doc(tmp_path, [
+        _rec("hip.block", 1024, 4096, "float32", 20.0, 8.0),
+        _rec("hip.block", 16384, 8192, "float32", 300.0, 250.0),
+        _rec("hip.vectorized", 16384, 8192, "float32", 280.0, 250.0),
+        _rec("triton.row", 16384, 8192, "float32", 260.0, 250.0),
+        _rec("hip.vectorized", 16384, 8192, "bfloat16", 200.0, 125.0),
+        _rec("hip.serial", 16384, 8192, "bfloat16", 100.0, 125.0, correct=False),  # never counts
+        _rec("triton.row", 16384, 8192, "bfloat16", 130.0, 125.0),
+    ])
+    lines = ch03.verdict(doc)
+    assert len(lines) == 2, lines  # the seed shape is not a "large" shape
+    fp32 = next(line for line in lines if "float32" in line)
+    bf16 = next(line for line in lines if "bfloat16" in line)
+    assert "hip.vectorized" in fp32 and "89.3%" in fp32 and fp32.count(": met") == 2
+    assert "62.5%" in bf16 and "not met, gap 22.5 points" in bf16 and "1.54x" in bf16
+    assert "Recorded on" in records.describe(doc)
+    table = ch03.table(doc)
+    assert "1024x4096 float32" in table and "hip.serial" in table
+
+
+def test_missing_triton_and_errors_are_reported_not_raised(tmp_path):
+    doc = _doc(tmp_path, [
+        _rec("hip.block", 16384, 8192, "float32", 300.0, 250.0),
+        {"kind": "ladder", "name": "hip.shuffle", "rows": 16384, "cols": 8192, "dtype": "float32",
+         "error": "KernelError: boom"},
+    ])
+    line = ch03.verdict(doc)[0]
+    assert "not available" in line
+    assert "boom" in ch03.table(doc)
+
+
+def test_bytes_counted():
+    assert ch03.rmsnorm_bytes(1024, 4096, __import__("torch").float32) == (2 * 1024 * 4096 + 4096) * 4
+
+
+def _full_doc_records():
+    recs = []
+    for rows, cols, dtype, floor in [(1024, 4096, "float32", 8.0), (16384, 8192, "float32", 250.0),
+                                     (16384, 8192, "bfloat16", 125.0)]:
+        for name, factor in [("hip.serial", 40.0), ("hip.block", 1.4), ("hip.shuffle", 1.3),
+                             ("hip.vectorized", 1.1), ("hip.unfused", 3.0), ("triton.row", 1.05)]:
+            recs.append(_rec(name, rows, cols, dtype, floor * factor, floor))
+    for block in ch03.BLOCK_SIZES:
+        recs.append({**_rec("hip.block", 1024, 4096, "float32", 20.0 + block / 100, 8.0),
+                     "kind": "block_size", "block_size": block})
+    return recs
+
+
+def test_reading_helpers_on_a_full_file(tmp_path):
+    doc = _doc(tmp_path, _full_doc_records())
+    fusion = ch03.fusion_lines(doc)
+    assert len(fusion) == 3 and all("fusion saves 2.73x" in line for line in fusion), fusion
+    assert len(ch03.block_size_lines(doc)) == len(ch03.BLOCK_SIZES)
+    seed = ch03.seed_comparison_lines(doc)
+    assert "RX 9070 XT" in seed[0] and any("25.8x" in s for s in seed) and "28.6x" in seed[-1]
+    assert all(": met" in line and "not met" not in line for line in ch03.verdict(doc))
+
+
+def test_the_chapters_recorded_data_cells_run_on_a_written_file(tmp_path, monkeypatch, capsys):
+    """Execute the notebook's cells that read hip_ladder.json against a file written here."""
+    from pathlib import Path
+
+    import nbformat
+
+    machine = tmp_path / "h200"
+    records.write(machine / "hip_ladder.json", _full_doc_records(),
+                  {"copy_GBps": 4230.0, "l2": "cold"})
+    monkeypatch.setattr(records, "DATA_DIR", tmp_path)
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "chapters" / "03_hip.ipynb", as_version=4)
+    cells = [c.source for c in nb.cells if c.cell_type == "code"]
+    setup = cells[:2]  # env.setup() and the imports + recorded() helper
+    data_cells = [c for c in cells[2:] if "doc" in c and "ENV.on_gpu" not in c or 'recorded("hip_ladder")' in c]
+    assert any('recorded("hip_ladder")' in c for c in data_cells)
+    namespace: dict = {}
+    for source in setup + data_cells:
+        if 'recorded("hip_ladder")' in source:
+            source = source.replace("if HIP_DEVICE.type == \"cuda\":", "if False:")  # no live timing here
+        exec(compile(source, "<chapter 3 cell>", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "RECORDED: Recorded on" in out
+    assert "copy bandwidth 4230 GB/s" in out
+    assert "16384x8192 float32: best HIP variant hip.vectorized" in out and "target >= 85%: met" in out
+    assert "fusion saves" in out and "block  1024:" in out and "RX 9070 XT" in out
+
+
+def test_measure_one_builds_a_complete_record_on_the_cpu_runtime():
+    calls = []
+
+    def fake_timer(fn, warmup, reps):  # runs the kernel, returns made-up microseconds
+        fn()
+        calls.append((warmup, reps))
+        return [10.0] * reps
+
+    rec = ch03.measure_one("hip.shuffle", 3, 13, "float32", 4000.0, device="cpu", timer=fake_timer)
+    assert rec["correct"] and rec["median_us"] == 10.0 and "error" not in rec, rec
+    assert abs(rec["fraction_of_floor"] - rec["floor_us"] / 10.0) < 1e-12
+    assert rec["bytes"] == ch03.rmsnorm_bytes(3, 13, __import__("torch").float32)
+    assert calls[0] == (1, 3) and calls[1][1] >= 5
+    bad = ch03.measure_one("hip.block", 3, 13, "float32", 4000.0, device="cpu", timer=fake_timer,
+                             fn=lambda x, w, eps: 1 / 0)
+    assert bad["error"].startswith("ZeroDivisionError")

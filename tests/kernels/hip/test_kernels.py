@@ -1,0 +1,173 @@
+"""Every HIP kernel against the float64 reference: on the CPU runtime here, on the GPU when present."""
+import pytest
+import torch
+
+from fusedrms import checks, reference, registry, validation
+from fusedrms.kernels.hip import build, kernels
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+BOUNDARY = [(3, 13), (33, 257), (1, 1), (2, 4)]
+
+
+def _inputs(rows, cols, dtype, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed + rows * 1000 + cols)
+    x = (torch.randn(rows, cols, generator=g) * 3).to(dtype).to(device)
+    w = torch.randn(cols, generator=g).to(dtype).to(device)
+    return x, w
+
+
+def _check(y, x, w, eps=1e-5):
+    report = checks.allclose(y, reference.rmsnorm(x, w, eps, accum=torch.float64))
+    assert report.ok, str(report)
+
+
+@pytest.mark.parametrize("variant", kernels.VARIANTS)
+@pytest.mark.parametrize("shape", BOUNDARY, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_fp32_boundary_shapes_default_block(variant, shape):
+    x, w = _inputs(*shape, torch.float32)
+    _check(kernels.rmsnorm(x, w, 1e-5, variant=variant), x, w)
+
+
+@pytest.mark.parametrize("variant", kernels.VARIANTS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_16_bit_formats(variant, dtype):
+    x, w = _inputs(33, 257, dtype)
+    _check(kernels.rmsnorm(x, w, 1e-5, variant=variant, block_size=32), x, w)
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 32, 512])
+def test_block_sizes_smaller_and_larger_than_the_row(block_size):
+    x, w = _inputs(3, 13, torch.float32)
+    for variant in ("block", "shuffle"):
+        _check(kernels.rmsnorm(x, w, variant=variant, block_size=block_size), x, w)
+
+
+@pytest.mark.parametrize("variant", ["shuffle", "vectorized", "unfused"])
+def test_64_lane_wavefronts(variant):
+    """The shuffle finish must not assume 32 lanes: run the CPU runtime as 64-lane wavefronts."""
+    assert kernels.warp_lanes("cpu", {"FUSEDRMS_CPU_WARP": 64}) == 64
+    x, w = _inputs(5, 257, torch.float32)
+    for block in (16, 64, 128):
+        y = kernels.rmsnorm(x, w, variant=variant, block_size=block, defines={"FUSEDRMS_CPU_WARP": 64})
+        _check(y, x, w)
+
+
+def test_vectorized_uses_16_byte_packs_and_falls_back_when_it_cannot():
+    x, w = _inputs(4, 64, torch.float32)
+    assert kernels.vector_width(x, w) == 4
+    xh, wh = _inputs(4, 64, torch.bfloat16)
+    assert kernels.vector_width(xh, wh) == 8
+    odd_x, odd_w = _inputs(4, 13, torch.float32)  # 13 columns: not a multiple of 4
+    assert kernels.vector_width(odd_x, odd_w) == 1
+    _check(kernels.rmsnorm(odd_x, odd_w, variant="vectorized", block_size=16), odd_x, odd_w)
+    big, w65 = _inputs(4, 65, torch.float32)
+    shifted = big[:, 1:]  # rows start 4 bytes past a 16-byte boundary and the stride is 65 floats
+    assert shifted.stride(0) == 65 and kernels.vector_width(shifted, w65[1:].contiguous()) == 1
+    _check(kernels.rmsnorm(shifted, w65[1:].contiguous(), variant="vectorized", block_size=16),
+           shifted, w65[1:])
+
+
+def test_row_stride_and_leading_dimensions():
+    base, w = _inputs(6, 40, torch.float32)
+    x = base[:, :32].reshape(2, 3, 32)  # strided rows, three dimensions
+    w = w[:32].contiguous()
+    for variant in kernels.VARIANTS:
+        y = kernels.rmsnorm(x, w, variant=variant, block_size=16)
+        assert y.shape == x.shape
+        _check(y, x, w)
+
+
+def test_special_values():
+    x = torch.zeros(2, 8)
+    w = torch.ones(8)
+    for variant in kernels.VARIANTS:
+        assert torch.equal(kernels.rmsnorm(x, w, variant=variant, block_size=8), torch.zeros(2, 8))
+    x = torch.full((1, 8), float("nan"))
+    assert torch.isnan(kernels.rmsnorm(x, w, variant="block", block_size=8)).all()
+
+
+def test_inputs_are_validated_with_clear_messages():
+    x, w = _inputs(3, 13, torch.float32)
+    with pytest.raises(validation.InputError, match="power of two"):
+        kernels.rmsnorm(x, w, variant="block", block_size=96)
+    with pytest.raises(validation.InputError, match="variant"):
+        kernels.rmsnorm(x, w, variant="warp")
+    with pytest.raises(validation.InputError, match="dtype"):
+        kernels.rmsnorm(x.double(), w.double())
+    with pytest.raises(validation.InputError, match="w is"):
+        kernels.rmsnorm(x, w.half())
+    with pytest.raises(validation.InputError, match="shape"):
+        kernels.rmsnorm(x, w[:5])
+    with pytest.raises(validation.InputError, match="block_size >="):
+        kernels.rmsnorm(torch.zeros(1, 100), torch.ones(100), variant="vectorized", block_size=2)
+    with pytest.raises(validation.InputError, match="at most 32768"):
+        kernels.rmsnorm(torch.zeros(1, 32769), torch.ones(32769), variant="vectorized")
+
+
+def test_registered_for_verify_and_bench():
+    names = {i.name for i in registry.impls("rmsnorm") if i.route == "hip"}
+    assert names == {f"hip.{v}" for v in kernels.VARIANTS}
+    impl = registry.get("hip.block")
+    x, w = _inputs(3, 13, torch.bfloat16)
+    assert impl.supports("cpu", torch.bfloat16, 13)
+    _check(impl.fn(x, w, 1e-5), x, w)
+
+
+BARRIER_AFTER_WRITE = "    __syncthreads();  // every partial sum is written before anyone reads one\n"
+TREE_STEP = ("        if (tid < stride) partial[tid] += partial[tid + stride];\n"
+             "        __syncthreads();  // all threads, also those that added nothing this round\n")
+
+
+def test_the_cpu_runtime_reports_a_missing_barrier_as_a_race():
+    text = build.source_text()
+    assert BARRIER_AFTER_WRITE in text
+    x, w = _inputs(1, 4, torch.float32)
+    for _ in range(3):  # the report must not depend on how the OS schedules the threads
+        with pytest.raises(kernels.KernelError, match="race"):
+            kernels.rmsnorm(x, w, variant="block", block_size=4,
+                            text=text.replace(BARRIER_AFTER_WRITE, ""))
+
+
+def test_the_cpu_runtime_turns_a_divergent_barrier_into_an_error():
+    text = build.source_text()
+    assert TREE_STEP in text
+    divergent = text.replace(TREE_STEP, "        if (tid >= stride) return;\n"
+                                        "        partial[tid] += partial[tid + stride];\n"
+                                        "        __syncthreads();\n")
+    x, w = _inputs(1, 4, torch.float32)
+    with pytest.raises(kernels.KernelError, match="divergent"):
+        kernels.rmsnorm(x, w, variant="block", block_size=4, text=divergent)
+
+
+# ---- on the GPU ----
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", kernels.VARIANTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(3, 13), (33, 257), (1024, 4096), (7, 8192)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+def test_gpu_matches_the_reference(variant, dtype, shape):
+    x, w = _inputs(*shape, dtype, device="cuda")
+    _check(kernels.rmsnorm(x, w, 1e-5, variant=variant), x, w)
+
+
+@pytest.mark.gpu
+def test_gpu_runs_on_the_current_torch_stream():
+    x, w = _inputs(512, 4096, torch.float32, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for variant in kernels.VARIANTS:
+            x2 = x * 2  # produced on the side stream: the kernel must run after it, on that stream
+            y = kernels.rmsnorm(x2, w, variant=variant)
+            side.synchronize()
+            _check(y, x2, w)
+
+
+@pytest.mark.gpu
+def test_gpu_and_cpu_runtime_agree():
+    x, w = _inputs(33, 257, torch.float32)
+    for variant in kernels.VARIANTS:
+        cpu = kernels.rmsnorm(x, w, variant=variant)
+        gpu = kernels.rmsnorm(x.cuda(), w.cuda(), variant=variant).cpu()
+        assert checks.allclose(gpu, cpu.double()).ok

@@ -1,0 +1,341 @@
+"""The capstone kernels: both ops against the float64 references, every launch path, validation,
+in-place mode, the bf16 rounding of the stored residual, and the configuration choice."""
+import json
+
+import pytest
+import torch
+
+from fusedrms.kernels import add_rmsnorm as A
+from fusedrms import checks, env, reference, registry
+from fusedrms.validation import InputError
+
+ENV = env.current()
+DEV = ENV.device
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# interpreter default, one row per program, a persistent grid that loops over tiles, pipelined;
+# the two-pass design in chunks (whole-row for 13 columns; 3 to 64 chunks, the last one partial)
+CONFIGS = (None, A.LaunchConfig(1, 4, 1, None), A.LaunchConfig(2, 4, 2, 1),
+           A.LaunchConfig(8, 2, 3, 2), A.LaunchConfig(1, 4, 1, None, 128),
+           A.LaunchConfig(2, 2, 1, 2, 32))
+
+
+def inputs(rows, cols, dtype, device=DEV, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g).to(dtype).to(device)
+    r = torch.randn(rows, cols, generator=g).to(dtype).to(device)
+    w = torch.randn(cols, generator=g).to(dtype).to(device)
+    return x, r, w
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(3, 13), (33, 257), (1, 1), (5, 2048)])
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "default" if c is None else c.label())
+def test_both_ops_match_float64_references(shape, dtype, config):
+    x, r, w = inputs(*shape, dtype)
+    y = A.add_rmsnorm(x, r, w, 1e-5, config=config)
+    assert checks.allclose(y, reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64))
+    y2, s = A.add_rmsnorm_residual(x, r, w, 1e-5, config=config)
+    ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, 1e-5, accum=torch.float64)
+    assert checks.equal(s, ref_s)  # the stored residual is x + r rounded once, bit for bit
+    assert checks.allclose(y2, ref_y)
+    assert y.dtype == y2.dtype == s.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_chunked_design_on_a_partial_last_chunk(dtype):
+    x, r, w = inputs(3, 13, dtype)  # chunks of 4: 4 + 4 + 4 + 1 columns
+    cfg = A.LaunchConfig(2, 1, 1, 1, 4)
+    ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, 1e-5, accum=torch.float64)
+    y, s = A.add_rmsnorm_residual(x, r, w, config=cfg)
+    assert checks.equal(s, ref_s) and checks.allclose(y, ref_y)
+    assert checks.allclose(A.add_rmsnorm(x, r, w, config=cfg),
+                           reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64))
+
+
+def test_residual_is_rounded_to_nearest_even_not_truncated():
+    # 1 + 2^-7 + 2^-8 lies halfway between two bf16 values; nearest-even rounds up, truncation down
+    x = torch.full((2, 16), 1.0 + 2 ** -7, dtype=torch.bfloat16, device=DEV)
+    r = torch.full((2, 16), 2 ** -8, dtype=torch.bfloat16, device=DEV)
+    w = torch.ones(16, dtype=torch.bfloat16, device=DEV)
+    _, s = A.add_rmsnorm_residual(x, r, w)
+    assert torch.all(s.float() == 1.015625)
+
+
+def test_y_uses_the_sum_in_fp32_or_as_stored():
+    # fp16: x + r is not representable; add_rmsnorm keeps it in fp32, the residual op rounds it first
+    x = torch.tensor([[1.0, 2.0 ** -11, -1.0, 3.0]], dtype=torch.float16, device=DEV)
+    r = torch.tensor([[2.0 ** -11, 1.0, 1.0, 0.0]], dtype=torch.float16, device=DEV)
+    w = torch.ones(4, dtype=torch.float16, device=DEV)
+    y = A.add_rmsnorm(x, r, w)
+    y2, s = A.add_rmsnorm_residual(x, r, w)
+    assert torch.equal(y, reference.add_rmsnorm(x, r, w))
+    assert torch.equal(s, (x.float() + r.float()).half())
+    assert checks.allclose(y2, reference.add_rmsnorm_residual(x, r, w, accum=torch.float64)[0])
+
+
+def test_leading_dims_strides_and_empty():
+    x, r, w = inputs(2 * 3, 40, torch.float32)
+    x3, r3 = x.reshape(2, 3, 40), r.reshape(2, 3, 40)
+    y = A.add_rmsnorm(x3, r3, w)
+    assert y.shape == (2, 3, 40)
+    assert checks.allclose(y, reference.add_rmsnorm(x3, r3, w, accum=torch.float64))
+    big, rbig, _ = inputs(40, 12, torch.float32)
+    xt, rt = big.t(), rbig.t()  # (12, 40), column stride 12
+    y, s = A.add_rmsnorm_residual(xt, rt, w)
+    assert checks.allclose(y, reference.add_rmsnorm_residual(xt, rt, w, accum=torch.float64)[0])
+    xs, rs = x[:, ::2], r[:, ::2]  # every other column
+    assert checks.allclose(A.add_rmsnorm(xs, rs, w[:20]),
+                           reference.add_rmsnorm(xs, rs, w[:20], accum=torch.float64))
+    empty = torch.empty(0, 40, device=DEV)
+    assert A.add_rmsnorm(empty, empty.clone(), w).shape == (0, 40)
+
+
+def test_special_values():
+    x, r, w = inputs(4, 64, torch.float16)
+    x[1, 5] = float("nan")
+    x[2] = 300.0  # squares overflow fp16; fp32 accumulation does not
+    r[2] = 0.0
+    y = A.add_rmsnorm(x, r, w)
+    assert torch.isnan(y[1]).all() and not torch.isnan(y[[0, 2, 3]]).any()
+    ok = [0, 2, 3]
+    assert checks.allclose(y[ok], reference.add_rmsnorm(x[ok], r[ok], w, accum=torch.float64))
+    zeros = torch.zeros(3, 8, device=DEV)
+    assert torch.equal(A.add_rmsnorm(zeros, zeros, torch.ones(8, device=DEV)), zeros)
+
+
+def test_in_place_writes_x_and_residual():
+    x, r, w = inputs(9, 100, torch.bfloat16)
+    ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, accum=torch.float64)
+    expected_y, expected_s = A.add_rmsnorm_residual(x, r, w)
+    y, s = A.add_rmsnorm_residual(x, r, w, in_place=True)
+    assert y is x and s is r
+    assert torch.equal(x, expected_y) and torch.equal(r, expected_s)
+    assert checks.equal(r, ref_s) and checks.allclose(x, ref_y)
+
+
+def test_in_place_refuses_what_it_cannot_update():
+    x, r, w = inputs(40, 12, torch.float32)
+    w40 = torch.ones(40, device=DEV)
+    with pytest.raises(InputError, match="not contiguous"):
+        A.add_rmsnorm_residual(x.t(), r.t().contiguous(), w40, in_place=True)
+    with pytest.raises(InputError, match="both written but share memory"):
+        A.add_rmsnorm_residual(x, x, w, in_place=True)
+
+
+def test_in_place_refuses_any_overlap_not_just_equal_pointers():
+    """Issue 17: overlapping views gave a wrong sum, a weight inside x wrong rows."""
+    buf = torch.randn(10, 13, device=DEV)
+    w = torch.ones(13, device=DEV)
+    with pytest.raises(InputError, match="share memory"):
+        A.add_rmsnorm_residual(buf[:9], buf[1:], w, in_place=True)
+    x, r = torch.randn(4, 13, device=DEV), torch.randn(4, 13, device=DEV)
+    with pytest.raises(InputError, match="shares memory with w"):
+        A.add_rmsnorm_residual(x, r, x[0], in_place=True)
+    before = buf.clone()
+    y, s = A.add_rmsnorm_residual(buf[:9], buf[1:], w)  # out of place: overlapping inputs are fine
+    assert torch.equal(buf, before)
+    ref_y, ref_s = reference.add_rmsnorm_residual(buf[:9], buf[1:], w, accum=torch.float64)
+    assert checks.equal(s, ref_s) and checks.allclose(y, ref_y)
+
+
+@pytest.mark.parametrize("flag", ["no", 1, None])
+def test_in_place_must_be_a_boolean(flag):
+    x, r, w = inputs(2, 8, torch.float32)
+    with pytest.raises(InputError, match="in_place must be True or False"):
+        A.add_rmsnorm_residual(x, r, w, in_place=flag)
+    assert torch.equal(x, inputs(2, 8, torch.float32)[0])  # nothing was written
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_an_overflowed_row_is_nan_on_every_launch_path(config):
+    """The fp32 sum of squares of row 0 overflows: NaN, never zeros (chunked/two-pass too)."""
+    x = torch.randn(3, 257, device=DEV)
+    x[0] = 1e19
+    x[2, 5] = float("inf")
+    r, w = torch.zeros_like(x), torch.ones(257, device=DEV)
+    for y in (A.add_rmsnorm(x, r, w, config=config), *A.add_rmsnorm_residual(x, r, w, config=config)[:1]):
+        assert torch.isnan(y[[0, 2]]).all() and torch.isfinite(y[1]).all()
+        assert checks.allclose(y[1:2], reference.add_rmsnorm(x[1:2], r[1:2], w, accum=torch.float64))
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda x, r, w: A.add_rmsnorm(x.double(), r.double(), w), "dtype float64"),
+    (lambda x, r, w: A.add_rmsnorm(x, r[:, :-1], w), "residual has shape"),
+    (lambda x, r, w: A.add_rmsnorm(x, r.half(), w), "residual is float16"),
+    (lambda x, r, w: A.add_rmsnorm(x, r, w[:-1]), "one weight per column"),
+    (lambda x, r, w: A.add_rmsnorm(x, r, w, eps=-1.0), "eps must be"),
+    (lambda x, r, w: A.add_rmsnorm([1.0], r, w), "must be a torch.Tensor"),
+    (lambda x, r, w: A.add_rmsnorm(x, r, w, config={"warps": 4}), "Keys: rows_per_program"),
+    (lambda x, r, w: A.add_rmsnorm(x, r, w, config=A.LaunchConfig(3, 4)), "power of two"),
+    (lambda x, r, w: A.add_rmsnorm(x, r, w, config="fast"), "config must be"),
+    (lambda x, r, w: A.add_rmsnorm_residual(x, r, w, config={"num_warps": 64}), "num_warps"),
+])
+def test_validation_messages(call, match):
+    x, r, w = inputs(3, 8, torch.float32)
+    with pytest.raises(InputError, match=match):
+        call(x, r, w)
+
+
+def test_width_limit_is_explained():
+    x = torch.zeros(1, A.MAX_COLS + 1, dtype=torch.float16, device=DEV)
+    with pytest.raises(InputError, match=f"at most {A.MAX_COLS} columns"):
+        A.add_rmsnorm(x, x.clone(), torch.ones(A.MAX_COLS + 1, dtype=torch.float16, device=DEV))
+
+
+def test_registered_under_the_registry_ops():
+    fused, residual = registry.get("capstone.fused"), registry.get("capstone.fused_residual")
+    assert (fused.op, residual.op) == ("add_rmsnorm", "add_rmsnorm_residual")
+    assert fused.fn is A.add_rmsnorm and residual.fn is A.add_rmsnorm_residual
+    assert fused.max_cols == residual.max_cols == A.MAX_COLS
+
+
+# ---------------------------------------------------------------- configurations
+
+def test_block_is_never_a_tuned_parameter():
+    for cols in (13, 2048, 5000, 16384):
+        for dtype in DTYPES:
+            for cfg in A.candidate_configs(cols, dtype) + [A.heuristic_config(cols, dtype)]:
+                assert "BLOCK" not in cfg.as_dict() and "block" not in cfg.as_dict()
+
+
+@pytest.mark.parametrize("cols", [2048, 4096, 8192, 16384])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_candidates_respect_registers_and_vectors(cols, dtype):
+    size = torch.empty((), dtype=dtype).element_size()
+    cands = A.candidate_configs(cols, dtype)
+    assert cands and len(set(cands)) == len(cands)
+    for c in cands:
+        threads = 32 * c.num_warps
+        per_thread = c.rows_per_program * cols // threads
+        assert 1 <= c.num_warps <= 32
+        assert per_thread <= 32  # fp32 values per thread per tensor
+        assert (per_thread * size) % 16 == 0  # whole 16-byte vectors
+
+
+@pytest.mark.parametrize("cols", [2048, 4096, 8192, 16384])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_chunked_candidates_are_narrower_than_the_row(cols, dtype):
+    size = torch.empty((), dtype=dtype).element_size()
+    cands = A.chunked_candidates(cols, dtype)
+    assert (cands == []) == (cols < 4096) and len(set(cands)) == len(cands)
+    for c in cands:
+        assert c.chunk < cols and c.rows_per_program == 1 and c.programs_per_sm is None
+        assert (c.chunk // (32 * c.num_warps) * size) in (16, 32)  # bytes per thread per tensor
+        assert "chunks of" in c.label()
+    for v in A.persistent_variants(cands[0]) if cands else []:
+        assert v.chunk == cands[0].chunk and v.num_stages == 1
+
+
+def test_chunk_must_be_a_power_of_two():
+    with pytest.raises(InputError, match="chunk"):
+        A.LaunchConfig(1, 4, 1, None, 1000)
+
+
+def test_heuristic_values():
+    assert A.heuristic_config(2048, torch.bfloat16) == A.LaunchConfig(4, 16, 1, None)
+    assert A.heuristic_config(4096, torch.bfloat16) == A.LaunchConfig(2, 16, 1, None)
+    assert A.heuristic_config(16384, torch.float32) == A.LaunchConfig(1, 16, 1, None)
+    assert A.heuristic_config(13, torch.float32).rows_per_program == 8
+
+
+def test_small_grids_get_fewer_rows_per_program():
+    assert A.effective_rows_per_program(8, 16384, 132) == 8
+    assert A.effective_rows_per_program(8, 256, 132) == 1  # 256 rows: every SM needs a program
+    assert A.effective_rows_per_program(4, 1, 132) == 1
+    assert A.grid_size(A.LaunchConfig(4, 8, 1, None), 16384, 132) == (4, 4096)
+    assert A.grid_size(A.LaunchConfig(4, 8, 2, 2), 16384, 132) == (4, 264)
+    assert A.grid_size(A.LaunchConfig(4, 8, 2, 2), 3, 1) == (4, 1)
+
+
+def test_persistent_variants_fit_an_sm():
+    for v in A.persistent_variants(A.LaunchConfig(2, 16, 1, None)):
+        assert v.programs_per_sm * v.num_warps <= 64 and v.rows_per_program == 2
+
+
+def _table_file(tmp_path, gpu="NVIDIA H200", extra_records=()):
+    doc = {"provenance": {"gpu": gpu},
+           "records": [{"cols": 4096, "dtype": "bfloat16", "rows_per_program": 2, "num_warps": 8,
+                        "num_stages": 3, "programs_per_sm": 4},
+                       {"cols": 2048, "dtype": "float32", "rows_per_program": 4, "num_warps": 16,
+                        "num_stages": 1, "programs_per_sm": None},
+                       {"cols": 16384, "dtype": "bfloat16", "rows_per_program": 1, "num_warps": 8,
+                        "num_stages": 1, "programs_per_sm": 4, "chunk": 2048},
+                       *extra_records]}
+    path = tmp_path / "capstone_tuning.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_tuning_table_loads_and_skips_malformed_rows(tmp_path):
+    path = _table_file(tmp_path, extra_records=[{"cols": 8192, "dtype": "bfloat16"},
+                                                {"cols": 1, "dtype": "float16",
+                                                 "rows_per_program": 3, "num_warps": 4,
+                                                 "num_stages": 1}])
+    table = A.load_tuning_table(path)
+    assert table["gpu"] == "NVIDIA H200"
+    assert table["configs"] == {(4096, "bfloat16"): A.LaunchConfig(2, 8, 3, 4),
+                                (2048, "float32"): A.LaunchConfig(4, 16, 1, None),
+                                (16384, "bfloat16"): A.LaunchConfig(1, 8, 1, 4, 2048)}
+    assert A.load_tuning_table(tmp_path / "missing.json")["configs"] == {}
+
+
+def test_choose_config_prefers_the_table_on_its_gpu(tmp_path):
+    table = A.load_tuning_table(_table_file(tmp_path))
+    pick = lambda cols, dtype, gpu: A.choose_config(cols, dtype, table, gpu, on_gpu=True)
+    cfg, source = pick(4096, torch.bfloat16, "NVIDIA H200")
+    assert cfg == A.LaunchConfig(2, 8, 3, 4) and source.startswith("tuned")
+    cfg, source = pick(3000, torch.bfloat16, "NVIDIA H200")  # same BLOCK (4096)
+    assert cfg == A.LaunchConfig(2, 8, 3, 4) and "same BLOCK" in source
+    cfg, source = pick(4096, torch.float16, "NVIDIA H200")  # no fp16 entry
+    assert cfg == A.heuristic_config(4096, torch.float16) and source.startswith("heuristic")
+    cfg, source = pick(4096, torch.bfloat16, "NVIDIA A100")  # another GPU
+    assert source.startswith("heuristic")
+    cfg, source = A.choose_config(4096, torch.bfloat16, table, "NVIDIA H200", on_gpu=False)
+    assert cfg == A.INTERPRETER_CONFIG and source.startswith("interpreter")
+
+
+# ---------------------------------------------------------------- on the GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 4096), (1024, 4096), (257, 16384), (4096, 2048),
+                                   (3, 32768)])
+def test_gpu_default_config(shape, dtype):
+    x, r, w = inputs(*shape, dtype)
+    assert checks.allclose(A.add_rmsnorm(x, r, w),
+                           reference.add_rmsnorm(x, r, w, accum=torch.float64))
+    y, s = A.add_rmsnorm_residual(x, r, w)
+    ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, accum=torch.float64)
+    assert checks.equal(s, ref_s) and checks.allclose(y, ref_y)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", [2048])
+def test_gpu_every_candidate_and_persistent_variant(cols):
+    x, r, w = inputs(300, cols, torch.bfloat16)
+    expected = reference.add_rmsnorm(x, r, w, accum=torch.float64)
+    cands = A.candidate_configs(cols, torch.bfloat16)
+    for cfg in cands + A.persistent_variants(cands[0]):
+        assert checks.allclose(A.add_rmsnorm(x, r, w, config=cfg), expected), cfg.label()
+
+
+@pytest.mark.gpu
+def test_gpu_in_place_matches_out_of_place():
+    x, r, w = inputs(777, 4096, torch.float16)
+    y, s = A.add_rmsnorm_residual(x, r, w)
+    A.add_rmsnorm_residual(x, r, w, in_place=True)
+    assert torch.equal(x, y) and torch.equal(r, s)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", [8192, 8189])
+def test_gpu_every_chunked_candidate(cols):
+    # 8189: the tuned width's configs on a width 3 short (partial last chunk, unaligned rows)
+    x, r, w = inputs(300, cols, torch.bfloat16)
+    ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, accum=torch.float64)
+    expected = reference.add_rmsnorm(x, r, w, accum=torch.float64)
+    cands = A.chunked_candidates(8192, torch.bfloat16)
+    for cfg in cands + A.persistent_variants(cands[0]):
+        assert checks.allclose(A.add_rmsnorm(x, r, w, config=cfg), expected), cfg.label()
+        y, s = A.add_rmsnorm_residual(x, r, w, config=cfg)
+        assert checks.equal(s, ref_s) and checks.allclose(y, ref_y), cfg.label()

@@ -1,0 +1,132 @@
+"""fusedrms.kernels.peers: the PyTorch routes the kernels are measured against."""
+import pytest
+import torch
+
+from fusedrms import checks, env, reference, registry, validation
+from fusedrms.kernels import peers
+from fusedrms.validation import InputError
+
+ENV = env.current()
+
+
+def inputs(rows=5, cols=96, dtype=torch.float32, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g).to(dtype).to(device)
+    r = torch.randn(rows, cols, generator=g).to(dtype).to(device)
+    w = (1 + 0.1 * torch.randn(cols, generator=g)).to(dtype).to(device)
+    return x, r, w
+
+
+def test_peers_are_registered_as_library_routes():
+    names = {i.name: i for i in registry.impls()}
+    for name, op in [("torch.rms_norm", "rmsnorm"), ("torch.compile", "rmsnorm"),
+                     ("torch.eager_chain", "add_rmsnorm"), ("torch.rms_norm_add", "add_rmsnorm"),
+                     ("torch.compile_add", "add_rmsnorm")]:
+        assert names[name].op == op and names[name].kernel is False
+    for name in ("torch.compile", "torch.compile_add"):
+        assert names[name].devices == ("cuda",) and names[name].gpu_only_reason
+
+
+def test_rms_norm_peer_matches_the_float64_reference():
+    x, _, w = inputs()
+    expected = reference.rmsnorm(x, w, 1e-5, accum=torch.float64, out_dtype=torch.float64)
+    assert checks.allclose(peers.rms_norm(x, w, 1e-5), expected)
+
+
+@pytest.mark.parametrize("fn", [peers.eager_chain, peers.rms_norm_add])
+def test_add_peers_match_the_float64_reference(fn):
+    x, r, w = inputs()
+    expected = reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64, out_dtype=torch.float64)
+    assert checks.allclose(fn(x, r, w, 1e-5), expected)
+
+
+def test_eager_chain_rounds_its_intermediates():
+    """In bf16 the chain rounds t = x + r and n before scaling: close, but not the fused result."""
+    x, r, w = inputs(rows=64, cols=512, dtype=torch.bfloat16)
+    exact = reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64, out_dtype=torch.float64)
+    chain = peers.eager_chain(x, r, w, 1e-5)
+    assert checks.relative_l2(chain, exact) < 1e-2
+    fused = reference.add_rmsnorm(x, r, w, 1e-5)
+    assert not torch.equal(chain, fused)
+
+
+def test_peers_validate_their_inputs():
+    x, r, w = inputs()
+    with pytest.raises(InputError, match="residual has shape"):
+        peers.eager_chain(x, r[:, :10], w)
+    with pytest.raises(InputError, match="one weight per column"):
+        peers.rms_norm_add(x, r, w[:5])
+    with pytest.raises(InputError, match="dtype"):
+        peers.rms_norm(x.to(torch.int32), w)
+
+
+def test_static_compile_keeps_one_compiled_function_per_shape():
+    sc = peers.StaticCompiled(reference.rmsnorm, "test")
+    a = torch.zeros(4, 8)
+    b = torch.zeros(4, 16)
+    w8, w16 = torch.ones(8), torch.ones(16)
+    fa = sc.get(a, w8, eps=1e-5)  # torch.compile is lazy: nothing compiles until called
+    assert sc.get(a, w8, eps=1e-5) is fa
+    assert sc.get(b, w16, eps=1e-5) is not fa
+    assert sc.get(a.half(), w8.half(), eps=1e-5) is not fa
+    assert len(sc.compiled) == 3
+    sc.reset()
+    assert not sc.compiled
+
+
+def test_fresh_copy_has_its_own_code_object_and_same_result():
+    copy = peers._fresh_copy(reference.rmsnorm)
+    assert copy.__code__ is not reference.rmsnorm.__code__
+    x, _, w = inputs()
+    assert torch.equal(copy(x, w, 1e-5), reference.rmsnorm(x, w, 1e-5))
+
+
+def test_liger_status_says_what_happened():
+    status = peers.liger_status()
+    try:
+        import liger_kernel  # noqa: F401
+        assert "registered as liger.rms_norm" in status
+    except ImportError:
+        assert "not importable" in status and "pip install liger-kernel" in status
+        assert "liger.rms_norm" not in {i.name for i in registry.impls("rmsnorm")}
+        with pytest.raises(RuntimeError, match="not importable"):
+            peers.liger_rms_norm(*inputs()[::2])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_peers_on_gpu(dtype):
+    x, r, w = inputs(rows=33, cols=257, dtype=dtype, device="cuda")
+    exp = reference.rmsnorm(x, w, 1e-5, accum=torch.float64, out_dtype=torch.float64)
+    assert checks.allclose(peers.compiled_rmsnorm(x, w, 1e-5), exp)
+    exp = reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64, out_dtype=torch.float64)
+    assert checks.allclose(peers.compiled_add_rmsnorm(x, r, w, 1e-5), exp)
+
+
+# ---------------------------------------------------------------- issue 17: peers validate too
+
+@pytest.mark.parametrize("eps", ["1e-5", None, -1.0, float("nan"), float("inf"), 10 ** 400, True])
+@pytest.mark.parametrize("name", ["rms_norm", "compiled_rmsnorm", "eager_chain", "rms_norm_add",
+                                  "compiled_add_rmsnorm"])
+def test_peers_refuse_a_bad_eps_before_torch_sees_it(name, eps):
+    x, w = torch.randn(3, 8), torch.ones(8)
+    args = (x, w) if name in ("rms_norm", "compiled_rmsnorm") else (x, x.clone(), w)
+    with pytest.raises(validation.InputError, match="eps"):
+        getattr(peers, name)(*args, eps)
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "eager_chain", "rms_norm_add"])
+def test_peers_refuse_a_scalar_x(name):
+    x = torch.tensor(1.0)
+    args = (x, torch.ones(1)) if name == "rms_norm" else (x, x.clone(), torch.ones(1))
+    with pytest.raises(validation.InputError, match="scalar"):
+        getattr(peers, name)(*args)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_eager_chain_returns_x_dtype_whatever_the_weight_dtype(dtype):
+    x, r, w = torch.randn(3, 8).to(dtype), torch.randn(3, 8).to(dtype), torch.randn(8)
+    y = peers.eager_chain(x, r, w)
+    assert y.dtype == dtype
+    expected = (peers.F.rms_norm(x + r, (8,), None, 1e-5) * w).to(dtype)
+    assert torch.equal(y, expected)

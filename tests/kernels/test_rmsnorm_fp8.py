@@ -1,0 +1,577 @@
+"""Chapter 8: RMSNorm + FP8 block quantization (fusedrms.kernels.rmsnorm_fp8)."""
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+
+from fusedrms import env, records, registry, validation
+from fusedrms.kernels import rmsnorm_fp8 as q
+
+ENV = env.current()
+DEV = ENV.device
+BF16 = torch.bfloat16
+
+
+def bits(codes):
+    return q.code_bits(codes)
+
+
+# ---------------------------------------------------------------- the reference is the formula
+
+def test_constants_come_from_the_config():
+    cfg = q.DEEPSEEK_V3_CONFIG
+    assert (q.HIDDEN_SIZE, q.BLOCK_COLS, q.RMS_NORM_EPS) == (7168, 128, 1e-6)
+    assert cfg["quantization_config"]["fmt"] == "e4m3" and q.FP8_MAX == 448.0
+
+
+def test_reference_dequantizes_to_rmsnorm():
+    """codes * scale is RMSNorm(x) * gamma up to half an e4m3 step of the block's absmax."""
+    x, w = q.make_inputs(3, 1000, seed=5, device="cpu")
+    codes, scales = q.reference(x, w)
+    assert codes.dtype == torch.float8_e4m3fn and codes.shape == (3, 1000)
+    assert scales.dtype == torch.float32 and scales.shape == (3, 8)
+    x64 = x.double()
+    exact = x64 * torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + 1e-6) * w.double()
+    deq = codes.double() * scales.repeat_interleave(128, dim=1)[:, :1000].double()
+    block_absmax = scales.double().repeat_interleave(128, dim=1)[:, :1000] * 448
+    # e4m3 keeps 3 mantissa bits: relative step 2^-3, half of it from rounding; bf16 adds 2 x 2^-8
+    err = (deq - exact).abs()
+    bound = exact.abs() * (2 ** -4 + 2 ** -7) + block_absmax * 2 ** -10
+    assert bool((err <= bound).all()), float((err - bound).max())
+
+
+def test_reference_codes_are_nearest_even_of_the_stated_quotient():
+    x, w = q.make_inputs(2, 512, seed=1, device="cpu")
+    codes, scales = q.reference(x, w)
+    y = ((x.float() * q.row_rscale(x, 1e-6)).to(BF16) * w).float()
+    quotient = y / scales.repeat_interleave(128, dim=1)
+    assert torch.equal(bits(codes), bits(quotient.clamp(-448, 448).to(torch.float8_e4m3fn)))
+    assert float(quotient.abs().max()) <= 448 * (1 + 2 ** -23)
+
+
+def test_the_reordered_reference_breaks_equality():
+    x, w = q.make_inputs(2, 7168, seed=0, device="cpu")
+    report = q.compare(*q.reference_reordered(x, w), *q.reference(x, w))
+    assert not report.ok and report.mismatches > 100  # hundreds of 14336 codes move
+
+
+def test_sum_of_squares_does_not_depend_on_order():
+    x, w = q.make_inputs(4, 7168, seed=2, device="cpu")
+    perm = torch.randperm(7168, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(q.row_rscale(x, 1e-6), q.row_rscale(x[:, perm], 1e-6))
+
+
+# ---------------------------------------------------------------- software rounding = torch
+
+def _all_bf16_values_up_to(limit):
+    patterns = torch.arange(0, 1 << 16, dtype=torch.int32).to(torch.int16).view(BF16).float()
+    return patterns[torch.isfinite(patterns) & (patterns.abs() <= limit)]
+
+
+def test_software_e4m3_rounding_matches_torch_on_every_bf16_value_and_the_ties():
+    values = _all_bf16_values_up_to(600.0)  # beyond 448: the clamp
+    grid = torch.arange(0, 256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    grid = grid[torch.isfinite(grid)].unique()
+    ties = (grid[1:] + grid[:-1]) / 2  # exactly half-way between neighbouring codes
+    nudged = torch.cat([ties.nextafter(torch.tensor(math.inf)), ties.nextafter(torch.tensor(-math.inf))])
+    extra = torch.tensor([127.09, 500.0, 464.0, 1.0625, 2 ** -10, 2 ** -10 * 1.01, 2 ** -9 * 1.5,
+                          1e-30, -0.0, 0.0, 449.0, 1e6])
+    vals = torch.cat([values, ties, nudged, extra])
+    vals = torch.cat([vals, -vals])
+    for start in range(0, vals.numel(), 65536):
+        chunk = vals[start:start + 65536]
+        got = q.triton_cast_to_fp8(chunk, software=True).cpu()
+        want = chunk.clamp(-448, 448).to(torch.float8_e4m3fn)
+        diff = bits(got) != bits(want)
+        assert not diff.any(), (chunk[diff][:5], bits(got)[diff][:5], bits(want)[diff][:5])
+
+
+def test_software_e4m3_rounding_keeps_nan():
+    got = q.triton_cast_to_fp8(torch.tensor([math.nan]), software=True).cpu()
+    assert int(bits(got)[0]) & 0x7F == 0x7F
+
+
+def test_software_bf16_rounding_matches_torch():
+    g = torch.Generator().manual_seed(3)
+    v = torch.randn(60000, generator=g) * torch.exp2(torch.randint(-20, 20, (60000,), generator=g))
+    base = torch.randn(4000, generator=g).to(BF16).float()
+    _, exponent = torch.frexp(base)  # base = m * 2^e, m in [0.5, 1): a bf16 step is 2^(e-8)
+    ties = base + torch.ldexp(torch.ones_like(base), exponent - 9)  # exactly half a step up
+    assert torch.equal(ties.to(BF16).float(), ties.to(torch.float64).to(BF16).float())
+    vals = torch.cat([v, ties])
+    got = q.triton_round_to_bf16(vals, software=True).cpu()
+    assert torch.equal(got, vals.to(BF16).float())
+
+
+def test_software_path_refuses_unclamped_values():
+    with pytest.raises(validation.InputError, match="448"):
+        q.triton_cast_to_fp8([500.0], software=True, clamp=False)
+
+
+# ---------------------------------------------------------------- kernels = reference, bit for bit
+
+SHAPES = [(1, 1), (1, 128), (3, 127), (3, 129), (2, 200), (2, 7168), (1, 16384)]
+
+
+@pytest.mark.parametrize("version", ["fp8.naive", "fp8.fused"])
+@pytest.mark.parametrize("rows,cols", SHAPES)
+def test_kernels_match_the_reference_bit_for_bit(version, rows, cols):
+    fn = registry.get(version).fn
+    for seed in (0, 1):
+        x, w = q.make_inputs(rows, cols, seed)
+        report = q.compare(*fn(x, w, 1e-6), *q.reference(x, w, 1e-6))
+        assert report.ok, f"{version} {rows}x{cols} seed {seed}: {report}"
+
+
+def test_eps_and_floor_are_honoured():
+    x, w = q.make_inputs(3, 300, seed=4)
+    for eps, floor in ((1e-2, 0.0), (0.0, 1e-10), (1e-5, 0.5)):
+        for fn in (q.rmsnorm_fp8_fused, q.rmsnorm_fp8_naive):
+            report = q.compare(*fn(x, w, eps, absmax_floor=floor), *q.reference(x, w, eps, floor))
+            assert report.ok, (eps, floor, report)
+
+
+def test_leading_dimensions_and_strided_rows():
+    x, w = q.make_inputs(6, 256, seed=7)
+    x3 = x.reshape(2, 3, 256)
+    codes, scales = q.rmsnorm_fp8_fused(x3, w)
+    assert codes.shape == (2, 3, 256) and scales.shape == (2, 3, 2) and scales.is_contiguous()
+    wide = torch.zeros(6, 300, dtype=BF16, device=x.device)
+    wide[:, :256] = x
+    report = q.compare(*q.rmsnorm_fp8_fused(wide[:, :256], w), *q.reference(x, w))
+    assert report.ok, report
+
+
+def test_empty_rows():
+    x = torch.empty(0, 256, dtype=BF16, device=DEV)
+    w = torch.ones(256, dtype=BF16, device=DEV)
+    codes, scales = q.rmsnorm_fp8_naive(x, w)
+    assert codes.shape == (0, 256) and scales.shape == (0, 2)
+
+
+FP8_PATHS = {"naive": dict(fn=q.rmsnorm_fp8_naive), "fused": dict(fn=q.rmsnorm_fp8_fused),
+             "rows": dict(fn=q.rmsnorm_fp8_fused, config=q.FusedConfig(8, None, "block_reciprocal", 2)),
+             "split": dict(fn=q.rmsnorm_fp8_fused,
+                           config=q.FusedConfig(4, None, "block_reciprocal", 1, "split")),
+             "per_element": dict(fn=q.rmsnorm_fp8_fused, config=q.FusedConfig(8, None, "per_element"))}
+
+
+def _nan_blocks(codes, scales):
+    """Per block: (scale NaN, every code NaN) as two bool tensors."""
+    nb = scales.shape[-1]
+    padded = torch.nn.functional.pad(bits(codes).to(torch.int16), (0, nb * 128 - codes.shape[-1]),
+                                     value=0x7F)
+    all_nan = ((padded.reshape(*codes.shape[:-1], nb, 128) & 0x7F) == 0x7F).all(-1)
+    return torch.isnan(scales.cpu()), all_nan
+
+
+@pytest.mark.parametrize("path", list(FP8_PATHS))
+def test_nan_in_nan_out_per_block_kernels_agree_with_the_reference(path):
+    """Issue 17: the policy. A NaN or Inf in x (or an overflowed sum of squares) makes the whole
+    row NaN; a NaN or Inf in gamma makes its block NaN (scale and every code); the rest is exact."""
+    kw = dict(FP8_PATHS[path])
+    fn, config = kw.pop("fn"), kw.pop("config", None)
+    x, w = q.make_inputs(6, 7168 if path == "split" else 512, seed=3)
+    x[1, 5] = float("nan")
+    x[2, 300] = float("inf")
+    x[3] = 1e19  # bf16 holds it; the fp32 sum of squares overflows
+    w[130] = float("nan")  # block 1 of every row
+    w[260] = float("-inf")  # block 2 of every row
+    extra = {} if config is None else {"config": config}
+    codes, scales = fn(x, w, **extra)
+    ref_codes, ref_scales = q.reference(x, w)
+    report = q.compare(codes, scales, ref_codes, ref_scales)
+    assert report.ok, report
+    scale_nan, codes_nan = _nan_blocks(codes, scales)
+    assert torch.equal(scale_nan, codes_nan)  # a NaN scale always comes with NaN codes
+    assert scale_nan[[1, 2, 3]].all()  # whole rows
+    assert scale_nan[:, 1].all() and scale_nan[:, 2].all()  # gamma's blocks in every row
+    assert not scale_nan[[0, 4, 5]][:, [0, 3]].any()  # everything else finite
+
+
+def test_the_fp8_reference_is_the_kernel_policy_not_torch_max():
+    """torch.maximum keeps NaN, tl.max drops it: the reference now states the policy itself."""
+    x, w = q.make_inputs(2, 256, seed=1)
+    x[1, 5] = float("nan")
+    codes, scales = q.reference(x, w)
+    assert torch.isnan(scales[1]).all() and not torch.isnan(scales[0]).any()
+    w[0] = float("inf")
+    codes, scales = q.reference(x, w)
+    assert torch.isnan(scales[:, 0]).all() and not torch.isnan(scales[0, 1])
+
+
+def test_zero_block_without_floor_gives_nan_codes_everywhere_alike():
+    x, w = q.make_inputs(2, 384, seed=0, zero_block=True)
+    ref_codes, ref_scales = q.reference(x, w, absmax_floor=0.0)
+    assert float(ref_scales[0, 0]) == 0.0
+    assert bool(((bits(ref_codes)[0, :128] & 0x7F) == 0x7F).all())
+    for fn in (q.rmsnorm_fp8_fused, q.rmsnorm_fp8_naive):
+        codes, scales = fn(x, w, absmax_floor=0.0)
+        assert q.compare(codes, scales, ref_codes, ref_scales).ok
+
+
+def test_zero_block_with_the_default_floor():
+    x, w = q.make_inputs(2, 384, seed=0, zero_block=True)
+    codes, scales = q.rmsnorm_fp8_fused(x, w)
+    assert float(scales[0, 0]) == float(torch.tensor(1e-4) / torch.tensor(448.0))
+    assert int(bits(codes)[0, :128].max()) == 0 and q.compare(codes, scales, *q.reference(x, w)).ok
+
+
+# ---------------------------------------------------------------- the comparison rule
+
+def test_compare_rejects_one_flipped_code_and_a_drifted_scale():
+    x, w = q.make_inputs(2, 256, seed=0, device="cpu")
+    codes, scales = q.reference(x, w)
+    flipped = codes.clone()
+    flipped.view(torch.uint8)[1, 17] ^= 1
+    report = q.compare(flipped, scales, codes, scales)
+    assert not report.ok and report.mismatches == 1 and "(1, 17)" in report.message
+    assert not q.compare(codes, scales * (1 + 4e-6), codes, scales).ok
+    assert q.compare(codes, scales * (1 + 2 ** -23), codes, scales).ok
+    assert not q.compare(codes[:, :128], scales, codes, scales).ok
+    assert not q.compare(codes, scales.double(), codes, scales).ok
+
+
+def test_compare_matches_nan_codes_by_position_not_sign():
+    a = torch.tensor([0x7F, 0x01], dtype=torch.uint8).view(torch.float8_e4m3fn)
+    b = torch.tensor([0xFF, 0x01], dtype=torch.uint8).view(torch.float8_e4m3fn)
+    c = torch.tensor([0x7E, 0x01], dtype=torch.uint8).view(torch.float8_e4m3fn)
+    s = torch.ones(1)
+    assert q.compare(a, s, b, s).ok
+    assert not q.compare(c, s, b, s).ok and not q.compare(b, s, c, s).ok
+
+
+# ---------------------------------------------------------------- errors a reader can cause
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: (torch.randn(2, 256, device=DEV), torch.ones(256, dtype=BF16, device=DEV)), "bfloat16"),
+    (lambda: (torch.randn(2, 256, device=DEV).to(BF16), torch.ones(256, device=DEV)), "bfloat16"),
+    (lambda: (torch.randn(2, 256, device=DEV).to(BF16), torch.ones(255, dtype=BF16, device=DEV)),
+     r"\(256,\)"),
+    (lambda: (torch.randn(1, 16385, device=DEV).to(BF16), torch.ones(16385, dtype=BF16, device=DEV)),
+     "16384"),
+])
+def test_clear_errors(make, match):
+    x, w = make()
+    for fn in (q.rmsnorm_fp8_fused, q.rmsnorm_fp8_naive):
+        with pytest.raises(validation.InputError, match=match):
+            fn(x, w)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"absmax_floor": -1.0}, "absmax_floor"), ({"absmax_floor": math.nan}, "absmax_floor"),
+    ({"absmax_floor": "big"}, "absmax_floor"), ({"rounding": "nearest"}, "rounding"),
+    ({"eps": -1.0}, "eps"), ({"num_warps": 3}, "num_warps"),
+])
+def test_clear_errors_for_options(kwargs, match):
+    x, w = q.make_inputs(1, 128, 0)
+    with pytest.raises(validation.InputError, match=match):
+        q.rmsnorm_fp8_fused(x, w, **kwargs)
+
+
+def test_old_gpus_get_the_software_path_or_a_clear_error(monkeypatch):
+    fake = env.Env("cuda", torch.device("cuda"), "NVIDIA A100", "compiled for the GPU", "nvcc",
+                   {"torch": torch.__version__, "python": "3"})
+    monkeypatch.setattr(env, "current", lambda: fake)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100")
+    assert q.resolve_rounding("auto") == "software"
+    with pytest.raises(validation.InputError, match=r"capability 8\.0.*rounding='software'"):
+        q.resolve_rounding("cast")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert q.resolve_rounding("auto") == "cast"
+
+
+@pytest.mark.skipif(ENV.on_gpu, reason="the interpreter's path")
+def test_auto_is_software_under_the_interpreter():
+    assert q.resolve_rounding("auto") == "software"
+
+
+def test_registered_with_the_op_signature():
+    impls = {i.name: i for i in registry.impls("rmsnorm_fp8")}
+    assert {"fp8.naive", "fp8.fused"} <= set(impls)
+    for name in ("fp8.naive", "fp8.fused"):
+        impl = impls[name]
+        assert impl.supports(DEV.type, BF16, 7168) and not impl.supports(DEV.type, torch.float32, 7168)
+        x, w = q.make_inputs(2, 300, 0)
+        codes, scales = impl.fn(x, w, 1e-6)
+        assert codes.dtype == torch.float8_e4m3fn and scales.shape == (2, 3)
+
+
+# ---------------------------------------------------------------- traffic prices (chapter 2's model)
+
+def test_traffic_prices_match_first_principles():
+    traffic = pytest.importorskip("fusedrms.traffic")
+    rows, cols = 2, 7168
+    x, w, codes, scales = rows * cols * 2, cols * 2, rows * cols, rows * 56 * 4
+    naive = traffic.price("rmsnorm_fp8_naive", rows, cols, "bf16", bandwidth_GBps=4800)
+    fused = traffic.price("rmsnorm_fp8_fused", rows, cols, "bf16", bandwidth_GBps=4800)
+    assert (fused.bytes_read, fused.bytes_written) == (x + w, codes + scales) == (43008, 14784)
+    assert (naive.bytes_read, naive.bytes_written) == (x + w + x, x + codes + scales) == (71680, 43456)
+    assert (naive.ideal_ns, fused.ideal_ns) == (24, 13)
+
+
+# ---------------------------------------------------------------- recorded results
+
+def _fake_doc(tmp_path, speedup_large=2.1, floor_fraction=0.93):
+    recs = [
+        {"kind": "exactness", "rows": 2, "cols": 7168, "seed": 0, "codes": 14336,
+         "fused_differing_codes": 0, "fused_scales_ok": True, "naive_differing_codes": 0,
+         "naive_scales_ok": True, "fused_software_differing_codes": 0,
+         "reordered_reference_differing_codes": 391, "reordered_reference_scales_ok": False},
+        {"kind": "exactness", "rows": 64, "cols": 7168, "seed": 0, "codes": 458752,
+         "fused_differing_codes": 0, "naive_differing_codes": 2, "naive_scales_ok": True,
+         "fused_software_error": "RuntimeError: boom"},
+        {"kind": "timing", "rows": 2, "cols": 7168, "naive_us": 9.0, "fused_us": 6.0, "speedup": 1.5},
+        {"kind": "timing", "rows": 16384, "cols": 7168, "naive_us": 420.0,
+         "fused_us": 420.0 / speedup_large, "speedup": speedup_large,
+         "fused_floor_us": 420.0 / speedup_large * floor_fraction,
+         "fused_floor_fraction": floor_fraction},
+        {"kind": "timing", "rows": 32768, "cols": 7168, "error": "OutOfMemoryError: no"},
+    ]
+    path = records.write(tmp_path / "fp8_quant.json", recs,
+                         extra={"targets": {"speedup": 1.5, "floor_fraction": 0.9,
+                                            "large_rows": 4096}})
+    return json.loads(path.read_text())
+
+
+def test_recorded_results_summary_and_verdicts(tmp_path):
+    doc = _fake_doc(tmp_path)
+    assert "Recorded on" in records.describe(doc)
+    s = q.exactness_summary(doc)
+    assert s["fused"] == {"checks": 2, "exact": 2, "differing_codes": 0, "codes": 473088, "errors": 0}
+    assert s["naive"]["exact"] == 1 and s["naive"]["differing_codes"] == 2
+    assert s["fused_software"]["errors"] == 1
+    assert s["reordered_reference"]["exact"] == 0
+    lines = q.target_verdicts(doc)
+    assert any("16384x7168" in l and "target >= 1.5x: met" in l for l in lines)
+    assert any("93.0% of the copy floor" in l and ": met" in l for l in lines)
+    assert any("32768x7168: not measured (OutOfMemoryError" in l for l in lines)
+    assert not any("2x7168" in l for l in lines)  # small shapes are not held to the targets
+
+
+def test_verdicts_prefer_cuda_graph_times(tmp_path):
+    doc = _fake_doc(tmp_path, speedup_large=1.2, floor_fraction=0.5)
+    r = next(r for r in doc["records"] if r.get("rows") == 16384)
+    r.update(speedup_graph=2.2, fused_graph_us=90.0, fused_graph_floor_fraction=0.95)
+    lines = q.target_verdicts(doc)
+    assert any("2.20x faster than naive (CUDA graph); target >= 1.5x: met" in l for l in lines)
+    assert any("95.0% of the copy floor (CUDA graph)" in l and l.endswith(": met") for l in lines)
+
+
+def test_launch_options_cap_registers_only_on_cuda_at_16_warps(monkeypatch):
+    if ENV.backend != "cuda":
+        assert q.launch_options(16) == {"num_warps": 16}
+    fake = env.Env("cuda", torch.device("cuda"), "NVIDIA H200", "compiled for the GPU", "nvcc",
+                   {"torch": torch.__version__, "python": "3"})
+    monkeypatch.setattr(env, "current", lambda: fake)
+    monkeypatch.setattr(q, "_supports_maxnreg", lambda: True)
+    assert q.launch_options(16) == {"num_warps": 16, "maxnreg": 64}
+    assert q.launch_options(16, cap_registers=False) == {"num_warps": 16}
+    assert q.launch_options(8) == {"num_warps": 8}
+
+
+def test_kernel_resources_runs_everywhere():
+    res = q.kernel_resources(rows=2, cols=300)
+    assert res["num_warps"] == 4 and set(res) >= {"fused_registers", "norm_spills"}
+    if ENV.on_gpu and ENV.backend == "cuda":
+        assert res["fused_registers"] > 0
+
+
+def test_verdicts_report_the_gap_when_not_met(tmp_path):
+    lines = q.target_verdicts(_fake_doc(tmp_path, speedup_large=1.3, floor_fraction=0.8))
+    assert any("not met (gap 0.20x)" in l for l in lines)
+    assert any("not met (gap 10.0 points" in l for l in lines)
+
+
+# ---------------------------------------------------------------- on the GPU
+
+@pytest.mark.gpu
+def test_gpu_bit_exact_at_scale_all_paths():
+    for seed in (0, 1, 2):
+        x, w = q.make_inputs(1024, 7168, seed)
+        ref = q.reference(x, w)
+        for name, out in (("fused", q.rmsnorm_fp8_fused(x, w)),
+                          ("naive", q.rmsnorm_fp8_naive(x, w)),
+                          ("fused software", q.rmsnorm_fp8_fused(x, w, rounding="software")),
+                          ("naive software", q.rmsnorm_fp8_naive(x, w, rounding="software"))):
+            report = q.compare(*out, *ref)
+            assert report.ok, f"{name} seed {seed}: {report}"
+
+
+@pytest.mark.gpu
+def test_gpu_reference_equals_cpu_reference():
+    x, w = q.make_inputs(256, 7168, 3)
+    gpu = q.reference(x, w)
+    cpu = q.reference(x.cpu(), w.cpu())
+    assert q.compare(*gpu, *cpu).ok
+
+
+@pytest.mark.gpu
+def test_gpu_hardware_cast_is_correct_after_clamping():
+    vals = _all_bf16_values_up_to(600.0)
+    for software in (False, True):
+        got = q.triton_cast_to_fp8(vals[:65536], software=software).cpu()
+        assert torch.equal(bits(got), bits(vals[:65536].clamp(-448, 448).to(torch.float8_e4m3fn)))
+
+
+@pytest.mark.gpu
+def test_gpu_reports_hardware_support():
+    supported, why = q.hardware_fp8_support()
+    major, minor = torch.cuda.get_device_capability()
+    assert supported == (ENV.backend == "cuda" and (major, minor) >= (8, 9)), why
+
+
+# ---------------------------------------------------------------- command line
+
+def test_cli_check_and_a_record_rehearsal(tmp_path, capsys):
+    assert q._main(["check", "--rows", "2", "--cols", "300"]) == 0
+    assert "fused: PASS" in capsys.readouterr().out
+    out = tmp_path / "fp8_quant.json"
+    q._main(["record", "--out", str(out), "--dry-run"])
+    doc = json.loads(out.read_text())
+    summary = q.exactness_summary(doc)
+    assert summary["fused"]["checks"] == 6 and summary["fused"]["exact"] == 6
+    assert summary["reordered_reference"]["differing_codes"] > 0
+    assert any(r["kind"] == "zero_block" and r["fused_differing_codes"] == 0 for r in doc["records"])
+    assert q.timing_table(doc)  # on a CPU the timing step records its error instead of a time
+
+
+# ---------------------------------------------------------------- launch candidates and the table
+
+@pytest.mark.parametrize("version", ["fp8.naive", "fp8.fused"])
+@pytest.mark.parametrize("rows,cols", [(1, 1), (3, 127), (3, 129), (2, 7168), (1, 16384)])
+def test_block_reciprocal_division_is_bit_exact(version, rows, cols):
+    fn = registry.get(version).fn
+    for seed in (0, 1):
+        x, w = q.make_inputs(rows, cols, seed)
+        report = q.compare(*fn(x, w, division="block_reciprocal"), *q.reference(x, w))
+        assert report.ok, f"{version} {rows}x{cols} seed {seed}: {report}"
+
+
+def test_block_reciprocal_matches_the_baseline_at_the_corners():
+    """Signed zeros, zero and tiny blocks (the 2^64 lift), infinite scales, subnormal x."""
+    rec = q.candidate_exactness(q.FusedConfig(8, None, "block_reciprocal"), shapes=((3, 129),),
+                                seeds=(0,))
+    assert rec["bit_exact"] and rec["differing_codes"] == 0, rec["failures"]
+    assert rec["exact_checks"] == 1 + len(q.edge_inputs())
+
+
+def test_a_reciprocal_without_the_corrections_is_caught():
+    """y * (1 / scale) alone differs from y / scale now and then: the check must see it."""
+    x, w = q.make_inputs(64, 7168, 0)
+    ref_codes, ref_scales = q.reference(x, w)
+    rows, cols = x.shape
+    y = (x.float() * q.row_rscale(x, q.RMS_NORM_EPS)).to(BF16) * w
+    blocks = y.float().reshape(rows, -1, q.BLOCK_COLS)
+    inv = 1.0 / ref_scales.cpu()[..., None]
+    codes = (blocks.cpu() * inv).clamp(-q.FP8_MAX, q.FP8_MAX).to(q.FP8_DTYPE).reshape(rows, cols)
+    assert q.compare(codes, ref_scales, ref_codes, ref_scales).mismatches > 0
+
+
+def test_tuning_table_takes_only_bit_exact_rows_and_only_on_its_gpu(tmp_path, monkeypatch):
+    recs = [
+        {"kind": "candidate", "num_warps": 16, "maxnreg": 64, "division": "per_element",
+         "cols": 7168, "bit_exact": True, "fused_graph_us_16384": 227.0, "fused_graph_us_32768": 446.0},
+        {"kind": "candidate", "num_warps": 4, "maxnreg": None, "division": "block_reciprocal",
+         "cols": 7168, "bit_exact": False, "fused_graph_us_16384": 90.0, "fused_graph_us_32768": 180.0},
+        {"kind": "candidate", "num_warps": 8, "maxnreg": None, "division": "block_reciprocal",
+         "cols": 7168, "bit_exact": True, "fused_graph_us_16384": 150.0, "fused_graph_us_32768": 300.0},
+        {"kind": "candidate", "num_warps": 2, "maxnreg": None, "division": "block_reciprocal",
+         "cols": 7168, "bit_exact": True, "error": "RuntimeError: x"}]
+    rows2 = {**recs[2], "rows_per_program": 2, "fused_graph_us_16384": 149.0}
+    assert q.write_tuning_table(tmp_path / "r.json", recs + [rows2], log=lambda *a: None) == \
+        q.FusedConfig(8, None, "block_reciprocal", 2)
+    assert q.load_tuning_table(tmp_path / "r.json")["configs"][7168].rows_per_program == 2
+    best = q.best_candidate(recs)
+    assert (best["num_warps"], best["division"]) == (8, "block_reciprocal")
+    assert q.best_candidate(recs[1:2]) is None
+    partial = {**recs[2], "num_warps": 2, "fused_graph_us_16384": 10.0}
+    del partial["fused_graph_us_32768"]  # timed at one shape only: cannot win
+    assert q.best_candidate(recs + [partial])["num_warps"] == 8
+    path = tmp_path / "fp8_tuning.json"
+    cfg = q.write_tuning_table(path, recs, log=lambda *a: None)
+    assert cfg == q.FusedConfig(8, None, "block_reciprocal")
+    table = q.load_tuning_table(path)
+    assert table["configs"] == {7168: cfg}
+    doc = json.loads(path.read_text())
+    doc["records"].append({"cols": 4096, "num_warps": 3, "maxnreg": None, "division": "x",
+                           "bit_exact": True})
+    doc["records"].append({"cols": 2048, "num_warps": 4, "division": "per_element",
+                           "bit_exact": False})
+    path.write_text(json.dumps(doc))
+    assert q.load_tuning_table(path)["configs"] == {7168: cfg}  # malformed / inexact rows skipped
+    assert q.load_tuning_table(tmp_path / "missing.json")["configs"] == {}
+    # used only on a GPU of the table's name, for its width; the baseline elsewhere
+    h200 = dataclasses.replace(ENV, backend="cuda", device=torch.device("cuda"),
+                               gpu_name="NVIDIA H200")
+    monkeypatch.setattr(q, "_TABLE", {**table, "gpu": "NVIDIA H200"})
+    monkeypatch.setattr(env, "current", lambda: h200)
+    assert q.choose_config(7168)[0] == cfg
+    assert q.choose_config(4096)[0] == q.baseline_config(4096)
+    monkeypatch.setattr(env, "current", lambda: dataclasses.replace(h200, gpu_name="NVIDIA A100"))
+    assert q.choose_config(7168)[0] == q.baseline_config(7168)
+
+
+def test_baseline_is_the_first_candidate_and_the_interpreter_uses_it():
+    assert q.CANDIDATES[0] == q.baseline_config(q.HIDDEN_SIZE)
+    assert len(set(q.CANDIDATES)) == len(q.CANDIDATES)
+    if not ENV.on_gpu:
+        assert q.choose_config(q.HIDDEN_SIZE)[0] == q.baseline_config(q.HIDDEN_SIZE)
+
+
+def test_bad_division_and_config_get_clear_errors():
+    x, w = q.make_inputs(2, 256, 0)
+    with pytest.raises(validation.InputError, match="division must be one of"):
+        q.rmsnorm_fp8_fused(x, w, division="fast")
+    with pytest.raises(validation.InputError, match="config must be a FusedConfig"):
+        q.rmsnorm_fp8_fused(x, w, config=(8, None, "per_element"))
+
+
+@pytest.mark.gpu
+def test_gpu_chosen_and_new_designs_are_bit_exact_at_scale():
+    """The configuration fp8.fused runs here, and one of each new design (08_fp8.sh checks all)."""
+    x, w = q.make_inputs(1024, 7168, 3)
+    ref = q.reference(x, w)
+    for cfg in {q.choose_config(7168)[0], q.FusedConfig(16, 64, "block_reciprocal"),
+                q.FusedConfig(8, None, "block_reciprocal", 2),
+                q.FusedConfig(4, None, "block_reciprocal", 1, "split")}:
+        report = q.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg), *ref)
+        assert report.ok, f"{cfg.label}: {report}"
+
+
+@pytest.mark.parametrize("rows_per_program", [2, 4])
+@pytest.mark.parametrize("division", ["per_element", "block_reciprocal"])
+def test_several_rows_per_program_is_bit_exact(rows_per_program, division):
+    cfg = q.FusedConfig(8, None, division, rows_per_program)
+    for rows, cols in [(1, 1), (3, 129), (5, 200), (3, 7168)]:  # row counts not a multiple of R
+        x, w = q.make_inputs(rows, cols, 0)
+        report = q.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg), *q.reference(x, w))
+        assert report.ok, f"{cfg.label} {rows}x{cols}: {report}"
+    with pytest.raises(validation.InputError, match="rows_per_program"):
+        q.rmsnorm_fp8_fused(x, w, config=q.FusedConfig(8, None, division, 3))
+
+
+@pytest.mark.parametrize("division", ["per_element", "block_reciprocal"])
+def test_unpadded_split_tile_is_bit_exact(division):
+    assert q.split_pieces(56) == (32, 16, 8) and q.split_pieces(64) is None
+    cfg = q.FusedConfig(8, None, division, 1, "split")
+    for rows, cols in [(2, 7168), (3, 7000), (2, 896), (3, 129)]:  # 3 pieces, or the padded fallback
+        x, w = q.make_inputs(rows, cols, 1)
+        report = q.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg), *q.reference(x, w))
+        assert report.ok, f"{cfg.label} {rows}x{cols}: {report}"
+    with pytest.raises(validation.InputError, match="tile must be one of"):
+        q.rmsnorm_fp8_fused(x, w, config=q.FusedConfig(8, None, division, 2, "split"))
+
+
+def test_every_launch_keyword_is_a_parameter_of_its_kernel():
+    # Triton on a GPU rejects keywords a kernel does not declare; the interpreter ignores them.
+    x, w = q.make_inputs(2, 256, 0)
+    *_, meta = q._launch_setup(x, w, 1e-6, q.ABSMAX_FLOOR, "auto", None)
+    options = {"num_warps", "num_stages", "maxnreg"}
+    for kernel, kwargs in ((q.rmsnorm_bf16_kernel, q.norm_meta(meta)),
+                           (q.quantize_fp8_kernel, meta)):
+        unknown = set(kwargs) - options - set(kernel.arg_names)
+        assert not unknown, f"{kernel.fn.__name__} does not declare {unknown}"

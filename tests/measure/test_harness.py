@@ -1,0 +1,405 @@
+"""The benchmark harness: cases, the worker protocol, aggregation over processes, floors, files.
+
+The worker and the aggregation run here on the CPU with a fake clock (``timer`` needs a GPU), so
+everything but the device events is exercised; the GPU tests run the real thing.
+"""
+import contextlib
+import io
+import json
+import statistics
+from dataclasses import asdict
+
+import pytest
+import torch
+
+from fusedrms.measure import harness, timer
+from fusedrms import env, records, registry
+
+ENV = env.current()
+
+
+def fake_clock(monkeypatch, per_process_offsets=(0.0, 1.0, 2.0)):
+    """timer.* replaced by a deterministic clock: samples 1..reps, shifted per process."""
+    state = {"process": 0}
+
+    def time_gpu(fn, warmup=25, reps=100, l2="cold", graph=False):
+        fn()
+        offset = per_process_offsets[state["process"] % len(per_process_offsets)]
+        return [float(v) + offset for v in range(1, reps + 1)]
+
+    monkeypatch.setattr(timer, "time_gpu", time_gpu)
+    monkeypatch.setattr(timer, "copy_bandwidth_GBps", lambda nbytes=1 << 30, reps=20: 1000.0)
+    monkeypatch.setattr(timer, "l2_bytes", lambda: 50 << 20)
+    monkeypatch.setattr(timer, "flush_bytes", lambda: 256 << 20)
+    return state
+
+
+def inprocess_runner(state):
+    """A runner that runs the worker in this process (on the CPU) and parses its output."""
+    def runner(cases, settings, deadline, index, bar, log, device_info):
+        state["process"] = index
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            harness.run_worker({"cases": cases, "settings": asdict(settings), "deadline": deadline,
+                              "device": "cpu"})
+        got, bw, failure = harness.consume(buf.getvalue().splitlines(keepends=True), index, bar,
+                                         log, device_info)
+        return harness.complete(got, cases, index, failure), bw, failure
+    return runner
+
+
+SMALL = [harness.Sweep("t", "add_rmsnorm", (4, 33), (64,), ("fp32",),
+                     impls=("torch.eager_chain", "torch.rms_norm_add"))]
+
+
+def test_no_gpu_run_explains_and_exits_2(capsys):
+    if ENV.on_gpu:
+        pytest.skip("this machine has a GPU")
+    assert harness.main([]) == harness.NO_GPU_EXIT
+    err = capsys.readouterr().err
+    assert "No GPU here" in err and "recorded" in err and "Traceback" not in err
+    assert harness.main(["rules"]) == harness.NO_GPU_EXIT
+    assert harness.main(["ncu"]) == harness.NO_GPU_EXIT
+
+
+def test_unknown_dtype_and_mode_are_explained():
+    with pytest.raises(ValueError, match="unknown dtype"):
+        harness.dtype_of("fp64")
+    with pytest.raises(ValueError, match="unknown mode"):
+        harness.Sweep("x", "rmsnorm", (1,), (8,), modes=("hot",))
+
+
+def test_plans_expand_to_registered_cases():
+    cases, not_run = harness.expand(harness.PLANS["h200"])
+    names = {c["impl"] for c in cases}
+    assert {"torch.eager_chain", "torch.rms_norm_add", "torch.compile_add",
+            "torch.rms_norm", "torch.compile"} <= names
+    grid = [c for c in cases if c["sweep"] == "grid"]
+    assert {c["rows"] for c in grid} == {1, 16, 256, 1024, 4096, 16384}
+    assert {c["cols"] for c in grid} == {2048, 4096, 8192, 16384}
+    assert {c["dtype"] for c in grid} == {"bf16", "fp16", "fp32"}
+    assert all(c["rows"] <= 256 for c in cases if c["mode"] == "graph")
+    assert all(r["status"].startswith("unsupported") for r in not_run)
+
+
+def test_floor_bytes_match_the_traffic_model_and_fail_clearly():
+    from fusedrms import traffic
+
+    rows, cols = 64, 256
+    b = harness.floor_bytes("add_rmsnorm", rows, cols, "bf16")
+    assert b == traffic.price(traffic.OP_STEP["add_rmsnorm"], rows, cols, "bf16").bytes_total
+    assert b >= 3 * rows * cols * 2  # x and residual read, y written
+    assert harness.floor_us(10**9, 1000.0) == pytest.approx(1000.0)  # 1 GB at 1000 GB/s = 1 ms
+    with pytest.raises(harness.FloorUnavailable, match="no step for op"):
+        harness.floor_bytes("softmax", 4, 8, "bf16")
+
+
+def test_worker_and_aggregation_over_three_processes(monkeypatch, tmp_path):
+    state = fake_clock(monkeypatch)
+    settings = harness.Settings(processes=3, compile_processes=0, warmup=2, reps=11, min_reps=11)
+    out = tmp_path / "grid.json"
+    doc = harness.run_sweeps(SMALL, settings, out, log=lambda m: None, runner=inprocess_runner(state))
+    recs = [r for r in doc["records"] if r["status"] == "ok"]
+    assert len(recs) == 4  # 2 impls x 2 shapes
+    for r in recs:
+        # process medians 6, 7, 8 (samples 1..11 shifted by 0, 1, 2): median 7, range 6-8
+        assert r["process_medians_us"] == [6.0, 7.0, 8.0]
+        assert r["median_us"] == 7.0 and r["min_median_us"] == 6.0 and r["max_median_us"] == 8.0
+        assert r["processes"] == 3 and r["reps"] == 11
+        assert r["correct"] is True, r["check"]
+        nbytes = harness.floor_bytes("add_rmsnorm", r["rows"], r["cols"], "fp32")
+        assert r["bytes"] == nbytes
+        assert r["floor_us"] == pytest.approx(nbytes / 1e9 / 1000.0 * 1e6)
+        assert r["pct_of_floor"] == pytest.approx(100 * r["floor_us"] / 7.0)
+        assert r["achieved_GBps"] == pytest.approx(nbytes / 7.0 / 1e3)
+    # the files: JSON with provenance, CSV beside it, loadable
+    loaded = harness.load(out)
+    assert loaded["provenance"]["copy_GBps_per_process"] == [1000.0] * 3
+    assert "flush" in loaded["records"][0]["l2_method"]
+    assert "Recorded on" in records.describe(loaded)
+    csv_text = out.with_suffix(".csv").read_text().splitlines()
+    assert csv_text[0].startswith("sweep,op,impl,rows,cols,dtype,mode,status,median_us")
+    assert "6.0;7.0;8.0" in csv_text[1]
+    table = harness.format_table(loaded["records"])
+    assert "torch.eager_chain" in table and "%" in table
+
+
+def test_a_wrong_kernel_is_flagged_and_a_crashing_one_reported(monkeypatch):
+    state = fake_clock(monkeypatch)
+    registry.load_all()
+    wrong = registry.Impl("test.zeros", "add_rmsnorm", lambda x, r, w, eps: torch.zeros_like(x),
+                          "triton")
+    broken = registry.Impl("test.broken", "add_rmsnorm",
+                           lambda x, r, w, eps: (_ for _ in ()).throw(RuntimeError("boom")),
+                           "triton")
+    registry.register(wrong)
+    registry.register(broken)
+    try:
+        sweep = [harness.Sweep("t", "add_rmsnorm", (8,), (32,), ("fp32",),
+                             impls=("test.*",))]
+        doc = harness.run_sweeps(sweep, harness.Settings(processes=1, compile_processes=0, reps=5,
+                                                     min_reps=5),
+                               None, log=lambda m: None, runner=inprocess_runner(state))
+    finally:
+        registry._IMPLS.pop("test.zeros")
+        registry._IMPLS.pop("test.broken")
+    by = {r["impl"]: r for r in doc["records"]}
+    assert by["test.zeros"]["correct"] is False and "FAIL" in by["test.zeros"]["check"]
+    assert by["test.broken"]["status"].startswith("error: RuntimeError: boom")
+
+
+def test_budget_skips_and_says_so(monkeypatch):
+    state = fake_clock(monkeypatch)
+    cases, _ = harness.expand(SMALL)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        harness.run_worker({"cases": cases, "settings": asdict(harness.Settings()),
+                          "deadline": 1.0, "device": "cpu"})
+    got, bw, failure = harness.consume(buf.getvalue().splitlines(True), 0, harness._progress(0, "x"),
+                                     lambda m: None, {})
+    assert bw == 1000.0 and failure is None
+    assert got and all(r["status"] == "skipped: time budget" for r in got)
+
+
+def test_a_crashed_worker_leaves_not_run_records():
+    cases, _ = harness.expand(SMALL)
+    got = harness.complete([], cases, 2, "worker exited with code -9")
+    assert len(got) == len(cases)
+    assert all(r["status"] == "not run: worker exited with code -9" and r["process"] == 2
+               for r in got)
+
+
+def test_aggregate_without_floor_keeps_times_or_raises():
+    rec = dict(sweep="s", op="softmax", impl="x", rows=1, cols=8, dtype="fp32", mode="cold",
+               status="ok", median_us=2.0, p10_us=1.0, p90_us=3.0, n=10, warmup=3,
+               first_call_ms=1.0, correct=True, check="", l2_method="m", process=0)
+    out = harness.aggregate([rec], [1000.0], allow_missing_floor=True)
+    assert out[0]["median_us"] == 2.0 and "floor_error" in out[0] and "pct_of_floor" not in out[0]
+    with pytest.raises(harness.FloorUnavailable):
+        harness.aggregate([rec], [1000.0], allow_missing_floor=False)
+
+
+def test_compile_peers_report_compile_time_separately():
+    rec = dict(sweep="s", op="add_rmsnorm", impl="torch.compile_add", rows=1, cols=8,
+               dtype="fp32", mode="cold", status="ok", median_us=2.0, p10_us=1.0, p90_us=3.0,
+               n=10, warmup=3, first_call_ms=1500.0, correct=True, check="", l2_method="m",
+               process=0)
+    out = harness.aggregate([rec], [1000.0])
+    assert out[0]["compile_s"] == [1.5] and out[0]["median_us"] == 2.0
+
+
+def test_select_filters_records():
+    doc = {"records": [{"impl": "a", "rows": 1}, {"impl": "b", "rows": 2}, {"impl": "c", "rows": 2}]}
+    assert [r["impl"] for r in harness.select(doc, rows=2)] == ["b", "c"]
+    assert [r["impl"] for r in harness.select(doc, impl=("a", "c"))] == ["a", "c"]
+
+
+def test_sample_rows_cover_first_middle_last():
+    assert harness.sample_rows(1) == [0]
+    rows = harness.sample_rows(1000)
+    assert rows[0] == 0 and rows[-1] == 999 and 500 in rows and len(rows) <= 19
+
+
+NCU_CSV = '''==PROF== Connected to process 123
+some program output
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","123","python3","h","_add_rmsnorm_kernel","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","GPU Speed Of Light Throughput","DRAM Throughput","%","91.52"
+"0","123","python3","h","_add_rmsnorm_kernel","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","GPU Speed Of Light Throughput","Duration","usecond","201.34"
+"0","123","python3","h","_add_rmsnorm_kernel","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","GPU Speed Of Light Throughput","Memory Throughput","%","91.52"
+"0","123","python3","h","_add_rmsnorm_kernel","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","GPU Speed Of Light Throughput","Compute (SM) Throughput","%","20.1"
+"0","123","python3","h","_add_rmsnorm_kernel","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","Memory Workload Analysis","Memory Throughput","Tbyte/second","4.39"
+"0","123","python3","h","_add_rmsnorm_kernel","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","Memory Workload Analysis","L2 Hit Rate","%","1,2"
+==PROF== Disconnected
+'''
+
+
+def test_parse_ncu_csv_reads_the_target_metrics():
+    (k,) = harness.parse_ncu_csv(NCU_CSV)
+    assert k["kernel"] == "_add_rmsnorm_kernel"
+    assert k["dram_throughput_pct"] == 91.52 and k["sol_memory_pct"] == 91.52
+    assert k["duration_us"] == pytest.approx(201.34)
+    assert k["dram_GBps"] == pytest.approx(4390.0)
+    assert k["l2_hit_pct"] == 12.0  # thousands separators stripped
+    assert harness.parse_ncu_csv("==PROF== ERR_NVGPUCTRPERM\n") == []
+
+
+def test_kernel_base_names_for_the_ncu_filter():
+    assert harness.base_name("_add_rmsnorm_kernel") == "_add_rmsnorm_kernel"
+    assert harness.base_name("void at::native::vectorized_elementwise_kernel<4, float>(int, float)") \
+        == "vectorized_elementwise_kernel"
+
+
+def test_unavailable_profile_is_none_not_zero(monkeypatch):
+    monkeypatch.setattr(harness, "find_ncu", lambda: None)
+    s = harness.profile_with_ncu("torch.rms_norm_add")
+    assert s["status"] == "unavailable" and "ncu not found" in s["reason"]
+    for k in ("dram_throughput_pct", "sol_memory_pct", "duration_us"):
+        assert s[k] is None
+
+
+def test_show_and_plot_a_written_file(tmp_path, capsys):
+    rec = dict(sweep="grid", op="add_rmsnorm", impl="capstone.fused", rows=1024, cols=4096,
+               dtype="bf16", mode="cold", status="ok", median_us=10.0, min_median_us=9.0,
+               max_median_us=11.0, p10_us=9.5, p90_us=10.5, processes=3, bytes=25174016,
+               copy_GBps=4000.0, floor_us=6.29, pct_of_floor=62.9, achieved_GBps=2517.0)
+    path = harness.write_results(tmp_path / "g.json", [rec, dict(rec, rows=4096, bytes=100671488,
+                                                               achieved_GBps=3500.0,
+                                                               pct_of_floor=87.5)],
+                               {"copy_GBps_per_process": [4000.0]})
+    assert harness.main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Recorded on" in out and "capstone.fused" in out and "63%" in out
+    assert harness.main(["plot", str(path), "--out", str(tmp_path / "p")]) == 0
+    assert (tmp_path / "p.png").stat().st_size > 1000 and (tmp_path / "p.svg").exists()
+    assert harness.main(["show", str(tmp_path / "missing.json")]) == 1
+
+
+@pytest.mark.gpu
+def test_gpu_small_run_end_to_end(tmp_path):
+    sweep = [harness.Sweep("t", "add_rmsnorm", (256, 4096), (4096,), ("bf16",), ("cold", "warm"),
+                         impls=("torch.rms_norm_add", "capstone.*"))]
+    doc = harness.run_sweeps(sweep, harness.Settings(processes=2, compile_processes=0), tmp_path / "g.json")
+    ok = [r for r in doc["records"] if r["status"] == "ok"]
+    assert ok and all(r["processes"] == 2 and r["median_us"] > 0 for r in ok)
+    assert all(0 < r["pct_of_floor"] < 150 for r in ok)
+    assert all(r["correct"] for r in ok if not r["impl"].startswith("torch."))
+
+
+@pytest.mark.gpu
+def test_gpu_ncu_summary_never_reports_zero_for_missing():
+    s = harness.profile_with_ncu(rows=1024, cols=4096, timeout_s=90)
+    if s["status"] != "ok":
+        assert s["duration_us"] is None and s["reason"]
+    else:
+        assert s["duration_us"] > 0 and 0 < s["dram_throughput_pct"] <= 100
+
+
+def test_historical_seed_table_is_labelled_and_in_microseconds():
+    doc = harness.historical_seed()
+    p = doc["provenance"]
+    assert p["historical"] is True and "seed 003" in p["source"] and "9070 XT" in p["gpu"]
+    by = {r["impl"].split(" (")[0]: r for r in doc["records"]}
+    assert by["HIP serial"]["median_us"] == pytest.approx(1504.86)
+    assert by["HIP block"]["median_us"] == pytest.approx(58.44)
+    assert by["Triton t0"]["median_us"] == pytest.approx(33.36)
+    assert by["Triton t1"]["median_us"] == pytest.approx(30.081)
+    assert all(r["min_median_us"] <= r["median_us"] <= r["max_median_us"] for r in doc["records"])
+
+
+def test_chapter_helpers_verdict_classify_rules():
+    recs = [dict(impl="k", status="ok", rows=r, cols=4096, dtype="bf16", median_us=t, bytes=b,
+                 pct_of_floor=p) for r, t, b, p in
+            [(1, 5.0, 1e4, 0.1), (16, 5.5, 1e5, 1.0), (4096, 30.0, 1e8, 80.0),
+             (16384, 100.0, 4e8, 95.0)]]
+    labels = [r["regime"] for r in harness.classify(recs)]
+    assert labels == ["launch-bound", "launch-bound", "in between", "on the floor"]
+    v = harness.verdict(recs[2:])
+    assert "not met" in v and "80.0% at 4096x4096 bf16" in v and "gap 5.0" in v
+    assert harness.verdict(recs[3:]).startswith("target >= 85% of floor over 1 cases: met")
+    assert "no data" in harness.verdict([])
+    rule = {"rule": "synchronize", "status": "ok",
+            "ignored": {"what": "cpu", "median_us": 4.0}, "followed": {"what": "ev", "median_us": 200.0}}
+    text = harness.rule_summary(rule)
+    assert "ignored" in text and "0.02" in text
+    assert "not measured" in harness.rule_summary({"rule": "L2", "status": "error: x"})
+    assert harness.find_rule({"records": [rule]}, "synchronize") is rule
+    assert harness.find_rule(None, "x") is None
+
+
+def test_recorded_missing_file_is_a_note_not_an_error(capsys):
+    assert harness.recorded("no_such_file_anywhere") is None
+    assert "not recorded yet" in capsys.readouterr().out
+
+
+def test_correctness_flag_over_processes():
+    assert harness._all_correct([True, True]) is True
+    assert harness._all_correct([True, False, None]) is False
+    assert harness._all_correct([True, None]) is None  # not checked is not "correct"
+
+
+def test_timing_rules_logic_with_a_fake_clock(monkeypatch):
+    """measure_timing_rules' bookkeeping on the CPU: small inputs, fake events, no compile."""
+    import dataclasses
+
+    fake_clock(monkeypatch)
+    original = harness.make_inputs
+    monkeypatch.setattr(harness, "make_inputs",
+                        lambda op, rows, cols, dtype, device="cuda", seed=0:
+                        original(op, 4, 64, dtype, "cpu"))
+    monkeypatch.setattr(harness, "_sync", lambda device="cuda": None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(harness.env, "require_gpu", lambda what: None)
+    monkeypatch.setattr(harness, "pick_target", lambda op="add_rmsnorm": "torch.rms_norm_add")
+    registry.load_all()
+    monkeypatch.setitem(registry._IMPLS, "torch.compile_add", dataclasses.replace(
+        registry._IMPLS["torch.compile_add"], fn=registry._IMPLS["torch.rms_norm_add"].fn))
+    grid = {"records": [dict(impl="k", op="add_rmsnorm", rows=1, cols=8, dtype="bf16",
+                             mode="cold", status="ok", median_us=10.0, p10_us=9.0, p90_us=11.0,
+                             process_medians_us=[9.0, 10.0, 12.0])]}
+    got = {r["rule"]: r for r in harness.measure_timing_rules(grid, log=lambda m: None)}
+    assert set(got) == {"synchronize", "warm-up", "processes", "L2", "launch overhead"}
+    for name, r in got.items():
+        assert r["status"] == "ok", (name, r["status"])
+        assert r["ignored"]["median_us"] > 0 and r["followed"]["median_us"] > 0
+        assert "ignored" in harness.rule_summary(r)
+    assert got["processes"]["worst_across_pct"] == pytest.approx(30.0)
+    assert got["warm-up"]["compile"]["impl"] == "torch.compile_add"
+    assert [s["rows"] for s in got["L2"]["shapes"]] == [1024, 16384]
+    # without a grid the process rule says what it needs instead of failing the others
+    got = {r["rule"]: r for r in harness.measure_timing_rules(None, log=lambda m: None)}
+    assert got["processes"]["status"].startswith("error: RuntimeError: needs the grid")
+    assert got["L2"]["status"] == "ok"
+
+
+def test_profile_with_a_fake_ncu(monkeypatch, tmp_path):
+    """The ncu command line, its filter by kernel name, and the parsed summary."""
+    fake = tmp_path / "ncu"
+    csv_file = tmp_path / "out.csv"
+    csv_file.write_text(NCU_CSV)
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/args\ncat {csv_file}\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(harness, "find_ncu", lambda: str(fake))
+    monkeypatch.setattr(harness, "kernel_names",
+                        lambda *a: ["_add_rmsnorm_kernel", "void at::foo<int>(int)"])
+    s = harness.profile_with_ncu("capstone.fused", rows=64, cols=128)
+    assert s["status"] == "ok", s.get("reason")
+    assert s["kernel_filter"] == "regex:_add_rmsnorm_kernel|foo"
+    args = (tmp_path / "args").read_text()
+    assert "--clock-control none" in args and "--section SpeedOfLight" in args
+    assert "--section MemoryWorkloadAnalysis" in args and "profile-target" in args
+    assert s["dram_throughput_pct"] == 91.52 and s["duration_us"] == pytest.approx(201.34)
+    assert s["model_bytes"] == harness.floor_bytes("add_rmsnorm", 64, 128, "bf16")
+    csv_file.write_text("==ERROR== ERR_NVGPUCTRPERM - no permission\n")
+    s = harness.profile_with_ncu("capstone.fused", rows=64, cols=128)
+    assert s["status"] == "unavailable" and "ERR_NVGPUCTRPERM" in s["reason"]
+    assert s["dram_throughput_pct"] is None and s["duration_us"] is None
+
+
+@pytest.mark.skipif(ENV.on_gpu, reason="checks the worker's no-GPU answer")
+def test_a_real_worker_process_without_gpu_reports_and_the_parent_keeps_going():
+    cases, _ = harness.expand(SMALL)
+    info = {}
+    got, bw, failure = harness._run_process(cases, harness.Settings(), None, 0,
+                                          harness._progress(len(cases), "t"), lambda m: None, info)
+    assert bw is None and failure.startswith("No GPU here")
+    assert len(got) == len(cases) and all(r["status"].startswith("not run: No GPU") for r in got)
+
+
+def test_budget_deadlines_favour_the_first_process_and_keep_a_compile_reserve(monkeypatch):
+    seen = []
+
+    def runner(cases, settings, deadline, index, bar, log, device_info):
+        seen.append((index, deadline - harness.time.time(), cases[0]["impl"]))
+        return [], 1000.0, None
+
+    sweep = [harness.Sweep("t", "add_rmsnorm", (4,), (64,), ("fp32",),
+                         impls=("torch.eager_chain", "torch.compile_add"))]
+    harness.run_sweeps(sweep, harness.Settings(processes=3, compile_processes=1, budget_s=100,
+                                           compile_share=0.3), None, log=lambda m: None,
+                     runner=runner)
+    (i0, d0, _), (i1, d1, _), (i2, d2, _), (i3, d3, impl3) = seen
+    assert impl3 == "torch.compile_add"
+    assert d0 == pytest.approx(70 * 2 / 4, abs=1)  # 70 s for kernels, the first gets 2 shares
+    assert d1 == pytest.approx(70 / 2, abs=1)  # instant runs: the others share what is left
+    assert d2 == pytest.approx(70, abs=1)
+    assert d3 == pytest.approx(100, abs=2)  # the rest of the budget goes to compile

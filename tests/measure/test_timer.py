@@ -1,0 +1,149 @@
+"""fusedrms.measure.timer: device-event timing, L2 control, graph replay, copy bandwidth, summaries."""
+import statistics
+
+import pytest
+import torch
+
+from fusedrms import env
+from fusedrms.measure import timer
+
+ENV = env.current()
+
+
+def test_summarize_median_and_percentiles():
+    s = timer.summarize([float(v) for v in range(1, 12)])  # 1..11
+    assert s["median_us"] == 6.0 and s["p10_us"] == 2.0 and s["p90_us"] == 10.0
+    assert s["min_us"] == 1.0 and s["max_us"] == 11.0 and s["n"] == 11
+    s = timer.summarize([5.0, 1.0, 100.0])  # one outlier moves the mean, not the median
+    assert s["median_us"] == 5.0 and s["mean_us"] > 30
+    with pytest.raises(ValueError, match="no samples"):
+        timer.summarize([])
+
+
+def test_bad_arguments_are_explained():
+    with pytest.raises(ValueError, match="l2 must be 'cold' or 'warm'"):
+        timer._check_args("hot", 1, 1)
+    with pytest.raises(ValueError, match="reps >= 1"):
+        timer._check_args("cold", 1, 0)
+
+
+@pytest.mark.skipif(ENV.on_gpu, reason="checks the no-GPU message")
+def test_without_gpu_a_clear_error():
+    with pytest.raises(RuntimeError, match="needs a CUDA or ROCm GPU"):
+        timer.time_gpu(lambda: None)
+    with pytest.raises(RuntimeError, match="needs a CUDA or ROCm GPU"):
+        timer.copy_bandwidth_GBps()
+
+
+@pytest.mark.gpu
+def test_events_time_a_known_sleep():
+    cycles = 2_000_000  # about a millisecond at ~2 GHz
+    samples = timer.time_gpu(lambda: torch.cuda._sleep(cycles), warmup=2, reps=10, l2="warm")
+    assert len(samples) == 10
+    assert 100 < statistics.median(samples) < 20_000
+
+
+@pytest.mark.gpu
+def test_cold_l2_is_slower_than_warm_for_data_that_fits():
+    x = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16)  # 16 MB in, 16 MB out
+    y = torch.empty_like(x)
+    fn = lambda: torch.mul(x, 2.0, out=y)  # noqa: E731
+    # graph replay on both sides, so launch overhead does not blur the cache effect
+    warm = statistics.median(timer.time_gpu(fn, reps=50, l2="warm", graph=True))
+    cold = statistics.median(timer.time_gpu(fn, reps=50, l2="cold", graph=True))
+    assert cold > warm
+    assert timer.flush_bytes() >= 2 * (timer.l2_bytes() or 0)
+    assert "flush" in timer.l2_method("cold")
+
+
+@pytest.mark.gpu
+def test_graph_replay_removes_launch_overhead():
+    x = torch.randn(1, 4096, device="cuda")
+    fn = lambda: x.mul(2).add(1).relu()  # noqa: E731 - three tiny kernels
+    launched = statistics.median(timer.time_gpu(fn, reps=50, l2="warm"))
+    graphed = statistics.median(timer.time_gpu(fn, reps=50, l2="warm", graph=True))
+    assert graphed < launched
+    assert len(timer.time_gpu(fn, reps=7, l2="cold", graph=True)) == 7
+
+
+@pytest.mark.gpu
+def test_copy_bandwidth_is_plausible():
+    bw = timer.copy_bandwidth_GBps(256 << 20)
+    assert 100 < bw < 20_000
+
+
+class FakeEvent:
+    """Stands in for torch.cuda.Event: a shared fake clock advanced by every recorded call."""
+    clock = [0.0]
+
+    def __init__(self, enable_timing=True):
+        self.t = None
+
+    def record(self):
+        self.t = FakeEvent.clock[0]
+
+    def elapsed_time(self, other):  # milliseconds, like CUDA events
+        return other.t - self.t
+
+
+def fake_cuda(monkeypatch, call_ms=0.004):
+    """Enough of torch.cuda for time_gpu's control flow to run on the CPU."""
+    calls = {"fn": 0, "flush": 0, "replay": 0, "captured": 0}
+
+    class FakeGraph:
+        def replay(self):
+            calls["replay"] += 1
+            FakeEvent.clock[0] += call_ms * calls["captured_per_graph"]
+
+    class FakeGraphCtx:
+        def __init__(self, g):
+            calls["capturing"] = True
+
+        def __enter__(self):
+            calls["captured_before"] = calls["fn"]
+
+        def __exit__(self, *a):
+            calls["captured_per_graph"] = calls["fn"] - calls["captured_before"]
+            calls["capturing"] = False
+
+    class FakeStream:
+        def wait_stream(self, other):
+            pass
+
+    import contextlib
+
+    monkeypatch.setattr(timer.env, "require_gpu", lambda what: None)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", FakeGraphCtx)
+    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: FakeStream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(timer, "flush_l2", lambda: calls.__setitem__("flush", calls["flush"] + 1))
+
+    def fn():
+        calls["fn"] += 1
+        if not calls.get("capturing"):
+            FakeEvent.clock[0] += call_ms
+    return fn, calls
+
+
+def test_time_gpu_control_flow_warm_and_cold(monkeypatch):
+    fn, calls = fake_cuda(monkeypatch)
+    samples = timer.time_gpu(fn, warmup=3, reps=7, l2="warm")
+    assert len(samples) == 7 and calls["fn"] == 10 and calls["flush"] == 0
+    assert all(s == pytest.approx(4.0) for s in samples)  # 0.004 ms = 4 µs per call
+    calls["fn"] = 0
+    samples = timer.time_gpu(fn, warmup=2, reps=5, l2="cold")
+    assert calls["fn"] == 7 and calls["flush"] == 2 + 1 + 5  # warm-up, once before, every rep
+
+
+def test_time_gpu_graph_divides_by_calls_per_replay(monkeypatch):
+    fn, calls = fake_cuda(monkeypatch)
+    samples = timer.time_gpu(fn, warmup=1, reps=4, l2="warm", graph=True)
+    assert calls["captured_per_graph"] == timer.GRAPH_CALLS
+    assert calls["replay"] == 5 and len(samples) == 4
+    assert all(s == pytest.approx(4.0) for s in samples)  # per call, not per replay
+    samples = timer.time_gpu(fn, warmup=0, reps=3, l2="cold", graph=True)
+    assert calls["captured_per_graph"] == 1 and len(samples) == 3
