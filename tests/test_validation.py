@@ -118,3 +118,105 @@ def test_check_no_overlap_lets_an_output_replace_its_own_input_only():
         v.check_no_overlap({"x": x, "residual": x}, {})
     with pytest.raises(v.InputError, match="shares memory with x"):
         v.check_no_overlap({"x": x[:, :4]}, {"x": x})  # the same name, a different view
+
+
+# ---------------------------------------------------------------- the policy holds on every route
+
+from fusedrms import checks, env, reference, registry  # noqa: E402
+
+ENV = env.current()
+
+
+def _policy_rows(dtype, device):
+    """Row 0 overflows the fp32 sum of squares, row 1 is ordinary, row 2 holds an Inf, row 3 is
+    tiny (mean square below fp32's normal range)."""
+    cols = 257
+    g = torch.Generator().manual_seed(17)
+    x = torch.randn(4, cols, generator=g)
+    x[0] = 1e19 * x[0].sign()
+    x[2, 7] = float("inf")
+    x[3] = 1e-21 * x[3]
+    w = torch.rand(cols, generator=g) + 0.5
+    return x.to(dtype).to(device), w.to(dtype).to(device)
+
+
+def _run(impl, x, w, eps):
+    if impl.op in ("add_rmsnorm", "add_rmsnorm_residual"):
+        out = impl.fn(x, torch.zeros_like(x), w, eps)
+        return out[0] if impl.op == "add_rmsnorm_residual" else out
+    return impl.fn(x, w, eps)
+
+
+def _kernels(device_key):
+    return [i for i in registry.impls() if i.kernel and device_key in i.devices]
+
+
+def check_policy_on_every_route(device):
+    """Every kernel: the overflowed and Inf rows are NaN whatever eps; the tiny row is computed
+    with eps > 0 and NaN with eps = 0; the ordinary row matches the float64 reference."""
+    import numpy
+
+    key = "cpu" if device.type == "cpu" else "cuda"
+    seen = []
+    for impl in _kernels(key):
+        for dtype in (torch.float32, torch.bfloat16):
+            if dtype not in impl.dtypes:
+                continue
+            x, w = _policy_rows(dtype, device)
+            for eps in (1e-5, 0.0):
+                with numpy.errstate(all="ignore"):
+                    out = _run(impl, x, w, eps)
+                if impl.op == "rmsnorm_fp8":
+                    scales = out[1].float().cpu()
+                    loud = torch.isnan(scales).all(dim=1)
+                else:
+                    y = out.float().cpu()
+                    loud = torch.isnan(y).all(dim=1)
+                    ok = checks.allclose(out[1:2], reference.rmsnorm(x[1:2], w, eps,
+                                                                     accum=torch.float64))
+                    assert ok, f"{impl.name} {dtype} eps={eps}: {ok}"
+                expected = [True, False, True, eps == 0.0]
+                assert loud.tolist() == expected, f"{impl.name} {dtype} eps={eps}: {loud.tolist()}"
+                assert not torch.isnan(scales[1]).any() if impl.op == "rmsnorm_fp8" else True
+            seen.append(impl.name)
+    return seen
+
+
+def test_every_kernel_route_is_loud_where_the_policy_says():
+    seen = check_policy_on_every_route(ENV.device)
+    routes = {registry.get(n).route for n in seen}
+    assert {"triton", "hip"} <= routes and any(n.startswith("fp8") for n in seen)
+    assert any(n.startswith("capstone") for n in seen)
+
+
+@pytest.mark.gpu
+def test_gpu_every_kernel_route_is_loud_where_the_policy_says():
+    assert check_policy_on_every_route(torch.device("cuda"))
+
+
+def test_the_policy_table_is_one_table_of_rejected_computed_loud():
+    rows = v.input_policy(4096)
+    assert 8 <= len(rows) <= 16
+    assert {r["kind"] for r in rows} == {"rejected", "computed", "loud", "peer"}
+    text = " ".join(r["input"] for r in rows)
+    assert f"{v.overflow_rms(4096):.1e}" in text and f"{v.EPS0_MIN_RMS:.1e}" in text
+    assert v.overflow_rms(4096) == pytest.approx(2.88e17, rel=1e-3)
+    assert v.INPUT_POLICY == v.input_policy()
+    with pytest.raises(v.InputError):
+        v.overflow_rms(0)
+
+
+def test_the_overflow_threshold_is_where_the_kernels_turn_loud():
+    from fusedrms.kernels import rmsnorm
+
+    cols = 64
+    edge = v.overflow_rms(cols)
+    w = torch.ones(cols, device=ENV.device)
+    below = rmsnorm.rmsnorm_row(torch.full((1, cols), 0.99 * edge, device=ENV.device), w)
+    above = rmsnorm.rmsnorm_row(torch.full((1, cols), 1.01 * edge, device=ENV.device), w)
+    assert torch.allclose(below.cpu(), torch.ones(1, cols), rtol=1e-5)
+    assert torch.isnan(above).all()
+    tiny = torch.full((1, cols), 0.9 * v.EPS0_MIN_RMS, device=ENV.device)
+    assert torch.isnan(rmsnorm.rmsnorm_row(tiny, w, 0.0)).all()
+    small = torch.full((1, cols), 1.1 * v.EPS0_MIN_RMS, device=ENV.device)
+    assert torch.allclose(rmsnorm.rmsnorm_row(small, w, 0.0).cpu(), torch.ones(1, cols), rtol=1e-5)
