@@ -42,7 +42,7 @@ from typing import Callable
 
 import torch
 
-from . import checks, reference, registry
+from . import checks, cli, reference, registry
 
 F64 = torch.float64
 DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -391,6 +391,9 @@ def lookup(pattern: str = "all", peers: bool = False) -> list[registry.Impl]:
     kernels of :mod:`fusedrms.book.broken` are found by name (``broken.*``), never by ``all``.
     """
     known = {i.name: i for i in registry.impls()}
+    if not any(p.strip() for p in str(pattern).split(",")):
+        raise KeyError(f"select at least one implementation (got {pattern!r}): 'all', a name, a "
+                       f"glob or a comma-separated list")
     chosen: dict[str, registry.Impl] = {}
     for part in (p.strip() for p in pattern.split(",") if p.strip()):
         if part == "all":
@@ -514,18 +517,19 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m fusedrms.verify",
         description="Run the boundary suite (shapes, zeros, huge/tiny values, NaN/Inf, strides) "
                     "against registered RMSNorm kernels; float64 reference, poisoned outputs.")
-    p.add_argument("--kernel", default="all",
+    p.add_argument("--kernel", default="all", type=cli.selection,
                    help="'all' (every registered kernel), a name (triton.row), a glob (hip.*) or a "
                         "comma-separated list; broken.* runs the deliberately broken kernels")
     p.add_argument("--device", choices=["cpu", "gpu"], default=None,
                    help="default: the GPU if there is one, else the CPU (Triton interpreter)")
-    p.add_argument("--dtype", default=None, help="only this dtype: fp32, fp16 or bf16")
+    p.add_argument("--dtype", default=None, type=cli.dtype_name,
+                   help="only this dtype: fp32, fp16 or bf16")
     p.add_argument("--case", default=None, help="only the cases whose name contains this text")
     p.add_argument("--peers", action="store_true", help="with 'all': also the torch peers")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=cli.seed, default=0)
     p.add_argument("--verbose", "-v", action="store_true", help="one line per check")
     p.add_argument("--json", default=None, help="write the results here (records.write)")
-    p.add_argument("--jobs", type=int, default=1,
+    p.add_argument("--jobs", type=cli.whole(1, 64), default=1,
                    help="run the routes (hip, triton, capstone, ...) in this many processes at "
                         "once; kernel compilation is CPU-bound, so a GPU run finishes sooner")
     return p
@@ -587,10 +591,7 @@ def main(argv=None) -> int:
         os.execv(sys.executable, [sys.executable, "-m", "fusedrms.verify", *argv])
     dtypes = None
     if args.dtype:
-        names = {v: k for k, v in DTYPE_NAMES.items()}
-        if args.dtype not in names:
-            parser.error(f"--dtype must be one of {', '.join(names)} (got {args.dtype!r})")
-        dtypes = [names[args.dtype]]
+        dtypes = [cli.dtype(args.dtype)]
     cases = None
     if args.case:
         cases = [c for c in CASES if args.case.lower() in c.name.lower()]

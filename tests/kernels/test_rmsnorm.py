@@ -225,11 +225,16 @@ def test_cli_skips_row_when_too_wide(capsys):
 
 @pytest.mark.parametrize("argv,match", [
     (["--version", "fast"], "--version must be one of"),
-    (["--rows", "-1"], "--rows must be >= 0"),
-    (["--cols", "0"], "--cols must be >= 1"),
-    (["--dtype", "int8"], "--dtype must be"),
-    (["--num-warps", "3"], "num_warps must be"),
-    (["--rows", "many"], "invalid int value"),
+    (["--rows", "-1"], "--rows: must be a whole number >= 1"),
+    (["--rows", "0", "--cols", "8"], "--rows: must be a whole number >= 1"),
+    (["--cols", "0"], "--cols: must be a whole number >= 1"),
+    (["--dtype", "int8"], "--dtype: unknown dtype"),
+    (["--num-warps", "3"], "--num-warps: invalid choice"),
+    (["--rows", "many"], "--rows: expected a whole number"),
+    (["--seed", "99999999999999999999"], "--seed: must be a whole number from 0"),
+    (["--eps", "-1"], "--eps: eps must be a finite number >= 0"),
+    (["--eps", "nan"], "--eps: must be a finite number"),
+    (["--rows", "100000", "--cols", "100000"], "elements; at most"),
 ])
 def test_cli_bad_arguments(argv, match, capsys):
     with pytest.raises(SystemExit) as e:

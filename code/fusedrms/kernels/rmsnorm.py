@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import checks, reference, registry, validation
+from .. import checks, cli, reference, registry, validation
 
 # A row must fit in one block for the row kernel. Triton allows far bigger blocks, but a block lives
 # in registers: at 65536 fp32 elements and 16 warps (512 threads) each thread holds 128 values of x
@@ -540,23 +540,19 @@ def side_by_side(docs: list, fallback_shape=(1024, 4096, "float32")) -> dict:
 
 # ---------------------------------------------------------------- command line
 
-DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
-          "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m fusedrms.kernels.rmsnorm",
         description="Check the Triton RMSNorm kernels against a float64 reference and, on a GPU, "
                     "time them. Without a GPU they run in Triton's interpreter and are only checked.")
     p.add_argument("--version", default="all", help="row, looped, multirow or all (default: all)")
-    p.add_argument("--rows", type=int, default=1024, help="number of rows (default 1024)")
-    p.add_argument("--cols", type=int, default=4096, help="row width (default 4096)")
-    p.add_argument("--dtype", default="fp32", help="fp32, bf16 or fp16 (default fp32)")
-    p.add_argument("--eps", type=float, default=1e-5)
-    p.add_argument("--num-warps", type=int, default=None,
+    p.add_argument("--rows", type=cli.whole(1), default=1024, help="number of rows (default 1024)")
+    p.add_argument("--cols", type=cli.whole(1), default=4096, help="row width (default 4096)")
+    p.add_argument("--dtype", type=cli.dtype, default="fp32", help="fp32, bf16 or fp16 (default fp32)")
+    p.add_argument("--eps", type=cli.eps, default=1e-5)
+    p.add_argument("--num-warps", type=int, choices=(1, 2, 4, 8, 16, 32), default=None,
                    help="override the book's num_warps rule (1, 2, 4, 8, 16 or 32)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=cli.seed, default=0)
     return p
 
 
@@ -570,17 +566,8 @@ def main(argv=None) -> int:
         names = [name]
     else:
         parser.error(f"--version must be one of: {', '.join(VERSIONS)}, all (got {args.version!r})")
-    if args.rows < 0:
-        parser.error(f"--rows must be >= 0, got {args.rows}")
-    if args.cols < 1:
-        parser.error(f"--cols must be >= 1, got {args.cols}")
-    if args.dtype.lower() not in DTYPES:
-        parser.error(f"--dtype must be fp32, bf16 or fp16 (got {args.dtype!r})")
-    dtype = DTYPES[args.dtype.lower()]
-    try:
-        _check_num_warps(args.num_warps)
-    except validation.InputError as e:
-        parser.error(str(e))
+    cli.check_elements(parser, args.rows, args.cols)
+    dtype = args.dtype
 
     e = env.current()
     print(e.describe())

@@ -75,7 +75,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from .. import checks, records, registry, validation
+from .. import checks, cli, records, registry, validation
 from .. import reference as reference_module  # `reference` below is this module's specification
 from .add_rmsnorm import round_to_bf16  # chapter 7's bit-level rounding, reused
 from .rmsnorm import loud_scale  # chapter 4's guard: NaN, never 0, for an overflowed row
@@ -1370,9 +1370,10 @@ def _main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     chk = sub.add_parser("check", help="compare naive and fused with the reference")
-    chk.add_argument("--rows", type=int, default=4)
-    chk.add_argument("--cols", type=int, default=HIDDEN_SIZE)
-    chk.add_argument("--seed", type=int, default=0)
+    chk.add_argument("--rows", type=cli.whole(1, 1 << 16), default=4)
+    chk.add_argument("--cols", type=cli.whole(1, MAX_COLS), default=HIDDEN_SIZE,
+                     help=f"row width, at most {MAX_COLS} (the fused kernel keeps a row on chip)")
+    chk.add_argument("--seed", type=cli.seed, default=0)
     chk.add_argument("--rounding", choices=ROUNDINGS, default="auto")
     rec = sub.add_parser("record", help="GPU: exactness and timings into a record file")
     rec.add_argument("--out", required=True)
