@@ -25,7 +25,7 @@ from fusedrms.kernels import add_rmsnorm as A
 ENV = env.current()
 DEVICE_KEY = "cuda" if ENV.on_gpu else "cpu"
 # FUSEDRMS_PROPERTY_EXAMPLES raises the count for a longer hunt (CI keeps the default)
-EXAMPLES = int(os.environ.get("FUSEDRMS_PROPERTY_EXAMPLES", "120"))
+EXAMPLES = int(os.environ.get("FUSEDRMS_PROPERTY_EXAMPLES", "400"))
 CI = settings(derandomize=True, deadline=None, database=None, max_examples=EXAMPLES,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 IMPLS = sorted((i for i in registry.impls() if DEVICE_KEY in i.devices), key=lambda i: i.name)
@@ -166,7 +166,7 @@ def overlapping_views(draw):
     return rows, cols, size, starts, w_start, separate
 
 
-@CI
+@settings(CI, max_examples=max(50, EXAMPLES // 3))
 @given(overlapping_views())
 def test_in_place_refuses_every_overlap_and_is_right_otherwise(case):
     rows, cols, size, (xs, rs), w_start, separate = case
