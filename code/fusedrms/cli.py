@@ -13,10 +13,6 @@ import argparse
 import math
 from pathlib import Path
 
-# One spelling table for every command line: short and long names of the book's dtypes.
-DTYPE_ALIASES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "bf16": "bf16",
-                 "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16"}
-TORCH_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 SEED_MAX = 2 ** 63 - 1  # torch.manual_seed takes 64-bit seeds
 MAX_ELEMENTS = 1 << 28  # rows x cols a command line allocates (1 GiB of fp32), say so beyond
 
@@ -87,18 +83,25 @@ def eps(text: str) -> float:
 
 
 def dtype_name(text: str) -> str:
-    """fp32, bf16 or fp16 (also float32, bfloat16, float16): returns the short name."""
-    key = str(text).strip().lower().removeprefix("torch.")
-    if key not in DTYPE_ALIASES:
-        raise argparse.ArgumentTypeError(f"unknown dtype {text!r}; use fp32, bf16 or fp16")
-    return DTYPE_ALIASES[key]
+    """An input dtype a kernel reads, in any spelling :mod:`fusedrms.dtypes` knows (fp32, bf16,
+    fp16, float32, bfloat16, ...): returns the short name."""
+    from . import dtypes
+
+    try:
+        name = dtypes.short(text)
+    except dtypes.DtypeError:
+        name = None
+    if name not in dtypes.ACTIVATIONS:
+        raise argparse.ArgumentTypeError(f"unknown dtype {text!r}; use "
+                                         f"{', '.join(dtypes.ACTIVATIONS)}")
+    return name
 
 
 def dtype(text: str):
     """As :func:`dtype_name`, returning the torch dtype."""
-    import torch
+    from . import dtypes
 
-    return getattr(torch, TORCH_NAMES[dtype_name(text)])
+    return dtypes.torch_dtype(dtype_name(text))
 
 
 def dtype_names(text: str) -> tuple:
@@ -107,6 +110,15 @@ def dtype_names(text: str) -> tuple:
     if not parts:
         raise argparse.ArgumentTypeError(f"expected dtypes separated by commas, got {text!r}")
     return tuple(dict.fromkeys(dtype_name(p) for p in parts))
+
+
+def op(text: str) -> str:
+    """One of the registry's ops (``rmsnorm``, ``add_rmsnorm``, ...)."""
+    from .registry import OPS
+
+    if text not in OPS:
+        raise argparse.ArgumentTypeError(f"unknown op {text!r}; use one of {', '.join(OPS)}")
+    return text
 
 
 def names(text: str) -> tuple:
