@@ -250,7 +250,9 @@ def test_show_and_plot_a_written_file(tmp_path, capsys):
     assert "Recorded on" in out and "capstone.fused" in out and "63%" in out
     assert plots.main([str(path), "--out", str(tmp_path / "p")]) == 0
     assert (tmp_path / "p.png").stat().st_size > 1000 and (tmp_path / "p.svg").exists()
-    assert harness.main(["show", str(tmp_path / "missing.json")]) == 1
+    with pytest.raises(SystemExit) as e:  # a usage error, not a traceback or exit 1
+        harness.main(["show", str(tmp_path / "missing.json")])
+    assert e.value.code == 2 and "no such file" in capsys.readouterr().err
 
 
 @pytest.mark.gpu
