@@ -22,11 +22,12 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from ..viz.svg import COLUMN_PX
+
 GLUE_PREFIX = "application/papermill.record/"  # myst-nb's mime prefix for glued, hidden values
 
-# The book's text column at a 1280-px window (sphinx-book-theme), in CSS pixels. Figures are
-# drawn for it at 2x for high-DPI screens and shown at this width (smaller on phones).
-COLUMN_PX = 690
+# Figures are drawn for the text column (viz.svg.COLUMN_PX) at 2x for high-DPI screens and shown
+# at the column's width (smaller on phones).
 FIGURE_DPI = 100      # 1 inch of figure = 100 CSS px on the page
 HIDPI = 2             # the PNG carries 2 image pixels per CSS pixel
 FULL_ROWS_LIMIT = 2000  # above this, the full data goes only into the CSV
