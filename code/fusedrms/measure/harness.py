@@ -4,7 +4,7 @@
     python -m fusedrms.measure.harness run --op add_rmsnorm --rows 1024,4096 --cols 4096 --dtypes bf16
     python -m fusedrms.measure.harness plan h200 --out bench_grid.json       # the recorded H200 grid
     python -m fusedrms.measure.harness show [FILE]           # print a result file (the recorded one by default)
-    python -m fusedrms.measure.harness plot FILE --out STEM  # bandwidth and % of floor, PNG + SVG
+    python -m fusedrms.measure.plots FILE --out STEM         # bandwidth and % of floor, PNG + SVG
 
 The timing rules, measured, are chapter 6's (:mod:`fusedrms.book.ch06`); Nsight Compute is
 :mod:`fusedrms.measure.ncu`.
@@ -334,7 +334,7 @@ def _no_gpu_message() -> str:
     return ("No GPU here: the benchmark times kernels with device events and needs a CUDA or "
             "ROCm GPU (none is visible, or FUSEDRMS_FORCE_CPU is set). The book shows the "
             "recorded H200 results instead: `python -m fusedrms.measure.harness show` prints them, "
-            "`python -m fusedrms.measure.harness plot` draws them.")
+            "`python -m fusedrms.measure.plots FILE` draws them.")
 
 
 def _progress(total: int, desc: str):
@@ -707,9 +707,6 @@ def main(argv: list[str] | None = None) -> int:
     sh = sub.add_parser("show", help="print a result file (default: the recorded H200 grid)")
     sh.add_argument("file", nargs="?", default="bench_grid", type=cli.result_file())
     sh.add_argument("--limit", type=cli.whole(1), default=None)
-    pt = sub.add_parser("plot", help="draw bandwidth and %% of floor (PNG and SVG)")
-    pt.add_argument("file", nargs="?", default="bench_grid", type=cli.result_file())
-    pt.add_argument("--out", default="bench_plot")
     wk = sub.add_parser("worker", help=argparse.SUPPRESS)
     wk.add_argument("spec")
     a = p.parse_args(argv)
@@ -721,12 +718,6 @@ def main(argv: list[str] | None = None) -> int:
             doc = load(a.file)
             print(records.describe(doc))
             print(format_table(doc["records"], a.limit))
-            return 0
-        if a.cmd == "plot":
-            from . import plots
-
-            for path in plots.plot_file(a.file, a.out):
-                print(f"wrote {path}")
             return 0
         if a.cmd in ("run", "plan"):
             sweeps = PLANS[a.name] if a.cmd == "plan" else [
