@@ -528,7 +528,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", action="store_true", help="with 'all': also the torch peers")
     p.add_argument("--seed", type=cli.seed, default=0)
     p.add_argument("--verbose", "-v", action="store_true", help="one line per check")
-    p.add_argument("--json", default=None, help="write the results here (records.write)")
+    p.add_argument("--json", default=None, type=cli.output_file,
+                   help="write the results here (records.write)")
     p.add_argument("--jobs", type=cli.whole(1, 64), default=1,
                    help="run the routes (hip, triton, capstone, ...) in this many processes at "
                         "once; kernel compilation is CPU-bound, so a GPU run finishes sooner")
