@@ -115,6 +115,7 @@ def _assert_clean(nb):
 def _expect():
     from playwright.sync_api import expect
 
+    expect.set_options(timeout=ACTION_MS)  # its default, 5 s, is short for a busy CI machine
     return expect
 
 
