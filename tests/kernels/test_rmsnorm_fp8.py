@@ -151,6 +151,57 @@ def test_empty_rows():
     assert codes.shape == (0, 256) and scales.shape == (0, 2)
 
 
+FP8_PATHS = {"naive": dict(fn=q.rmsnorm_fp8_naive), "fused": dict(fn=q.rmsnorm_fp8_fused),
+             "rows": dict(fn=q.rmsnorm_fp8_fused, config=q.FusedConfig(8, None, "block_reciprocal", 2)),
+             "split": dict(fn=q.rmsnorm_fp8_fused,
+                           config=q.FusedConfig(4, None, "block_reciprocal", 1, "split")),
+             "per_element": dict(fn=q.rmsnorm_fp8_fused, config=q.FusedConfig(8, None, "per_element"))}
+
+
+def _nan_blocks(codes, scales):
+    """Per block: (scale NaN, every code NaN) as two bool tensors."""
+    nb = scales.shape[-1]
+    padded = torch.nn.functional.pad(bits(codes).to(torch.int16), (0, nb * 128 - codes.shape[-1]),
+                                     value=0x7F)
+    all_nan = ((padded.reshape(*codes.shape[:-1], nb, 128) & 0x7F) == 0x7F).all(-1)
+    return torch.isnan(scales.cpu()), all_nan
+
+
+@pytest.mark.parametrize("path", list(FP8_PATHS))
+def test_nan_in_nan_out_per_block_kernels_agree_with_the_reference(path):
+    """Issue 17: the policy. A NaN or Inf in x (or an overflowed sum of squares) makes the whole
+    row NaN; a NaN or Inf in gamma makes its block NaN (scale and every code); the rest is exact."""
+    kw = dict(FP8_PATHS[path])
+    fn, config = kw.pop("fn"), kw.pop("config", None)
+    x, w = q.make_inputs(6, 7168 if path == "split" else 512, seed=3)
+    x[1, 5] = float("nan")
+    x[2, 300] = float("inf")
+    x[3] = 1e19  # bf16 holds it; the fp32 sum of squares overflows
+    w[130] = float("nan")  # block 1 of every row
+    w[260] = float("-inf")  # block 2 of every row
+    extra = {} if config is None else {"config": config}
+    codes, scales = fn(x, w, **extra)
+    ref_codes, ref_scales = q.reference(x, w)
+    report = q.compare(codes, scales, ref_codes, ref_scales)
+    assert report.ok, report
+    scale_nan, codes_nan = _nan_blocks(codes, scales)
+    assert torch.equal(scale_nan, codes_nan)  # a NaN scale always comes with NaN codes
+    assert scale_nan[[1, 2, 3]].all()  # whole rows
+    assert scale_nan[:, 1].all() and scale_nan[:, 2].all()  # gamma's blocks in every row
+    assert not scale_nan[[0, 4, 5]][:, [0, 3]].any()  # everything else finite
+
+
+def test_the_fp8_reference_is_the_kernel_policy_not_torch_max():
+    """torch.maximum keeps NaN, tl.max drops it: the reference now states the policy itself."""
+    x, w = q.make_inputs(2, 256, seed=1)
+    x[1, 5] = float("nan")
+    codes, scales = q.reference(x, w)
+    assert torch.isnan(scales[1]).all() and not torch.isnan(scales[0]).any()
+    w[0] = float("inf")
+    codes, scales = q.reference(x, w)
+    assert torch.isnan(scales[:, 0]).all() and not torch.isnan(scales[0, 1])
+
+
 def test_zero_block_without_floor_gives_nan_codes_everywhere_alike():
     x, w = q.make_inputs(2, 384, seed=0, zero_block=True)
     ref_codes, ref_scales = q.reference(x, w, absmax_floor=0.0)

@@ -272,13 +272,15 @@ def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int 
         t = sorted(float(v) for v in timer.time_gpu(fn, warmup, reps, l2="cold", graph=graph))
         return t[len(t) // 2]
 
+    def time_into(rec, prefix, call):  # every shape, with and without CUDA-graph replay
+        for (rows, cols), (x, w) in inputs.items():
+            for graph, suffix in ((True, "_graph"), (False, "")):
+                rec[f"{prefix}{suffix}_us_{rows}"] = med(lambda: call(x, w), graph)
+
     for division in DIVISIONS:
         rec = {"kind": "naive_reference", "division": division}
         try:
-            for (rows, cols), (x, w) in inputs.items():
-                for graph, suffix in ((True, "_graph"), (False, "")):
-                    rec[f"naive{suffix}_us_{rows}"] = med(
-                        lambda: rmsnorm_fp8_naive(x, w, division=division), graph)
+            time_into(rec, "naive", lambda x, w: rmsnorm_fp8_naive(x, w, division=division))
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {e}"
         out.append(rec)
@@ -297,10 +299,7 @@ def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int 
             rec.update(bit_exact=False, error=f"exactness: {type(e).__name__}: {e}")
         try:
             rec["registers"], rec["spills"] = fused_resources(cfg)
-            for (rows, cols), (x, w) in inputs.items():
-                for graph, suffix in ((True, "_graph"), (False, "")):
-                    rec[f"fused{suffix}_us_{rows}"] = med(
-                        lambda: rmsnorm_fp8_fused(x, w, config=cfg), graph)
+            time_into(rec, "fused", lambda x, w: rmsnorm_fp8_fused(x, w, config=cfg))
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {e}"
         out.append(rec)

@@ -94,9 +94,11 @@ def _entries(answer) -> list[dict]:
         try:
             time_us = float(entry["time_us"])
             block, rows, cols = (int(entry[k]) for k in ("block_size", "rows", "cols"))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise Malformed(f"record {i}: block_size, rows and cols must be integers and time_us "
                             f"a number.") from None
+        if rows < 1 or cols < 1:
+            raise Malformed(f"record {i}: rows and cols must be at least 1, got {rows} x {cols}.")
         out.append(dict(block_size=block, rows=rows, cols=cols, correct=entry["correct"],
                         time_us=time_us))
     return out

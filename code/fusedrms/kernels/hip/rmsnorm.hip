@@ -44,6 +44,15 @@ template <> __device__ __forceinline__ bf16_bits from_float<bf16_bits>(float v) 
     return bf16_bits{(unsigned short)(u >> 16)};
 }
 
+// r = 1 / sqrt(mean(x^2) + eps), or NaN where that denominator left fp32's normal range: the sum
+// of squares overflowed, the row holds a NaN or an Inf, or eps = 0 with mean(x^2) < 1.2e-38.
+// An overflowed row would otherwise come back as zeros, finite and wrong. One compare per row.
+__device__ __forceinline__ float row_scale(float sum_sq, int cols, float eps) {
+    const float denominator = sum_sq / cols + eps;
+    const bool in_range = denominator >= 1.17549435e-38f && denominator <= 3.40282347e38f;
+    return in_range ? rsqrtf(denominator) : __uint_as_float(0x7fc00000u);  // quiet NaN
+}
+
 // [book:serial]
 // One thread per row: the sum of squares is one long sequential chain.
 template <typename T>
@@ -57,7 +66,7 @@ __global__ void rmsnorm_serial(const T* x, const T* w, T* y, int rows, int cols,
         const float v = to_float(x_row[col]);
         sum_sq += v * v;
     }
-    const float r = rsqrtf(sum_sq / cols + eps);
+    const float r = row_scale(sum_sq, cols, eps);
     for (int col = 0; col < cols; ++col)
         y[(long)row * cols + col] = from_float<T>(to_float(x_row[col]) * r * to_float(w[col]));
 }
@@ -84,7 +93,7 @@ __global__ void rmsnorm_block(const T* x, const T* w, T* y, int rows, int cols,
         if (tid < stride) partial[tid] += partial[tid + stride];
         __syncthreads();  // all threads, also those that added nothing this round
     }
-    const float r = rsqrtf(partial[0] / cols + eps);  // the mean divides by cols, not blockDim.x
+    const float r = row_scale(partial[0], cols, eps);  // the mean divides by cols, not blockDim.x
     for (int col = tid; col < cols; col += blockDim.x)
         y[(long)row * cols + col] = from_float<T>(to_float(x_row[col]) * r * to_float(w[col]));
 }
@@ -123,7 +132,7 @@ __global__ void rmsnorm_shuffle(const T* x, const T* w, T* y, int rows, int cols
         const float v = to_float(x_row[col]);
         sum_sq += v * v;
     }
-    const float r = rsqrtf(block_sum_shuffle(sum_sq) / cols + eps);
+    const float r = row_scale(block_sum_shuffle(sum_sq), cols, eps);
     for (int col = threadIdx.x; col < cols; col += blockDim.x)
         y[(long)row * cols + col] = from_float<T>(to_float(x_row[col]) * r * to_float(w[col]));
 }
@@ -161,7 +170,7 @@ __global__ void rmsnorm_vectorized(const T* x, const T* w, T* y, int rows, int c
             }
         }
     }
-    const float r = rsqrtf(block_sum_shuffle(sum_sq) / cols + eps);
+    const float r = row_scale(block_sum_shuffle(sum_sq), cols, eps);
 #pragma unroll
     for (int i = 0; i < PACKS; ++i) {
         const int p = threadIdx.x + i * blockDim.x;
@@ -204,7 +213,7 @@ __global__ void scale_kernel(const T* x, const T* w, const float* row_sums, T* y
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         const long row = i / cols;
         const int col = (int)(i % cols);
-        const float r = rsqrtf(row_sums[row] / cols + eps);
+        const float r = row_scale(row_sums[row], cols, eps);
         y[i] = from_float<T>(to_float(x[row * x_stride + col]) * r * to_float(w[col]));
     }
 }
