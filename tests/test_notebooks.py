@@ -52,3 +52,31 @@ def test_clean_strips_unchecked_outputs_and_keeps_checked():
     assert checked.outputs and checked.execution_count == 4
     assert "widgets" not in nb.metadata
     assert not notebooks.clean(nb)
+
+
+def test_tag_marks_a_checked_cell_like_the_comment():
+    tagged = nbformat.v4.new_code_cell("print(2)", execution_count=4,
+                                       outputs=[nbformat.v4.new_output("stream", text="2\n")])
+    tagged.metadata["tags"] = [notebooks.CHECK_TAG]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [tagged, nbformat.v4.new_markdown_cell("# NBVAL_CHECK_OUTPUT in prose")]
+    assert notebooks.is_checked(tagged) and not notebooks.is_checked(nb.cells[1])
+    assert not notebooks.clean(nb)  # its output stays
+
+
+def test_tags_moves_the_marker_line_into_the_tag(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    marked = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\nprint(2)", execution_count=1,
+                                       outputs=[nbformat.v4.new_output("stream", text="2\n")])
+    other = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT_LATER\nprint(3)")
+    nb.cells = [marked, other]
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    assert notebooks.main(["tags", str(path)]) == 0
+    back = nbformat.read(path, as_version=4)
+    assert back.cells[0].source == "print(2)"
+    assert back.cells[0].metadata["tags"] == [notebooks.CHECK_TAG]
+    assert back.cells[0].outputs and notebooks.is_checked(back.cells[0])
+    assert back.cells[1].source.startswith("# NBVAL_CHECK_OUTPUT_LATER")
+    assert notebooks.main(["tags", str(path)]) == 0  # a second run changes nothing
+    assert nbformat.read(path, as_version=4).cells[0].metadata["tags"] == [notebooks.CHECK_TAG]

@@ -3,10 +3,12 @@
     python code/scripts/notebooks.py clean   chapters/*.ipynb   # strip outputs (keep checked cells')
     python code/scripts/notebooks.py refresh chapters/01_formula.ipynb   # re-execute, store checked outputs
     python code/scripts/notebooks.py check   chapters/*.ipynb   # exit 1 if any notebook is not clean
+    python code/scripts/notebooks.py tags    chapters/*.ipynb   # "# NBVAL_CHECK_OUTPUT" lines -> tag
 
-"Clean" means: no widget state, and no outputs or execution counts except in cells whose first
-line is ``# NBVAL_CHECK_OUTPUT`` (nbval compares those against the stored output, and needs the
-execution count to know the cell was run).
+"Clean" means: no widget state, and no outputs or execution counts except in checked cells: cells
+tagged ``nbval-check-output`` (nbval compares those against the stored output, and needs the
+execution count to know the cell was run). The older marker, a first line
+``# NBVAL_CHECK_OUTPUT``, still counts; ``tags`` moves it into the tag, where readers never see it.
 """
 from __future__ import annotations
 
@@ -17,10 +19,30 @@ from pathlib import Path
 import nbformat
 
 MARKER = "# NBVAL_CHECK_OUTPUT"
+CHECK_TAG = "nbval-check-output"  # nbval reads the same option from this cell tag
 
 
 def is_checked(cell) -> bool:
-    return cell.cell_type == "code" and cell.source.lstrip().startswith(MARKER)
+    if cell.cell_type != "code":
+        return False
+    return CHECK_TAG in cell.metadata.get("tags", []) or cell.source.lstrip().startswith(MARKER)
+
+
+def move_markers_to_tags(nb) -> int:
+    """Replace each checked cell's ``# NBVAL_CHECK_OUTPUT`` first line by the tag; return how many."""
+    moved = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code" or not cell.source.lstrip().startswith(MARKER):
+            continue
+        first, _, rest = cell.source.lstrip().partition("\n")
+        if first.strip() != MARKER:
+            continue  # e.g. "# NBVAL_CHECK_OUTPUT_X": not the marker, leave it alone
+        cell.source = rest
+        tags = cell.metadata.setdefault("tags", [])
+        if CHECK_TAG not in tags:
+            tags.append(CHECK_TAG)
+        moved += 1
+    return moved
 
 
 def clean(nb) -> bool:
@@ -62,7 +84,7 @@ def refresh(path: Path, timeout: int = 900) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["clean", "refresh", "check"])
+    parser.add_argument("action", choices=["clean", "refresh", "check", "tags"])
     parser.add_argument("notebooks", nargs="+", type=Path)
     args = parser.parse_args(argv)
     dirty = []
@@ -72,6 +94,12 @@ def main(argv=None) -> int:
             print(f"refreshed {path}")
             continue
         nb = nbformat.read(path, as_version=4)
+        if args.action == "tags":
+            moved = move_markers_to_tags(nb)
+            if moved:
+                nbformat.write(nb, path)
+            print(f"{path}: {moved} cell(s) now tagged {CHECK_TAG}")
+            continue
         if clean(nb):
             if args.action == "clean":
                 nbformat.write(nb, path)
