@@ -85,3 +85,39 @@ def test_record_smoke_writes_checked_records(tmp_path):
     det = {r["impl"]: r for r in doc["records"] if r["kind"] == "determinism"}
     assert det["two_stage"]["distinct"] == 1
     assert doc["provenance"]["smoke"] is True
+
+
+DEVICE = __import__("fusedrms").env.current().device
+
+
+@pytest.mark.parametrize("impl", ["triton.two_stage", "triton.atomic", "torch.eager",
+                                  "torch.rms_norm"])
+@pytest.mark.parametrize("op", ch09.OPS)
+def test_each_training_step_gives_gradients_that_pass_the_check(impl, op):
+    import torch
+
+    bundle = ch09.make_bundle(op, 6, 40, torch.float32, device=DEVICE)
+    w = torch.randn(40, device=DEVICE).requires_grad_()
+    grads = ch09.train_step(impl, op, 40, torch.float32, w)(bundle)
+    assert len(grads) == (2 if op == "rmsnorm" else 3)
+    ok, message = ch09.check_gradients(op, bundle, w.detach(), grads)
+    assert ok, message
+    wrong = list(grads)
+    wrong[-1] = wrong[-1] * 1.01  # a dw off by 1 % is caught
+    assert not ch09.check_gradients(op, bundle, w.detach(), wrong)[0]
+
+
+@pytest.mark.parametrize("op,design", list(ch09.BACKWARD_IMPLS))
+def test_backward_steps_match_the_training_step(op, design):
+    import torch
+
+    from fusedrms.kernels import rmsnorm_backward as B
+
+    bundle = ch09.make_bundle(op, 5, 24, torch.float32, device=DEVICE)
+    w = torch.randn(24, device=DEVICE)
+    full = ch09.train_step("triton.two_stage", op, 24, torch.float32, w.clone().requires_grad_())(bundle)
+    _, s, rstd = B.forward(bundle[0], w, ch09.EPS, residual=None if op == "rmsnorm" else bundle[1])
+    saved = bundle[:2] if s is None else torch.stack([s, bundle[2], bundle[3]])
+    dx, dw = ch09.backward_step(op, design, w, rstd)(saved)
+    torch.testing.assert_close(dx, full[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dw, full[-1], rtol=1e-5, atol=1e-6)

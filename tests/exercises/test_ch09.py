@@ -26,7 +26,7 @@ def test_hand_dx_is_the_formula_and_other_spellings_pass():
     t = torch.tensor
     ref = reference.rmsnorm_backward(t([ch09.BF.HAND_X], dtype=torch.float64),
                                      t(ch09.BF.HAND_W, dtype=torch.float64),
-                                     t([ch09.BF.HAND_DY], dtype=torch.float64), 1e-5,
+                                     t([ch09.EXERCISE_DY], dtype=torch.float64), 1e-5,
                                      accum=torch.float64)["dx"][0]
     assert ch09.DX == pytest.approx(ref.tolist(), rel=1e-12)
     assert ch09.dx_hand.check(ref).ok  # a tensor

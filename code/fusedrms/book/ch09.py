@@ -148,13 +148,14 @@ def forward_fn(impl: str, op: str, cols: int, dtype: torch.dtype):
     raise KeyError(f"unknown implementation {impl!r}")
 
 
-def make_bundle(op: str, rows: int, cols: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+def make_bundle(op: str, rows: int, cols: int, dtype: torch.dtype, seed: int = 0,
+                device="cuda") -> torch.Tensor:
     """The per-call inputs stacked in one tensor, so a rotation copies them together:
     ``[x, dy]`` for rmsnorm, ``[x, residual, dy, ds]`` for the fused add (ds: the gradient arriving
     at its residual output)."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     n = 2 if op == "rmsnorm" else 4
-    return torch.randn((n, rows, cols), generator=g, device="cuda").to(dtype)
+    return torch.randn((n, rows, cols), generator=g, device=device).to(dtype)
 
 
 def train_step(impl: str, op: str, cols: int, dtype: torch.dtype, w: torch.Tensor):
@@ -537,6 +538,45 @@ def figure(doc, op: str):
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     return fig
+
+
+def show_table(rows: list[dict], columns: dict, caption: str):
+    """Render ``rows`` (dicts) as a table; ``columns`` maps a key to (header, format)."""
+    from html import escape
+
+    from IPython.display import HTML
+
+    def cell(value, fmt):
+        if value is None:
+            return "–"
+        return format(value, fmt) if fmt else str(value)
+
+    head = "".join(f"<th>{escape(h)}</th>" for h, _ in columns.values())
+    body = "".join("<tr>" + "".join(f"<td>{escape(cell(r.get(k), f))}</td>"
+                                    for k, (_, f) in columns.items()) + "</tr>" for r in rows)
+    return HTML(f'<div style="overflow-x:auto"><table><caption>{escape(caption)}</caption>'
+                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
+
+
+def answer(doc) -> str:
+    """The chapter's answer in a sentence, every number from the recording (or the no-recording
+    state)."""
+    if doc is None:
+        return ("This chapter's comparison has not been recorded on a GPU yet, so there is no "
+                "measured answer here; `python -m fusedrms.book.ch09 --out DIR` on a GPU records it.")
+    parts = []
+    for op, name in (("rmsnorm", "RMSNorm"), ("add_rmsnorm", "fused add + RMSNorm")):
+        v = verdict(doc, op)
+        if v is None:
+            parts.append(f"for {name} no shape of 64 MB or more has both our time and a checked "
+                         f"peer's")
+            continue
+        parts.append(f"for {name}, forward + backward, our kernels are at or below the fastest "
+                     f"checked peer at {v['at_or_below_1']} of {v['shapes']} shapes moving 64 MB or "
+                     f"more (median {v['median_ratio']:.2f}x its time, worst {v['worst_ratio']:.2f}x "
+                     f"against {v['worst_peer']} at {v['worst_shape']}) and reach a median "
+                     f"{v['median_pct_floor']:.0f} % of the traffic floor")
+    return "Measured: " + "; ".join(parts) + "."
 
 
 # ---------------------------------------------------------------- command line

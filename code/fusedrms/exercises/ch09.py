@@ -15,7 +15,10 @@ EPS = 1e-5
 
 
 # (1) dx for the hand example -------------------------------------------------------------------
-HAND = BF.trace_row(BF.HAND_X, BF.HAND_W, BF.HAND_DY, EPS)
+# The chapter's row and weights with a gradient on output 1 only: the answer is row 1 of the
+# Jacobian dy/dx (the chapter works the example with another dy).
+EXERCISE_DY = (0.0, 1.0, 0.0, 0.0)
+HAND = BF.trace_row(BF.HAND_X, BF.HAND_W, EXERCISE_DY, EPS)
 DX = HAND.dx
 
 
@@ -34,7 +37,7 @@ def _variant(g, xhat, r, n, how: str) -> list[float]:
     raise ValueError(how)
 
 
-_NO_W = BF.trace_row(BF.HAND_X, [1.0] * 4, BF.HAND_DY, EPS).dx
+_NO_W = BF.trace_row(BF.HAND_X, [1.0] * 4, EXERCISE_DY, EPS).dx
 _DX_MISTAKES = {
     "the gradient through r dropped": (_variant(HAND.g, HAND.xhat, HAND.r, 4, "no_r_term"),
                                        "That is r·g: it treats r as a constant. r depends on every "
@@ -69,7 +72,7 @@ def _grade_dx(answer):
 
 dx_hand = Exercise(
     "dx_hand",
-    f"For x = {list(BF.HAND_X)}, w = {list(BF.HAND_W)}, dy = {list(BF.HAND_DY)} and eps = 1e-5, "
+    f"For x = {list(BF.HAND_X)}, w = {list(BF.HAND_W)}, dy = {list(EXERCISE_DY)} and eps = 1e-5, "
     f"what is dx (four numbers)?",
     _grade_dx, solution=[round(v, 6) for v in DX],
     mistakes={label: [round(v, 6) for v in vec] for label, (vec, _) in _DX_MISTAKES.items()})
