@@ -209,9 +209,10 @@ STEPS: dict[str, Step] = {s.name: s for s in [
 
 # ---------------------------------------------------------------- the backward (chapter 9)
 
-# The backward's grid on the H200: 132 SMs x 2 programs (kernels/rmsnorm_backward.PROGRAMS_PER_SM).
-# Each program writes one fp32 row of dw partials, so the partials cost programs x cols x 4 bytes,
-# written once and read once, whatever the number of rows.
+# An example backward grid: 2 programs on each of the H200's 132 SMs (the kernels choose theirs by
+# width and rows, kernels/rmsnorm_backward.programs_for). Each program writes one fp32 row of dw
+# partials, so the partials cost programs x cols x 4 bytes, written once and read once, whatever
+# the number of rows.
 BACKWARD_PROGRAMS = 264
 _DY = Tensor(ROW)
 _DX = Tensor(ROW, role="output")

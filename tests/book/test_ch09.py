@@ -15,6 +15,8 @@ def test_the_sweep_covers_every_shape_op_and_implementation():
     for op in ch09.OPS:
         assert {c["impl"] for c in cs if c["kind"] == "train" and c["op"] == op} == set(ch09.TRAIN_IMPLS)
     assert {(c["op"], c["impl"]) for c in cs if c["kind"] == "backward"} == set(ch09.BACKWARD_IMPLS)
+    sweep = [c for c in cs if c["kind"] == "programs"]
+    assert len(sweep) == len(ch09.PROGRAM_SHAPES) * len(ch09.PROGRAMS_PER_SM)
     assert len(ch09.cases(smoke=True)) < len(cs) / 4
 
 

@@ -200,3 +200,22 @@ def test_full_suite_on_gpu():
     assert not failed, failed
     for name in broken_backward.CAUGHT:
         assert any(r.status == "FAIL" for r in verify.run(verify.lookup(name))), name
+
+
+def test_grid_rule():
+    assert B.programs_per_sm(2048, torch.bfloat16) == 4
+    assert B.programs_per_sm(8192, torch.bfloat16) == 1
+    assert B.programs_per_sm(65536, torch.float32) == 1
+    cpu = torch.device("cpu")
+    assert B.programs_for(3, 64, torch.float32, cpu) == 3  # never more programs than rows
+    assert B.programs_for(100, 64, torch.float32, cpu) == B.INTERPRETER_PROGRAMS
+    assert B.programs_for(0, 64, torch.float32, cpu) == 0
+
+
+def test_grid_rule_on_a_gpu_sized_machine(monkeypatch):
+    monkeypatch.setattr(B, "sm_count", lambda device: 132)
+    gpu = torch.device("cuda")
+    assert B.programs_for(16384, 2048, torch.bfloat16, gpu) == 132 * 4
+    assert B.programs_for(1024, 2048, torch.bfloat16, gpu) == 132  # at least one per SM
+    assert B.programs_for(16384, 8192, torch.bfloat16, gpu) == 132
+    assert B.programs_for(16384, 4096, torch.bfloat16, gpu, per_sm=8) == 132 * 8

@@ -74,7 +74,7 @@ def _launcher(bug: int):
         dy2 = B._rows(dy, "dy", x)
         rows, cols = x2.shape
         dx2 = torch.empty_like(x2)
-        programs = B.programs_for(rows, x2.device)
+        programs = B.programs_for(rows, cols, x2.dtype, x2.device)
         rpp = triton.cdiv(rows, programs)
         programs = triton.cdiv(rows, rpp)
         partials = torch.empty((programs, cols), dtype=torch.float32, device=x2.device)
@@ -93,7 +93,7 @@ def _real_stage_one(x, w, dy, eps, atomic: bool):
     x2, w, eps, _ = B._prepare(x, w, eps)
     dy2 = B._rows(dy, "dy", x)
     rows, cols = x2.shape
-    rpp = triton.cdiv(rows, B.programs_for(rows, x2.device))
+    rpp = triton.cdiv(rows, B.programs_for(rows, cols, x2.dtype, x2.device))
     programs = triton.cdiv(rows, rpp)
     dx2 = torch.empty_like(x2)
     dw_buffer = torch.empty((cols,) if atomic else (programs, cols), dtype=torch.float32,

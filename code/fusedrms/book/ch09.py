@@ -59,6 +59,9 @@ BACKWARD_IMPLS = {("rmsnorm", "two_stage"): "rmsnorm_backward",
                   ("rmsnorm", "atomic"): "rmsnorm_backward_atomic",
                   ("rmsnorm", "recompute_r"): "rmsnorm_backward_recompute",
                   ("add_rmsnorm", "two_stage"): "add_rmsnorm_backward"}
+# the grid of the two-stage backward: programs per SM against the default rule
+PROGRAM_SHAPES = ((1024, 4096, "bf16"), (16384, 2048, "bf16"), (16384, 8192, "bf16"))
+PROGRAMS_PER_SM = (1, 2, 4, 8)
 LARGE_BYTES = 64 << 20  # the chapter's comparison counts shapes moving at least this much
 DETERMINISM_SHAPE = (16384, 4096, "bf16")
 DETERMINISM_RUNS = 5
@@ -174,7 +177,8 @@ def train_step(impl: str, op: str, cols: int, dtype: torch.dtype, w: torch.Tenso
     return step
 
 
-def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor):
+def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor,
+                  programs: int | None = None):
     """``step(bundle)`` of our backward alone. The bundle holds what the forward saved and the
     output gradients: ``[x, dy]`` (rmsnorm) or ``[s, dy, ds]`` (fused add); ``rstd`` is the saved
     row scale (4 bytes per row, not rotated), unused by the ``recompute_r`` design."""
@@ -185,7 +189,8 @@ def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor):
 
     def step(bundle):
         d_sum = None if op == "rmsnorm" else bundle[2]
-        return B.backward(bundle[0], w, bundle[1], EPS, d_sum=d_sum, rstd=saved_r, dw_mode=mode)
+        return B.backward(bundle[0], w, bundle[1], EPS, d_sum=d_sum, rstd=saved_r, dw_mode=mode,
+                          programs=programs)
     return step
 
 
@@ -247,12 +252,13 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
 
     dtype = DTYPES[dt]
     rec = {"kind": kind, "op": op, "impl": impl, "rows": rows, "cols": cols, "dtype": dt}
-    programs = B.programs_for(rows, torch.device("cuda"))
+    per_sm = int(impl.split("/")[0]) if kind == "programs" else None
+    programs = B.programs_for(rows, cols, dtype, torch.device("cuda"), per_sm=per_sm)
     if kind == "train":
         nbytes = traffic.training_bytes(op, rows, cols, dt, programs=programs)["total"]
     else:
-        nbytes = traffic.price(BACKWARD_IMPLS[(op, impl)], rows, cols, dt,
-                               programs=programs).bytes_total
+        step_name = "rmsnorm_backward" if kind == "programs" else BACKWARD_IMPLS[(op, impl)]
+        nbytes = traffic.price(step_name, rows, cols, dt, programs=programs).bytes_total
     rec.update(bytes=nbytes, floor_us=nbytes / (copy_GBps * 1e3), programs=programs)
     try:
         w = torch.randn(cols, generator=torch.Generator(device="cuda").manual_seed(1),
@@ -265,7 +271,10 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
             residual = None if op == "rmsnorm" else bundle[1]
             _, s, rstd = B.forward(bundle[0], w, EPS, residual=residual)
             bundle = bundle[:2] if s is None else torch.stack([s, bundle[2], bundle[3]])
-            step = backward_step(op, impl, w, rstd)
+            if kind == "programs":
+                step = backward_step(op, "two_stage", w, rstd, programs=programs)
+            else:
+                step = backward_step(op, impl, w, rstd)
             check_bundle = None  # the suite and the tests check these kernels
         t0 = time.perf_counter()
         grads = step(bundle)
@@ -315,6 +324,9 @@ def cases(smoke: bool = False) -> list[dict]:
                     for i in TRAIN_IMPLS]
             out += [dict(kind="backward", op=o, impl=d, rows=rows, cols=cols, dt=dt)
                     for (o, d) in BACKWARD_IMPLS if o == op]
+    for rows, cols, dt in (SMOKE_SHAPES[:1] if smoke else PROGRAM_SHAPES):
+        out += [dict(kind="programs", op="rmsnorm", impl=f"{n}/SM", rows=rows, cols=cols, dt=dt)
+                for n in PROGRAMS_PER_SM]
     return out
 
 
@@ -475,16 +487,19 @@ def training_table(doc, op: str) -> list[dict] | None:
     return rows
 
 
-def backward_table(doc) -> list[dict] | None:
-    """The backward alone: µs and % of its floor per design and shape."""
+def backward_table(doc, kind: str = "backward") -> list[dict] | None:
+    """The backward alone: µs and % of its floor per design and shape (``kind="programs"``: the
+    two-stage design per number of programs per SM)."""
     if doc is None:
         return None
     out = []
-    for r in _select(doc, kind="backward"):
+    for r in _select(doc, kind=kind):
         if "us" in r:
+            partials = 2 * r["programs"] * r["cols"] * 4
             out.append({"op": r["op"], "design": r["impl"], "shape": f"{r['rows']}x{r['cols']} "
-                        f"{r['dtype']}", "MB": r["bytes"] / 1e6, "us": r["us"],
-                        "pct_floor": r["pct_floor"], "partials_share": None})
+                        f"{r['dtype']}", "programs": r["programs"], "MB": r["bytes"] / 1e6,
+                        "us": r["us"], "pct_floor": r["pct_floor"],
+                        "partials_pct": 100.0 * partials / r["bytes"]})
     return out
 
 

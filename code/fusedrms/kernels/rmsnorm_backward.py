@@ -44,9 +44,14 @@ from .rmsnorm import num_warps_for
 # A row of x, dy, w and the dw accumulator live in registers together (four fp32 vectors):
 # past 16384 columns they no longer fit and the compiler spills.
 MAX_COLS = 16384
-# Two-stage and atomic designs: programs per SM on a GPU. Fewer programs mean fewer dw partials
-# (less traffic, see traffic.py's backward steps) but fewer rows in flight.
-PROGRAMS_PER_SM = 2
+# The grid: a program keeps its row of x and dy in flight while it computes; to keep enough bytes
+# in flight per SM, narrow rows get more programs per SM (BYTES_IN_FLIGHT_PER_SM / row bytes, 1 to
+# MAX_PROGRAMS_PER_SM). More programs mean more dw partials (programs x cols x 4 bytes, written and
+# read once), so the grid also stays below one program per MIN_ROWS_PER_PROGRAM rows (but never
+# below one program per SM). traffic.py prices the partials.
+BYTES_IN_FLIGHT_PER_SM = 32768
+MAX_PROGRAMS_PER_SM = 4
+MIN_ROWS_PER_PROGRAM = 16
 # Under the interpreter: a few programs, so the partials and their reduction are exercised.
 INTERPRETER_PROGRAMS = 4
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -153,12 +158,28 @@ def _torch_acc(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def programs_for(rows: int, device: torch.device, programs_per_sm: int = PROGRAMS_PER_SM) -> int:
-    """Programs of the backward grid: ``PROGRAMS_PER_SM`` per SM on a GPU (a few under the
-    interpreter), never more than there are rows."""
+def programs_per_sm(cols: int, dtype: torch.dtype) -> int:
+    """Programs per SM for rows of ``cols`` elements of ``dtype`` (x and dy in flight per row)."""
+    row_bytes = 2 * cols * torch.empty((), dtype=dtype).element_size()
+    return max(1, min(MAX_PROGRAMS_PER_SM, BYTES_IN_FLIGHT_PER_SM // row_bytes))
+
+
+def programs_for(rows: int, cols: int, dtype: torch.dtype, device: torch.device,
+                 per_sm: int | None = None) -> int:
+    """Programs of the backward grid (each takes a contiguous range of rows).
+
+    On a GPU: :func:`programs_per_sm` per SM (or ``per_sm``), at most one program per
+    ``MIN_ROWS_PER_PROGRAM`` rows but at least one per SM; under the interpreter a few, so the
+    partials and their reduction are exercised. Never more programs than rows."""
     if rows < 1:
         return 0
-    wanted = INTERPRETER_PROGRAMS if device.type == "cpu" else sm_count(device) * programs_per_sm
+    if device.type == "cpu":
+        wanted = INTERPRETER_PROGRAMS
+    else:
+        sms = sm_count(device)
+        wanted = sms * (per_sm or programs_per_sm(cols, dtype))
+        if per_sm is None:
+            wanted = min(wanted, max(sms, rows // MIN_ROWS_PER_PROGRAM))
     return max(1, min(rows, wanted))
 
 
@@ -245,7 +266,7 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
     dx2 = torch.empty((rows, cols), dtype=x2.dtype, device=x2.device)
     if rows == 0:
         return dx2.reshape(x.shape), torch.zeros_like(w)
-    programs = min(rows, programs or programs_for(rows, x2.device))
+    programs = min(rows, programs or programs_for(rows, cols, x2.dtype, x2.device))
     rows_per_program = triton.cdiv(rows, programs)
     programs = triton.cdiv(rows, rows_per_program)  # no program without rows
     atomic = dw_mode == "atomic"
