@@ -99,8 +99,8 @@ def _grade_missing(answer):
     choice = as_choice(answer, list(MISSING_CHOICES))
     if choice == "a":
         return correct("The kernel computes dx = r·g, as if r were a constant. The suite catches "
-                       "it on every case where mean(g·xhat) is not 0 (it passes only on all-zero "
-                       "rows and w = 0).")
+                       "it wherever the missing term is larger than the tolerance; it passes on "
+                       "all-zero rows and with w = 0, where the term is 0.")
     return wrong(f"({choice}) {MISSING_CHOICES[choice]} is in the kernel.", _MISSING_HINTS[choice])
 
 
