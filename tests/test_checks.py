@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fusedrms import checks, reference
-from fusedrms.kernels.rmsnorm import bf16_truncate
+from fusedrms.book.ch04 import bf16_truncate
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 

@@ -18,7 +18,7 @@ def test_there_are_chapters():
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
 def test_committed_clean(path):
     nb = nbformat.read(path, as_version=4)
-    assert not notebooks.clean(nb), (f"{path.name} has outputs outside # NBVAL_CHECK_OUTPUT cells: "
+    assert not notebooks.clean(nb), (f"{path.name} has outputs outside checked cells: "
                                      f"run python code/scripts/notebooks.py clean {path}")
 
 
@@ -35,7 +35,7 @@ def test_checked_cells_have_stored_outputs(path):
     for cell in nb.cells:
         if notebooks.is_checked(cell):
             assert cell.outputs and cell.execution_count is not None, (
-                f"{path.name}: a # NBVAL_CHECK_OUTPUT cell has no stored output: run "
+                f"{path.name}: a checked cell (tag nbval-check-output) has no stored output: run "
                 f"python code/scripts/notebooks.py refresh {path}")
 
 

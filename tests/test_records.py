@@ -1,8 +1,10 @@
+"""fusedrms.records: record files, manifests, the reader's own recording, and staleness."""
+import dataclasses
 import json
 
 import pytest
 
-from fusedrms import records
+from fusedrms import env, record, records
 
 
 def test_write_load_describe_roundtrip(tmp_path, monkeypatch):
@@ -15,11 +17,139 @@ def test_write_load_describe_roundtrip(tmp_path, monkeypatch):
     for key in ("gpu", "driver", "torch", "triton", "python", "date", "commit", "command"):
         assert key in p
     assert p["note"] == "test"
-    assert "Recorded on" in records.describe(doc)
+    assert records.describe(doc).startswith("Recorded on")
     assert json.loads(path.read_text())["provenance"]["torch"]
 
 
-def test_missing_file_names_the_path_and_the_script(tmp_path, monkeypatch):
+def test_missing_file_names_the_path_and_the_command(tmp_path, monkeypatch):
     monkeypatch.setattr(records, "DATA_DIR", tmp_path)
-    with pytest.raises(FileNotFoundError, match="gpu_session.sh"):
+    with pytest.raises(FileNotFoundError, match="fusedrms.record"):
         records.load("absent")
+
+
+@pytest.mark.parametrize("name,slug", [("NVIDIA H200", "h200"), ("AMD Radeon RX 9070 XT", "rx9070xt"),
+                                       ("NVIDIA GeForce RTX 4090", "rtx4090"), (None, None),
+                                       ("none (CPU)", None)])
+def test_gpu_slug(name, slug):
+    assert records.gpu_slug(name) == slug
+
+
+def _own_recording(tmp_path, monkeypatch, gpu="NVIDIA H100 80GB HBM3"):
+    """A reader's recording for a GPU, and this process pretending to run on it."""
+    monkeypatch.setenv("FUSEDRMS_RECORDINGS", str(tmp_path / "recordings"))
+    folder = tmp_path / "recordings" / records.gpu_slug(gpu)
+    records.write(folder / "hip_ladder.json", [{"name": "mine"}])
+    records.write_manifest(folder, {"commit": "abc", "chapters": {}, "files": {
+        "hip_ladder.json": {"chapter": "ch03"}}, "stale": {}})
+    fake = dataclasses.replace(env.current(), gpu_name=gpu)
+    monkeypatch.setattr(env, "current", lambda: fake)
+    return folder
+
+
+def test_the_readers_own_recording_is_preferred_and_says_so(tmp_path, monkeypatch):
+    folder = _own_recording(tmp_path, monkeypatch)
+    doc = records.load("hip_ladder")
+    assert doc["records"] == [{"name": "mine"}] and doc["source"]["own"]
+    assert records.describe(doc).startswith("Your recording: on")
+    assert records.find("hip_host_run.txt") == folder / "hip_host_run.txt"
+    committed = records.load("hip_ladder", machine="h200")  # asked for by name: the committed one
+    assert not committed["source"]["own"] and committed["records"] != doc["records"]
+
+
+def test_without_an_own_recording_the_committed_one_is_read(tmp_path, monkeypatch):
+    _own_recording(tmp_path, monkeypatch, gpu="NVIDIA H100 80GB HBM3")
+    fake = dataclasses.replace(env.current(), gpu_name="NVIDIA A100")
+    monkeypatch.setattr(env, "current", lambda: fake)
+    assert records.recording_dir() == records.DATA_DIR / "h200"
+    assert not records.load("hip_ladder")["source"]["own"]
+
+
+def _package(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "kernels").mkdir(parents=True)
+    (pkg / "kernels" / "k.py").write_text("x = 1\n")
+    return pkg
+
+
+def _recording(tmp_path, pkg, stale=None):
+    folder = tmp_path / "rec"
+    folder.mkdir()
+    records.write_manifest(folder, {"commit": "c0ffee", "chapters": {"ch09": {
+        "status": "ok", "sources": records.source_hashes(["kernels/k.py"], pkg)}},
+        "files": {}, "stale": stale or {}})
+    return folder
+
+
+def test_staleness_follows_the_source_hashes(tmp_path):
+    pkg = _package(tmp_path)
+    folder = _recording(tmp_path, pkg)
+    state = records.staleness("ch09", folder, pkg)
+    assert state.state == "current" and state.badge == ""
+    (pkg / "kernels" / "k.py").write_text("x = 2\n")
+    state = records.staleness("ch09", folder, pkg)
+    assert state.state == "stale" and state.changed == ["kernels/k.py"]
+    assert "earlier version of the kernel" in state.badge and "kernels/k.py" in state.badge
+    assert records.staleness("ch01", folder, pkg).state == "unrecorded"
+
+
+def test_an_acknowledged_stale_entry_changes_the_badge_not_the_test(tmp_path):
+    pkg = _package(tmp_path)
+    folder = _recording(tmp_path, pkg, stale={"ch09": "the fix lands before its GPU re-recording"})
+    (pkg / "kernels" / "k.py").write_text("x = 3\n")
+    state = records.staleness("ch09", folder, pkg)
+    assert state.state == "acknowledged" and state.reason.startswith("the fix")
+    assert "measured on an earlier version of the kernel" in state.badge
+
+
+def test_describe_carries_the_badge_of_a_stale_chapter(tmp_path, monkeypatch):
+    pkg = _package(tmp_path)
+    folder = _recording(tmp_path, pkg)
+    monkeypatch.setattr(records, "PACKAGE_DIR", pkg)
+    monkeypatch.setattr(records, "DATA_DIR", tmp_path)
+    records.write(folder / "f.json", [])
+    manifest = records.read_manifest(folder)
+    manifest["files"]["f.json"] = {"chapter": "ch09"}
+    records.write_manifest(folder, manifest)
+    assert "earlier version" not in records.describe(records.load("f", machine="rec"))
+    (pkg / "kernels" / "k.py").write_text("x = 4\n")
+    assert "earlier version of the kernel" in records.describe(records.load("f", machine="rec"))
+
+
+# ---------------------------------------------------------------- the committed recording
+
+COMMITTED = records.DATA_DIR / records.COMMITTED
+
+
+def test_every_committed_chapter_is_current_or_acknowledged():
+    """Fails when a committed record was measured from sources that changed since (the manifest's
+    hashes), naming the chapter to re-record with ``python -m fusedrms.record --chapters N``."""
+    manifest = records.read_manifest(COMMITTED)
+    assert manifest, "data/h200 has no MANIFEST.json"
+    stale = []
+    for chapter in manifest["chapters"]:
+        state = records.staleness(chapter, COMMITTED)
+        assert state.state != "unrecorded", chapter
+        if state.state == "stale":
+            stale.append(f"{chapter} (changed: {', '.join(state.changed)})")
+        if state.state == "acknowledged":
+            assert "earlier version of the kernel" in state.badge
+    assert not stale, ("re-record " + "; ".join(stale) + " with python -m fusedrms.record "
+                       "--chapters N, or acknowledge it under 'stale' in the manifest")
+
+
+def test_the_committed_manifest_lists_every_file_with_its_chapter():
+    manifest = records.read_manifest(COMMITTED)
+    on_disk = {str(p.relative_to(COMMITTED)) for p in COMMITTED.rglob("*")
+               if p.is_file() and p.name != records.MANIFEST}
+    assert on_disk == set(manifest["files"])
+    for rel, entry in manifest["files"].items():
+        assert entry["sha256"] == records.sha256_file(COMMITTED / rel), rel
+        if not rel.startswith("logs/"):
+            assert entry["chapter"] in record.CHAPTERS, rel
+
+
+def test_every_file_the_chapters_read_has_a_chapter_that_records_it():
+    produced = {f for c in record.CHAPTERS for f in (*record.companion(c).FILES,
+                                                     *getattr(record.companion(c), "TUNING_FILES", {}))}
+    committed = {r for r in records.read_manifest(COMMITTED)["files"] if not r.startswith("logs/")}
+    assert committed <= produced, committed - produced

@@ -26,7 +26,21 @@
   // at the site itself, so a missing module is a visible local 404, never a request elsewhere.
   document.currentScript.setAttribute("data-jupyter-widgets-cdn", here + "no-cdn/");
 
-  // 4. HTML widgets typeset their content with the MathJax 2 API (MathJax.Hub.Queue); the book
+  // 4. No kernel here: the inputs of controls marked live-only (fusedrms.viz.live_only) would
+  // accept edits and then ignore them. Disable them as the embedder draws them.
+  function disableLiveOnly(root) {
+    var boxes = root.querySelectorAll ? root.querySelectorAll(".fusedrms-live-only") : [];
+    for (var i = 0; i < boxes.length; i++) {
+      boxes[i].setAttribute("inert", "");
+      boxes[i].setAttribute("aria-disabled", "true");
+      var inputs = boxes[i].querySelectorAll("input, select, textarea, button");
+      for (var j = 0; j < inputs.length; j++) inputs[j].disabled = true;
+    }
+  }
+  new MutationObserver(function () { disableLiveOnly(document); })
+    .observe(document.documentElement, {childList: true, subtree: true});
+
+  // 5. HTML widgets typeset their content with the MathJax 2 API (MathJax.Hub.Queue); the book
   // loads MathJax 3, which has no Hub. Give every MathJax object the page gets a small Hub that
   // forwards to MathJax 3 (MathJax 3 replaces window.MathJax when it loads, hence the setter).
   function addHub(mj) {

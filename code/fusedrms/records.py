@@ -1,28 +1,83 @@
 """Recorded results: every performance number in the book is loaded from a file written here.
 
-A record file is JSON: ``{"provenance": {...}, "records": [{...}, ...]}`` under
-``fusedrms/data/<machine>/<name>.json`` (``machine`` like ``"h200"``). The provenance names the GPU,
-driver, CUDA/ROCm, torch, triton and Python versions, the date, the git commit and the command.
+A record file is JSON: ``{"provenance": {...}, "records": [{...}, ...]}``. The provenance names the
+GPU, driver, CUDA/ROCm, torch, triton and Python versions, the date, the git commit and the command.
+
+A *recording* is a folder of record files with a ``MANIFEST.json`` (written by
+``python -m fusedrms.record``): commit, date, GPU, driver, versions, the command, each file with the
+chapter that produced it, and per chapter the sha256 of the sources it measured. Two recordings
+are read:
+
+- the reader's own, ``recordings/<gpu-slug>/`` at the top of the repository (``FUSEDRMS_RECORDINGS``
+  moves it), used when it exists for the GPU this process runs on;
+- the committed one, ``fusedrms/data/h200/``, otherwise.
+
+:func:`staleness` compares a chapter's recorded source hashes with the sources now: a chapter whose
+kernels changed since it was recorded is ``"stale"`` (a test fails and names it), unless the
+manifest lists it under ``"stale"`` with a reason (``"acknowledged"``: the badge then says the
+numbers were measured on an earlier version of the kernel).
 """
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+PACKAGE_DIR = Path(__file__).resolve().parent
+DATA_DIR = PACKAGE_DIR / "data"
+COMMITTED = "h200"  # the recording the book ships with
+MANIFEST = "MANIFEST.json"
+_VENDOR_WORDS = ("nvidia", "amd", "radeon", "geforce", "graphics")
+
+
+def gpu_slug(gpu_name: str | None) -> str | None:
+    """A folder name for a GPU: ``"NVIDIA H200"`` -> ``"h200"``, ``"AMD Radeon RX 9070 XT"`` ->
+    ``"rx9070xt"``. None for no GPU."""
+    if not gpu_name or gpu_name.startswith("none"):
+        return None
+    words = [w for w in re.split(r"[^a-z0-9]+", gpu_name.lower()) if w and w not in _VENDOR_WORDS]
+    return "".join(words) or None
+
+
+def repo_root() -> Path | None:
+    """The checkout the package runs from (None for an installed package)."""
+    root = PACKAGE_DIR.parents[1]
+    return root if (root / "pyproject.toml").exists() and (root / "code").is_dir() else None
+
+
+def recordings_dir() -> Path:
+    """Where a reader's recordings go: ``$FUSEDRMS_RECORDINGS``, else ``recordings/`` in the
+    checkout (ignored by git), else ``~/.cache/fusedrms/recordings``."""
+    if os.environ.get("FUSEDRMS_RECORDINGS"):
+        return Path(os.environ["FUSEDRMS_RECORDINGS"])
+    root = repo_root()
+    return root / "recordings" if root else Path.home() / ".cache" / "fusedrms" / "recordings"
+
+
+def own_recording_dir(gpu_name: str | None = None) -> Path | None:
+    """The reader's recording folder for this GPU (or ``gpu_name``), if one with a manifest exists."""
+    if gpu_name is None:
+        from . import env
+
+        gpu_name = env.current().gpu_name
+    slug = gpu_slug(gpu_name)
+    folder = recordings_dir() / slug if slug else None
+    return folder if folder and (folder / MANIFEST).exists() else None
 
 
 def _git_commit() -> str:
-    if os.environ.get("FUSEDRMS_COMMIT"):  # set by the GPU session script (no .git there)
+    if os.environ.get("FUSEDRMS_COMMIT"):  # set where there is no .git (a copied tree)
         return os.environ["FUSEDRMS_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=DATA_DIR.parent, timeout=10)
+                             cwd=PACKAGE_DIR, timeout=10)
         return out.stdout.strip() if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -57,19 +112,127 @@ def write(path: str | Path, records: list[dict], extra: dict | None = None) -> P
     return path
 
 
-def load(name: str, machine: str = "h200") -> dict:
-    """Load ``data/<machine>/<name>.json``; raises FileNotFoundError naming the file if missing."""
-    path = DATA_DIR / machine / f"{name}.json"
+# ---------------------------------------------------------------- which recording a reader sees
+
+def recording_dir(machine: str | None = None) -> Path:
+    """The folder :func:`load` reads: ``machine``'s committed folder when given, else the reader's
+    own recording for this GPU when there is one, else the committed H200 recording."""
+    if machine is not None:
+        return DATA_DIR / machine
+    return own_recording_dir() or DATA_DIR / COMMITTED
+
+
+def find(filename: str, machine: str | None = None) -> Path:
+    """The path of a recorded file (any kind: JSON, text, image) in the recording a reader sees."""
+    return recording_dir(machine) / filename
+
+
+def load(name: str, machine: str | None = None) -> dict:
+    """Load the record file ``name`` (``<name>.json``) from :func:`recording_dir`.
+
+    The document gets a ``"source"`` entry: the folder, whether it is the reader's own recording,
+    and the chapter that produced it (from the manifest). Raises FileNotFoundError naming the file.
+    """
+    folder = recording_dir(machine)
+    path = folder / f"{name}.json"
     if not path.exists():
-        raise FileNotFoundError(f"no recorded results at {path}; they are written by the GPU "
-                                f"session script (code/scripts/gpu_session.sh)")
-    return json.loads(path.read_text())
+        raise FileNotFoundError(f"no recorded results at {path}; record them on a GPU with "
+                                f"'python -m fusedrms.record' (see CONTRIBUTING.md)")
+    doc = json.loads(path.read_text())
+    manifest = read_manifest(folder)
+    entry = (manifest or {}).get("files", {}).get(path.name, {})
+    doc["source"] = {"folder": str(folder), "own": folder != DATA_DIR / (machine or COMMITTED),
+                     "chapter": entry.get("chapter")}
+    return doc
 
 
 def describe(doc: dict) -> str:
-    """One line naming where and when a record file was measured."""
+    """One line naming where and when a record file was measured (and whose recording it is)."""
     p = doc["provenance"]
     runtime = f"CUDA {p['cuda']}" if p.get("cuda") else (f"HIP {p['hip']}" if p.get("hip") else "")
-    return (f"Recorded on {p['gpu']} (driver {p.get('driver')}, {runtime}), torch {p['torch']}, "
+    whose = "Your recording: " if doc.get("source", {}).get("own") else "Recorded "
+    line = (f"{whose}on {p['gpu']} (driver {p.get('driver')}, {runtime}), torch {p['torch']}, "
             f"triton {p['triton']}, Python {p['python']}, {p['date'][:10]}, "
             f"commit {str(p['commit'])[:10]}")
+    chapter = doc.get("source", {}).get("chapter")
+    if chapter:
+        state = staleness(chapter, Path(doc["source"]["folder"]))
+        if state.state in ("stale", "acknowledged"):
+            line += f". {state.badge}"
+    return line
+
+
+# ---------------------------------------------------------------- manifest and staleness
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def source_hashes(sources, package_dir: Path | None = None) -> dict:
+    """``{relative path: sha256}`` of the package sources a chapter's record measured (None for a
+    listed file that does not exist, e.g. another GPU's tuning table)."""
+    package_dir = Path(package_dir or PACKAGE_DIR)
+    return {s: sha256_file(package_dir / s) if (package_dir / s).exists() else None for s in sources}
+
+
+def read_manifest(folder: Path) -> dict | None:
+    path = Path(folder) / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); re-record or restore it from git") from None
+
+
+def write_manifest(folder: Path, manifest: dict) -> Path:
+    path = Path(folder) / MANIFEST
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
+    tmp.replace(path)  # a run cut short never leaves half a manifest
+    return path
+
+
+@dataclass
+class Staleness:
+    """How a chapter's recorded numbers relate to the sources now."""
+    chapter: str
+    state: str  # "current", "stale", "acknowledged", "unrecorded"
+    changed: list = field(default_factory=list)  # sources whose hash differs (or that are gone)
+    reason: str = ""  # the manifest's note for an acknowledged entry
+    commit: str | None = None
+
+    @property
+    def badge(self) -> str:
+        """The sentence a chapter's provenance badge adds (empty when the numbers are current)."""
+        at = f" (commit {str(self.commit)[:10]})" if self.commit else ""
+        if self.state == "acknowledged":
+            return (f"These numbers were measured on an earlier version of the kernel{at}; "
+                    f"they have not been re-recorded since it changed.")
+        if self.state == "stale":
+            return (f"These numbers were measured on an earlier version of the kernel{at}: "
+                    f"{', '.join(self.changed)} changed since.")
+        if self.state == "unrecorded":
+            return "This chapter has no recorded GPU results yet."
+        return ""
+
+
+def staleness(chapter: str, folder: Path | None = None, package_dir: Path | None = None) -> Staleness:
+    """The state of ``chapter``'s records (``"ch07"``) in ``folder`` (default: what a reader sees)."""
+    folder = Path(folder) if folder is not None else recording_dir()
+    manifest = read_manifest(folder) or {}
+    entry = manifest.get("chapters", {}).get(chapter)
+    if not entry or entry.get("status") not in ("ok", "partial"):
+        return Staleness(chapter, "unrecorded")
+    commit = entry.get("commit", manifest.get("commit"))
+    recorded = entry.get("sources") or {}
+    now = source_hashes(recorded, package_dir)
+    changed = [s for s, h in sorted(recorded.items()) if now[s] != h]
+    if not recorded:
+        changed = ["(sources not recorded)"]
+    note = manifest.get("stale", {}).get(chapter)
+    if not changed:
+        return Staleness(chapter, "current", commit=commit)
+    if note:
+        return Staleness(chapter, "acknowledged", changed, note, commit)
+    return Staleness(chapter, "stale", changed, commit=commit)

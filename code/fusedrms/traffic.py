@@ -35,16 +35,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Iterable
 
+from . import dtypes
+
 # ---------------------------------------------------------------- dtypes
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-ACTIVATION_DTYPES = ("bf16", "fp16", "fp32")  # fp8 is an output format here, never an input
-_ALIASES = {
-    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32",
-    "bf16": "bf16", "bfloat16": "bf16",
-    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
-    "fp8": "fp8", "float8_e4m3fn": "fp8", "fp8e4m3": "fp8", "e4m3": "fp8", "float8_e4m3fnuz": "fp8",
-}
+DTYPE_BYTES = dtypes.BYTES
+ACTIVATION_DTYPES = dtypes.ACTIVATIONS  # fp8 is an output format here, never an input
 
 
 class TrafficError(ValueError):
@@ -53,11 +49,10 @@ class TrafficError(ValueError):
 
 def dtype_name(dtype: Any) -> str:
     """Canonical short name (``"bf16"``...) of a string or a ``torch.dtype``."""
-    key = str(dtype).replace("torch.", "").strip().lower()
-    if key not in _ALIASES:
-        raise TrafficError(f"unknown dtype {dtype!r}; use one of {', '.join(ACTIVATION_DTYPES)} "
-                           f"(or torch.bfloat16 / torch.float16 / torch.float32)")
-    return _ALIASES[key]
+    try:
+        return dtypes.short(dtype)
+    except dtypes.DtypeError as e:
+        raise TrafficError(str(e)) from None
 
 
 def _activation_dtype(dtype: Any) -> str:

@@ -41,10 +41,10 @@ from typing import Callable
 
 import torch
 
-from . import checks, reference, registry
+from . import checks, dtypes, reference, registry
 
 F64 = torch.float64
-DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+DTYPE_NAMES = {d: dtypes.short(d) for d in (torch.float32, torch.float16, torch.bfloat16)}
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,15 @@ cp "$modules/requirejs/require.js" "$dest/require.js"
 cp "$web/widgets-setup.js" "$web/book.css" "$dest/"
 
 # The embedder and the icon fonts it references by hashed name (no source maps, no non-AMD build).
-cp "$manager/dist/embed-amd.js" "$dest/html-manager/"
+# Its bundled JSON-schema validator (ajv, strict mode) warns "use allowUnionTypes" on the console
+# of every widget page about the widget schema's union types; turn that option on in the copy.
+union='e.opts.allowUnionTypes||'
+if [ "$(grep -o "$union" "$manager/dist/embed-amd.js" | wc -l)" -lt 1 ]; then
+  echo "[web] embed-amd.js no longer contains '$union': update the allowUnionTypes patch" >&2
+  exit 1
+fi
+sed "s/e\.opts\.allowUnionTypes||/(e.opts.allowUnionTypes=!0)||/g" \
+  "$manager/dist/embed-amd.js" > "$dest/html-manager/embed-amd.js"
 for f in "$manager"/dist/*.{woff2,woff,ttf,eot,svg}; do cp "$f" "$dest/html-manager/"; done
 
 # MathJax 3: the TeX->CommonHTML component plus what it loads lazily (fonts, TeX extensions, menu,

@@ -6,7 +6,7 @@ import torch
 
 from fusedrms.kernels import add_rmsnorm as A
 from fusedrms.book import ch07 as G
-from fusedrms import env
+from fusedrms import env, tuning
 
 
 def cfg(rpp, warps, stages=1, pps=None):
@@ -91,17 +91,17 @@ def test_tune_end_to_end_writes_a_table_the_wrapper_reads(cpu_as_gpu, tmp_path, 
 
     monkeypatch.setattr(G, "SEARCH_DTYPES", (torch.bfloat16,))
     no_table = tmp_path / "no_previous_table.json"
-    path = G.tune(tmp_path, budget_s=120, cols_list=(64,), rows_list=(2, 5), previous_path=no_table)
-    table = A.load_tuning_table(path)
+    path = G.tune_table(tmp_path, budget_s=120, cols_list=(64,), rows_list=(2, 5), previous_path=no_table)
+    table = tuning.load("capstone", path)
     assert set(table["configs"]) == {(64, "bfloat16"), (64, "float16")}
     trials = json.loads((tmp_path / "capstone_tuning_trials.json").read_text())["records"]
     assert trials and all(t["error"] is None for t in trials)
     doc = json.loads(path.read_text())
     assert doc["provenance"]["rows"] == [2, 5] and "worst ratio" in doc["provenance"]["objective"]
     # an exhausted budget leaves a valid (empty) table rather than a crash
-    empty = G.tune(tmp_path / "none", budget_s=0, cols_list=(64,), rows_list=(2,),
+    empty = G.tune_table(tmp_path / "none", budget_s=0, cols_list=(64,), rows_list=(2,),
                    previous_path=no_table)
-    assert A.load_tuning_table(empty)["configs"] == {}
+    assert tuning.load("capstone", empty)["configs"] == {}
 
 
 def _previous_table(tmp_path, records):
@@ -116,10 +116,10 @@ def test_tune_times_the_previous_winner_and_keeps_unreached_keys(cpu_as_gpu, tmp
            "chunk": 16}
     previous = _previous_table(tmp_path, [{"cols": 64, "dtype": "bfloat16", **old},
                                           {"cols": 128, "dtype": "float32", **old}])
-    path = G.tune(tmp_path, budget_s=120, cols_list=(64,), rows_list=(2,), previous_path=previous)
+    path = G.tune_table(tmp_path, budget_s=120, cols_list=(64,), rows_list=(2,), previous_path=previous)
     trials = json.loads((tmp_path / "capstone_tuning_trials.json").read_text())["records"]
     assert any(t["programs_per_sm"] == 3 and t["chunk"] == 16 and t["cols"] == 64 for t in trials)
-    table = A.load_tuning_table(path)["configs"]
+    table = tuning.load("capstone", path)["configs"]
     assert table[(128, "float32")] == A.LaunchConfig(1, 2, 1, 3, 16)  # not reached: carried over
     doc = json.loads(path.read_text())["records"]
     assert "not re-tuned" in next(r for r in doc if r["cols"] == 128)["source"]
@@ -159,16 +159,15 @@ def test_confirm_end_to_end_writes_harness_shaped_records(cpu_as_gpu, tmp_path, 
     from fusedrms.book import ch07_results as CR
 
     monkeypatch.setattr(G, "CONFIRM_SHAPES", ((3, 64, torch.bfloat16), (5, 32, torch.float32)))
-    table = tmp_path / "capstone_tuning.json"
+    table = tmp_path / "tuning" / "capstone.json"
+    table.parent.mkdir()
     table.write_text(json.dumps({"provenance": {"gpu": "none (CPU)"}, "records": [
         {"cols": 64, "dtype": "bfloat16", "rows_per_program": 2, "num_warps": 1,
          "num_stages": 1, "programs_per_sm": None}]}))
-    monkeypatch.setattr(A, "TUNING_FILE", A.TUNING_FILE)  # restored after the test
     try:
         path = G.confirm(tmp_path, budget_s=60)
     finally:
-        A._table.cache_clear()
-        A._default_config.cache_clear()
+        tuning.override("capstone", None)
     recs = json.loads(path.read_text())["records"]
     assert len(recs) == 2 * 3 and all(r["status"] == "ok" for r in recs)
     points = CR.grid_points(json.loads(path.read_text()))

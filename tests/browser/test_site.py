@@ -8,72 +8,24 @@ Set FUSEDRMS_SCREENSHOTS=<dir> to keep screenshots of the animation's states.
 """
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import os
-import shutil
-import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
+from tests.browser import page_lint
 from tests.conftest import require_or_skip
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[2]
-SITE = Path(os.environ.get("FUSEDRMS_SITE_DIR", ROOT / "_build" / "html"))
+SITE = page_lint.DEFAULT_SITE
 CHAPTER_1 = "chapters/01_formula.html"
-LOCAL_HOST = "127.0.0.1"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic"]
-TIMEOUT_MS = 30_000  # a 2-core CI machine running other tests at the same time
+LOCAL_HOST = page_lint.LOCAL_HOST
+TIMEOUT_MS = page_lint.TIMEOUT_MS  # a 2-core CI machine running other tests at the same time
 
-# Console errors and page errors known to be harmless, each with its reason. Anything else fails.
-HARMLESS_ERRORS = {
-    # sphinx-thebe declares `const THEBE_JS_URL` in an inline script that the page includes twice;
-    # the second declaration throws, nothing depends on it (thebe is off in _config.yml).
-    "Identifier 'THEBE_JS_URL' has already been declared",
-}
-
-
-def _harmless(text: str) -> bool:
-    return any(known in text for known in HARMLESS_ERRORS)
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # keep pytest output readable
-        pass
-
-
-@pytest.fixture(scope="module")
-def site_url():
-    require_or_skip("FUSEDRMS_REQUIRE_BROWSER", (SITE / "index.html").is_file(),
-                    f"no built book at {SITE}: run `make book` first")
-    handler = functools.partial(_QuietHandler, directory=str(SITE))
-    server = http.server.ThreadingHTTPServer((LOCAL_HOST, 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://{LOCAL_HOST}:{server.server_port}/"
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    chromium = shutil.which("chromium")
-    require_or_skip("FUSEDRMS_REQUIRE_BROWSER", chromium is not None,
-                    "Debian's `chromium` is not installed (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:  # pragma: no cover - requirements.txt installs it
-        require_or_skip("FUSEDRMS_REQUIRE_BROWSER", False, "the playwright package is missing")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+# No console error is harmless: the page lint (test_pages.py) fails on any console message.
 
 
 class Visit:
@@ -99,10 +51,9 @@ class Visit:
 
     def open(self, path: str):
         page = self.context.new_page()
-        page.on("console", lambda m: m.type == "error" and not _harmless(m.text)
+        page.on("console", lambda m: m.type == "error"
                 and self.errors.append(f"{path}: console error: {m.text}"))
-        page.on("pageerror", lambda e: not _harmless(str(e))
-                and self.errors.append(f"{path}: uncaught: {e}"))
+        page.on("pageerror", lambda e: self.errors.append(f"{path}: uncaught: {e}"))
         page.on("response", lambda r: r.status >= 400 and self.failed.append(f"{r.status} {r.url}"))
         page.on("websocket", lambda ws: urlsplit(ws.url).hostname != LOCAL_HOST
                 and self.foreign.append(ws.url))
@@ -128,9 +79,7 @@ def visit(browser, site_url):
 
 
 def _pages() -> list[str]:
-    skip = {"_static", "_sources", "_images", "_downloads"}
-    return sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
-                  if not skip & set(p.relative_to(SITE).parts))
+    return page_lint.site_pages(SITE)
 
 
 # -- every page -------------------------------------------------------------------------------
@@ -153,15 +102,10 @@ def test_every_page_loads_offline_without_errors(visit):
     rendered = {}
     for path in pages:
         page = visit.open(path)
-        try:
-            if page.locator(".math").count():
-                # MathJax 3 from the site itself must typeset every formula on the page.
-                page.wait_for_function("() => [...document.querySelectorAll('.math')]"
-                                       ".every(m => m.querySelector('mjx-container'))")
-            if page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count():
-                page.wait_for_selector(".jupyter-widgets", state="attached")
-        except Exception as e:  # playwright's TimeoutError: report it with the requests below
-            visit.errors.append(f"{path}: math or widgets never rendered ({str(e).splitlines()[0]})")
+        # MathJax 3 from the site itself must typeset every formula; widgets must draw
+        problem = page_lint.wait_until_rendered(page)
+        if problem:  # reported with the requests below
+            visit.errors.append(f"{path}: math or widgets never rendered ({problem})")
         rendered[path] = page.evaluate(RENDERED_STATE_JS)
         page.close()
     visit.assert_offline_and_clean()
@@ -226,14 +170,19 @@ def test_chapter1_animation_steps_with_slider_and_play(visit):
     _screenshot(page, "stepper-0-initial")
 
     # Keyboard on the slider: one step right, the frame follows (jslink slider -> Stack).
+    heights = {0: stepper.bounding_box()["height"]}
     handle.focus()
     page.keyboard.press("ArrowRight")
     _wait_for_step(page, stepper, "==", 1, "ArrowRight on the slider did not show frame 2")
+    heights[1] = stepper.bounding_box()["height"]
     assert stepper.locator(".widget-readout").first.inner_text().strip() == "1"
     page.keyboard.press("ArrowLeft")
     _wait_for_step(page, stepper, "==", 0, "ArrowLeft on the slider did not go back to frame 1")
     page.keyboard.press("End")
     _wait_for_step(page, stepper, "==", last, "End on the slider did not show the last frame")
+    heights[last] = stepper.bounding_box()["height"]
+    # one height for every frame: the page below does not jump while Play runs
+    assert max(heights.values()) - min(heights.values()) <= 1, f"stepper heights by step: {heights}"
     _screenshot(page, "stepper-1-slider-end")
     page.keyboard.press("Home")
     _wait_for_step(page, stepper, "==", 0, "Home on the slider did not show the first frame")
@@ -289,3 +238,18 @@ def test_widget_state_is_embedded_and_no_cdn_is_referenced():
                 continue  # rel="canonical", "next", ...: navigation, not fetched by the page
             remote += [u for u in url_re.findall(text) if urlsplit(u).hostname != LOCAL_HOST]
         assert not remote, f"{page} loads from another host: {remote}"
+
+
+# -- controls that need a kernel --------------------------------------------------------------
+
+def test_live_only_controls_are_disabled_under_one_line_saying_so(visit):
+    page = visit.open(CHAPTER_1)
+    page.wait_for_selector(".fusedrms-live-only input", state="attached")
+    note = page.locator(".fusedrms-static-note").first
+    assert note.is_visible() and note.inner_text().strip() == "Run the notebook to change the inputs."
+    page.wait_for_function("() => [...document.querySelectorAll('.fusedrms-live-only input')]"
+                           ".every(i => i.disabled)")
+    states = page.evaluate("""() => [...document.querySelectorAll('.fusedrms-live-only')]
+        .map(b => ({inert: b.hasAttribute('inert'), opacity: getComputedStyle(b).opacity}))""")
+    assert states and all(s["inert"] and float(s["opacity"]) < 1 for s in states), states
+    visit.assert_offline_and_clean()

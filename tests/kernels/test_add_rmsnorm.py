@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fusedrms.kernels import add_rmsnorm as A
-from fusedrms import checks, env, reference, registry
+from fusedrms import checks, env, reference, registry, tuning
 from fusedrms.validation import InputError
 
 ENV = env.current()
@@ -235,16 +235,16 @@ def test_tuning_table_loads_and_skips_malformed_rows(tmp_path):
                                                 {"cols": 1, "dtype": "float16",
                                                  "rows_per_program": 3, "num_warps": 4,
                                                  "num_stages": 1}])
-    table = A.load_tuning_table(path)
+    table = tuning.load("capstone", path)
     assert table["gpu"] == "NVIDIA H200"
     assert table["configs"] == {(4096, "bfloat16"): A.LaunchConfig(2, 8, 3, 4),
                                 (2048, "float32"): A.LaunchConfig(4, 16, 1, None),
                                 (16384, "bfloat16"): A.LaunchConfig(1, 8, 1, 4, 2048)}
-    assert A.load_tuning_table(tmp_path / "missing.json")["configs"] == {}
+    assert tuning.load("capstone", tmp_path / "missing.json")["configs"] == {}
 
 
 def test_choose_config_prefers_the_table_on_its_gpu(tmp_path):
-    table = A.load_tuning_table(_table_file(tmp_path))
+    table = tuning.load("capstone", _table_file(tmp_path))
     pick = lambda cols, dtype, gpu: A.choose_config(cols, dtype, table, gpu, on_gpu=True)
     cfg, source = pick(4096, torch.bfloat16, "NVIDIA H200")
     assert cfg == A.LaunchConfig(2, 8, 3, 4) and source.startswith("tuned")

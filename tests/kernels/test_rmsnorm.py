@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from fusedrms import checks, env, reference, registry
+from fusedrms.book import ch04
 from fusedrms.kernels import rmsnorm as T
 from fusedrms.validation import InputError
 
@@ -159,21 +160,21 @@ def test_num_warps_rule():
 
 def test_bf16_truncate_and_census():
     one_and_a_bit = torch.tensor([1.0 + 2.0 ** -8 + 2.0 ** -12, -1.0 - 2.0 ** -7 * 0.75])
-    assert T.bf16_truncate(one_and_a_bit).tolist() == [1.0, -1.0]
+    assert ch04.bf16_truncate(one_and_a_bit).tolist() == [1.0, -1.0]
     nearest = one_and_a_bit.to(torch.bfloat16)
     assert nearest.tolist() == [1.0078125, -1.0078125]
-    c = T.bf16_rounding_census(T.bf16_truncate(one_and_a_bit), one_and_a_bit)
+    c = ch04.bf16_rounding_census(ch04.bf16_truncate(one_and_a_bit), one_and_a_bit)
     assert c["equal_to_truncation"] == 2 and c["one_step_from_nearest_even"] == 2
     assert c["nearest_and_truncation_differ"] == 2
     with pytest.raises(ValueError):
-        T.bf16_rounding_census(one_and_a_bit, one_and_a_bit)
+        ch04.bf16_rounding_census(one_and_a_bit, one_and_a_bit)
 
 
 @pytest.mark.skipif(ENV.on_gpu, reason="the interpreter's cast, only on the CPU path")
 def test_interpreter_truncates_bf16_casts():
     x, w = _inputs(33, 257, torch.bfloat16)
     exact = reference.rmsnorm(x, w, accum=torch.float32, out_dtype=torch.float32)
-    c = T.bf16_rounding_census(T.rmsnorm_row(x, w), exact)
+    c = ch04.bf16_rounding_census(T.rmsnorm_row(x, w), exact)
     # if a later triton rounds to nearest even, this fails and chapter 4 needs rewording
     assert c["equal_to_truncation"] > 0.95 * c["elements"]
     assert c["one_step_from_nearest_even"] > 0.3 * c["elements"]
@@ -191,16 +192,16 @@ def test_assembly_summary_reads_ptx():
     rsqrt.approx.ftz.f32 %f1, %f2;
     st.global.v4.b32 [ %rd3 + 0 ], { %r1, %r2, %r3, %r4 };
     """
-    s = T.assembly_summary(ptx, "ptx")
+    s = ch04.assembly_summary(ptx, "ptx")
     assert s["widest_global_load_vector"] == 4 and s["global_loads"] == 2
-    hinted = T.assembly_summary("ld.global.L1::evict_last.v2.b32 { %r1, %r2 }, [ %rd1 + 0 ];", "ptx")
+    hinted = ch04.assembly_summary("ld.global.L1::evict_last.v2.b32 { %r1, %r2 }, [ %rd1 + 0 ];", "ptx")
     assert hinted["widest_global_load_vector"] == 2
     assert s["butterfly_shuffles"] == 2 and s["barriers"] == 1 and s["rsqrt"] == 1
     assert s["global_stores"] == 1 and s["shared_stores"] == 1
-    commented = T.assembly_summary("// %bb.0: // %__nv_rsqrtf.exit\nrsqrt.approx.ftz.f32 %f1, %f2;", "ptx")
+    commented = ch04.assembly_summary("// %bb.0: // %__nv_rsqrtf.exit\nrsqrt.approx.ftz.f32 %f1, %f2;", "ptx")
     assert commented["rsqrt"] == 1
-    assert "__nv_rsqrtf" not in T.assembly_excerpt("// %__nv_rsqrtf.exit\nrsqrt.approx.f32 %f1;", "ptx")
-    amd = T.assembly_summary("global_load_dwordx4 v[0:3]\nds_swizzle_b32\ns_barrier\n", "amdgcn")
+    assert "__nv_rsqrtf" not in ch04.assembly_excerpt("// %__nv_rsqrtf.exit\nrsqrt.approx.f32 %f1;", "ptx")
+    amd = ch04.assembly_summary("global_load_dwordx4 v[0:3]\nds_swizzle_b32\ns_barrier\n", "amdgcn")
     assert amd["global_loads"] == 1 and amd["cross_lane_ops"] == 1
 
 
@@ -251,25 +252,6 @@ def test_gpu_variants(variant, rows, cols, dtype):
     _check(VARIANTS[variant](x, w), x, w)
 
 
-def test_rotation_copies():
-    l2 = 60 << 20
-    assert T.rotation_copies(1 << 40, l2) == 2  # huge calls: two copies already evict each other
-    assert T.rotation_copies(16 << 20, l2) == 13  # 3 x 60 MiB / 16 MiB = 11.25 -> 12, + 1
-    assert T.rotation_copies(1, l2) == 64  # tiny calls: capped
-    assert T.rotation_copies(0, l2) == 64
-
-
-@pytest.mark.gpu
-def test_gpu_rotating_timer():
-    x, w = _inputs(1024, 4096)
-    us, how = T.time_rotating_us(T.rmsnorm_row, x, w)
-    assert 1.0 < us < 1e4 and "rotating" in how
-    if "graph replay" not in how:  # timings then include launch overhead: say so, don't stop -x
-        import warnings
-
-        warnings.warn(f"the row kernel could not be captured in a CUDA graph: {how}")
-
-
 @pytest.mark.gpu
 def test_gpu_looped_wide_rows():
     x, w = _inputs(8, 100_000)
@@ -280,25 +262,25 @@ def test_gpu_looped_wide_rows():
 def test_gpu_rounds_bf16_to_nearest_even():
     x, w = _inputs(256, 4096, torch.bfloat16)
     exact = reference.rmsnorm(x, w, accum=torch.float32, out_dtype=torch.float32)
-    c = T.bf16_rounding_census(T.rmsnorm_row(x, w), exact)
+    c = ch04.bf16_rounding_census(T.rmsnorm_row(x, w), exact)
     assert c["equal_to_nearest_even"] > 0.99 * c["elements"]
     assert c["more_than_one_step_from_nearest_even"] == 0
 
 
 @pytest.mark.gpu
 def test_gpu_compiled_kernel_and_timing():
-    k = T.row_kernel_compiled(4096, torch.float32)
+    k = ch04.row_kernel_compiled(4096, torch.float32)
     kind = "amdgcn" if ENV.backend == "rocm" else "ptx"
-    s = T.assembly_summary(k.asm[kind], kind)
+    s = ch04.assembly_summary(k.asm[kind], kind)
     assert s["global_loads"] > 0 and s["global_stores"] > 0
-    times = T.measure_num_warps(256, 4096, torch.float32, warps=(4, 8))
+    times = ch04.measure_num_warps(256, 4096, torch.float32, warps=(4, 8))
     assert set(times) == {4, 8} and all(0 < t < 1e5 and math.isfinite(t) for t in times.values())
 
 
 def test_assembly_excerpt_numbers_the_landmarks():
     asm = "\n".join(["mov.u32 %r0, 0;", "ld.global.v4.b32 {%r1,%r2,%r3,%r4}, [%rd1];", "add.f32 x;",
                      "add.f32 y;", "shfl.sync.bfly.b32 %r6, %r7, 16, 31, -1;", "st.global.b32 [%rd3], %r1;"])
-    text = T.assembly_excerpt(asm, "ptx")
+    text = ch04.assembly_excerpt(asm, "ptx")
     assert "    2  ld.global.v4" in text and "    5  shfl.sync.bfly" in text and "..." in text
     assert "mov.u32" not in text
 
@@ -317,13 +299,13 @@ def test_summarize_warps_from_a_recorded_file(tmp_path, monkeypatch):
             for nw, us in times.items()]
     recs += [{"rows": "x"}, {"cols": 1}]  # malformed records are skipped
     doc = _write_record(tmp_path, monkeypatch, "triton_warps", recs)
-    s = T.summarize_warps(doc["records"])
+    s = ch04.summarize_warps(doc["records"])
     assert [r["shape"] for r in s["rows"]] == ["4096x1024", "4096x8192"]
     assert [r["fastest"] for r in s["rows"]] == [4, 8] and s["winners"] == [4, 8]
     # the rule picks 4 warps at 1024 (fastest) and 16 at 8192 (31.0 <= 1.05 * 30.0)
     assert [r["rule within 5%"] for r in s["rows"]] == ["yes", "yes"] and s["rule_hits"] == 2
     assert s["rows"][0]["8 warps us"] == 12.0
-    assert T.summarize_warps([]) == {"rows": [], "winners": [], "rule_hits": 0}
+    assert ch04.summarize_warps([]) == {"rows": [], "winners": [], "rule_hits": 0}
 
 
 def test_side_by_side_keeps_shared_shapes(tmp_path, monkeypatch):
@@ -337,18 +319,18 @@ def test_side_by_side_keeps_shared_shapes(tmp_path, monkeypatch):
         {"name": "hip.shuffle", "error": "no median"}])
     tri = {"records": [dict(rows=1024, cols=4096, dtype="float32", num_warps=8, median_us=13.0,
                             gbps=2500.0)]}
-    out = T.side_by_side([(hip, "hip"), (tri, "triton"), (None, "triton")])
+    out = ch04.side_by_side([(hip, "hip"), (tri, "triton"), (None, "triton")])
     assert out["shared"] == [(1024, 4096, "float32")]
     assert [r["variant"] for r in out["rows"]] == ["triton.row, 8 warps", "hip.block",
                                                    "hip.block (block 128)", "hip.serial"]
     assert out["rows"][1]["GB/s"] == 1600.0
-    alone = T.side_by_side([(hip, "hip")])  # nothing shared: the seed shape only
+    alone = ch04.side_by_side([(hip, "hip")])  # nothing shared: the seed shape only
     assert alone["shared"] == [] and len(alone["rows"]) == 3
     assert {(r["rows"], r["cols"]) for r in alone["rows"]} == {(1024, 4096)}
-    other = T.side_by_side([(hip, "hip")], fallback_shape=(8, 8, "float32"))
+    other = ch04.side_by_side([(hip, "hip")], fallback_shape=(8, 8, "float32"))
     assert [r["variant"] for r in other["rows"]] == ["hip.block"]
     # hip_ladder also times triton.row: it counts as the triton route, not as hip
-    both = T.side_by_side([({"records": [dict(name="triton.row", rows=1, cols=2, dtype="float32",
+    both = ch04.side_by_side([({"records": [dict(name="triton.row", rows=1, cols=2, dtype="float32",
                                                median_us=5.0),
                                           dict(name="hip.block", rows=1, cols=2, dtype="float32",
                                                median_us=6.0)]}, "hip")])

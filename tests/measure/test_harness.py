@@ -12,8 +12,8 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from fusedrms.measure import harness, timer
-from fusedrms import env, records, registry
+from fusedrms.measure import harness, ncu, timer
+from fusedrms import dtypes, env, records, registry
 
 ENV = env.current()
 
@@ -58,13 +58,12 @@ def test_no_gpu_run_explains_and_exits_2(capsys):
     assert harness.main([]) == harness.NO_GPU_EXIT
     err = capsys.readouterr().err
     assert "No GPU here" in err and "recorded" in err and "Traceback" not in err
-    assert harness.main(["rules"]) == harness.NO_GPU_EXIT
-    assert harness.main(["ncu"]) == harness.NO_GPU_EXIT
+    assert ncu.main([]) == 2
 
 
 def test_unknown_dtype_and_mode_are_explained():
     with pytest.raises(ValueError, match="unknown dtype"):
-        harness.dtype_of("fp64")
+        dtypes.torch_dtype("fp64")
     with pytest.raises(ValueError, match="unknown mode"):
         harness.Sweep("x", "rmsnorm", (1,), (8,), modes=("hot",))
 
@@ -214,24 +213,24 @@ some program output
 
 
 def test_parse_ncu_csv_reads_the_target_metrics():
-    (k,) = harness.parse_ncu_csv(NCU_CSV)
+    (k,) = ncu.parse_ncu_csv(NCU_CSV)
     assert k["kernel"] == "_add_rmsnorm_kernel"
     assert k["dram_throughput_pct"] == 91.52 and k["sol_memory_pct"] == 91.52
     assert k["duration_us"] == pytest.approx(201.34)
     assert k["dram_GBps"] == pytest.approx(4390.0)
     assert k["l2_hit_pct"] == 12.0  # thousands separators stripped
-    assert harness.parse_ncu_csv("==PROF== ERR_NVGPUCTRPERM\n") == []
+    assert ncu.parse_ncu_csv("==PROF== ERR_NVGPUCTRPERM\n") == []
 
 
 def test_kernel_base_names_for_the_ncu_filter():
-    assert harness.base_name("_add_rmsnorm_kernel") == "_add_rmsnorm_kernel"
-    assert harness.base_name("void at::native::vectorized_elementwise_kernel<4, float>(int, float)") \
+    assert ncu.base_name("_add_rmsnorm_kernel") == "_add_rmsnorm_kernel"
+    assert ncu.base_name("void at::native::vectorized_elementwise_kernel<4, float>(int, float)") \
         == "vectorized_elementwise_kernel"
 
 
 def test_unavailable_profile_is_none_not_zero(monkeypatch):
-    monkeypatch.setattr(harness, "find_ncu", lambda: None)
-    s = harness.profile_with_ncu("torch.rms_norm_add")
+    monkeypatch.setattr(ncu, "find_ncu", lambda: None)
+    s = ncu.profile_with_ncu("torch.rms_norm_add")
     assert s["status"] == "unavailable" and "ncu not found" in s["reason"]
     for k in ("dram_throughput_pct", "sol_memory_pct", "duration_us"):
         assert s[k] is None
@@ -267,43 +266,11 @@ def test_gpu_small_run_end_to_end(tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_ncu_summary_never_reports_zero_for_missing():
-    s = harness.profile_with_ncu(rows=1024, cols=4096, timeout_s=90)
+    s = ncu.profile_with_ncu(rows=1024, cols=4096, timeout_s=90)
     if s["status"] != "ok":
         assert s["duration_us"] is None and s["reason"]
     else:
         assert s["duration_us"] > 0 and 0 < s["dram_throughput_pct"] <= 100
-
-
-def test_historical_seed_table_is_labelled_and_in_microseconds():
-    doc = harness.historical_seed()
-    p = doc["provenance"]
-    assert p["historical"] is True and "seed 003" in p["source"] and "9070 XT" in p["gpu"]
-    by = {r["impl"].split(" (")[0]: r for r in doc["records"]}
-    assert by["HIP serial"]["median_us"] == pytest.approx(1504.86)
-    assert by["HIP block"]["median_us"] == pytest.approx(58.44)
-    assert by["Triton t0"]["median_us"] == pytest.approx(33.36)
-    assert by["Triton t1"]["median_us"] == pytest.approx(30.081)
-    assert all(r["min_median_us"] <= r["median_us"] <= r["max_median_us"] for r in doc["records"])
-
-
-def test_chapter_helpers_verdict_classify_rules():
-    recs = [dict(impl="k", status="ok", rows=r, cols=4096, dtype="bf16", median_us=t, bytes=b,
-                 pct_of_floor=p) for r, t, b, p in
-            [(1, 5.0, 1e4, 0.1), (16, 5.5, 1e5, 1.0), (4096, 30.0, 1e8, 80.0),
-             (16384, 100.0, 4e8, 95.0)]]
-    labels = [r["regime"] for r in harness.classify(recs)]
-    assert labels == ["launch-bound", "launch-bound", "in between", "on the floor"]
-    v = harness.verdict(recs[2:])
-    assert "not met" in v and "80.0% at 4096x4096 bf16" in v and "gap 5.0" in v
-    assert harness.verdict(recs[3:]).startswith("target >= 85% of floor over 1 cases: met")
-    assert "no data" in harness.verdict([])
-    rule = {"rule": "synchronize", "status": "ok",
-            "ignored": {"what": "cpu", "median_us": 4.0}, "followed": {"what": "ev", "median_us": 200.0}}
-    text = harness.rule_summary(rule)
-    assert "ignored" in text and "0.02" in text
-    assert "not measured" in harness.rule_summary({"rule": "L2", "status": "error: x"})
-    assert harness.find_rule({"records": [rule]}, "synchronize") is rule
-    assert harness.find_rule(None, "x") is None
 
 
 def test_recorded_missing_file_is_a_note_not_an_error(capsys):
@@ -317,40 +284,6 @@ def test_correctness_flag_over_processes():
     assert harness._all_correct([True, None]) is None  # not checked is not "correct"
 
 
-def test_timing_rules_logic_with_a_fake_clock(monkeypatch):
-    """measure_timing_rules' bookkeeping on the CPU: small inputs, fake events, no compile."""
-    import dataclasses
-
-    fake_clock(monkeypatch)
-    original = harness.make_inputs
-    monkeypatch.setattr(harness, "make_inputs",
-                        lambda op, rows, cols, dtype, device="cuda", seed=0:
-                        original(op, 4, 64, dtype, "cpu"))
-    monkeypatch.setattr(harness, "_sync", lambda device="cuda": None)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(harness.env, "require_gpu", lambda what: None)
-    monkeypatch.setattr(harness, "pick_target", lambda op="add_rmsnorm": "torch.rms_norm_add")
-    registry.load_all()
-    monkeypatch.setitem(registry._IMPLS, "torch.compile_add", dataclasses.replace(
-        registry._IMPLS["torch.compile_add"], fn=registry._IMPLS["torch.rms_norm_add"].fn))
-    grid = {"records": [dict(impl="k", op="add_rmsnorm", rows=1, cols=8, dtype="bf16",
-                             mode="cold", status="ok", median_us=10.0, p10_us=9.0, p90_us=11.0,
-                             process_medians_us=[9.0, 10.0, 12.0])]}
-    got = {r["rule"]: r for r in harness.measure_timing_rules(grid, log=lambda m: None)}
-    assert set(got) == {"synchronize", "warm-up", "processes", "L2", "launch overhead"}
-    for name, r in got.items():
-        assert r["status"] == "ok", (name, r["status"])
-        assert r["ignored"]["median_us"] > 0 and r["followed"]["median_us"] > 0
-        assert "ignored" in harness.rule_summary(r)
-    assert got["processes"]["worst_across_pct"] == pytest.approx(30.0)
-    assert got["warm-up"]["compile"]["impl"] == "torch.compile_add"
-    assert [s["rows"] for s in got["L2"]["shapes"]] == [1024, 16384]
-    # without a grid the process rule says what it needs instead of failing the others
-    got = {r["rule"]: r for r in harness.measure_timing_rules(None, log=lambda m: None)}
-    assert got["processes"]["status"].startswith("error: RuntimeError: needs the grid")
-    assert got["L2"]["status"] == "ok"
-
-
 def test_profile_with_a_fake_ncu(monkeypatch, tmp_path):
     """The ncu command line, its filter by kernel name, and the parsed summary."""
     fake = tmp_path / "ncu"
@@ -358,19 +291,22 @@ def test_profile_with_a_fake_ncu(monkeypatch, tmp_path):
     csv_file.write_text(NCU_CSV)
     fake.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/args\ncat {csv_file}\n")
     fake.chmod(0o755)
-    monkeypatch.setattr(harness, "find_ncu", lambda: str(fake))
-    monkeypatch.setattr(harness, "kernel_names",
+    monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake))
+    monkeypatch.setattr(ncu, "kernel_names",
                         lambda *a: ["_add_rmsnorm_kernel", "void at::foo<int>(int)"])
-    s = harness.profile_with_ncu("capstone.fused", rows=64, cols=128)
+    s = ncu.profile_with_ncu("capstone.fused", rows=64, cols=128)
     assert s["status"] == "ok", s.get("reason")
     assert s["kernel_filter"] == "regex:_add_rmsnorm_kernel|foo"
     args = (tmp_path / "args").read_text()
     assert "--clock-control none" in args and "--section SpeedOfLight" in args
     assert "--section MemoryWorkloadAnalysis" in args and "profile-target" in args
+    for section in ("Occupancy", "LaunchStats", "WarpStateStats"):
+        assert f"--section {section}" in args
+    assert "--metrics dram__bytes_read.sum,dram__bytes_write.sum" in args
     assert s["dram_throughput_pct"] == 91.52 and s["duration_us"] == pytest.approx(201.34)
     assert s["model_bytes"] == harness.floor_bytes("add_rmsnorm", 64, 128, "bf16")
     csv_file.write_text("==ERROR== ERR_NVGPUCTRPERM - no permission\n")
-    s = harness.profile_with_ncu("capstone.fused", rows=64, cols=128)
+    s = ncu.profile_with_ncu("capstone.fused", rows=64, cols=128)
     assert s["status"] == "unavailable" and "ERR_NVGPUCTRPERM" in s["reason"]
     assert s["dram_throughput_pct"] is None and s["duration_us"] is None
 

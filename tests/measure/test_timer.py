@@ -147,3 +147,24 @@ def test_time_gpu_graph_divides_by_calls_per_replay(monkeypatch):
     assert all(s == pytest.approx(4.0) for s in samples)  # per call, not per replay
     samples = timer.time_gpu(fn, warmup=0, reps=3, l2="cold", graph=True)
     assert calls["captured_per_graph"] == 1 and len(samples) == 3
+
+
+def test_rotation_copies():
+    l2 = 60 << 20
+    assert timer.rotation_copies(1 << 40, l2) == 2  # huge calls: two copies already evict each other
+    assert timer.rotation_copies(16 << 20, l2) == 13  # 3 x 60 MiB / 16 MiB = 11.25 -> 12, + 1
+    assert timer.rotation_copies(1, l2) == 64  # tiny calls: capped
+    assert timer.rotation_copies(0, l2) == 64
+
+
+@pytest.mark.gpu
+def test_gpu_rotating_timer():
+    from fusedrms.kernels import rmsnorm as T
+
+    x, w = torch.randn(1024, 4096, device="cuda"), torch.randn(4096, device="cuda")
+    us, how = timer.time_rotating_us(T.rmsnorm_row, x, w, T.bytes_moved(1024, 4096, torch.float32))
+    assert 1.0 < us < 1e4 and "rotating" in how
+    if "graph replay" not in how:  # timings then include launch overhead: say so, don't stop -x
+        import warnings
+
+        warnings.warn(f"the row kernel could not be captured in a CUDA graph: {how}")

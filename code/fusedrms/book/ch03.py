@@ -1,6 +1,7 @@
 """The HIP optimization ladder: measure every variant on the GPU, record it, and judge the target.
 
-    python -m fusedrms.book.ch03 --out $RESULTS/hip_ladder.json      (on a GPU machine)
+    python -m fusedrms.record --chapters 3          (the chapter's recording, on a GPU machine)
+    python -m fusedrms.book.ch03 --out hip_ladder.json --quick   (the ladder alone)
 
 Each record is one (variant, shape, dtype): the median of device-event timings with the L2 flushed
 before every call (``fusedrms.measure.timer.time_gpu(l2="cold")``), the output checked against the float64
@@ -13,13 +14,17 @@ The chapter loads the file with ``records.load("hip_ladder")`` and calls :func:`
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
 import traceback
+from pathlib import Path
 
 import torch
 
-from .. import checks, env, records, reference, registry, validation
+from .. import checks, env, records, reference, registry, traffic, validation
+from ..measure import timer
 
 LADDER = ("hip.serial", "hip.block", "hip.shuffle", "hip.vectorized", "hip.unfused", "triton.row")
 FUSED_HIP = ("hip.serial", "hip.block", "hip.shuffle", "hip.vectorized")
@@ -47,42 +52,15 @@ def rmsnorm_bytes(rows: int, cols: int, dtype: torch.dtype) -> int:
 
 
 def _copy_bandwidth() -> tuple[float, str]:
-    try:
-        from ..measure import timer
-
-        return timer.copy_bandwidth_GBps(), "fusedrms.measure.timer.copy_bandwidth_GBps (1 GiB d2d copy)"
-    except ImportError:
-        src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-        dst = torch.empty_like(src)
-        times = _time(lambda: dst.copy_(src), 3, 10)
-        return 2 * src.numel() / (statistics.median(times) * 1e-6) / 1e9, "own 1 GiB d2d copy"
+    return timer.copy_bandwidth_GBps(), "fusedrms.measure.timer.copy_bandwidth_GBps (1 GiB d2d copy)"
 
 
 def _floor_us(rows, cols, dtype, bandwidth_GBps) -> float:
-    try:
-        from .. import traffic
-
-        return traffic.floor_us("rmsnorm", rows, cols, dtype, bandwidth_GBps)
-    except ImportError:
-        return rmsnorm_bytes(rows, cols, dtype) / (bandwidth_GBps * 1e3)
+    return traffic.floor_us("rmsnorm", rows, cols, dtype, bandwidth_GBps)
 
 
 def _time(fn, warmup: int, reps: int) -> list[float]:
-    try:
-        from ..measure import timer
-
-        return timer.time_gpu(fn, warmup=warmup, reps=reps, l2="cold")
-    except ImportError:
-        start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        stop = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        for _ in range(warmup):
-            fn()
-        for a, b in zip(start, stop):
-            a.record()
-            fn()
-            b.record()
-        torch.cuda.synchronize()
-        return [a.elapsed_time(b) * 1e3 for a, b in zip(start, stop)]
+    return timer.time_gpu(fn, warmup=warmup, reps=reps, l2="cold")
 
 
 def measure_one(name: str, rows: int, cols: int, dtype_name: str, bandwidth_GBps: float,
@@ -270,6 +248,42 @@ def seed_comparison_lines(doc: dict | None) -> list[str]:
             out.append(f"  serial / block on {gpu}: "
                        f"{rs['hip.serial']['median_us'] / rs['hip.block']['median_us']:.1f}x")
     return out
+
+
+# ---------------------------------------------------------------- the chapter's recording
+
+FILES = {
+    "hip_ladder.json": "serial -> block -> shuffle -> vectorized, unfused and triton.row at "
+                       "1024x4096 fp32 and 16384x8192 fp32/bf16, plus hip.block's block sizes",
+    "hip_host_run.txt": "the standalone host program (nvcc/hipcc) on 3x13, 33x257, 1024x4096",
+}
+ESTIMATE_S = 120  # H200: building the library ~30 s, the ladder ~60 s, the host program ~20 s
+SOURCES = ("kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py", "kernels/hip/build.py",
+           "kernels/hip/compat/nvidia.h", "kernels/hip/host/rmsnorm_host.cpp", "kernels/rmsnorm.py",
+           "measure/timer.py", "traffic.py", "book/ch03.py")
+HOST_RUN = Path(__file__).resolve().parents[1] / "kernels" / "hip" / "host" / "run_all.sh"
+
+
+def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[Path]:
+    """Chapter 3 on the GPU: the ladder (file rewritten after every measurement), then the host
+    program built with the GPU's own compiler. ``smoke``: the seed shape, two block sizes, one
+    host shape."""
+    env.require_gpu("The HIP ladder")
+    out_dir = Path(out_dir)
+    path = out_dir / "hip_ladder.json"
+    registry.load_all()
+    recs, extra = (measure((SEED_SHAPE,), block_sizes=(128, 256), out_path=path) if smoke
+                   else measure(out_path=path))
+    records.write(path, recs, extra)
+    log(table({"provenance": {}, "records": recs}))
+    host_env = {**os.environ, **({"SHAPES": "3x13"} if smoke else {})}
+    host = subprocess.run(["bash", str(HOST_RUN)], capture_output=True, text=True, timeout=240,
+                          env=host_env)
+    (out_dir / "hip_host_run.txt").write_text(host.stdout + host.stderr)
+    log(host.stdout[-2000:])
+    if host.returncode != 0:
+        raise RuntimeError(f"the host program failed (exit {host.returncode}); see hip_host_run.txt")
+    return [path, out_dir / "hip_host_run.txt"]
 
 
 def main(argv=None) -> int:

@@ -1,5 +1,6 @@
 """Chapter 7's GPU studies: tune the capstone per (cols, dtype), and record the evidence the chapter
-shows next to the measurement harness's grid. Run by ``code/scripts/gpu/07_capstone.sh``::
+shows next to the measurement harness's grid. Recorded by
+``python -m fusedrms.record --chapters 7 [--tune]`` (:func:`record`); each step also runs alone::
 
     python -m fusedrms.book.ch07 tune   --out DIR --budget 80   # capstone_tuning(_trials).json
     python -m fusedrms.book.ch07 extras --out DIR --budget 40   # capstone_extra.json
@@ -37,7 +38,7 @@ from pathlib import Path
 import torch
 
 from ..kernels import add_rmsnorm as A
-from .. import checks, records, reference, registry
+from .. import checks, dtypes, records, reference, registry, tuning
 
 TUNE_COLS = (2048, 4096, 8192, 16384)
 TUNE_ROWS = (256, 4096, 16384)
@@ -140,7 +141,7 @@ class _Inputs:
 def _measure(cfg: A.LaunchConfig, inputs: _Inputs, rows_list, trials: list, deadline: float) -> dict:
     """{rows: median µs} for one config; checks both ops first. Errors are recorded, not raised."""
     out = {}
-    base = {"cols": inputs.cols, "dtype": A.dtype_name(inputs.dtype), **cfg.as_dict(),
+    base = {"cols": inputs.cols, "dtype": dtypes.long_name(inputs.dtype), **cfg.as_dict(),
             "label": cfg.label()}
     try:
         x, r, y = inputs.get(min(rows_list))
@@ -177,7 +178,7 @@ def previous_winner(cols: int, dtype: torch.dtype, table: dict | None) -> A.Laun
     lose the old winner)."""
     if not table:
         return None
-    return table.get("configs", {}).get((cols, A.dtype_name(dtype)))
+    return table.get("configs", {}).get((cols, dtypes.long_name(dtype)))
 
 
 def _best_per_design(regret: dict, whole: int = 2, chunked: int = 1) -> list:
@@ -230,7 +231,7 @@ def tune_key(cols: int, dtype: torch.dtype, rows_list, deadline: float, trials: 
                 log(f"re-timing {cfg.label()} at {rows} rows failed: {e}")
     winner, regret = select_winner({c: times[c] for c in finalists})
     inputs.free()
-    return {"cols": cols, "dtype": A.dtype_name(dtype), **winner.as_dict(), "label": winner.label(),
+    return {"cols": cols, "dtype": dtypes.long_name(dtype), **winner.as_dict(), "label": winner.label(),
             "worst_ratio_to_best": regret[winner],
             "rows_timed": sorted(times[winner]),
             "times_us": {str(n): times[winner][n] for n in sorted(times[winner])},
@@ -266,18 +267,20 @@ def key_order(cols_list, dtypes) -> list:
     return [(cols, dtype) for cols in sorted(cols_list) for dtype in dtypes]
 
 
-def tune(out_dir: Path, budget_s: float, cols_list=TUNE_COLS, rows_list=TUNE_ROWS,
+def tune_table(out_dir: Path, budget_s: float, cols_list=TUNE_COLS, rows_list=TUNE_ROWS,
          previous_path: Path | None = None) -> Path:
     env.require_gpu("tuning the capstone")
     start = time.time()
     # the table in use (committed): its winners are timed again, and carried over for keys the
     # budget does not reach, so a short run never leaves a key worse off than before
-    previous = A.load_tuning_table(previous_path)
+    previous = (tuning.active("capstone") if previous_path is None
+                else tuning.load("capstone", previous_path))
     if previous.get("gpu") != env.current().gpu_name:
         previous = {"configs": {}}
     deadline = start + budget_s
     winners, trials = [], []
-    table_path = out_dir / "capstone_tuning.json"
+    table_path = out_dir / "tuning" / "capstone.json"
+    table_path.parent.mkdir(parents=True, exist_ok=True)
     trials_path = out_dir / "capstone_tuning_trials.json"
     extra = {"objective": "minimize the worst ratio to the best time over rows "
                           + ", ".join(map(str, rows_list)) + " (L2 flushed before every call)",
@@ -300,7 +303,7 @@ def tune(out_dir: Path, budget_s: float, cols_list=TUNE_COLS, rows_list=TUNE_ROW
     for i, (cols, dtype) in enumerate(keys):
         now = time.time()
         if now > deadline:
-            log(f"budget spent: ({cols}, {A.dtype_name(dtype)}) not tuned (the previous entry, if any, stays)")
+            log(f"budget spent: ({cols}, {dtypes.long_name(dtype)}) not tuned (the previous entry, if any, stays)")
             continue
         # each remaining key gets a share of what is left in proportion to its work (its candidates
         # plus the persistent variants); a key that finishes early passes its time on
@@ -310,12 +313,12 @@ def tune(out_dir: Path, budget_s: float, cols_list=TUNE_COLS, rows_list=TUNE_ROW
         result = tune_key(cols, dtype, rows_list, key_deadline, trials,
                           previous=previous_winner(cols, dtype, previous))
         if result is None:
-            log(f"({cols}, {A.dtype_name(dtype)}): no configuration timed")
+            log(f"({cols}, {dtypes.long_name(dtype)}): no configuration timed")
             continue
         result["source"] = "searched"
         winners.append(result)
         save()
-        log(f"({cols}, {A.dtype_name(dtype)}): {result['label']}, worst ratio "
+        log(f"({cols}, {dtypes.long_name(dtype)}): {result['label']}, worst ratio "
             f"{result['worst_ratio_to_best']:.3f}, times {result['times_us']} "
             f"({result['configs_timed']} configs, {time.time() - now:.1f} s)")
     # fp16: bf16's best few, timed on fp16
@@ -519,11 +522,11 @@ def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> P
     table existed; this is the tuned kernel's own evidence."""
     env.require_gpu("confirming the tuned capstone")
     start = time.time()
-    table_path = Path(table_path or out_dir / "capstone_tuning.json")
-    if table_path.exists():
-        A.TUNING_FILE = table_path
-    A._table.cache_clear()
-    A._default_config.cache_clear()
+    table_path = Path(table_path or out_dir / "tuning" / "capstone.json")
+    if table_path.exists():  # a table just tuned in this recording, not installed yet
+        tuning.override("capstone", tuning.load("capstone", table_path))
+    else:
+        table_path = tuning.installed_path("capstone", records.gpu_slug(env.current().gpu_name))
     bw = float(_timing().copy_bandwidth_GBps())
     traffic = _traffic()
     impls = _impls(("capstone.fused",) + CONFIRM_PEERS)
@@ -540,7 +543,7 @@ def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> P
         line = []
         for name, impl in impls.items():
             rec = {"impl": name, "op": "add_rmsnorm", "rows": rows, "cols": cols,
-                   "dtype": A.dtype_name(dtype), "mode": "cold", "copy_GBps": bw,
+                   "dtype": dtypes.long_name(dtype), "mode": "cold", "copy_GBps": bw,
                    "floor_us": floor}
             if name == "capstone.fused":
                 rec.update(config=cfg.label(), config_source=source)
@@ -553,7 +556,7 @@ def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> P
                 line.append(f"{name} FAILED")
             out.append(rec)
         records.write(path, out, {"copy_GBps": bw, "table": str(table_path)})
-        log(f"confirm {rows}x{cols} {A.dtype_name(dtype)}: " + ", ".join(line))
+        log(f"confirm {rows}x{cols} {dtypes.long_name(dtype)}: " + ", ".join(line))
         del x, r, w
     records.write(path, out, {"copy_GBps": bw, "table": str(table_path)})
     log(f"confirm done in {time.time() - start:.1f} s -> {path}")
@@ -564,19 +567,20 @@ def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> P
 CHECK_SHAPES = ((1, 0, False), (3, 3, True))
 
 
-def check_table(out_dir: Path, budget_s: float, table_path: Path | None = None) -> bool:
+def check_table(out_dir: Path, budget_s: float, table_path: Path | None = None,
+                every_entry: bool = False, results: list | None = None, shapes=None) -> bool:
     """Check the table's two-pass entries through the wrappers, on shapes the tuner did not time:
     one row, and 3 strided rows 3 columns short of the key's width (a partial last chunk).
     Both ops against the float64 references (``s`` bit for bit). True when every check passed
     (a budget spent before the end counts as a failure: an unchecked entry is not installed)."""
     env.require_gpu("checking the tuning table")
     start = time.time()
-    table = A.load_tuning_table(table_path)
-    entries = {k: c for k, c in table["configs"].items() if c.chunk is not None}
+    table = tuning.active("capstone") if table_path is None else tuning.load("capstone", table_path)
+    entries = {k: c for k, c in table["configs"].items() if every_entry or c.chunk is not None}
     failures = 0
     for (cols, name), cfg in sorted(entries.items()):
-        dtype = {v: k for k, v in A.DTYPE_NAMES.items()}[name]
-        for rows, width_less, strided in CHECK_SHAPES:
+        dtype = dtypes.torch_dtype(name)
+        for rows, width_less, strided in (shapes or CHECK_SHAPES):
             width = cols - width_less
             if time.time() > start + budget_s:
                 log("check: budget spent before every entry was checked")
@@ -592,9 +596,53 @@ def check_table(out_dir: Path, budget_s: float, table_path: Path | None = None) 
                                                                 accum=torch.float64)))
                   and bool(checks.equal(s2, ref_s)) and bool(checks.allclose(y2, ref_y2)))
             failures += not ok
+            if results is not None:
+                results.append({"kind": "capstone_config", "cols": cols, "dtype": name,
+                                "config": cfg.label(), "rows": rows, "width": width,
+                                "strided": strided, "ok": ok})
             log(f"check {rows}x{width} {name} ({cfg.label()}): {'ok' if ok else 'FAILED'}")
     log(f"check: {len(entries)} two-pass entries, {failures} failed ({time.time() - start:.1f} s)")
     return failures == 0
+
+
+# ---------------------------------------------------------------- the chapter's recording
+
+FILES = {
+    "capstone_extra.json": "the seed listing's faults, the kernel census, graph-replay small shapes",
+    "capstone_confirm.json": "the capstone with the table in use, next to the eager peers",
+}
+TUNING_FILES = {
+    "tuning/capstone.json": "the winner per (cols, dtype) (written with --tune)",
+    "capstone_tuning_trials.json": "every configuration the tuner timed (written with --tune)",
+}
+EXTRAS_BUDGET_S, TUNE_BUDGET_S, CHECK_BUDGET_S, CONFIRM_BUDGET_S = 40, 300, 40, 60
+ESTIMATE_S = EXTRAS_BUDGET_S + CONFIRM_BUDGET_S + 30  # + start-up and compilation
+TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
+SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/rounding.py",
+           "kernels/peers.py", "measure/timer.py", "traffic.py", "book/ch07.py",
+           "book/seed_capstone.py")
+
+
+def record(out_dir, tune: bool = False, log=log, smoke: bool = False) -> list[Path]:
+    """Chapter 7 on the GPU: the extras, then (``tune``) the tuner and the check of its two-pass
+    entries, then the confirmation run with the table in use (the new one when just tuned).
+    ``smoke``: every step with a budget of a few seconds (each stops cleanly at its budget)."""
+    env.require_gpu("recording chapter 7")
+    out_dir = Path(out_dir)
+    budget = (lambda s: 4) if smoke else (lambda s: s)
+    written = [extras(out_dir, budget(EXTRAS_BUDGET_S))]
+    table = None
+    if tune:
+        tune_table(out_dir, budget(TUNE_BUDGET_S), cols_list=TUNE_COLS[:1] if smoke else TUNE_COLS)
+        table = out_dir / "tuning" / "capstone.json"
+        written += [table, out_dir / "capstone_tuning_trials.json"]
+        if not check_table(out_dir, budget(CHECK_BUDGET_S), table):
+            raise RuntimeError(f"the tuned table {table} failed its check: do not install it")
+    try:
+        written.append(confirm(out_dir, budget(CONFIRM_BUDGET_S), table))
+    finally:
+        tuning.override("capstone", None)
+    return written
 
 
 def main(argv=None) -> int:
@@ -615,7 +663,7 @@ def main(argv=None) -> int:
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
     if a.what == "tune":
-        tune(a.out, a.budget, previous_path=a.previous)
+        tune_table(a.out, a.budget, previous_path=a.previous)
     elif a.what == "check":
         return 0 if check_table(a.out, a.budget, a.table) else 1
     else:

@@ -18,18 +18,28 @@ CAPSTONE_OPS = {"capstone.fused": "add_rmsnorm", "capstone.fused_residual": "add
 MB = 10 ** 6
 
 
-def load(name: str, machine: str = "h200", data_dir: Path | None = None) -> dict | None:
+def load(name: str, machine: str | None = None, data_dir: Path | None = None) -> dict | None:
     """The record file ``name`` or None (with a line saying what is missing)."""
     try:
         if data_dir is None:
             return records.load(name, machine)
-        return json.loads((Path(data_dir) / machine / f"{name}.json").read_text())
+        return json.loads((Path(data_dir) / (machine or records.COMMITTED) / f"{name}.json").read_text())
     except FileNotFoundError:
         print(f"(no recorded {name}.json for {machine} yet: the GPU session writes it)")
         return None
     except (json.JSONDecodeError, OSError) as e:
         print(f"(recorded {name}.json could not be read: {e})")
         return None
+
+
+def tuning_table() -> dict | None:
+    """The capstone's tuning table the kernels use (this GPU's if installed, else the H200's)."""
+    from .. import tuning
+
+    doc = tuning.document("capstone")
+    if doc is None:
+        print("(no capstone tuning table is installed)")
+    return doc
 
 
 def provenance_line(doc: dict | None) -> str:

@@ -119,7 +119,7 @@ def _grade_block_sizes(answer):
                          "hip.block raises an InputError for it; record only sizes that ran.")
         if not math.isfinite(e["time_us"]) or e["time_us"] <= 0:
             return wrong(f"block size {b}: time_us = {e['time_us']} is not a measured time.",
-                         "Record the median of a few timed runs (kernels.time_us does it).")
+                         "Record the median of a few timed runs (timer.median_us does it).")
     # Rerun each size on the reader's shape (capped on the CPU runtime) and compare the verdicts.
     rows, cols = entries[0]["rows"], entries[0]["cols"]
     on_gpu = _gpu_build_available()

@@ -24,7 +24,8 @@ import triton
 import triton.language as tl
 
 from .. import checks, reference, records
-from ..kernels.rmsnorm import measure_num_warps, rmsnorm_row_kernel
+from ..book.ch04 import measure_num_warps
+from ..kernels.rmsnorm import rmsnorm_row_kernel
 from .core import Exercise, Feedback, Malformed, as_number, correct, wrong
 
 CASES = ((3, 13), (33, 257))

@@ -31,8 +31,9 @@ Launch configuration ("autotuning done right"):
   tiles). The table is keyed on ``(cols, dtype)``: the two things that change the compiled kernel's
   register tile. Not on rows: a serving batch changes its row count every step, and a key on rows
   would re-tune (and re-compile) at run time.
-- The table comes from the H200 run (``data/h200/capstone_tuning.json``, written by
-  ``python -m fusedrms.book.ch07 tune``) and is used on that GPU; elsewhere, or for a width the
+- The table comes from the H200 run (``tuning/h200/capstone.json``, written by
+  ``python -m fusedrms.record --chapters 7 --tune`` and installed with
+  ``python -m fusedrms.tuning install``) and is used on that GPU; elsewhere, or for a width the
   table lacks, :func:`heuristic_config` decides. Under the interpreter one fixed configuration
   (:data:`INTERPRETER_CONFIG`) is used: multi-config autotuning cannot run there.
 - One rule depends on rows, and it needs no tuning: when a grid of ``rows / rows_per_program``
@@ -44,36 +45,21 @@ from __future__ import annotations
 from .. import env  # first: decides GPU or interpreter before any @triton.jit below
 
 import functools
-import json
-import os
 from dataclasses import asdict, dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from .. import records, registry, validation
+from .. import dtypes, registry, tuning, validation
+from .rounding import round_to_bf16
 
 # The whole row lives in registers: 32768 fp32 sums over 1024 threads is 32 values per thread for
 # s and 32 for w, the most that stays out of local memory. Wider rows need a looped design.
 MAX_COLS = 32768
-TUNING_FILE = records.DATA_DIR / "h200" / "capstone_tuning.json"
-DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
 # ---------------------------------------------------------------- the kernel
-
-# [book:round-bf16]
-@triton.jit
-def round_to_bf16(v):
-    """fp32 -> bf16, round to nearest even, done on the bits. The GPU's own cast does this; the
-    interpreter's truncates, and a residual stored truncated would differ from the reference."""
-    bits = v.to(tl.uint32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    rounded = bits.to(tl.float32, bitcast=True)
-    return tl.where(v != v, v, rounded).to(tl.bfloat16)  # NaN stays NaN
-# [/book:round-bf16]
-
 
 @triton.jit
 def _store_cast(v, dtype: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
@@ -215,8 +201,9 @@ class LaunchConfig:
 INTERPRETER_CONFIG = LaunchConfig(rows_per_program=4, num_warps=4, num_stages=1)
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    return DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+def _check_cols(cols) -> None:
+    if isinstance(cols, bool) or not isinstance(cols, int) or cols < 1:
+        raise validation.InputError(f"cols must be a positive whole number (the row width), got {cols!r}.")
 
 
 # [book:heuristic]
@@ -228,6 +215,7 @@ def heuristic_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
     - warps: about 32 bytes (two 16-byte vector loads) per thread per tensor, 4 to 16 warps;
     - one program per tile, no pipelining.
     """
+    _check_cols(cols)
     size = torch.empty((), dtype=dtype).element_size()
     block = triton.next_power_of_2(cols)
     rows_per_program = max(1, min(8, 16384 // (block * size)))
@@ -331,35 +319,15 @@ def grid_size(config: LaunchConfig, rows: int, sms: int) -> tuple[int, int]:
 
 # ---------------------------------------------------------------- the tuning table
 
-def load_tuning_table(path=None) -> dict:
-    """Read a tuning file written by the H200 run: ``{"gpu": name, "configs": {(cols, dtype): cfg}}``.
-
-    Missing file: an empty table. A malformed entry is skipped (a bad row must not break the op).
-    """
-    path = TUNING_FILE if path is None else path
-    try:
-        doc = json.loads(open(path).read())
-    except FileNotFoundError:
-        return {"gpu": None, "configs": {}, "path": str(path)}
-    configs = {}
-    for rec in doc.get("records", []):
-        try:
-            cfg = LaunchConfig(int(rec["rows_per_program"]), int(rec["num_warps"]),
-                               int(rec["num_stages"]),
-                               None if rec.get("programs_per_sm") is None
-                               else int(rec["programs_per_sm"]),
-                               None if rec.get("chunk") is None else int(rec["chunk"]))
-            configs[(int(rec["cols"]), str(rec["dtype"]))] = cfg
-        except (KeyError, TypeError, ValueError, validation.InputError):
-            continue
-    return {"gpu": doc.get("provenance", {}).get("gpu"), "configs": configs, "path": str(path)}
+def config_from_record(rec: dict) -> tuple:
+    """One tuning-table entry -> ``((cols, dtype name), LaunchConfig)`` (raises if malformed)."""
+    cfg = LaunchConfig(int(rec["rows_per_program"]), int(rec["num_warps"]), int(rec["num_stages"]),
+                       None if rec.get("programs_per_sm") is None else int(rec["programs_per_sm"]),
+                       None if rec.get("chunk") is None else int(rec["chunk"]))
+    return (int(rec["cols"]), dtypes.long_name(rec["dtype"])), cfg
 
 
-@functools.lru_cache(maxsize=1)
-def _table() -> dict:
-    if os.environ.get("FUSEDRMS_CAPSTONE_TABLE", "") in ("0", "off"):
-        return {"gpu": None, "configs": {}, "path": "disabled by FUSEDRMS_CAPSTONE_TABLE"}
-    return load_tuning_table()
+tuning.register("capstone", config_from_record)
 
 
 def choose_config(cols: int, dtype: torch.dtype, table: dict | None = None,
@@ -370,11 +338,11 @@ def choose_config(cols: int, dtype: torch.dtype, table: dict | None = None,
     on_gpu = e.on_gpu if on_gpu is None else on_gpu
     if not on_gpu:
         return INTERPRETER_CONFIG, "interpreter: one fixed configuration"
-    table = _table() if table is None else table
+    table = tuning.active("capstone") if table is None else table
     gpu_name = e.gpu_name if gpu_name is None else gpu_name
     configs = table.get("configs", {})
     if configs and table.get("gpu") == gpu_name:
-        name = dtype_name(dtype)
+        name = dtypes.long_name(dtype)
         if (cols, name) in configs:
             return configs[(cols, name)], f"tuned on {table['gpu']} for ({cols}, {name})"
         block = triton.next_power_of_2(cols)
@@ -387,9 +355,14 @@ def choose_config(cols: int, dtype: torch.dtype, table: dict | None = None,
 
 
 @functools.lru_cache(maxsize=512)
-def _default_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
-    """choose_config, remembered: the wrappers ask on every call, the answer never changes."""
+def _remembered_config(cols: int, dtype: torch.dtype, generation: int) -> LaunchConfig:
     return choose_config(cols, dtype)[0]
+
+
+def _default_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
+    """choose_config, remembered: the wrappers ask on every call, the answer changes only when a
+    tuning table is overridden."""
+    return _remembered_config(cols, dtype, tuning.generation())
 
 
 # ---------------------------------------------------------------- wrappers

@@ -31,7 +31,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import checks, reference, registry, validation
+from .. import checks, dtypes, reference, registry, validation
+from ..measure import timer
 
 # A row must fit in one block for the row kernel. Triton allows far bigger blocks, but a block lives
 # in registers: at 65536 fp32 elements and 16 warps (512 threads) each thread holds 128 values of x
@@ -227,132 +228,7 @@ registry.register(registry.Impl(
     description="several narrow rows per program (2-D block of rows x columns)"))
 
 
-# ---------------------------------------------------------------- helpers for chapter 4 and scripts
-
-def compiled_kernel(kernel, *args, **kwargs):
-    """Launch ``kernel[grid](*args, **kwargs)`` on a GPU and return the compiled kernel object.
-
-    Its ``.asm`` dict holds ``"ptx"`` (NVIDIA) or ``"amdgcn"`` (AMD); ``.n_regs`` the registers per
-    thread where the driver reports them. ``grid`` is taken from ``kwargs.pop("grid")``.
-    """
-    env.require_gpu("reading the compiled kernel")
-    grid = kwargs.pop("grid")
-    return kernel[grid](*args, **kwargs)
-
-
-def row_kernel_compiled(cols: int = 4096, dtype: torch.dtype = torch.float32, rows: int = 4,
-                        num_warps: int | None = None):
-    """Compile (by launching) the row kernel for one width and dtype; returns the compiled kernel."""
-    x = torch.randn(rows, cols, device=env.current().device, dtype=dtype)
-    w = torch.ones(cols, device=x.device, dtype=dtype)
-    y = torch.empty_like(x)
-    block = triton.next_power_of_2(cols)
-    return compiled_kernel(rmsnorm_row_kernel, x, w, y, cols, x.stride(0), y.stride(0), 1e-5,
-                           grid=(rows,), BLOCK_SIZE=block,
-                           num_warps=num_warps or num_warps_for(block))
-
-
-def assembly_summary(asm: str, kind: str = "ptx") -> dict:
-    """What to look for in the compiled row kernel: vector loads/stores and the reduction.
-
-    For PTX: ``ld.global.v4``/``v2`` (vector width of global loads), ``st.global``,
-    ``shfl.sync.bfly`` (butterfly shuffles of the warp reduction), ``bar.sync`` (block barrier of
-    the cross-warp step), ``ld.shared``/``st.shared`` and ``rsqrt``. For AMDGCN the analogues.
-    """
-    import re
-
-    asm = re.sub(r"//.*", "", asm)  # comments name functions such as __nv_rsqrtf; skip them
-
-    def count(pattern):
-        return len(re.findall(pattern, asm))
-
-    if kind == "ptx":
-        loads = re.findall(r"ld\.global\S*", asm)
-        vector = [m for m in loads if re.search(r"\.v(2|4|8)\b", m)]
-        widths = sorted({int(re.search(r"\.v(\d)", m).group(1)) for m in vector}) or [1]
-        return {
-            "kind": "ptx",
-            "global_loads": len(loads),
-            "global_load_forms": sorted(set(loads)),
-            "widest_global_load_vector": max(widths),
-            "global_stores": count(r"st\.global"),
-            "global_store_forms": sorted(set(re.findall(r"st\.global\S*", asm))),
-            "butterfly_shuffles": count(r"shfl\.sync\.bfly"),
-            "barriers": count(r"bar\.sync|barrier\.sync"),
-            "shared_loads": count(r"ld\.shared"),
-            "shared_stores": count(r"st\.shared"),
-            "rsqrt": count(r"rsqrt"),
-            "lines": asm.count("\n"),
-        }
-    loads = re.findall(r"global_load_[a-z0-9_]+|buffer_load_[a-z0-9_]+", asm)
-    return {
-        "kind": kind,
-        "global_loads": len(loads),
-        "global_load_forms": sorted(set(loads)),
-        "global_stores": count(r"global_store_|buffer_store_"),
-        "cross_lane_ops": count(r"ds_swizzle|dpp|ds_bpermute|permlane"),
-        "barriers": count(r"s_barrier"),
-        "rsqrt": count(r"rsq"),
-        "lines": asm.count("\n"),
-    }
-
-
-LANDMARKS = {  # what chapter 4 points at in the compiled row kernel
-    "ptx": (r"ld\.global", r"shfl\.sync\.bfly", r"bar\.sync", r"rsqrt", r"st\.global"),
-    "amdgcn": (r"global_load|buffer_load", r"ds_swizzle|dpp|ds_bpermute", r"s_barrier", r"rsq",
-               r"global_store|buffer_store"),
-}
-
-
-def assembly_excerpt(asm: str, kind: str = "ptx", per_landmark: int = 3) -> str:
-    """The first few lines of each landmark (loads, shuffles, barrier, rsqrt, stores), numbered."""
-    import re
-
-    lines = asm.splitlines()
-    picked: list[int] = []
-    for pattern in LANDMARKS.get(kind, LANDMARKS["ptx"]):
-        hits = [i for i, line in enumerate(lines) if re.search(pattern, re.sub(r"//.*|;.*", "", line)
-                                                                if kind == "amdgcn" else
-                                                                re.sub(r"//.*", "", line))]
-        picked.extend(hits[:per_landmark])
-    out, last = [], None
-    for i in sorted(set(picked)):
-        if last is not None and i > last + 1:
-            out.append("    ...")
-        out.append(f"{i + 1:5d}  {lines[i].strip()}")
-        last = i
-    return "\n".join(out)
-
-
-def bf16_truncate(t: torch.Tensor) -> torch.Tensor:
-    """fp32 -> bf16 by dropping the low 16 bits (what the Triton interpreter's cast does)."""
-    bits = t.to(torch.float32).contiguous().view(torch.int32) & -65536  # 0xFFFF0000
-    return bits.view(torch.float32).to(torch.bfloat16)  # exact: the value is already a bf16
-
-
-def bf16_rounding_census(actual: torch.Tensor, exact_fp32: torch.Tensor) -> dict:
-    """How a kernel's bf16 output relates to the fp32 result rounded two ways.
-
-    ``nearest`` is torch's round-to-nearest-even cast (what a GPU does), ``truncated`` drops the low
-    bits (the Triton interpreter). Counts elements equal to each, and distances in bf16 steps.
-    """
-    if actual.dtype != torch.bfloat16:
-        raise ValueError(f"actual must be bfloat16, got {actual.dtype}")
-    a = actual.detach().cpu()
-    e = exact_fp32.detach().cpu().to(torch.float32)
-    nearest, truncated = e.to(torch.bfloat16), bf16_truncate(e)
-    steps_nearest = checks.ulp_distance(a, nearest)
-    steps_trunc = checks.ulp_distance(a, truncated)
-    return {
-        "elements": a.numel(),
-        "equal_to_nearest_even": int((steps_nearest == 0).sum()),
-        "one_step_from_nearest_even": int((steps_nearest == 1).sum()),
-        "more_than_one_step_from_nearest_even": int((steps_nearest > 1).sum()),
-        "equal_to_truncation": int((steps_trunc == 0).sum()),
-        "nearest_and_truncation_differ": int((nearest != truncated).sum()),
-        "max_steps_from_nearest_even": int(steps_nearest.max()) if a.numel() else 0,
-    }
-
+# ---------------------------------------------------------------- bytes
 
 def bytes_moved(rows: int, cols: int, dtype: torch.dtype, w_dtype: torch.dtype | None = None) -> int:
     """x read once, y written once, w read once: chapter 2's traffic model, step "rmsnorm".
@@ -367,167 +243,8 @@ def bytes_moved(rows: int, cols: int, dtype: torch.dtype, w_dtype: torch.dtype |
     return total
 
 
-def rotation_copies(bytes_per_call: int, l2_bytes: int) -> int:
-    """How many input copies a rotation needs so that the other calls' traffic (three L2s' worth)
-    has evicted a copy's x before it is read again: at least 2, at most 64."""
-    return max(2, min(64, -(-3 * l2_bytes // max(bytes_per_call, 1)) + 1))
-
-
-def time_rotating_us(call, x: torch.Tensor, w: torch.Tensor, reps: int = 7) -> tuple[float, str]:
-    """Microseconds per call of ``call(x_i, w)``, back to back over rotating copies of ``x``.
-
-    A steady-state measurement, like a model running layer after layer: each call reads an input
-    the previous calls have pushed out of L2 (so x comes from DRAM), its output's write-back is paid
-    within the run, and there is no flush kernel whose dirty lines land in the timed call. The calls
-    are captured once in a CUDA/HIP graph, so Python and Triton's launch path are not timed; the
-    sample is one replay's time divided by its calls (median of ``reps`` replays).
-    """
-    import statistics
-
-    env.require_gpu("timing a kernel")
-    props = torch.cuda.get_device_properties(x.device)
-    l2 = int(getattr(props, "L2_cache_size", 0) or 64 << 20)
-    per_call = bytes_moved(x.shape[0], x.shape[-1], x.dtype, w.dtype)
-    copies = rotation_copies(per_call, l2)
-    xs = [x] + [x.clone() for _ in range(copies - 1)]
-    calls = max(copies, 20)
-    for xi in xs:  # compile, allocate, touch
-        call(xi, w)
-    torch.cuda.synchronize()
-    how = f"{calls} calls back to back over {copies} rotating input copies"
-    try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for i in range(3):
-                call(xs[i % copies], w)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(calls):
-                call(xs[i % copies], w)
-        run, how = graph.replay, how + ", one CUDA graph replay per sample"
-    except Exception:  # noqa: BLE001 - not capturable: time plain launches (CPU cost may show)
-        def run():
-            for i in range(calls):
-                call(xs[i % copies], w)
-        how += ", plain launches (graph capture failed)"
-    run()  # warm the replay
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / calls)
-    return float(statistics.median(samples)), how + f", median of {reps}"
-
-
-def measure_num_warps(rows: int, cols: int, dtype: torch.dtype = torch.float32,
-                      warps=(4, 8, 16), eps: float = 1e-5) -> dict:
-    """µs per call of the row kernel for each ``num_warps`` (GPU only; :func:`time_rotating_us`).
-    Checks each setting's output first."""
-    env.require_gpu("measuring num_warps")
-    x = torch.randn(rows, cols, device="cuda", dtype=dtype)
-    w = torch.randn(cols, device="cuda", dtype=dtype)
-    expected = reference.rmsnorm(x, w, eps, accum=torch.float64)
-    out = {}
-    for nw in warps:
-        report = checks.allclose(rmsnorm_row(x, w, eps, num_warps=nw), expected)
-        if not report:
-            raise RuntimeError(f"num_warps={nw} gave a wrong result: {report}")
-        out[nw] = time_rotating_us(lambda xi, wi, nw=nw: rmsnorm_row(xi, wi, eps, num_warps=nw),
-                                   x, w)[0]
-    return out
-
-
-def summarize_warps(recs: list, tie: float = 0.05) -> dict:
-    """Chapter 4's reading of the recorded num_warps sweep (``triton_warps.json`` records).
-
-    Returns ``{"rows": [one dict per shape], "winners": sorted fastest settings, "rule_hits": n}``;
-    each row has the shape, the median per setting (``"<n> warps us"``), the fastest setting, the
-    book's rule and whether the rule came within ``tie`` of the fastest. Malformed records are
-    skipped.
-    """
-    by_shape: dict = {}
-    for r in recs or []:
-        try:
-            key = (int(r["rows"]), int(r["cols"]), str(r["dtype"]))
-            by_shape.setdefault(key, {})[int(r["num_warps"])] = (float(r["median_us"]),
-                                                                 r.get("gbps"))
-        except (KeyError, TypeError, ValueError):
-            continue
-    rows, winners, hits = [], set(), 0
-    for (n_rows, cols, dtype), per in sorted(by_shape.items(), key=lambda kv: (kv[0][2], kv[0][1],
-                                                                               kv[0][0])):
-        best = min(per, key=lambda k: per[k][0])
-        rule = num_warps_for(triton.next_power_of_2(cols))
-        row = {"shape": f"{n_rows}x{cols}", "dtype": dtype}
-        row.update({f"{nw} warps us": per[nw][0] for nw in sorted(per)})
-        gbps = per[best][1]
-        row.update({"fastest": best, "GB/s best": float(gbps) if gbps is not None else None,
-                    "rule": rule})
-        if rule not in per:
-            row["rule within 5%"] = "not measured"
-        else:
-            ok = per[rule][0] <= (1 + tie) * per[best][0]
-            row["rule within 5%"] = "yes" if ok else "no"
-            hits += ok
-        rows.append(row)
-        winners.add(best)
-    return {"rows": rows, "winners": sorted(winners), "rule_hits": hits}
-
-
-ROUTES = ("hip", "triton", "torch", "capstone", "fp8")
-
-
-def side_by_side(docs: list, fallback_shape=(1024, 4096, "float32")) -> dict:
-    """Recorded medians of several routes at the shapes they share.
-
-    ``docs`` is a list of ``(doc_or_None, route)``; ``route`` (``"hip"``, ``"triton"``) labels
-    records whose name does not already start with a route. A record's name is its ``variant`` or
-    ``name`` field (``hip_ladder`` uses ``name``; it also times ``triton.row``), plus its
-    ``block_size`` when it has one; sweep records without a name become ``"triton.row, <n> warps"``.
-    Records without ``median_us`` are skipped; GB/s comes from ``gbps`` or ``GBps``. Returns
-    ``{"shared": shapes recorded by more than one route, "rows": the records at those shapes, or at
-    ``fallback_shape`` (the seed chapter's) when no shape is shared}``.
-
-    Pass records of one timing method only: medians from different timers (the ladder's cold
-    flush, this chapter's rotating copies) are not comparable, and this function cannot tell them
-    apart. Chapter 4 calls it once per timer.
-    """
-    found = []
-    for doc, route in docs:
-        for r in (doc or {}).get("records", []):
-            try:
-                variant = r.get("variant") or r.get("name")
-                variant = str(variant) if variant else f"triton.row, {r['num_warps']} warps"
-                if r.get("block_size"):
-                    variant += f" (block {r['block_size']})"
-                if not variant.startswith(ROUTES):
-                    variant = f"{route}.{variant}"
-                gbps = r.get("gbps", r.get("GBps"))
-                found.append({"variant": variant, "route": variant.split(".")[0],
-                              "rows": r.get("rows"), "cols": r.get("cols"), "dtype": r.get("dtype"),
-                              "median_us": float(r["median_us"]),
-                              "GB/s": float(gbps) if gbps is not None else None})
-            except (AttributeError, KeyError, TypeError, ValueError):
-                continue
-    routes_at: dict = {}
-    for r in found:
-        routes_at.setdefault((r["rows"], r["cols"], r["dtype"]), set()).add(r["route"])
-    shared = sorted((s for s, routes in routes_at.items() if len(routes) > 1), key=str)
-    keep = set(shared) if shared else {tuple(fallback_shape)}
-    rows = [r for r in found if (r["rows"], r["cols"], r["dtype"]) in keep]
-    rows.sort(key=lambda r: (str(r["dtype"]), str(r["cols"]), str(r["rows"]), r["median_us"]))
-    return {"shared": shared, "rows": rows}
-
-
 # ---------------------------------------------------------------- command line
 
-DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
-          "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -560,9 +277,12 @@ def main(argv=None) -> int:
         parser.error(f"--rows must be >= 0, got {args.rows}")
     if args.cols < 1:
         parser.error(f"--cols must be >= 1, got {args.cols}")
-    if args.dtype.lower() not in DTYPES:
+    try:
+        dtype = dtypes.torch_dtype(args.dtype)
+    except dtypes.DtypeError:
+        dtype = None
+    if dtype not in validation.SUPPORTED_DTYPES:
         parser.error(f"--dtype must be fp32, bf16 or fp16 (got {args.dtype!r})")
-    dtype = DTYPES[args.dtype.lower()]
     try:
         _check_num_warps(args.num_warps)
     except validation.InputError as e:
@@ -606,8 +326,8 @@ def main(argv=None) -> int:
         line = (f"{reg_name:<16} {'PASS' if report.ok else 'FAIL':<6} "
                 f"{report.max_abs_err:>9.2e} {report.max_ulp:>7}")
         if e.on_gpu and args.rows > 0:
-            us, _how = time_rotating_us(
-                lambda xi, wi: fn(xi, wi, args.eps, num_warps=args.num_warps), x, w)
+            us, _how = timer.time_rotating_us(
+                lambda xi, wi: fn(xi, wi, args.eps, num_warps=args.num_warps), x, w, nbytes)
             line += f" {us:>10.2f} {nbytes / us / 1e3:>8.0f}"
         print(line)
         if not report.ok:

@@ -43,12 +43,12 @@ Decisions (documented in the chapter):
 Registered as ``fp8.naive`` (two kernels: the norm writes bf16 rows to memory, the quantizer reads
 them back) and ``fp8.fused`` (one kernel, the rows never leave the chip), op ``"rmsnorm_fp8"``.
 ``fp8.fused`` launches with :func:`choose_config`: the fastest bit-exact of :data:`CANDIDATES` as
-recorded on this GPU (``data/h200/fp8_tuning.json``, written by ``record``), else the baseline.
+recorded on this GPU (``tuning/h200/fp8.json``, installed with ``python -m fusedrms.tuning``),
+else the baseline.
 
-Command line (the GPU session runs ``record``)::
+Command line (the GPU recording is chapter 8's: ``python -m fusedrms.record --chapters 8``)::
 
     python -m fusedrms.kernels.rmsnorm_fp8 check --rows 4 --cols 7168
-    python -m fusedrms.kernels.rmsnorm_fp8 record --out results/fp8_quant.json
 """
 from __future__ import annotations
 
@@ -57,20 +57,16 @@ from .. import env  # first: decides GPU or interpreter before any @triton.jit b
 import argparse
 import contextlib
 import dataclasses
-import functools
-import json
 import math
-import os
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from .. import checks, records, registry, validation
-from .add_rmsnorm import round_to_bf16  # chapter 7's bit-level rounding, reused
+from .. import checks, registry, tuning, validation
+from .rounding import round_to_bf16  # chapter 7's bit-level rounding, shared
 
 # Excerpt of DeepSeek-V3's config.json: the fields this step's constants come from.
 DEEPSEEK_V3_CONFIG = {
@@ -95,6 +91,8 @@ BF16 = torch.bfloat16
 # ---------------------------------------------------------------- reference
 
 def n_blocks(cols: int, block_cols: int = BLOCK_COLS) -> int:
+    if block_cols < 1:
+        raise validation.InputError(f"block_cols must be a positive whole number, got {block_cols!r}.")
     return -(-cols // block_cols)
 
 
@@ -223,7 +221,7 @@ def compare(codes, scales, ref_codes, ref_scales, scale_rtol: float = 1e-6) -> c
 # ---------------------------------------------------------------- Triton: rounding helpers
 
 # [book:software-rounding]
-# fp32 -> bf16 to nearest even on the bit pattern is chapter 7's round_to_bf16 (add_rmsnorm.py):
+# fp32 -> bf16 to nearest even on the bit pattern is chapter 7's round_to_bf16 (rounding.py):
 # add 0x7FFF plus the lowest kept bit, clear the 16 dropped bits; a carry bumps the exponent.
 @triton.jit
 def e4m3_bits(q):
@@ -563,56 +561,28 @@ CANDIDATES = (FusedConfig(16, 64, "per_element"), FusedConfig(8, None, "block_re
               FusedConfig(2, None, "block_reciprocal"), FusedConfig(4, None, "per_element"),
               FusedConfig(8, 48, "block_reciprocal"),
               FusedConfig(4, 128, "block_reciprocal"))  # in order of promise: a deadline cuts the tail
-TUNING_FILE = records.DATA_DIR / "h200" / "fp8_tuning.json"
 
 
-def load_tuning_table(path=None) -> dict:
-    """``{"gpu": name, "configs": {cols: FusedConfig}}`` from a file written by the GPU session
-    (``fp8_tuning.json``). Missing file or malformed entries: skipped, never an error."""
-    path = TUNING_FILE if path is None else path
-    try:
-        doc = json.loads(open(path).read())
-    except (OSError, ValueError):
-        return {"gpu": None, "configs": {}, "path": str(path)}
-    configs = {}
-    for rec in doc.get("records", []):
-        try:
-            cfg = FusedConfig(int(rec["num_warps"]),
-                              None if rec.get("maxnreg") is None else int(rec["maxnreg"]),
-                              str(rec["division"]), int(rec.get("rows_per_program", 1)),
-                              str(rec.get("tile", "padded")))
-            if (cfg.division in DIVISIONS and cfg.num_warps in (1, 2, 4, 8, 16, 32)
-                    and cfg.rows_per_program in (1, 2, 4, 8) and cfg.tile in TILES
-                    and rec.get("bit_exact") is True):
-                configs[int(rec["cols"])] = cfg
-        except (KeyError, TypeError, ValueError):
-            continue
-    return {"gpu": doc.get("provenance", {}).get("gpu"), "configs": configs, "path": str(path)}
+def config_from_record(rec: dict) -> tuple:
+    """One tuning-table entry -> ``(cols, FusedConfig)``; raises for a malformed or inexact one."""
+    cfg = FusedConfig(int(rec["num_warps"]), None if rec.get("maxnreg") is None else int(rec["maxnreg"]),
+                      str(rec["division"]), int(rec.get("rows_per_program", 1)),
+                      str(rec.get("tile", "padded")))
+    if not (cfg.division in DIVISIONS and cfg.num_warps in (1, 2, 4, 8, 16, 32)
+            and cfg.rows_per_program in (1, 2, 4, 8) and cfg.tile in TILES
+            and rec.get("bit_exact") is True):
+        raise ValueError(f"not a bit-exact fused configuration: {rec!r}")
+    return int(rec["cols"]), cfg
 
 
-_TABLE: dict | None = None
-
-
-def _table() -> dict:
-    global _TABLE
-    if _TABLE is None:
-        _TABLE = ({"gpu": None, "configs": {}, "path": "disabled by FUSEDRMS_FP8_TABLE"}
-                  if os.environ.get("FUSEDRMS_FP8_TABLE", "") in ("0", "off") else
-                  load_tuning_table())
-    return _TABLE
-
-
-def use_tuning_table(table: dict | None) -> None:
-    """Replace the loaded table (the GPU session installs its fresh winner; None reloads)."""
-    global _TABLE
-    _TABLE = table
+tuning.register("fp8", config_from_record)
 
 
 def choose_config(cols: int) -> tuple[FusedConfig, str]:
     """(configuration, where it came from): the tuned entry for this GPU and width, else the
     baseline. The interpreter always takes the baseline (a GPU table says nothing about it)."""
     e = env.current()
-    table = _table()
+    table = tuning.active("fp8")
     if e.on_gpu and table.get("gpu") == e.gpu_name and cols in table.get("configs", {}):
         return table["configs"][cols], f"tuned on {table['gpu']} for {cols} columns"
     return baseline_config(cols), "baseline (no tuned entry for this GPU and width)"
@@ -709,7 +679,7 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
 
     ``rounding``: ``"auto"`` (default), ``"cast"`` or ``"software"`` (module docstring).
     With no launch arguments the configuration is :func:`choose_config`'s: the bit-exact winner of
-    the recorded candidates on this GPU (``data/h200/fp8_tuning.json``), else the baseline.
+    the recorded candidates on this GPU (``tuning/h200/fp8.json``), else the baseline.
     ``num_warps`` / ``cap_registers`` (:data:`REGISTER_CAP`) / ``division`` (:data:`DIVISIONS`)
     override the baseline piece by piece; ``config`` (a :class:`FusedConfig`) sets all three.
     """
@@ -860,484 +830,6 @@ def make_inputs(rows: int, cols: int, seed: int = 0, device=None, zero_block: bo
     return x.to(BF16).to(device), w.to(BF16).to(device)
 
 
-# ---------------------------------------------------------------- recorded results (GPU)
-
-CHECK_SHAPES = ((1, 1), (3, 127), (3, 129), (5, 200), (7, 1000), (2, 7168), (64, 7168),
-                (4, 16384), (4096, 7168))
-CHECK_SEEDS = (0, 1, 2)
-TIMING_SHAPES = ((2, 7168), (4096, 7168), (16384, 7168), (32768, 7168))
-LARGE_ROWS = 4096  # shapes with at least this many rows are "large" for the targets
-TARGET_SPEEDUP = 1.5
-TARGET_FLOOR_FRACTION = 0.90
-
-
-def exactness_records(shapes=CHECK_SHAPES, seeds=CHECK_SEEDS, log=print,
-                      budget_s: float = 50.0) -> list[dict]:
-    """Codes and scales of every version against the reference, shape by shape, seed by seed.
-    Shapes left when ``budget_s`` seconds have passed are recorded as skipped."""
-    out = []
-    t0 = time.time()
-    versions = {"fused": lambda x, w: rmsnorm_fp8_fused(x, w),
-                "fused_baseline": lambda x, w: rmsnorm_fp8_fused(x, w, config=baseline_config(
-                    x.shape[-1])),
-                "naive": lambda x, w: rmsnorm_fp8_naive(x, w),
-                "fused_software": lambda x, w: rmsnorm_fp8_fused(x, w, rounding="software"),
-                "reordered_reference": lambda x, w: reference_reordered(x, w)}
-    for rows, cols in shapes:
-        for seed in seeds:
-            if time.time() - t0 > budget_s:
-                out.append({"kind": "skipped", "rows": rows, "cols": cols, "seed": seed,
-                            "reason": f"exactness budget of {budget_s:.0f} s spent"})
-                log(f"  exact {rows}x{cols} seed {seed}: skipped (budget spent)")
-                continue
-            x, w = make_inputs(rows, cols, seed)
-            ref_codes, ref_scales = reference(x, w)
-            rec = {"kind": "exactness", "rows": rows, "cols": cols, "seed": seed,
-                   "codes": rows * cols}
-            for name, fn in versions.items():
-                try:
-                    codes, scales = fn(x, w)
-                    report = compare(codes, scales, ref_codes, ref_scales)
-                    rec[f"{name}_differing_codes"] = report.mismatches
-                    rec[f"{name}_scales_ok"] = bool(checks.allclose(
-                        scales.cpu(), ref_scales.cpu(), rtol=1e-6, atol=0.0, nan="match"))
-                except Exception as e:  # noqa: BLE001 - recorded, the next version still runs
-                    rec[f"{name}_error"] = f"{type(e).__name__}: {e}"
-            out.append(rec)
-            log(f"  exact {rows}x{cols} seed {seed}: " + ", ".join(
-                f"{k.replace('_differing_codes', '')} {v}" for k, v in rec.items()
-                if k.endswith("_differing_codes")))
-    # the zero block without a floor: NaN codes must sit where the reference puts them
-    x, w = make_inputs(4, 512, 0, zero_block=True)
-    ref_codes, ref_scales = reference(x, w, absmax_floor=0.0)
-    rec = {"kind": "zero_block", "rows": 4, "cols": 512,
-           "reference_nan_codes": int((code_bits(ref_codes) & 0x7F == 0x7F).sum()),
-           "reference_zero_scales": int((ref_scales == 0).sum())}
-    for name, fn in (("fused", rmsnorm_fp8_fused), ("naive", rmsnorm_fp8_naive)):
-        try:
-            codes, scales = fn(x, w, absmax_floor=0.0)
-            rec[f"{name}_differing_codes"] = compare(codes, scales, ref_codes, ref_scales).mismatches
-            rec[f"{name}_nan_codes"] = int((code_bits(codes) & 0x7F == 0x7F).sum())
-        except Exception as e:  # noqa: BLE001
-            rec[f"{name}_error"] = f"{type(e).__name__}: {e}"
-    out.append(rec)
-    log(f"  zero block (no floor): {rec}")
-    # what this torch does with values past 448 without the clamp (saturate or NaN?)
-    beyond = torch.tensor([448.0, 464.0, 500.0, 1000.0, math.inf], device=env.current().device)
-    out.append({"kind": "torch_cast_beyond_448", "device": str(beyond.device),
-                "values": beyond.tolist(),
-                "codes": code_bits(beyond.to(FP8_DTYPE)).tolist()})
-    log(f"  torch .to(float8_e4m3fn) of {beyond.tolist()}: {out[-1]['codes']}")
-    return out
-
-
-def timing_records(shapes=TIMING_SHAPES, warmup: int = 10, reps: int = 50, log=print) -> list[dict]:
-    """Median times of naive and fused (cold L2), priced by the traffic model and the copy floor."""
-    from ..measure import timer  # written by the measurement chapter; imported here so CPU use never needs it
-
-    out = []
-    try:
-        copy_GBps = float(timer.copy_bandwidth_GBps())
-        log(f"  copy bandwidth: {copy_GBps:.0f} GB/s")
-    except Exception as e:  # noqa: BLE001
-        copy_GBps = None
-        out.append({"kind": "error", "step": "copy_bandwidth", "error": f"{type(e).__name__}: {e}"})
-        log(f"  copy bandwidth FAILED: {e}")
-    for rows, cols in shapes:
-        rec = {"kind": "timing", "rows": rows, "cols": cols, "copy_GBps": copy_GBps}
-        x, w = make_inputs(rows, cols, 0)
-        # graph=False: what a Python caller sees (launch overhead included);
-        # graph=True: the kernels replayed from a CUDA graph, so Python's overhead is not counted
-        for graph, suffix in ((False, ""), (True, "_graph")):
-            try:
-                for name, fn in (("naive", rmsnorm_fp8_naive), ("fused", rmsnorm_fp8_fused),
-                                 ("fused_baseline", lambda x, w: rmsnorm_fp8_fused(
-                                     x, w, config=baseline_config(x.shape[-1])))):
-                    times = timer.time_gpu(lambda: fn(x, w), warmup, reps, l2="cold", graph=graph)
-                    times = sorted(float(t) for t in times)
-                    rec[f"{name}{suffix}_us"] = times[len(times) // 2]
-                    rec[f"{name}{suffix}_us_min"] = times[0]
-                rec[f"speedup{suffix}"] = rec[f"naive{suffix}_us"] / rec[f"fused{suffix}_us"]
-                rec[f"speedup_baseline{suffix}"] = (rec[f"naive{suffix}_us"]
-                                                    / rec[f"fused_baseline{suffix}_us"])
-            except Exception as e:  # noqa: BLE001
-                rec[f"error{suffix}"] = f"{type(e).__name__}: {e}"
-        try:
-            from .. import traffic
-
-            for name in ("naive", "fused"):
-                price = traffic.price(f"rmsnorm_fp8_{name}", rows, cols, "bf16")
-                rec[f"{name}_bytes_read"] = int(price.bytes_read)
-                rec[f"{name}_bytes_written"] = int(price.bytes_written)
-                rec[f"{name}_bytes"] = int(price.bytes_total)
-                if copy_GBps:  # the floor: these bytes moved at the measured copy bandwidth
-                    rec[f"{name}_floor_us"] = price.bytes_total / copy_GBps / 1e3
-                    for suffix in ("", "_graph"):
-                        if f"{name}{suffix}_us" in rec:
-                            rec[f"{name}{suffix}_floor_fraction"] = (
-                                rec[f"{name}_floor_us"] / rec[f"{name}{suffix}_us"])
-                        if name == "fused" and f"fused_baseline{suffix}_us" in rec:
-                            rec[f"fused_baseline{suffix}_floor_fraction"] = (
-                                rec["fused_floor_us"] / rec[f"fused_baseline{suffix}_us"])
-        except Exception as e:  # noqa: BLE001
-            rec["traffic_error"] = f"{type(e).__name__}: {e}"
-        del x, w
-        out.append(rec)
-        log(f"  time {rows}x{cols}: " + ", ".join(
-            f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items()
-            if k not in ("kind", "rows", "cols")))
-    return out
-
-
-SWEEP_SHAPE = (16384, 7168)
-SWEEP_CONFIGS = ((16, True), (16, False), (8, False), (32, False))  # (num_warps, cap_registers)
-
-
-def sweep_records(shape=SWEEP_SHAPE, configs=SWEEP_CONFIGS, warmup: int = 5, reps: int = 30,
-                  log=print) -> list[dict]:
-    """The fused kernel's launch configuration at one large shape: time, registers, spills."""
-    from ..measure import timer
-
-    rows, cols = shape
-    x, w = make_inputs(rows, cols, 0)
-    out = []
-    for num_warps, cap in configs:
-        rec = {"kind": "sweep", "rows": rows, "cols": cols, "num_warps": num_warps,
-               "cap_registers": cap}
-        try:
-            rec.update(kernel_resources(num_warps=num_warps, cap_registers=cap))
-            times = sorted(timer.time_gpu(
-                lambda: rmsnorm_fp8_fused(x, w, num_warps=num_warps, cap_registers=cap),
-                warmup, reps, l2="cold", graph=True))
-            rec["fused_graph_us"] = float(times[len(times) // 2])
-        except Exception as e:  # noqa: BLE001
-            rec["error"] = f"{type(e).__name__}: {e}"
-        out.append(rec)
-        log(f"  sweep {rows}x{cols}: {rec}")
-    return out
-
-
-CANDIDATE_SHAPES = ((16384, 7168), (32768, 7168))
-CANDIDATE_CHECK_SHAPES = ((3, 129), (7, 1000), (64, 7168), (4, 16384), (4096, 7168))
-
-
-def edge_inputs(device=None):
-    """Inputs that reach the corners of the division: signed zeros, a zero block, tiny blocks
-    (scales below 2^-90 without a floor), subnormal bf16 values, and a huge gamma that makes some
-    normalized values infinite (an infinite scale). Returns a list of (name, x, w, floor)."""
-    device = device or env.current().device
-    x, w = make_inputs(6, 1024, 7, device="cpu")
-    x[0, :64] = -0.0
-    x[0, 64:128] = 0.0
-    x[1, :128] = 0.0
-    x[2, 128:256] *= 1e-30  # tiny next to the row: normalized values underflow towards 0
-    x[3] *= 1e-36  # a whole tiny row
-    tiny_x = x.clone()
-    w_huge = w.clone()
-    w_huge[256:384] = 3.0e38  # bf16 products overflow to inf in this block
-    out = [("signed zeros and tiny blocks", x, w, ABSMAX_FLOOR),
-           ("same, no floor", tiny_x, w, 0.0),
-           ("same, floor 1e-30", tiny_x, w, 1e-30),
-           ("infinite values (huge gamma), no floor", x, w_huge, 0.0),
-           ("infinite values (huge gamma)", x, w_huge, ABSMAX_FLOOR)]
-    g = torch.Generator().manual_seed(11)
-    sub = (torch.randn(4, 512, generator=g) * 1e-39).to(BF16)  # bf16 subnormals
-    out.append(("subnormal x, no floor", sub, torch.ones(512, dtype=BF16), 0.0))
-    return [(name, a.to(BF16).to(device), b.to(BF16).to(device), f) for name, a, b, f in out]
-
-
-def fused_resources(config: FusedConfig, cols: int = HIDDEN_SIZE) -> tuple:
-    """(registers, spills) per thread of the fused kernel compiled for ``config`` (None: interpreter)."""
-    x, w = make_inputs(2, cols, 0)
-    x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
-        x, w, RMS_NORM_EPS, ABSMAX_FLOOR, "auto", None, True, None, config)
-    k = _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
-    return getattr(k, "n_regs", None), getattr(k, "n_spills", None)
-
-
-@functools.lru_cache(maxsize=16)
-def _case(rows: int, cols: int, seed: int):
-    """Inputs and reference of one check, kept: every candidate is checked on the same cases."""
-    x, w = make_inputs(rows, cols, seed)
-    return x, w, reference(x, w)
-
-
-def candidate_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seeds=(0, 1)) -> dict:
-    """One fused configuration, checked twice: on random inputs its codes must equal the
-    reference's bit for bit; on :func:`edge_inputs` they must equal the baseline kernel's (the
-    same arithmetic up to the division: any difference there is the candidate's fault, while a
-    difference between baseline and reference at those corners is recorded, not blamed on it)."""
-    checked = differing = 0
-    failures = []
-    for rows, cols in shapes:
-        for seed in seeds:
-            x, w, ref = _case(rows, cols, seed)
-            report = compare(*rmsnorm_fp8_fused(x, w, config=config), *ref)
-            checked += 1
-            differing += report.mismatches
-            if not report.ok:
-                failures.append(f"{rows}x{cols} seed {seed}: {report}")
-    edge_vs_reference = 0
-    for name, x, w, floor in edge_inputs():
-        out = rmsnorm_fp8_fused(x, w, absmax_floor=floor, config=config)
-        base = rmsnorm_fp8_fused(x, w, absmax_floor=floor, config=baseline_config(x.shape[-1]))
-        report = compare(*out, *base)
-        edge_vs_reference += compare(*out, *reference(x, w, absmax_floor=floor)).mismatches
-        checked += 1
-        differing += report.mismatches
-        if not report.ok:
-            failures.append(f"{name} (against the baseline kernel): {report}")
-    return {"exact_checks": checked, "differing_codes": differing, "bit_exact": not failures,
-            "edge_codes_differing_from_reference": edge_vs_reference, "failures": failures[:3]}
-
-
-def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int = 5, reps: int = 20,
-                       log=print, deadline: float | None = None, progress=None) -> list[dict]:
-    """Every candidate configuration of the fused kernel: bit-exactness on the GPU, registers,
-    and median times (cold L2, with and without CUDA-graph replay) at the large shapes. The
-    naive pair is timed next to them (baseline division and block reciprocal) for the ratio."""
-    from ..measure import timer
-
-    out = []
-    inputs = {shape: make_inputs(*shape, 0) for shape in shapes}
-
-    def med(fn, graph):
-        t = sorted(float(v) for v in timer.time_gpu(fn, warmup, reps, l2="cold", graph=graph))
-        return t[len(t) // 2]
-
-    for division in DIVISIONS:
-        rec = {"kind": "naive_reference", "division": division}
-        try:
-            for (rows, cols), (x, w) in inputs.items():
-                for graph, suffix in ((True, "_graph"), (False, "")):
-                    rec[f"naive{suffix}_us_{rows}"] = med(
-                        lambda: rmsnorm_fp8_naive(x, w, division=division), graph)
-        except Exception as e:  # noqa: BLE001
-            rec["error"] = f"{type(e).__name__}: {e}"
-        out.append(rec)
-        log(f"  naive, {division} division: {rec}")
-    for cfg in configs:
-        rec = {"kind": "candidate", "label": cfg.label, **dataclasses.asdict(cfg),
-               "cols": shapes[0][1], "baseline": cfg == baseline_config(shapes[0][1])}
-        if deadline is not None and time.time() > deadline:
-            rec["skipped"] = "time budget spent"
-            out.append(rec)
-            log(f"  candidate {cfg.label}: skipped (time budget spent)")
-            continue
-        try:
-            rec.update(candidate_exactness(cfg))
-        except Exception as e:  # noqa: BLE001
-            rec.update(bit_exact=False, error=f"exactness: {type(e).__name__}: {e}")
-        try:
-            rec["registers"], rec["spills"] = fused_resources(cfg)
-            for (rows, cols), (x, w) in inputs.items():
-                for graph, suffix in ((True, "_graph"), (False, "")):
-                    rec[f"fused{suffix}_us_{rows}"] = med(
-                        lambda: rmsnorm_fp8_fused(x, w, config=cfg), graph)
-        except Exception as e:  # noqa: BLE001
-            rec["error"] = f"{type(e).__name__}: {e}"
-        out.append(rec)
-        if progress is not None:
-            progress(out)  # written after every candidate: a timeout keeps what was measured
-        log(f"  candidate {cfg.label}: exact {rec.get('bit_exact')} "
-            f"({rec.get('differing_codes')} codes differ), registers {rec.get('registers')}, "
-            + ", ".join(f"{k} {v:.1f}" for k, v in rec.items() if k.startswith("fused")))
-    return out
-
-
-def best_candidate(recs: list[dict], rows: int | None = None) -> dict | None:
-    """The bit-exact candidate with the smallest CUDA-graph time summed over the timed shapes
-    (or at ``rows``); None when none is bit-exact and timed."""
-    cands = [r for r in recs if r.get("kind") == "candidate"]
-    timed = {k for r in cands for k in r if k.startswith("fused_graph_us_")}
-    keys = [f"fused_graph_us_{rows}"] if rows is not None else sorted(timed)
-
-    def total(r):  # a candidate missing one of the shapes others were timed at cannot win
-        return sum(r[k] for k in keys) if keys and all(k in r for k in keys) else None
-
-    fine = [r for r in cands if r.get("bit_exact") is True and "error" not in r
-            and "skipped" not in r and total(r) is not None]
-    return min(fine, key=total) if fine else None
-
-
-def write_tuning_table(path, recs: list[dict], log=print) -> FusedConfig | None:
-    """Write ``fp8_tuning.json`` (the winner, for the wrapper) and return the winner's config."""
-    best = best_candidate(recs)
-    if best is None:
-        log("  no bit-exact timed candidate: no tuning table written")
-        return None
-    cfg = FusedConfig(best["num_warps"], best["maxnreg"], best["division"],
-                      best.get("rows_per_program", 1), best.get("tile", "padded"))
-    row = {"cols": best["cols"], "num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg,
-           "division": cfg.division, "rows_per_program": cfg.rows_per_program, "tile": cfg.tile,
-           "bit_exact": True, "label": cfg.label,
-           **{k: v for k, v in best.items() if k.startswith("fused")}}
-    records.write(path, [row], extra={"objective": "smallest CUDA-graph time summed over "
-                                      + ", ".join(f"{r}x{c}" for r, c in CANDIDATE_SHAPES)
-                                      + " among the bit-exact candidates"})
-    log(f"  winner: {cfg.label}; wrote {path}")
-    return cfg
-
-
-def record(path, log=print, check_shapes=CHECK_SHAPES, timing_shapes=TIMING_SHAPES,
-           candidates_budget_s: float = 62.0) -> list[dict]:
-    """The GPU session's step: exactness, then timings; each part fails on its own, and the file
-    is rewritten after each, so a later timeout keeps what was measured."""
-    from .. import records
-
-    out = []
-    t0 = time.time()
-    rounding = resolve_rounding("auto")
-    log(f"fp8_quant: rounding 'auto' resolves to {rounding!r} ({hardware_fp8_support()[1]})")
-    extra = {"rounding": rounding, "targets": {"speedup": TARGET_SPEEDUP,
-                                               "floor_fraction": TARGET_FLOOR_FRACTION,
-                                               "large_rows": LARGE_ROWS}}
-    from pathlib import Path
-
-    table_path = Path(path).with_name("fp8_tuning.json")
-
-    extra["fused_config"] = choose_config(HIDDEN_SIZE)[0].label  # what "fused" ran as
-    extra["baseline_config"] = baseline_config(HIDDEN_SIZE).label
-
-    def candidates_step():  # last: the steps above are the chapter's, they must not wait on it
-        if timing_shapes != TIMING_SHAPES:
-            return []
-        recs = candidates_records(log=log, deadline=t0 + candidates_budget_s,
-                                  progress=lambda so_far: records.write(path, out + so_far,
-                                                                        extra=extra))
-        winner = write_tuning_table(table_path, recs, log=log)
-        extra["candidates_winner"] = winner.label if winner else None
-        return recs
-
-    steps = (("exactness", lambda: exactness_records(check_shapes, log=log)),
-             ("resources", lambda: [{"kind": "resources", **kernel_resources()}]),
-             ("timing", lambda: timing_records(timing_shapes, log=log)),
-             ("sweep", lambda: sweep_records(log=log) if timing_shapes == TIMING_SHAPES else []),
-             ("candidates", candidates_step))
-    for step, fn in steps:
-        try:
-            out += fn()
-        except Exception as e:  # noqa: BLE001 - recorded; the other step still runs
-            out.append({"kind": "error", "step": step, "error": f"{type(e).__name__}: {e}"})
-            log(f"  {step} FAILED: {type(e).__name__}: {e}")
-        records.write(path, out, extra=extra)
-        log(f"fp8_quant: {step} done after {time.time() - t0:.1f} s; wrote {path}")
-    return out
-
-
-# ---------------------------------------------------------------- reading the recorded results
-
-def exactness_table(doc: dict) -> list[dict]:
-    """One row per recorded shape x seed: differing codes per version (0 is bit-exact)."""
-    return [r for r in doc["records"] if r.get("kind") == "exactness"]
-
-
-def exactness_summary(doc: dict) -> dict:
-    """Totals over all recorded shapes and seeds, per version: checks run, checks exact, codes."""
-    rows = exactness_table(doc)
-    summary = {}
-    for version in ("fused", "fused_baseline", "naive", "fused_software", "reordered_reference"):
-        key = f"{version}_differing_codes"
-        done = [r for r in rows if key in r]
-        summary[version] = {
-            "checks": len(done),
-            "exact": sum(1 for r in done if r[key] == 0 and r.get(f"{version}_scales_ok", True)),
-            "differing_codes": sum(r[key] for r in done),
-            "codes": sum(r["codes"] for r in done),
-            "errors": sum(1 for r in rows if f"{version}_error" in r),
-        }
-    return summary
-
-
-def timing_table(doc: dict) -> list[dict]:
-    return [r for r in doc["records"] if r.get("kind") == "timing"]
-
-
-def timing_kind(r: dict) -> str:
-    """``"_graph"`` when the record has CUDA-graph times (kernel time without Python's launch
-    overhead), else ``""`` (times as a Python caller sees them)."""
-    return "_graph" if "speedup_graph" in r else ""
-
-
-def target_verdicts(doc: dict, candidates: dict | None = None) -> list[str]:
-    """"met / not met" lines for the chapter's targets at the large recorded shapes, from the
-    CUDA-graph times where recorded (the kernels' own time), else the plain ones."""
-    targets = doc["provenance"].get("targets", {})
-    speedup_target = targets.get("speedup", TARGET_SPEEDUP)
-    floor_target = targets.get("floor_fraction", TARGET_FLOOR_FRACTION)
-    large = targets.get("large_rows", LARGE_ROWS)
-    lines = []
-    for r in timing_table(doc):
-        if r["rows"] < large:
-            continue
-        shape = f"{r['rows']}x{r['cols']}"
-        g = timing_kind(r)
-        if f"speedup{g}" not in r:
-            lines.append(f"{shape}: not measured ({r.get('error', 'no timing recorded')})")
-            continue
-        how = " (CUDA graph)" if g else ""
-        s = r[f"speedup{g}"]
-        verdict = "met" if s >= speedup_target else f"not met (gap {speedup_target - s:.2f}x)"
-        lines.append(f"{shape}: fused {s:.2f}x faster than naive{how}; target >= "
-                     f"{speedup_target}x: {verdict}")
-        frac = r.get(f"fused{g}_floor_fraction")
-        if frac is None:
-            lines.append(f"{shape}: copy floor not available "
-                         f"({r.get('traffic_error', 'no copy bandwidth recorded')})")
-        else:
-            verdict = ("met" if frac >= floor_target else
-                       f"not met (gap {100 * (floor_target - frac):.1f} points: "
-                       f"{r[f'fused{g}_us'] - r['fused_floor_us']:.1f} us above the floor)")
-            lines.append(f"{shape}: fused at {100 * frac:.1f}% of the copy floor{how}; target >= "
-                         f"{100 * floor_target:.0f}%: {verdict}")
-    return (lines + tuned_verdicts(doc, candidates)) or ["no large-shape timings recorded"]
-
-
-def candidate_table(doc: dict) -> list[dict]:
-    """The recorded launch candidates of the fused kernel (one dict each; times in us)."""
-    return [r for r in doc["records"] if r.get("kind") == "candidate"]
-
-
-def tuned_verdicts(doc: dict, candidates: dict | None = None) -> list[str]:
-    """The targets for the fastest bit-exact candidate (what ``fp8.fused`` runs once its table is
-    committed), against the naive pair and the copy floor of ``doc``'s timing records.
-
-    ``candidates`` is the record file holding the candidates when it is not ``doc`` (a later
-    session); the lines then say that the two times come from different sessions."""
-    targets = doc["provenance"].get("targets", {})
-    speedup_target = targets.get("speedup", TARGET_SPEEDUP)
-    floor_target = targets.get("floor_fraction", TARGET_FLOOR_FRACTION)
-    recs = candidate_table(candidates or doc)
-    across = ""
-    if candidates is not None and candidates is not doc:
-        across = (f" [candidate timed in the session of commit "
-                  f"{str(candidates['provenance'].get('commit'))[:10]}, naive in that of "
-                  f"{str(doc['provenance'].get('commit'))[:10]}]")
-    if not recs:
-        return []
-    best = best_candidate(recs)
-    if best is None:
-        return ["candidates: none both bit-exact and timed"]
-    lines = []
-    for r in timing_table(doc):
-        t = best.get(f"fused_graph_us_{r['rows']}")
-        if t is None or "naive_graph_us" not in r:
-            continue
-        shape = f"{r['rows']}x{r['cols']}"
-        s = r["naive_graph_us"] / t
-        verdict = "met" if s >= speedup_target else f"not met (gap {speedup_target - s:.2f}x)"
-        lines.append(f"{shape}: best candidate ({best['label']}) {t:.1f} us, {s:.2f}x faster "
-                     f"than naive (CUDA graph); target >= {speedup_target}x: {verdict}{across}")
-        if r.get("fused_floor_us"):
-            frac = r["fused_floor_us"] / t
-            verdict = ("met" if frac >= floor_target else
-                       f"not met (gap {100 * (floor_target - frac):.1f} points: "
-                       f"{t - r['fused_floor_us']:.1f} us above the floor)")
-            lines.append(f"{shape}: best candidate at {100 * frac:.1f}% of the copy floor; "
-                         f"target >= {100 * floor_target:.0f}%: {verdict}")
-    return lines
-
-
 # ---------------------------------------------------------------- command line
 
 def _main(argv=None) -> int:
@@ -1349,11 +841,6 @@ def _main(argv=None) -> int:
     chk.add_argument("--cols", type=int, default=HIDDEN_SIZE)
     chk.add_argument("--seed", type=int, default=0)
     chk.add_argument("--rounding", choices=ROUNDINGS, default="auto")
-    rec = sub.add_parser("record", help="GPU: exactness and timings into a record file")
-    rec.add_argument("--out", required=True)
-    rec.add_argument("--dry-run", action="store_true",
-                     help="small shapes, and allowed without a GPU (timings then fail and are "
-                          "recorded as errors): a rehearsal of the GPU step")
     args = parser.parse_args(argv)
     if args.cmd == "check":
         x, w = make_inputs(args.rows, args.cols, args.seed)
@@ -1364,14 +851,7 @@ def _main(argv=None) -> int:
             ok &= report.ok
             print(f"{name}: {report}")
         return 0 if ok else 1
-    if args.dry_run:
-        out = record(args.out, check_shapes=((3, 129), (2, 7168)), timing_shapes=((2, 7168),))
-    elif not env.current().on_gpu:
-        print("error: recording fp8_quant results needs a GPU (use --dry-run to rehearse on a CPU)")
-        return 2
-    else:
-        out = record(args.out)
-    return 1 if any(r.get("kind") == "error" for r in out) else 0
+    return 2  # unreachable: the parser requires a command
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@
     python -m fusedrms.measure.harness plan h200 --out bench_grid.json       # the recorded H200 grid
     python -m fusedrms.measure.harness show [FILE]           # print a result file (the recorded one by default)
     python -m fusedrms.measure.harness plot FILE --out STEM  # bandwidth and % of floor, PNG + SVG
-    python -m fusedrms.measure.harness rules --out timing_rules.json   # each timing rule, broken and kept
-    python -m fusedrms.measure.harness ncu --out ncu_summary.json      # Nsight Compute on one kernel
+
+The timing rules, measured, are chapter 6's (:mod:`fusedrms.book.ch06`); Nsight Compute is
+:mod:`fusedrms.measure.ncu`.
 
 How a number is made (see :mod:`fusedrms.measure.timer` for the details of one measurement):
 
@@ -41,11 +42,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import env, records
+from .. import dtypes, env, records
 
 NO_GPU_EXIT = 2
 LINE_TAG = "@@"  # worker protocol: lines starting with this are JSON messages
-DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+DTYPES = dtypes.ACTIVATIONS
 COMPILED_PEERS = ("torch.compile", "torch.compile_add")
 EPS = 1e-5
 
@@ -56,20 +57,6 @@ class FloorUnavailable(RuntimeError):
 
 class NoGPU(RuntimeError):
     pass
-
-
-def dtype_of(name: str):
-    import torch
-
-    try:
-        return getattr(torch, DTYPES[name])
-    except KeyError:
-        raise ValueError(f"unknown dtype {name!r}; use one of {', '.join(DTYPES)}") from None
-
-
-def dtype_name(dtype) -> str:
-    inverse = {v: k for k, v in DTYPES.items()}
-    return inverse.get(str(dtype).replace("torch.", ""), str(dtype).replace("torch.", ""))
 
 
 # ---------------------------------------------------------------- the floor (traffic model)
@@ -85,7 +72,7 @@ def floor_bytes(op: str, rows: int, cols: int, dtype: str) -> int:
     if op not in step_of:
         raise FloorUnavailable(f"the traffic model has no step for op {op!r} "
                                f"(traffic.OP_STEP knows {sorted(step_of)}); no floor for it")
-    return int(traffic.price(step_of[op], rows, cols, dtype_of(dtype)).bytes_total)
+    return int(traffic.price(step_of[op], rows, cols, dtypes.torch_dtype(dtype)).bytes_total)
 
 
 def floor_us(nbytes: int, copy_GBps: float) -> float:
@@ -112,11 +99,11 @@ class Sweep:
         if bad:
             raise ValueError(f"unknown mode(s) {bad}; use cold, warm or graph")
         for d in self.dtypes:
-            dtype_of(d)
+            dtypes.torch_dtype(d)
 
 
 PLANS = {
-    # The recorded H200 run (code/scripts/gpu/80_bench.sh). Order matters: under a time budget
+    # The recorded grid (chapter 6's record, after the tables are tuned). Order matters: under a time budget
     # the last cases of a process are the ones skipped.
     "h200": [
         Sweep("grid", "add_rmsnorm", (1, 16, 256, 1024, 4096, 16384), (2048, 4096, 8192, 16384),
@@ -168,7 +155,7 @@ def expand(sweeps: list[Sweep]) -> tuple[list[dict], list[dict]]:
                         for mode in sw.modes:
                             case = dict(sweep=sw.name, op=sw.op, impl=impl.name, rows=rows,
                                         cols=cols, dtype=dt, mode=mode)
-                            if not impl.supports("cuda", dtype_of(dt), cols):
+                            if not impl.supports("cuda", dtypes.torch_dtype(dt), cols):
                                 not_run.append({**case, "status": "unsupported: "
                                                 + _why_unsupported(impl, dt, cols)})
                             else:
@@ -179,7 +166,7 @@ def expand(sweeps: list[Sweep]) -> tuple[list[dict], list[dict]]:
 def _why_unsupported(impl, dt: str, cols: int) -> str:
     if "cuda" not in impl.devices:
         return f"no GPU path ({impl.gpu_only_reason or 'devices ' + str(impl.devices)})"
-    if dtype_of(dt) not in impl.dtypes:
+    if dtypes.torch_dtype(dt) not in impl.dtypes:
         return f"dtype {dt} not supported"
     return f"{cols} columns over its limit of {impl.max_cols}"
 
@@ -292,7 +279,7 @@ def run_worker(spec: dict) -> int:
             for c in group:
                 _emit("record", **c, status="skipped: time budget")
             continue
-        args = make_inputs(op, rows, cols, dtype_of(dt), device)
+        args = make_inputs(op, rows, cols, dtypes.torch_dtype(dt), device)
         by_impl: dict = {}
         for c in group:
             by_impl.setdefault(c["impl"], []).append(c)
@@ -593,7 +580,7 @@ def write_csv(path: str | Path, recs: list[dict]) -> Path:
     return path
 
 
-def load(path_or_name: str | Path = "bench_grid", machine: str = "h200") -> dict:
+def load(path_or_name: str | Path = "bench_grid", machine: str | None = None) -> dict:
     """A result document: a path to a JSON file, or the name of a recorded file."""
     p = Path(path_or_name)
     if p.suffix == ".json" or p.exists():
@@ -603,7 +590,7 @@ def load(path_or_name: str | Path = "bench_grid", machine: str = "h200") -> dict
     return records.load(str(path_or_name), machine)
 
 
-def recorded(name: str, machine: str = "h200") -> dict | None:
+def recorded(name: str, machine: str | None = None) -> dict | None:
     """A recorded file, or None with a printed note when it has not been recorded yet."""
     try:
         doc = records.load(name, machine)
@@ -611,82 +598,6 @@ def recorded(name: str, machine: str = "h200") -> dict | None:
         print(f"(not recorded yet: {e})")
         return None
     return doc
-
-
-def rule_summary(rule: dict) -> str:
-    """One rule of the timing-rules file: the number with the rule ignored and kept."""
-    if rule.get("status") != "ok":
-        return f"{rule['rule']}: not measured ({rule.get('status')})"
-    ign, fol = rule["ignored"], rule["followed"]
-    ratio = ign["median_us"] / fol["median_us"] if fol["median_us"] else float("nan")
-    return (f"{rule['rule']}:\n  ignored  {ign['median_us']:>10.2f} µs  {ign['what']}\n"
-            f"  followed {fol['median_us']:>10.2f} µs  {fol['what']}\n"
-            f"  ignored / followed = {ratio:.3g}")
-
-
-def find_rule(doc: dict | None, name: str) -> dict | None:
-    for r in (doc or {}).get("records", []):
-        if r.get("rule") == name:
-            return r
-    return None
-
-
-def print_rule(recorded_doc: dict | None, live: list[dict] | None, name: str) -> None:
-    """A rule as recorded (with provenance) and, when this machine has a GPU, as measured now."""
-    rec = find_rule(recorded_doc, name)
-    if rec is None:
-        print(f"recorded: no '{name}' measurement in the recorded timing rules yet")
-    else:
-        print(f"recorded ({records.describe(recorded_doc)}):")
-        print(rule_summary(rec))
-    if live is not None:
-        mine = find_rule({"records": live}, name)
-        print(f"\nthis machine, just now:\n{rule_summary(mine) if mine else 'not measured'}")
-
-
-def verdict(recs: list[dict], target_pct: float = 85.0) -> str:
-    """Whether every record reaches ``target_pct`` of its floor, and the worst gap."""
-    priced = [r for r in recs if r.get("pct_of_floor") is not None]
-    if not priced:
-        return f"target >= {target_pct:.0f}% of floor: no data"
-    worst = min(priced, key=lambda r: r["pct_of_floor"])
-    met = worst["pct_of_floor"] >= target_pct
-    return (f"target >= {target_pct:.0f}% of floor over {len(priced)} cases: "
-            f"{'met' if met else 'not met'}; worst {worst['pct_of_floor']:.1f}% at "
-            f"{worst['rows']}x{worst['cols']} {worst['dtype']}"
-            + ("" if met else f", gap {target_pct - worst['pct_of_floor']:.1f} points"))
-
-
-def classify(recs: list[dict], floor_pct: float = 85.0, flat: float = 2.0) -> list[dict]:
-    """Label each measured record of one implementation by the regime the chart shows.
-
-    ``launch-bound``: within ``flat`` x of the implementation's fastest time (the time barely
-    grows with the data); ``on the floor``: at least ``floor_pct`` of the floor; otherwise
-    ``in between`` (per-row latency, too few rows to fill the GPU, or a slow kernel).
-    """
-    ok = [r for r in recs if r.get("status") == "ok" and r.get("median_us")]
-    if not ok:
-        return []
-    fastest = min(r["median_us"] for r in ok)
-    out = []
-    for r in sorted(ok, key=lambda r: r.get("bytes") or 0):
-        pct = r.get("pct_of_floor")
-        if pct is not None and pct >= floor_pct:
-            label = "on the floor"
-        elif r["median_us"] <= flat * fastest:
-            label = "launch-bound"
-        else:
-            label = "in between"
-        out.append({**r, "regime": label})
-    return out
-
-
-def historical_seed() -> dict:
-    """The seed chapter's RX 9070 XT table (historical evidence, not measured here), in µs."""
-    doc = records.load("seed003_rmsnorm", "rx9070xt")
-    recs = [dict(r, median_us=1e3 * r["median_ms"], min_median_us=1e3 * r["min_median_ms"],
-                 max_median_us=1e3 * r["max_median_ms"]) for r in doc["records"]]
-    return {"provenance": doc["provenance"], "records": recs}
 
 
 def select(doc: dict, **where) -> list[dict]:
@@ -736,316 +647,6 @@ def pick_target(op: str = "add_rmsnorm") -> str:
         if not is_compiled_peer(i.name):
             return i.name
     raise KeyError(f"no implementation of {op} runs on a GPU")
-
-
-def measure_timing_rules(grid: dict | None = None, log=print) -> list[dict]:
-    """Each rule of GPU timing, measured once kept and once ignored (GPU only)."""
-    import torch
-
-    from .. import registry
-    from . import timer
-
-    env.require_gpu("Measuring the timing rules")
-    out = []
-
-    def step(rule, fn):
-        t0 = time.time()
-        try:
-            rec = fn()
-            rec["status"] = "ok"
-        except Exception as e:  # noqa: BLE001 - one broken rule must not hide the others
-            rec = {"status": f"error: {type(e).__name__}: {e}"[:500]}
-        rec = {"rule": rule, **rec}
-        log(f"rule {rule}: {rec['status']} ({time.time() - t0:.1f} s)")
-        out.append(rec)
-
-    target = pick_target("add_rmsnorm")
-    impl = registry.get(target)
-    med = lambda xs: statistics.median(xs)  # noqa: E731
-
-    def synchronize():
-        rows, cols, dt = 16384, 8192, "bf16"
-        args = make_inputs("add_rmsnorm", rows, cols, dtype_of(dt))
-        call = lambda: impl.fn(*args)  # noqa: E731
-        for _ in range(5):
-            call()
-        torch.cuda.synchronize()
-        no_sync = []
-        for _ in range(20):
-            t0 = time.perf_counter()
-            call()
-            no_sync.append((time.perf_counter() - t0) * 1e6)
-            torch.cuda.synchronize()
-        with_sync = []
-        for _ in range(20):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            call()
-            torch.cuda.synchronize()
-            with_sync.append((time.perf_counter() - t0) * 1e6)
-        events = timer.time_gpu(call, warmup=5, reps=20, l2="warm")
-        return dict(impl=target, rows=rows, cols=cols, dtype=dt,
-                    ignored={"what": "CPU clock around the call, no synchronize",
-                             "median_us": med(no_sync)},
-                    followed={"what": "device events (warm L2)", "median_us": med(events)},
-                    also={"what": "CPU clock with synchronize before and after",
-                          "median_us": med(with_sync)},
-                    ratio=med(events) / med(no_sync))
-
-    def warmup():
-        rows, cols, dt = 4096, 4096, "fp16"
-        args = make_inputs("add_rmsnorm", rows, cols, dtype_of(dt))
-        res = {"impl": target, "rows": rows, "cols": cols, "dtype": dt,
-               "triton_cache": os.environ.get("TRITON_CACHE_DIR", "default")}
-        first, _ = _sync_wall_ms(lambda: impl.fn(*args))
-        samples = timer.time_gpu(lambda: impl.fn(*args), warmup=10, reps=30, l2="warm")
-        with_first = [first * 1e3] + samples
-        res.update(ignored={"what": "first call, timed with synchronize (includes JIT compile "
-                                    "or load from the on-disk cache, and launch setup)",
-                            "median_us": first * 1e3},
-                   followed={"what": "median after 10 warm-up calls (device events, warm L2)",
-                             "median_us": med(samples)},
-                   mean_with_first_us=statistics.fmean(with_first),
-                   median_with_first_us=med(with_first),
-                   ratio=first * 1e3 / med(samples))
-        if any(i.name == "torch.compile_add" for i in registry.impls("add_rmsnorm")):
-            comp = registry.get("torch.compile_add")
-            c_first, _ = _sync_wall_ms(lambda: comp.fn(*args))
-            c_med = med(timer.time_gpu(lambda: comp.fn(*args), warmup=5, reps=20, l2="warm"))
-            res["compile"] = {"impl": "torch.compile_add", "first_call_us": c_first * 1e3,
-                              "median_us": c_med, "ratio": c_first * 1e3 / c_med}
-        return res
-
-    def processes():
-        if grid is None:
-            raise RuntimeError("needs the grid's per-process medians (pass --grid FILE)")
-        rows = [r for r in grid["records"] if r.get("status") == "ok"
-                and len(r.get("process_medians_us", [])) >= 2 and r["mode"] == "cold"]
-        if not rows:
-            raise RuntimeError("the grid holds no case measured in two or more processes")
-        spreads = []
-        for r in rows:
-            m = r["process_medians_us"]
-            across = (max(m) - min(m)) / r["median_us"]
-            within = (r["p90_us"] - r["p10_us"]) / r["median_us"]
-            spreads.append((across, within, r))
-        worst = max(spreads, key=lambda t: t[0])
-        return dict(cases=len(spreads),
-                    median_across_process_spread_pct=100 * med([s[0] for s in spreads]),
-                    median_within_process_p10_p90_pct=100 * med([s[1] for s in spreads]),
-                    worst={k: worst[2][k] for k in ("impl", "op", "rows", "cols", "dtype",
-                                                    "process_medians_us", "p10_us", "p90_us")},
-                    worst_across_pct=100 * worst[0],
-                    ignored={"what": "one process: the median of the worst case's fastest "
-                                     "process", "median_us": min(worst[2]["process_medians_us"])},
-                    followed={"what": "median of process medians", "median_us":
-                              worst[2]["median_us"]})
-
-    def l2():
-        res = []
-        for rows, cols, dt in ((1024, 4096, "bf16"), (16384, 8192, "bf16")):
-            args = make_inputs("add_rmsnorm", rows, cols, dtype_of(dt))
-            call = lambda a=args: impl.fn(*a)  # noqa: E731
-            warm = med(timer.time_gpu(call, warmup=10, reps=50, l2="warm"))
-            cold = med(timer.time_gpu(call, warmup=10, reps=50, l2="cold"))
-            entry = dict(rows=rows, cols=cols, dtype=dt, warm_us=warm, cold_us=cold,
-                         ratio=cold / warm, l2_method=timer.l2_method("cold"),
-                         l2_bytes=timer.l2_bytes())
-            try:
-                entry["bytes"] = floor_bytes("add_rmsnorm", rows, cols, dt)
-            except FloorUnavailable as e:
-                entry["floor_error"] = str(e)
-            res.append(entry)
-        return dict(impl=target, shapes=res,
-                    ignored={"what": "warm L2 at the shape that fits in L2",
-                             "median_us": res[0]["warm_us"]},
-                    followed={"what": "cold L2 (flushed) at that shape",
-                              "median_us": res[0]["cold_us"]})
-
-    def launch():
-        res = []
-        names = [target] + [n for n in ("torch.eager_chain",) if n != target]
-        for name in names:
-            f = registry.get(name).fn
-            args = make_inputs("add_rmsnorm", 1, 4096, dtype_of("bf16"))
-            call = lambda f=f, a=args: f(*a)  # noqa: E731
-            warm = med(timer.time_gpu(call, warmup=10, reps=50, l2="warm"))
-            graph = med(timer.time_gpu(call, warmup=10, reps=50, l2="warm", graph=True))
-            res.append(dict(impl=name, rows=1, cols=4096, dtype="bf16", launched_us=warm,
-                            graph_us=graph, ratio=warm / graph))
-        return dict(impls=res,
-                    ignored={"what": f"{target} launched call by call (warm, 1x4096 bf16)",
-                             "median_us": res[0]["launched_us"]},
-                    followed={"what": f"{target} in a CUDA graph ({timer.GRAPH_CALLS} calls per replay)",
-                              "median_us": res[0]["graph_us"]})
-
-    step("synchronize", synchronize)
-    step("warm-up", warmup)
-    step("processes", processes)
-    step("L2", l2)
-    step("launch overhead", launch)
-    return out
-
-
-# ---------------------------------------------------------------- Nsight Compute
-
-NCU_SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis")
-
-
-def find_ncu() -> str | None:
-    import shutil
-
-    for cand in (shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
-        if cand and Path(cand).exists():
-            return cand
-    return None
-
-
-def kernel_names(impl_name: str, op: str, rows: int, cols: int, dt: str) -> list[str]:
-    """Names of the GPU kernels one call of ``impl_name`` launches (from torch.profiler)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    from .. import registry
-
-    fn = registry.get(impl_name).fn
-    args = make_inputs(op, rows, cols, dtype_of(dt))
-    fn(*args)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn(*args)
-        torch.cuda.synchronize()
-    names = []
-    for e in prof.events():
-        dev = str(getattr(e, "device_type", ""))
-        if "CUDA" in dev and e.name not in names and not e.name.startswith(("cuda", "Memcpy",
-                                                                             "Memset")):
-            names.append(e.name)
-    return names
-
-
-def base_name(kernel: str) -> str:
-    """``void ns::foo<T>(args)`` -> ``foo``: the part ncu's ``-k`` matches by default."""
-    name = kernel.removeprefix("void ").split("(")[0].split("<")[0]
-    return name.split("::")[-1].strip()
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", ""))
-    except (ValueError, AttributeError):
-        return None
-
-
-_TO_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3,
-          "second": 1e6, "s": 1e6}
-_TO_GBPS = {"byte/second": 1e-9, "Kbyte/second": 1e-6, "Mbyte/second": 1e-3,
-            "Gbyte/second": 1.0, "Tbyte/second": 1e3, "byte/s": 1e-9, "GB/s": 1.0, "TB/s": 1e3}
-
-
-def parse_ncu_csv(text: str) -> list[dict]:
-    """Per-kernel metrics from ``ncu --csv --page details`` output (other lines ignored)."""
-    lines = text.splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
-    if start is None:
-        return []
-    rows = list(csv.DictReader([ln for ln in lines[start:] if ln.startswith('"')]))
-    kernels: dict = {}
-    for r in rows:
-        k = kernels.setdefault(r.get("ID"), {"kernel": r.get("Kernel Name"), "metrics": {}})
-        section, name, unit = r.get("Section Name", ""), r.get("Metric Name", ""), \
-            r.get("Metric Unit", "")
-        k["metrics"][f"{section} / {name}"] = {"unit": unit, "value": r.get("Metric Value")}
-        value = _number(r.get("Metric Value", ""))
-        if value is None:
-            continue
-        sol = "Speed Of Light" in section
-        if name == "DRAM Throughput" and unit == "%":
-            k["dram_throughput_pct"] = value
-        elif name == "Memory Throughput" and unit == "%" and sol:
-            k["sol_memory_pct"] = value
-        elif name == "Compute (SM) Throughput" and unit == "%":
-            k["sol_compute_pct"] = value
-        elif name == "Duration" and unit in _TO_US:
-            k["duration_us"] = value * _TO_US[unit]
-        elif name == "Memory Throughput" and unit in _TO_GBPS:
-            k["dram_GBps"] = value * _TO_GBPS[unit]
-        elif name == "L2 Hit Rate" and unit == "%":
-            k["l2_hit_pct"] = value
-        elif name == "Mem Busy" and unit == "%":
-            k["mem_busy_pct"] = value
-    return list(kernels.values())
-
-
-def profile_with_ncu(impl_name: str | None = None, op: str = "add_rmsnorm", rows: int = 16384,
-                     cols: int = 8192, dt: str = "bf16", timeout_s: float = 120,
-                     log=print) -> dict:
-    """Nsight Compute on one kernel, filtered by name. Missing values are ``None``, never 0."""
-    summary = {"status": "unavailable", "op": op, "rows": rows, "cols": cols, "dtype": dt,
-               "dram_throughput_pct": None, "sol_memory_pct": None, "duration_us": None,
-               "dram_GBps": None}
-    try:
-        summary["impl"] = impl_name = impl_name or pick_target(op)
-        ncu = find_ncu()
-        if ncu is None:
-            summary["reason"] = "ncu not found (neither on PATH nor /usr/local/cuda/bin/ncu)"
-            return summary
-        names = kernel_names(impl_name, op, rows, cols, dt)
-        summary["kernels_launched"] = names
-        if not names:
-            summary["reason"] = "torch.profiler saw no kernel for this implementation"
-            return summary
-        bases = sorted({base_name(n) for n in names})
-        import re
-
-        regex = "|".join(re.escape(b) for b in bases)
-        summary["kernel_filter"] = f"regex:{regex}"
-        cmd = [ncu, "--clock-control", "none", "--target-processes", "all",
-               "-k", f"regex:{regex}", "--launch-skip", "3", "--launch-count", str(len(bases)),
-               *sum((["--section", s] for s in NCU_SECTIONS), []), "--csv", "--page", "details",
-               sys.executable, "-m", "fusedrms.measure.harness", "profile-target", "--impl", impl_name,
-               "--op", op, "--rows", str(rows), "--cols", str(cols), "--dtype", dt]
-        summary["command"] = " ".join(cmd)
-        log("running: " + summary["command"])
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-        summary["ncu_exit_code"] = proc.returncode
-        summary["raw_tail"] = (proc.stdout + proc.stderr)[-3000:]
-        kernels = parse_ncu_csv(proc.stdout)
-        if not kernels:
-            why = "ERR_NVGPUCTRPERM: no permission for GPU counters" if "ERR_NVGPUCTRPERM" in \
-                proc.stdout + proc.stderr else "ncu printed no metrics for the filtered kernel"
-            summary["reason"] = f"{why} (exit code {proc.returncode})"
-            return summary
-        summary["kernels"] = kernels
-        main = max(kernels, key=lambda k: k.get("duration_us") or 0)
-        for k in ("kernel", "dram_throughput_pct", "sol_memory_pct", "sol_compute_pct",
-                  "duration_us", "dram_GBps", "l2_hit_pct", "mem_busy_pct"):
-            summary[k] = main.get(k)
-        if summary["duration_us"] is not None and summary["dram_GBps"] is not None:
-            summary["implied_bytes"] = summary["dram_GBps"] * 1e3 * summary["duration_us"]
-        try:
-            summary["model_bytes"] = floor_bytes(op, rows, cols, dt)
-        except FloorUnavailable as e:
-            summary["floor_error"] = str(e)
-        summary["status"] = "ok" if summary["duration_us"] is not None else "partial"
-    except subprocess.TimeoutExpired:
-        summary["reason"] = f"ncu did not finish within {timeout_s:.0f} s"
-    except Exception as e:  # noqa: BLE001 - record why, never a zero
-        summary["reason"] = f"{type(e).__name__}: {e}"[:500]
-    return summary
-
-
-def profile_target(impl_name: str, op: str, rows: int, cols: int, dt: str, calls: int = 6) -> None:
-    """What ncu runs: a few calls of one implementation (the first ones are skipped by ncu)."""
-    import torch
-
-    from .. import registry
-
-    fn = registry.get(impl_name).fn
-    args = make_inputs(op, rows, cols, dtype_of(dt))
-    for _ in range(calls):
-        fn(*args)
-    torch.cuda.synchronize()
 
 
 # ---------------------------------------------------------------- command line
@@ -1109,23 +710,6 @@ def main(argv: list[str] | None = None) -> int:
     pt = sub.add_parser("plot", help="draw bandwidth and %% of floor (PNG and SVG)")
     pt.add_argument("file", nargs="?", default="bench_grid")
     pt.add_argument("--out", default="bench_plot")
-    ru = sub.add_parser("rules", help="measure each timing rule kept and ignored")
-    ru.add_argument("--grid", default=None, help="a result file with per-process medians")
-    ru.add_argument("--out", default="timing_rules.json")
-    nc = sub.add_parser("ncu", help="Nsight Compute summary of one kernel")
-    nc.add_argument("--impl", default=None)
-    nc.add_argument("--op", default="add_rmsnorm")
-    nc.add_argument("--rows", type=int, default=16384)
-    nc.add_argument("--cols", type=int, default=8192)
-    nc.add_argument("--dtype", default="bf16")
-    nc.add_argument("--timeout", type=float, default=120)
-    nc.add_argument("--out", default="ncu_summary.json")
-    pr = sub.add_parser("profile-target", help=argparse.SUPPRESS)
-    pr.add_argument("--impl", required=True)
-    pr.add_argument("--op", default="add_rmsnorm")
-    pr.add_argument("--rows", type=int, required=True)
-    pr.add_argument("--cols", type=int, required=True)
-    pr.add_argument("--dtype", default="bf16")
     wk = sub.add_parser("worker", help=argparse.SUPPRESS)
     wk.add_argument("spec")
     a = p.parse_args(argv)
@@ -1149,26 +733,6 @@ def main(argv: list[str] | None = None) -> int:
                 Sweep("run", a.op, a.rows, a.cols, a.dtypes, a.modes, a.impls)]
             doc = run_sweeps(sweeps, _settings(a), a.out)
             print(format_table([r for r in doc["records"] if r.get("status") == "ok"]))
-            return 0
-        if a.cmd == "rules":
-            # An empty Triton cache, so that the warm-up rule's first call includes a real JIT.
-            os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="fusedrms_rules_triton_")
-            env.require_gpu("Measuring the timing rules")
-            grid = load(a.grid) if a.grid else None
-            recs = measure_timing_rules(grid)
-            records.write(a.out, recs)
-            print(f"wrote {a.out}")
-            return 0
-        if a.cmd == "ncu":
-            env.require_gpu("Profiling with Nsight Compute")
-            s = profile_with_ncu(a.impl, a.op, a.rows, a.cols, a.dtype, a.timeout)
-            records.write(a.out, [s])
-            print(f"ncu: {s['status']}" + (f" ({s.get('reason')})" if s.get("reason") else "")
-                  + f"; wrote {a.out}")
-            return 0
-        if a.cmd == "profile-target":
-            env.require_gpu("Profiling")
-            profile_target(a.impl, a.op, a.rows, a.cols, a.dtype)
             return 0
     except (NoGPU, FloorUnavailable) as e:
         print(f"fusedrms.measure.harness: {e}", file=sys.stderr)

@@ -144,6 +144,24 @@ def time_gpu(fn: Callable[[], object], warmup: int = 25, reps: int = 100, l2: st
     return [s.elapsed_time(e) * 1000.0 / per_replay for s, e in zip(starts, ends)]
 
 
+def median_us(fn: Callable[[], object], warmup: int = 2, reps: int = 5) -> float:
+    """Median microseconds of ``fn()``: device events (warm L2) on a GPU, a wall clock on the CPU
+    path, where the interpreter's time says nothing about a GPU but shows what work costs."""
+    _check_args("warm", warmup, reps)
+    if env.current().on_gpu:
+        return statistics.median(time_gpu(fn, warmup=warmup, reps=reps, l2="warm"))
+    import time
+
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(samples)
+
+
 def copy_bandwidth_GBps(nbytes: int = 1 << 30, reps: int = 20) -> float:
     """Device-to-device copy bandwidth in GB/s (10^9 bytes/s), counting read + write bytes.
 
@@ -158,6 +176,62 @@ def copy_bandwidth_GBps(nbytes: int = 1 << 30, reps: int = 20) -> float:
     times = time_gpu(lambda: dst.copy_(src), warmup=3, reps=reps, l2="warm")
     del src, dst
     return 2 * nbytes / (statistics.median(times) * 1e-6) / 1e9
+
+
+def rotation_copies(bytes_per_call: int, l2_bytes: int) -> int:
+    """How many input copies a rotation needs so that the other calls' traffic (three L2s' worth)
+    has evicted a copy's x before it is read again: at least 2, at most 64."""
+    return max(2, min(64, -(-3 * l2_bytes // max(bytes_per_call, 1)) + 1))
+
+
+def time_rotating_us(call, x, w, bytes_per_call: int, reps: int = 7) -> tuple[float, str]:
+    """Microseconds per call of ``call(x_i, w)``, back to back over rotating copies of ``x``.
+
+    A steady-state measurement, like a model running layer after layer: each call reads an input
+    the previous calls have pushed out of L2 (so x comes from DRAM), its output's write-back is paid
+    within the run, and there is no flush kernel whose dirty lines land in the timed call. The calls
+    are captured once in a CUDA/HIP graph, so Python and Triton's launch path are not timed; the
+    sample is one replay's time divided by its calls (median of ``reps`` replays). ``bytes_per_call``
+    (what one call moves, from the traffic model) sizes the rotation.
+    """
+    env.require_gpu("timing a kernel")
+    torch = _torch()
+    props = torch.cuda.get_device_properties(x.device)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 64 << 20)
+    copies = rotation_copies(bytes_per_call, l2)
+    xs = [x] + [x.clone() for _ in range(copies - 1)]
+    calls = max(copies, 20)
+    for xi in xs:  # compile, allocate, touch
+        call(xi, w)
+    torch.cuda.synchronize()
+    how = f"{calls} calls back to back over {copies} rotating input copies"
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for i in range(3):
+                call(xs[i % copies], w)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(calls):
+                call(xs[i % copies], w)
+        run, how = graph.replay, how + ", one CUDA graph replay per sample"
+    except Exception:  # noqa: BLE001 - not capturable: time plain launches (CPU cost may show)
+        def run():
+            for i in range(calls):
+                call(xs[i % copies], w)
+        how += ", plain launches (graph capture failed)"
+    run()  # warm the replay
+    samples = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0 / calls)
+    return float(statistics.median(samples)), how + f", median of {reps}"
 
 
 def summarize(samples: list[float]) -> dict:

@@ -167,10 +167,11 @@ def estimate_html(e: traffic.Estimate) -> str:
         f"<td>{k.flops:,}</td><td>{k.intensity:.3f}</td></tr>" for k in e.kernels)
     ideal = "-" if e.ideal_us is None else f"{e.ideal_us:,.3f} µs"
     return (f"<p><b>{escape(e.step)}</b>: {escape(e.description)}</p>"
+            '<div class="fusedrms-table" style="max-width:100%;overflow-x:auto">'
             f"<table><tr><th>kernel</th><th>read B</th><th>written B</th><th>FLOPs</th>"
             f"<th>flop/B</th></tr>{rows}"
             f"<tr><td><b>total</b></td><td>{e.bytes_read:,}</td><td>{e.bytes_written:,}</td>"
-            f"<td>{e.flops:,}</td><td>{e.intensity:.3f}</td></tr></table>"
+            f"<td>{e.flops:,}</td><td>{e.intensity:.3f}</td></tr></table></div>"
             f"<p>launches <b>{e.launches}</b> · row-trips <b>{float(e.row_trips):.3f}</b> · "
             f"ideal <b>{ideal}</b> at {e.bandwidth_GBps:g} GB/s"
             + (f" · {e.bound}-bound" if e.bound else "") + "</p>")
@@ -204,5 +205,9 @@ def calculator(bandwidth_GBps: float, peak_tflops: float | None = None,
     for w in (w_step, w_rows, w_cols, w_dtype, w_bw):
         w.observe(update, names="value")
     update()
-    return widgets.VBox([widgets.HBox([w_step, w_dtype]), widgets.HBox([w_rows, w_cols]),
-                         widgets.HBox([w_bw, note]), out])
+    from .static import live_only, static_note
+
+    # the static page greys the inputs out and says, under them, how to change them
+    return widgets.VBox([live_only(widgets.HBox([w_step, w_dtype])),
+                         live_only(widgets.HBox([w_rows, w_cols])),
+                         widgets.HBox([live_only(w_bw), note]), static_note(), out])

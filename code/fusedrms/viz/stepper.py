@@ -7,11 +7,14 @@ which runs in the browser, so the static page steps without a kernel. Python cal
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from html import escape
 from typing import Callable
 
 import ipywidgets as widgets
+
+from .static import live_only, static_note
 
 
 @dataclass(frozen=True)
@@ -20,17 +23,56 @@ class Frame:
     caption: str  # states the step's numbers, computed, never typed
     svg: str
 
-    def html(self, index: int, total: int) -> str:
+    def html(self, index: int, total: int, others: "list[Frame] | None" = None) -> str:
+        """The frame; ``others`` (every frame of the animation) reserve room for the tallest title
+        and caption, so the animation keeps one height while it plays."""
+        title = f"Step {index + 1}/{total}: {escape(self.title)}"
+        caption = escape(self.caption)
+        if others:
+            title = _overlay(title, [f"Step {i + 1}/{total}: {escape(f.title)}"
+                                     for i, f in enumerate(others) if i != index])
+            caption = _overlay(caption, [escape(f.caption) for i, f in enumerate(others)
+                                         if i != index])
         return (f'<div class="fusedrms-frame" data-step="{index}" style="max-width:100%">'
-                f'<div style="font-weight:600">Step {index + 1}/{total}: {escape(self.title)}</div>'
+                f'<div style="font-weight:600">{title}</div>'
                 f"{self.svg}"
                 f'<div class="fusedrms-caption" style="max-width:100%;white-space:normal">'
-                f"{escape(self.caption)}</div>"
+                f"{caption}</div>"
                 f"</div>")
 
 
+def _overlay(shown: str, hidden: list[str]) -> str:
+    """``shown`` in a grid cell shared with invisible copies of ``hidden``: as tall as the tallest."""
+    ghosts = "".join(f'<div aria-hidden="true" style="grid-area:1/1;visibility:hidden">{h}</div>'
+                     for h in hidden if h != shown)
+    return (f'<div style="display:grid"><div style="grid-area:1/1">{shown}</div>{ghosts}</div>'
+            if ghosts else shown)
+
+
+_SVG_SIZE = re.compile(r'<svg\b([^>]*?)\bwidth="([\d.]+)"([^>]*?)\bheight="([\d.]+)"'
+                       r'([^>]*?)\bviewBox="0 0 ([\d.]+) ([\d.]+)"')
+
+
+def _same_size(svgs: list[str]) -> list[str]:
+    """Pad every frame's drawing to the largest one (blank space right and below), so all frames
+    scale alike at any column width and the picture does not jump between steps."""
+    sizes = [_SVG_SIZE.search(s) for s in svgs]
+    if not all(sizes):
+        return svgs
+    w = max(float(m.group(6)) for m in sizes)
+    h = max(float(m.group(7)) for m in sizes)
+    out = []
+    for s, m in zip(svgs, sizes):
+        head = (f'<svg{m.group(1)}width="{w:g}"{m.group(3)}height="{h:g}"{m.group(5)}'
+                f'viewBox="0 0 {w:g} {h:g}"')
+        out.append(s[:m.start()] + head + s[m.end():])
+    return out
+
+
 def frame_stack(frames: list[Frame]) -> widgets.Stack:
-    return widgets.Stack([widgets.HTML(f.html(i, len(frames))) for i, f in enumerate(frames)],
+    svgs = _same_size([f.svg for f in frames])
+    even = [Frame(f.title, f.caption, svg) for f, svg in zip(frames, svgs)]
+    return widgets.Stack([widgets.HTML(f.html(i, len(even), even)) for i, f in enumerate(even)],
                          selected_index=0)
 
 
@@ -57,8 +99,8 @@ def explorer(make_frames: Callable[..., list[Frame]], controls: dict[str, widget
     """An animation whose inputs the reader can edit (live kernel only).
 
     ``make_frames(**values)`` recomputes the frames from the controls' values; a bad input shows
-    its error message instead of frames. In the static book the controls are inert and the frames
-    for the initial values are shown.
+    its error message instead of frames. In the static book the controls are greyed out under one
+    line saying to run the notebook (:mod:`.static`), and the frames for the initial values show.
     """
     status = widgets.HTML()
     holder = widgets.VBox()
@@ -74,5 +116,5 @@ def explorer(make_frames: Callable[..., list[Frame]], controls: dict[str, widget
     for w in controls.values():
         w.observe(rebuild, names="value")
     rebuild()
-    note = widgets.HTML("<i>Edit the inputs to recompute the frames (needs a running kernel).</i>")
-    return widgets.VBox([note, widgets.HBox(list(controls.values())), status, holder])
+    return widgets.VBox([static_note(), live_only(widgets.HBox(list(controls.values()))), status,
+                         holder])

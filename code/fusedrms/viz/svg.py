@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from html import escape
 
+from ..book.page import COLUMN_PX
+
 # Colour roles shared by every animation in the book.
 PALETTE = {
     "input": "#dbeafe",     # values read from global memory
@@ -19,6 +21,8 @@ PALETTE = {
     "idle": "#ffffff",
 }
 STROKE = "#374151"
+MONO_EM = 0.6    # a monospace glyph is about 0.6 em wide
+MIN_LABEL = 11   # smallest label, in px as displayed in the column; longer ones are squeezed
 
 
 def fmt(v: float, digits: int = 4) -> str:
@@ -31,14 +35,26 @@ def fmt(v: float, digits: int = 4) -> str:
 class Canvas:
     def __init__(self, width: int, height: int, title: str = ""):
         self.width, self.height = width, height
+        # a canvas wider than the column is shown scaled down: its labels are drawn larger
+        # (the column is a few px narrower than COLUMN_PX on some pages: keep a 2% margin)
+        self.min_label = MIN_LABEL * max(1.0, width / (0.98 * COLUMN_PX))
         self.parts: list[str] = []
         if title:
             self.text(8, 18, title, size=14, weight="bold", anchor="start")
 
-    def text(self, x, y, s, size=12, anchor="middle", weight="normal", color=STROKE):
+    def text(self, x, y, s, size=12, anchor="middle", weight="normal", color=STROKE, fit=None):
+        """A label; with ``fit`` (a width) it shrinks, then squeezes, to stay inside that width."""
+        s = str(s)
+        squeeze = ""
+        size = max(size, self.min_label)
+        if fit is not None and len(s) * MONO_EM * size > fit:
+            size = max(self.min_label, fit / (len(s) * MONO_EM))
+            if len(s) * MONO_EM * size > fit:
+                squeeze = f' textLength="{fit:g}" lengthAdjust="spacingAndGlyphs"'
+        size = round(size, 1)
         self.parts.append(f'<text x="{x}" y="{y}" font-size="{size}" text-anchor="{anchor}" '
-                          f'font-weight="{weight}" fill="{color}" '
-                          f'font-family="ui-monospace,monospace">{escape(str(s))}</text>')
+                          f'font-weight="{weight}" fill="{color}"{squeeze} '
+                          f'font-family="ui-monospace,monospace">{escape(s)}</text>')
 
     def box(self, x, y, w, h, label="", fill="idle", size=13, dashed=False):
         colour = PALETTE.get(fill, fill)
@@ -46,7 +62,7 @@ class Canvas:
         self.parts.append(f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="4" fill="{colour}" '
                           f'stroke="{STROKE}"{dash}/>')
         if label != "":
-            self.text(x + w / 2, y + h / 2 + size * 0.35, label, size=size)
+            self.text(x + w / 2, y + h / 2 + size * 0.35, label, size=size, fit=w - 4)
 
     def row(self, x, y, values, fill="input", cell=54, h=30, name=None, fills=None, labels=None):
         """A row of boxed values; ``fills`` overrides colours per cell, ``labels`` the text."""

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import statistics
-import time
 
 import torch
 
@@ -155,28 +153,6 @@ def platform(device: torch.device | str = "cpu") -> str:
 
 def warp_lanes(device: torch.device | str = "cpu", defines: dict | None = None) -> int:
     return library(device, defines=defines).fusedrms_warp_lanes()
-
-
-def time_us(fn, warmup: int = 2, reps: int = 5) -> float:
-    """Median wall time of ``fn()`` in microseconds: CUDA events on a GPU, a clock on the CPU."""
-    for _ in range(warmup):
-        fn()
-    if env.current().on_gpu:
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        samples = []
-        for _ in range(reps):
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            samples.append(start.elapsed_time(stop) * 1e3)
-        return statistics.median(samples)
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(samples)
 
 
 def _wrapper(variant: str):

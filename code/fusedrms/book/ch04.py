@@ -1,0 +1,375 @@
+"""Chapter 4's companion: what the chapter shows of the compiled Triton kernel, its measurements,
+and the GPU recording.
+
+``record(out_dir)`` writes ``triton_row_ptx.txt`` + ``triton_row_asm.json`` (the row kernel's PTX,
+AMDGCN on ROCm, and a summary), ``triton_bf16_rounding.json`` (GPU bf16 outputs against
+round-to-nearest-even and truncation), ``triton_warps.json`` (num_warps 4/8/16 at the seed shape
+and by width) and ``triton_versions.json`` (row / looped / multirow where each one matters).
+Kernel times come from :func:`fusedrms.measure.timer.time_rotating_us`.
+"""
+from __future__ import annotations
+
+from .. import env  # first: decides GPU or interpreter before any @triton.jit
+
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import triton
+
+from .. import checks, records, reference
+from ..kernels.rmsnorm import (MAX_COLS, VERSIONS, bytes_moved, num_warps_for, rmsnorm_row,
+                               rmsnorm_row_kernel)
+from ..measure import timer
+
+# ---------------------------------------------------------------- what chapter 4 shows of the compiled kernel
+
+def compiled_kernel(kernel, *args, **kwargs):
+    """Launch ``kernel[grid](*args, **kwargs)`` on a GPU and return the compiled kernel object.
+
+    Its ``.asm`` dict holds ``"ptx"`` (NVIDIA) or ``"amdgcn"`` (AMD); ``.n_regs`` the registers per
+    thread where the driver reports them. ``grid`` is taken from ``kwargs.pop("grid")``.
+    """
+    env.require_gpu("reading the compiled kernel")
+    grid = kwargs.pop("grid")
+    return kernel[grid](*args, **kwargs)
+
+
+def row_kernel_compiled(cols: int = 4096, dtype: torch.dtype = torch.float32, rows: int = 4,
+                        num_warps: int | None = None):
+    """Compile (by launching) the row kernel for one width and dtype; returns the compiled kernel."""
+    x = torch.randn(rows, cols, device=env.current().device, dtype=dtype)
+    w = torch.ones(cols, device=x.device, dtype=dtype)
+    y = torch.empty_like(x)
+    block = triton.next_power_of_2(cols)
+    return compiled_kernel(rmsnorm_row_kernel, x, w, y, cols, x.stride(0), y.stride(0), 1e-5,
+                           grid=(rows,), BLOCK_SIZE=block,
+                           num_warps=num_warps or num_warps_for(block))
+
+
+def assembly_summary(asm: str, kind: str = "ptx") -> dict:
+    """What to look for in the compiled row kernel: vector loads/stores and the reduction.
+
+    For PTX: ``ld.global.v4``/``v2`` (vector width of global loads), ``st.global``,
+    ``shfl.sync.bfly`` (butterfly shuffles of the warp reduction), ``bar.sync`` (block barrier of
+    the cross-warp step), ``ld.shared``/``st.shared`` and ``rsqrt``. For AMDGCN the analogues.
+    """
+    import re
+
+    asm = re.sub(r"//.*", "", asm)  # comments name functions such as __nv_rsqrtf; skip them
+
+    def count(pattern):
+        return len(re.findall(pattern, asm))
+
+    if kind == "ptx":
+        loads = re.findall(r"ld\.global\S*", asm)
+        vector = [m for m in loads if re.search(r"\.v(2|4|8)\b", m)]
+        widths = sorted({int(re.search(r"\.v(\d)", m).group(1)) for m in vector}) or [1]
+        return {
+            "kind": "ptx",
+            "global_loads": len(loads),
+            "global_load_forms": sorted(set(loads)),
+            "widest_global_load_vector": max(widths),
+            "global_stores": count(r"st\.global"),
+            "global_store_forms": sorted(set(re.findall(r"st\.global\S*", asm))),
+            "butterfly_shuffles": count(r"shfl\.sync\.bfly"),
+            "barriers": count(r"bar\.sync|barrier\.sync"),
+            "shared_loads": count(r"ld\.shared"),
+            "shared_stores": count(r"st\.shared"),
+            "rsqrt": count(r"rsqrt"),
+            "lines": asm.count("\n"),
+        }
+    loads = re.findall(r"global_load_[a-z0-9_]+|buffer_load_[a-z0-9_]+", asm)
+    return {
+        "kind": kind,
+        "global_loads": len(loads),
+        "global_load_forms": sorted(set(loads)),
+        "global_stores": count(r"global_store_|buffer_store_"),
+        "cross_lane_ops": count(r"ds_swizzle|dpp|ds_bpermute|permlane"),
+        "barriers": count(r"s_barrier"),
+        "rsqrt": count(r"rsq"),
+        "lines": asm.count("\n"),
+    }
+
+
+LANDMARKS = {  # what chapter 4 points at in the compiled row kernel
+    "ptx": (r"ld\.global", r"shfl\.sync\.bfly", r"bar\.sync", r"rsqrt", r"st\.global"),
+    "amdgcn": (r"global_load|buffer_load", r"ds_swizzle|dpp|ds_bpermute", r"s_barrier", r"rsq",
+               r"global_store|buffer_store"),
+}
+
+
+def assembly_excerpt(asm: str, kind: str = "ptx", per_landmark: int = 3) -> str:
+    """The first few lines of each landmark (loads, shuffles, barrier, rsqrt, stores), numbered."""
+    import re
+
+    lines = asm.splitlines()
+    picked: list[int] = []
+    for pattern in LANDMARKS.get(kind, LANDMARKS["ptx"]):
+        hits = [i for i, line in enumerate(lines) if re.search(pattern, re.sub(r"//.*|;.*", "", line)
+                                                                if kind == "amdgcn" else
+                                                                re.sub(r"//.*", "", line))]
+        picked.extend(hits[:per_landmark])
+    out, last = [], None
+    for i in sorted(set(picked)):
+        if last is not None and i > last + 1:
+            out.append("    ...")
+        out.append(f"{i + 1:5d}  {lines[i].strip()}")
+        last = i
+    return "\n".join(out)
+
+
+def bf16_truncate(t: torch.Tensor) -> torch.Tensor:
+    """fp32 -> bf16 by dropping the low 16 bits (what the Triton interpreter's cast does)."""
+    bits = t.to(torch.float32).contiguous().view(torch.int32) & -65536  # 0xFFFF0000
+    return bits.view(torch.float32).to(torch.bfloat16)  # exact: the value is already a bf16
+
+
+def bf16_rounding_census(actual: torch.Tensor, exact_fp32: torch.Tensor) -> dict:
+    """How a kernel's bf16 output relates to the fp32 result rounded two ways.
+
+    ``nearest`` is torch's round-to-nearest-even cast (what a GPU does), ``truncated`` drops the low
+    bits (the Triton interpreter). Counts elements equal to each, and distances in bf16 steps.
+    """
+    if actual.dtype != torch.bfloat16:
+        raise ValueError(f"actual must be bfloat16, got {actual.dtype}")
+    a = actual.detach().cpu()
+    e = exact_fp32.detach().cpu().to(torch.float32)
+    nearest, truncated = e.to(torch.bfloat16), bf16_truncate(e)
+    steps_nearest = checks.ulp_distance(a, nearest)
+    steps_trunc = checks.ulp_distance(a, truncated)
+    return {
+        "elements": a.numel(),
+        "equal_to_nearest_even": int((steps_nearest == 0).sum()),
+        "one_step_from_nearest_even": int((steps_nearest == 1).sum()),
+        "more_than_one_step_from_nearest_even": int((steps_nearest > 1).sum()),
+        "equal_to_truncation": int((steps_trunc == 0).sum()),
+        "nearest_and_truncation_differ": int((nearest != truncated).sum()),
+        "max_steps_from_nearest_even": int(steps_nearest.max()) if a.numel() else 0,
+    }
+
+
+def measure_num_warps(rows: int, cols: int, dtype: torch.dtype = torch.float32,
+                      warps=(4, 8, 16), eps: float = 1e-5) -> dict:
+    """µs per call of the row kernel for each ``num_warps`` (GPU only; :func:`time_rotating_us`).
+    Checks each setting's output first."""
+    env.require_gpu("measuring num_warps")
+    x = torch.randn(rows, cols, device="cuda", dtype=dtype)
+    w = torch.randn(cols, device="cuda", dtype=dtype)
+    expected = reference.rmsnorm(x, w, eps, accum=torch.float64)
+    out = {}
+    for nw in warps:
+        report = checks.allclose(rmsnorm_row(x, w, eps, num_warps=nw), expected)
+        if not report:
+            raise RuntimeError(f"num_warps={nw} gave a wrong result: {report}")
+        out[nw] = timer.time_rotating_us(lambda xi, wi, nw=nw: rmsnorm_row(xi, wi, eps, num_warps=nw),
+                                         x, w, bytes_moved(rows, cols, dtype))[0]
+    return out
+
+
+def summarize_warps(recs: list, tie: float = 0.05) -> dict:
+    """Chapter 4's reading of the recorded num_warps sweep (``triton_warps.json`` records).
+
+    Returns ``{"rows": [one dict per shape], "winners": sorted fastest settings, "rule_hits": n}``;
+    each row has the shape, the median per setting (``"<n> warps us"``), the fastest setting, the
+    book's rule and whether the rule came within ``tie`` of the fastest. Malformed records are
+    skipped.
+    """
+    by_shape: dict = {}
+    for r in recs or []:
+        try:
+            key = (int(r["rows"]), int(r["cols"]), str(r["dtype"]))
+            by_shape.setdefault(key, {})[int(r["num_warps"])] = (float(r["median_us"]),
+                                                                 r.get("gbps"))
+        except (KeyError, TypeError, ValueError):
+            continue
+    rows, winners, hits = [], set(), 0
+    for (n_rows, cols, dtype), per in sorted(by_shape.items(), key=lambda kv: (kv[0][2], kv[0][1],
+                                                                               kv[0][0])):
+        best = min(per, key=lambda k: per[k][0])
+        rule = num_warps_for(triton.next_power_of_2(cols))
+        row = {"shape": f"{n_rows}x{cols}", "dtype": dtype}
+        row.update({f"{nw} warps us": per[nw][0] for nw in sorted(per)})
+        gbps = per[best][1]
+        row.update({"fastest": best, "GB/s best": float(gbps) if gbps is not None else None,
+                    "rule": rule})
+        if rule not in per:
+            row["rule within 5%"] = "not measured"
+        else:
+            ok = per[rule][0] <= (1 + tie) * per[best][0]
+            row["rule within 5%"] = "yes" if ok else "no"
+            hits += ok
+        rows.append(row)
+        winners.add(best)
+    return {"rows": rows, "winners": sorted(winners), "rule_hits": hits}
+
+
+ROUTES = ("hip", "triton", "torch", "capstone", "fp8")
+
+
+def side_by_side(docs: list, fallback_shape=(1024, 4096, "float32")) -> dict:
+    """Recorded medians of several routes at the shapes they share.
+
+    ``docs`` is a list of ``(doc_or_None, route)``; ``route`` (``"hip"``, ``"triton"``) labels
+    records whose name does not already start with a route. A record's name is its ``variant`` or
+    ``name`` field (``hip_ladder`` uses ``name``; it also times ``triton.row``), plus its
+    ``block_size`` when it has one; sweep records without a name become ``"triton.row, <n> warps"``.
+    Records without ``median_us`` are skipped; GB/s comes from ``gbps`` or ``GBps``. Returns
+    ``{"shared": shapes recorded by more than one route, "rows": the records at those shapes, or at
+    ``fallback_shape`` (the seed chapter's) when no shape is shared}``.
+
+    Pass records of one timing method only: medians from different timers (the ladder's cold
+    flush, this chapter's rotating copies) are not comparable, and this function cannot tell them
+    apart. Chapter 4 calls it once per timer.
+    """
+    found = []
+    for doc, route in docs:
+        for r in (doc or {}).get("records", []):
+            try:
+                variant = r.get("variant") or r.get("name")
+                variant = str(variant) if variant else f"triton.row, {r['num_warps']} warps"
+                if r.get("block_size"):
+                    variant += f" (block {r['block_size']})"
+                if not variant.startswith(ROUTES):
+                    variant = f"{route}.{variant}"
+                gbps = r.get("gbps", r.get("GBps"))
+                found.append({"variant": variant, "route": variant.split(".")[0],
+                              "rows": r.get("rows"), "cols": r.get("cols"), "dtype": r.get("dtype"),
+                              "median_us": float(r["median_us"]),
+                              "GB/s": float(gbps) if gbps is not None else None})
+            except (AttributeError, KeyError, TypeError, ValueError):
+                continue
+    routes_at: dict = {}
+    for r in found:
+        routes_at.setdefault((r["rows"], r["cols"], r["dtype"]), set()).add(r["route"])
+    shared = sorted((s for s, routes in routes_at.items() if len(routes) > 1), key=str)
+    keep = set(shared) if shared else {tuple(fallback_shape)}
+    rows = [r for r in found if (r["rows"], r["cols"], r["dtype"]) in keep]
+    rows.sort(key=lambda r: (str(r["dtype"]), str(r["cols"]), str(r["rows"]), r["median_us"]))
+    return {"shared": shared, "rows": rows}
+
+
+# ---------------------------------------------------------------- the chapter's recording
+
+FILES = {
+    "triton_row_ptx.txt": "the row kernel's PTX (AMDGCN on ROCm), fp32, 4096 columns",
+    "triton_row_asm.json": "a summary of that assembly, fp32 and bf16",
+    "triton_bf16_rounding.json": "GPU bf16 outputs vs round-to-nearest-even and truncation",
+    "triton_warps.json": "num_warps 4/8/16: the seed shape and widths 1024..16384",
+    "triton_versions.json": "row / looped / multirow where each one matters",
+}
+ESTIMATE_S = 90  # H200: compiling ~40 kernel configurations is most of it
+SOURCES = ("kernels/rmsnorm.py", "measure/timer.py", "traffic.py", "book/ch04.py")
+
+
+def _tag(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def record_assembly(out_dir: Path, log=print, smoke: bool = False) -> None:
+    kind = "amdgcn" if env.current().backend == "rocm" else "ptx"
+    out = []
+    for dtype in (torch.float32, torch.bfloat16):
+        k = row_kernel_compiled(cols=4096, dtype=dtype)
+        asm = k.asm[kind]
+        if dtype == torch.float32:
+            (out_dir / "triton_row_ptx.txt").write_text(asm)
+        s = assembly_summary(asm, kind)
+        s.update(cols=4096, dtype=_tag(dtype), block_size=4096, num_warps=num_warps_for(4096),
+                 registers_per_thread=getattr(k, "n_regs", None), spills=getattr(k, "n_spills", None),
+                 file="triton_row_ptx.txt" if dtype == torch.float32 else None)
+        out.append(s)
+        log({k2: v for k2, v in s.items() if not k2.endswith("_forms")})
+    records.write(out_dir / "triton_row_asm.json", out)
+
+
+def record_bf16_rounding(out_dir: Path, log=print, smoke: bool = False) -> None:
+    out = []
+    for rows, cols in [(3, 13), (33, 257), (1024, 4096)][:1 if smoke else None]:
+        g = torch.Generator(device="cuda").manual_seed(0)
+        x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16, generator=g)
+        w = torch.randn(cols, device="cuda", dtype=torch.bfloat16, generator=g)
+        exact = reference.rmsnorm(x, w, accum=torch.float32, out_dtype=torch.float32)
+        c = bf16_rounding_census(rmsnorm_row(x, w), exact)
+        c.update(rows=rows, cols=cols, kernel="triton.row")
+        out.append(c)
+        log(c)
+    records.write(out_dir / "triton_bf16_rounding.json", out,
+                  extra={"exact": "reference.rmsnorm in fp32 (torch), before the bf16 cast"})
+
+
+def record_warps(out_dir: Path, log=print, smoke: bool = False) -> None:
+    shapes = [(1024, 4096, torch.float32, "seed shape")]
+    shapes += [] if smoke else [(4096, c, d, "width sweep") for c in (1024, 2048, 4096, 8192, 16384)
+                                for d in (torch.bfloat16, torch.float32)]
+    out = []
+    for rows, cols, dtype, group in shapes:
+        x = torch.randn(rows, cols, device="cuda", dtype=dtype)
+        w = torch.randn(cols, device="cuda", dtype=dtype)
+        expected = reference.rmsnorm(x, w, accum=torch.float64)
+        nbytes = bytes_moved(rows, cols, dtype)
+        line = []
+        for nw in (4, 8, 16):
+            try:
+                ok = checks.allclose(rmsnorm_row(x, w, num_warps=nw), expected).ok
+                us, how = timer.time_rotating_us(lambda xi, wi: rmsnorm_row(xi, wi, num_warps=nw),
+                                                 x, w, nbytes)
+            except Exception as err:  # noqa: BLE001 - recorded as missing; the others still run
+                log(f"{rows}x{cols} {_tag(dtype)} {nw} warps: {type(err).__name__}: {err}")
+                continue
+            out.append(dict(group=group, rows=rows, cols=cols, dtype=_tag(dtype), num_warps=nw,
+                            rule_num_warps=num_warps_for(triton.next_power_of_2(cols)),
+                            correct=ok, median_us=round(us, 3), gbps=round(nbytes / us / 1e3, 1),
+                            bytes=nbytes, timer=how))
+            line.append(f"{nw} warps {us:.2f} us{'' if ok else ' WRONG'}")
+        log(f"{rows}x{cols} {_tag(dtype)}: " + ", ".join(line))
+        records.write(out_dir / "triton_warps.json", out)  # complete so far
+    if not out:
+        raise RuntimeError("no num_warps measurement succeeded")
+
+
+def record_versions(out_dir: Path, log=print, smoke: bool = False) -> None:
+    cases = [(1024, 4096, torch.float32), (65536, 128, torch.bfloat16),
+             (16384, 256, torch.bfloat16), (1024, 32768, torch.float32)][:1 if smoke else None]
+    out = []
+    for rows, cols, dtype in cases:
+        x = torch.randn(rows, cols, device="cuda", dtype=dtype)
+        w = torch.randn(cols, device="cuda", dtype=dtype)
+        expected = reference.rmsnorm(x, w, accum=torch.float64)
+        nbytes = bytes_moved(rows, cols, dtype)
+        for name, fn in VERSIONS.values():
+            if MAX_COLS[name] is not None and cols > MAX_COLS[name]:
+                continue
+            try:
+                ok = checks.allclose(fn(x, w), expected).ok
+                us, how = timer.time_rotating_us(fn, x, w, nbytes)
+            except Exception as err:  # noqa: BLE001
+                log(f"{name} {rows}x{cols}: {type(err).__name__}: {err}")
+                continue
+            out.append(dict(variant=name, rows=rows, cols=cols, dtype=_tag(dtype), correct=ok,
+                            median_us=round(us, 3), gbps=round(nbytes / us / 1e3, 1), timer=how))
+            log({k: v for k, v in out[-1].items() if k != "timer"})
+        records.write(out_dir / "triton_versions.json", out)
+    if not out:
+        raise RuntimeError("no variant measurement succeeded")
+
+
+def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[Path]:
+    """Chapter 4 on the GPU: each step on its own, so one failure hides nothing else.
+    ``smoke``: the first shape of each step only."""
+    env.require_gpu("recording chapter 4")
+    out_dir = Path(out_dir)
+    failed = []
+    for name, step in (("assembly", record_assembly), ("bf16 rounding", record_bf16_rounding),
+                       ("num_warps sweep", record_warps), ("versions", record_versions)):
+        t0 = time.time()
+        try:
+            step(out_dir, log, smoke)
+            log(f"ch04 {name}: ok ({time.time() - t0:.1f} s)")
+        except Exception:  # noqa: BLE001 - the other steps still run; the error is in the log
+            log(traceback.format_exc())
+            failed.append(name)
+    if failed:
+        raise RuntimeError(f"chapter 4 steps failed: {', '.join(failed)}")
+    return [out_dir / f for f in FILES]

@@ -1,0 +1,345 @@
+"""What a chapter page shows: glued numbers, tables, one provenance badge, figures.
+
+Every helper here renders the same way in live Jupyter and in the built book (plain HTML with
+inline styles; the book's stylesheet only adds what a static page needs), and each has a
+``text/plain`` form for terminals and nbval.
+
+    from fusedrms.book import page
+    page.glue("speedup", 2.43, ".2f")                # prose: {glue:text}`speedup` -> 2.43
+    page.table(rows, columns=["kernel", "GB/s"], caption="Bandwidth", csv_name="bw.csv")
+    page.badge(doc["provenance"])                    # once per chapter
+    fig, ax = page.figure(); ax.plot(...); page.show(fig, alt="bandwidth against size")
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import math
+import re
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+GLUE_PREFIX = "application/papermill.record/"  # myst-nb's mime prefix for glued, hidden values
+
+# The book's text column at a 1280-px window (sphinx-book-theme), in CSS pixels. Figures are
+# drawn for it at 2x for high-DPI screens and shown at this width (smaller on phones).
+COLUMN_PX = 690
+FIGURE_DPI = 100      # 1 inch of figure = 100 CSS px on the page
+HIDPI = 2             # the PNG carries 2 image pixels per CSS pixel
+FULL_ROWS_LIMIT = 2000  # above this, the full data goes only into the CSV
+
+
+# -- numbers in sentences ---------------------------------------------------------------------
+
+def glue(name: str, value: Any, fmt: str = "") -> None:
+    """Store ``value`` (formatted with ``fmt``) for the prose; shows nothing on the page.
+
+    In a markdown cell write ``{glue:text}`name```: the built book puts the formatted text there.
+    Format here (``fmt``, e.g. ``".1f"``, ``",.0f"``); a number glued without ``fmt`` can also be
+    formatted in the prose, ``{glue:text}`name:.1f```. Returns None, so a cell that ends with it
+    shows nothing.
+    """
+    from IPython.display import display
+
+    if not name.isidentifier():
+        raise ValueError(f"glue names must be identifiers (letters, digits, _): got {name!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"refusing to glue {name}={value}: a non-finite number in the prose "
+                         "is a bug upstream")
+    text = format(value, fmt) if fmt else str(value)
+    # myst-nb reads text/plain back with ast.literal_eval: store a literal that gives exactly the
+    # text ("4,417" unquoted would come back as the tuple (4, 417)), or the plain number.
+    number = not fmt and isinstance(value, (int, float)) and not isinstance(value, bool)
+    stored = repr(value) if number else repr(text)
+    display({GLUE_PREFIX + "text/plain": stored}, raw=True,
+            metadata={"scrapbook": {"name": name, "mime_prefix": GLUE_PREFIX}})
+
+
+# -- tables -----------------------------------------------------------------------------------
+
+def _rows_and_columns(data, columns):
+    """Rows (lists) and column names from a DataFrame, list of dicts, list of rows or dict of lists."""
+    if hasattr(data, "to_dict") and hasattr(data, "columns"):  # a pandas DataFrame
+        cols = [str(c) for c in data.columns]
+        return [list(r) for r in data.itertuples(index=False)], columns or cols
+    if isinstance(data, Mapping):  # dict of columns
+        cols = list(data)
+        lengths = {len(data[c]) for c in cols}
+        if len(lengths) > 1:
+            raise ValueError(f"table: the columns have different lengths {sorted(lengths)}")
+        n = lengths.pop() if lengths else 0
+        return [[data[c][i] for c in cols] for i in range(n)], columns or cols
+    data = list(data)
+    if data and isinstance(data[0], Mapping):
+        cols = list(columns) if columns else list(dict.fromkeys(k for r in data for k in r))
+        return [[r.get(c, "") for c in cols] for r in data], cols
+    if columns is None:
+        raise ValueError("table: rows given as lists need columns=[...] naming each column")
+    for i, r in enumerate(data):
+        if len(r) != len(columns):
+            raise ValueError(f"table: row {i} has {len(r)} values for {len(columns)} columns")
+    return [list(r) for r in data], list(columns)
+
+
+def _cell_text(value, fmt) -> str:
+    if value is None:
+        return ""
+    if callable(fmt):
+        return str(fmt(value))
+    if fmt:
+        return format(value, fmt)
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class Table:
+    """A rendered table: at most ``max_rows`` rows on the page, the rest one click away."""
+
+    def __init__(self, data, columns=None, *, max_rows: int = 12, caption: str = "",
+                 csv_name: str | None = None, formats: Mapping[str, Any] | None = None):
+        if max_rows < 1:
+            raise ValueError("table: max_rows must be at least 1")
+        self.rows, given = _rows_and_columns(data, columns)
+        self.columns = [str(c) for c in given]
+        self.max_rows, self.caption, self.csv_name = max_rows, caption, csv_name
+        unknown = set(formats or {}) - set(self.columns)
+        if unknown:
+            raise ValueError(f"table: formats for unknown columns {sorted(unknown)}; "
+                             f"the columns are {self.columns}")
+        self.formats = dict(formats or {})
+        if csv_name is not None and not csv_name.endswith(".csv"):
+            raise ValueError(f"table: csv_name must end in .csv, got {csv_name!r}")
+
+    def _text_rows(self, rows):
+        return [[_cell_text(v, self.formats.get(c)) for v, c in zip(r, self.columns)] for r in rows]
+
+    def _numeric(self) -> list[bool]:
+        return [all(_is_number(r[j]) or r[j] is None for r in self.rows) and bool(self.rows)
+                for j in range(len(self.columns))]
+
+    def _html_table(self, rows, caption: str) -> str:
+        numeric = self._numeric()
+        head = "".join(f'<th style="text-align:{"right" if n else "left"}">{escape(c)}</th>'
+                       for c, n in zip(self.columns, numeric))
+        body = "".join(
+            "<tr>" + "".join(f'<td style="text-align:{"right" if n else "left"}">{escape(t)}</td>'
+                             for t, n in zip(r, numeric)) + "</tr>"
+            for r in self._text_rows(rows))
+        cap = f"<caption>{escape(caption)}</caption>" if caption else ""
+        return (f'<table class="fusedrms-table-grid">{cap}<thead><tr>{head}</tr></thead>'
+                f"<tbody>{body}</tbody></table>")
+
+    def csv_text(self) -> str:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(self.columns)
+        writer.writerows([["" if v is None else v for v in r] for r in self.rows])
+        return out.getvalue()
+
+    def _repr_html_(self) -> str:
+        n = len(self.rows)
+        shown = self.rows[:self.max_rows]
+        parts = ['<div class="fusedrms-table" style="max-width:100%;overflow-x:auto">',
+                 self._html_table(shown, self.caption)]
+        extra = []
+        if n > self.max_rows:
+            extra.append(f"{n - self.max_rows} more rows")
+            if n <= FULL_ROWS_LIMIT:
+                parts.append(f'<details class="fusedrms-table-all"><summary>All {n} rows</summary>'
+                             f'<div style="max-width:100%;overflow-x:auto">'
+                             f"{self._html_table(self.rows, '')}</div></details>")
+        if self.csv_name:
+            href = "data:text/csv;charset=utf-8," + urllib.parse.quote(self.csv_text())
+            parts.append(f'<p class="fusedrms-table-csv"><a download="{escape(self.csv_name)}" '
+                         f'href="{href}">Download the data ({escape(self.csv_name)}, {n} rows)</a>'
+                         "</p>")
+        parts.append("</div>")
+        return "".join(parts)
+
+    def __repr__(self) -> str:
+        shown = self._text_rows(self.rows[:self.max_rows])
+        widths = [max([len(c)] + [len(r[j]) for r in shown]) for j, c in enumerate(self.columns)]
+        numeric = self._numeric()
+
+        def line(cells):
+            return "  ".join(t.rjust(w) if n else t.ljust(w)
+                             for t, w, n in zip(cells, widths, numeric)).rstrip()
+        lines = ([self.caption] if self.caption else []) + [line(self.columns)]
+        lines += [line(r) for r in shown]
+        if len(self.rows) > self.max_rows:
+            lines.append(f"... {len(self.rows) - self.max_rows} more rows")
+        return "\n".join(lines)
+
+
+def table(data, columns: Sequence[str] | None = None, *, max_rows: int = 12, caption: str = "",
+          csv_name: str | None = None, formats: Mapping[str, Any] | None = None) -> Table:
+    """A table for the page: make it a cell's last expression (or ``display`` it).
+
+    ``data``: a DataFrame, a list of dicts, a list of rows (then ``columns`` names them) or a
+    dict of columns. ``formats`` maps a column to a format spec (``".1f"``) or a function.
+    Rows past ``max_rows`` go into a collapsed "All N rows" dropdown; ``csv_name`` adds a link
+    that downloads every row as CSV (the file is inside the page: it works offline).
+    """
+    return Table(data, columns, max_rows=max_rows, caption=caption, csv_name=csv_name,
+                 formats=formats)
+
+
+# -- provenance -------------------------------------------------------------------------------
+
+VERSION_KEYS = ("cuda", "hip", "torch", "triton", "python")
+
+
+def _normalized(prov: Mapping) -> dict:
+    """The badge's interface from either form: {gpu, driver, versions: {...}, date, commit,
+    command?, stale?, own?} or a record file's flat provenance (cuda, torch, ... at the top)."""
+    missing = [k for k in ("gpu", "date", "commit") if not prov.get(k)]
+    if missing:
+        raise ValueError(f"badge: the provenance lacks {missing}; a recorded result without "
+                         "them cannot be shown")
+    versions = dict(prov.get("versions") or {})
+    for k in VERSION_KEYS:
+        if prov.get(k) and k not in versions:
+            versions[k] = prov[k]
+    return {"gpu": str(prov["gpu"]), "driver": prov.get("driver"), "date": str(prov["date"]),
+            "commit": str(prov["commit"]), "command": prov.get("command"),
+            "versions": {k: str(v) for k, v in versions.items() if v},
+            "stale": prov.get("stale"), "own": bool(prov.get("own"))}
+
+
+def _without_paths(command: str) -> str:
+    """A command as the reader can repeat it: absolute paths of the measuring machine shortened
+    to their file names (``--out /tmp/r/grid.json`` -> ``--out grid.json``)."""
+    return re.sub(r"(?<![\w.])/(?:[^\s/]+/)+([^\s/]*)", r"\1", command)
+
+
+class Badge:
+    def __init__(self, prov: Mapping):
+        self.p = _normalized(prov)
+
+    def summary(self) -> str:
+        p = self.p
+        who = "Your recording" if p["own"] else "Recorded"
+        return f"{who}: {p['gpu']}, {p['date'][:10]}, commit {p['commit'][:10]}"
+
+    def details(self) -> list[tuple[str, str]]:
+        p = self.p
+        rows = [("GPU", p["gpu"])]
+        if p["driver"]:
+            rows.append(("driver", str(p["driver"])))
+        rows += [(k, v) for k, v in p["versions"].items()]
+        rows += [("date", p["date"]), ("commit", p["commit"])]
+        if p["command"]:
+            rows.append(("command", _without_paths(str(p["command"]))))
+        return rows
+
+    def stale_line(self) -> str:
+        note = self.p["stale"]
+        if not note:
+            return ""
+        return ("These numbers were measured on an earlier version of the kernel"
+                + (f": {note}" if isinstance(note, str) else "."))
+
+    def _repr_html_(self) -> str:
+        dl = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in self.details())
+        stale = self.stale_line()
+        warn = (f'<p class="fusedrms-stale" style="margin:.3em 0 0;color:#92400e">'
+                f"&#9888; {escape(stale)}</p>") if stale else ""
+        return ('<div class="fusedrms-badge" data-fusedrms-badge="1" style="max-width:100%;'
+                'border:1px solid #9ca3af;border-radius:6px;padding:.3em .6em;margin:.5em 0;'
+                'font-size:.9em;overflow-wrap:anywhere">'
+                f"<details><summary>{escape(self.summary())}</summary>"
+                '<dl style="display:grid;grid-template-columns:max-content 1fr;gap:0 1em;'
+                f'margin:.4em 0 0">{dl}</dl></details>{warn}</div>')
+
+    def __repr__(self) -> str:
+        return self.summary() + (f"\n{self.stale_line()}" if self.p["stale"] else "")
+
+
+def badge(provenance: Mapping, *, stale: str | bool | None = None, own: bool | None = None) -> Badge:
+    """The chapter's one provenance badge: GPU, date, commit; driver and versions unfold.
+
+    ``provenance``: {gpu, driver, versions: {torch, triton, cuda, ...}, date, commit} plus
+    optional ``command``, ``stale`` (a note: the numbers come from an earlier kernel) and
+    ``own`` (True: the reader recorded them on their GPU). A record file's provenance works too.
+    """
+    if not isinstance(provenance, Mapping):
+        raise TypeError("badge: pass the provenance as a dict (gpu, driver, versions, date, commit)")
+    prov = dict(provenance)
+    if stale is not None:
+        prov["stale"] = stale
+    if own is not None:
+        prov["own"] = own
+    return Badge(prov)
+
+
+# -- figures ----------------------------------------------------------------------------------
+
+STYLE = {
+    "figure.dpi": FIGURE_DPI, "savefig.dpi": FIGURE_DPI * HIDPI,
+    "figure.facecolor": "white", "axes.facecolor": "white", "savefig.facecolor": "white",
+    "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "xtick.labelsize": 9.5,
+    "ytick.labelsize": 9.5, "legend.fontsize": 9.5, "legend.frameon": False,
+    "axes.grid": True, "grid.color": "#d1d5db", "grid.linewidth": 0.6,
+    "axes.spines.top": False, "axes.spines.right": False,
+    "axes.edgecolor": "#374151", "text.color": "#111827", "axes.labelcolor": "#111827",
+    "xtick.color": "#374151", "ytick.color": "#374151", "lines.linewidth": 1.6,
+    "axes.prop_cycle": None,  # filled below (matplotlib's cycler)
+}
+# Colour-blind-safe (Okabe-Ito), dark enough on the white figure background in both themes.
+COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
+
+
+def style() -> dict:
+    """The book's matplotlib rcParams (:func:`figure` applies them to the whole notebook)."""
+    from cycler import cycler
+
+    return {**STYLE, "axes.prop_cycle": cycler(color=COLOURS)}
+
+
+def use_style() -> None:
+    """Apply the book's style to every later matplotlib figure of this kernel."""
+    import matplotlib
+
+    matplotlib.rcParams.update(style())
+
+
+def figure(nrows: int = 1, ncols: int = 1, height: float | None = None, width_px: int = COLUMN_PX,
+           **subplot_kw):
+    """A figure drawn for the column: ``fig, ax = page.figure()``; show it with :func:`show`.
+
+    ``height`` in inches (100 CSS px each; default keeps a 5:3 panel). Labels are 10 pt, i.e.
+    about 14 px on the page at full column width. The figure is not a pyplot figure, so a cell
+    never shows it twice.
+    """
+    from matplotlib.figure import Figure
+
+    if width_px > COLUMN_PX:
+        raise ValueError(f"figure: {width_px} px is wider than the column ({COLUMN_PX} px)")
+    width = width_px / FIGURE_DPI
+    height = height if height is not None else max(2.4, width * 0.6 * nrows / ncols ** 0.5)
+    use_style()  # labels and lines drawn later read the rcParams when they are created
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig, fig.subplots(nrows, ncols, squeeze=True, **subplot_kw)
+
+
+def show(fig, alt: str):
+    """Display ``fig`` at its drawn width (2x pixels for high-DPI screens); ``alt`` describes it."""
+    from IPython.display import display
+
+    if not alt or not alt.strip():
+        raise ValueError("show: say in alt= what the figure shows (screen readers read it)")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=FIGURE_DPI * HIDPI, metadata={"Software": None})
+    width_px = round(fig.get_figwidth() * FIGURE_DPI)
+    data = base64.b64encode(buf.getvalue()).decode()
+    html = (f'<img class="fusedrms-figure" src="data:image/png;base64,{data}" alt="{escape(alt)}" '
+            f'width="{width_px}" style="max-width:100%;height:auto">')
+    display({"text/html": html, "text/plain": f"[figure: {alt}]"}, raw=True)

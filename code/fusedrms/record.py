@@ -1,0 +1,238 @@
+"""Record every GPU result the book shows, on the GPU this machine has.
+
+    python -m fusedrms.record --list                    # chapters, their files, estimated seconds
+    python -m fusedrms.record                           # every chapter -> recordings/<gpu>/
+    python -m fusedrms.record --chapters 3,4 --out DIR  # a subset, into DIR
+    python -m fusedrms.record --chapters 7,8 --tune     # also re-tune (writes DIR/tuning/*.json)
+    python -m fusedrms.record --smoke --out /tmp/smoke  # every chapter at minimal sizes (~20 s each)
+
+Each chapter's experiment is ``record(out_dir, tune=False, log=print)`` in its companion module
+``fusedrms.book.chNN``. Chapters run one after the other; a chapter that fails is logged (its
+traceback in ``DIR/logs/chNN.log``) and the others still run. ``DIR/MANIFEST.json`` is rewritten
+after every chapter, so a run cut short keeps what was done: the commit, date, GPU, driver and
+versions, the command, each file with the chapter that produced it and its sha256, and per chapter
+the sha256 of the sources it measured.
+
+Running again into the same folder adds chapters to the same recording only when the commit and
+the sources of the chapters already there are unchanged; otherwise record into a new folder.
+Tuning tables are written into the recording only; install them into the package with
+``python -m fusedrms.tuning install DIR``. The chapters show the reader's own recording for their
+GPU when ``recordings/<gpu>/`` has one, else the committed H200 recording.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import importlib
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from . import env, records
+
+CHAPTERS = {f"ch{n:02d}": f"fusedrms.book.ch{n:02d}" for n in (2, 3, 4, 5, 6, 7, 8)}
+
+
+class RecordError(RuntimeError):
+    """A recording that cannot go ahead as asked, with what to do instead."""
+
+
+def companion(chapter: str):
+    return importlib.import_module(CHAPTERS[chapter])
+
+
+def parse_chapters(text: str | None) -> list[str]:
+    """``"2,3"``, ``"ch02,ch03"`` or None (all) -> ``["ch02", "ch03"]``, in book order."""
+    if text is None or text.strip() in ("", "all"):
+        return list(CHAPTERS)
+    out = []
+    for part in text.split(","):
+        part = part.strip().lower().removeprefix("ch")
+        if not part.isdigit() or f"ch{int(part):02d}" not in CHAPTERS:
+            raise RecordError(f"unknown chapter {part!r}; chapters with a GPU recording: "
+                              f"{', '.join(c[2:].lstrip('0') for c in CHAPTERS)}")
+        out.append(f"ch{int(part):02d}")
+    return [c for c in CHAPTERS if c in out]
+
+
+SMOKE_ESTIMATE_S = 20  # per chapter: every record() at minimal sizes
+
+
+def estimate_s(chapter: str, tune: bool = False, smoke: bool = False) -> float:
+    mod = companion(chapter)
+    if smoke:
+        return SMOKE_ESTIMATE_S * (2 if tune else 1)
+    return mod.ESTIMATE_S + (getattr(mod, "TUNING_ESTIMATE_S", 0) if tune else 0)
+
+
+def listing() -> str:
+    lines = [f"{'chapter':8s} {'~s (H200)':>10s} {'+ --tune':>9s}  files"]
+    for chapter in CHAPTERS:
+        mod = companion(chapter)
+        files = list(mod.FILES) + [f"{f} (--tune)" for f in getattr(mod, "TUNING_FILES", {})]
+        tune_s = getattr(mod, "TUNING_ESTIMATE_S", 0)
+        lines.append(f"{chapter:8s} {mod.ESTIMATE_S:>10.0f} {('+' + str(tune_s)) if tune_s else '':>9s}"
+                     f"  {', '.join(files)}")
+    return "\n".join(lines)
+
+
+def new_manifest(command: str) -> dict:
+    p = records.provenance()
+    return {"format": 1, "commit": p["commit"], "started": p["date"], "gpu": p["gpu"],
+            "backend": p["backend"], "driver": p["driver"],
+            "versions": {k: p[k] for k in ("cuda", "hip", "torch", "triton", "python")},
+            "command": command, "chapters": {}, "files": {}, "stale": {}}
+
+
+def check_compatible(manifest: dict, chapters: list[str], smoke: bool = False) -> None:
+    """Adding to an existing recording is allowed only at its commit and with unchanged sources."""
+    if bool(manifest.get("smoke")) != smoke:
+        raise RecordError("this folder holds a " + ("smoke" if manifest.get("smoke") else "real")
+                          + " recording; smoke and real recordings never share a folder: use "
+                            "another --out.")
+    commit = records.provenance()["commit"]
+    if manifest.get("commit") != commit:
+        raise RecordError(f"the recording in this folder was made at commit "
+                          f"{str(manifest.get('commit'))[:10]}, this checkout is at {commit[:10]}: "
+                          f"record into a new --out folder (or delete this one).")
+    for chapter, entry in manifest.get("chapters", {}).items():
+        state = records.Staleness(chapter, "current")
+        recorded = entry.get("sources") or {}
+        now = records.source_hashes([s for s in recorded if (records.PACKAGE_DIR / s).exists()])
+        if any(now.get(s) != h for s, h in recorded.items()):
+            state.state = "stale"
+        if state.state == "stale" and chapter not in chapters:
+            raise RecordError(f"{chapter} in this folder was recorded from sources that changed "
+                              f"since: re-record it too (--chapters ...,{chapter[2:].lstrip('0')}) "
+                              f"or use a new --out folder.")
+
+
+class _Tee:
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for s in self.streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self):
+        for s in self.streams:
+            s.flush()
+
+
+def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
+        require_gpu: bool = True, smoke: bool = False) -> dict:
+    """Record ``chapters`` into ``out``; returns the manifest (also written after each chapter)."""
+    if require_gpu:
+        env.require_gpu("Recording the book's GPU results")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = records.read_manifest(out)
+    if manifest is None:
+        manifest = new_manifest(command)
+        if smoke:
+            manifest["smoke"] = True  # a pipeline check at minimal sizes: never the book's numbers
+    else:
+        check_compatible(manifest, chapters, smoke)
+        manifest["command"] = (manifest.get("command", "") + " ; " + command).strip(" ;")
+    (out / "logs").mkdir(exist_ok=True)
+    total = sum(estimate_s(c, tune, smoke) for c in chapters)
+    try:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=round(total), unit="s", desc="recording", file=sys.stderr)
+    except ImportError:  # progress is a convenience; the log lines carry the same information
+        bar = None
+    print(f"recording {', '.join(chapters)} into {out} (about {total:.0f} s on an H200)", flush=True)
+    for chapter in chapters:
+        mod = companion(chapter)
+        est = estimate_s(chapter, tune, smoke)
+        print(f"=== {chapter}: about {est:.0f} s ({_dt.datetime.now():%H:%M:%S})", flush=True)
+        if bar is not None:
+            bar.set_description(f"{chapter} (~{est:.0f} s)")
+        log_path = out / "logs" / f"{chapter}.log"
+        entry = {"status": "running", "started": _dt.datetime.now(_dt.timezone.utc).isoformat(
+            timespec="seconds"), "commit": manifest["commit"], "tune": tune, "smoke": smoke,
+            "sources": records.source_hashes(mod.SOURCES), "log": f"logs/{chapter}.log"}
+        manifest["chapters"][chapter] = entry
+        manifest["stale"].pop(chapter, None)
+        records.write_manifest(out, manifest)
+        t0 = time.time()
+        written = []
+        with open(log_path, "w") as log_file:
+            tee = _Tee(sys.stdout, log_file)
+            with contextlib.redirect_stdout(tee):
+                try:
+                    kwargs = {"smoke": True} if smoke else {}
+                    written = [Path(p) for p in mod.record(out, tune=tune, log=print, **kwargs) or []]
+                    entry["status"] = "ok"
+                except Exception as e:  # noqa: BLE001 - logged; the next chapter still runs
+                    traceback.print_exc(file=tee)
+                    entry.update(status="failed", error=f"{type(e).__name__}: {e}"[:500])
+                    written = [out / f for f in mod.FILES if (out / f).exists()]
+        entry["seconds"] = round(time.time() - t0, 1)
+        entry["files"] = [str(p.relative_to(out)) for p in written if p.exists()]
+        for rel in entry["files"]:
+            manifest["files"][rel] = {"chapter": chapter, "produced_by": f"{CHAPTERS[chapter]}.record",
+                                      "sha256": records.sha256_file(out / rel)}
+        manifest["files"][entry["log"]] = {"chapter": chapter, "produced_by": "fusedrms.record (log)"}
+        manifest["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        records.write_manifest(out, manifest)
+        print(f"=== {chapter}: {entry['status']} in {entry['seconds']:.0f} s, "
+              f"{len(entry['files'])} files{'; ' + entry['error'] if 'error' in entry else ''}",
+              flush=True)
+        if bar is not None:
+            bar.update(round(est))
+    if bar is not None:
+        bar.close()
+    return manifest
+
+
+def default_out() -> Path:
+    slug = records.gpu_slug(env.current().gpu_name) or "cpu"
+    return records.recordings_dir() / slug
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fusedrms.record", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--chapters", help="comma-separated chapter numbers (default: all): "
+                                      + ",".join(c[2:].lstrip("0") for c in CHAPTERS))
+    p.add_argument("--out", type=Path, help="the recording's folder (default: recordings/<gpu>/ in "
+                                           "the checkout, which the chapters then show)")
+    p.add_argument("--tune", action="store_true",
+                   help="also run the long tuning steps (chapters 7 and 8); tables go to OUT/tuning/")
+    p.add_argument("--smoke", action="store_true",
+                   help="every chapter's record at minimal sizes (about 20 s each on an H200): a check "
+                        "of the pipeline; the manifest marks it, and it never mixes with a real one")
+    p.add_argument("--list", action="store_true", help="list chapters, files and estimates; record nothing")
+    args = p.parse_args(argv)
+    try:
+        chapters = parse_chapters(args.chapters)
+    except RecordError as e:
+        p.error(str(e))
+    if args.list:
+        print(listing())
+        return 0
+    if not env.current().on_gpu:
+        print("fusedrms.record: recording needs a GPU (NVIDIA or AMD); this machine has none. "
+              "The chapters show the committed H200 recording instead.", file=sys.stderr)
+        return 2
+    command = " ".join(["python -m fusedrms.record", *(argv if argv is not None else sys.argv[1:])])
+    try:
+        out = args.out or (default_out().with_name(default_out().name + "-smoke") if args.smoke
+                           else default_out())
+        manifest = run(chapters, out, tune=args.tune, command=command, smoke=args.smoke)
+    except RecordError as e:
+        print(f"fusedrms.record: {e}", file=sys.stderr)
+        return 2
+    failed = [c for c in chapters if manifest["chapters"][c]["status"] != "ok"]
+    print(f"done: {len(chapters) - len(failed)} of {len(chapters)} chapters recorded"
+          + (f"; failed: {', '.join(failed)} (see logs/)" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""fusedrms.book.page: glued numbers, tables, the provenance badge and figures."""
+import base64
+import csv
+import io
+import re
+import urllib.parse
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from fusedrms.book import page
+
+PROV = {"gpu": "NVIDIA H200", "driver": "580.95", "versions": {"torch": "2.11.0", "triton": "3.6.0"},
+        "date": "2026-11-30T10:00:00+00:00", "commit": "0123456789abcdef", "command": "make bench"}
+
+
+def _displayed(monkeypatch):
+    shown = []
+    import IPython.display
+
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda obj, raw=False, metadata=None: shown.append((obj, metadata)))
+    return shown
+
+
+# -- glue -------------------------------------------------------------------------------------
+
+def test_glue_stores_formatted_text_hidden_from_the_page(monkeypatch):
+    shown = _displayed(monkeypatch)
+    assert page.glue("speedup", 2.4321, ".2f") is None  # a cell ending with it shows nothing
+    (bundle, meta), = shown
+    assert bundle == {page.GLUE_PREFIX + "text/plain": "'2.43'"}  # no visible mime type
+    assert meta == {"scrapbook": {"name": "speedup", "mime_prefix": page.GLUE_PREFIX}}
+    from myst_nb.core.variables import format_plain_text  # what {glue:text} does with it
+
+    def pasted(fmt_spec=""):
+        return format_plain_text(shown[-1][0][page.GLUE_PREFIX + "text/plain"], fmt_spec)
+    assert pasted() == "2.43"
+    page.glue("gbps", 4417.2, ",.0f")
+    assert pasted() == "4,417"  # not the tuple (4, 417)
+    page.glue("kernel", "triton.row")
+    assert pasted() == "triton.row"
+    page.glue("ratio", 0.8567)
+    assert pasted() == "0.8567" and pasted(".1%") == "85.7%"  # a plain number formats in prose
+
+
+def test_glue_refuses_bad_names_and_non_finite_numbers(monkeypatch):
+    _displayed(monkeypatch)
+    with pytest.raises(ValueError, match="identifiers"):
+        page.glue("not a name", 1)
+    with pytest.raises(ValueError, match="non-finite"):
+        page.glue("x", float("nan"))
+
+
+# -- table ------------------------------------------------------------------------------------
+
+def _cells(html):
+    return re.findall(r"<td[^>]*>(.*?)</td>", html)
+
+
+def test_table_from_dicts_rows_and_columns_agree():
+    rows = [{"kernel": "a", "GBps": 1234.5678}, {"kernel": "b<c", "GBps": 2.0}]
+    from_dicts = page.table(rows, formats={"GBps": ".1f"})._repr_html_()
+    from_rows = page.table([["a", 1234.5678], ["b<c", 2.0]], columns=["kernel", "GBps"],
+                           formats={"GBps": ".1f"})._repr_html_()
+    from_cols = page.table({"kernel": ["a", "b<c"], "GBps": [1234.5678, 2.0]},
+                           formats={"GBps": ".1f"})._repr_html_()
+    assert from_dicts == from_rows == from_cols
+    assert _cells(from_dicts) == ["a", "1234.6", "b&lt;c", "2.0"]  # escaped, formatted
+    assert 'text-align:right">1234.6' in from_dicts  # numbers align right
+
+
+def test_long_table_shows_max_rows_and_keeps_every_row_in_a_dropdown_and_csv():
+    rows = [{"n": i, "sq": i * i} for i in range(30)]
+    t = page.table(rows, max_rows=12, caption="Squares", csv_name="squares.csv")
+    html = t._repr_html_()
+    shown, rest = html.split("<details", 1)
+    assert len(_cells(shown)) == 24 and "<caption>Squares</caption>" in shown
+    assert "All 30 rows" in rest and len(_cells(rest)) == 60
+    href = re.search(r'href="data:text/csv;charset=utf-8,([^"]*)"', html).group(1)
+    data = list(csv.reader(io.StringIO(urllib.parse.unquote(href))))
+    assert data[0] == ["n", "sq"] and data[-1] == ["29", "841"] and len(data) == 31
+    text = repr(t)
+    assert text.splitlines()[0] == "Squares" and "18 more rows" in text
+    assert len(text.splitlines()) == 1 + 1 + 12 + 1
+
+
+def test_short_table_has_no_dropdown_and_scrolls_in_its_own_box():
+    html = page.table([[1, 2]], columns=["a", "b"])._repr_html_()
+    assert "<details" not in html and "download" not in html
+    assert html.startswith('<div class="fusedrms-table"') and "overflow-x:auto" in html
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(data=[[1, 2]]), "columns="),
+    (dict(data=[[1, 2]], columns=["a"]), "row 0 has 2 values"),
+    (dict(data={"a": [1], "b": [1, 2]}), "different lengths"),
+    (dict(data=[{"a": 1}], formats={"b": ".1f"}), "unknown columns"),
+    (dict(data=[{"a": 1}], csv_name="a.txt"), "end in .csv"),
+    (dict(data=[{"a": 1}], max_rows=0), "max_rows"),
+])
+def test_table_says_what_is_wrong(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        page.table(**kwargs)
+
+
+def test_table_takes_a_dataframe_like_object():
+    class Frame:  # the two attributes page.table uses from a pandas DataFrame
+        columns = ["a", "b"]
+
+        def to_dict(self):
+            return {}
+
+        def itertuples(self, index=False):
+            return iter([(1, "x"), (2, "y")])
+
+    assert _cells(page.table(Frame())._repr_html_()) == ["1", "x", "2", "y"]
+
+
+# -- badge ------------------------------------------------------------------------------------
+
+def test_badge_summary_details_and_no_warning_when_current():
+    b = page.badge(PROV)
+    html = b._repr_html_()
+    assert b.summary() == "Recorded: NVIDIA H200, 2026-11-30, commit 0123456789"
+    assert html.count('class="fusedrms-badge"') == 1 and "<details>" in html
+    for value in ("580.95", "2.11.0", "3.6.0", "make bench", "0123456789abcdef"):
+        assert value in html
+    assert "fusedrms-stale" not in html and "earlier version" not in repr(b)
+    ET.fromstring(html.replace("&#9888;", ""))  # well-formed markup
+
+
+def test_badge_warns_when_measured_on_an_earlier_kernel_and_names_the_readers_own_recording():
+    b = page.badge(PROV, stale="the kernel changed in commit 89abcdef", own=True)
+    assert b.summary().startswith("Your recording: NVIDIA H200")
+    assert "measured on an earlier version of the kernel: the kernel changed" in b._repr_html_()
+    assert "earlier version" in repr(b)
+    assert "earlier version of the kernel." in page.badge({**PROV, "stale": True}).stale_line()
+
+
+def test_badge_accepts_a_record_files_flat_provenance():
+    flat = {"gpu": "NVIDIA H200", "backend": "cuda", "driver": "580", "cuda": "13.0",
+            "torch": "2.11.0", "triton": "3.6.0", "python": "3.12.3",
+            "date": "2026-11-30T10:00:00+00:00", "commit": "abc", "command": "x"}
+    details = dict(page.badge(flat).details())
+    assert details["cuda"] == "13.0" and details["python"] == "3.12.3" and "backend" not in details
+
+
+def test_badge_shortens_the_measuring_machines_paths_in_the_command():
+    b = page.badge({**PROV, "command": "bench.py plan --out /tmp/res_c/grid.json -o=/x/y"})
+    assert dict(b.details())["command"] == "bench.py plan --out grid.json -o=y"
+
+
+def test_badge_refuses_provenance_without_gpu_date_or_commit():
+    with pytest.raises(ValueError, match="commit"):
+        page.badge({"gpu": "H200", "date": "2026-11-30"})
+    with pytest.raises(TypeError):
+        page.badge("H200")
+
+
+# -- figures ----------------------------------------------------------------------------------
+
+def test_figure_is_drawn_for_the_column_at_twice_the_pixels(monkeypatch):
+    shown = _displayed(monkeypatch)
+    fig, ax = page.figure()
+    ax.plot([1, 2, 3], [3, 1, 2])
+    ax.set_xlabel("rows")
+    assert ax.xaxis.label.get_fontsize() >= 10  # >= 10 pt = 14 px at the column's width
+    page.show(fig, alt="a test line")
+    (bundle, _), = shown
+    img = bundle["text/html"]
+    assert f'width="{page.COLUMN_PX}"' in img and 'alt="a test line"' in img
+    png = base64.b64decode(re.search(r"base64,([^\"]+)", img).group(1))
+    width = int.from_bytes(png[16:20], "big")  # the PNG header's width
+    assert width == page.COLUMN_PX * page.HIDPI
+    assert bundle["text/plain"] == "[figure: a test line]"
+
+
+def test_figure_needs_alt_text_and_fits_the_column(monkeypatch):
+    _displayed(monkeypatch)
+    fig, _ = page.figure(1, 2, height=2.5)
+    with pytest.raises(ValueError, match="alt="):
+        page.show(fig, alt=" ")
+    with pytest.raises(ValueError, match="wider than the column"):
+        page.figure(width_px=page.COLUMN_PX + 1)

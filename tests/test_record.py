@@ -1,0 +1,122 @@
+"""fusedrms.record: the one command that records every chapter's GPU results."""
+import json
+import types
+
+import pytest
+
+from fusedrms import record, records
+
+
+def test_list_names_every_chapter_with_files_and_estimates(capsys):
+    assert record.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for chapter in record.CHAPTERS:
+        mod = record.companion(chapter)
+        assert chapter in out and all(f in out for f in mod.FILES)
+        assert mod.ESTIMATE_S + getattr(mod, "TUNING_ESTIMATE_S", 0) < 600, chapter  # one call
+        assert callable(mod.record) and mod.SOURCES
+        assert all((records.PACKAGE_DIR / s).exists() for s in mod.SOURCES), chapter
+
+
+def test_help_documents_the_command(capsys):
+    with pytest.raises(SystemExit):
+        record.main(["--help"])
+    out = capsys.readouterr().out
+    assert "--chapters" in out and "--tune" in out and "MANIFEST.json" in out
+
+
+@pytest.mark.parametrize("text,chapters", [(None, list(record.CHAPTERS)), ("3,2", ["ch02", "ch03"]),
+                                           ("ch08", ["ch08"]), ("all", list(record.CHAPTERS))])
+def test_chapter_selection(text, chapters):
+    assert record.parse_chapters(text) == chapters
+
+
+def test_an_unknown_chapter_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        record.main(["--chapters", "1", "--list"])
+    assert e.value.code == 2 and "unknown chapter" in capsys.readouterr().err
+
+
+def test_without_a_gpu_it_says_so(capsys):
+    if records.provenance()["gpu"] != "none (CPU)":
+        pytest.skip("this machine has a GPU")
+    assert record.main(["--chapters", "2", "--out", "/nonexistent"]) == 2
+    assert "needs a GPU" in capsys.readouterr().err
+
+
+def _fake_chapters(monkeypatch, tmp_path):
+    """Two chapters whose record() writes a file (or fails), with a source file to hash."""
+    src = tmp_path / "pkg" / "src.py"
+    src.parent.mkdir()
+    src.write_text("v = 1\n")
+    monkeypatch.setattr(records, "PACKAGE_DIR", src.parent)
+
+    def good(out_dir, tune=False, log=print):
+        log("measuring")
+        return [records.write(out_dir / "good.json", [{"tune": tune}])]
+
+    def bad(out_dir, tune=False, log=print):
+        raise RuntimeError("the GPU fell over")
+
+    mods = {"ch02": types.SimpleNamespace(FILES={"good.json": ""}, ESTIMATE_S=1, SOURCES=("src.py",),
+                                          record=good),
+            "ch03": types.SimpleNamespace(FILES={"bad.json": ""}, ESTIMATE_S=1, SOURCES=("src.py",),
+                                          record=bad)}
+    monkeypatch.setattr(record, "companion", lambda c: mods[c])
+    return src
+
+
+def test_a_failing_chapter_is_logged_and_the_others_still_run(tmp_path, monkeypatch):
+    _fake_chapters(monkeypatch, tmp_path)
+    out = tmp_path / "rec"
+    manifest = record.run(["ch02", "ch03"], out, require_gpu=False, command="test")
+    assert manifest["chapters"]["ch02"]["status"] == "ok"
+    assert manifest["chapters"]["ch03"]["status"] == "failed"
+    assert "the GPU fell over" in manifest["chapters"]["ch03"]["error"]
+    assert "the GPU fell over" in (out / "logs" / "ch03.log").read_text()
+    assert "measuring" in (out / "logs" / "ch02.log").read_text()
+    on_disk = json.loads((out / records.MANIFEST).read_text())
+    assert on_disk["files"]["good.json"]["chapter"] == "ch02"
+    assert on_disk["files"]["good.json"]["sha256"] == records.sha256_file(out / "good.json")
+    assert on_disk["chapters"]["ch02"]["sources"] == {"src.py": records.sha256_file(records.PACKAGE_DIR / "src.py")}
+    assert records.staleness("ch02", out, records.PACKAGE_DIR).state == "current"
+
+
+def test_adding_to_a_recording_needs_the_same_commit_and_sources(tmp_path, monkeypatch):
+    src = _fake_chapters(monkeypatch, tmp_path)
+    out = tmp_path / "rec"
+    record.run(["ch02"], out, require_gpu=False)
+    record.run(["ch02"], out, require_gpu=False)  # same commit, same sources: fine
+    src.write_text("v = 2\n")
+    with pytest.raises(record.RecordError, match="re-record it too"):
+        record.run(["ch03"], out, require_gpu=False)
+    manifest = records.read_manifest(out)
+    manifest["commit"] = "0" * 40
+    records.write_manifest(out, manifest)
+    with pytest.raises(record.RecordError, match="new --out folder"):
+        record.run(["ch02"], out, require_gpu=False)
+
+
+def test_smoke_is_passed_down_marked_and_kept_apart(tmp_path, monkeypatch):
+    _fake_chapters(monkeypatch, tmp_path)
+    seen = {}
+    mod = record.companion("ch02")
+
+    def smoke_aware(out_dir, tune=False, log=print, smoke=False):
+        seen["smoke"] = smoke
+        return [records.write(out_dir / "good.json", [])]
+
+    monkeypatch.setattr(mod, "record", smoke_aware)
+    out = tmp_path / "smoke"
+    manifest = record.run(["ch02"], out, require_gpu=False, smoke=True)
+    assert seen["smoke"] and manifest["smoke"] and manifest["chapters"]["ch02"]["smoke"]
+    with pytest.raises(record.RecordError, match="never share a folder"):
+        record.run(["ch02"], out, require_gpu=False)
+
+
+def test_every_companion_takes_the_smoke_flag():
+    import inspect
+
+    for chapter in record.CHAPTERS:
+        params = inspect.signature(record.companion(chapter).record).parameters
+        assert {"tune", "log", "smoke"} <= set(params), chapter
