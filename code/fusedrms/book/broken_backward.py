@@ -31,9 +31,9 @@ NO_R3_TERM, DW_WRONG_AXIS, DW_MISSING_R, PADDED_MEAN = 1, 2, 3, 4
 
 # [book:broken-backward]
 @triton.jit
-def broken_backward_kernel(x_ptr, w_ptr, dy_ptr, dx_ptr, dw_ptr, rows, cols, rows_per_program,
-                           x_stride, dy_stride, dx_stride, eps,
-                           BLOCK: tl.constexpr, BUG: tl.constexpr):
+def broken_backward_kernel(x_ptr, w_ptr, dy_ptr, dx_ptr, dw_ptr, rows, cols,
+                           rows_per_program, x_stride, dy_stride, dx_stride,
+                           eps, BLOCK: tl.constexpr, BUG: tl.constexpr):
     pid = tl.program_id(0)
     offsets = tl.arange(0, BLOCK)
     mask = offsets < cols
@@ -41,7 +41,9 @@ def broken_backward_kernel(x_ptr, w_ptr, dy_ptr, dx_ptr, dw_ptr, rows, cols, row
     dw = tl.zeros([BLOCK], dtype=tl.float32)
     first = pid * rows_per_program
     start = first.to(tl.int64)
-    x_row, dy_row, dx_row = x_ptr + start * x_stride, dy_ptr + start * dy_stride, dx_ptr + start * dx_stride
+    x_row = x_ptr + start * x_stride
+    dy_row = dy_ptr + start * dy_stride
+    dx_row = dx_ptr + start * dx_stride
     for _ in range(first, tl.minimum(first + rows_per_program, rows)):
         x = tl.load(x_row + offsets, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(dy_row + offsets, mask=mask, other=0.0).to(tl.float32)
@@ -55,7 +57,7 @@ def broken_backward_kernel(x_ptr, w_ptr, dy_ptr, dx_ptr, dw_ptr, rows, cols, row
         else:
             dx = r * (g - xhat * (tl.sum(g * xhat, axis=0) / cols))
         tl.store(dx_row + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-        if BUG == 2:  # DW_WRONG_AXIS: a sum along the row, broadcast to every column
+        if BUG == 2:  # DW_WRONG_AXIS: summed along the row, then broadcast
             dw += tl.sum(dy * xhat, axis=0)
         elif BUG == 3:  # DW_MISSING_R
             dw += dy * x

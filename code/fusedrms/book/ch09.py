@@ -38,7 +38,8 @@ import torch
 
 from .. import checks, records, reference, traffic
 
-FILES = ("ch09_backward.json",)
+FILES = {"ch09_backward.json": "forward + backward against the peers, the backward alone, its grid, "
+                               "dw determinism"}
 RECORD_NAME = "ch09_backward"
 SOURCES = ("kernels/rmsnorm_backward.py", "measure/timer.py", "book/ch09.py", "traffic.py",
            "kernels/peers.py")
@@ -49,7 +50,8 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 OPS = ("rmsnorm", "add_rmsnorm")
 SHAPES = tuple((r, c, "bf16") for r in (1024, 4096, 16384) for c in (2048, 4096, 8192)) + (
     (4096, 4096, "fp32"), (16384, 4096, "fp32"))
-SMOKE_SHAPES = ((1024, 2048, "bf16"), (1024, 4096, "fp32"))
+SMOKE_SHAPES = ((1024, 2048, "bf16"),)
+SMOKE_BUDGET_S = 30
 # forward + backward, in the order they are timed (peers that may fail to capture come last)
 TRAIN_IMPLS = ("triton.two_stage", "triton.atomic", "torch.eager", "torch.rms_norm", "liger",
                "torch.compile")
@@ -400,13 +402,16 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processe
            budget_s: float | None = None) -> list[Path]:
     """Measure and write ``out_dir/ch09_backward.json``; returns the files written.
 
-    ``smoke``: two small shapes, few repetitions (the same code paths, in seconds). ``budget_s``
-    (default :data:`ESTIMATE_S`, a third of it with ``smoke``) is shared by the processes; cases a
+    ``smoke``: one small shape, one process, few repetitions (the same code paths, in seconds).
+    ``budget_s`` (default :data:`ESTIMATE_S`, :data:`SMOKE_BUDGET_S` with ``smoke``) is shared by
+    the processes; cases a
     process does not reach in its share are left to the others and counted in the file.
     ``tune`` is accepted for the record command and unused (nothing here is tuned)."""
     env.require_gpu("Chapter 9's measurement")
     out_dir = Path(out_dir)
-    budget_s = (ESTIMATE_S / (3 if smoke else 1)) if budget_s is None else budget_s
+    if smoke:
+        processes = 1
+    budget_s = (SMOKE_BUDGET_S if smoke else ESTIMATE_S) if budget_s is None else budget_s
     start = time.time()
     missing = liger_status()
     parts = []
@@ -434,7 +439,7 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processe
         recs += determinism(*(SMOKE_SHAPES[0] if smoke else DETERMINISM_SHAPE))
     except Exception as e:  # noqa: BLE001
         recs.append({"kind": "determinism", "error": f"{type(e).__name__}: {e}"[:300]})
-    path = records.write(out_dir / FILES[0], recs, extra={
+    path = records.write(out_dir / next(iter(FILES)), recs, extra={
         "smoke": smoke, "processes": len(parts), "copy_GBps": [p["copy_GBps"] for p in parts],
         "not_reached": [p["skipped"] for p in parts], "eps": EPS,
         "timer": next((r["method"] for r in recs if "method" in r), None),
@@ -445,8 +450,9 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processe
 
 # ---------------------------------------------------------------- readers (the page)
 
-def load(machine: str = "h200") -> dict | None:
-    """The recorded file, or None when this machine has none (the page says so)."""
+def load(machine: str | None = None) -> dict | None:
+    """The recorded file (the reader's own recording for their GPU when there is one, else the
+    committed one: :func:`fusedrms.records.load`), or None when there is none (the page says so)."""
     try:
         return records.load(RECORD_NAME, machine)
     except FileNotFoundError:
@@ -534,10 +540,10 @@ def figure(doc, op: str):
     table = training_table(doc, op)
     if not table:
         return None
-    import matplotlib.pyplot as plt
+    from . import page
 
     impls = [i for i in TRAIN_IMPLS if any(r[i] for r in table)]
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    fig, ax = page.figure(height=3.4)
     width = 0.8 / max(len(impls), 1)
     for k, impl in enumerate(impls):
         vals = [(r[impl] / r["triton.two_stage"]) if r[impl] and r["triton.two_stage"] else 0
@@ -550,27 +556,28 @@ def figure(doc, op: str):
     ax.set_xticklabels([r["shape"].replace(" ", "\n") for r in table], fontsize=7)
     ax.set_ylabel("time / ours (two-stage)")
     ax.set_title(f"{op}: forward + backward, lower is faster", fontsize=10)
-    ax.legend(fontsize=7, ncol=3)
-    fig.tight_layout()
+    ax.legend(fontsize=8, ncol=3)
     return fig
 
 
-def show_table(rows: list[dict], columns: dict, caption: str):
-    """Render ``rows`` (dicts) as a table; ``columns`` maps a key to (header, format)."""
-    from html import escape
+TRAIN_COLUMNS = {"shape": ("shape", ""), "MB": ("MB moved", ".0f"),
+                 "triton.two_stage": ("ours µs", ".1f"), "triton.atomic": ("ours, atomic µs", ".1f"),
+                 "torch.eager": ("eager µs", ".1f"), "torch.rms_norm": ("F.rms_norm µs", ".1f"),
+                 "torch.compile": ("compile µs", ".1f"), "liger": ("Liger µs", ".1f"),
+                 "vs_fastest": ("ours / fastest peer", ".2f"), "pct_floor": ("ours % floor", ".0f")}
+BACKWARD_COLUMNS = {"op": ("op", ""), "design": ("design", ""), "shape": ("shape", ""),
+                    "MB": ("MB", ".0f"), "us": ("µs", ".1f"), "pct_floor": ("% floor", ".0f")}
+PROGRAM_COLUMNS = {"shape": ("shape", ""), "design": ("programs per SM", ""),
+                   "programs": ("programs", ""), "us": ("µs", ".1f"), "pct_floor": ("% floor", ".0f"),
+                   "partials_pct": ("partials, % of bytes", ".1f")}
 
-    from IPython.display import HTML
 
-    def cell(value, fmt):
-        if value is None:
-            return "–"
-        return format(value, fmt) if fmt else str(value)
-
-    head = "".join(f"<th>{escape(h)}</th>" for h, _ in columns.values())
-    body = "".join("<tr>" + "".join(f"<td>{escape(cell(r.get(k), f))}</td>"
-                                    for k, (_, f) in columns.items()) + "</tr>" for r in rows)
-    return HTML(f'<div style="overflow-x:auto"><table><caption>{escape(caption)}</caption>'
-                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
+def for_page(rows: list[dict], columns: dict) -> tuple[list[dict], dict]:
+    """(rows keyed by header, formats by header) for :func:`fusedrms.book.page.table`; columns
+    no row has a value for are left out (a peer missing from the recording)."""
+    keep = {k: v for k, v in columns.items() if any(r.get(k) is not None for r in rows)}
+    out = [{header: r.get(k) for k, (header, _) in keep.items()} for r in rows]
+    return out, {header: fmt for header, fmt in keep.values() if fmt}
 
 
 def answer(doc) -> str:

@@ -65,68 +65,77 @@ REDUCE_BLOCK_COLS = 64
 @triton.jit
 def rmsnorm_forward_kernel(x_ptr, res_ptr, w_ptr, y_ptr, s_ptr, rstd_ptr, cols,
                            x_stride, res_stride, y_stride, s_stride, eps,
-                           BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, ACC: tl.constexpr):
+                           BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                           ACC: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offsets = tl.arange(0, BLOCK)
     mask = offsets < cols
-    x = tl.load(x_ptr + row * x_stride + offsets, mask=mask, other=0.0).to(ACC)
-    if HAS_RESIDUAL:  # s = x + residual, stored in x's dtype; y normalizes s as stored
-        s = x + tl.load(res_ptr + row * res_stride + offsets, mask=mask, other=0.0).to(ACC)
-        s = s.to(s_ptr.dtype.element_ty)
+    x = tl.load(x_ptr + row * x_stride + offsets, mask=mask, other=0.0)
+    x = x.to(ACC)
+    if HAS_RESIDUAL:  # s = x + residual, stored in x's dtype; y normalizes s
+        res_row = res_ptr + row * res_stride
+        res = tl.load(res_row + offsets, mask=mask, other=0.0).to(ACC)
+        s = (x + res).to(s_ptr.dtype.element_ty)
         tl.store(s_ptr + row * s_stride + offsets, s, mask=mask)
         x = s.to(ACC)
     r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
     tl.store(rstd_ptr + row, r)  # saved for the backward: 4 bytes per row
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(ACC)
-    tl.store(y_ptr + row * y_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
+    y = (x * r * w).to(y_ptr.dtype.element_ty)
+    tl.store(y_ptr + row * y_stride + offsets, y, mask=mask)
 # [/book:forward-kernel]
 
 
 # [book:backward-kernel]
 @triton.jit
-def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr, dx_ptr, dw_ptr,
-                            rows, cols, rows_per_program, x_stride, res_stride, dy_stride,
-                            dsum_stride, dx_stride, eps,
+def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
+                            dx_ptr, dw_ptr, rows, cols, rows_per_program,
+                            x_stride, res_stride, dy_stride, dsum_stride,
+                            dx_stride, eps,
                             BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
                             HAS_DSUM: tl.constexpr, SAVED_R: tl.constexpr,
                             ATOMIC_DW: tl.constexpr, ACC: tl.constexpr):
     pid = tl.program_id(0)
     offsets = tl.arange(0, BLOCK)
     mask = offsets < cols
-    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(ACC)  # once per program
-    dw = tl.zeros([BLOCK], dtype=ACC)  # this program's share of dw, in registers
+    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(ACC)  # once
+    dw = tl.zeros([BLOCK], dtype=ACC)  # this program's share of dw
     first = pid * rows_per_program
     last = tl.minimum(first + rows_per_program, rows)
     start = first.to(tl.int64)  # pointers walk the rows in 64-bit arithmetic
-    x_row, res_row = x_ptr + start * x_stride, res_ptr + start * res_stride
-    dy_row, dsum_row = dy_ptr + start * dy_stride, dsum_ptr + start * dsum_stride
-    dx_row, rstd_row = dx_ptr + start * dx_stride, rstd_ptr + start
-    for _ in range(first, last):  # a fixed range of rows per program: a fixed order
+    x_row = x_ptr + start * x_stride
+    res_row = res_ptr + start * res_stride
+    dy_row = dy_ptr + start * dy_stride
+    dsum_row = dsum_ptr + start * dsum_stride
+    dx_row = dx_ptr + start * dx_stride
+    rstd_row = rstd_ptr + start
+    for _ in range(first, last):  # a fixed range of rows: a fixed order
         x = tl.load(x_row + offsets, mask=mask, other=0.0).to(ACC)
         if HAS_RESIDUAL:  # the add op: the normalized input is x + residual
             x += tl.load(res_row + offsets, mask=mask, other=0.0).to(ACC)
         dy = tl.load(dy_row + offsets, mask=mask, other=0.0).to(ACC)
         if SAVED_R:
             r = tl.load(rstd_row).to(ACC)
-        else:  # recompute: one more reduction, no more bytes (x is here anyway)
+        else:  # recompute: one more reduction, no more bytes (x is here)
             r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
         xhat = x * r
         g = dy * w
-        dx = r * (g - xhat * (tl.sum(g * xhat, axis=0) / cols))  # reduction 1: along the row
-        if HAS_DSUM:  # gradient arriving through the residual output x + residual
+        # reduction 1, along the row: the dot product of g and xhat
+        dx = r * (g - xhat * (tl.sum(g * xhat, axis=0) / cols))
+        if HAS_DSUM:  # gradient arriving through the residual output
             dx += tl.load(dsum_row + offsets, mask=mask, other=0.0).to(ACC)
         tl.store(dx_row + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-        dw += dy * xhat  # reduction 2 (across rows), this program's part
+        dw += dy * xhat  # reduction 2 (across rows): this program's part
         x_row += x_stride
         res_row += res_stride
         dy_row += dy_stride
         dsum_row += dsum_stride
         dx_row += dx_stride
         rstd_row += 1
-    if ATOMIC_DW:
-        tl.atomic_add(dw_ptr + offsets, dw, mask=mask)  # order of arrival decides the bits
-    else:
-        tl.store(dw_ptr + pid * cols + offsets, dw, mask=mask)  # one partial row per program
+    if ATOMIC_DW:  # the order of arrival decides the last bits
+        tl.atomic_add(dw_ptr + offsets, dw, mask=mask)
+    else:  # one row of partials per program
+        tl.store(dw_ptr + pid * cols + offsets, dw, mask=mask)
 # [/book:backward-kernel]
 
 
@@ -134,14 +143,15 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr, d
 @triton.jit
 def dw_reduce_kernel(partials_ptr, dw_ptr, programs, cols,
                      BLOCK_P: tl.constexpr, BLOCK_COLS: tl.constexpr):
-    """Stage 2: dw[c] = sum over programs p of partials[p, c], always in the same order."""
+    """Stage 2: dw[c] = the sum over p of partials[p, c], in a fixed order."""
     col = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
     col_mask = col < cols
     acc = tl.zeros([BLOCK_COLS], dtype=partials_ptr.dtype.element_ty)
     for start in range(0, programs, BLOCK_P):
         p = start + tl.arange(0, BLOCK_P)
-        tile = tl.load(partials_ptr + p[:, None].to(tl.int64) * cols + col[None, :],
-                       mask=(p[:, None] < programs) & col_mask[None, :], other=0.0)
+        offsets = p[:, None].to(tl.int64) * cols + col[None, :]
+        mask = (p[:, None] < programs) & col_mask[None, :]
+        tile = tl.load(partials_ptr + offsets, mask=mask, other=0.0)
         acc += tl.sum(tile, axis=0)
     tl.store(dw_ptr + col, acc.to(dw_ptr.dtype.element_ty), mask=col_mask)
 # [/book:dw-reduce-kernel]
