@@ -125,3 +125,31 @@ def test_backward_steps_match_the_training_step(op, design):
     dx, dw = ch09.backward_step(op, design, w, rstd)(saved)
     torch.testing.assert_close(dx, full[0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(dw, full[-1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", [c for c in ch09.cases(smoke=True)
+                                  if c["impl"] not in ("liger", "torch.compile")],
+                         ids=lambda c: f"{c['kind']}-{c['op']}-{c['impl']}")
+def test_measure_case_checks_then_times_each_kind(case, monkeypatch):
+    """The GPU path on this machine, the timer replaced: every kind builds its step, the training
+    steps pass their gradient check, and the record holds the floor."""
+    timed = []
+
+    def fake_timer(step, bundle, nbytes, reps):
+        step(bundle)
+        timed.append(nbytes)
+        return 10.0, "fake timer"
+
+    monkeypatch.setattr(ch09, "time_rotating", fake_timer)
+    rec = ch09.measure_case(case["kind"], case["op"], case["impl"], 40, 24, "fp32", 1000.0)
+    assert "error" not in rec, rec["error"]
+    assert rec["us"] == 10.0 and timed == [rec["bytes"]]
+    assert rec["pct_floor"] == pytest.approx(100 * rec["bytes"] / 1e6 / 10.0)
+    if case["kind"] == "train":
+        assert rec["check_ok"], rec["check"]
+
+
+def test_a_failing_implementation_becomes_an_error_record(monkeypatch):
+    monkeypatch.setattr(ch09, "train_step", lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
+    rec = ch09.measure_case("train", "rmsnorm", "torch.eager", 8, 16, "fp32", 1000.0)
+    assert rec["error"] == "RuntimeError: boom" and "us" not in rec

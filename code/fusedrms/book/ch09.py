@@ -244,6 +244,11 @@ def time_rotating(step, bundle: torch.Tensor, bytes_per_call: int, reps: int) ->
                                         f"{copies} rotating input copies, median of {reps}")
 
 
+def _sync() -> None:
+    if env.current().on_gpu:
+        torch.cuda.synchronize()
+
+
 def _reps(wall_ms: float, smoke: bool) -> int:
     if smoke:
         return 3
@@ -256,9 +261,10 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
     from ..kernels import rmsnorm_backward as B
 
     dtype = DTYPES[dt]
+    device = env.current().device
     rec = {"kind": kind, "op": op, "impl": impl, "rows": rows, "cols": cols, "dtype": dt}
     per_sm = int(impl.split("/")[0]) if kind == "programs" else None
-    programs = B.programs_for(rows, cols, dtype, torch.device("cuda"), per_sm=per_sm)
+    programs = B.programs_for(rows, cols, dtype, device, per_sm=per_sm)
     if kind == "train":
         nbytes = traffic.training_bytes(op, rows, cols, dt, programs=programs)["total"]
     else:
@@ -267,9 +273,9 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
         nbytes = traffic.price(step_name, rows, cols, dt, programs=programs).bytes_total
     rec.update(bytes=nbytes, floor_us=nbytes / (copy_GBps * 1e3), programs=programs)
     try:
-        w = torch.randn(cols, generator=torch.Generator(device="cuda").manual_seed(1),
-                        device="cuda").to(dtype).requires_grad_(kind == "train")
-        bundle = make_bundle(op, rows, cols, dtype)
+        w = torch.randn(cols, generator=torch.Generator(device=device).manual_seed(1),
+                        device=device).to(dtype).requires_grad_(kind == "train")
+        bundle = make_bundle(op, rows, cols, dtype, device=device)
         check_bundle = bundle
         if kind == "train":
             step = train_step(impl, op, cols, dtype, w)
@@ -286,13 +292,13 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
             check_bundle = None  # the suite and the tests check these kernels
         t0 = time.perf_counter()
         grads = step(bundle)
-        torch.cuda.synchronize()
+        _sync()
         rec["first_call_ms"] = (time.perf_counter() - t0) * 1e3
         if check_bundle is not None:
             rec["check_ok"], rec["check"] = check_gradients(op, check_bundle, w.detach(), grads)
         t0 = time.perf_counter()
         step(bundle)
-        torch.cuda.synchronize()
+        _sync()
         wall_ms = (time.perf_counter() - t0) * 1e3
         us, how = time_rotating(step, bundle, nbytes, _reps(wall_ms, smoke))
         rec.update(us=us, method=how, pct_floor=100.0 * rec["floor_us"] / us)
