@@ -87,3 +87,26 @@ def test_every_command_line_answers_a_bad_argument_with_usage_and_exit_2(main, a
 def test_verify_lookup_refuses_an_empty_selection():
     with pytest.raises(KeyError, match="at least one"):
         verify.lookup(" , ")
+
+
+def test_output_paths(tmp_path):
+    assert cli.output_file(str(tmp_path / "new" / "r.json")) == tmp_path / "new" / "r.json"
+    assert cli.output_dir(str(tmp_path / "made")) == tmp_path / "made"
+    with pytest.raises(argparse.ArgumentTypeError, match="is a folder"):
+        cli.output_file(str(tmp_path))
+    (tmp_path / "f").write_text("")
+    with pytest.raises(argparse.ArgumentTypeError, match="is a file"):
+        cli.output_dir(str(tmp_path / "f"))
+    with pytest.raises(argparse.ArgumentTypeError, match="cannot write"):
+        cli.output_file(str(tmp_path / "f" / "x.json"))  # a folder that is a file
+
+
+@pytest.mark.parametrize("main,argv", [(verify.main, ["--json", "FILE/x.json"]),
+                                       (plots.main, ["--out", "FILE/p"]),
+                                       (plots.main, ["--op", "softmax"]),
+                                       (harness.main, ["run", "--out", "FILE/r.json"])])
+def test_unwritable_outputs_are_usage_errors(main, argv, capsys, tmp_path):
+    (tmp_path / "FILE").write_text("")
+    with pytest.raises(SystemExit) as e:
+        main([a.replace("FILE", str(tmp_path / "FILE")) for a in argv])
+    assert e.value.code == 2 and "error:" in capsys.readouterr().err

@@ -70,6 +70,8 @@ def _layout(t, layout):
         return wide[:, : t.shape[1]]
     if layout == "batched" and t.shape[0] % 2 == 0:  # leading dimensions
         return t.reshape(2, t.shape[0] // 2, t.shape[1])
+    if layout == "broadcast" and t.shape[0]:  # row stride 0: every row is row 0
+        return t[:1].expand(t.shape[0], t.shape[1])
     return t
 
 
@@ -84,7 +86,7 @@ def calls(draw):
     cols = draw(st.integers(1, 40))
     kind = draw(st.sampled_from(VALUES))
     eps, eps_ok = draw(st.sampled_from([e for e in EPS if e[1] != (fault == "eps")]))
-    layout = draw(st.sampled_from(("contiguous", "transposed", "padded", "batched")))
+    layout = draw(st.sampled_from(("contiguous", "transposed", "padded", "batched", "broadcast")))
     w_form = draw(st.sampled_from(("short", "list", "2d"))) if fault == "w" else "ok"
     r_form = draw(st.sampled_from(("short", "dtype"))) if fault == "residual" else "ok"
     seed = draw(st.integers(0, 2 ** 16))

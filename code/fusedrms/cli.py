@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 
 SEED_MAX = 2 ** 63 - 1  # torch.manual_seed takes 64-bit seeds
@@ -139,6 +140,36 @@ def existing_file(text: str) -> Path:
     if not path.is_file():
         what = "a directory" if path.is_dir() else "no such file"
         raise argparse.ArgumentTypeError(f"{text!r}: {what}; give the path of an existing file")
+    return path
+
+
+def _writable_from(path: Path) -> bool:
+    """Whether the folders up to ``path`` exist or can be made (the nearest existing one is a
+    writable folder)."""
+    parent = path.parent if str(path.parent) else Path(".")
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
+
+
+def output_file(text: str) -> Path:
+    """A file to write: not a folder, and its folder exists or can be created."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file path")
+    if not _writable_from(path):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: its folder cannot be created "
+                                         f"or written; pick another path")
+    return path
+
+
+def output_dir(text: str) -> Path:
+    """A folder to write into: not a file, and it exists or can be created."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file; give a folder")
+    if not (path.is_dir() and os.access(path, os.W_OK)) and not _writable_from(path):
+        raise argparse.ArgumentTypeError(f"cannot write into {text!r}; pick another folder")
     return path
 
 

@@ -339,3 +339,9 @@ def test_gpu_every_chunked_candidate(cols):
         assert checks.allclose(A.add_rmsnorm(x, r, w, config=cfg), expected), cfg.label()
         y, s = A.add_rmsnorm_residual(x, r, w, config=cfg)
         assert checks.equal(s, ref_s) and checks.allclose(y, ref_y), cfg.label()
+
+
+@pytest.mark.gpu
+def test_gpu_an_overflowed_row_is_nan_on_every_launch_path():
+    for config in CONFIGS:
+        test_an_overflowed_row_is_nan_on_every_launch_path(config)

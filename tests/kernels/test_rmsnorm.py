@@ -386,3 +386,10 @@ def test_eps_zero_with_a_row_below_fp32_range_is_nan_not_inf(name):
     assert torch.allclose(y[1].cpu(), -torch.ones(8))
     assert torch.allclose(VARIANTS[name](x[:1], torch.ones(8, device=DEV), 1e-5).cpu(),
                           torch.full((1, 8), 1e-25 / math.sqrt(1e-5)), rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_overflow_and_eps_zero_are_loud_on_every_variant():
+    for name in VARIANTS:
+        test_an_overflowing_sum_of_squares_is_nan_not_zero(name)
+        test_eps_zero_with_a_row_below_fp32_range_is_nan_not_inf(name)

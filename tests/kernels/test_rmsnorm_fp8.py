@@ -168,7 +168,7 @@ def _nan_blocks(codes, scales):
 
 
 @pytest.mark.parametrize("path", list(FP8_PATHS))
-def test_nan_in_nan_out_per_block_kernels_agree_with_the_reference(path):
+def test_nan_in_nan_out_per_block_kernels_agree_with_the_reference(path, rounding="auto"):
     """Issue 17: the policy. A NaN or Inf in x (or an overflowed sum of squares) makes the whole
     row NaN; a NaN or Inf in gamma makes its block NaN (scale and every code); the rest is exact."""
     kw = dict(FP8_PATHS[path])
@@ -179,7 +179,7 @@ def test_nan_in_nan_out_per_block_kernels_agree_with_the_reference(path):
     x[3] = 1e19  # bf16 holds it; the fp32 sum of squares overflows
     w[130] = float("nan")  # block 1 of every row
     w[260] = float("-inf")  # block 2 of every row
-    extra = {} if config is None else {"config": config}
+    extra = {"rounding": rounding} if config is None else {"config": config, "rounding": rounding}
     codes, scales = fn(x, w, **extra)
     ref_codes, ref_scales = q.reference(x, w)
     report = q.compare(codes, scales, ref_codes, ref_scales)
@@ -189,6 +189,15 @@ def test_nan_in_nan_out_per_block_kernels_agree_with_the_reference(path):
     assert scale_nan[[1, 2, 3]].all()  # whole rows
     assert scale_nan[:, 1].all() and scale_nan[:, 2].all()  # gamma's blocks in every row
     assert not scale_nan[[0, 4, 5]][:, [0, 3]].any()  # everything else finite
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rounding", ["cast", "software"])
+def test_gpu_nan_in_nan_out_per_block_on_every_path(rounding):
+    if rounding == "cast" and not q.hardware_fp8_support()[0]:
+        pytest.skip(q.hardware_fp8_support()[1])
+    for path in FP8_PATHS:
+        test_nan_in_nan_out_per_block_kernels_agree_with_the_reference(path, rounding)
 
 
 def test_the_fp8_reference_is_the_kernel_policy_not_torch_max():

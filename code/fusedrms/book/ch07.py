@@ -649,7 +649,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedrms.book.ch07", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=("tune", "extras", "confirm", "check"))
-    p.add_argument("--out", type=Path, required=True, help="folder for the JSON files")
+    p.add_argument("--out", type=cli.output_dir, required=True, help="folder for the JSON files")
     p.add_argument("--budget", type=cli.number(0.0, above=True), default=60.0,
                    help="seconds (stops cleanly after)")
     p.add_argument("--table", type=Path, default=None,

@@ -676,7 +676,8 @@ def _add_settings(p):
                    help="share of --budget-s kept for the torch.compile process (default 0.3)")
     p.add_argument("--allow-missing-floor", action="store_true",
                    help="record times even if the traffic model cannot price an op")
-    p.add_argument("--out", default="bench_results.json", help="JSON path (a CSV goes beside)")
+    p.add_argument("--out", default="bench_results.json", type=cli.output_file,
+                   help="JSON path (a CSV goes beside)")
 
 
 def _settings(a) -> Settings:
