@@ -199,6 +199,8 @@ def rmsnorm_looped(x, w, eps: float = 1e-5, num_warps: int | None = None,
 
 def rows_per_program_for(block_size: int) -> int:
     """Narrow rows share a program until it covers about ``MULTIROW_ELEMENTS`` lanes (1 to 64 rows)."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise validation.InputError(f"block_size must be a positive whole number, got {block_size!r}.")
     return max(1, min(64, MULTIROW_ELEMENTS // block_size))
 
 
