@@ -12,11 +12,12 @@ For each implementation in :mod:`fusedrms.registry` (``hip.*``, ``triton.*``, ``
    :func:`fusedrms.checks.allclose` (tolerance from :func:`fusedrms.checks.tolerance_for`) or, for
    FP8 codes, with chapter 8's exact rule.
 
-NaN and Inf policy (what IEEE arithmetic gives, and what the float64 reference does): a NaN in a
-row makes that whole row NaN (it enters the sum of squares); an Inf in a row makes the sum infinite
-and ``r = 0``, so the row's finite entries become 0 and the Inf entry ``Inf * 0 = NaN``. Other rows
-are untouched. The checks use ``nan="match"``: NaN and Inf must sit exactly where the reference has
-them.
+NaN and Inf policy (:data:`fusedrms.validation.INPUT_POLICY`): a NaN or an Inf in a row makes that
+whole row NaN, and so does a row whose fp32 sum of squares overflows or (eps = 0) whose mean square
+falls below fp32's smallest normal number; other rows are untouched. The reference accumulates in
+float64 and applies fp32's range (``range_dtype``), so it is the exact answer wherever the kernels
+compute one. For FP8 a NaN or Inf in a 128-column block makes its scale and all its codes NaN. The
+checks use ``nan="match"``: NaN and Inf must sit exactly where the reference has them.
 
 Command line::
 
@@ -41,7 +42,7 @@ from typing import Callable
 
 import torch
 
-from . import checks, dtypes, reference, registry
+from . import checks, cli, dtypes, reference, registry
 
 F64 = torch.float64
 DTYPE_NAMES = {d: dtypes.short(d) for d in (torch.float32, torch.float16, torch.bfloat16)}
@@ -90,7 +91,13 @@ CASES: tuple[Case, ...] = (
     Case("NaN input", "NaN", "nan", (4, 13), (4, 13),
          "a NaN in row 1 makes row 1 NaN and leaves the others alone", nan="match"),
     Case("Inf input", "Inf", "inf", (4, 13), (4, 13),
-         "+Inf in row 1, -Inf in row 2: those rows become 0 with NaN at the Inf", nan="match"),
+         "+Inf in row 1, -Inf in row 2: those rows become NaN, never zeros", nan="match"),
+    Case("overflow", "ovfl", "overflow", (4, 257), (4, 257),
+         "row 1 near 1e19: its fp32 sum of squares overflows; the row must be NaN, not zeros",
+         nan="match"),
+    Case("eps = 0", "eps=0", "eps0", (4, 257), (4, 257),
+         "eps = 0: ordinary rows normalize exactly; row 1 (mean square below 1.2e-38) is NaN",
+         eps=0.0, nan="match"),
     Case("strided rows", "stride", "strided", (33, 257), (5, 257),
          "row stride 514, NaN between rows: assuming contiguous rows, or reading past a row's "
          "end, picks up NaN"),
@@ -100,6 +107,8 @@ CASES: tuple[Case, ...] = (
 
 
 _CASE_NAMES = {c.name for c in CASES}
+# Cases where the book's kernels are loud (NaN rows) and PyTorch's own ops return zeros or Inf.
+LOUD_KINDS = ("inf", "overflow", "eps0")
 
 
 def case(name: str) -> Case:
@@ -149,6 +158,10 @@ def make_inputs(c: Case, op: str, dtype: torch.dtype, device, seed: int) -> dict
     elif c.kind == "inf":
         x[1, 0] = float("inf")
         x[2, cols - 1] = float("-inf")
+    elif c.kind == "overflow":  # fp16 cannot hold 1e19: there the row is Inf, loud just the same
+        x[1], res[1] = 1e19 * x[1].sign(), 0.0 * res[1]
+    elif c.kind == "eps0":  # fp16 flushes 1e-21 to 0: a zero row with eps = 0, NaN as well
+        x[1], res[1] = 1e-21 * x[1], 1e-21 * res[1]
 
     def place(t):
         return t.to(dtype).to(device)
@@ -163,7 +176,12 @@ def make_inputs(c: Case, op: str, dtype: torch.dtype, device, seed: int) -> dict
         def place(t):  # noqa: F811
             return t.t().contiguous().to(dtype).to(device).t()
 
-    return {"x": place(x), "residual": place(res), "w": w.to(dtype).to(device), "eps": c.eps}
+    inputs = {"x": place(x), "residual": place(res), "w": w.to(dtype).to(device), "eps": c.eps}
+    if op in registry.BACKWARD_OPS:  # output gradients, from their own stream of numbers
+        g2 = torch.Generator().manual_seed(seed + 1)
+        inputs["dy"] = place(torch.randn(rows, cols, generator=g2))
+        inputs["d_sum"] = place(torch.randn(rows, cols, generator=g2))
+    return inputs
 
 
 # ---------------------------------------------------------------- running one check
@@ -231,6 +249,11 @@ def launch(impl: registry.Impl, inputs: dict):
             copy = {"memory_format": torch.contiguous_format}
             args = (inputs["x"].clone(**copy), inputs["residual"].clone(**copy), inputs["w"],
                     inputs["eps"])
+    elif impl.op == "rmsnorm_backward":
+        args = (inputs["x"], inputs["w"], inputs["dy"], inputs["eps"])
+    elif impl.op == "add_rmsnorm_backward":
+        args = (inputs["x"], inputs["residual"], inputs["w"], inputs["dy"], inputs["eps"],
+                inputs["d_sum"])
     quiet = contextlib.nullcontext()
     if not inputs["x"].is_cuda:  # NumPy (the interpreter) warns on the NaN/Inf cases' arithmetic
         import numpy
@@ -255,7 +278,7 @@ def _call(impl: registry.Impl, args: tuple, x: torch.Tensor):
 
 
 def _reference_rmsnorm(x, w, eps):
-    return reference.rmsnorm(x, w, eps, accum=F64, out_dtype=F64)
+    return reference.rmsnorm(x, w, eps, accum=F64, out_dtype=F64, range_dtype=torch.float32)
 
 
 def compare(op: str, inputs: dict, result, nan: str = "never") -> tuple[checks.Report, dict]:
@@ -273,7 +296,8 @@ def compare(op: str, inputs: dict, result, nan: str = "never") -> tuple[checks.R
     if op == "rmsnorm":
         return check_tensor(result, _reference_rmsnorm(x, w, eps), "y"), {}
     if op == "add_rmsnorm":
-        expected = reference.add_rmsnorm(x, inputs["residual"], w, eps, accum=F64, out_dtype=F64)
+        expected = reference.add_rmsnorm(x, inputs["residual"], w, eps, accum=F64, out_dtype=F64,
+                                         range_dtype=torch.float32)
         return check_tensor(result, expected, "y"), {}
     if op == "add_rmsnorm_residual":
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
@@ -294,7 +318,48 @@ def compare(op: str, inputs: dict, result, nan: str = "never") -> tuple[checks.R
         return y_report, details
     if op == "rmsnorm_fp8":
         return _compare_fp8(inputs, result, nan)
+    if op in registry.BACKWARD_OPS:
+        return _compare_backward(op, inputs, result, nan)
     raise ValueError(f"unknown op {op!r}")
+
+
+def _compare_backward(op: str, inputs: dict, result, nan: str) -> tuple[checks.Report, dict]:
+    """``(dx, dw)`` against the float64 formula (:func:`fusedrms.reference.rmsnorm_backward`).
+
+    Each gradient is a difference (dx) or a sum over rows (dw) of terms that cancel, so the bound
+    is the dtype's tolerance times the terms' magnitudes (``scale``), not times what is left.
+    ``atol`` is two subnormal steps of the dtype, not its smallest normal number: fp16 gradients
+    of rows near 3e4 are subnormal (about 5e-5), and a normal-number atol would accept anything."""
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        return checks.Report(False, f"expected (dx, dw), got {type(result).__name__}"), {}
+    x, w = inputs["x"], inputs["w"]
+    rows, cols = x.reshape(-1, x.shape[-1]).shape
+    d_sum = None
+    if op == "add_rmsnorm_backward":
+        x = x.to(F64) + inputs["residual"].to(F64)  # the op normalizes the sum, never rounded
+        d_sum = inputs["d_sum"]
+    ref = reference.rmsnorm_backward(x, w, inputs["dy"], inputs["eps"], accum=F64, d_sum=d_sum)
+    reports = {}
+    for name, got, like, n in (("dx", result[0], inputs["x"], cols),
+                               ("dw", result[1], w, rows)):
+        if not isinstance(got, torch.Tensor):
+            reports[name] = checks.Report(False, f"{name}: expected a tensor, got "
+                                                 f"{type(got).__name__}")
+        elif got.dtype != like.dtype or got.shape != like.shape:
+            reports[name] = checks.Report(False, f"{name} is {got.dtype} {tuple(got.shape)}, "
+                                                 f"expected {like.dtype} {tuple(like.shape)}")
+        else:  # gradients can be subnormal (fp16 at large |x|): one subnormal step of atol
+            fin = torch.finfo(got.dtype)
+            reports[name] = checks.allclose(got, ref[name], n=n, nan=nan,
+                                            atol=2 * fin.tiny * fin.eps,
+                                            scale=ref[f"{name}_scale"])
+    details = {name: str(r) for name, r in reports.items()}
+    for name, r in reports.items():
+        if not r.ok:
+            return checks.Report(False, f"{name}: {r.message}", **_stats(r)), details
+    worst = max(reports.values(), key=lambda r: r.max_rel_err)
+    return checks.Report(True, f"dx {reports['dx'].message}; dw {reports['dw'].message}",
+                         **_stats(worst)), details
 
 
 def _stats(r: checks.Report) -> dict:
@@ -343,8 +408,10 @@ def run_check(impl: registry.Impl, c: Case, dtype: torch.dtype, device=None,
     if not impl.supports(dev_key, dtype, cols):
         why = impl.gpu_only_reason if dev_key not in impl.devices else "not supported"
         return Check(**base, status="skip", message=why or "not supported")
-    if impl.op == "rmsnorm_fp8" and c.kind in ("nan", "inf"):
-        return Check(**base, status="skip", message="NaN/Inf policy for FP8 is chapter 8's")
+    if not impl.kernel and c.kind in LOUD_KINDS:
+        return Check(**base, status="skip", message="a library peer computes what PyTorch does here "
+                                                     "(zeros for an overflowed row); the loud policy "
+                                                     "is the book's kernels'")
     inputs = make_inputs(c, impl.op, dtype, device, seed_for(seed, impl.name, c.name, dtype))
     rtol = checks.tolerance_for(dtype, cols)[0]
     start = time.perf_counter()
@@ -376,9 +443,13 @@ def lookup(pattern: str = "all", peers: bool = False) -> list[registry.Impl]:
     """Implementations by name: ``all``, a name, a glob (``triton.*``) or a comma-separated list.
 
     ``all`` means every registered kernel (``peers=True`` adds the library peers). The broken
-    kernels of :mod:`fusedrms.book.broken` are found by name (``broken.*``), never by ``all``.
+    kernels of :mod:`fusedrms.book.broken` are found by name (``broken.*``), never by ``all``;
+    chapter 9's broken backward kernels (:mod:`fusedrms.book.broken_backward`) as ``broken_bwd.*``.
     """
     known = {i.name: i for i in registry.impls()}
+    if not any(p.strip() for p in str(pattern).split(",")):
+        raise KeyError(f"select at least one implementation (got {pattern!r}): 'all', a name, a "
+                       f"glob or a comma-separated list")
     chosen: dict[str, registry.Impl] = {}
     for part in (p.strip() for p in pattern.split(",") if p.strip()):
         if part == "all":
@@ -386,12 +457,12 @@ def lookup(pattern: str = "all", peers: bool = False) -> list[registry.Impl]:
             continue
         pool = dict(known)
         if part.startswith("broken"):
-            from .book import broken
+            from .book import broken, broken_backward
 
-            pool = dict(broken.IMPLS)
+            pool = {**broken.IMPLS, **broken_backward.IMPLS}
         hits = {n: i for n, i in pool.items() if fnmatch.fnmatchcase(n, part)}
         if not hits:
-            names = ", ".join(sorted(known) + ["broken.*"])
+            names = ", ".join(sorted(known) + ["broken.*", "broken_bwd.*"])
             raise KeyError(f"no implementation matches {part!r}; known: {names}")
         chosen.update(hits)
     return list(chosen.values())
@@ -502,18 +573,20 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m fusedrms.verify",
         description="Run the boundary suite (shapes, zeros, huge/tiny values, NaN/Inf, strides) "
                     "against registered RMSNorm kernels; float64 reference, poisoned outputs.")
-    p.add_argument("--kernel", default="all",
+    p.add_argument("--kernel", default="all", type=cli.selection,
                    help="'all' (every registered kernel), a name (triton.row), a glob (hip.*) or a "
                         "comma-separated list; broken.* runs the deliberately broken kernels")
     p.add_argument("--device", choices=["cpu", "gpu"], default=None,
                    help="default: the GPU if there is one, else the CPU (Triton interpreter)")
-    p.add_argument("--dtype", default=None, help="only this dtype: fp32, fp16 or bf16")
+    p.add_argument("--dtype", default=None, type=cli.dtype_name,
+                   help="only this dtype: fp32, fp16 or bf16")
     p.add_argument("--case", default=None, help="only the cases whose name contains this text")
     p.add_argument("--peers", action="store_true", help="with 'all': also the torch peers")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=cli.seed, default=0)
     p.add_argument("--verbose", "-v", action="store_true", help="one line per check")
-    p.add_argument("--json", default=None, help="write the results here (records.write)")
-    p.add_argument("--jobs", type=int, default=1,
+    p.add_argument("--json", default=None, type=cli.output_file,
+                   help="write the results here (records.write)")
+    p.add_argument("--jobs", type=cli.whole(1, 64), default=1,
                    help="run the routes (hip, triton, capstone, ...) in this many processes at "
                         "once; kernel compilation is CPU-bound, so a GPU run finishes sooner")
     return p
@@ -575,10 +648,7 @@ def main(argv=None) -> int:
         os.execv(sys.executable, [sys.executable, "-m", "fusedrms.verify", *argv])
     dtypes = None
     if args.dtype:
-        names = {v: k for k, v in DTYPE_NAMES.items()}
-        if args.dtype not in names:
-            parser.error(f"--dtype must be one of {', '.join(names)} (got {args.dtype!r})")
-        dtypes = [names[args.dtype]]
+        dtypes = [cli.dtype(args.dtype)]
     cases = None
     if args.case:
         cases = [c for c in CASES if args.case.lower() in c.name.lower()]

@@ -53,6 +53,7 @@ import triton
 import triton.language as tl
 
 from .. import dtypes, registry, tuning, validation
+from .rmsnorm import loud_scale  # chapter 4's overflow guard, reused
 from .rounding import round_to_bf16
 
 # The whole row lives in registers: 32768 fp32 sums over 1024 threads is 32 values per thread for
@@ -72,14 +73,15 @@ def _store_cast(v, dtype: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
 
 # [book:kernel]
 @triton.jit
-def _add_rmsnorm_tile(x_ptr, r_ptr, w, y_ptr, s_ptr, tile, rows, cols,
+def _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows, COLS: tl.constexpr,
                       x_stride, r_stride, y_stride, s_stride, eps,
                       BLOCK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
                       WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
     """One tile of ROWS_PER_PROGRAM whole rows: load, add, reduce, scale, store."""
     col = tl.arange(0, BLOCK)
+    col_ok = col < COLS  # COLS is a compile-time constant: all true, and gone, when COLS == BLOCK
     row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
-    mask = (row < rows)[:, None] & (col < cols)[None, :]
+    mask = (row < rows)[:, None] & col_ok[None, :]
     x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
                 eviction_policy="evict_first").to(tl.float32)
     r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
@@ -90,82 +92,110 @@ def _add_rmsnorm_tile(x_ptr, r_ptr, w, y_ptr, s_ptr, tile, rows, cols,
         s_stored = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
         tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
         s = s_stored.to(tl.float32)
-    mean_square = tl.sum(s * s, axis=1) / cols  # masked lanes added 0; real width
-    rstd = tl.rsqrt(mean_square + eps)
+    denominator = tl.sum(s * s, axis=1) / COLS + eps  # masked lanes added 0; real width
+    rstd = loud_scale(tl.rsqrt(denominator), denominator)  # NaN, not 0, on overflow
+    # The weight only now: loaded earlier it would hold registers through the reduction, and
+    # registers per thread decide how many programs an SM keeps in flight. Every program reads
+    # the same bytes, so ask L2 to keep them (and to let the streamed rows go first).
+    w = tl.load(w_ptr + col, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
     y = s * rstd[:, None] * w[None, :]
     tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
              _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
 
 
 @triton.jit
-def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, cols,
+def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, COLS: tl.constexpr,
                        x_stride, r_stride, y_stride, s_stride, eps,
                        BLOCK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
                        WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
                        PERSISTENT: tl.constexpr):
-    col = tl.arange(0, BLOCK)
-    # The weight: every program reads the same bytes, so ask L2 to keep them (and to let the
-    # streamed rows go first).
-    w = tl.load(w_ptr + col, mask=col < cols, other=0.0, eviction_policy="evict_last").to(tl.float32)
     if PERSISTENT:
         # a few programs per SM walk the tiles (the loads pipelined num_stages deep)
         for tile in tl.range(tl.program_id(0), tl.cdiv(rows, ROWS_PER_PROGRAM), tl.num_programs(0)):
-            _add_rmsnorm_tile(x_ptr, r_ptr, w, y_ptr, s_ptr, tile, rows, cols, x_stride, r_stride,
-                              y_stride, s_stride, eps, BLOCK, ROWS_PER_PROGRAM, WRITE_SUM,
-                              SOFTWARE_BF16)
+            _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows, COLS, x_stride,
+                              r_stride, y_stride, s_stride, eps, BLOCK, ROWS_PER_PROGRAM,
+                              WRITE_SUM, SOFTWARE_BF16)
     else:
         # one tile per program, no loop: nothing for the compiler to keep live across iterations
-        _add_rmsnorm_tile(x_ptr, r_ptr, w, y_ptr, s_ptr, tl.program_id(0), rows, cols, x_stride,
-                          r_stride, y_stride, s_stride, eps, BLOCK, ROWS_PER_PROGRAM, WRITE_SUM,
-                          SOFTWARE_BF16)
+        _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tl.program_id(0), rows, COLS,
+                          x_stride, r_stride, y_stride, s_stride, eps, BLOCK, ROWS_PER_PROGRAM,
+                          WRITE_SUM, SOFTWARE_BF16)
 # [/book:kernel]
 
 
 # [book:chunked-kernel]
 @triton.jit
-def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, cols,
+def _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows, COLS: tl.constexpr,
+                   x_stride, r_stride, y_stride, s_stride, eps,
+                   CHUNK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+                   WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
+    row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
+    row_ok = row < rows
+    # pass 1: per-lane partial sums of squares. COLS is a compile-time constant, so the loop's
+    # trip count is too: the compiler unrolls it and drops the masks (Inductor's kernel bakes
+    # the shape in the same way).
+    partial = tl.zeros([ROWS_PER_PROGRAM, CHUNK], dtype=tl.float32)
+    for start in tl.range(0, COLS, CHUNK):
+        col = start + tl.arange(0, CHUNK)
+        mask = row_ok[:, None] & (col < COLS)[None, :]
+        if WRITE_SUM:
+            # x and r are read once: pass 1 writes s, which pass 2 reads back (half the bytes of
+            # reading x and r again, and from L2: it was just written)
+            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            s_stored = _store_cast(x + r, s_ptr.dtype.element_ty, SOFTWARE_BF16)
+            tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
+            s = s_stored.to(tl.float32)
+        else:
+            # ask L2 to keep x and r for pass 2
+            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+            s = x + r
+        partial += s * s
+    denominator = tl.sum(partial, axis=1) / COLS + eps
+    rstd = loud_scale(tl.rsqrt(denominator), denominator)
+    # pass 2: s again (x + r, or the stored s), from L2 mostly, last use; write y
+    for start in tl.range(0, COLS, CHUNK):
+        col = start + tl.arange(0, CHUNK)
+        col_ok = col < COLS
+        mask = row_ok[:, None] & col_ok[None, :]
+        if WRITE_SUM:
+            s = tl.load(s_ptr + row[:, None] * s_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+        else:
+            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            s = x + r
+        w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
+                    eviction_policy="evict_last").to(tl.float32)
+        y = s * rstd[:, None] * w[None, :]
+        tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
+                 _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
+
+
+@triton.jit
+def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, COLS: tl.constexpr,
                                x_stride, r_stride, y_stride, s_stride, eps,
                                CHUNK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
-                               WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
+                               WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
+                               PERSISTENT: tl.constexpr):
     """The same op for wide rows, in two passes over column chunks: few registers per thread, so
     many programs share an SM and hide each other's memory latency."""
-    n_tiles = tl.cdiv(rows, ROWS_PER_PROGRAM)
-    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-        row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
-        row_ok = row < rows
-        # pass 1: per-lane partial sums of squares; ask L2 to keep x and r for pass 2
-        partial = tl.zeros([ROWS_PER_PROGRAM, CHUNK], dtype=tl.float32)
-        for start in tl.range(0, cols, CHUNK):
-            col = start + tl.arange(0, CHUNK)
-            mask = row_ok[:, None] & (col < cols)[None, :]
-            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
-                        eviction_policy="evict_last").to(tl.float32)
-            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
-                        eviction_policy="evict_last").to(tl.float32)
-            s = x + r
-            if WRITE_SUM:
-                s = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16).to(tl.float32)
-            partial += s * s
-        rstd = tl.rsqrt(tl.sum(partial, axis=1) / cols + eps)
-        # pass 2: read x and r again (from L2, mostly; last use), write s and y
-        for start in tl.range(0, cols, CHUNK):
-            col = start + tl.arange(0, CHUNK)
-            col_ok = col < cols
-            mask = row_ok[:, None] & col_ok[None, :]
-            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
-                        eviction_policy="evict_last").to(tl.float32)
-            s = x + r
-            if WRITE_SUM:
-                s_stored = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
-                tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
-                s = s_stored.to(tl.float32)
-            y = s * rstd[:, None] * w[None, :]
-            tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
-                     _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
+    if PERSISTENT:
+        for tile in tl.range(tl.program_id(0), tl.cdiv(rows, ROWS_PER_PROGRAM), tl.num_programs(0)):
+            _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows, COLS, x_stride,
+                           r_stride, y_stride, s_stride, eps, CHUNK, ROWS_PER_PROGRAM,
+                           WRITE_SUM, SOFTWARE_BF16)
+    else:
+        _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tl.program_id(0), rows, COLS,
+                       x_stride, r_stride, y_stride, s_stride, eps, CHUNK, ROWS_PER_PROGRAM,
+                       WRITE_SUM, SOFTWARE_BF16)
 # [/book:chunked-kernel]
 
 
@@ -431,16 +461,15 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
     block = triton.next_power_of_2(cols)
     args = (x2, r2, w, y2, s_out, rows, cols,
             x2.stride(0), r2.stride(0), y2.stride(0), s_out.stride(0), eps)
+    persistent = config.programs_per_sm is not None or TILE_LOOP_ALWAYS
     if config.chunk is not None and config.chunk < block:
         kernel, width = add_rmsnorm_chunked_kernel, {"CHUNK": config.chunk}
-        constants = (config.chunk, rpp, write_sum, software_bf16)
     else:
-        persistent = config.programs_per_sm is not None or TILE_LOOP_ALWAYS
-        kernel, width = add_rmsnorm_kernel, {"BLOCK": block, "PERSISTENT": persistent}
-        constants = (block, rpp, write_sum, software_bf16, persistent)  # the kernel's order
+        kernel, width = add_rmsnorm_kernel, {"BLOCK": block}
+    constants = (*width.values(), rpp, write_sum, software_bf16, persistent)  # the kernel's order
     compiled = kernel[(programs,)](
         *args, **width, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum, SOFTWARE_BF16=software_bf16,
-        num_warps=config.num_warps, num_stages=config.num_stages)
+        PERSISTENT=persistent, num_warps=config.num_warps, num_stages=config.num_stages)
     if x2.device.type == "cuda" and hasattr(compiled, "run") and hasattr(compiled, "__getitem__"):
         return _DirectLaunch(compiled[(programs, 1, 1)], constants)
     return None
@@ -545,14 +574,18 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
     key = (_call_key(op, x, residual, w, eps)
            if FAST_PATH and config is None and type(in_place) is bool else None)  # noqa: E721
     plan = _PLANS.get(key) if key is not None else None
-    if plan is not None and not (in_place and x.data_ptr() == residual.data_ptr()):
+    if plan is not None:
         if in_place:
+            # depends on addresses, not on the key: checked on every call
+            validation.check_no_overlap({"x": x, "residual": residual},
+                                        {"x": x, "residual": residual, "w": w})
             plan.run(x, residual, w, x, residual, eps)
             return x, residual
         y, s = torch.empty_like(x), torch.empty_like(x)
         plan.run(x, residual, w, y, s, eps)
         return y, s
     config = _check_config(config)
+    in_place = validation.check_flag(in_place, "in_place")
     x2, r2, w2, eps, shape = _prepare(x, residual, w, eps, "capstone.fused_residual")
     config = config or _default_config(x2.shape[1], x2.dtype)
     if in_place:
@@ -561,9 +594,9 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
                 raise validation.InputError(
                     f"in_place=True writes into {name}, which is not contiguous; the kernel would "
                     f"write into a temporary copy. Pass {name}.contiguous() or use in_place=False.")
-        if x.data_ptr() == residual.data_ptr():
-            raise validation.InputError("in_place=True needs x and residual in separate memory "
-                                        "(y and s are written to both).")
+        # y goes into x and s into residual: neither may overlap the other tensors it reads
+        validation.check_no_overlap({"x": x2, "residual": r2},
+                                    {"x": x2, "residual": r2, "w": w2})
         direct = launch(x2, r2, w2, x2, r2, eps, config)
         _remember(key, x, residual, w, x2, config, direct)
         return x, residual

@@ -49,30 +49,36 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return validation.as_rows(x, "x")
 
 
+def _check(x, w, eps, residual=None) -> float:
+    """The kernels' validation, so a peer fails as clearly as they do (not deep inside ATen)."""
+    _rows(x)  # a tensor of a supported dtype, not a scalar, at least one column
+    if residual is not None:
+        validation.check_same(x, residual, "x", "residual")
+    validation.check_weight(w, x.shape[-1], x.device)
+    return validation.check_eps(eps)
+
+
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     """PyTorch's ``F.rms_norm`` with the weight passed in (PyTorch picks the kernel)."""
-    validation.check_tensor(x, "x")
-    validation.check_weight(w, x.shape[-1], x.device)
+    eps = _check(x, w, eps)
     return F.rms_norm(x, (x.shape[-1],), w, eps)
 
 
 def eager_chain(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
                 eps: float = 1e-5) -> torch.Tensor:
-    """The unfused chain: add, normalize, scale; every intermediate is rounded to x's dtype."""
-    validation.check_tensor(x, "x")
-    validation.check_same(x, residual, "x", "residual")
-    validation.check_weight(w, x.shape[-1], x.device)
+    """The unfused chain: add, normalize, scale; every intermediate is rounded to x's dtype
+    (a weight of another dtype is applied in its dtype and the product cast back to x's)."""
+    eps = _check(x, w, eps, residual)
     t = x + residual
     n = F.rms_norm(t, (t.shape[-1],), None, eps)
-    return n * w
+    y = n * w
+    return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
 def rms_norm_add(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
                  eps: float = 1e-5) -> torch.Tensor:
     """``F.rms_norm(x + residual, w)``: the add, then PyTorch's norm with the weight inside."""
-    validation.check_tensor(x, "x")
-    validation.check_same(x, residual, "x", "residual")
-    validation.check_weight(w, x.shape[-1], x.device)
+    eps = _check(x, w, eps, residual)
     return F.rms_norm(x + residual, (x.shape[-1],), w, eps)
 
 
@@ -122,6 +128,7 @@ COMPILED = (COMPILED_RMSNORM, COMPILED_ADD_RMSNORM, COMPILED_ADD_RMSNORM_RESIDUA
 
 
 def compiled_rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    eps = _check(x, w, eps)
     x2 = _rows(x)
     w = validation.check_weight(w, x2.shape[1], x2.device)
     return COMPILED_RMSNORM.get(x2, w, eps=eps)(x2, w, eps).reshape(x.shape)
@@ -129,7 +136,7 @@ def compiled_rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5) -> tor
 
 def compiled_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
                          eps: float = 1e-5) -> torch.Tensor:
-    validation.check_same(x, residual, "x", "residual")
+    eps = _check(x, w, eps, residual)
     x2, r2 = _rows(x), _rows(residual)
     w = validation.check_weight(w, x2.shape[1], x2.device)
     return COMPILED_ADD_RMSNORM.get(x2, r2, w, eps=eps)(x2, r2, w, eps).reshape(x.shape)
@@ -177,6 +184,7 @@ def liger_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5) -> torch
     fn = _load_liger()
     if fn is None:
         raise PeerMissing(liger_status())
+    eps = _check(x, w, eps)
     x2 = _rows(x)
     w = validation.check_weight(w, x2.shape[1], x2.device)
     return fn.apply(x2, w, eps).reshape(x.shape)
@@ -189,7 +197,7 @@ def liger_fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, w: torch.T
         raise PeerMissing(liger_status())
     from liger_kernel.ops.fused_add_rms_norm import fused_add_rms_norm_forward
 
-    validation.check_same(x, residual, "x", "residual")
+    eps = _check(x, w, eps, residual)
     out = fused_add_rms_norm_forward(x, residual, w, eps, 0.0, "llama")
     return out[0], out[1]
 
@@ -198,6 +206,7 @@ def flashinfer_fused_add_rmsnorm(x, residual, w, eps: float = 1e-5):
     """FlashInfer's FusedAddRMSNorm, in place: ``residual <- x + residual``, ``x <- y``."""
     from . import peers_flashinfer
 
+    eps = _check(x, w, eps, residual)
     try:
         peers_flashinfer.load()
     except RuntimeError as e:
@@ -208,6 +217,7 @@ def flashinfer_fused_add_rmsnorm(x, residual, w, eps: float = 1e-5):
 def flashinfer_rms_norm(x, w, eps: float = 1e-5):
     from . import peers_flashinfer
 
+    eps = _check(x, w, eps)
     try:
         peers_flashinfer.load()
     except RuntimeError as e:
