@@ -191,14 +191,20 @@ def test_table_from_study_picks_the_best_worst_case_and_loads(tmp_path):
 
     recs = []
     for rows, times in ((128, {"ours.current": 5.0, "ours.two_pass_c2048_w16": 4.0}),
-                        (4096, {"ours.current": 50.0, "ours.two_pass_c2048_w16": 45.0}),
-                        (1, {"ours.current": 1.0, "ours.two_pass_c2048_w16": 9.0})):  # ignored
+                        (1024, {"ours.current": 50.0, "ours.two_pass_c2048_w16": 45.0}),
+                        (4096, {"ours.current": 1.0, "ours.two_pass_c2048_w16": 9.0})):  # ignored
         for op in ("fused", "residual"):
             for impl, t in times.items():
                 recs.append({"rows": rows, "cols": 8192, "dtype": "bf16", "op": op, "impl": impl,
                              "median_us": t, "correct": True})
     out = study.table_records(recs)
-    assert len(out) == 1 and out[0]["study_name"] == "two_pass_c2048_w16"
+    measured = [o for o in out if o["source"].startswith("capstone study")]
+    assert len(measured) == 1 and out[0]["study_name"] == "two_pass_c2048_w16"
+    # other keys carried over; float16 takes bfloat16's winner (same element size)
+    assert all("previous table" in o["source"] or "bfloat16's winner" in o["source"]
+               for o in out[1:])
+    fp16 = [o for o in out if o["cols"] == 8192 and o["dtype"] == "float16"]
+    assert fp16 and fp16[0]["chunk"] == 2048
     assert out[0]["chunk"] == 2048 and out[0]["num_warps"] == 16
     assert out[0]["worst_ratio_to_best"] == 1.0
     study_dir = tmp_path / "study"
@@ -208,5 +214,6 @@ def test_table_from_study_picks_the_best_worst_case_and_loads(tmp_path):
     (study_dir / "study_summary.json").write_text(json.dumps({"started": "2026-12-01T08:50:00Z"}))
     path = study.write_table(study_dir, tmp_path / "rec")
     table = tuning.check_table("capstone", path)
+    assert len(table["configs"]) > 1
     assert table["gpu"] == "NVIDIA H200"
     assert table["configs"][(8192, "bfloat16")] == A.LaunchConfig(1, 16, 1, None, 2048)

@@ -426,3 +426,33 @@ def test_fast_path_can_be_switched_off(monkeypatch):
     x, r, w = _inputs()
     A.add_rmsnorm(x, r, w)
     assert not A._PLANS
+
+
+def test_large_batches_take_the_two_pass_launch_and_small_ones_the_table():
+    from fusedrms.kernels import add_rmsnorm as A
+
+    table_cfg = A.LaunchConfig(1, 16)
+    sms = 132
+    big, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms, 8192, sms)
+    assert replaced and big == A.LARGE_BATCH_CONFIG and big.chunk == 2048
+    small, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms - 1, 8192, sms)
+    assert not replaced and small is table_cfg
+    # a row that fits one chunk has nothing to split: the table's entry at any batch
+    assert A.batch_config(table_cfg, 10**6, 2048, sms) == (table_cfg, False)
+    # the interpreter keeps its one configuration
+    assert A.launch_config(10**5, 8192, torch.float32, torch.device("cpu")) == A.INTERPRETER_CONFIG
+
+
+def test_the_large_batch_launch_is_correct_on_both_ops():
+    from fusedrms.kernels import add_rmsnorm as A
+
+    x, r, w = (torch.randn(3, 4100), torch.randn(3, 4100), torch.rand(4100) + 0.5)
+    y = A.add_rmsnorm(x, r, w, config=A.LARGE_BATCH_CONFIG)
+    assert checks.allclose(y, reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64,
+                                                    out_dtype=torch.float64)).ok
+    y2, s2 = A.add_rmsnorm_residual(x, r, w, config=A.LARGE_BATCH_CONFIG)
+    y_ref, s_ref = reference.add_rmsnorm_residual(x, r, w, 1e-5, accum=torch.float64)
+    assert torch.equal(s2, s_ref) and checks.allclose(y2, y_ref).ok
+    xi, ri = x.clone(), r.clone()
+    A.add_rmsnorm_residual(xi, ri, w, in_place=True, config=A.LARGE_BATCH_CONFIG)
+    assert torch.equal(ri, s_ref) and torch.equal(xi, y2)  # s read back from residual's memory

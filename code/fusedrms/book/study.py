@@ -733,11 +733,15 @@ def config_of(impl: str, cols: int, dtype, current) -> "object | None":
     return candidates(cols, dtype).get(impl[len("ours."):])
 
 
-def table_records(recs: list[dict], min_rows: int = 128, gpu: str = "NVIDIA H200") -> list[dict]:
+SMALL_BATCH_ROWS = (1, 1024)  # the table serves batches below the large-batch rule's threshold
+
+
+def table_records(recs: list[dict], rows_range=SMALL_BATCH_ROWS, gpu: str = "NVIDIA H200"
+                  ) -> list[dict]:
     """One tuning record per (cols, dtype) the study timed: the candidate whose worst ratio to the
-    best candidate, over every row count >= ``min_rows`` and both ops, is smallest (a table is
-    keyed on the width, never on rows, so one launch must serve every batch). Rows below
-    ``min_rows`` take a few microseconds of launch either way and only add noise."""
+    best candidate, over every row count in ``rows_range`` and both ops, is smallest (a table is
+    keyed on the width, never on rows, so one launch must serve every batch it is used for;
+    large batches take :data:`fusedrms.kernels.add_rmsnorm.LARGE_BATCH_CONFIG`)."""
     import torch
 
     from .. import records, tuning
@@ -747,7 +751,8 @@ def table_records(recs: list[dict], min_rows: int = 128, gpu: str = "NVIDIA H200
     installed = tuning.load("capstone", tuning.installed_path("capstone", records.gpu_slug(gpu)))
     by_key: dict = {}
     for r in recs:
-        if (r.get("median_us") and r["impl"].startswith("ours.") and r["rows"] >= min_rows
+        if (r.get("median_us") and r["impl"].startswith("ours.")
+                and rows_range[0] <= r["rows"] <= rows_range[1]
                 and r["impl"] != "ours.current_in_place" and r.get("correct") is not False):
             by_key.setdefault((r["cols"], r["dtype"]), []).append(r)
     out = []
@@ -776,7 +781,18 @@ def table_records(recs: list[dict], min_rows: int = 128, gpu: str = "NVIDIA H200
                     "rows_timed": sorted({k[0] for k in best}),
                     "ranked": [{"name": i[len("ours."):], "worst_ratio_to_best":
                                 max(complete[i].values())} for i in ranked],
-                    "source": "capstone study (rotating-input graph timer, median of processes)"})
+                    "source": "capstone study (rotating-input graph timer, median of 3 "
+                              "processes), batches of %d-%d rows" % tuple(rows_range)})
+    measured = {(o["cols"], o["dtype"]): o for o in out}
+    for (cols, name), cfg in sorted(installed["configs"].items()):
+        twin = measured.get((cols, "bfloat16"))
+        if name == "float16" and (cols, name) not in measured and twin:
+            out.append({**twin, "dtype": name, "source": "bfloat16's winner: the same element "
+                        "size and code path (the study timed no small float16 batch)"})
+        elif not any(o["cols"] == cols and o["dtype"] == name for o in out):
+            out.append({"cols": cols, "dtype": name, **cfg.as_dict(), "label": cfg.label(),
+                        "source": "previous table's entry: the study timed no small batch of "
+                                  "this width and dtype"})
     return out
 
 
@@ -789,8 +805,9 @@ def write_table(study_dir: Path, out_dir: Path) -> Path:
     provenance = {"gpu": copy.get("gpu"), "torch": copy.get("torch"),
                   "date": summary.get("started"), "copy_GBps": copy.get("GBps"),
                   "command": "python -m fusedrms.book.study (exploration), then study.write_table",
-                  "objective": "minimize the worst ratio to the best candidate over rows >= 128 "
-                               "and both ops (fused, residual)"}
+                  "objective": "minimize the worst ratio to the best candidate over batches of "
+                               "%d-%d rows and both ops (fused, residual)" % SMALL_BATCH_ROWS,
+                  "study_commit": summary.get("commit", "80ed6d4")}
     path = Path(out_dir) / "tuning" / "capstone.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     recs = table_records(doc["records"], gpu=copy.get("gpu") or "NVIDIA H200")

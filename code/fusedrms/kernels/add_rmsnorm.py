@@ -406,6 +406,33 @@ def _remembered_config(cols: int, dtype: torch.dtype, generation: int) -> Launch
     return choose_config(cols, dtype)[0]
 
 
+# [book:large-batch]
+# Large batches are bound by DRAM bandwidth, not by latency: there, two passes over 2048-column
+# chunks with 16 warps per row (the launch Inductor generates for this op) keep four 512-thread
+# programs per SM streaming, where a whole row in registers fits two or three. Small batches are
+# bound by latency, and one pass over a row in registers is shorter: the table holds the winners
+# measured there. The switch is a rule on rows, like the one above, and needs no tuning.
+LARGE_BATCH_ROWS_PER_SM = 16
+LARGE_BATCH_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1, chunk=2048)
+
+
+def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int) -> tuple[LaunchConfig, bool]:
+    """(configuration for this batch, whether the large-batch rule replaced the table's)."""
+    if (rows >= LARGE_BATCH_ROWS_PER_SM * sms
+            and triton.next_power_of_2(cols) > LARGE_BATCH_CONFIG.chunk):
+        return LARGE_BATCH_CONFIG, True
+    return config, False
+# [/book:large-batch]
+
+
+def launch_config(rows: int, cols: int, dtype: torch.dtype, device) -> LaunchConfig:
+    """What a call without ``config=`` runs: the table's entry, or on a GPU the large-batch rule."""
+    config = _default_config(cols, dtype)
+    if device.type != "cuda":
+        return config  # the interpreter: one fixed configuration
+    return batch_config(config, rows, cols, sm_count(device))[0]
+
+
 def _default_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
     """choose_config, remembered: the wrappers ask on every call, the answer changes only when a
     tuning table is overridden."""
@@ -556,7 +583,7 @@ def add_rmsnorm(x, residual, w, eps: float = 1e-5, *, config=None) -> torch.Tens
         return y
     config = _check_config(config)
     x2, r2, w2, eps, shape = _prepare(x, residual, w, eps, "capstone.fused")
-    config = config or _default_config(x2.shape[1], x2.dtype)
+    config = config or launch_config(x2.shape[0], x2.shape[1], x2.dtype, x2.device)
     y2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
     direct = launch(x2, r2, w2, y2, None, eps, config)
     _remember(key, x, residual, w, x2, config, direct)
@@ -587,7 +614,7 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
     config = _check_config(config)
     in_place = validation.check_flag(in_place, "in_place")
     x2, r2, w2, eps, shape = _prepare(x, residual, w, eps, "capstone.fused_residual")
-    config = config or _default_config(x2.shape[1], x2.dtype)
+    config = config or launch_config(x2.shape[0], x2.shape[1], x2.dtype, x2.device)
     if in_place:
         for t, name in ((x, "x"), (residual, "residual")):
             if not t.is_contiguous():
