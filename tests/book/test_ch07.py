@@ -199,6 +199,7 @@ def test_peer_sweeps_cover_the_goal_grid_and_every_peer():
                  "flashinfer.rms_norm", "torch.compile"):
         assert name in impls, name
     grid = {(c["rows"], c["cols"]) for c in cases if c["sweep"] == "peers" and c["dtype"] == "bf16"}
+    assert {(c["rows"], c["cols"]) for c in cases if c["dtype"] == "fp32"} == set(ch07.DIAGONAL)
     assert grid == {(r, c) for r in ch07.GOAL_ROWS for c in ch07.GOAL_COLS}
     assert {c["mode"] for c in cases if c["sweep"] == "peers"} == {"rotating"}
     assert any(c["mode"] == "python" and c["rows"] == 1 and c["cols"] == 4096 for c in cases)
