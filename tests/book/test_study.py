@@ -217,3 +217,14 @@ def test_table_from_study_picks_the_best_worst_case_and_loads(tmp_path):
     assert len(table["configs"]) > 1
     assert table["gpu"] == "NVIDIA H200"
     assert table["configs"][(8192, "bfloat16")] == A.LaunchConfig(1, 16, 1, None, 2048)
+
+
+def test_fp8_exactness_cost_writes_its_record_without_a_gpu(tmp_path):
+    """On a CPU the child exits (no GPU) and ncu is absent: the file still says what happened."""
+    import json
+
+    path = study.fp8_exactness_cost(tmp_path, budget_s=30)
+    doc = json.loads(path.read_text())
+    assert doc["records"] == [] and doc["provenance"]["ncu"]
+    assert all(n["status"].startswith(("missing", "skipped", "ok", "rc", "timeout"))
+               for n in doc["provenance"]["ncu"])

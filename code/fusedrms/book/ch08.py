@@ -406,9 +406,11 @@ def write_tuning_table(path, recs: list[dict], log=print) -> FusedConfig | None:
 FILES = {
     "fp8_quant.json": "exactness on the GPU, kernel resources, naive pair vs fused timed, warps sweep",
     "fp8_candidates.json": "every launch candidate, bit-exactness and times, beside the naive pair",
+    "fp8_exactness_cost.json": "the exact kernel beside a diagnostic that drops exactness: time, "
+                               "% of floor, SASS opcodes, Nsight Compute pipes",
 }
 TUNING_FILES = {"tuning/fp8.json": "the fastest bit-exact candidate (written with --tune)"}
-ESTIMATE_S = 150  # H200: exactness ~15 s, timings ~25 s, sweep ~15 s, candidates ~70 s
+ESTIMATE_S = 200  # H200: exactness ~15 s, timings ~25 s, sweep ~15 s, candidates ~70 s, cost ~50 s
 SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/rounding.py",
            "measure/timer.py", "traffic.py", "book/ch08.py")
 
@@ -463,6 +465,12 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, check_sh
     extra["candidates_winner"] = winner["label"] if winner else None
     records.write(cand_path, cands, extra=extra)
     written.append(cand_path)
+    try:  # what exactness costs: the diagnostic kernel, SASS, Nsight Compute (issue 16, goal 3)
+        from . import study
+
+        written.append(study.fp8_exactness_cost(out_dir, 15.0 if smoke else 50.0))
+    except Exception as e:  # noqa: BLE001 - the other files stand
+        log(f"  exactness cost FAILED: {type(e).__name__}: {e}")
     if tune:
         table = write_tuning_table(out_dir / "tuning" / "fp8.json", cands, log=log)
         if table is not None:

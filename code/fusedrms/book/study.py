@@ -412,9 +412,12 @@ def run_fp8_worker(out_dir: Path, deadline: float, device: str = "cuda",
     # SASS of the exact and the diagnostic kernel (instruction mix per element)
     try:
         x, w = Q.make_inputs(4, 7168, device="cuda")
+        Q.rmsnorm_fp8_fused(x, w)
+        Q.rmsnorm_fp8_approx(x, w)
         for name, kernel in (("fused", Q.rmsnorm_fp8_fused_kernel),
+                             ("fused_split", Q.rmsnorm_fp8_fused_split_kernel),
+                             ("fused_rows", Q.rmsnorm_fp8_fused_rows_kernel),
                              ("approx", Q.rmsnorm_fp8_approx_kernel)):
-            (Q.rmsnorm_fp8_fused(x, w) if name == "fused" else Q.rmsnorm_fp8_approx(x, w))
             sass_dump(kernel, out_dir / f"fp8_{name}")
     except Exception as e:  # noqa: BLE001
         emit("fp8", impl="sass", status=f"error: {type(e).__name__}: {e}"[:300])
@@ -473,6 +476,16 @@ def run_ncu_target(which: str) -> None:
     from ..kernels import add_rmsnorm as A
     from ..kernels import peers
 
+    if which.startswith("fp8"):
+        from ..kernels import rmsnorm_fp8 as Q
+
+        xq, wq = Q.make_inputs(16384, 7168, device="cuda")
+        fn = (lambda: Q.rmsnorm_fp8_fused(xq, wq)) if which == "fp8_fused" else (
+            lambda: Q.rmsnorm_fp8_approx(xq, wq, num_warps=4))
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        return
     rows, cols = 16384, 8192
     x = torch.randn(rows, cols, device="cuda").to(torch.bfloat16)
     r = torch.randn(rows, cols, device="cuda").to(torch.bfloat16)
@@ -488,23 +501,29 @@ def run_ncu_target(which: str) -> None:
     torch.cuda.synchronize()
 
 
-NCU_TARGETS = {"ours": "regex:add_rmsnorm_kernel", "ours_two_pass": "regex:add_rmsnorm_chunked",
+NCU_TARGETS = {"fp8_fused": "regex:rmsnorm_fp8_fused", "fp8_approx": "regex:rmsnorm_fp8_approx",
+               "ours": "regex:add_rmsnorm_kernel", "ours_two_pass": "regex:add_rmsnorm_chunked",
                "inductor": "regex:triton_", "liger": "regex:_fused_add_rms_norm",
                "ours_residual": "regex:add_rmsnorm"}
 
 
-def run_ncu(out_dir: Path, deadline: float, env_vars: dict) -> list[dict]:
+FP8_NCU_SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "InstructionStats", "Occupancy")
+
+
+def run_ncu(out_dir: Path, deadline: float, env_vars: dict,
+            targets=("ours", "inductor", "liger", "ours_two_pass", "ours_residual"),
+            sections=NCU_SECTIONS) -> list[dict]:
     ncu = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if Path(p).exists()),
                                       None)
     results = []
     if ncu is None:
         return [{"status": "missing: ncu not on PATH"}]
-    for which in ("ours", "inductor", "liger", "ours_two_pass", "ours_residual"):
+    for which in targets:
         left = deadline - time.time()
         if left < 15:
             results.append({"target": which, "status": "skipped: time budget"})
             continue
-        cmd = [ncu, "--clock-control", "none", *sum((["--section", s] for s in NCU_SECTIONS), []),
+        cmd = [ncu, "--clock-control", "none", *sum((["--section", s] for s in sections), []),
                "--metrics", NCU_METRICS, "-k", NCU_TARGETS[which], "--launch-skip", "1",
                "--launch-count", "1", sys.executable, "-m", "fusedrms.book.study",
                "ncu-target", which]
@@ -812,4 +831,39 @@ def write_table(study_dir: Path, out_dir: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     recs = table_records(doc["records"], gpu=copy.get("gpu") or "NVIDIA H200")
     path.write_text(json.dumps({"provenance": provenance, "records": recs}, indent=1) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------- chapter 8: what exactness costs
+
+def fp8_exactness_cost(out_dir: Path, budget_s: float = 60.0) -> Path:
+    """``fp8_exactness_cost.json``: the exact fused FP8 kernel beside the diagnostic one that
+    drops exactness (:func:`fusedrms.kernels.rmsnorm_fp8.rmsnorm_fp8_approx`), timed with the
+    rotating-input graph timer, percent of the copy floor, differing codes; the SASS opcode
+    counts of both kernels; Nsight Compute's compute-pipe sections on both at 16384x7168."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    deadline = t0 + budget_s
+    env_vars = dict(os.environ)
+    code_dir = str(Path(__file__).resolve().parents[2])
+    env_vars["PYTHONPATH"] = code_dir + os.pathsep + env_vars.get("PYTHONPATH", "")
+    log_path = out_dir / "fp8_exactness_cost_log.txt"
+    msgs = _run_child(["fp8"], min(deadline, t0 + 0.6 * budget_s), log_path, env_vars)
+    ncu = run_ncu(out_dir, deadline - 2, env_vars, targets=("fp8_fused", "fp8_approx"),
+                  sections=FP8_NCU_SECTIONS)
+    sass = {}
+    for name in ("fused", "fused_split", "fused_rows", "approx"):
+        hist = out_dir / f"fp8_{name}.sass_hist.json"
+        if hist.exists():
+            sass[name] = json.loads(hist.read_text())
+            hist.unlink()  # kept in the record file; the SASS text itself stays beside it
+    for text in out_dir.glob("fp8_*.sass.txt"):
+        if text.stat().st_size > 400_000:
+            text.unlink()
+    from .. import records
+
+    path = out_dir / "fp8_exactness_cost.json"
+    records.write(path, [m for m in msgs if m.get("kind") == "fp8"],
+                  {"sass": sass, "ncu": ncu, "elapsed_s": time.time() - t0})
     return path
