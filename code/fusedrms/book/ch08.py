@@ -465,10 +465,11 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, check_sh
     extra["candidates_winner"] = winner["label"] if winner else None
     records.write(cand_path, cands, extra=extra)
     written.append(cand_path)
-    try:  # what exactness costs: the diagnostic kernel, SASS, Nsight Compute (issue 16, goal 3)
-        from . import study
+    try:  # what exactness costs: the diagnostic kernel, SASS, Nsight Compute (not in a rehearsal)
+        if full or smoke:
+            from . import study
 
-        written.append(study.fp8_exactness_cost(out_dir, 15.0 if smoke else 50.0))
+            written.append(study.fp8_exactness_cost(out_dir, 15.0 if smoke else 50.0))
     except Exception as e:  # noqa: BLE001 - the other files stand
         log(f"  exactness cost FAILED: {type(e).__name__}: {e}")
     if tune:
