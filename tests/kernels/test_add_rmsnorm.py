@@ -456,3 +456,37 @@ def test_the_large_batch_launch_is_correct_on_both_ops():
     xi, ri = x.clone(), r.clone()
     A.add_rmsnorm_residual(xi, ri, w, in_place=True, config=A.LARGE_BATCH_CONFIG)
     assert torch.equal(ri, s_ref) and torch.equal(xi, y2)  # s read back from residual's memory
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dtype):
+    """On a GPU the second call launches the compiled kernel directly; it must give the bits the
+    full path gives, for both ops and in place, at a decode shape and a large batch."""
+    from fusedrms.kernels import add_rmsnorm as A
+
+    sms = A.sm_count(torch.device("cuda"))
+    for rows, cols in ((1, 4096), (A.LARGE_BATCH_ROWS_PER_SM * sms, 8192), (3, 5000)):
+        A.clear_plans()
+        x, r = (torch.randn(rows, cols, device="cuda").to(dtype) for _ in range(2))
+        w = (torch.rand(cols, device="cuda") + 0.5).to(dtype)
+        first = A.add_rmsnorm(x, r, w)
+        assert len(A._PLANS) == 1
+        again = A.add_rmsnorm(x, r, w)
+        y, s = A.add_rmsnorm_residual(x, r, w)
+        y2, s2 = A.add_rmsnorm_residual(x, r, w)
+        A.FAST_PATH = False
+        try:
+            full = A.add_rmsnorm(x, r, w)
+            y_full, s_full = A.add_rmsnorm_residual(x, r, w)
+        finally:
+            A.FAST_PATH = True
+        assert torch.equal(first, full) and torch.equal(again, full)
+        assert torch.equal(y2, y_full) and torch.equal(s2, s_full) and torch.equal(y, y_full)
+        ref = reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64, out_dtype=torch.float64)
+        assert checks.allclose(again, ref).ok
+        xi, ri = x.clone(), r.clone()
+        A.add_rmsnorm_residual(xi, ri, w, in_place=True)
+        xi, ri = x.clone(), r.clone()
+        A.add_rmsnorm_residual(xi, ri, w, in_place=True)  # the remembered in-place launch
+        assert torch.equal(xi, y_full) and torch.equal(ri, s_full)

@@ -168,3 +168,12 @@ def test_gpu_rotating_timer():
         import warnings
 
         warnings.warn(f"the row kernel could not be captured in a CUDA graph: {how}")
+
+
+@pytest.mark.gpu
+def test_gpu_rotating_timer_gives_per_call_times():
+    import torch
+
+    xs = [torch.randn(1 << 20, device="cuda") for _ in range(4)]
+    samples = timer.time_rotating([lambda x=x: x.mul_(1.0) for x in xs], reps=5)
+    assert len(samples) == 5 and all(0 < s < 1e4 for s in samples)
