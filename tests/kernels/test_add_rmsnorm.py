@@ -490,3 +490,26 @@ def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dty
         xi, ri = x.clone(), r.clone()
         A.add_rmsnorm_residual(xi, ri, w, in_place=True)  # the remembered in-place launch
         assert torch.equal(xi, y_full) and torch.equal(ri, s_full)
+
+
+def _installed_entries():
+    path = tuning.installed_path("capstone", "h200")
+    table = tuning.load("capstone", path)
+    return sorted(table["configs"].items()) + [((8192, "bfloat16"), A.LARGE_BATCH_CONFIG)]
+
+
+@pytest.mark.parametrize("key,cfg", _installed_entries(), ids=lambda v: str(v))
+def test_every_configuration_in_use_computes_both_ops(key, cfg):
+    """Each launch the H200 runs (its table's entries, and the large-batch launch) on the CPU
+    path, at the entry's own width: y against the float64 reference, s bit for bit."""
+    cols, name = key
+    dtype = getattr(torch, name)
+    g = torch.Generator().manual_seed(cols)
+    x, r = (torch.randn(2, cols, generator=g).to(dtype) for _ in range(2))
+    w = (torch.rand(cols, generator=g) + 0.5).to(dtype)
+    y = A.add_rmsnorm(x, r, w, config=cfg)
+    assert checks.allclose(y, reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64,
+                                                    out_dtype=torch.float64)).ok
+    y2, s2 = A.add_rmsnorm_residual(x, r, w, config=cfg)
+    y_ref, s_ref = reference.add_rmsnorm_residual(x, r, w, 1e-5, accum=torch.float64)
+    assert torch.equal(s2, s_ref) and checks.allclose(y2, y_ref).ok
