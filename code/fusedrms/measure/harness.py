@@ -138,7 +138,7 @@ class Settings:
     reps: int = 50
     time_cap_s: float = 0.1  # per timing: fewer reps (never below min_reps) for slow calls
     min_reps: int = 10
-    rotating_reps: int = 15  # graph replays per rotating timing (each many calls long)
+    rotating_reps: int = 9  # graph replays per rotating timing (each many calls long)
     budget_s: float | None = None
     compile_share: float = 0.3  # of the budget, kept for the torch.compile process
     allow_missing_floor: bool = False
