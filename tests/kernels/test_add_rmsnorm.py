@@ -235,6 +235,7 @@ def test_heuristic_values():
     assert A.heuristic_config(2048, torch.bfloat16) == A.LaunchConfig(4, 16, 1, None)
     assert A.heuristic_config(4096, torch.bfloat16) == A.LaunchConfig(2, 16, 1, None)
     assert A.heuristic_config(16384, torch.float32) == A.LaunchConfig(1, 16, 1, None)
+    assert A.heuristic_config(32768, torch.bfloat16) == A.LaunchConfig(1, 32, 1, None)
     assert A.heuristic_config(13, torch.float32).rows_per_program == 8
 
 

@@ -259,7 +259,9 @@ def heuristic_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
 
     - rows per program: enough rows for a tile of about 16 KB per input tensor (a narrow row alone
       gives a program too little to load), at most 8;
-    - warps: about 32 bytes (two 16-byte vector loads) per thread per tensor, 4 to 16 warps;
+    - warps: about 32 bytes (two 16-byte vector loads) per thread per tensor, 4 to 16 warps,
+      and enough warps that no thread holds more than 32 values of a row (32 warps at 32768
+      columns, as Liger's rule has it): more would spill registers;
     - one program per tile, no pipelining.
     """
     _check_cols(cols)
@@ -267,7 +269,7 @@ def heuristic_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
     block = triton.next_power_of_2(cols)
     rows_per_program = max(1, min(8, 16384 // (block * size)))
     tile_bytes = rows_per_program * block * size
-    num_warps = max(4, min(16, tile_bytes // (32 * 32)))
+    num_warps = max(4, min(16, tile_bytes // (32 * 32)), rows_per_program * block // (32 * 32))
     return LaunchConfig(rows_per_program, triton.next_power_of_2(num_warps), 1, None)
 # [/book:heuristic]
 
