@@ -867,3 +867,77 @@ def fp8_exactness_cost(out_dir: Path, budget_s: float = 60.0) -> Path:
     records.write(path, [m for m in msgs if m.get("kind") == "fp8"],
                   {"sass": sass, "ncu": ncu, "elapsed_s": time.time() - t0})
     return path
+
+
+# ---------------------------------------------------------------- the study as a book data file
+
+STUDY_FILE = Path(__file__).resolve().parents[1] / "data" / "studies" / "h200_capstone_study.json"
+NCU_KEYS = ("Duration", "DRAM Throughput", "Memory Throughput", "Compute (SM) Throughput",
+            "L2 Cache Throughput", "L1/TEX Hit Rate", "L2 Hit Rate", "Registers Per Thread",
+            "Block Size", "Grid Size", "Theoretical Occupancy", "Achieved Occupancy",
+            "Warp Cycles Per Issued Instruction", "dram__bytes_read.sum", "dram__bytes_write.sum")
+
+
+def parse_ncu_text(text: str) -> dict:
+    """The first value of each of :data:`NCU_KEYS` in ncu's text report, as a number."""
+    import re
+
+    out = {}
+    for key in NCU_KEYS:
+        m = re.search(r"^\s+" + re.escape(key) + r"\s+(\S+)?\s+([\d,.]+)\s*$", text, re.M)
+        if m:
+            out[key] = float(m.group(2).replace(",", ""))
+    m = re.search(r"^\s+(\S+) \((\d+), 1, 1\)x\((\d+), 1, 1\)", text, re.M)
+    if m:
+        out["kernel"] = m.group(1)
+    return out
+
+
+def inductor_kernel_text(log_text: str, graph: int) -> str:
+    """The Triton kernel Inductor generated for compiled graph ``[graph/0]`` of a TORCH_LOGS
+    output_code log, without the log prefixes."""
+    tag = f"[{graph}/0] [__output_code] "
+    lines, on = [], False
+    for line in log_text.splitlines():
+        if tag not in line:
+            if on:
+                break
+            continue
+        body = line.split(tag, 1)[1]
+        if body.startswith("@triton_heuristics"):
+            on = True
+        if on:
+            if body.startswith("''', device_str"):
+                break
+            lines.append(body)
+    return "\n".join(lines)
+
+
+def condense(study_dir: Path) -> dict:
+    """One JSON document from a study folder: the aggregated timings, the Python per-call costs,
+    FP8, Nsight Compute's key metrics per kernel, Inductor's kernels at 16384x8192 bf16."""
+    d = Path(study_dir)
+    timing = json.loads((d / "timing.json").read_text())
+    summary = json.loads((d / "study_summary.json").read_text())
+    copy = next(m for m in timing["raw"] if m.get("kind") == "copy")
+    ncu = {}
+    for path in sorted(d.glob("ncu_*.txt")):
+        ncu[path.stem[4:]] = parse_ncu_text(path.read_text())
+    log = (d / "inductor_output_code.txt").read_text()
+    py = [m for m in json.loads((d / "python_calls.json").read_text()) if m.get("kind") == "py"]
+    fp8 = [m for m in json.loads((d / "fp8.json").read_text()) if m.get("kind") == "fp8"]
+    sass = {}
+    for name in ("fused", "approx"):
+        hist = d / f"fp8_{name}.sass_hist.json"
+        if hist.exists():
+            sass[name] = json.loads(hist.read_text())
+    return {"provenance": {"gpu": copy.get("gpu"), "driver": "580.159.04", "torch": copy.get("torch"),
+                           "triton": "3.6.0", "date": summary.get("started"), "commit": "80ed6d4",
+                           "command": "python -m fusedrms.book.study --out DIR --budget 360",
+                           "copy_GBps": copy.get("GBps"),
+                           "timer": "CUDA graph replaying calls over rotating input sets "
+                                    "(> 4x L2), median over 3 processes"},
+            "records": [{k: v for k, v in r.items() if k != "check"} for r in timing["records"]],
+            "python_calls": py, "fp8": fp8, "fp8_sass": sass,
+            "ncu": ncu, "inductor_kernels": {"add_rmsnorm": inductor_kernel_text(log, 0),
+                                             "add_rmsnorm_residual": inductor_kernel_text(log, 1)}}
