@@ -205,3 +205,39 @@ def test_peer_sweeps_cover_the_goal_grid_and_every_peer():
     assert any(c["mode"] == "python" and c["rows"] == 1 and c["cols"] == 4096 for c in cases)
     assert not harness.check_floors(sweeps)
     assert harness.expand(ch07.peer_sweeps(smoke=True))[0]
+
+
+def test_readers_of_the_measured_section_work_on_the_study_and_a_harness_file():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from fusedrms.book import ch07
+
+    doc = ch07.study_doc()
+    status = ch07.goal_status(doc, "add_rmsnorm")
+    big = [g for g in status if g["rows"] == 16384 and g["cols"] == 8192 and g["dtype"] == "bf16"]
+    assert big and big[0]["fastest_peer"] == "torch.compile_add" and big[0]["ratio"] > 1
+    assert big[0]["near_bound"] is (big[0]["pct_of_bound"] >= 97)
+    small = [g for g in status if g["rows"] == 1]
+    assert small and all(g["pct_of_bound"] is None and g["near_bound"] is None for g in small)
+    levers = ch07.lever_effects(doc)
+    assert {r["lever"] for r in levers} >= {"one row per program, Liger's warps",
+                                            "two passes, 2048-column chunks, 16 warps"}
+    assert all(r["ratio"] == r["after_us"] / r["before_us"] for r in levers if r["before_us"])
+    seed = ch07.seed_predictions(doc)
+    assert seed[0]["seed"] == 2.3 and seed[0]["low"] <= seed[0]["measured"] <= seed[0]["high"]
+    assert any("DRAM" in r["prediction"] for r in seed)
+    sides = ch07.side_by_side(doc)
+    assert "evict_last" in sides["inductor"] and "_two_pass_tile" in sides["ours"]
+    assert ch07.peers_figure(doc, "add_rmsnorm_residual") is not None
+    # a harness file (the final recording's capstone_peers.json) reads the same way
+    harness_doc = {"records": [
+        {"status": "ok", "mode": "rotating", "op": "add_rmsnorm", "impl": name, "rows": 16384,
+         "cols": 8192, "dtype": "bf16", "median_us": t, "floor_us": 190.0, "bytes": 805322752}
+        for name, t in (("capstone.fused", 188.0), ("torch.compile_add", 187.0),
+                        ("torch.eager_chain", 700.0))]}
+    g = ch07.goal_status(harness_doc)[0]
+    assert g["fastest_peer"] == "torch.compile_add" and g["at_most_peer"] is False
+    assert abs(g["pct_of_bound"] - 100 * 187.0 / 188.0) < 1e-9 and g["near_bound"] is True
+    again = ch07.before_after(harness_doc, doc)
+    assert again and again[0]["study_ratio"] > again[0]["now_ratio"]

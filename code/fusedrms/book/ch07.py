@@ -722,3 +722,201 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---------------------------------------------------------------- readers for the measured section
+# Data for the chapter's cells (rows of dicts: the page renders them); no prose, no verdicts.
+
+STUDY_OPS = {"fused": "add_rmsnorm", "residual": "add_rmsnorm_residual"}
+STUDY_IMPLS = {("add_rmsnorm", "ours.current"): "capstone.fused",
+               ("add_rmsnorm_residual", "ours.current"): "capstone.fused_residual",
+               ("add_rmsnorm_residual", "ours.current_in_place"): "capstone.fused_residual_in_place",
+               ("add_rmsnorm", "torch.compile"): "torch.compile_add",
+               ("add_rmsnorm_residual", "torch.compile"): "torch.compile_residual"}
+OURS = {"add_rmsnorm": "capstone.fused", "add_rmsnorm_residual": "capstone.fused_residual"}
+GOAL_BOUND_PCT, GOAL_MIN_BYTES = 97.0, 64 << 20
+SEED_PREDICTIONS = {"speedup_over_eager": 2.3, "dram_pct": "mid-80s"}  # seed 000's listing
+
+
+def study_doc() -> dict:
+    """The exploration run on the H200 (``data/studies/h200_capstone_study.json``)."""
+    import json
+
+    from . import study
+
+    return json.loads(study.STUDY_FILE.read_text())
+
+
+def normalized(doc: dict) -> list[dict]:
+    """Measured records of a study or a harness file in one shape: op, impl (registry names;
+    study candidates as ``capstone[<name>]``), rows, cols, dtype, median_us, floor_us, bytes."""
+    out = []
+    for r in doc["records"]:
+        if r.get("status") != "ok" or not r.get("median_us"):
+            continue
+        if r.get("mode") not in (None, "rotating"):
+            continue
+        op = STUDY_OPS.get(r["op"], r["op"])
+        impl = STUDY_IMPLS.get((op, r["impl"]), r["impl"])
+        if impl.startswith("ours."):
+            impl = f"capstone[{impl[5:]}]"
+        out.append({"op": op, "impl": impl, "rows": r["rows"], "cols": r["cols"],
+                    "dtype": dtypes.short(r["dtype"]), "median_us": r["median_us"],
+                    "floor_us": r.get("floor_us"),
+                    "bytes": r.get("bytes"), "processes": r.get("processes"),
+                    "correct": r.get("correct")})
+    return out
+
+
+def _is_peer(impl: str) -> bool:
+    return not impl.startswith("capstone")
+
+
+def goal_status(doc: dict, op: str = "add_rmsnorm") -> list[dict]:
+    """Per shape: ours, the fastest peer, ours / fastest peer, and ours as a percent of the faster
+    of (copy floor, fastest peer) for shapes moving at least 64 MB; with the two checks as
+    booleans (None where a check does not apply or a number is missing)."""
+    recs = [r for r in normalized(doc) if r["op"] == op]
+    by_shape: dict = {}
+    for r in recs:
+        by_shape.setdefault((r["rows"], r["cols"], r["dtype"]), {})[r["impl"]] = r
+    rows = []
+    for (n, c, dt), impls in sorted(by_shape.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])):
+        ours = impls.get(OURS[op])
+        peers = [r for name, r in impls.items() if _is_peer(name)]
+        best = min(peers, key=lambda r: r["median_us"]) if peers else None
+        row = {"rows": n, "cols": c, "dtype": dt, "ours_us": ours and ours["median_us"],
+               "fastest_peer": best and best["impl"], "peer_us": best and best["median_us"],
+               "floor_us": (ours or best or {}).get("floor_us"),
+               "bytes": (ours or best or {}).get("bytes"), "ratio": None, "pct_of_bound": None,
+               "at_most_peer": None, "near_bound": None}
+        if ours and best:
+            row["ratio"] = ours["median_us"] / best["median_us"]
+            row["at_most_peer"] = row["ratio"] <= 1.0
+            if row["floor_us"] and row["bytes"] and row["bytes"] >= GOAL_MIN_BYTES:
+                bound = min(row["floor_us"], best["median_us"])
+                row["pct_of_bound"] = 100.0 * bound / ours["median_us"]
+                row["near_bound"] = row["pct_of_bound"] >= GOAL_BOUND_PCT
+        rows.append(row)
+    return rows
+
+
+LEVERS = (  # (study candidate, lever, what it tests) - the candidates of fusedrms.book.study
+    ("liger_w", "one row per program, Liger's warps", "Liger's launch in our kernel"),
+    ("whole_r1_w", "twice the threads", "fewer values per thread, more loads in flight"),
+    ("whole_r2_w16", "two rows per program", "more bytes in flight per program"),
+    ("two_pass_c2048_w16", "two passes, 2048-column chunks, 16 warps", "Inductor's launch"),
+    ("two_pass_c4096_w16", "two passes, 4096-column chunks", "wider chunks"),
+    ("two_pass_c1024_w8", "two passes, 1024-column chunks, 8 warps", "narrower chunks"),
+)
+
+
+def lever_effects(doc: dict | None = None, shapes=((16384, 8192), (4096, 8192), (1024, 16384),
+                                                   (128, 16384)), dtype: str = "bf16") -> list[dict]:
+    """Lever -> effect from the study: each candidate against the table's launch (``ours``) at a
+    few shapes, both ops: time before, after, and the ratio after / before."""
+    doc = doc or study_doc()
+    recs = normalized(doc)
+    index = {(r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]): r["median_us"] for r in recs}
+    out = []
+    for prefix, lever, tests in LEVERS:
+        for op in OURS:
+            for n, c in shapes:
+                base = index.get((op, OURS[op], n, c, dtype))
+                hits = [(impl, t) for (o, impl, rr, cc, dt), t in index.items()
+                        if o == op and rr == n and cc == c and dt == dtype
+                        and impl.startswith(f"capstone[{prefix}")]
+                for impl, t in hits:
+                    out.append({"lever": lever, "tests": tests, "variant": impl[9:-1], "op": op,
+                                "rows": n, "cols": c, "before_us": base, "after_us": t,
+                                "ratio": t / base if base else None})
+    return out
+
+
+def before_after(final_doc: dict, doc: dict | None = None, dtype: str = "bf16") -> list[dict]:
+    """The kernel and launch changes made after the study, measured: ours in the study (the
+    table then) against ours in ``final_doc`` (a later recording), and the fastest peer in each
+    run, per shape and op. Two runs, so peers moved too: compare the ratios, not the times."""
+    doc = doc or study_doc()
+    old = {(r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]): r for r in normalized(doc)}
+    new_status = {op: {(g["rows"], g["cols"], g["dtype"]): g for g in goal_status(final_doc, op)}
+                  for op in OURS}
+    old_status = {op: {(g["rows"], g["cols"], g["dtype"]): g for g in goal_status(doc, op)}
+                  for op in OURS}
+    out = []
+    for op in OURS:
+        for key, g_new in new_status[op].items():
+            g_old = old_status[op].get(key)
+            if not g_old or key[2] != dtype:
+                continue
+            out.append({"op": op, "rows": key[0], "cols": key[1], "study_us": g_old["ours_us"],
+                        "study_ratio": g_old["ratio"], "now_us": g_new["ours_us"],
+                        "now_ratio": g_new["ratio"], "now_peer": g_new["fastest_peer"]})
+    return out
+
+
+def seed_predictions(final_doc: dict | None = None, ncu_summary: dict | None = None) -> list[dict]:
+    """Seed 000's two predictions against the measurements: the speedup of the capstone over the
+    eager chain (median and range over shapes moving 64 MB or more), and Nsight Compute's DRAM
+    throughput of the capstone next to Inductor's and Liger's kernels."""
+    doc = final_doc or study_doc()
+    recs = normalized(doc)
+    index = {(r["impl"], r["rows"], r["cols"], r["dtype"]): r for r in recs
+             if r["op"] == "add_rmsnorm"}
+    speedups = []
+    for (impl, n, c, dt), r in index.items():
+        eager = index.get(("torch.eager_chain", n, c, dt))
+        if impl == "capstone.fused" and eager and (r["bytes"] or 0) >= GOAL_MIN_BYTES:
+            speedups.append(eager["median_us"] / r["median_us"])
+    speedups.sort()
+    rows = [{"prediction": "speedup over the eager chain", "seed": SEED_PREDICTIONS[
+        "speedup_over_eager"], "measured": speedups[len(speedups) // 2] if speedups else None,
+             "low": speedups[0] if speedups else None, "high": speedups[-1] if speedups else None,
+             "shapes": len(speedups)}]
+    ncu = ncu_summary or study_doc().get("ncu", {})
+    for name in ("ours", "inductor", "liger"):
+        if name in ncu:
+            rows.append({"prediction": f"DRAM throughput, {ncu[name].get('kernel', name)}",
+                         "seed": SEED_PREDICTIONS["dram_pct"],
+                         "measured": ncu[name].get("DRAM Throughput"), "low": None, "high": None,
+                         "shapes": 1})
+    return rows
+
+
+def side_by_side(doc: dict | None = None) -> dict:
+    """Inductor's generated kernel for add + RMSNorm at 16384x8192 bf16 (from the study's
+    TORCH_LOGS=output_code) and ours (the two-pass kernel large batches run), as text."""
+    from ..viz import source as S
+
+    doc = doc or study_doc()
+    path = Path(A.__file__)
+    return {"inductor": doc["inductor_kernels"]["add_rmsnorm"],
+            "inductor_residual": doc["inductor_kernels"]["add_rmsnorm_residual"],
+            "ours": S.file_section(path, "chunked-kernel")}
+
+
+def peers_figure(doc: dict, op: str = "add_rmsnorm", dtype: str = "bf16", rows=None):
+    """Percent of the copy floor per shape, one marker per implementation (ours and every peer):
+    x is the shape (rows x cols, in the order of the bytes moved)."""
+    from ..measure.plots import MARKERS, _figure
+
+    recs = [r for r in normalized(doc) if r["op"] == op and r["dtype"] == dtype and r["floor_us"]
+            and (rows is None or r["rows"] in rows)
+            and (r["impl"] == OURS[op] or _is_peer(r["impl"]))]
+    if not recs:
+        raise ValueError(f"nothing to draw for op={op!r}, dtype={dtype!r}")
+    shapes = sorted({(r["rows"], r["cols"]) for r in recs}, key=lambda s: s[0] * s[1])
+    xpos = {s: i for i, s in enumerate(shapes)}
+    fig = _figure(max(6.0, 0.32 * len(shapes) + 3), 3.6)
+    ax = fig.subplots()
+    for k, impl in enumerate(sorted({r["impl"] for r in recs}, key=lambda i: (i != OURS[op], i))):
+        pts = sorted((xpos[(r["rows"], r["cols"])], 100 * r["floor_us"] / r["median_us"])
+                     for r in recs if r["impl"] == impl)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=MARKERS[k % len(MARKERS)],
+                linestyle="-" if impl == OURS[op] else ":", label=impl,
+                linewidth=2 if impl == OURS[op] else 1)
+    ax.set_xticks(range(len(shapes)), [f"{n}x{c}" for n, c in shapes], rotation=60, fontsize=7)
+    ax.set_ylabel("% of the copy floor")
+    ax.axhline(100, color="grey", linewidth=0.6)
+    ax.legend(fontsize=7, ncol=2)
+    return fig
