@@ -539,6 +539,9 @@ def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> P
         x, r = (torch.randn(rows, cols, device=_device(), dtype=dtype) for _ in range(2))
         w = torch.randn(cols, device=_device(), dtype=dtype)
         cfg, source = A.choose_config(cols, dtype)
+        cfg, large = A.batch_config(cfg, rows, cols, A.sm_count(_device()))
+        if large:
+            source = f"large-batch rule ({A.LARGE_BATCH_ROWS_PER_SM} rows per SM or more)"
         floor = traffic.floor_us("add_rmsnorm", rows, cols, dtype, bw)
         line = []
         for name, impl in impls.items():
