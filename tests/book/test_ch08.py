@@ -134,3 +134,22 @@ def test_record_rehearsal_on_small_shapes(tmp_path):
     assert ch08.timing_table(doc)  # on a CPU the timing step records its error instead of a time
     if not ENV.on_gpu:
         assert all("median_us" not in r for r in ch08.timing_table(doc))
+
+
+def test_exactness_cost_readers_on_the_study():
+    rows = ch08.exactness_cost_rows()
+    exact = [r for r in rows if r["exact"]]
+    diag = [r for r in rows if not r["exact"]]
+    assert exact and diag and all(r["differing_codes"] > 0 for r in diag)
+    for r in rows:
+        assert r["pct_of_floor"] == pytest.approx(100 * r["floor_us"] / r["median_us"])
+        assert r["reaches_target"] is (r["pct_of_floor"] >= r["target_pct"])  # every shape >= 64 MB
+    per = ch08.instructions_per_element()
+    fused = [p for p in per if p["kernel"] == "rmsnorm_fp8_fused_kernel"]
+    approx = [p for p in per if p["kernel"] == "rmsnorm_fp8_approx_kernel"]
+    assert fused and approx and all(p["DADD"] > 0 and p["CALL"] > 0 for p in fused)
+    assert all(p["DADD"] == 0 and p["CALL"] == 0 for p in approx)
+    same = {(p["num_warps"], p["row_blocks"]): p for p in approx}
+    for p in fused:  # the same launch shape: the exact kernel issues more instructions
+        twin = same.get((p["num_warps"], p["row_blocks"]))
+        assert twin is None or p["per_element"] > twin["per_element"]

@@ -590,3 +590,62 @@ def tuned_verdicts(doc: dict, candidates: dict | None = None) -> list[str]:
             lines.append(f"{shape}: best candidate at {100 * frac:.1f}% of the copy floor; "
                          f"target >= {100 * floor_target:.0f}%: {verdict}")
     return lines
+
+
+# ---------------------------------------------------------------- what exactness costs (readers)
+
+EXACTNESS_FLOOR_PCT, DIAGNOSTIC_FLOOR_PCT, MIN_BYTES = 80.0, 85.0, 64 << 20
+
+
+def exactness_cost_rows(doc: dict | None = None) -> list[dict]:
+    """The exact fused kernel and the diagnostic one per shape: time, percent of the copy floor,
+    codes that differ from the specification, bytes moved, and the two floor checks as booleans
+    (None for shapes moving less than 64 MB). ``doc``: ``fp8_exactness_cost.json`` of a
+    recording; default, the exploration study's FP8 records."""
+    if doc is None:
+        from . import ch07
+
+        recs = ch07.study_doc()["fp8"]
+    else:
+        recs = doc["records"]
+    out = []
+    for r in recs:
+        if r.get("status") != "ok":
+            continue
+        nbytes = r["rows"] * r["cols"] * 3 + r["rows"] * math.ceil(r["cols"] / 128) * 4
+        exact = r["differing_codes"] == 0
+        target = EXACTNESS_FLOOR_PCT if exact else DIAGNOSTIC_FLOOR_PCT
+        out.append({"impl": r["impl"], "rows": r["rows"], "cols": r["cols"], "exact": exact,
+                    "differing_codes": r["differing_codes"], "median_us": r["median_us"],
+                    "floor_us": r["floor_us"], "pct_of_floor": r["pct_of_floor"], "bytes": nbytes,
+                    "reaches_target": (r["pct_of_floor"] >= target) if nbytes >= MIN_BYTES
+                    else None, "target_pct": target})
+    return out
+
+
+def instructions_per_element(sass: dict | None = None) -> list[dict]:
+    """Static SASS instruction counts of each compiled variant, per element a thread holds
+    (``BLOCKS * 128`` elements of a padded row over ``num_warps * 32`` threads; the scales'
+    shared bytes give BLOCKS), with the opcodes that set the exact kernel apart: fp64 adds
+    (the order-free sum), MUFU (reciprocal, sqrt), CALL/BSSY (the correctly rounded division's
+    slow path)."""
+    if sass is None:
+        from . import ch07
+
+        sass = ch07.study_doc()["fp8_sass"]
+    out = []
+    for kernel, variants in sass.items():
+        for v in variants:
+            meta = v.get("metadata", {})
+            warps, shared = int(meta.get("num_warps", 0)), int(meta.get("shared", 0))
+            blocks = shared // 4
+            per_thread = blocks * 128 / (warps * 32) if warps and blocks else None
+            ops = v["opcodes"]
+            total = sum(ops.values())
+            out.append({"kernel": meta.get("name", kernel), "num_warps": warps,
+                        "row_blocks": blocks, "registers": v.get("n_regs"),
+                        "instructions": total, "elements_per_thread": per_thread,
+                        "per_element": total / per_thread if per_thread else None,
+                        **{op: ops.get(op, 0) for op in ("DADD", "MUFU", "CALL", "BSSY", "FFMA",
+                                                         "LDG", "STG")}})
+    return out
