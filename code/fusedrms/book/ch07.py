@@ -659,14 +659,17 @@ FILES = {
     "capstone_extra.json": "the seed listing's faults, the kernel census, graph-replay small shapes",
     "capstone_confirm.json": "the capstone with the table in use, next to the eager peers",
     "capstone_peers.json": "both ops beside every peer, rotating-input graph timer, 3 processes",
+    "capstone_levers.json": "every candidate launch (lever) at 4 shapes, both ops, same timer",
 }
 TUNING_FILES = {
     "tuning/capstone.json": "the winner per (cols, dtype) (written with --tune)",
     "capstone_tuning_trials.json": "every configuration the tuner timed (written with --tune)",
 }
 EXTRAS_BUDGET_S, TUNE_BUDGET_S, CHECK_BUDGET_S, CONFIRM_BUDGET_S = 40, 300, 40, 60
+LEVERS_BUDGET_S = 90  # candidate launches at 4 shapes, both ops, 3 processes
 PEERS_BUDGET_S = 200  # ~190 s expected from the study's per-case costs (3 + 3 processes)
-ESTIMATE_S = EXTRAS_BUDGET_S + CONFIRM_BUDGET_S + PEERS_BUDGET_S + 40  # + start-up, compiles
+ESTIMATE_S = (EXTRAS_BUDGET_S + CONFIRM_BUDGET_S + PEERS_BUDGET_S + LEVERS_BUDGET_S
+              + 40)  # + start-up, compiles
 TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
 SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/rounding.py",
            "kernels/peers.py", "measure/timer.py", "traffic.py", "book/ch07.py",
@@ -691,6 +694,9 @@ def record(out_dir, tune: bool = False, log=log, smoke: bool = False) -> list[Pa
     try:
         written.append(confirm(out_dir, budget(CONFIRM_BUDGET_S), table))
         written.append(peers_bench(out_dir, 30 if smoke else PEERS_BUDGET_S, smoke=smoke))
+        from . import study
+
+        written.append(study.lever_bench(out_dir, 15 if smoke else LEVERS_BUDGET_S))
     finally:
         tuning.override("capstone", None)
     return written

@@ -42,6 +42,9 @@ SHAPES = ([(16384, 8192, "bf16"), (4096, 8192, "bf16"), (16384, 16384, "bf16"),
           + [(16384, 8192, "fp16"), (4096, 4096, "fp16"), (16384, 8192, "fp32"),
              (4096, 4096, "fp32")])
 SHAPES = list(dict.fromkeys(SHAPES))
+# chapter 7's lever -> effect: the shapes that carry the story (large, mid, wide small batches)
+LEVER_SHAPES = [(16384, 8192, "bf16"), (4096, 8192, "bf16"), (1024, 16384, "bf16"),
+                (128, 16384, "bf16")]
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 PROCESS_SHARES = (0.5, 0.25, 0.25)  # of the timing step; the first process compiles everything
 STEP_SHARES = {"timing": 0.60, "python": 0.08, "fp8": 0.10, "ncu": 0.22}
@@ -719,6 +722,7 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S)
     p.add_argument("--deadline", type=float, default=None)
     p.add_argument("--index", type=int, default=0)
+    p.add_argument("--shapes", choices=("study", "levers"), default="study")
     a = p.parse_args(argv)
     from .. import env
 
@@ -729,7 +733,8 @@ def main(argv=None) -> int:
     if a.what == "study":
         study(a.out, a.budget)
     elif a.what == "timing":
-        run_timing_worker(a.out, deadline, a.index)
+        run_timing_worker(a.out, deadline, a.index,
+                          shapes=LEVER_SHAPES if a.shapes == "levers" else None)
     elif a.what == "python":
         run_python_worker(a.out, deadline)
     elif a.what == "fp8":
@@ -941,3 +946,27 @@ def condense(study_dir: Path) -> dict:
             "python_calls": py, "fp8": fp8, "fp8_sass": sass,
             "ncu": ncu, "inductor_kernels": {"add_rmsnorm": inductor_kernel_text(log, 0),
                                              "add_rmsnorm_residual": inductor_kernel_text(log, 1)}}
+
+
+def lever_bench(out_dir: Path, budget_s: float = 90.0) -> Path:
+    """``capstone_levers.json``: every candidate launch (:func:`candidates`) and every peer at
+    :data:`LEVER_SHAPES`, both ops, the same rotating-input graph timer, 3 processes one after
+    another (the first compiles), median over processes (:func:`aggregate_timing`)."""
+    from .. import records
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    env_vars = dict(os.environ)
+    code_dir = str(Path(__file__).resolve().parents[2])
+    env_vars["PYTHONPATH"] = code_dir + os.pathsep + env_vars.get("PYTHONPATH", "")
+    msgs = []
+    for i, share in enumerate((0.5, 0.25, 0.25)):
+        end = min(t0 + budget_s, time.time() + budget_s * share)
+        msgs += _run_child(["timing", "--index", str(i), "--shapes", "levers"], end,
+                           out_dir / "capstone_levers_log.txt", env_vars)
+    path = out_dir / "capstone_levers.json"
+    records.write(path, aggregate_timing(msgs), {"timer": "CUDA graph over rotating input sets "
+                  "(> 4x L2), median of 3 processes", "elapsed_s": time.time() - t0,
+                  "exits": [m for m in msgs if m.get("kind") == "exit"]})
+    return path
