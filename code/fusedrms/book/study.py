@@ -961,12 +961,24 @@ def lever_bench(out_dir: Path, budget_s: float = 90.0) -> Path:
     code_dir = str(Path(__file__).resolve().parents[2])
     env_vars["PYTHONPATH"] = code_dir + os.pathsep + env_vars.get("PYTHONPATH", "")
     msgs = []
+    code_log = out_dir / "capstone_levers_inductor_code.txt"
     for i, share in enumerate((0.5, 0.25, 0.25)):
         end = min(t0 + budget_s, time.time() + budget_s * share)
+        child_env = dict(env_vars, TORCH_LOGS="output_code") if i == 0 else env_vars
         msgs += _run_child(["timing", "--index", str(i), "--shapes", "levers"], end,
-                           out_dir / "capstone_levers_log.txt", env_vars)
+                           out_dir / "capstone_levers_log.txt", child_env,
+                           code_log if i == 0 else None)
+    kernels = {}
+    try:  # the first shape is 16384x8192 bf16: graph 0 is add + RMSNorm, graph 1 the residual op
+        text = code_log.read_text()
+        kernels = {"add_rmsnorm": inductor_kernel_text(text, 0),
+                   "add_rmsnorm_residual": inductor_kernel_text(text, 1)}
+        code_log.unlink()
+    except OSError:
+        pass
     path = out_dir / "capstone_levers.json"
     records.write(path, aggregate_timing(msgs), {"timer": "CUDA graph over rotating input sets "
                   "(> 4x L2), median of 3 processes", "elapsed_s": time.time() - t0,
-                  "exits": [m for m in msgs if m.get("kind") == "exit"]})
+                  "exits": [m for m in msgs if m.get("kind") == "exit"],
+                  "inductor_kernels": kernels})
     return path
