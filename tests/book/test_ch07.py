@@ -207,37 +207,57 @@ def test_peer_sweeps_cover_the_goal_grid_and_every_peer():
     assert harness.expand(ch07.peer_sweeps(smoke=True))[0]
 
 
-def test_readers_of_the_measured_section_work_on_the_study_and_a_harness_file():
+def _peers_doc():
+    """A small capstone_peers.json-shaped document (the harness's records)."""
+    recs = []
+    for rows, cols, times in ((16384, 8192, {"capstone.fused": 188.0, "torch.compile_add": 187.0,
+                                             "torch.eager_chain": 700.0}),
+                              (1, 4096, {"capstone.fused": 1.5, "torch.compile_add": 1.7,
+                                         "torch.eager_chain": 5.0})):
+        for name, t in times.items():
+            nbytes = 3 * rows * cols * 2 + cols * 2
+            recs.append({"status": "ok", "mode": "rotating", "op": "add_rmsnorm", "impl": name,
+                         "rows": rows, "cols": cols, "dtype": "bf16", "median_us": t,
+                         "floor_us": nbytes / 4.2e3, "bytes": nbytes, "processes": 3})
+    recs.append({"status": "missing: not installed", "mode": "rotating", "op": "add_rmsnorm",
+                 "impl": "liger.x", "rows": 1, "cols": 4096, "dtype": "bf16"})
+    return {"provenance": {}, "records": recs}
+
+
+def _levers_doc():
+    """A capstone_levers.json-shaped document (the study's aggregated records)."""
+    recs = [{"rows": 16384, "cols": 8192, "dtype": "bf16", "op": op, "impl": impl,
+             "median_us": t, "floor_us": 190.0, "bytes": 805322752, "status": "ok"}
+            for op in ("fused", "residual")
+            for impl, t in (("ours.current", 200.0), ("ours.liger_w16", 210.0),
+                            ("ours.two_pass_c2048_w16", 190.0), ("torch.compile", 187.0))]
+    return {"provenance": {"inductor_kernels": {"add_rmsnorm": "@triton.jit\ndef k(): pass",
+                                                "add_rmsnorm_residual": ""}}, "records": recs}
+
+
+def test_readers_of_the_measured_section():
     import matplotlib
 
     matplotlib.use("Agg")
     from fusedrms.book import ch07
 
-    doc = ch07.study_doc()
-    status = ch07.goal_status(doc, "add_rmsnorm")
-    big = [g for g in status if g["rows"] == 16384 and g["cols"] == 8192 and g["dtype"] == "bf16"]
-    assert big and big[0]["fastest_peer"] == "torch.compile_add" and big[0]["ratio"] > 1
-    assert big[0]["near_bound"] is (big[0]["pct_of_bound"] >= 97)
-    small = [g for g in status if g["rows"] == 1]
-    assert small and all(g["pct_of_bound"] is None and g["near_bound"] is None for g in small)
-    levers = ch07.lever_effects(doc)
-    assert {r["lever"] for r in levers} >= {"one row per program, Liger's warps",
+    status = {(g["rows"], g["cols"]): g for g in ch07.goal_status(_peers_doc())}
+    big, small = status[(16384, 8192)], status[(1, 4096)]
+    assert big["fastest_peer"] == "torch.compile_add" and big["at_most_peer"] is False
+    assert abs(big["pct_of_bound"] - 100 * min(big["floor_us"], 187.0) / 188.0) < 1e-9
+    assert big["near_bound"] is True
+    assert small["at_most_peer"] is True and small["pct_of_bound"] is None  # under 64 MB
+    levers = ch07.lever_effects(_levers_doc(), shapes=((16384, 8192),))
+    two_pass = [r for r in levers if r["variant"] == "two_pass_c2048_w16"]
+    assert len(two_pass) == 2 and all(r["ratio"] == 190.0 / 200.0 for r in two_pass)
+    assert {r["lever"] for r in levers} == {"one row per program, Liger's warps",
                                             "two passes, 2048-column chunks, 16 warps"}
-    assert all(r["ratio"] == r["after_us"] / r["before_us"] for r in levers if r["before_us"])
-    seed = ch07.seed_predictions(doc)
-    assert seed[0]["seed"] == 2.3 and seed[0]["low"] <= seed[0]["measured"] <= seed[0]["high"]
-    assert any("DRAM" in r["prediction"] for r in seed)
-    sides = ch07.side_by_side(doc)
-    assert "evict_last" in sides["inductor"] and "_two_pass_tile" in sides["ours"]
-    assert ch07.peers_figure(doc, "add_rmsnorm_residual") is not None
-    # a harness file (the final recording's capstone_peers.json) reads the same way
-    harness_doc = {"records": [
-        {"status": "ok", "mode": "rotating", "op": "add_rmsnorm", "impl": name, "rows": 16384,
-         "cols": 8192, "dtype": "bf16", "median_us": t, "floor_us": 190.0, "bytes": 805322752}
-        for name, t in (("capstone.fused", 188.0), ("torch.compile_add", 187.0),
-                        ("torch.eager_chain", 700.0))]}
-    g = ch07.goal_status(harness_doc)[0]
-    assert g["fastest_peer"] == "torch.compile_add" and g["at_most_peer"] is False
-    assert abs(g["pct_of_bound"] - 100 * 187.0 / 188.0) < 1e-9 and g["near_bound"] is True
-    again = ch07.before_after(harness_doc, doc)
-    assert again and again[0]["study_ratio"] > again[0]["now_ratio"]
+    seed = ch07.seed_predictions(_peers_doc(), [{"impl": "capstone.fused", "rows": 16384,
+                                                 "cols": 8192, "dram_throughput_pct": 88.0}])
+    assert seed[0]["seed"] == 2.3 and seed[0]["shapes"] == 1
+    assert abs(seed[0]["measured"] - 700.0 / 188.0) < 1e-9 and seed[1]["measured"] == 88.0
+    sides = ch07.side_by_side(_levers_doc())
+    assert sides["inductor"].startswith("@triton.jit") and "_two_pass_tile" in sides["ours"]
+    assert ch07.peers_figure(_peers_doc()) is not None
+    with pytest.raises(ValueError):
+        ch07.peers_figure(_peers_doc(), dtype="fp32")

@@ -735,6 +735,7 @@ if __name__ == "__main__":
 
 # ---------------------------------------------------------------- readers for the measured section
 # Data for the chapter's cells (rows of dicts: the page renders them); no prose, no verdicts.
+# Each reads one file of one recording: capstone_peers.json, capstone_levers.json.
 
 STUDY_OPS = {"fused": "add_rmsnorm", "residual": "add_rmsnorm_residual"}
 STUDY_IMPLS = {("add_rmsnorm", "ours.current"): "capstone.fused",
@@ -745,15 +746,6 @@ STUDY_IMPLS = {("add_rmsnorm", "ours.current"): "capstone.fused",
 OURS = {"add_rmsnorm": "capstone.fused", "add_rmsnorm_residual": "capstone.fused_residual"}
 GOAL_BOUND_PCT, GOAL_MIN_BYTES = 97.0, 64 << 20
 SEED_PREDICTIONS = {"speedup_over_eager": 2.3, "dram_pct": "mid-80s"}  # seed 000's listing
-
-
-def study_doc() -> dict:
-    """The exploration run on the H200 (``data/studies/h200_capstone_study.json``)."""
-    import json
-
-    from . import study
-
-    return json.loads(study.STUDY_FILE.read_text())
 
 
 def normalized(doc: dict) -> list[dict]:
@@ -820,11 +812,11 @@ LEVERS = (  # (study candidate, lever, what it tests) - the candidates of fusedr
 )
 
 
-def lever_effects(doc: dict | None = None, shapes=((16384, 8192), (4096, 8192), (1024, 16384),
-                                                   (128, 16384)), dtype: str = "bf16") -> list[dict]:
-    """Lever -> effect from the study: each candidate against the table's launch (``ours``) at a
-    few shapes, both ops: time before, after, and the ratio after / before."""
-    doc = doc or study_doc()
+def lever_effects(doc: dict, shapes=((16384, 8192), (4096, 8192), (1024, 16384), (128, 16384)),
+                  dtype: str = "bf16") -> list[dict]:
+    """Lever -> effect from ``capstone_levers.json``: each candidate launch against the launch in
+    use (``ours``: the table, or the large-batch rule) at a few shapes, both ops: time before,
+    after, and the ratio after / before."""
     recs = normalized(doc)
     index = {(r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]): r["median_us"] for r in recs}
     out = []
@@ -842,33 +834,10 @@ def lever_effects(doc: dict | None = None, shapes=((16384, 8192), (4096, 8192), 
     return out
 
 
-def before_after(final_doc: dict, doc: dict | None = None, dtype: str = "bf16") -> list[dict]:
-    """The kernel and launch changes made after the study, measured: ours in the study (the
-    table then) against ours in ``final_doc`` (a later recording), and the fastest peer in each
-    run, per shape and op. Two runs, so peers moved too: compare the ratios, not the times."""
-    doc = doc or study_doc()
-    old = {(r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]): r for r in normalized(doc)}
-    new_status = {op: {(g["rows"], g["cols"], g["dtype"]): g for g in goal_status(final_doc, op)}
-                  for op in OURS}
-    old_status = {op: {(g["rows"], g["cols"], g["dtype"]): g for g in goal_status(doc, op)}
-                  for op in OURS}
-    out = []
-    for op in OURS:
-        for key, g_new in new_status[op].items():
-            g_old = old_status[op].get(key)
-            if not g_old or key[2] != dtype:
-                continue
-            out.append({"op": op, "rows": key[0], "cols": key[1], "study_us": g_old["ours_us"],
-                        "study_ratio": g_old["ratio"], "now_us": g_new["ours_us"],
-                        "now_ratio": g_new["ratio"], "now_peer": g_new["fastest_peer"]})
-    return out
-
-
-def seed_predictions(final_doc: dict | None = None, ncu_summary: dict | None = None) -> list[dict]:
-    """Seed 000's two predictions against the measurements: the speedup of the capstone over the
-    eager chain (median and range over shapes moving 64 MB or more), and Nsight Compute's DRAM
-    throughput of the capstone next to Inductor's and Liger's kernels."""
-    doc = final_doc or study_doc()
+def seed_predictions(doc: dict, ncu_summary: list[dict] | None = None) -> list[dict]:
+    """Seed 000's two predictions against one recording: the capstone's speedup over the eager
+    chain (median and range over shapes moving 64 MB or more, from ``capstone_peers.json``) and
+    Nsight Compute's DRAM throughput of the capstone (``ncu_summary.json``'s records)."""
     recs = normalized(doc)
     index = {(r["impl"], r["rows"], r["cols"], r["dtype"]): r for r in recs
              if r["op"] == "add_rmsnorm"}
@@ -878,30 +847,27 @@ def seed_predictions(final_doc: dict | None = None, ncu_summary: dict | None = N
         if impl == "capstone.fused" and eager and (r["bytes"] or 0) >= GOAL_MIN_BYTES:
             speedups.append(eager["median_us"] / r["median_us"])
     speedups.sort()
-    rows = [{"prediction": "speedup over the eager chain", "seed": SEED_PREDICTIONS[
-        "speedup_over_eager"], "measured": speedups[len(speedups) // 2] if speedups else None,
+    rows = [{"prediction": "speedup over the eager chain",
+             "seed": SEED_PREDICTIONS["speedup_over_eager"],
+             "measured": speedups[len(speedups) // 2] if speedups else None,
              "low": speedups[0] if speedups else None, "high": speedups[-1] if speedups else None,
              "shapes": len(speedups)}]
-    ncu = ncu_summary or study_doc().get("ncu", {})
-    for name in ("ours", "inductor", "liger"):
-        if name in ncu:
-            rows.append({"prediction": f"DRAM throughput, {ncu[name].get('kernel', name)}",
-                         "seed": SEED_PREDICTIONS["dram_pct"],
-                         "measured": ncu[name].get("DRAM Throughput"), "low": None, "high": None,
-                         "shapes": 1})
+    for s in ncu_summary or []:
+        rows.append({"prediction": f"DRAM throughput, {s.get('impl')} {s.get('rows')}x{s.get('cols')}",
+                     "seed": SEED_PREDICTIONS["dram_pct"], "measured": s.get("dram_throughput_pct"),
+                     "low": None, "high": None, "shapes": 1})
     return rows
 
 
-def side_by_side(doc: dict | None = None) -> dict:
-    """Inductor's generated kernel for add + RMSNorm at 16384x8192 bf16 (from the study's
-    TORCH_LOGS=output_code) and ours (the two-pass kernel large batches run), as text."""
+def side_by_side(levers_doc: dict) -> dict:
+    """Inductor's generated kernel for add + RMSNorm at 16384x8192 bf16 (kept by the lever bench
+    from TORCH_LOGS=output_code) and ours (the two-pass kernel large batches run), as text."""
     from ..viz import source as S
 
-    doc = doc or study_doc()
-    path = Path(A.__file__)
-    return {"inductor": doc["inductor_kernels"]["add_rmsnorm"],
-            "inductor_residual": doc["inductor_kernels"]["add_rmsnorm_residual"],
-            "ours": S.file_section(path, "chunked-kernel")}
+    kernels = levers_doc.get("provenance", {}).get("inductor_kernels") or {}
+    return {"inductor": kernels.get("add_rmsnorm", ""),
+            "inductor_residual": kernels.get("add_rmsnorm_residual", ""),
+            "ours": S.file_section(Path(A.__file__), "chunked-kernel")}
 
 
 def peers_figure(doc: dict, op: str = "add_rmsnorm", dtype: str = "bf16", rows=None):

@@ -597,17 +597,11 @@ def tuned_verdicts(doc: dict, candidates: dict | None = None) -> list[str]:
 EXACTNESS_FLOOR_PCT, DIAGNOSTIC_FLOOR_PCT, MIN_BYTES = 80.0, 85.0, 64 << 20
 
 
-def exactness_cost_rows(doc: dict | None = None) -> list[dict]:
+def exactness_cost_rows(doc: dict) -> list[dict]:
     """The exact fused kernel and the diagnostic one per shape: time, percent of the copy floor,
     codes that differ from the specification, bytes moved, and the two floor checks as booleans
-    (None for shapes moving less than 64 MB). ``doc``: ``fp8_exactness_cost.json`` of a
-    recording; default, the exploration study's FP8 records."""
-    if doc is None:
-        from . import ch07
-
-        recs = ch07.study_doc()["fp8"]
-    else:
-        recs = doc["records"]
+    (None for shapes moving less than 64 MB). ``doc``: a recording's ``fp8_exactness_cost.json``."""
+    recs = doc["records"]
     out = []
     for r in recs:
         if r.get("status") != "ok":
@@ -623,16 +617,13 @@ def exactness_cost_rows(doc: dict | None = None) -> list[dict]:
     return out
 
 
-def instructions_per_element(sass: dict | None = None) -> list[dict]:
+def instructions_per_element(doc: dict) -> list[dict]:
     """Static SASS instruction counts of each compiled variant, per element a thread holds
     (``BLOCKS * 128`` elements of a padded row over ``num_warps * 32`` threads; the scales'
     shared bytes give BLOCKS), with the opcodes that set the exact kernel apart: fp64 adds
     (the order-free sum), MUFU (reciprocal, sqrt), CALL/BSSY (the correctly rounded division's
-    slow path)."""
-    if sass is None:
-        from . import ch07
-
-        sass = ch07.study_doc()["fp8_sass"]
+    slow path). ``doc``: a recording's ``fp8_exactness_cost.json`` (its provenance's ``sass``)."""
+    sass = doc.get("provenance", {}).get("sass") or {}
     out = []
     for kernel, variants in sass.items():
         for v in variants:
@@ -648,4 +639,18 @@ def instructions_per_element(sass: dict | None = None) -> list[dict]:
                         "per_element": total / per_thread if per_thread else None,
                         **{op: ops.get(op, 0) for op in ("DADD", "MUFU", "CALL", "BSSY", "FFMA",
                                                          "LDG", "STG")}})
+    return out
+
+
+def pipe_utilization(folder) -> list[dict]:
+    """Nsight Compute's key numbers for the exact and the diagnostic kernel from the text reports
+    the recording keeps beside ``fp8_exactness_cost.json`` (``ncu_fp8_fused.txt``,
+    ``ncu_fp8_approx.txt``): duration, DRAM and SM throughput, issue slots, the busiest pipe."""
+    from .study import parse_ncu_text
+
+    out = []
+    for name in ("fp8_fused", "fp8_approx"):
+        path = Path(folder) / f"ncu_{name}.txt"
+        if path.exists():
+            out.append({"kernel": name, **parse_ncu_text(path.read_text())})
     return out

@@ -874,13 +874,13 @@ def fp8_exactness_cost(out_dir: Path, budget_s: float = 60.0) -> Path:
     return path
 
 
-# ---------------------------------------------------------------- the study as a book data file
+# ---------------------------------------------------------------- reading what the tools wrote
 
-STUDY_FILE = Path(__file__).resolve().parents[1] / "data" / "studies" / "h200_capstone_study.json"
 NCU_KEYS = ("Duration", "DRAM Throughput", "Memory Throughput", "Compute (SM) Throughput",
             "L2 Cache Throughput", "L1/TEX Hit Rate", "L2 Hit Rate", "Registers Per Thread",
             "Block Size", "Grid Size", "Theoretical Occupancy", "Achieved Occupancy",
-            "Warp Cycles Per Issued Instruction", "dram__bytes_read.sum", "dram__bytes_write.sum")
+            "Warp Cycles Per Issued Instruction", "Executed Ipc Active", "Issue Slots Busy",
+            "SM Busy", "dram__bytes_read.sum", "dram__bytes_write.sum")
 
 
 def parse_ncu_text(text: str) -> dict:
@@ -895,6 +895,9 @@ def parse_ncu_text(text: str) -> dict:
     m = re.search(r"^\s+(\S+) \((\d+), 1, 1\)x\((\d+), 1, 1\)", text, re.M)
     if m:
         out["kernel"] = m.group(1)
+    m = re.search(r"(\w[\w ]*?) (?:pipeline )?is the highest-utilized pipeline \(([\d.]+)%\)", text)
+    if m:
+        out["busiest_pipe"], out["busiest_pipe_pct"] = m.group(1).strip(), float(m.group(2))
     return out
 
 
@@ -916,36 +919,6 @@ def inductor_kernel_text(log_text: str, graph: int) -> str:
                 break
             lines.append(body)
     return "\n".join(lines)
-
-
-def condense(study_dir: Path) -> dict:
-    """One JSON document from a study folder: the aggregated timings, the Python per-call costs,
-    FP8, Nsight Compute's key metrics per kernel, Inductor's kernels at 16384x8192 bf16."""
-    d = Path(study_dir)
-    timing = json.loads((d / "timing.json").read_text())
-    summary = json.loads((d / "study_summary.json").read_text())
-    copy = next(m for m in timing["raw"] if m.get("kind") == "copy")
-    ncu = {}
-    for path in sorted(d.glob("ncu_*.txt")):
-        ncu[path.stem[4:]] = parse_ncu_text(path.read_text())
-    log = (d / "inductor_output_code.txt").read_text()
-    py = [m for m in json.loads((d / "python_calls.json").read_text()) if m.get("kind") == "py"]
-    fp8 = [m for m in json.loads((d / "fp8.json").read_text()) if m.get("kind") == "fp8"]
-    sass = {}
-    for name in ("fused", "approx"):
-        hist = d / f"fp8_{name}.sass_hist.json"
-        if hist.exists():
-            sass[name] = json.loads(hist.read_text())
-    return {"provenance": {"gpu": copy.get("gpu"), "driver": "580.159.04", "torch": copy.get("torch"),
-                           "triton": "3.6.0", "date": summary.get("started"), "commit": "80ed6d4",
-                           "command": "python -m fusedrms.book.study --out DIR --budget 360",
-                           "copy_GBps": copy.get("GBps"),
-                           "timer": "CUDA graph replaying calls over rotating input sets "
-                                    "(> 4x L2), median over 3 processes"},
-            "records": [{k: v for k, v in r.items() if k != "check"} for r in timing["records"]],
-            "python_calls": py, "fp8": fp8, "fp8_sass": sass,
-            "ncu": ncu, "inductor_kernels": {"add_rmsnorm": inductor_kernel_text(log, 0),
-                                             "add_rmsnorm_residual": inductor_kernel_text(log, 1)}}
 
 
 def lever_bench(out_dir: Path, budget_s: float = 90.0) -> Path:
