@@ -160,3 +160,10 @@ def grid_pair(grid_doc: dict, slow: str, fast: str, rows: int, cols: int, dtype:
     return {name: {"median_us": r["median_us"], "min_us": r["min_median_us"],
                    "max_us": r["max_median_us"], "processes": r.get("processes")}
             for name, r in found.items()}
+
+
+def best_pct_of_floor(grid_doc: dict) -> float | None:
+    """The highest % of its copy floor any correct, timed record of the grid reaches."""
+    pcts = [r["pct_of_floor"] for r in grid_doc["records"]
+            if r.get("status") == "ok" and r.get("pct_of_floor") and r.get("correct", True)]
+    return max(pcts) if pcts else None
