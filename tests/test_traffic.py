@@ -263,3 +263,57 @@ def test_reader_bandwidth_falls_back_when_measuring_fails(monkeypatch, capsys):
     _pretend_gpu(monkeypatch, "Some Future GPU", broken)
     assert traffic.reader_bandwidth_GBps() == (4800.0, "published H200 figure")
     assert traffic.reader_ceilings()["peak_tflops"] is None
+
+
+# ---------------------------------------------------------------- the backward (chapter 9)
+
+def test_backward_bytes_follow_the_tensors_it_touches():
+    rows, cols, programs = 4096, 4096, 264
+    e = traffic.price("rmsnorm_backward", rows, cols, "bf16", programs=programs)
+    matrix, partials = rows * cols * 2, programs * cols * 4
+    # x, dy, w and r read; dx and the partials written; stage 2 reads the partials, writes dw
+    assert e.bytes_read == 2 * matrix + cols * 2 + rows * 4 + partials
+    assert e.bytes_written == matrix + partials + cols * 2
+    assert e.launches == 2 and float(e.row_trips) == pytest.approx(3, abs=1e-3)
+
+
+def test_saving_r_costs_four_bytes_per_row_and_recomputing_costs_flops():
+    save = traffic.price("rmsnorm_backward", 1024, 2048, "bf16")
+    again = traffic.price("rmsnorm_backward_recompute", 1024, 2048, "bf16")
+    forward = traffic.price("rmsnorm_train_forward", 1024, 2048, "bf16")
+    plain = traffic.price("rmsnorm", 1024, 2048, "bf16")
+    assert save.bytes_total - again.bytes_total == 1024 * 4  # the backward reads r
+    assert forward.bytes_total - plain.bytes_total == 1024 * 4  # the forward writes it
+    assert again.flops - save.flops == 1024 * 2048 * traffic.SUMSQ + 1024 * traffic.ROW_STAT
+
+
+def test_partials_traffic_does_not_grow_with_rows():
+    small = traffic.price("rmsnorm_backward", 1024, 2048, "bf16")
+    big = traffic.price("rmsnorm_backward", 16384, 2048, "bf16")
+    partials = 2 * 264 * 2048 * 4
+    assert partials / small.bytes_total == pytest.approx(0.2554, abs=1e-3)
+    assert partials / big.bytes_total < 0.025
+    # never more programs than rows
+    assert traffic.price("rmsnorm_backward", 10, 2048, "bf16").bytes_total == \
+        traffic.price("rmsnorm_backward", 10, 2048, "bf16", programs=10).bytes_total
+
+
+def test_fused_backward_bound_against_eager_autograd():
+    # row-trips: 13 against 3 and 16 against 4 (r and the row dot products add a few per mille)
+    assert float(traffic.speedup_bound("rmsnorm_backward_unfused", "rmsnorm_backward")) == \
+        pytest.approx(13 / 3, rel=2e-3)
+    assert float(traffic.speedup_bound("add_rmsnorm_backward_unfused", "add_rmsnorm_backward")) == \
+        pytest.approx(16 / 4, rel=2e-3)
+    atomic = traffic.price("rmsnorm_backward_atomic", 4096, 4096, "bf16")
+    two_stage = traffic.price("rmsnorm_backward", 4096, 4096, "bf16")
+    assert two_stage.bytes_total - atomic.bytes_total == 264 * 4096 * 4 - 4096 * 4 * 2
+
+
+def test_training_bytes():
+    t = traffic.training_bytes("add_rmsnorm", 4096, 4096, "bf16")
+    m = 4096 * 4096 * 2
+    assert t["forward"] == 4 * m + 4096 * 2 + 4096 * 4
+    assert t["backward"] == 4 * m + 4096 * 2 + 4096 * 4 + 2 * 264 * 4096 * 4 + 4096 * 2
+    assert t["total"] == t["forward"] + t["backward"]
+    with pytest.raises(traffic.TrafficError, match="training step"):
+        traffic.training_bytes("rmsnorm_fp8", 1, 1)

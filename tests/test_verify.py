@@ -335,10 +335,13 @@ def test_every_kernel_on_random_shapes(name, rows, cols, dtype_index, seed, zero
     inputs = {"x": x.to(dtype).to(ENV.device), "residual": torch.zeros(rows, cols, dtype=dtype,
                                                                         device=ENV.device),
               "w": torch.randn(cols, generator=g).to(dtype).to(ENV.device), "eps": 1e-5}
+    if impl.op in registry.BACKWARD_OPS:  # chapter 9: output gradients too
+        inputs["dy"] = torch.randn(rows, cols, generator=g).to(dtype).to(ENV.device)
+        inputs["d_sum"] = torch.zeros_like(inputs["dy"])
     result = verify.launch(impl, inputs)
     report, _ = verify.compare(impl.op, inputs, result)
     assert report, f"{name} {dtype} {rows}x{cols}: {report}"
-    if zero_row and impl.op != "rmsnorm_fp8":
+    if zero_row and impl.op not in ("rmsnorm_fp8", *registry.BACKWARD_OPS):
         y = result[0] if isinstance(result, tuple) else result
         assert not y[rows // 2].any()
 

@@ -217,12 +217,15 @@ def _nan_inf_report(actual, expected, nan: str) -> Report | None:
 
 
 def allclose(actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = None,
-             atol: float | None = None, n: int | None = None, nan: str = "never") -> Report:
+             atol: float | None = None, n: int | None = None, nan: str = "never",
+             scale: torch.Tensor | None = None) -> Report:
     """Elementwise ``|a - e| <= atol + rtol |e|``, with tolerances from :func:`tolerance_for`.
 
     ``expected`` may be float64; it is compared unrounded. ``n`` (the reduction length) defaults to
     the last dimension. ``nan`` is ``"never"`` (any NaN fails) or ``"match"`` (NaN and Inf must sit
-    where the reference has them).
+    where the reference has them). ``scale`` (same shape, float64) replaces ``|e|`` in the bound
+    where an element is a difference or a sum of terms that cancel (a gradient): rounding errors
+    are proportional to the terms' magnitudes, not to what is left after they cancel.
     """
     if nan not in ("never", "match"):
         raise ValueError("nan must be 'never' or 'match'")
@@ -244,7 +247,9 @@ def allclose(actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = 
     finite = torch.isfinite(e) & torch.isfinite(a)
     a64, e64 = a.double(), e.double()
     err = torch.where(finite, (a64 - e64).abs(), torch.zeros((), dtype=torch.float64))
-    bound = atol + rtol * e64.abs()
+    magnitude = e64.abs() if scale is None else torch.maximum(
+        e64.abs(), scale.detach().cpu().double().nan_to_num(0.0, posinf=0.0, neginf=0.0))
+    bound = atol + rtol * magnitude
     over = finite & (err > bound)
     # relative error where it means something: below atol the absolute bound decides
     rel = torch.where(finite & (e64.abs() > atol), err / e64.abs(),

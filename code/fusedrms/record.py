@@ -32,7 +32,7 @@ from pathlib import Path
 
 from . import env, records
 
-CHAPTERS = {f"ch{n:02d}": f"fusedrms.book.ch{n:02d}" for n in (2, 3, 4, 5, 6, 7, 8)}
+CHAPTERS = {f"ch{n:02d}": f"fusedrms.book.ch{n:02d}" for n in (2, 3, 4, 5, 6, 7, 8, 9)}
 
 
 class RecordError(RuntimeError):

@@ -64,3 +64,34 @@ def add_rmsnorm_residual(x: torch.Tensor, residual: torch.Tensor, w: torch.Tenso
     """
     s = (x.to(accum) + residual.to(accum)).to(x.dtype)
     return rmsnorm(s, w, eps, accum, x.dtype), s
+
+
+def rmsnorm_backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, eps: float = 1e-5,
+                     accum: torch.dtype = FP32, d_sum: torch.Tensor | None = None,
+                     rows_scale: torch.Tensor | None = None) -> dict:
+    """Gradients of ``y = x * r * w`` (chapter 9), from the formula, in ``accum``.
+
+    With ``xhat = x r`` and ``g = dy w``: ``dx = r (g - xhat mean(g xhat))`` (the same as
+    ``r g - (r^3 / n) x sum(g x)``, in an order whose intermediates neither overflow nor underflow),
+    ``dw = sum over rows of dy xhat``. ``d_sum`` is the gradient arriving at ``x`` from elsewhere
+    (the fused add's residual output): it is added to ``dx``. ``rows_scale`` is a saved ``r`` to use
+    instead of recomputing it.
+
+    Returns ``dx``, ``dw`` (in ``accum``) and the magnitudes their rounding errors are proportional
+    to, for :func:`fusedrms.checks.allclose`'s ``scale``: ``dx_scale = r (|g| + |xhat| mean|g xhat|)
+    (+ |d_sum|)`` and ``dw_scale = sum over rows of |dy xhat|``.
+    """
+    cols = x.shape[-1]
+    xa, wa, ga = x.to(accum), w.to(accum), dy.to(accum)
+    r = row_scale(x, eps, accum) if rows_scale is None else rows_scale.to(accum).reshape(
+        *x.shape[:-1], 1)
+    xhat = xa * r
+    g = ga * wa
+    dx = r * (g - xhat * ((g * xhat).sum(dim=-1, keepdim=True) / cols))
+    dx_scale = r * (g.abs() + xhat.abs() * ((g * xhat).abs().sum(dim=-1, keepdim=True) / cols))
+    if d_sum is not None:
+        dx = dx + d_sum.to(accum)
+        dx_scale = dx_scale + d_sum.to(accum).abs()
+    flat = (ga * xhat).reshape(-1, cols)
+    return {"dx": dx, "dw": flat.sum(dim=0), "dx_scale": dx_scale,
+            "dw_scale": flat.abs().sum(dim=0)}

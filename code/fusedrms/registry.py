@@ -10,6 +10,10 @@ Signatures by op (all out of place; ``eps`` is a float):
 - ``add_rmsnorm``:           ``fn(x, residual, w, eps) -> y``
 - ``add_rmsnorm_residual``:  ``fn(x, residual, w, eps) -> (y, x + residual)``
 - ``rmsnorm_fp8``:           ``fn(x, w, eps) -> (codes float8_e4m3fn, scales float32)``
+- ``rmsnorm_backward``:      ``fn(x, w, dy, eps) -> (dx, dw)`` (chapter 9)
+- ``add_rmsnorm_backward``:  ``fn(x, residual, w, dy, eps, d_sum=None) -> (d_input, dw)``: the
+  gradient of ``rmsnorm(x + residual) * w``; ``d_input`` is that of x and of residual, plus
+  ``d_sum``, the gradient arriving at the residual output ``x + residual`` when there is one
 
 :func:`load_all` imports every module that registers something.
 """
@@ -21,7 +25,9 @@ from typing import Callable
 
 import torch
 
-OPS = ("rmsnorm", "add_rmsnorm", "add_rmsnorm_residual", "rmsnorm_fp8")
+OPS = ("rmsnorm", "add_rmsnorm", "add_rmsnorm_residual", "rmsnorm_fp8", "rmsnorm_backward",
+       "add_rmsnorm_backward")
+BACKWARD_OPS = ("rmsnorm_backward", "add_rmsnorm_backward")
 
 # Modules that register implementations, in the order the book introduces them.
 MODULES = (
@@ -30,6 +36,7 @@ MODULES = (
     "fusedrms.kernels.rmsnorm",
     "fusedrms.kernels.add_rmsnorm",
     "fusedrms.kernels.rmsnorm_fp8",
+    "fusedrms.kernels.rmsnorm_backward",
 )
 
 

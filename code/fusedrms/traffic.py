@@ -1,7 +1,7 @@
 """A static traffic model: what a design costs in global-memory bytes before any kernel exists.
 
 A *step* is a sequence of kernels. Each kernel reads and writes named tensors whose shapes are
-written with symbols (``rows``, ``cols``, ``blocks``, ``chunks``) and whose dtype is either fixed
+written with symbols (``rows``, ``cols``, ``blocks``, ``chunks``, ``programs``) and whose dtype is either fixed
 (``fp32`` statistics, ``fp8`` codes) or ``act``, the dtype of the step's activations. Pricing a
 step at a shape resolves the symbols and adds up bytes. Four conventions, and nothing else:
 
@@ -201,6 +201,108 @@ STEPS: dict[str, Step] = {s.name: s for s in [
                   QUANT_BLOCK)], "RMSNorm+FP8 fused"),
     # [/book:fp8]
 ]}
+
+# ---------------------------------------------------------------- the backward (chapter 9)
+
+# An example backward grid: 2 programs on each of the H200's 132 SMs (the kernels choose theirs by
+# width and rows, kernels/rmsnorm_backward.programs_for). Each program writes one fp32 row of dw
+# partials, so the partials cost programs x cols x 4 bytes, written once and read once, whatever
+# the number of rows.
+BACKWARD_PROGRAMS = 264
+_DY = Tensor(ROW)
+_DX = Tensor(ROW, role="output")
+_RSTD = Tensor(("rows",), "fp32", "statistic")
+_DW = Tensor(("cols",), role="output")
+_PARTIALS = Tensor(("programs", "cols"), "fp32", "intermediate")
+# FLOPs per element of the fused backward: xhat = x r, g = dy w, the dot product g xhat (2),
+# dx = r (g - xhat dot) (3), dw += dy xhat (2). Per row: dot / cols.
+BACKWARD = 9
+BACKWARD_ROW = 1
+_REDUCE = Kernel("dw_reduce", ("partials",), ("dw",), 0, 0, 0,
+                 "stage 2: sums the partials column by column (programs x cols adds, not counted)")
+
+
+def _unfused_backward_kernels(x: str = "x"):
+    """Eager autograd's backward, one elementwise or reduction kernel per formula step."""
+    return [Kernel("xhat", (x, "rstd"), ("xhat",), 1),
+            Kernel("g", ("dy", "w"), ("g",), 1),
+            Kernel("row_dot", ("g", "xhat"), ("dot",), 2),
+            Kernel("dx", ("g", "xhat", "rstd", "dot"), ("dx",), 3, BACKWARD_ROW),
+            Kernel("dy_xhat", ("dy", "xhat"), ("dy_xhat",), 1),
+            Kernel("dw_colsum", ("dy_xhat",), ("dw",), 1)]
+
+
+_UNFUSED_TENSORS = {"dy": _DY, "w": _W, "rstd": _RSTD, "dx": _DX, "dw": _DW,
+                    "xhat": Tensor(ROW, role="intermediate"), "g": Tensor(ROW, role="intermediate"),
+                    "dot": _ROW_SUMS, "dy_xhat": Tensor(ROW, role="intermediate")}
+
+# [book:backward]
+BACKWARD_STEPS = [
+    _step("rmsnorm_train_forward", "RMSNorm forward for training: as the fused kernel, and it also "
+          "writes the row scale r (fp32, one per row) for the backward",
+          {"x": _X, "w": _W, "y": _Y, "rstd": _RSTD},
+          [Kernel("rmsnorm_forward", ("x", "w"), ("y", "rstd"), RMSNORM, ROW_STAT)],
+          "forward, saves r"),
+    _step("rmsnorm_backward", "fused backward: read x, dy, w and the saved r; write dx and one fp32 "
+          "row of dw partials per program; a second kernel sums the partials into dw",
+          {"x": _X, "dy": _DY, "w": _W, "rstd": _RSTD, "dx": _DX, "partials": _PARTIALS, "dw": _DW},
+          [Kernel("backward", ("x", "dy", "w", "rstd"), ("dx", "partials"), BACKWARD, BACKWARD_ROW),
+           _REDUCE], "backward, two-stage dw"),
+    _step("rmsnorm_backward_recompute", "fused backward that recomputes r from x (x is read anyway): "
+          "4 bytes per row fewer, a sum of squares more",
+          {"x": _X, "dy": _DY, "w": _W, "dx": _DX, "partials": _PARTIALS, "dw": _DW},
+          [Kernel("backward", ("x", "dy", "w"), ("dx", "partials"), BACKWARD + SUMSQ,
+                  BACKWARD_ROW + ROW_STAT), _REDUCE], "backward, recomputes r"),
+    _step("rmsnorm_backward_atomic", "fused backward whose programs add their dw share into one fp32 "
+          "vector with atomics (priced as writes: the adds resolve in L2), then a cast to dw",
+          {"x": _X, "dy": _DY, "w": _W, "rstd": _RSTD, "dx": _DX, "partials": _PARTIALS, "dw": _DW,
+           "dw_fp32": Tensor(("cols",), "fp32", "intermediate")},
+          [Kernel("zero", (), ("dw_fp32",)),
+           Kernel("backward", ("x", "dy", "w", "rstd"), ("dx", "partials"), BACKWARD, BACKWARD_ROW,
+                  note="'partials' here are the atomic adds into dw_fp32"),
+           Kernel("cast", ("dw_fp32",), ("dw",))], "backward, atomic dw"),
+    _step("rmsnorm_backward_unfused", "the backward as eager autograd runs the formula: xhat, g, the "
+          "row dot product, dx, dy*xhat and its column sum, each a kernel with its result in memory",
+          {"x": _X, **_UNFUSED_TENSORS}, _unfused_backward_kernels(), "backward, unfused"),
+    _step("add_rmsnorm_train_forward", "fused add + RMSNorm forward for training: read x and the "
+          "residual, write y, s = x + residual (the next layer's residual, saved) and r",
+          {"x": _X, "residual": _RES, "w": _W, "y": _Y, "s": Tensor(ROW, role="output"),
+           "rstd": _RSTD},
+          [Kernel("add_rmsnorm_forward", ("x", "residual", "w"), ("s", "y", "rstd"),
+                  ADD + RMSNORM, ROW_STAT)], "add forward, saves s and r"),
+    _step("add_rmsnorm_backward", "fused add + RMSNorm backward: read the saved s, dy, the gradient "
+          "ds_out arriving at s from the next layer, w and r; write one ds (the gradient of x and of "
+          "the residual) and the dw partials",
+          {"s": Tensor(ROW, role="intermediate"), "dy": _DY, "ds_out": Tensor(ROW), "w": _W,
+           "rstd": _RSTD, "ds": _DX, "partials": _PARTIALS, "dw": _DW},
+          [Kernel("add_backward", ("s", "dy", "ds_out", "w", "rstd"), ("ds", "partials"),
+                  BACKWARD + ADD, BACKWARD_ROW), _REDUCE], "add backward, two-stage dw"),
+    _step("add_rmsnorm_backward_unfused", "eager autograd of add + RMSNorm: the unfused backward on s, "
+          "then ds = dx + ds_out as one more kernel",
+          {"s": Tensor(ROW, role="intermediate"), "ds_out": Tensor(ROW),
+           "ds": Tensor(ROW, role="output"), **_UNFUSED_TENSORS,
+           "dx": Tensor(ROW, role="intermediate")},
+          [*_unfused_backward_kernels("s"), Kernel("add_ds_out", ("dx", "ds_out"), ("ds",), ADD)],
+          "add backward, unfused"),
+]
+# [/book:backward]
+STEPS.update({s.name: s for s in BACKWARD_STEPS})
+# One training step of each op: the forward that saves what the backward reads, then the backward.
+TRAINING_STEPS = {"rmsnorm": ("rmsnorm_train_forward", "rmsnorm_backward"),
+                  "add_rmsnorm": ("add_rmsnorm_train_forward", "add_rmsnorm_backward")}
+
+
+def training_bytes(op: str, rows: int, cols: int, dtype: Any = "bf16",
+                   programs: int = BACKWARD_PROGRAMS) -> dict:
+    """Bytes of one forward + backward of ``op`` (``rmsnorm`` or ``add_rmsnorm``) with the fused
+    kernels: ``{"forward": B, "backward": B, "total": B}``."""
+    if op not in TRAINING_STEPS:
+        raise TrafficError(f"unknown op {op!r} for a training step; use one of "
+                           f"{', '.join(TRAINING_STEPS)}")
+    fwd, bwd = (price(s, rows, cols, dtype, programs=programs).bytes_total
+                for s in TRAINING_STEPS[op])
+    return {"forward": fwd, "backward": bwd, "total": fwd + bwd}
+
 
 # The best design of each op in the registry (what bench reports "% of floor" against).
 OP_STEP = {"rmsnorm": "rmsnorm", "add_rmsnorm": "fused_add_rmsnorm",
@@ -402,21 +504,25 @@ def _rate(value, what: str) -> Fraction | None:
 
 def price(step: str | Step, rows: int, cols: int, dtype: Any = "bf16",
           bandwidth_GBps: float | None = None, peak_tflops: float | None = None,
-          block: int = 128, chunk_cols: int = 4096) -> Estimate:
+          block: int = 128, chunk_cols: int = 4096,
+          programs: int = BACKWARD_PROGRAMS) -> Estimate:
     """Bytes, launches, FLOPs and ideal time of ``step`` at ``rows x cols`` activations.
 
     ``bandwidth_GBps`` in GB/s (= bytes per ns); ``peak_tflops`` in TFLOP/s. ``block`` is the FP8
-    quantization block (columns per scale); ``chunk_cols`` the column chunk of split-row designs.
+    quantization block (columns per scale); ``chunk_cols`` the column chunk of split-row designs;
+    ``programs`` the backward's grid (one fp32 row of dw partials per program, at most ``rows``).
     """
     s = get_step(step)
     rows = _positive_int(rows, "rows")
     cols = _positive_int(cols, "cols")
     block = _positive_int(block, "block")
     chunk_cols = _positive_int(chunk_cols, "chunk_cols")
+    programs = min(_positive_int(programs, "programs"), rows)  # a program never has no rows
     act = _activation_dtype(dtype)
     bw = _rate(bandwidth_GBps, "bandwidth_GBps")
     peak = _rate(peak_tflops, "peak_tflops")
-    sizes = {"rows": rows, "cols": cols, "blocks": -(-cols // block), "chunks": -(-cols // chunk_cols)}
+    sizes = {"rows": rows, "cols": cols, "blocks": -(-cols // block), "chunks": -(-cols // chunk_cols),
+             "programs": programs}
 
     def nbytes(name: str) -> int:
         t = s.tensors[name]

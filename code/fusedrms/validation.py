@@ -36,14 +36,14 @@ def check_tensor(t, name: str, dtypes=SUPPORTED_DTYPES) -> torch.Tensor:
     return t
 
 
-def as_rows(x: torch.Tensor, name: str = "x") -> torch.Tensor:
+def as_rows(x: torch.Tensor, name: str = "x", dtypes=SUPPORTED_DTYPES) -> torch.Tensor:
     """View ``x`` as a 2-D (rows, cols) matrix with unit column stride.
 
     Leading dimensions are flattened (a (batch, seq, hidden) activation becomes (batch*seq, hidden)).
     A tensor whose last dimension is strided is copied to contiguous memory: kernels address a row
     as ``base + row * row_stride + col``, so columns must be adjacent.
     """
-    check_tensor(x, name)
+    check_tensor(x, name, dtypes)
     if x.dim() == 0:
         raise InputError(f"{name} is a scalar; RMSNorm normalizes rows. Pass a tensor of shape "
                          f"(rows, cols) or (..., cols).")
@@ -60,8 +60,9 @@ def as_rows(x: torch.Tensor, name: str = "x") -> torch.Tensor:
     return x2
 
 
-def check_weight(w, cols: int, device: torch.device, name: str = "w") -> torch.Tensor:
-    check_tensor(w, name)
+def check_weight(w, cols: int, device: torch.device, name: str = "w",
+                 dtypes=SUPPORTED_DTYPES) -> torch.Tensor:
+    check_tensor(w, name, dtypes)
     if w.dim() != 1 or w.shape[0] != cols:
         raise InputError(f"{name} must be a vector with one weight per column: expected shape "
                          f"({cols},), got {tuple(w.shape)}.")
@@ -71,9 +72,10 @@ def check_weight(w, cols: int, device: torch.device, name: str = "w") -> torch.T
     return w if w.stride(0) == 1 else w.contiguous()
 
 
-def check_same(a: torch.Tensor, b: torch.Tensor, a_name: str, b_name: str) -> None:
+def check_same(a: torch.Tensor, b: torch.Tensor, a_name: str, b_name: str,
+               dtypes=SUPPORTED_DTYPES) -> None:
     """``b`` must match ``a`` in shape, dtype and device (e.g. the residual against x)."""
-    check_tensor(b, b_name)
+    check_tensor(b, b_name, dtypes)
     if b.shape != a.shape:
         raise InputError(f"{b_name} has shape {tuple(b.shape)} but {a_name} has "
                          f"{tuple(a.shape)}; they must match.")

@@ -176,7 +176,12 @@ def make_inputs(c: Case, op: str, dtype: torch.dtype, device, seed: int) -> dict
         def place(t):  # noqa: F811
             return t.t().contiguous().to(dtype).to(device).t()
 
-    return {"x": place(x), "residual": place(res), "w": w.to(dtype).to(device), "eps": c.eps}
+    inputs = {"x": place(x), "residual": place(res), "w": w.to(dtype).to(device), "eps": c.eps}
+    if op in registry.BACKWARD_OPS:  # output gradients, from their own stream of numbers
+        g2 = torch.Generator().manual_seed(seed + 1)
+        inputs["dy"] = place(torch.randn(rows, cols, generator=g2))
+        inputs["d_sum"] = place(torch.randn(rows, cols, generator=g2))
+    return inputs
 
 
 # ---------------------------------------------------------------- running one check
@@ -240,6 +245,11 @@ def launch(impl: registry.Impl, inputs: dict):
     args = (inputs["x"], inputs["w"], inputs["eps"])
     if impl.op in ("add_rmsnorm", "add_rmsnorm_residual"):
         args = (inputs["x"], inputs["residual"], inputs["w"], inputs["eps"])
+    elif impl.op == "rmsnorm_backward":
+        args = (inputs["x"], inputs["w"], inputs["dy"], inputs["eps"])
+    elif impl.op == "add_rmsnorm_backward":
+        args = (inputs["x"], inputs["residual"], inputs["w"], inputs["dy"], inputs["eps"],
+                inputs["d_sum"])
     quiet = contextlib.nullcontext()
     if not inputs["x"].is_cuda:  # NumPy (the interpreter) warns on the NaN/Inf cases' arithmetic
         import numpy
@@ -304,7 +314,48 @@ def compare(op: str, inputs: dict, result, nan: str = "never") -> tuple[checks.R
         return y_report, details
     if op == "rmsnorm_fp8":
         return _compare_fp8(inputs, result, nan)
+    if op in registry.BACKWARD_OPS:
+        return _compare_backward(op, inputs, result, nan)
     raise ValueError(f"unknown op {op!r}")
+
+
+def _compare_backward(op: str, inputs: dict, result, nan: str) -> tuple[checks.Report, dict]:
+    """``(dx, dw)`` against the float64 formula (:func:`fusedrms.reference.rmsnorm_backward`).
+
+    Each gradient is a difference (dx) or a sum over rows (dw) of terms that cancel, so the bound
+    is the dtype's tolerance times the terms' magnitudes (``scale``), not times what is left.
+    ``atol`` is two subnormal steps of the dtype, not its smallest normal number: fp16 gradients
+    of rows near 3e4 are subnormal (about 5e-5), and a normal-number atol would accept anything."""
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        return checks.Report(False, f"expected (dx, dw), got {type(result).__name__}"), {}
+    x, w = inputs["x"], inputs["w"]
+    rows, cols = x.reshape(-1, x.shape[-1]).shape
+    d_sum = None
+    if op == "add_rmsnorm_backward":
+        x = x.to(F64) + inputs["residual"].to(F64)  # the op normalizes the sum, never rounded
+        d_sum = inputs["d_sum"]
+    ref = reference.rmsnorm_backward(x, w, inputs["dy"], inputs["eps"], accum=F64, d_sum=d_sum)
+    reports = {}
+    for name, got, like, n in (("dx", result[0], inputs["x"], cols),
+                               ("dw", result[1], w, rows)):
+        if not isinstance(got, torch.Tensor):
+            reports[name] = checks.Report(False, f"{name}: expected a tensor, got "
+                                                 f"{type(got).__name__}")
+        elif got.dtype != like.dtype or got.shape != like.shape:
+            reports[name] = checks.Report(False, f"{name} is {got.dtype} {tuple(got.shape)}, "
+                                                 f"expected {like.dtype} {tuple(like.shape)}")
+        else:  # gradients can be subnormal (fp16 at large |x|): one subnormal step of atol
+            fin = torch.finfo(got.dtype)
+            reports[name] = checks.allclose(got, ref[name], n=n, nan=nan,
+                                            atol=2 * fin.tiny * fin.eps,
+                                            scale=ref[f"{name}_scale"])
+    details = {name: str(r) for name, r in reports.items()}
+    for name, r in reports.items():
+        if not r.ok:
+            return checks.Report(False, f"{name}: {r.message}", **_stats(r)), details
+    worst = max(reports.values(), key=lambda r: r.max_rel_err)
+    return checks.Report(True, f"dx {reports['dx'].message}; dw {reports['dw'].message}",
+                         **_stats(worst)), details
 
 
 def _stats(r: checks.Report) -> dict:
@@ -388,7 +439,8 @@ def lookup(pattern: str = "all", peers: bool = False) -> list[registry.Impl]:
     """Implementations by name: ``all``, a name, a glob (``triton.*``) or a comma-separated list.
 
     ``all`` means every registered kernel (``peers=True`` adds the library peers). The broken
-    kernels of :mod:`fusedrms.book.broken` are found by name (``broken.*``), never by ``all``.
+    kernels of :mod:`fusedrms.book.broken` are found by name (``broken.*``), never by ``all``;
+    chapter 9's broken backward kernels (:mod:`fusedrms.book.broken_backward`) as ``broken_bwd.*``.
     """
     known = {i.name: i for i in registry.impls()}
     if not any(p.strip() for p in str(pattern).split(",")):
@@ -401,12 +453,12 @@ def lookup(pattern: str = "all", peers: bool = False) -> list[registry.Impl]:
             continue
         pool = dict(known)
         if part.startswith("broken"):
-            from .book import broken
+            from .book import broken, broken_backward
 
-            pool = dict(broken.IMPLS)
+            pool = {**broken.IMPLS, **broken_backward.IMPLS}
         hits = {n: i for n, i in pool.items() if fnmatch.fnmatchcase(n, part)}
         if not hits:
-            names = ", ".join(sorted(known) + ["broken.*"])
+            names = ", ".join(sorted(known) + ["broken.*", "broken_bwd.*"])
             raise KeyError(f"no implementation matches {part!r}; known: {names}")
         chosen.update(hits)
     return list(chosen.values())

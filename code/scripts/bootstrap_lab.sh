@@ -44,29 +44,14 @@ undo() {
   rm -f "$stamp"
   rm -rf "$kernel_dir"
   [ -d "$kernel_backup/$KERNEL" ] && cp -r "$kernel_backup/$KERNEL" "$kernel_dir"
-  "$py" - "$before" <<'PY' || true
-import subprocess, sys
-def listed(lines):
-    pairs = (line.strip().split("==", 1) for line in lines if "==" in line)
-    return {name.lower().replace("_", "-"): version for name, version in pairs}
-pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-before = listed(open(sys.argv[1]))
-after = listed(subprocess.run(pip + ["list", "--format=freeze"], capture_output=True,
-                              text=True).stdout.splitlines())
-added = [n for n in after if n not in before]
-changed = [f"{n}=={before[n]}" for n in after if n in before and after[n] != before[n]]
-if added:
-    subprocess.run(pip + ["uninstall", "-q", "-y", *added])
-if changed:
-    subprocess.run(pip + ["install", "-q", "--no-deps", *changed])
-PY
+  "$py" code/scripts/lab_env.py undo "$before" || true
   rm -rf "$before" "$kernel_backup"
   echo "[lab] fix what the message above says (network, disk space) and run 'make lab' again" >&2
   exit "$rc"
 }
 trap undo ERR INT TERM
 
-echo "[lab] installing requirements-lab.txt (JupyterLab, Notebook 7, the ipywidgets front end)"
+echo "[lab] installing requirements-lab.txt (JupyterLab, Notebook 7, the ipywidgets front end, MyST)"
 "$py" -m pip install -q --disable-pip-version-check -r requirements-lab.txt
 if ! widgets_front_end_ok; then
   echo "[lab] the widget front end (@jupyter-widgets/jupyterlab-manager) is not enabled in JupyterLab:" >&2
@@ -75,18 +60,9 @@ if ! widgets_front_end_ok; then
 fi
 echo "[lab] registering the kernel '$KERNEL' ($KERNEL_LABEL) inside $VENV"
 "$py" -m ipykernel install --sys-prefix --name "$KERNEL" --display-name "$KERNEL_LABEL" >/dev/null
-"$py" - "$kernel_dir/kernel.json" <<'PY'
-import json, sys
-spec = json.load(open(sys.argv[1]))
-spec["argv"][0] = "python"  # Jupyter starts "python" kernels with its own interpreter (.venv's)
-json.dump(spec, open(sys.argv[1], "w"), indent=1)
-PY
+"$py" code/scripts/lab_env.py kernel-spec "$kernel_dir/kernel.json"
 kernel_registered
 echo "$want" > "$stamp"
 trap - ERR INT TERM
 rm -rf "$before" "$kernel_backup"
-"$py" - <<'PY'
-import importlib.metadata as md
-print("[lab] " + ", ".join(f"{p} {md.version(p)}" for p in (
-    "jupyterlab", "notebook", "ipywidgets", "jupyterlab_widgets", "ipykernel")))
-PY
+"$py" code/scripts/lab_env.py versions

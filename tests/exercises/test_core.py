@@ -55,6 +55,21 @@ def test_feedback_renders_as_text_and_html():
     assert core.correct("fine")
 
 
+@pytest.mark.parametrize("answer,value,target,ok", [
+    (1.1, 1.1, 1.1094, True), ("1.10", 1.10, 1.1094, False), (0.83, 0.83, 0.83318, True),
+    (0.8, 0.8, 0.83318, False), (1, 1.0, 1.1094, False), (torch.tensor(1.1), 1.1, 1.1094, True),
+    ("11/10", 1.1, 1.1094, False), (True, 1.0, 1.0, False), ("1e0", 1.0, 1.04, False),
+])
+def test_matches_as_written(answer, value, target, ok):
+    assert core.matches_as_written(answer, value, target) is ok
+
+
+def test_as_count_reads_grouped_digits_only():
+    assert core.as_count("1,234,567") == core.as_count("1 234 567") == 1234567
+    with pytest.raises(core.Malformed):
+        core.as_count("12,34")  # a decimal comma, or a typo: not a grouping of thousands
+
+
 # ---------------------------------------------------------------- issue 17: checkers never raise
 
 class _FloatRaises:

@@ -11,7 +11,7 @@ import pytest
 
 from fusedrms import env
 
-MODULES = [importlib.import_module(f"fusedrms.exercises.ch{n:02d}") for n in (1, 2, 3, 5, 6, 7, 8)]
+MODULES = [importlib.import_module(f"fusedrms.exercises.ch{n:02d}") for n in (1, 2, 3, 5, 6, 7, 8, 9)]
 EXERCISES = [e for m in MODULES for e in m.ALL]
 MALFORMED = [None, "abc", float("nan"), [1, 2, 3], {"a": 1}, math.inf, True, -5, "1/0"]
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from fusedrms import env, records, registry, validation
+from fusedrms.book import ch08
 from fusedrms.kernels import rmsnorm_fp8 as q
 
 ENV = env.current()
@@ -82,14 +83,14 @@ def test_software_e4m3_rounding_matches_torch_on_every_bf16_value_and_the_ties()
     vals = torch.cat([vals, -vals])
     for start in range(0, vals.numel(), 65536):
         chunk = vals[start:start + 65536]
-        got = q.triton_cast_to_fp8(chunk, software=True).cpu()
+        got = ch08.triton_cast_to_fp8(chunk, software=True).cpu()
         want = chunk.clamp(-448, 448).to(torch.float8_e4m3fn)
         diff = bits(got) != bits(want)
         assert not diff.any(), (chunk[diff][:5], bits(got)[diff][:5], bits(want)[diff][:5])
 
 
 def test_software_e4m3_rounding_keeps_nan():
-    got = q.triton_cast_to_fp8(torch.tensor([math.nan]), software=True).cpu()
+    got = ch08.triton_cast_to_fp8(torch.tensor([math.nan]), software=True).cpu()
     assert int(bits(got)[0]) & 0x7F == 0x7F
 
 
@@ -101,13 +102,13 @@ def test_software_bf16_rounding_matches_torch():
     ties = base + torch.ldexp(torch.ones_like(base), exponent - 9)  # exactly half a step up
     assert torch.equal(ties.to(BF16).float(), ties.to(torch.float64).to(BF16).float())
     vals = torch.cat([v, ties])
-    got = q.triton_round_to_bf16(vals, software=True).cpu()
+    got = ch08.triton_round_to_bf16(vals, software=True).cpu()
     assert torch.equal(got, vals.to(BF16).float())
 
 
 def test_software_path_refuses_unclamped_values():
     with pytest.raises(validation.InputError, match="448"):
-        q.triton_cast_to_fp8([500.0], software=True, clamp=False)
+        ch08.triton_cast_to_fp8([500.0], software=True, clamp=False)
 
 
 # ---------------------------------------------------------------- kernels = reference, bit for bit
@@ -371,7 +372,7 @@ def test_gpu_reference_equals_cpu_reference():
 def test_gpu_hardware_cast_is_correct_after_clamping():
     vals = _all_bf16_values_up_to(600.0)
     for software in (False, True):
-        got = q.triton_cast_to_fp8(vals[:65536], software=software).cpu()
+        got = ch08.triton_cast_to_fp8(vals[:65536], software=software).cpu()
         assert torch.equal(bits(got), bits(vals[:65536].clamp(-448, 448).to(torch.float8_e4m3fn)))
 
 

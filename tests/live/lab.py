@@ -42,21 +42,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _children(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (from /proc), deepest last."""
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+def _processes_mentioning(text: str) -> list[int]:
+    """Process ids whose command line contains ``text`` (from /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
         except OSError:
             continue
-        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+    return found
 
 
 class LabServer:
@@ -74,6 +69,7 @@ class LabServer:
                                                "workspaces", "ipython")}
         for d in dirs.values():
             d.mkdir()
+        self.runtime_dir = str(dirs["runtime"])  # named in every kernel's command line
         for plugin, values in SETTINGS.items():
             path = dirs["settings"] / f"{plugin}.jupyterlab-settings"
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,16 +90,22 @@ class LabServer:
         if os.geteuid() == 0:  # CI runs as root
             cmd.append("--allow-root")
         self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-                                        cwd=work, start_new_session=True,
-                                        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
-        self._wait_until_up()
+        linux = sys.platform == "linux"
+        self.process = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=work,
+            start_new_session=True, preexec_fn=_die_with_parent if linux else None)
+        try:
+            self._wait_until_up()
+        except BaseException:
+            self.stop()
+            raise
 
     def _wait_until_up(self):
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited with {self.process.returncode}:\n{self.log()}")
+                raise RuntimeError(f"JupyterLab exited with {self.process.returncode}:\n"
+                                   f"{self.log()}")
             try:
                 with urllib.request.urlopen(f"{self.url}/api/status?token={self.token}",
                                             timeout=5) as r:
@@ -123,7 +125,7 @@ class LabServer:
     def stop(self):
         """SIGTERM the server's process group (the server shuts its kernels down), then SIGKILL
         what is left: the group, and each kernel (kernels run in sessions of their own)."""
-        kernels = _children(self.process.pid)
+        kernels = [p for p in _processes_mentioning(self.runtime_dir) if p != self.process.pid]
         if self.process.poll() is None:
             _signal_group(self.process.pid, signal.SIGTERM)
             try:
@@ -132,10 +134,11 @@ class LabServer:
                 pass
         _signal_group(self.process.pid, signal.SIGKILL)
         for pid in kernels:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            if pid in _processes_mentioning(self.runtime_dir):  # still ours, not a reused id
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         self.process.wait(timeout=15)
         self._log.close()
 
@@ -221,8 +224,10 @@ class KernelMessages:
             self.problems.append(f"stderr: {content.get('text', '')}")
 
 
+# What the server's log shows when a kernel fails outside a cell: a callback's traceback (ipykernel
+# logs exceptions in comm handlers to its own stderr, which the server's log collects), a death.
 KERNEL_LOG_ERROR = re.compile(r"Traceback \(most recent call last\)|Exception in comm_msg|"
-                              r"Error in observer|Kernel died|KernelRestarter: restarting")
+                              r"Kernel died|KernelRestarter: restarting")
 
 
 KERNEL_READY = """() => {
@@ -233,8 +238,8 @@ KERNEL_READY = """() => {
 }"""
 # Every code cell has its execution count, or a cell failed (Run All stops there).
 ALL_CELLS_RAN_OR_ONE_FAILED = """() => {
-  if (document.querySelector(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"))
-    return true;
+  const stderr = "application/vnd.jupyter.stderr";
+  if (document.querySelector(`.jp-OutputArea-output[data-mime-type='${stderr}']`)) return true;
   const prompts = [...document.querySelectorAll(".jp-CodeCell .jp-InputPrompt")]
                   .map(p => p.textContent.trim());
   return prompts.length > 0 && prompts.every(p => /^\\[\\d+\\]:$/.test(p));
@@ -272,7 +277,8 @@ class Notebook:
         """Run > Run All Cells, once the kernel is connected (earlier, JupyterLab asks which
         kernel to start), and wait until every code cell has its execution count."""
         self.wait_for_kernel(timeout_ms)
-        self.page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        self.page.evaluate(
+            "() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
         self.page.wait_for_function(ALL_CELLS_RAN_OR_ONE_FAILED, timeout=timeout_ms, polling=250)
         self.wait_for_kernel(timeout_ms)
 

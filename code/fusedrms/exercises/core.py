@@ -178,3 +178,46 @@ def as_fields(answer: Any, names: Sequence[str], example: str) -> list:
 
 def close(a: float, b: float, rel: float = 1e-3, abs_: float = 1e-9) -> bool:
     return abs(a - b) <= abs_ + rel * abs(b)
+
+
+def matches_as_written(answer: Any, value: float, target: float, min_significant: int = 2) -> bool:
+    """True when ``value`` (read from ``answer``) is ``target`` rounded to the digits the reader
+    wrote: 1.1 matches 1.1094 and 0.83 matches 0.8332, but 1.10 (three significant digits) does not
+    match 1.1094, and an answer with fewer than ``min_significant`` significant digits matches only
+    an exact target. Fractions and other values with no written digits never match this way."""
+    import decimal
+
+    import numpy as np
+
+    if hasattr(answer, "item") and getattr(answer, "shape", None) in ((), (1,)):  # numpy or torch scalar
+        kind = str(getattr(answer, "dtype", "")).replace("torch.", "")
+        answer = answer.item()
+        if kind in ("float32", "float16", "bfloat16") and isinstance(answer, float):
+            answer = np.format_float_positional(np.float32(answer))  # the digits as fp32 prints them
+    if isinstance(answer, bool) or not isinstance(answer, (int, float, str)):
+        return False
+    try:
+        written = decimal.Decimal(answer.strip() if isinstance(answer, str) else repr(answer))
+    except decimal.InvalidOperation:
+        return False
+    if not written.is_finite():
+        return False
+    digits = written.as_tuple()
+    significant = len(str(int("".join(map(str, digits.digits)) or "0")))
+    if significant < min_significant:
+        return value == target
+    half_unit = 0.5 * 10.0 ** digits.exponent
+    return abs(value - target) <= half_unit * (1 + 1e-9)
+
+
+def as_count(answer: Any, what: str = "a whole number") -> float:
+    """A number that may be written with thousands separators: 33562624, "33,562,624",
+    "33 562 624", "33_562_624" (commas, spaces, thin or no-break spaces, underscores)."""
+    import re
+
+    if isinstance(answer, str):
+        text = answer.strip()
+        grouped = re.fullmatch(r"\d{1,3}(?:([,\s_\u00a0\u2009\u202f])\d{3})(?:\1\d{3})*", text)
+        if grouped:
+            answer = re.sub(r"[,\s_\u00a0\u2009\u202f]", "", text)
+    return as_number(answer, what)

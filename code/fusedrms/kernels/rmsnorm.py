@@ -35,10 +35,12 @@ from .. import checks, cli, dtypes, reference, registry, validation
 from ..measure import timer
 
 # A row must fit in one block for the row kernel. Triton allows far bigger blocks, but a block lives
-# in registers: at 65536 fp32 elements and 16 warps (512 threads) each thread holds 128 values of x
-# alone, the register file is full and the compiler spills to local memory. Wider rows go to the
-# looped kernel.
-ROW_MAX_COLS = 65536
+# in registers, and a 16-warp (512-thread) program may use at most 65536 / 512 = 128 registers per
+# thread. Recorded on the H200 (data/h200/traffic_row_registers.json): 32768 fp32 columns, 64 values
+# of x per thread, 128 registers, no spills; 65536 columns, 128 values per thread, 90 spilled to
+# local memory. So the row kernel stops at the widest row that does not spill; wider rows go to the
+# looped kernel (tests/kernels/test_rmsnorm.py ties this number to the recorded file).
+ROW_MAX_COLS = 32768
 # The looped kernel walks the row in chunks of at most this many columns.
 LOOP_CHUNK = 4096
 # The multirow kernel is for narrow rows; wider ones fill a program on their own.
@@ -197,6 +199,8 @@ def rmsnorm_looped(x, w, eps: float = 1e-5, num_warps: int | None = None,
 
 def rows_per_program_for(block_size: int) -> int:
     """Narrow rows share a program until it covers about ``MULTIROW_ELEMENTS`` lanes (1 to 64 rows)."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise validation.InputError(f"block_size must be a positive whole number, got {block_size!r}.")
     return max(1, min(64, MULTIROW_ELEMENTS // block_size))
 
 

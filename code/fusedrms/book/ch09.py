@@ -1,0 +1,649 @@
+"""Chapter 9's GPU experiment: forward + backward of RMSNorm and fused add + RMSNorm, timed against
+eager autograd, ``torch.compile`` and Liger-Kernel, plus the backward alone against its floor.
+
+    python -m fusedrms.book.ch09 --out DIR [--smoke] [--processes 3]   (on a GPU machine)
+
+:func:`record` writes ``DIR/ch09_backward.json`` (:data:`FILES`). How a number is made:
+
+1. Each implementation's step is ``y = f(inputs)`` then ``torch.autograd.grad`` of the outputs with
+   given output gradients (the residual output gets one too), so nothing accumulates in ``.grad``.
+   Before timing, its gradients are compared with the float64 formula
+   (:func:`fusedrms.reference.rmsnorm_backward`); the verdict is stored with the time.
+2. One timer for everything: :mod:`fusedrms.measure.timer`, a CUDA graph replayed over rotating
+   copies of the inputs that together exceed the L2, so every call reads from DRAM; µs per call.
+3. The whole sweep runs in ``processes`` separate Python processes one after another (default 3);
+   a record holds the median of the process medians and their range (min-max).
+4. The floor is the traffic model's bytes (:func:`fusedrms.traffic.training_bytes` for forward +
+   backward, the backward's own step for the backward alone) at the copy bandwidth each process
+   measures; records state the percentage of it.
+
+The readers at the end (:func:`load`, :func:`training_table`, :func:`backward_table`,
+:func:`verdict`, :func:`figure`) turn the file into the chapter's tables, plot and sentence, and
+return None when no recording exists (the page then says so; it never invents numbers).
+"""
+from __future__ import annotations
+
+from .. import env  # first
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from .. import checks, records, reference, traffic
+
+FILES = {"ch09_backward.json": "forward + backward against the peers, the backward alone, its grid, "
+                               "dw determinism"}
+RECORD_NAME = "ch09_backward"
+SOURCES = ("kernels/rmsnorm_backward.py", "measure/timer.py", "book/ch09.py", "traffic.py",
+           "kernels/peers.py")
+ESTIMATE_S = 180
+EPS = 1e-5
+F64 = torch.float64
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
+OPS = ("rmsnorm", "add_rmsnorm")
+SHAPES = tuple((r, c, "bf16") for r in (1024, 4096, 16384) for c in (2048, 4096, 8192)) + (
+    (4096, 4096, "fp32"), (16384, 4096, "fp32"))
+SMOKE_SHAPES = ((1024, 2048, "bf16"),)
+SMOKE_BUDGET_S = 25
+# forward + backward, in the order they are timed (peers that may fail to capture come last)
+TRAIN_IMPLS = ("triton.two_stage", "triton.atomic", "torch.eager", "torch.rms_norm", "liger",
+               "torch.compile")
+OURS = ("triton.two_stage", "triton.atomic")
+# the backward alone (our kernels), with the traffic step that is its floor
+BACKWARD_IMPLS = {("rmsnorm", "two_stage"): "rmsnorm_backward",
+                  ("rmsnorm", "atomic"): "rmsnorm_backward_atomic",
+                  ("rmsnorm", "recompute_r"): "rmsnorm_backward_recompute",
+                  ("add_rmsnorm", "two_stage"): "add_rmsnorm_backward"}
+# the grid of the two-stage backward: programs per SM against the default rule
+PROGRAM_SHAPES = ((1024, 4096, "bf16"), (16384, 2048, "bf16"), (16384, 8192, "bf16"))
+PROGRAMS_PER_SM = (1, 2, 4, 8)
+# and with the row loop's loads pipelined (num_stages), at the default grid
+STAGE_SHAPES = ((16384, 2048, "bf16"), (16384, 8192, "bf16"))
+STAGES = (1, 2, 3)
+LARGE_BYTES = 64 << 20  # the chapter's comparison counts shapes moving at least this much
+DETERMINISM_SHAPE = (16384, 4096, "bf16")
+DETERMINISM_RUNS = 5
+
+
+# ---------------------------------------------------------------- implementations (GPU side)
+
+def _liger():
+    """(rms_norm Function, fused add Function) or raise ImportError with the reason."""
+    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    return LigerRMSNormFunction, LigerFusedAddRMSNormFunction
+
+
+def liger_status() -> str | None:
+    """None when Liger-Kernel imports, else why not (the page reports the peer as missing)."""
+    try:
+        _liger()
+    except Exception as e:  # noqa: BLE001 - any import failure means the peer is missing
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _eager_add(x, residual, w, eps):
+    return reference.add_rmsnorm_residual(x, residual, w, eps)
+
+
+def _torch_rms_norm(x, w, eps):
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)
+
+
+def _torch_rms_norm_add(x, residual, w, eps):
+    s = x + residual
+    return _torch_rms_norm(s, w, eps), s
+
+
+class _Compiled:
+    """``torch.compile`` of the eager function, one per (op, cols, dtype), rows dynamic: forward
+    and backward (AOTAutograd) are compiled once per width instead of once per shape."""
+
+    def __init__(self):
+        self.fns = {}
+
+    def get(self, op, cols, dtype):
+        from ..kernels import peers
+
+        key = (op, cols, dtype)
+        if key not in self.fns:
+            peers._raise_recompile_limits()
+            base = reference.rmsnorm if op == "rmsnorm" else _eager_add
+            self.fns[key] = torch.compile(peers._fresh_copy(base))
+        return self.fns[key]
+
+
+_COMPILED = _Compiled()
+
+
+def forward_fn(impl: str, op: str, cols: int, dtype: torch.dtype):
+    """``f(*inputs, w) -> outputs`` for one implementation (inputs: x, or x and residual)."""
+    from ..kernels import rmsnorm_backward as B
+
+    if impl in OURS:
+        mode = "atomic" if impl == "triton.atomic" else "two_stage"
+        if op == "rmsnorm":
+            return lambda x, w: B.rmsnorm(x, w, EPS, mode)
+        return lambda x, r, w: B.add_rmsnorm(x, r, w, EPS, mode)
+    if impl == "torch.eager":
+        return (lambda x, w: reference.rmsnorm(x, w, EPS)) if op == "rmsnorm" else (
+            lambda x, r, w: _eager_add(x, r, w, EPS))
+    if impl == "torch.rms_norm":
+        return (lambda x, w: _torch_rms_norm(x, w, EPS)) if op == "rmsnorm" else (
+            lambda x, r, w: _torch_rms_norm_add(x, r, w, EPS))
+    if impl == "torch.compile":
+        fn = _COMPILED.get(op, cols, dtype)
+
+        def compiled(*args):
+            for t in args[:-1]:
+                torch._dynamo.mark_dynamic(t, 0)
+            return fn(*args, EPS)
+        return compiled
+    if impl == "liger":
+        rms, fused_add = _liger()
+        if op == "rmsnorm":  # casting mode "llama", not in place (dy must survive the call)
+            return lambda x, w: rms.apply(x, w, EPS, 0.0, "llama", False)
+        return lambda x, r, w: fused_add.apply(x, r, w, EPS, 0.0, "llama", False)
+    raise KeyError(f"unknown implementation {impl!r}")
+
+
+def make_bundle(op: str, rows: int, cols: int, dtype: torch.dtype, seed: int = 0,
+                device="cuda") -> torch.Tensor:
+    """The per-call inputs stacked in one tensor, so a rotation copies them together:
+    ``[x, dy]`` for rmsnorm, ``[x, residual, dy, ds]`` for the fused add (ds: the gradient arriving
+    at its residual output)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    n = 2 if op == "rmsnorm" else 4
+    return torch.randn((n, rows, cols), generator=g, device=device).to(dtype)
+
+
+def train_step(impl: str, op: str, cols: int, dtype: torch.dtype, w: torch.Tensor):
+    """``step(bundle) -> (input grads..., dw)``: forward, then backward with the bundle's output
+    gradients."""
+    fwd = forward_fn(impl, op, cols, dtype)
+
+    def step(bundle):
+        if op == "rmsnorm":
+            x = bundle[0].detach().requires_grad_()
+            y = fwd(x, w)
+            return torch.autograd.grad(y, (x, w), bundle[1])
+        x, r = (bundle[i].detach().requires_grad_() for i in (0, 1))
+        y, s = fwd(x, r, w)
+        return torch.autograd.grad((y, s), (x, r, w), (bundle[2], bundle[3]))
+    return step
+
+
+def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor,
+                  programs: int | None = None, num_stages: int = 1):
+    """``step(bundle)`` of our backward alone. The bundle holds what the forward saved and the
+    output gradients: ``[x, dy]`` (rmsnorm) or ``[s, dy, ds]`` (fused add); ``rstd`` is the saved
+    row scale (4 bytes per row, not rotated), unused by the ``recompute_r`` design."""
+    from ..kernels import rmsnorm_backward as B
+
+    mode = "atomic" if design == "atomic" else "two_stage"
+    saved_r = None if design == "recompute_r" else rstd
+
+    def step(bundle):
+        d_sum = None if op == "rmsnorm" else bundle[2]
+        return B.backward(bundle[0], w, bundle[1], EPS, d_sum=d_sum, rstd=saved_r, dw_mode=mode,
+                          programs=programs, num_stages=num_stages)
+    return step
+
+
+def check_gradients(op: str, bundle: torch.Tensor, w: torch.Tensor, grads) -> tuple[bool, str]:
+    """Every gradient against the float64 formula (dx on every row, dw on every column)."""
+    x, dy = bundle[0], bundle[-1 if op == "rmsnorm" else 2]
+    d_sum = None
+    if op == "add_rmsnorm":
+        x = (bundle[0].to(F64) + bundle[1].to(F64)).to(bundle.dtype)  # s as the forward stores it
+        d_sum = bundle[3]
+    ref = reference.rmsnorm_backward(x, w, dy, EPS, accum=F64, d_sum=d_sum)
+    named = {"dx": grads[0], "dw": grads[-1]}
+    if op == "add_rmsnorm":
+        named["dresidual"] = grads[1]
+    messages, ok = [], True
+    for name, got in named.items():
+        key = "dw" if name == "dw" else "dx"
+        n = x.shape[0] if key == "dw" else x.shape[1]
+        rep = checks.allclose(got, ref[key], n=n, scale=ref[f"{key}_scale"])
+        ok &= rep.ok
+        if not rep.ok:
+            messages.append(f"{name}: {rep.message}")
+    return ok, "; ".join(messages) or "dx and dw within tolerance of the float64 formula"
+
+
+# ---------------------------------------------------------------- timing (one timer)
+
+def time_rotating(step, bundle: torch.Tensor, bytes_per_call: int, reps: int) -> tuple[float, str]:
+    """µs per call of ``step(bundle_copy)`` by :mod:`fusedrms.measure.timer`'s rotating graph
+    replay (the timer's ``time_rotating_us`` when it has one)."""
+    from ..measure import timer
+
+    if hasattr(timer, "time_rotating_us"):
+        return timer.time_rotating_us(lambda b, _w: step(b), bundle, None, bytes_per_call, reps=reps)
+    l2 = timer.l2_bytes() or (64 << 20)
+    copies = max(2, min(timer.GRAPH_CALLS, -(-3 * l2 // max(bytes_per_call, 1)) + 1))
+    bundles = [bundle] + [bundle.clone() for _ in range(copies - 1)]
+    state = {"i": 0}
+
+    def call():
+        state["i"] = (state["i"] + 1) % copies
+        return step(bundles[state["i"]])
+
+    samples = timer.time_gpu(call, warmup=2, reps=reps, l2="warm", graph=True)
+    return statistics.median(samples), (f"{timer.GRAPH_CALLS} calls per CUDA graph replay over "
+                                        f"{copies} rotating input copies, median of {reps}")
+
+
+def _sync() -> None:
+    if env.current().on_gpu:
+        torch.cuda.synchronize()
+
+
+def _reps(wall_ms: float, smoke: bool) -> int:
+    if smoke:
+        return 3
+    return max(5, min(15, int(400 / max(wall_ms * 20, 1e-3))))
+
+
+def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, copy_GBps: float,
+                 smoke: bool = False) -> dict:
+    """One (kind, op, implementation, shape): checked, then timed. Errors become records."""
+    from ..kernels import rmsnorm_backward as B
+
+    dtype = DTYPES[dt]
+    device = env.current().device
+    rec = {"kind": kind, "op": op, "impl": impl, "rows": rows, "cols": cols, "dtype": dt}
+    per_sm = int(impl.split("/")[0]) if kind == "programs" else None
+    programs = B.programs_for(rows, cols, dtype, device, per_sm=per_sm)
+    if kind == "train":
+        nbytes = traffic.training_bytes(op, rows, cols, dt, programs=programs)["total"]
+    else:
+        step_name = ("rmsnorm_backward" if kind in ("programs", "stages")
+                     else BACKWARD_IMPLS[(op, impl)])
+        nbytes = traffic.price(step_name, rows, cols, dt, programs=programs).bytes_total
+    rec.update(bytes=nbytes, floor_us=nbytes / (copy_GBps * 1e3), programs=programs)
+    try:
+        w = torch.randn(cols, generator=torch.Generator(device=device).manual_seed(1),
+                        device=device).to(dtype).requires_grad_(kind == "train")
+        bundle = make_bundle(op, rows, cols, dtype, device=device)
+        check_bundle = bundle
+        if kind == "train":
+            step = train_step(impl, op, cols, dtype, w)
+        else:  # the forward's saved tensors, then the backward alone
+            residual = None if op == "rmsnorm" else bundle[1]
+            _, s, rstd = B.forward(bundle[0], w, EPS, residual=residual)
+            bundle = bundle[:2] if s is None else torch.stack([s, bundle[2], bundle[3]])
+            if kind == "programs":
+                step = backward_step(op, "two_stage", w, rstd, programs=programs)
+            elif kind == "stages":
+                step = backward_step(op, "two_stage", w, rstd, num_stages=int(impl.split()[0]))
+            else:
+                step = backward_step(op, impl, w, rstd)
+            check_bundle = None  # the suite and the tests check these kernels
+        t0 = time.perf_counter()
+        grads = step(bundle)
+        _sync()
+        rec["first_call_ms"] = (time.perf_counter() - t0) * 1e3
+        if check_bundle is not None:
+            rec["check_ok"], rec["check"] = check_gradients(op, check_bundle, w.detach(), grads)
+        t0 = time.perf_counter()
+        step(bundle)
+        _sync()
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        us, how = time_rotating(step, bundle, nbytes, _reps(wall_ms, smoke))
+        rec.update(us=us, method=how, pct_floor=100.0 * rec["floor_us"] / us)
+    except Exception as e:  # noqa: BLE001 - a failing peer is a result, the sweep goes on
+        rec.update(error=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300])
+    return rec
+
+
+def determinism(rows: int, cols: int, dt: str, runs: int = DETERMINISM_RUNS) -> list[dict]:
+    """Run each dw design ``runs`` times on the same inputs: how many distinct dw bit patterns,
+    and how far apart (in units of the last place) the most distant two are."""
+    from ..kernels import rmsnorm_backward as B
+
+    dtype = DTYPES[dt]
+    bundle = make_bundle("rmsnorm", rows, cols, dtype, seed=3)
+    w = torch.randn(cols, device="cuda").to(dtype)
+    out = []
+    for mode in B.DW_MODES:
+        dws = [B.backward(bundle[0], w, bundle[1], EPS, dw_mode=mode)[1] for _ in range(runs)]
+        torch.cuda.synchronize()
+        distinct = len({bytes(d.float().cpu().numpy().tobytes()) for d in dws})
+        spread = max(int(checks.ulp_distance(a, b).max()) for a in dws for b in dws)
+        out.append({"kind": "determinism", "impl": mode, "rows": rows, "cols": cols, "dtype": dt,
+                    "runs": runs, "distinct": distinct, "max_ulp_apart": spread})
+    return out
+
+
+# ---------------------------------------------------------------- processes and the record
+
+def cases(smoke: bool = False) -> list[dict]:
+    """Every (kind, op, impl, shape) of one process's sweep, in the order it runs."""
+    shapes = SMOKE_SHAPES if smoke else SHAPES
+    out = []
+    for rows, cols, dt in shapes:
+        for op in OPS:
+            # ours first, then the backward alone, then the peers (compiling ones last)
+            out += [dict(kind="train", op=op, impl=i, rows=rows, cols=cols, dt=dt) for i in OURS]
+            out += [dict(kind="backward", op=o, impl=d, rows=rows, cols=cols, dt=dt)
+                    for (o, d) in BACKWARD_IMPLS if o == op]
+            out += [dict(kind="train", op=op, impl=i, rows=rows, cols=cols, dt=dt)
+                    for i in TRAIN_IMPLS if i not in OURS]
+    for rows, cols, dt in (SMOKE_SHAPES[:1] if smoke else PROGRAM_SHAPES):
+        out += [dict(kind="programs", op="rmsnorm", impl=f"{n}/SM", rows=rows, cols=cols, dt=dt)
+                for n in PROGRAMS_PER_SM]
+    for rows, cols, dt in (SMOKE_SHAPES[:1] if smoke else STAGE_SHAPES):
+        out += [dict(kind="stages", op="rmsnorm", impl=f"{n} stage{'s' if n > 1 else ''}",
+                     rows=rows, cols=cols, dt=dt) for n in STAGES]
+    return out
+
+
+def worker(spec: dict) -> dict:
+    """One process's sweep (``spec``: smoke, deadline as a time.time() value, liger_missing)."""
+    from ..measure import timer
+
+    env.require_gpu("Chapter 9's measurement")
+    copy_GBps = timer.copy_bandwidth_GBps()
+    recs, skipped = [], 0
+    for c in cases(spec.get("smoke", False)):
+        if c["impl"] == "liger" and spec.get("liger_missing"):
+            continue
+        if time.time() > spec["deadline"]:
+            skipped += 1
+            continue
+        recs.append(measure_case(c["kind"], c["op"], c["impl"], c["rows"], c["cols"], c["dt"],
+                                 copy_GBps, spec.get("smoke", False)))
+    return {"copy_GBps": copy_GBps, "records": recs, "skipped": skipped}
+
+
+def aggregate(parts: list[dict]) -> list[dict]:
+    """Median of the process medians per case, with their range; the first process's check.
+
+    A case a process did not reach, or where it raised, is counted out of that process only;
+    ``processes`` says how many processes timed each case."""
+    by_key: dict = {}
+    for index, part in enumerate(parts):
+        for r in part["records"]:
+            key = (r["kind"], r["op"], r["impl"], r["rows"], r["cols"], r["dtype"])
+            by_key.setdefault(key, []).append((index, r))
+    out = []
+    for key, items in by_key.items():
+        timed = [r for _, r in items if "us" in r]
+        first = items[0][1]
+        rec = {k: first[k] for k in ("kind", "op", "impl", "rows", "cols", "dtype", "bytes",
+                                     "programs") if k in first}
+        for k in ("check_ok", "check", "method"):
+            if k in first:
+                rec[k] = first[k]
+        errors = [r["error"] for _, r in items if "error" in r]
+        if errors:
+            rec["error"] = errors[0]
+        if timed:
+            times = [r["us"] for r in timed]
+            floors = [r["floor_us"] for r in timed]
+            rec.update(us=statistics.median(times), us_min=min(times), us_max=max(times),
+                       process_us=times, processes=len(times),
+                       floor_us=statistics.median(floors),
+                       first_call_ms=timed[0].get("first_call_ms"))
+            rec["pct_floor"] = 100.0 * rec["floor_us"] / rec["us"]
+        out.append(rec)
+    return out
+
+
+def _run_process(spec: dict, index: int, log) -> dict | None:
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+        spec_path.write_text(json.dumps(spec))
+        proc = subprocess.run([sys.executable, "-m", "fusedrms.book.ch09", "worker",
+                               "--spec", str(spec_path), "--out", str(out_path)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0 or not out_path.exists():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            log(f"[ch09] process {index + 1} failed (exit {proc.returncode}): {' | '.join(tail)}")
+            return None
+        return json.loads(out_path.read_text())
+
+
+def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processes: int = 3,
+           budget_s: float | None = None) -> list[Path]:
+    """Measure and write ``out_dir/ch09_backward.json``; returns the files written.
+
+    ``smoke``: one small shape, one process, few repetitions (the same code paths, in seconds).
+    ``budget_s`` (default :data:`ESTIMATE_S`, :data:`SMOKE_BUDGET_S` with ``smoke``) is shared by
+    the processes; cases a
+    process does not reach in its share are left to the others and counted in the file.
+    ``tune`` is accepted for the record command and unused (nothing here is tuned)."""
+    env.require_gpu("Chapter 9's measurement")
+    out_dir = Path(out_dir)
+    if smoke:
+        processes = 1
+    budget_s = (SMOKE_BUDGET_S if smoke else ESTIMATE_S) if budget_s is None else budget_s
+    start = time.time()
+    missing = liger_status()
+    parts = []
+    for index in range(processes):
+        left = budget_s - (time.time() - start)
+        if left <= 5:
+            log(f"[ch09] budget spent after {index} process(es)")
+            break
+        share = left / (processes - index)
+        if index == 0 and processes > 1:  # the first process also compiles every kernel
+            share = max(share, 0.5 * left)
+        spec = {"smoke": smoke, "deadline": time.time() + share - 2, "liger_missing": bool(missing)}
+        log(f"[ch09] process {index + 1}/{processes}, {share:.0f} s")
+        part = _run_process(spec, index, log)
+        if part is not None:
+            parts.append(part)
+            log(f"[ch09] process {index + 1}: {len(part['records'])} cases, "
+                f"{part['skipped']} not reached, copy {part['copy_GBps']:.0f} GB/s")
+    if not parts:
+        raise RuntimeError("no measuring process finished; see the log above")
+    recs = aggregate(parts)
+    if missing:
+        recs.append({"kind": "peer_missing", "impl": "liger", "reason": missing})
+    try:
+        recs += determinism(*(SMOKE_SHAPES[0] if smoke else DETERMINISM_SHAPE))
+    except Exception as e:  # noqa: BLE001
+        recs.append({"kind": "determinism", "error": f"{type(e).__name__}: {e}"[:300]})
+    path = records.write(out_dir / next(iter(FILES)), recs, extra={
+        "smoke": smoke, "processes": len(parts), "copy_GBps": [p["copy_GBps"] for p in parts],
+        "not_reached": [p["skipped"] for p in parts], "eps": EPS,
+        "timer": next((r["method"] for r in recs if "method" in r), None),
+        "seconds": round(time.time() - start, 1)})
+    log(f"[ch09] wrote {path} in {time.time() - start:.0f} s")
+    return [path]
+
+
+# ---------------------------------------------------------------- readers (the page)
+
+def load(machine: str | None = None) -> dict | None:
+    """The recorded file (the reader's own recording for their GPU when there is one, else the
+    committed one: :func:`fusedrms.records.load`), or None when there is none (the page says so)."""
+    try:
+        return records.load(RECORD_NAME, machine)
+    except FileNotFoundError:
+        return None
+
+
+def _select(doc, **where) -> list[dict]:
+    return [r for r in (doc or {}).get("records", [])
+            if all(r.get(k) == v for k, v in where.items())]
+
+
+def peers_of(doc) -> list[str]:
+    return [i for i in TRAIN_IMPLS if i not in OURS and _select(doc, kind="train", impl=i)]
+
+
+def training_table(doc, op: str) -> list[dict] | None:
+    """One row per shape: µs of each implementation (forward + backward), ours as % of floor, and
+    ours against the fastest peer that passed its gradient check."""
+    if doc is None:
+        return None
+    rows = []
+    shapes = sorted({(r["rows"], r["cols"], r["dtype"]) for r in _select(doc, kind="train", op=op)},
+                    key=lambda s: (s[2] != "bf16", s[0], s[1]))
+    for rows_, cols, dt in shapes:
+        recs = {r["impl"]: r for r in _select(doc, kind="train", op=op, rows=rows_, cols=cols,
+                                              dtype=dt)}
+        ours = recs.get("triton.two_stage", {})
+        peers = [r for i, r in recs.items() if i not in OURS and "us" in r and r.get("check_ok")]
+        fastest = min(peers, key=lambda r: r["us"], default=None)
+        row = {"shape": f"{rows_}x{cols} {dt}", "rows": rows_, "cols": cols, "dtype": dt,
+               "MB": ours.get("bytes", 0) / 1e6, "pct_floor": ours.get("pct_floor")}
+        for impl in TRAIN_IMPLS:
+            row[impl] = recs.get(impl, {}).get("us")
+            row[f"{impl} checked"] = recs.get(impl, {}).get("check_ok")
+        row["fastest_peer"] = fastest["impl"] if fastest else None
+        row["vs_fastest"] = (ours["us"] / fastest["us"]) if fastest and "us" in ours else None
+        rows.append(row)
+    return rows
+
+
+def backward_table(doc, kind: str = "backward") -> list[dict] | None:
+    """The backward alone: µs and % of its floor per design and shape (``kind="programs"``: the
+    two-stage design per number of programs per SM; ``kind="stages"``: with its row loop's loads
+    pipelined)."""
+    if doc is None:
+        return None
+    out = []
+    for r in _select(doc, kind=kind):
+        if "us" in r:
+            partials = 2 * r["programs"] * r["cols"] * 4
+            out.append({"op": r["op"], "design": r["impl"], "shape": f"{r['rows']}x{r['cols']} "
+                        f"{r['dtype']}", "programs": r["programs"], "MB": r["bytes"] / 1e6,
+                        "us": r["us"], "pct_floor": r["pct_floor"],
+                        "partials_pct": 100.0 * partials / r["bytes"]})
+    return out
+
+
+def verdict(doc, op: str) -> dict | None:
+    """Ours against the fastest checked peer at shapes moving >= 64 MB: the worst and the median
+    ratio, and how many shapes are at or below 1.00x."""
+    table = training_table(doc, op)
+    if not table:
+        return None
+    big = [r for r in table if r["MB"] * 1e6 >= LARGE_BYTES and r["vs_fastest"] is not None]
+    if not big:
+        return None
+    ratios = [r["vs_fastest"] for r in big]
+    worst = max(big, key=lambda r: r["vs_fastest"])
+    return {"op": op, "shapes": len(big), "at_or_below_1": sum(x <= 1.0 for x in ratios),
+            "median_ratio": statistics.median(ratios), "worst_ratio": worst["vs_fastest"],
+            "worst_shape": worst["shape"], "worst_peer": worst["fastest_peer"],
+            "median_pct_floor": statistics.median(r["pct_floor"] for r in big
+                                                  if r["pct_floor"] is not None)}
+
+
+def determinism_rows(doc) -> list[dict]:
+    return [r for r in _select(doc, kind="determinism") if "distinct" in r]
+
+
+def missing_peers(doc) -> list[dict]:
+    return _select(doc, kind="peer_missing")
+
+
+def figure(doc, op: str):
+    """Bar chart: time of each implementation relative to ours (two-stage), per shape."""
+    table = training_table(doc, op)
+    if not table:
+        return None
+    from . import page
+
+    impls = [i for i in TRAIN_IMPLS if any(r[i] for r in table)]
+    fig, ax = page.figure(height=3.4)
+    width = 0.8 / max(len(impls), 1)
+    for k, impl in enumerate(impls):
+        vals = [(r[impl] / r["triton.two_stage"]) if r[impl] and r["triton.two_stage"] else 0
+                for r in table]
+        failed = any(r[f"{impl} checked"] is False for r in table)
+        ax.bar([i + k * width for i in range(len(table))], vals, width,
+               label=impl + (" (gradients off)" if failed else ""))
+    ax.axhline(1.0, color="#374151", linewidth=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(table))])
+    ax.set_xticklabels([r["shape"].replace(" ", "\n") for r in table], fontsize=7)
+    ax.set_ylabel("time / ours (two-stage)")
+    ax.set_title(f"{op}: forward + backward, lower is faster", fontsize=10)
+    ax.legend(fontsize=8, ncol=3)
+    return fig
+
+
+TRAIN_COLUMNS = {"shape": ("shape", ""), "MB": ("MB moved", ".0f"),
+                 "triton.two_stage": ("ours µs", ".1f"), "triton.atomic": ("ours, atomic µs", ".1f"),
+                 "torch.eager": ("eager µs", ".1f"), "torch.rms_norm": ("F.rms_norm µs", ".1f"),
+                 "torch.compile": ("compile µs", ".1f"), "liger": ("Liger µs", ".1f"),
+                 "vs_fastest": ("ours / fastest peer", ".2f"), "pct_floor": ("ours % floor", ".0f")}
+BACKWARD_COLUMNS = {"op": ("op", ""), "design": ("design", ""), "shape": ("shape", ""),
+                    "MB": ("MB", ".0f"), "us": ("µs", ".1f"), "pct_floor": ("% floor", ".0f")}
+PROGRAM_COLUMNS = {"shape": ("shape", ""), "design": ("grid / pipelining", ""),
+                   "programs": ("programs", ""), "us": ("µs", ".1f"), "pct_floor": ("% floor", ".0f"),
+                   "partials_pct": ("partials, % of bytes", ".1f")}
+
+
+def for_page(rows: list[dict], columns: dict) -> tuple[list[dict], dict]:
+    """(rows keyed by header, formats by header) for :func:`fusedrms.book.page.table`; columns
+    no row has a value for are left out (a peer missing from the recording)."""
+    keep = {k: v for k, v in columns.items() if any(r.get(k) is not None for r in rows)}
+    out = [{header: r.get(k) for k, (header, _) in keep.items()} for r in rows]
+    return out, {header: fmt for header, fmt in keep.values() if fmt}
+
+
+def answer(doc) -> str:
+    """The chapter's answer in a sentence, every number from the recording (or the no-recording
+    state)."""
+    if doc is None:
+        return ("This chapter's comparison has not been recorded on a GPU yet, so there is no "
+                "measured answer here; `python -m fusedrms.record --chapters 9` on a GPU records "
+                "it, and the chapter then shows that recording.")
+    parts = []
+    for op, name in (("rmsnorm", "RMSNorm"), ("add_rmsnorm", "fused add + RMSNorm")):
+        v = verdict(doc, op)
+        if v is None:
+            parts.append(f"for {name} no shape of 64 MB or more has both our time and a checked "
+                         f"peer's")
+            continue
+        parts.append(f"for {name}, forward + backward, our kernels are at or below the fastest "
+                     f"checked peer at {v['at_or_below_1']} of {v['shapes']} shapes moving 64 MB or "
+                     f"more (median {v['median_ratio']:.2f}x its time, worst {v['worst_ratio']:.2f}x "
+                     f"against {v['worst_peer']} at {v['worst_shape']}) and reach a median "
+                     f"{v['median_pct_floor']:.0f} % of the traffic floor")
+    return "Measured: " + "; ".join(parts) + "."
+
+
+# ---------------------------------------------------------------- command line
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fusedrms.book.ch09", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd")
+    w = sub.add_parser("worker", help="internal: one measuring process")
+    w.add_argument("--spec", required=True)
+    w.add_argument("--out", required=True)
+    p.add_argument("--out", default=".", help="folder for ch09_backward.json")
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--processes", type=int, default=3)
+    p.add_argument("--budget", type=float, default=None)
+    args = p.parse_args(argv)
+    if args.cmd == "worker":
+        spec = json.loads(Path(args.spec).read_text())
+        Path(args.out).write_text(json.dumps(worker(spec)))
+        return 0
+    if not env.current().on_gpu:
+        print("chapter 9's measurement needs a GPU; the chapter shows the recorded one.",
+              file=sys.stderr)
+        return 2
+    record(args.out, smoke=args.smoke, processes=args.processes, budget_s=args.budget)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Chapter 9's companion: the sweep, the aggregation over processes, the readers, and (on a GPU) a
+smoke run of record()."""
+import json
+
+import pytest
+
+from fusedrms import records, traffic
+from fusedrms.book import ch09
+
+
+def test_the_sweep_covers_every_shape_op_and_implementation():
+    cs = ch09.cases()
+    shapes = {(c["rows"], c["cols"], c["dt"]) for c in cs}
+    assert shapes == set(ch09.SHAPES) and len(ch09.SHAPES) == 11
+    for op in ch09.OPS:
+        assert {c["impl"] for c in cs if c["kind"] == "train" and c["op"] == op} == set(ch09.TRAIN_IMPLS)
+    assert {(c["op"], c["impl"]) for c in cs if c["kind"] == "backward"} == set(ch09.BACKWARD_IMPLS)
+    sweep = [c for c in cs if c["kind"] == "programs"]
+    assert len(sweep) == len(ch09.PROGRAM_SHAPES) * len(ch09.PROGRAMS_PER_SM)
+    stages = [c for c in cs if c["kind"] == "stages"]
+    assert len(stages) == len(ch09.STAGE_SHAPES) * len(ch09.STAGES)
+    assert len(ch09.cases(smoke=True)) < len(cs) / 4
+
+
+def _part(us_by_impl, rows=4096, cols=4096, dt="bf16", op="rmsnorm", check_ok=True, copy=4000.0):
+    nbytes = traffic.training_bytes(op, rows, cols, dt)["total"]
+    recs = [{"kind": "train", "op": op, "impl": impl, "rows": rows, "cols": cols, "dtype": dt,
+             "bytes": nbytes, "floor_us": nbytes / (copy * 1e3), "us": us, "check_ok": check_ok,
+             "check": "ok", "method": "graph"} for impl, us in us_by_impl.items()]
+    return {"copy_GBps": copy, "records": recs, "skipped": 0}
+
+
+def test_aggregate_takes_the_median_of_process_medians_and_their_range():
+    parts = [_part({"triton.two_stage": t, "torch.eager": 3 * t}) for t in (10.0, 12.0, 30.0)]
+    recs = {r["impl"]: r for r in ch09.aggregate(parts)}
+    ours = recs["triton.two_stage"]
+    assert (ours["us"], ours["us_min"], ours["us_max"], ours["processes"]) == (12.0, 10.0, 30.0, 3)
+    assert ours["pct_floor"] == pytest.approx(100 * ours["floor_us"] / 12.0)
+
+
+def test_a_failed_case_in_one_process_counts_out_of_that_process_only():
+    good = _part({"torch.compile": 20.0})
+    bad = _part({"torch.compile": 0.0})
+    del bad["records"][0]["us"]
+    bad["records"][0]["error"] = "RuntimeError: capture failed"
+    rec = ch09.aggregate([good, bad])[0]
+    assert rec["processes"] == 1 and rec["us"] == 20.0 and "capture failed" in rec["error"]
+
+
+def _doc(parts):
+    return {"provenance": {"gpu": "test"}, "records": ch09.aggregate(parts)}
+
+
+def test_readers_compare_with_the_fastest_checked_peer():
+    big = _part({"triton.two_stage": 100.0, "torch.eager": 300.0, "torch.compile": 110.0},
+                rows=16384, cols=8192)
+    unchecked = _part({"liger": 50.0}, rows=16384, cols=8192, check_ok=False)  # fails its check
+    small = _part({"triton.two_stage": 9.0, "torch.compile": 6.0}, rows=1024, cols=2048)
+    doc = _doc([{"copy_GBps": 4000.0, "records": big["records"] + unchecked["records"]
+                 + small["records"], "skipped": 0}])
+    table = ch09.training_table(doc, "rmsnorm")
+    assert [r["shape"] for r in table] == ["1024x2048 bf16", "16384x8192 bf16"]
+    assert table[1]["fastest_peer"] == "torch.compile"
+    assert table[1]["vs_fastest"] == pytest.approx(100 / 110)
+    v = ch09.verdict(doc, "rmsnorm")  # only the shape moving >= 64 MB counts
+    assert v["shapes"] == 1 and v["at_or_below_1"] == 1 and v["worst_shape"] == "16384x8192 bf16"
+    fig = ch09.figure(doc, "rmsnorm")
+    assert fig is not None and len(fig.axes[0].patches) == 2 * 4  # 4 implementations, 2 shapes
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "liger (gradients off)" in labels
+
+
+def test_no_recording_means_none_everywhere(monkeypatch, tmp_path):
+    monkeypatch.setattr(records, "DATA_DIR", tmp_path)
+    doc = ch09.load()
+    assert doc is None
+    assert ch09.training_table(doc, "rmsnorm") is None and ch09.verdict(doc, "rmsnorm") is None
+    assert ch09.figure(doc, "rmsnorm") is None and ch09.backward_table(doc) is None
+
+
+@pytest.mark.gpu
+def test_record_smoke_writes_checked_records(tmp_path):
+    paths = ch09.record(tmp_path, smoke=True, processes=1, budget_s=120)
+    doc = json.loads(paths[0].read_text())
+    train = [r for r in doc["records"] if r["kind"] == "train"]
+    ours = [r for r in train if r["impl"] in ch09.OURS]
+    assert ours and all(r.get("check_ok") and r["us"] > 0 for r in ours), ours
+    assert any(r["kind"] == "backward" and "us" in r for r in doc["records"])
+    det = {r["impl"]: r for r in doc["records"] if r["kind"] == "determinism"}
+    assert det["two_stage"]["distinct"] == 1
+    assert doc["provenance"]["smoke"] is True
+
+
+DEVICE = __import__("fusedrms").env.current().device
+
+
+@pytest.mark.parametrize("impl", ["triton.two_stage", "triton.atomic", "torch.eager",
+                                  "torch.rms_norm"])
+@pytest.mark.parametrize("op", ch09.OPS)
+def test_each_training_step_gives_gradients_that_pass_the_check(impl, op):
+    import torch
+
+    bundle = ch09.make_bundle(op, 6, 40, torch.float32, device=DEVICE)
+    w = torch.randn(40, device=DEVICE).requires_grad_()
+    grads = ch09.train_step(impl, op, 40, torch.float32, w)(bundle)
+    assert len(grads) == (2 if op == "rmsnorm" else 3)
+    ok, message = ch09.check_gradients(op, bundle, w.detach(), grads)
+    assert ok, message
+    wrong = list(grads)
+    wrong[-1] = wrong[-1] * 1.01  # a dw off by 1 % is caught
+    assert not ch09.check_gradients(op, bundle, w.detach(), wrong)[0]
+
+
+@pytest.mark.parametrize("op,design", list(ch09.BACKWARD_IMPLS))
+def test_backward_steps_match_the_training_step(op, design):
+    import torch
+
+    from fusedrms.kernels import rmsnorm_backward as B
+
+    bundle = ch09.make_bundle(op, 5, 24, torch.float32, device=DEVICE)
+    w = torch.randn(24, device=DEVICE)
+    full = ch09.train_step("triton.two_stage", op, 24, torch.float32, w.clone().requires_grad_())(bundle)
+    _, s, rstd = B.forward(bundle[0], w, ch09.EPS, residual=None if op == "rmsnorm" else bundle[1])
+    saved = bundle[:2] if s is None else torch.stack([s, bundle[2], bundle[3]])
+    dx, dw = ch09.backward_step(op, design, w, rstd)(saved)
+    torch.testing.assert_close(dx, full[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dw, full[-1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", [c for c in ch09.cases(smoke=True)
+                                  if c["impl"] not in ("liger", "torch.compile")],
+                         ids=lambda c: f"{c['kind']}-{c['op']}-{c['impl']}")
+def test_measure_case_checks_then_times_each_kind(case, monkeypatch):
+    """The GPU path on this machine, the timer replaced: every kind builds its step, the training
+    steps pass their gradient check, and the record holds the floor."""
+    timed = []
+
+    def fake_timer(step, bundle, nbytes, reps):
+        step(bundle)
+        timed.append(nbytes)
+        return 10.0, "fake timer"
+
+    monkeypatch.setattr(ch09, "time_rotating", fake_timer)
+    rec = ch09.measure_case(case["kind"], case["op"], case["impl"], 40, 24, "fp32", 1000.0)
+    assert "error" not in rec, rec["error"]
+    assert rec["us"] == 10.0 and timed == [rec["bytes"]]
+    assert rec["pct_floor"] == pytest.approx(100 * rec["bytes"] / 1e6 / 10.0)
+    if case["kind"] == "train":
+        assert rec["check_ok"], rec["check"]
+
+
+def test_a_failing_implementation_becomes_an_error_record(monkeypatch):
+    monkeypatch.setattr(ch09, "train_step", lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
+    rec = ch09.measure_case("train", "rmsnorm", "torch.eager", 8, 16, "fp32", 1000.0)
+    assert rec["error"] == "RuntimeError: boom" and "us" not in rec

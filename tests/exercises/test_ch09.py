@@ -1,0 +1,48 @@
+import pytest
+
+from fusedrms import traffic
+from fusedrms.exercises import ch09
+
+
+@pytest.mark.parametrize("exercise", ch09.ALL, ids=lambda e: e.name)
+def test_solution_passes_and_every_mistake_fails_with_a_hint(exercise):
+    assert exercise.check(exercise.solution).ok
+    for label, answer in exercise.mistakes.items():
+        feedback = exercise.check(answer)
+        assert not feedback.ok and feedback.hint, (exercise.name, label)
+
+
+def test_mistakes_are_distinct_from_the_solution():
+    for e in ch09.ALL:
+        values = [repr(e.solution), *(repr(v) for v in e.mistakes.values())]
+        assert len(set(values)) == len(values), e.name
+
+
+def test_hand_dx_is_the_formula_and_other_spellings_pass():
+    import torch
+
+    from fusedrms import reference
+
+    t = torch.tensor
+    ref = reference.rmsnorm_backward(t([ch09.BF.HAND_X], dtype=torch.float64),
+                                     t(ch09.BF.HAND_W, dtype=torch.float64),
+                                     t([ch09.EXERCISE_DY], dtype=torch.float64), 1e-5,
+                                     accum=torch.float64)["dx"][0]
+    assert ch09.DX == pytest.approx(ref.tolist(), rel=1e-12)
+    assert ch09.dx_hand.check(ref).ok  # a tensor
+    assert ch09.dx_hand.check(tuple(round(v, 4) for v in ch09.DX)).ok  # 4 decimals
+    assert not ch09.dx_hand.check([round(v, 1) for v in ch09.DX]).ok  # too coarse
+
+
+def test_missing_term_accepts_spellings_of_the_letter():
+    for spelling in ("a", "A", " (a) ", "a)"):
+        assert ch09.missing_term.check(spelling).ok, spelling
+    assert "could not be read" in ch09.missing_term.check("e").message
+
+
+def test_backward_bytes_is_the_models_number_and_exact():
+    assert ch09.backward_bytes.solution == traffic.price(
+        "rmsnorm_backward", 4096, 4096, "bf16").bytes_total
+    assert ch09.backward_bytes.check(str(ch09.BACKWARD_BYTES)).ok
+    assert not ch09.backward_bytes.check(ch09.BACKWARD_BYTES + 4).ok
+    assert "whole numbers" in ch09.backward_bytes.check(1.5).message

@@ -1,0 +1,222 @@
+"""Chapter 9's backward kernels: gradcheck in float64, the formula in every dtype, determinism of
+the two-stage dw, autograd plumbing, and clear errors for bad inputs."""
+import pytest
+import torch
+
+from fusedrms import checks, env, reference, verify
+from fusedrms.book import broken_backward
+from fusedrms.kernels import rmsnorm_backward as B
+from fusedrms.validation import InputError
+
+DEVICE = env.current().device
+F64 = torch.float64
+
+
+def _inputs(rows, cols, dtype=torch.float32, seed=0, device=DEVICE):
+    g = torch.Generator().manual_seed(seed)
+    x, res, w, dy, ds = (torch.randn(*s, generator=g) for s in
+                         ((rows, cols), (rows, cols), (cols,), (rows, cols), (rows, cols)))
+    return [t.to(dtype).to(device) for t in (x, res, w, dy, ds)]
+
+
+def _gradchecks(device):
+    x, res, w, _, _ = _inputs(3, 7, F64, seed=1, device=device)
+    for mode in B.DW_MODES:
+        args = [t.clone().requires_grad_() for t in (x, w)]
+        assert torch.autograd.gradcheck(lambda a, b: B.rmsnorm(a, b, 1e-5, mode), args)
+        args = [t.clone().requires_grad_() for t in (x, res, w)]
+        # both outputs (y and s = x + residual) carry a gradient: the residual path is checked
+        assert torch.autograd.gradcheck(lambda a, r, b: B.add_rmsnorm(a, r, b, 1e-5, mode), args)
+
+
+def test_gradcheck_float64():
+    _gradchecks(DEVICE)
+
+
+@pytest.mark.gpu
+def test_gradcheck_float64_on_gpu():
+    _gradchecks(torch.device("cuda"))
+    x, _, w, _, _ = _inputs(300, 257, F64, seed=2, device="cuda")  # many programs, padded lanes
+    args = [t.clone().requires_grad_() for t in (x, w)]
+    assert torch.autograd.gradcheck(lambda a, b: B.rmsnorm(a, b), args, fast_mode=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(5, 13), (9, 257), (2, 4096)])
+@pytest.mark.parametrize("mode", B.DW_MODES)
+def test_gradients_match_the_float64_formula(dtype, shape, mode):
+    x, res, w, dy, ds = _inputs(*shape, dtype)
+    ref = reference.rmsnorm_backward(x, w, dy, accum=F64)
+    dx, dw = B.backward(x, w, dy, dw_mode=mode)
+    assert checks.allclose(dx, ref["dx"], scale=ref["dx_scale"])
+    assert checks.allclose(dw, ref["dw"], n=shape[0], scale=ref["dw_scale"])
+    s = x.to(F64) + res.to(F64)
+    ref = reference.rmsnorm_backward(s, w, dy, accum=F64, d_sum=ds)
+    dx, dw = B.backward(x, w, dy, residual=res, d_sum=ds, dw_mode=mode)
+    assert checks.allclose(dx, ref["dx"], scale=ref["dx_scale"])
+    assert checks.allclose(dw, ref["dw"], n=shape[0], scale=ref["dw_scale"])
+
+
+def test_formula_is_what_autograd_computes():
+    x, _, w, dy, _ = _inputs(4, 9, F64)
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    gx, gw = torch.autograd.grad(reference.rmsnorm(xg, wg, accum=F64), (xg, wg), dy)
+    ref = reference.rmsnorm_backward(x, w, dy, accum=F64)
+    torch.testing.assert_close(ref["dx"], gx, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(ref["dw"], gw, rtol=1e-12, atol=1e-14)
+
+
+def test_saved_r_and_recomputed_r_agree():
+    x, _, w, dy, _ = _inputs(6, 33)
+    _, _, rstd = B.forward(x, w)
+    torch.testing.assert_close(rstd.double(), reference.row_scale(x, 1e-5, F64).flatten())
+    a = B.backward(x, w, dy, rstd=rstd)
+    b = B.backward(x, w, dy)
+    for u, v in zip(a, b):
+        torch.testing.assert_close(u, v, rtol=1e-6, atol=1e-7)
+
+
+def _loss_backward(module_or_fn, x, w):
+    x = x.clone().requires_grad_()
+    w = w.clone().requires_grad_()
+    y = module_or_fn(x, w)
+    (y.float() ** 2).sum().backward()
+    return x.grad, w.grad
+
+
+def test_loss_backward_works_through_the_module_and_matches_eager_autograd():
+    x, res, w, _, _ = _inputs(2 * 3, 64)
+    x3 = x.reshape(2, 3, 64)  # leading dimensions are flattened and restored
+    layer = B.RMSNorm(64)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+    xg = x3.clone().requires_grad_()
+    (layer(xg) ** 2).sum().backward()
+    gx, gw = _loss_backward(lambda a, b: reference.rmsnorm(a, b), x3, w)
+    assert xg.grad.shape == x3.shape
+    torch.testing.assert_close(xg.grad, gx, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(layer.weight.grad, gw, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_add_gives_x_and_residual_the_same_gradient_including_the_residual_path():
+    x, res, w, _, _ = _inputs(5, 40)
+    xs = [t.clone().requires_grad_() for t in (x, res, w)]
+    y, s = B.add_rmsnorm(*xs)
+    (y.sum() + (s * s).sum()).backward()  # s feeds the next layer too
+    ref = [t.clone().requires_grad_() for t in (x, res, w)]
+    s_ref = ref[0] + ref[1]
+    y_ref = reference.rmsnorm(s_ref, ref[2])
+    (y_ref.sum() + (s_ref * s_ref).sum()).backward()
+    for got, want in zip(xs, ref):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5)
+    assert torch.equal(xs[0].grad, xs[1].grad)
+
+
+def test_two_stage_dw_is_bitwise_identical_across_runs():
+    x, _, w, dy, _ = _inputs(64, 257)
+    first = B.backward(x, w, dy)[1]
+    for _ in range(3):
+        assert checks.equal(B.backward(x, w, dy)[1], first)
+
+
+@pytest.mark.gpu
+def test_two_stage_dw_is_bitwise_identical_on_gpu_and_atomics_are_close():
+    x, _, w, dy, _ = _inputs(16384, 4096, torch.bfloat16, device="cuda")
+    runs = [B.backward(x, w, dy)[1] for _ in range(5)]
+    assert all(checks.equal(r, runs[0]) for r in runs)
+    ref = reference.rmsnorm_backward(x, w, dy, accum=F64)
+    atomic = B.backward(x, w, dy, dw_mode="atomic")[1]
+    assert checks.allclose(atomic, ref["dw"], n=16384, scale=ref["dw_scale"])
+
+
+def test_programs_override_changes_partials_but_not_the_answer():
+    x, _, w, dy, _ = _inputs(10, 20)
+    ref = reference.rmsnorm_backward(x, w, dy, accum=F64)
+    for programs in (1, 3, 10, 50):
+        dx, dw = B.backward(x, w, dy, programs=programs)
+        assert checks.allclose(dw, ref["dw"], n=10, scale=ref["dw_scale"]), programs
+
+
+def test_empty_rows():
+    x, _, w, dy, _ = _inputs(1, 8)
+    dx, dw = B.backward(x[:0], w, dy[:0])
+    assert dx.shape == (0, 8) and torch.equal(dw, torch.zeros_like(w))
+
+
+def test_non_contiguous_gradient():
+    x, _, w, dy, _ = _inputs(6, 16)
+    dy_t = dy.t().contiguous().t()
+    ref = reference.rmsnorm_backward(x, w, dy, accum=F64)
+    dx, dw = B.backward(x, w, dy_t)
+    assert checks.allclose(dx, ref["dx"], scale=ref["dx_scale"])
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda x, w, dy: B.backward(x, w, dy[:, :3]), "dy has shape"),
+    (lambda x, w, dy: B.backward(x, w, dy.double()), "dy is float64"),
+    (lambda x, w, dy: B.backward(x, w[:3], dy), "one weight per column"),
+    (lambda x, w, dy: B.backward(x, w, dy, dw_mode="fast"), "dw_mode"),
+    (lambda x, w, dy: B.backward(x, w, dy, programs=0), "programs"),
+    (lambda x, w, dy: B.backward(x, w, dy, num_stages=0), "num_stages"),
+    (lambda x, w, dy: B.backward(x, w, dy, rstd=torch.ones(2)), "rstd"),
+    (lambda x, w, dy: B.backward(x.int(), w, dy), "dtype int32"),
+    (lambda x, w, dy: B.backward(x, w, dy, eps=-1), "eps"),
+    (lambda x, w, dy: B.backward(x, w, dy, residual=x[:2]), "residual has shape"),
+    (lambda x, w, dy: B.rmsnorm(x, w, 1e-5, "fast"), "dw_mode"),
+])
+def test_bad_inputs_get_a_clear_message(call, match):
+    x, _, w, dy, _ = _inputs(4, 8)
+    with pytest.raises(InputError, match=match):
+        call(x, w, dy)
+
+
+def test_too_wide_rows_are_refused_with_the_limit():
+    x = torch.zeros(1, B.MAX_COLS + 1, device=DEVICE)
+    with pytest.raises(InputError, match=str(B.MAX_COLS)):
+        B.backward(x, torch.ones(B.MAX_COLS + 1, device=DEVICE), x)
+
+
+SMALL_CASES = [verify.case(n) for n in ("3x13", "33x257", "all zeros", "NaN input", "Inf input",
+                                        "strided rows", "huge values")]
+
+
+@pytest.mark.parametrize("name", ["bwd.two_stage", "bwd.atomic", "bwd.add_two_stage",
+                                  "bwd.add_atomic", "bwd.forward", "bwd.add_forward"])
+def test_registered_kernels_pass_the_boundary_suite(name):
+    results = verify.run(verify.lookup(name), cases=SMALL_CASES)
+    failed = [f"{r.dtype} {r.case}: {r.message}" for r in results if r.status == "FAIL"]
+    assert not failed, failed
+
+
+@pytest.mark.parametrize("name", broken_backward.CAUGHT)
+def test_every_broken_backward_is_caught(name):
+    results = verify.run(verify.lookup(name), dtypes=[torch.float32], cases=SMALL_CASES)
+    assert any(r.status == "FAIL" for r in results), f"{name} passed every check"
+
+
+@pytest.mark.gpu
+def test_full_suite_on_gpu():
+    results = verify.run(verify.lookup("bwd.*"))
+    failed = [f"{r.kernel} {r.dtype} {r.case}: {r.message}" for r in results if r.status == "FAIL"]
+    assert not failed, failed
+    for name in broken_backward.CAUGHT:
+        assert any(r.status == "FAIL" for r in verify.run(verify.lookup(name))), name
+
+
+def test_grid_rule():
+    assert B.programs_per_sm(2048, torch.bfloat16) == 4
+    assert B.programs_per_sm(8192, torch.bfloat16) == 1
+    assert B.programs_per_sm(65536, torch.float32) == 1
+    cpu = torch.device("cpu")
+    assert B.programs_for(3, 64, torch.float32, cpu) == 3  # never more programs than rows
+    assert B.programs_for(100, 64, torch.float32, cpu) == B.INTERPRETER_PROGRAMS
+    assert B.programs_for(0, 64, torch.float32, cpu) == 0
+
+
+def test_grid_rule_on_a_gpu_sized_machine(monkeypatch):
+    monkeypatch.setattr(B, "sm_count", lambda device: 132)
+    gpu = torch.device("cuda")
+    assert B.programs_for(16384, 2048, torch.bfloat16, gpu) == 132 * 4
+    assert B.programs_for(1024, 2048, torch.bfloat16, gpu) == 132  # at least one per SM
+    assert B.programs_for(16384, 8192, torch.bfloat16, gpu) == 132
+    assert B.programs_for(16384, 4096, torch.bfloat16, gpu, per_sm=8) == 132 * 8
