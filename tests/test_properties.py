@@ -204,12 +204,17 @@ def test_in_place_refuses_every_overlap_and_is_right_otherwise(case):
 # ---------------------------------------------------------------- every exercise checker
 
 def _exercises():
+    """Every chapter's exercises (every ``fusedrms.exercises.chNN`` module)."""
     import importlib
+    import pkgutil
+
+    import fusedrms.exercises as package
 
     out = []
-    for n in range(1, 9):
-        module = importlib.import_module(f"fusedrms.exercises.ch{n:02d}")
-        out.extend(getattr(module, "ALL", ()))
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name.startswith("ch") and info.name[2:].isdigit():
+            module = importlib.import_module(f"fusedrms.exercises.{info.name}")
+            out.extend(getattr(module, "ALL", ()))
     return out
 
 
