@@ -334,7 +334,8 @@ def _compare_backward(op: str, inputs: dict, result, nan: str) -> tuple[checks.R
     if op == "add_rmsnorm_backward":
         x = x.to(F64) + inputs["residual"].to(F64)  # the op normalizes the sum, never rounded
         d_sum = inputs["d_sum"]
-    ref = reference.rmsnorm_backward(x, w, inputs["dy"], inputs["eps"], accum=F64, d_sum=d_sum)
+    ref = reference.rmsnorm_backward(x, w, inputs["dy"], inputs["eps"], accum=F64, d_sum=d_sum,
+                                     range_dtype=torch.float32)
     reports = {}
     for name, got, like, n in (("dx", result[0], inputs["x"], cols),
                                ("dw", result[1], w, rows)):
