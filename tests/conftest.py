@@ -12,7 +12,7 @@ def pytest_collection_modifyitems(config, items):
     if ENV.on_gpu:
         return
     skip_gpu = pytest.mark.skip(reason="needs a GPU: run on the device machine "
-                                       "(code/scripts/gpu_session.sh runs it)")
+                                       "(code/scripts/gpu/run.sh tests runs them)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)

@@ -52,6 +52,7 @@ def test_the_readers_own_recording_is_preferred_and_says_so(tmp_path, monkeypatc
     assert doc["records"] == [{"name": "mine"}] and doc["source"]["own"]
     assert records.describe(doc).startswith("Your recording: on")
     assert records.find("hip_host_run.txt") == folder / "hip_host_run.txt"
+    assert records.badge_fields(doc) == {"own": True, "stale": None}
     committed = records.load("hip_ladder", machine="h200")  # asked for by name: the committed one
     assert not committed["source"]["own"] and committed["records"] != doc["records"]
 
@@ -112,7 +113,10 @@ def test_describe_carries_the_badge_of_a_stale_chapter(tmp_path, monkeypatch):
     records.write_manifest(folder, manifest)
     assert "earlier version" not in records.describe(records.load("f", machine="rec"))
     (pkg / "kernels" / "k.py").write_text("x = 4\n")
-    assert "earlier version of the kernel" in records.describe(records.load("f", machine="rec"))
+    doc = records.load("f", machine="rec")
+    assert "earlier version of the kernel" in records.describe(doc)
+    fields = records.badge_fields(doc)
+    assert not fields["own"] and "earlier version of the kernel" in fields["stale"]
 
 
 # ---------------------------------------------------------------- the committed recording

@@ -31,7 +31,7 @@ def test_cases_are_named_once_and_say_what_they_catch():
     assert all(len(c.catches) > 20 for c in verify.CASES)
     wanted = {"3x13", "33x257", "1024x4096", "1x1", "one column", "all zeros", "w = 0",
               "mixed signs", "huge values", "tiny values", "NaN input", "Inf input",
-              "strided rows", "transposed"}
+              "overflow", "eps = 0", "strided rows", "transposed"}
     assert wanted <= set(names)
     assert verify.case("1024x4096").gpu_shape == (1024, 4096)
     with pytest.raises(KeyError, match="known"):
@@ -71,18 +71,40 @@ def test_fresh_inputs_per_check_and_reproducible():
 
 
 def test_the_documented_nan_and_inf_propagation():
-    """The float64 reference is the policy: NaN row -> NaN row; Inf row -> zeros, NaN at the Inf."""
+    """The reference is the policy: a NaN or Inf row, an overflowed row and (eps = 0) an
+    underflowed row are NaN, the other rows finite and exact."""
     dev = torch.device("cpu")
-    nan = verify.make_inputs(verify.case("NaN input"), "rmsnorm", torch.float32, dev, 3)
-    y = reference.rmsnorm(nan["x"], nan["w"], 1e-5, accum=torch.float64)
-    assert torch.isnan(y[1]).all() and not torch.isnan(y[[0, 2, 3]]).any()
-    inf = verify.make_inputs(verify.case("Inf input"), "rmsnorm", torch.float32, dev, 3)
-    y = reference.rmsnorm(inf["x"], inf["w"], 1e-5, accum=torch.float64)
-    for row, col in ((1, 0), (2, inf["x"].shape[1] - 1)):
-        assert torch.isnan(y[row, col])
-        others = torch.cat([y[row, :col], y[row, col + 1:]])
-        assert (others == 0).all()
-    assert torch.isfinite(y[[0, 3]]).all()
+    for name in ("NaN input", "Inf input", "overflow", "eps = 0"):
+        inp = verify.make_inputs(verify.case(name), "rmsnorm", torch.float32, dev, 3)
+        y = reference.rmsnorm(inp["x"], inp["w"], inp["eps"], accum=torch.float64,
+                              range_dtype=torch.float32)
+        loud = [1, 2] if name == "Inf input" else [1]
+        quiet = [r for r in range(y.shape[0]) if r not in loud]
+        assert torch.isnan(y[loud]).all(), name
+        assert torch.isfinite(y[quiet]).all(), name
+    # the same rows in float64's own range are computed: only the kernels' fp32 sum overflows
+    inp = verify.make_inputs(verify.case("overflow"), "rmsnorm", torch.float32, dev, 3)
+    assert torch.isfinite(reference.rmsnorm(inp["x"], inp["w"], 1e-5, accum=torch.float64)).all()
+
+
+def test_library_peers_skip_the_loud_cases():
+    peer = registry.Impl("t.peer", "rmsnorm", fp32_rmsnorm, "torch", kernel=False)
+    for name in ("Inf input", "overflow", "eps = 0"):
+        check = verify.run_check(peer, verify.case(name), torch.float32)
+        assert check.status == "skip" and "PyTorch" in check.message
+
+
+def test_a_kernel_that_returns_zeros_for_an_overflowed_row_fails():
+    def quiet_overflow(x, w, eps):  # torch's own behaviour: rsqrt(inf) = 0
+        xf = x.float()
+        r = torch.rsqrt((xf * xf).mean(-1, keepdim=True) + eps)
+        y = torch.empty_like(x)
+        y.copy_((xf * r * w.float()).to(x.dtype))
+        return y
+
+    check = verify.run_check(torch_impl("t.quiet", quiet_overflow), verify.case("overflow"),
+                             torch.float32)
+    assert check.status == "FAIL" and "NaN" in check.message
 
 
 # ---------------------------------------------------------------- poison and comparison

@@ -162,6 +162,17 @@ def describe(doc: dict) -> str:
     return line
 
 
+def badge_fields(doc: dict) -> dict:
+    """What a chapter's provenance badge needs beyond the provenance, for a loaded document:
+    ``own`` (the reader's recording) and ``stale`` (the sentence when the numbers come from an
+    earlier version of the kernel, else None). ``page.badge(doc["provenance"], **badge_fields(doc))``."""
+    source = doc.get("source", {})
+    chapter = source.get("chapter")
+    state = staleness(chapter, Path(source["folder"])) if chapter and source.get("folder") else None
+    return {"own": bool(source.get("own")),
+            "stale": state.badge if state and state.state in ("stale", "acknowledged") else None}
+
+
 # ---------------------------------------------------------------- manifest and staleness
 
 def sha256_file(path: Path) -> str:

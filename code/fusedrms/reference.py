@@ -13,26 +13,45 @@ FP32 = torch.float32
 FP64 = torch.float64
 
 
-def row_scale(x: torch.Tensor, eps: float, accum: torch.dtype = FP32) -> torch.Tensor:
-    """r = 1 / sqrt(mean(x^2) + eps) for every row (last dimension), shape ``x.shape[:-1] + (1,)``."""
+def loud(r: torch.Tensor, sum_sq: torch.Tensor, denominator: torch.Tensor,
+         range_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``r`` where the row's sum of squares and ``denominator = mean(x^2) + eps`` lie in the
+    normal range of ``range_dtype`` (default: their own dtype), else NaN.
+
+    The kernels' policy (``kernels.rmsnorm.loud_scale``): a row whose sum of squares overflowed,
+    that holds a NaN or an Inf, or (eps = 0) whose mean square fell below the smallest normal
+    number comes back as NaN, never as a finite wrong row (overflow alone would give zeros)."""
+    info = torch.finfo(range_dtype or denominator.dtype)
+    in_range = (sum_sq <= info.max) & (denominator >= info.tiny) & (denominator <= info.max)
+    return torch.where(in_range, r, torch.full_like(r, float("nan")))
+
+
+def row_scale(x: torch.Tensor, eps: float, accum: torch.dtype = FP32,
+              range_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """r = 1 / sqrt(mean(x^2) + eps) for every row (last dimension), shape ``x.shape[:-1] + (1,)``.
+    NaN for a row outside the range of ``range_dtype`` (default ``accum``; :func:`loud`): the
+    verification suite accumulates in float64 with fp32's range, the kernels' exact answer."""
     xa = x.to(accum)
-    mean_square = (xa * xa).sum(dim=-1, keepdim=True) / x.shape[-1]
-    return torch.rsqrt(mean_square + eps)
+    sum_sq = (xa * xa).sum(dim=-1, keepdim=True)
+    denominator = sum_sq / x.shape[-1] + eps
+    return loud(torch.rsqrt(denominator), sum_sq, denominator, range_dtype)
 
 
 def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5,
-            accum: torch.dtype = FP32, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+            accum: torch.dtype = FP32, out_dtype: torch.dtype | None = None,
+            range_dtype: torch.dtype | None = None) -> torch.Tensor:
     """y = x * r * w, r shared by the row, w per column. Returns ``out_dtype`` (default: x's)."""
     xa = x.to(accum)
-    y = xa * row_scale(x, eps, accum) * w.to(accum)
+    y = xa * row_scale(x, eps, accum, range_dtype) * w.to(accum)
     return y.to(out_dtype or x.dtype)
 
 
 def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float = 1e-5,
-                accum: torch.dtype = FP32, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+                accum: torch.dtype = FP32, out_dtype: torch.dtype | None = None,
+                range_dtype: torch.dtype | None = None) -> torch.Tensor:
     """y = rmsnorm(x + residual) * w; the sum is formed in ``accum``, never rounded to x's dtype."""
     s = x.to(accum) + residual.to(accum)
-    return rmsnorm(s, w, eps, accum, out_dtype or x.dtype)
+    return rmsnorm(s, w, eps, accum, out_dtype or x.dtype, range_dtype)
 
 
 def add_rmsnorm_residual(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Iterable
 
-from . import dtypes
+from . import cli, dtypes
 
 # ---------------------------------------------------------------- dtypes
 
@@ -675,15 +675,18 @@ def main(argv: list[str] | None = None) -> int:
                     "2 x 7168 bf16 example and the published H200 bandwidth.")
     parser.add_argument("steps", nargs="*", metavar="STEP", help="one or more steps (see --list)")
     parser.add_argument("--list", action="store_true", help="list the steps and exit")
-    parser.add_argument("--rows", type=int, default=2, help="rows (tokens); default 2")
-    parser.add_argument("--cols", type=int, default=7168, help="row width (hidden size); default 7168")
-    parser.add_argument("--dtype", default="bf16", help="bf16, fp16 or fp32")
-    parser.add_argument("--bandwidth", type=float, default=None,
+    parser.add_argument("--rows", type=cli.whole(1), default=2, help="rows (tokens); default 2")
+    parser.add_argument("--cols", type=cli.whole(1), default=7168,
+                        help="row width (hidden size); default 7168")
+    parser.add_argument("--dtype", type=cli.dtype_name, default="bf16", help="bf16, fp16 or fp32")
+    parser.add_argument("--bandwidth", type=cli.number(0.0, above=True), default=None,
                         help="GB/s (default: the --gpu's published figure)")
     parser.add_argument("--gpu", default=H200,
                         help=f"published figures to use: {', '.join(PUBLISHED)}")
-    parser.add_argument("--peak", type=float, default=None, help="TFLOP/s (default: the --gpu's)")
-    parser.add_argument("--block", type=int, default=128, help="FP8 block width in columns")
+    parser.add_argument("--peak", type=cli.number(0.0, above=True), default=None,
+                        help="TFLOP/s (default: the --gpu's)")
+    parser.add_argument("--block", type=cli.whole(1), default=128,
+                        help="FP8 block width in columns")
     args = parser.parse_args(argv)
     if args.list:
         print(list_steps())

@@ -5,9 +5,14 @@ what was received and what to do, so a reader never sees a traceback from deep i
 """
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+FP32_TINY = torch.finfo(torch.float32).tiny  # 1.2e-38, the smallest normal fp32 number
+FP32_MAX = torch.finfo(torch.float32).max  # 3.4e38
 
 
 class InputError(ValueError):
@@ -24,8 +29,9 @@ def check_tensor(t, name: str, dtypes=SUPPORTED_DTYPES) -> torch.Tensor:
                          f"Convert it with torch.as_tensor({name}, dtype=torch.float32).")
     if t.dtype not in dtypes:
         allowed = ", ".join(_name(d) for d in dtypes)
+        others = f" (or {'/'.join(_name(d) for d in dtypes[1:])})" if len(dtypes) > 1 else ""
         raise InputError(f"{name} has dtype {_name(t.dtype)}; supported: {allowed}. "
-                         f"Convert it with {name}.to(torch.float32) (or bfloat16/float16).")
+                         f"Convert it with {name}.to(torch.{_name(dtypes[0])}){others}.")
     return t
 
 
@@ -95,11 +101,135 @@ def check_width(cols: int, max_cols: int, kernel: str, alternative: str | None =
                          f"columns; got {cols}.{more}")
 
 
-def check_eps(eps) -> float:
+def check_eps(eps, name: str = "eps") -> float:
+    """eps as a float the kernels can use: 0, or a finite number in fp32's normal range.
+
+    The kernels take eps as an fp32 argument: below 1.2e-38 it would be subnormal (a GPU flushes
+    it to 0, the interpreter keeps it) and above 3.4e38 infinite, so those are refused here.
+    """
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise InputError(f"{name} must be a number such as 1e-5, got {eps!r} "
+                         f"({type(eps).__name__}).")
     try:
-        eps = float(eps)
-    except (TypeError, ValueError):
-        raise InputError(f"eps must be a number, got {eps!r}.") from None
-    if not eps >= 0.0 or eps == float("inf"):
-        raise InputError(f"eps must be a finite number >= 0, got {eps}.")
-    return eps
+        value = float(eps)
+    except (OverflowError, TypeError, ValueError):
+        shown = repr(eps) if len(repr(eps)) <= 24 else f"{repr(eps)[:12]}... ({len(repr(eps))} digits)"
+        raise InputError(f"{name}={shown} does not fit a float; pass a finite number such as "
+                         f"1e-5.") from None
+    if not (value >= 0.0 and math.isfinite(value)):
+        raise InputError(f"{name} must be a finite number >= 0 (1e-5 or 1e-6 in most models), "
+                         f"got {value}.")
+    if value > FP32_MAX:
+        raise InputError(f"{name}={value:g} is beyond fp32's largest number ({FP32_MAX:.3g}); the "
+                         f"kernels take eps as fp32. Pass a value such as 1e-5.")
+    if 0.0 < value < FP32_TINY:
+        raise InputError(f"{name}={value:g} is below fp32's smallest normal number "
+                         f"({FP32_TINY:.3g}): a GPU flushes it to 0. Pass 0.0 or at least "
+                         f"{FP32_TINY:.3g}.")
+    return value
+
+
+def check_flag(value, name: str) -> bool:
+    """A switch must be True or False: a string such as "no" would otherwise count as True."""
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
+    return value
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int] | None:
+    """[first byte, one past the last byte] that ``t`` can touch; None when it has no elements."""
+    if t.numel() == 0:
+        return None
+    span = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    start = t.data_ptr()
+    return start, start + (span + 1) * t.element_size()
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` may share memory: same device and intersecting byte ranges.
+    (Conservative: two interleaved views of one buffer count as overlapping.)"""
+    if a.device != b.device:
+        return False
+    ra, rb = _byte_range(a), _byte_range(b)
+    return ra is not None and rb is not None and ra[0] < rb[1] and rb[0] < ra[1]
+
+
+def check_no_overlap(written: dict, read: dict) -> None:
+    """Refuse outputs that share memory with inputs they do not replace, or with each other.
+
+    ``written`` and ``read`` map argument names to tensors. An output may be the very tensor of
+    the same name (in-place: each element is read before it is overwritten, by the same program);
+    any other overlap lets one program overwrite what another has yet to read, a silent wrong
+    answer that depends on scheduling.
+    """
+    names = list(written)
+    for i, out_name in enumerate(names):
+        out = written[out_name]
+        for other in names[i + 1:]:
+            if overlaps(out, written[other]):
+                raise InputError(f"{out_name} and {other} are both written but share memory; pass "
+                                 f"separate tensors (e.g. {other}.clone()).")
+        for in_name, inp in read.items():
+            if in_name == out_name:
+                if (inp.data_ptr(), inp.shape, inp.stride()) == (out.data_ptr(), out.shape,
+                                                                 out.stride()):
+                    continue
+            if overlaps(out, inp):
+                raise InputError(f"{out_name} is written but shares memory with {in_name}, which "
+                                 f"is read: parts of {in_name} would be overwritten before they "
+                                 f"are read. Pass {in_name}.clone() (or separate tensors).")
+
+
+# ---------------------------------------------------------------- the input policy (chapter 5)
+
+EPS0_MIN_RMS = math.sqrt(FP32_TINY)  # 1.1e-19: below it, with eps = 0, the mean square underflows
+
+
+def overflow_rms(cols: int) -> float:
+    """The row RMS at which the fp32 sum of squares overflows: ``sqrt(3.4e38 / cols)``
+    (2.9e17 at 4096 columns). At or above it every kernel returns the row as NaN."""
+    if isinstance(cols, bool) or not isinstance(cols, numbers.Integral) or cols < 1:
+        raise InputError(f"cols must be a whole number >= 1, got {cols!r}.")
+    return math.sqrt(FP32_MAX / cols)
+
+
+def input_policy(cols: int = 4096) -> list[dict]:
+    """What every kernel wrapper does with every kind of input, one row each: ``input``,
+    ``outcome`` and ``kind`` (``rejected``: an :class:`InputError` that says what to do;
+    ``computed``: within ``checks.tolerance_for`` of the float64 reference; ``loud``: NaN or Inf,
+    never a finite wrong value; ``peer``: PyTorch's own behaviour, which the book does not change).
+    Thresholds are computed for rows of ``cols`` columns."""
+    big = overflow_rms(cols)
+    rows = [
+        ("x, residual or w not a tensor, a scalar x, zero columns, or a dtype other than float32, "
+         "float16, bfloat16 (FP8: bfloat16 only)", "InputError naming the argument and the "
+         "conversion to make", "rejected"),
+        ("w not one value per column, residual not shaped like x, tensors on different devices",
+         "InputError", "rejected"),
+        ("eps not a number (a string, None, a bool, a tensor), negative, NaN, Inf, above "
+         f"{FP32_MAX:.1e}, or between 0 and {FP32_TINY:.1e} (subnormal in fp32)", "InputError",
+         "rejected"),
+        ("in place: an output sharing any byte with an input it does not replace (overlapping "
+         "views, w inside x)", "InputError", "rejected"),
+        ("a row wider than the kernel keeps on chip; a switch that is not True/False "
+         "(in_place=\"no\")", "InputError (naming the route for wider rows)", "rejected"),
+        (f"finite rows with rms(x) below sqrt({FP32_MAX:.1e} / cols) ({big:.1e} at {cols} "
+         f"columns), eps >= {FP32_TINY:.1e}", "computed to tolerance", "computed"),
+        (f"eps = 0 and rms(x) >= {EPS0_MIN_RMS:.1e}", "computed to tolerance", "computed"),
+        ("no rows; an all-zero row with eps > 0", "an empty output; zeros", "computed"),
+        ("a NaN or an Inf anywhere in a row of x (or x + residual)", "the whole row NaN", "loud"),
+        (f"rms(x) at or above sqrt({FP32_MAX:.1e} / cols) ({big:.1e} at {cols} columns): the "
+         "fp32 sum of squares overflows", "the whole row NaN (not zeros, as torch gives)", "loud"),
+        (f"eps = 0 and rms(x) below {EPS0_MIN_RMS:.1e} (an all-zero row included)",
+         "the whole row NaN", "loud"),
+        ("a NaN or an Inf in w; an output beyond its dtype (float16 above 65504)",
+         "NaN or Inf in those columns only", "loud"),
+        ("FP8: a NaN or an Inf in a 128-column block (from x, gamma or a bf16 product)",
+         "that block's scale and all its codes NaN", "loud"),
+        ("the torch.* peers (PyTorch's own ops, measured for comparison)", "the checks above, "
+         "then PyTorch's answer: zeros for an overflowed or Inf row", "peer"),
+    ]
+    return [{"input": i, "outcome": o, "kind": k} for i, o, k in rows]
+
+
+INPUT_POLICY = input_policy()

@@ -40,7 +40,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[bootstrap] installing requirements.txt and the fusedrms package (editable)"
   "$VENV/bin/python" -m pip install -q -r requirements.txt
   "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
-  if [ -f book/_web/package.json ]; then
+  # The web assets are for the built book only (build_book.sh installs them too if missing):
+  # `make lab` skips them, so a reader without npm can still run the notebooks.
+  if [ -f book/_web/package.json ] && [ "${FUSEDRMS_SKIP_WEB:-0}" != 1 ]; then
     echo "[bootstrap] installing the book's offline web assets (npm ci)"
     (cd book/_web && npm ci --no-audit --no-fund --loglevel=error)
   fi

@@ -57,49 +57,36 @@ def _full_doc_records():
     for rows, cols, dtype, floor in [(1024, 4096, "float32", 8.0), (16384, 8192, "float32", 250.0),
                                      (16384, 8192, "bfloat16", 125.0)]:
         for name, factor in [("hip.serial", 40.0), ("hip.block", 1.4), ("hip.shuffle", 1.3),
-                             ("hip.vectorized", 1.1), ("hip.unfused", 3.0), ("triton.row", 1.05)]:
+                             ("hip.vectorized", 1.1), ("hip.unfused", 3.0),
+                             ("hip.vectorized_unfused", 2.2), ("triton.row", 1.05)]:
             recs.append(_rec(name, rows, cols, dtype, floor * factor, floor))
     for block in ch03.BLOCK_SIZES:
         recs.append({**_rec("hip.block", 1024, 4096, "float32", 20.0 + block / 100, 8.0),
                      "kind": "block_size", "block_size": block})
+    for block in ch03.SERIAL_BLOCK_SIZES:
+        recs.append({**_rec("hip.serial", 1024, 4096, "float32", 100.0 + block, 8.0),
+                     "kind": "serial_block_size", "block_size": block, "grid_blocks": -(-1024 // block)})
     return recs
 
 
 def test_reading_helpers_on_a_full_file(tmp_path):
     doc = _doc(tmp_path, _full_doc_records())
-    fusion = ch03.fusion_lines(doc)
-    assert len(fusion) == 3 and all("fusion saves 2.73x" in line for line in fusion), fusion
+    fusion = ch03.fusion(doc)
+    assert len(fusion) == 6, fusion  # two fair pairs at each of the three shapes
+    pairs = {(f["unfused"], f["fused"]) for f in fusion}
+    assert pairs == {("hip.unfused", "hip.shuffle"), ("hip.vectorized_unfused", "hip.vectorized")}
+    vec = next(f for f in fusion if f["fused"] == "hip.vectorized" and f["dtype"] == "bfloat16")
+    assert abs(vec["speedup"] - 2.2 / 1.1) < 1e-9 and abs(vec["bytes_ratio"] - 3.5) < 0.01
+    lines = ch03.fusion_lines(doc)
+    assert any("16-byte loads: hip.vectorized_unfused" in line and "fusion saves 2.00x" in line
+               and "bytes alone predict 3.50x" in line for line in lines), lines
     assert len(ch03.block_size_lines(doc)) == len(ch03.BLOCK_SIZES)
+    serial = ch03.block_size_lines(doc, "serial_block_size")
+    assert len(serial) == len(ch03.SERIAL_BLOCK_SIZES)
+    assert any(line.startswith("block   128 on    8 blocks") for line in serial), serial
     seed = ch03.seed_comparison_lines(doc)
     assert "RX 9070 XT" in seed[0] and any("25.8x" in s for s in seed) and "28.6x" in seed[-1]
     assert all(": met" in line and "not met" not in line for line in ch03.verdict(doc))
-
-
-def test_the_chapters_recorded_data_cells_run_on_a_written_file(tmp_path, monkeypatch, capsys):
-    """Execute the notebook's cells that read hip_ladder.json against a file written here."""
-    from pathlib import Path
-
-    import nbformat
-
-    machine = tmp_path / "h200"
-    records.write(machine / "hip_ladder.json", _full_doc_records(),
-                  {"copy_GBps": 4230.0, "l2": "cold"})
-    monkeypatch.setattr(records, "DATA_DIR", tmp_path)
-    nb = nbformat.read(Path(__file__).resolve().parents[2] / "chapters" / "03_hip.ipynb", as_version=4)
-    cells = [c.source for c in nb.cells if c.cell_type == "code"]
-    setup = cells[:2]  # env.setup() and the imports + recorded() helper
-    data_cells = [c for c in cells[2:] if "doc" in c and "ENV.on_gpu" not in c or 'recorded("hip_ladder")' in c]
-    assert any('recorded("hip_ladder")' in c for c in data_cells)
-    namespace: dict = {}
-    for source in setup + data_cells:
-        if 'recorded("hip_ladder")' in source:
-            source = source.replace("if HIP_DEVICE.type == \"cuda\":", "if False:")  # no live timing here
-        exec(compile(source, "<chapter 3 cell>", "exec"), namespace)
-    out = capsys.readouterr().out
-    assert "RECORDED: Recorded on" in out
-    assert "copy bandwidth 4230 GB/s" in out
-    assert "16384x8192 float32: best HIP variant hip.vectorized" in out and "target >= 85%: met" in out
-    assert "fusion saves" in out and "block  1024:" in out and "RX 9070 XT" in out
 
 
 def test_measure_one_builds_a_complete_record_on_the_cpu_runtime():
@@ -112,9 +99,27 @@ def test_measure_one_builds_a_complete_record_on_the_cpu_runtime():
 
     rec = ch03.measure_one("hip.shuffle", 3, 13, "float32", 4000.0, device="cpu", timer=fake_timer)
     assert rec["correct"] and rec["median_us"] == 10.0 and "error" not in rec, rec
+    assert rec["min_us"] <= rec["p25_us"] <= rec["median_us"] <= rec["p75_us"] <= rec["max_us"]
     assert abs(rec["fraction_of_floor"] - rec["floor_us"] / 10.0) < 1e-12
     assert rec["bytes"] == ch03.rmsnorm_bytes(3, 13, __import__("torch").float32)
     assert calls[0] == (1, 3) and calls[1][1] >= 5
     bad = ch03.measure_one("hip.block", 3, 13, "float32", 4000.0, device="cpu", timer=fake_timer,
                              fn=lambda x, w, eps: 1 / 0)
     assert bad["error"].startswith("ZeroDivisionError")
+
+
+def test_the_plan_measures_every_rung_and_both_sweeps():
+    steps = ch03.plan()
+    shapes = [ch03.SEED_SHAPE, *ch03.LARGE_SHAPES]
+    for rows, cols, dtype in shapes:
+        names = [s["name"] for s in steps if s["kind"] == "ladder" and (s["rows"], s["cols"], s["dtype"]) ==
+                 (rows, cols, dtype)]
+        assert set(names) == set(ch03.LADDER) and names[-1] == "hip.serial"
+        assert "hip.vectorized_unfused" in names  # fusion's fair baseline at every shape
+    for kind, name, sizes in [("block_size", "hip.block", ch03.BLOCK_SIZES),
+                              ("serial_block_size", "hip.serial", ch03.SERIAL_BLOCK_SIZES)]:
+        sweep = [s for s in steps if s["kind"] == kind]
+        assert [s["block_size"] for s in sweep] == list(sizes)
+        assert all(s["name"] == name and (s["rows"], s["cols"], s["dtype"]) == ch03.SEED_SHAPE
+                   for s in sweep)
+    assert 128 in ch03.SERIAL_BLOCK_SIZES and len(ch03.SERIAL_BLOCK_SIZES) > 1  # the default, and others

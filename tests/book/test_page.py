@@ -183,3 +183,45 @@ def test_figure_needs_alt_text_and_fits_the_column(monkeypatch):
         page.show(fig, alt=" ")
     with pytest.raises(ValueError, match="wider than the column"):
         page.figure(width_px=page.COLUMN_PX + 1)
+
+
+# -- the badge from a recording's manifest ----------------------------------------------------
+
+def test_chapter_badge_reads_the_committed_manifest_and_says_it_is_stale():
+    b = page.chapter_badge("ch06")
+    assert b.summary().startswith("Recorded: NVIDIA H200, 2026-")
+    assert b.stale_line().startswith("These numbers were measured on an earlier version")
+    assert b.stale_line().count("These numbers") == 1  # the sentence is not wrapped twice
+
+
+def _manifest(folder, smoke=False):
+    from fusedrms import records
+
+    records.write_manifest(folder, {
+        "format": 1, "commit": "feedc0de" * 5, "gpu": "NVIDIA H100", "driver": "590.1",
+        "versions": {"cuda": "13.0", "torch": "2.11.0"}, "command": "python -m fusedrms.record ch07",
+        "chapters": {"ch07": {"status": "ok", "started": "2026-12-01T08:00:00+00:00",
+                              "commit": "feedc0de" * 5, "smoke": smoke, "sources": {}}},
+        "files": {}, "stale": {}})
+
+
+def test_chapter_badge_for_the_readers_own_current_recording(tmp_path, monkeypatch):
+    from fusedrms import records
+
+    _manifest(tmp_path)
+    monkeypatch.setattr(records, "own_recording_dir", lambda gpu_name=None: tmp_path)
+    monkeypatch.setattr(records, "staleness",
+                        lambda chapter, folder=None: records.Staleness(chapter, "current"))
+    b = page.chapter_badge("ch07", tmp_path)
+    assert b.summary() == "Your recording: NVIDIA H100, 2026-12-01, commit feedc0defe"
+    assert b.stale_line() == "" and ("command", "python -m fusedrms.record ch07") in b.details()
+    assert ("driver", "590.1") in b.details() and ("torch", "2.11.0") in b.details()
+
+
+def test_chapter_badge_marks_a_smoke_recording_and_names_missing_chapters(tmp_path):
+    _manifest(tmp_path, smoke=True)
+    assert "smoke recording" in page.chapter_badge("ch07", tmp_path).stale_line()
+    with pytest.raises(KeyError, match="python -m fusedrms.record ch03"):
+        page.chapter_badge("ch03", tmp_path)
+    with pytest.raises(FileNotFoundError, match="MANIFEST.json"):
+        page.chapter_badge("ch07", tmp_path / "nowhere")

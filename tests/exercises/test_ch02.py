@@ -31,3 +31,27 @@ def test_other_spellings_of_a_right_answer_pass():
     assert ch02.residual_bytes.check(str(ch02.RESIDUAL_BYTES)).ok
     assert ch02.intensity.check(5 / 6).ok  # the many-rows limit rounds to the same answer
     assert not ch02.residual_bytes.check(ch02.RESIDUAL_BYTES + 2).ok  # bytes are exact
+
+
+@pytest.mark.parametrize("written", ["33,562,624", "33 562 624", "33_562_624", "33\u202f562\u202f624",
+                                     33562624, 33562624.0, "33562624"])
+def test_residual_bytes_accepts_thousands_separators(written):
+    assert ch02.RESIDUAL_BYTES == 33562624
+    assert ch02.residual_bytes.check(written).ok
+
+
+@pytest.mark.parametrize("bad", ["33,56,2624", "33.562.624x", "33,562,625"])
+def test_residual_bytes_rejects_badly_grouped_or_wrong_counts(bad):
+    assert not ch02.residual_bytes.check(bad).ok
+
+
+@pytest.mark.parametrize("written", [0.83, "0.83", 0.833, "5/6", Fraction(5, 6), 5 / 6, " 5 / 6 "])
+def test_intensity_accepts_two_digits_and_fractions(written):
+    assert ch02.intensity.check(written).ok
+
+
+@pytest.mark.parametrize("bad,needle", [(0.8, "too rough"), (0.84, "not the intensity"),
+                                        ("5/7", "not the intensity"), ("5/0", "fraction")])
+def test_intensity_rejects_wrong_or_rough_values(bad, needle):
+    fb = ch02.intensity.check(bad)
+    assert not fb.ok and needle in fb.message

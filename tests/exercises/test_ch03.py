@@ -1,6 +1,12 @@
 """Chapter 3's checkers beyond the shared contract (tests/exercises/test_every_exercise.py): code
 that does not compile gets the compiler's message, and each mistake fails for its own reason."""
 
+import re
+
+import numpy as np
+import pytest
+import torch
+
 from fusedrms.exercises import ch03
 
 
@@ -32,3 +38,96 @@ def test_listing_numbers_the_block_kernel_without_its_tree_barrier():
     listing = ch03.numbered_listing()
     assert listing.count("__syncthreads()") == 1
     assert "if (tid < stride)" in listing.splitlines()[ch03.missing_barrier.solution - 1]
+
+
+# ---- 3.1: the measurements are checked, not only their form ----
+
+def test_block_sizes_solution_is_measured_here_and_fast():
+    import time
+
+    start = time.perf_counter()
+    solution = ch03.block_sizes_solution()
+    assert time.perf_counter() - start < 15  # the CPU runtime: a few seconds, not a minute
+    assert len({e["block_size"] for e in solution}) >= 3 and all(e["correct"] for e in solution)
+    assert ch03.block_sizes.check(solution).ok
+
+
+@pytest.mark.parametrize("label,needle", [
+    ("times in milliseconds", "looks like milliseconds"),
+    ("made-up times", "more than 3x away"),
+    ("a shape it never ran", "x257"),
+    ("correctness not checked", "correct=False"),
+])
+def test_block_sizes_rejects_numbers_it_cannot_reproduce(label, needle):
+    fb = ch03.block_sizes.check(ch03.block_sizes.mistakes[label])
+    assert not fb.ok and needle in fb.message and fb.hint
+
+
+def test_block_sizes_rejects_seconds_and_a_smaller_shape_than_claimed():
+    solution = ch03.block_sizes.solution
+    seconds = [{**e, "time_us": e["time_us"] / 1e6} for e in solution]
+    assert "looks like seconds" in ch03.block_sizes.check(seconds).message
+    rows = solution[0]["rows"]
+    bigger = [{**e, "rows": rows * 7} for e in solution]  # claims 7x the rows it timed
+    fb = ch03.block_sizes.check(bigger)
+    assert not fb.ok and "the checker measured" in fb.message
+
+
+def test_block_sizes_time_tolerance():
+    assert ch03._time_mismatch(100.0, 100.0) is None
+    assert ch03._time_mismatch(34.0, 100.0) is None and ch03._time_mismatch(290.0, 100.0) is None
+    assert "milliseconds" in ch03._time_mismatch(0.1, 100.0)
+    assert "seconds" in ch03._time_mismatch(1e-4, 100.0)
+    assert "3x away" in ch03._time_mismatch(30.0, 100.0)
+
+
+# ---- 3.2: any correct finish, in HIP's own names ----
+
+WARPSIZE_DOWN_AND_BROADCAST = """
+__device__ float block_sum_shuffle(float partial) {
+    HIP_DYNAMIC_SHARED(float, totals)
+    const int lanes = warpSize < (int)blockDim.x ? warpSize : (int)blockDim.x;
+    const int lane = threadIdx.x % lanes, warp = threadIdx.x / lanes;
+    float v = partial;
+    for (int offset = lanes / 2; offset > 0; offset /= 2) v += __shfl_down(v, offset, lanes);
+    if (lane == 0) totals[warp] = v;
+    __syncthreads();
+    float t = 0.0f;
+    for (int i = 0; i < (int)blockDim.x / lanes; ++i) t += totals[i];
+    return t;
+}
+"""
+
+
+def test_a_finish_written_with_warp_size_is_accepted():
+    fb = ch03.shuffle_finish.check(WARPSIZE_DOWN_AND_BROADCAST)
+    assert fb.ok, str(fb)
+    assert "warpSize" in ch03.shuffle_finish.solution
+
+
+def test_the_hint_names_warp_size():
+    fb = ch03.shuffle_finish.check(ch03.shuffle_finish.mistakes["32 lanes hard-coded"])
+    assert "warpSize" in fb.hint
+
+
+# ---- 3.3: the line in any numeric form; races between two threads only ----
+
+@pytest.mark.parametrize("form", [float, np.int64, np.float64, torch.tensor, str, lambda n: f" {n} "],
+                         ids=["float", "np.int64", "np.float64", "tensor", "str", "padded str"])
+def test_missing_barrier_accepts_the_line_in_any_numeric_form(form):
+    assert ch03.missing_barrier.check(form(ch03.missing_barrier.solution)).ok
+
+
+@pytest.mark.parametrize("bad", [18.5, torch.tensor([18, 19]), "eighteen", True])
+def test_missing_barrier_malformed_lines_get_a_message(bad):
+    fb = ch03.missing_barrier.check(bad)
+    assert not fb.ok and fb.message
+
+
+@pytest.mark.parametrize("label", list(ch03.missing_barrier.mistakes))
+def test_a_race_names_two_different_threads(label):
+    for _ in range(3):  # whatever order the OS runs the threads in
+        message = ch03.missing_barrier.check(ch03.missing_barrier.mistakes[label]).message
+        found = re.search(r"thread (\d+) (?:wrote|read) it and thread (\d+)", message)
+        assert found, message
+        assert found.group(1) != found.group(2), message

@@ -84,6 +84,56 @@ def test_wrong_signature_and_stray_stores(exercise):
     assert not fb.ok and "outside" in fb.message
 
 
+@triton.jit
+def _kernel_named_block(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < cols
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)
+    w = tl.load(w_ptr + offsets, mask=mask).to(tl.float32)  # no other=: harmless for w
+    tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _kernel_block_not_constexpr(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps, BLOCK_SIZE):
+    pass
+
+
+@pytest.mark.parametrize("exercise", ch04.KERNEL_EXERCISES, ids=lambda e: e.name)
+def test_the_block_parameter_may_have_any_name_but_must_be_constexpr(exercise):
+    assert exercise.check(_kernel_named_block).ok  # BLOCK instead of BLOCK_SIZE works
+    fb = exercise.check(_kernel_block_not_constexpr)
+    assert not fb.ok and "BLOCK_SIZE: tl.constexpr" in fb.message
+
+
+@pytest.mark.parametrize("exercise", ch04.KERNEL_EXERCISES, ids=lambda e: e.name)
+def test_loads_are_audited(exercise):
+    fb = exercise.check(ch04.kernel_weight_without_mask)
+    assert not fb.ok and "past its 13 values" in fb.message and "mask=mask" in fb.hint
+    fb = exercise.check(ch04.kernel_x_without_other)
+    assert not fb.ok and "other=" in fb.message and "other=0.0" in fb.hint
+    fb = exercise.check(ch04.kernel_without_mask)
+    assert not fb.ok and "outside its rows" in fb.message
+
+
+def test_the_audit_counts_reads_outside_x_and_past_w():
+    good = ch04.run_reader_kernel(ch04.rmsnorm_row_kernel, 3, 13, audit=True)
+    assert good.audited and good.loads and good.outside_x == 0 and good.past_w == 0
+    assert not any(load.undefined_lanes for load in good.loads)
+    unmasked_w = ch04.run_reader_kernel(ch04.kernel_weight_without_mask, 3, 13, audit=True)
+    assert unmasked_w.past_w == 3 * (16 - 13) and unmasked_w.outside_x == 0  # 3 lanes per row
+    no_other = ch04.run_reader_kernel(ch04.kernel_x_without_other, 3, 13, audit=True)
+    assert any(load.undefined_lanes for load in no_other.loads) and torch.isnan(no_other.y).all()
+
+
+def test_a_compiled_kernel_is_audited_in_the_interpreter():
+    """On a GPU the reader's kernel is a JITFunction: the audit re-runs its Python in the interpreter."""
+    jit = triton.runtime.jit.JITFunction(ch04.kernel_weight_without_mask.fn)
+    run = ch04.run_reader_kernel(jit, 3, 13, audit=True)
+    assert run.audited and run.past_w == 9
+
+
 def test_run_reader_kernel_layout():
     run = ch04.run_reader_kernel(ch04.rmsnorm_row_kernel, 3, 13)
     assert run.y.shape == (3, 13) and run.stray_stores == 0
@@ -92,7 +142,8 @@ def test_run_reader_kernel_layout():
 
 # ---- choose num_warps ----
 
-def _record_sweep(tmp_path, monkeypatch, times, cols=ch04.WARPS_COLS, dtype="bfloat16"):
+def _record_sweep(tmp_path, monkeypatch, times, cols=ch04.WARPS_COLS,
+                  dtype=str(ch04.WARPS_DTYPE).replace("torch.", "")):
     monkeypatch.setattr(records, "DATA_DIR", tmp_path)
     recs = [dict(group="width sweep", rows=ch04.WARPS_ROWS, cols=cols, dtype=dtype, num_warps=k,
                  median_us=v, gbps=1.0) for k, v in times.items()]
@@ -134,7 +185,7 @@ def test_a_tie_within_noise_is_accepted(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(ENV.on_gpu, reason="on a GPU the checker measures instead of reading records")
 def test_recorded_sweep_for_another_shape_is_not_used(tmp_path, monkeypatch):
-    _record_sweep(tmp_path, monkeypatch, {4: 31.0, 8: 27.5}, cols=4096)
+    _record_sweep(tmp_path, monkeypatch, {4: 31.0, 8: 27.5}, cols=2 * ch04.WARPS_COLS)
     assert ch04.recorded_warps() is None
     fb = ch04.choose_num_warps.check({"num_warps": 8, "timings_us": {4: 31.0, 8: 27.5}})
     assert isinstance(fb, ch04.NotCheckedHere)
@@ -144,3 +195,35 @@ def test_recorded_sweep_for_another_shape_is_not_used(tmp_path, monkeypatch):
 def test_warps_solution_measured_on_gpu():
     solution = ch04.warps_solution()
     assert ch04.choose_num_warps.check(solution).ok
+
+
+def test_the_num_warps_exercise_is_posed_where_the_rule_misses():
+    """At the exercise's shape the recorded medians must make the rule's choice slower than the
+    fastest setting by more than the noise: otherwise the exercise teaches nothing (re-pose it)."""
+    found = ch04.recorded_warps()
+    assert found is not None, "the recorded sweep has no record for the exercise's shape"
+    times = found[0]
+    best = min(times, key=times.get)
+    assert ch04.RULE_WARPS in times and best != ch04.RULE_WARPS
+    assert times[ch04.RULE_WARPS] > (1 + ch04.NOISE) * times[best]
+    mistakes = ch04.choose_num_warps.mistakes
+    assert mistakes["the rule's choice against the medians"]["num_warps"] == ch04.RULE_WARPS
+    assert ch04.warps_solution()["num_warps"] == best
+
+
+@pytest.mark.skipif(ENV.on_gpu, reason="on a GPU the checker measures instead of reading records")
+def test_medians_that_are_not_the_recorded_ones_are_rejected():
+    times = ch04.recorded_warps()[0]
+    shuffled = dict(zip(sorted(times), [times[k] for k in sorted(times, reverse=True)]))
+    fb = ch04.choose_num_warps.check({"num_warps": min(shuffled, key=shuffled.get), "timings_us": shuffled})
+    assert not fb.ok and "not the recorded" in fb.message
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("exercise", ch04.KERNEL_EXERCISES, ids=lambda e: e.name)
+def test_kernel_checkers_on_the_gpu(exercise):
+    """Compiled on the GPU for the output, re-run in the interpreter for the load audit."""
+    assert exercise.check(exercise.solution).ok
+    assert exercise.check(_kernel_named_block).ok
+    for label, kernel in exercise.mistakes.items():
+        assert not exercise.check(kernel).ok, label

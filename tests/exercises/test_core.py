@@ -53,3 +53,79 @@ def test_feedback_renders_as_text_and_html():
     assert "&lt;value&gt;" in fb._repr_html_()
     assert not fb
     assert core.correct("fine")
+
+
+@pytest.mark.parametrize("answer,value,target,ok", [
+    (1.1, 1.1, 1.1094, True), ("1.10", 1.10, 1.1094, False), (0.83, 0.83, 0.83318, True),
+    (0.8, 0.8, 0.83318, False), (1, 1.0, 1.1094, False), (torch.tensor(1.1), 1.1, 1.1094, True),
+    ("11/10", 1.1, 1.1094, False), (True, 1.0, 1.0, False), ("1e0", 1.0, 1.04, False),
+])
+def test_matches_as_written(answer, value, target, ok):
+    assert core.matches_as_written(answer, value, target) is ok
+
+
+def test_as_count_reads_grouped_digits_only():
+    assert core.as_count("1,234,567") == core.as_count("1 234 567") == 1234567
+    with pytest.raises(core.Malformed):
+        core.as_count("12,34")  # a decimal comma, or a typo: not a grouping of thousands
+
+
+# ---------------------------------------------------------------- issue 17: checkers never raise
+
+class _FloatRaises:
+    def __float__(self):
+        raise RuntimeError("no float here")
+
+
+@pytest.mark.parametrize("bad", [10 ** 400, -10 ** 400, _FloatRaises(), {1, 2}, {"a": 1},
+                                 b"\xff", torch.tensor(True), "9" * 500])
+def test_as_number_turns_every_failure_into_malformed(bad):
+    with pytest.raises(core.Malformed) as err:
+        core.as_number(bad)
+    assert 10 < len(str(err.value)) < 200
+
+
+def test_as_fields_reads_tuples_and_dicts_and_refuses_the_rest():
+    assert core.as_fields((1, "a"), ("rtol", "dominant"), "(1, 'a')") == [1, "a"]
+    assert core.as_fields({"Dominant": "a", "rtol": 1}, ("rtol", "dominant"), "...") == [1, "a"]
+    for bad, match in (({"rtol": 1, "why": "cast"}, "lacks 'dominant'"), ({1, "a"}, "got set"),
+                       ("1, a", "got str"), ((1,), "got 1")):
+        with pytest.raises(core.Malformed, match=match):
+            core.as_fields(bad, ("rtol", "dominant"), "(1e-3, 'cast')")
+
+
+def test_check_never_raises_even_when_the_grader_does():
+    def grader(answer):
+        return {}[answer]  # a grader bug: KeyError
+
+    ex = core.Exercise("demo", "Give a key.", grader, solution=0)
+    feedback = ex.check(3)
+    assert not feedback.ok and "KeyError" in feedback.message and feedback.error
+    assert "Give a key." in feedback.hint
+
+
+def test_check_reports_a_package_input_error_as_its_message():
+    from fusedrms import validation
+
+    def grader(answer):
+        raise validation.InputError("x has zero columns; pass at least one column.")
+
+    feedback = core.Exercise("demo", "q", grader, solution=0).check([])
+    assert not feedback.ok and "zero columns" in feedback.message and not feedback.error
+
+
+def test_issue_17_reproducers_get_messages():
+    from fusedrms.exercises import ch01, ch03, ch04, ch05
+
+    rows = [{"block_size": b, "rows": 3, "cols": 0, "correct": True, "time_us": 1.0}
+            for b in (32, 64, 128)]
+    cases = [(ch01.sum_of_squares, 10 ** 400), (ch04.choose_num_warps, {"num_warps": 10 ** 400}),
+             (ch01.sum_of_squares, _FloatRaises()),
+             (ch05.fp16_tolerance, {"rtol": 1e-3, "dominant": "reduction"}),
+             (ch05.fp16_tolerance, {1e-3, "cast"}), (ch03.block_sizes, rows),
+             (ch03.block_sizes, [dict(r, cols=8, rows=-1) for r in rows]),
+             (ch03.block_sizes, [dict(r, cols=8, rows=float("inf")) for r in rows])]
+    for exercise, answer in cases:
+        feedback = exercise.check(answer)
+        assert not feedback.ok and feedback.message and not feedback.error, (exercise.name, answer)
+    assert ch05.fp16_tolerance.check({"rtol": ch05.TERMS["rtol"], "dominant": "cast"}).ok

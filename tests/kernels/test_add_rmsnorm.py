@@ -118,8 +118,44 @@ def test_in_place_refuses_what_it_cannot_update():
     w40 = torch.ones(40, device=DEV)
     with pytest.raises(InputError, match="not contiguous"):
         A.add_rmsnorm_residual(x.t(), r.t().contiguous(), w40, in_place=True)
-    with pytest.raises(InputError, match="separate memory"):
+    with pytest.raises(InputError, match="both written but share memory"):
         A.add_rmsnorm_residual(x, x, w, in_place=True)
+
+
+def test_in_place_refuses_any_overlap_not_just_equal_pointers():
+    """Issue 17: overlapping views gave a wrong sum, a weight inside x wrong rows."""
+    buf = torch.randn(10, 13, device=DEV)
+    w = torch.ones(13, device=DEV)
+    with pytest.raises(InputError, match="share memory"):
+        A.add_rmsnorm_residual(buf[:9], buf[1:], w, in_place=True)
+    x, r = torch.randn(4, 13, device=DEV), torch.randn(4, 13, device=DEV)
+    with pytest.raises(InputError, match="shares memory with w"):
+        A.add_rmsnorm_residual(x, r, x[0], in_place=True)
+    before = buf.clone()
+    y, s = A.add_rmsnorm_residual(buf[:9], buf[1:], w)  # out of place: overlapping inputs are fine
+    assert torch.equal(buf, before)
+    ref_y, ref_s = reference.add_rmsnorm_residual(buf[:9], buf[1:], w, accum=torch.float64)
+    assert checks.equal(s, ref_s) and checks.allclose(y, ref_y)
+
+
+@pytest.mark.parametrize("flag", ["no", 1, None])
+def test_in_place_must_be_a_boolean(flag):
+    x, r, w = inputs(2, 8, torch.float32)
+    with pytest.raises(InputError, match="in_place must be True or False"):
+        A.add_rmsnorm_residual(x, r, w, in_place=flag)
+    assert torch.equal(x, inputs(2, 8, torch.float32)[0])  # nothing was written
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_an_overflowed_row_is_nan_on_every_launch_path(config):
+    """The fp32 sum of squares of row 0 overflows: NaN, never zeros (chunked/two-pass too)."""
+    x = torch.randn(3, 257, device=DEV)
+    x[0] = 1e19
+    x[2, 5] = float("inf")
+    r, w = torch.zeros_like(x), torch.ones(257, device=DEV)
+    for y in (A.add_rmsnorm(x, r, w, config=config), *A.add_rmsnorm_residual(x, r, w, config=config)[:1]):
+        assert torch.isnan(y[[0, 2]]).all() and torch.isfinite(y[1]).all()
+        assert checks.allclose(y[1:2], reference.add_rmsnorm(x[1:2], r[1:2], w, accum=torch.float64))
 
 
 @pytest.mark.parametrize("call,match", [
@@ -303,3 +339,9 @@ def test_gpu_every_chunked_candidate(cols):
         assert checks.allclose(A.add_rmsnorm(x, r, w, config=cfg), expected), cfg.label()
         y, s = A.add_rmsnorm_residual(x, r, w, config=cfg)
         assert checks.equal(s, ref_s) and checks.allclose(y, ref_y), cfg.label()
+
+
+@pytest.mark.gpu
+def test_gpu_an_overflowed_row_is_nan_on_every_launch_path():
+    for config in CONFIGS:
+        test_an_overflowed_row_is_nan_on_every_launch_path(config)

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from fusedrms import checks, env, reference, registry
+from fusedrms import checks, env, reference, registry, validation
 from fusedrms.kernels import peers
 from fusedrms.validation import InputError
 
@@ -101,3 +101,32 @@ def test_compiled_peers_on_gpu(dtype):
     assert checks.allclose(peers.compiled_rmsnorm(x, w, 1e-5), exp)
     exp = reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64, out_dtype=torch.float64)
     assert checks.allclose(peers.compiled_add_rmsnorm(x, r, w, 1e-5), exp)
+
+
+# ---------------------------------------------------------------- issue 17: peers validate too
+
+@pytest.mark.parametrize("eps", ["1e-5", None, -1.0, float("nan"), float("inf"), 10 ** 400, True])
+@pytest.mark.parametrize("name", ["rms_norm", "compiled_rmsnorm", "eager_chain", "rms_norm_add",
+                                  "compiled_add_rmsnorm"])
+def test_peers_refuse_a_bad_eps_before_torch_sees_it(name, eps):
+    x, w = torch.randn(3, 8), torch.ones(8)
+    args = (x, w) if name in ("rms_norm", "compiled_rmsnorm") else (x, x.clone(), w)
+    with pytest.raises(validation.InputError, match="eps"):
+        getattr(peers, name)(*args, eps)
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "eager_chain", "rms_norm_add"])
+def test_peers_refuse_a_scalar_x(name):
+    x = torch.tensor(1.0)
+    args = (x, torch.ones(1)) if name == "rms_norm" else (x, x.clone(), torch.ones(1))
+    with pytest.raises(validation.InputError, match="scalar"):
+        getattr(peers, name)(*args)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_eager_chain_returns_x_dtype_whatever_the_weight_dtype(dtype):
+    x, r, w = torch.randn(3, 8).to(dtype), torch.randn(3, 8).to(dtype), torch.randn(8)
+    y = peers.eager_chain(x, r, w)
+    assert y.dtype == dtype
+    expected = (peers.F.rms_norm(x + r, (8,), None, 1e-5) * w).to(dtype)
+    assert torch.equal(y, expected)

@@ -142,6 +142,22 @@ def test_width_limits_point_to_the_other_variant():
         T.rmsnorm_multirow(x[:, :T.MULTIROW_MAX_COLS + 1], w[:T.MULTIROW_MAX_COLS + 1])
 
 
+def test_row_limit_is_the_widest_recorded_row_that_does_not_spill():
+    from fusedrms import records
+
+    recs = sorted(records.load("traffic_row_registers")["records"], key=lambda r: r["cols"])
+    fits = [r["cols"] for r in recs if r["spills"] == 0]
+    assert T.ROW_MAX_COLS == max(fits)
+    wider = [r for r in recs if r["cols"] > T.ROW_MAX_COLS]
+    assert wider and all(r["spills"] > 0 for r in wider), "the next recorded width must spill"
+    row = registry.get("triton.row")  # verify and bench skip what the wrapper refuses
+    assert row.supports(DEV.type, torch.float32, T.ROW_MAX_COLS)
+    assert not row.supports(DEV.type, torch.float32, T.ROW_MAX_COLS + 1)
+    wide = 2 * T.ROW_MAX_COLS
+    with pytest.raises(InputError, match=f"at most {T.ROW_MAX_COLS} columns.*triton.looped"):
+        T.rmsnorm_row(torch.zeros(1, wide, device=DEV), torch.ones(wide, device=DEV))
+
+
 def test_registered():
     for name, fn in [("triton.row", T.rmsnorm_row), ("triton.looped", T.rmsnorm_looped),
                      ("triton.multirow", T.rmsnorm_multirow)]:
@@ -226,11 +242,16 @@ def test_cli_skips_row_when_too_wide(capsys):
 
 @pytest.mark.parametrize("argv,match", [
     (["--version", "fast"], "--version must be one of"),
-    (["--rows", "-1"], "--rows must be >= 0"),
-    (["--cols", "0"], "--cols must be >= 1"),
-    (["--dtype", "int8"], "--dtype must be"),
-    (["--num-warps", "3"], "num_warps must be"),
-    (["--rows", "many"], "invalid int value"),
+    (["--rows", "-1"], "--rows: must be a whole number >= 1"),
+    (["--rows", "0", "--cols", "8"], "--rows: must be a whole number >= 1"),
+    (["--cols", "0"], "--cols: must be a whole number >= 1"),
+    (["--dtype", "int8"], "--dtype: unknown dtype"),
+    (["--num-warps", "3"], "--num-warps: invalid choice"),
+    (["--rows", "many"], "--rows: expected a whole number"),
+    (["--seed", "99999999999999999999"], "--seed: must be a whole number from 0"),
+    (["--eps", "-1"], "--eps: eps must be a finite number >= 0"),
+    (["--eps", "nan"], "--eps: must be a finite number"),
+    (["--rows", "100000", "--cols", "100000"], "elements; at most"),
 ])
 def test_cli_bad_arguments(argv, match, capsys):
     with pytest.raises(SystemExit) as e:
@@ -340,3 +361,35 @@ def test_side_by_side_keeps_shared_shapes(tmp_path, monkeypatch):
 def test_max_cols_table_matches_the_registry():
     for name, limit in T.MAX_COLS.items():
         assert registry.get(name).max_cols == limit
+
+
+# ---------------------------------------------------------------- issue 17: loud, never wrong
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_an_overflowing_sum_of_squares_is_nan_not_zero(name):
+    """rmsnorm_row(torch.full((1, 4096), 1e18), ones) returned 0 where the answer is 1."""
+    x = torch.full((2, 4096), 1e18, device=DEV)
+    x[1] = 1e17  # squares 1e34, sum 4e37: still in range, so computed
+    y = VARIANTS[name](x, torch.ones(4096, device=DEV))
+    assert torch.isnan(y[0]).all()
+    assert torch.allclose(y[1].cpu(), torch.ones(4096), rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_eps_zero_with_a_row_below_fp32_range_is_nan_not_inf(name):
+    """eps = 0 and rows of 1e-25 gave +-inf; now the documented loud NaN (or the exact answer)."""
+    x = torch.full((3, 8), 1e-25, device=DEV)
+    x[1] = -3.0
+    x[2] = 0.0
+    y = VARIANTS[name](x, torch.ones(8, device=DEV), 0.0)
+    assert torch.isnan(y[0]).all() and torch.isnan(y[2]).all()
+    assert torch.allclose(y[1].cpu(), -torch.ones(8))
+    assert torch.allclose(VARIANTS[name](x[:1], torch.ones(8, device=DEV), 1e-5).cpu(),
+                          torch.full((1, 8), 1e-25 / math.sqrt(1e-5)), rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_overflow_and_eps_zero_are_loud_on_every_variant():
+    for name in VARIANTS:
+        test_an_overflowing_sum_of_squares_is_nan_not_zero(name)
+        test_eps_zero_with_a_row_below_fp32_range_is_nan_not_inf(name)

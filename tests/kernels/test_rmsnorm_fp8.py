@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from fusedrms import env, records, registry, validation
+from fusedrms.book import ch08
 from fusedrms.kernels import rmsnorm_fp8 as q
 
 ENV = env.current()
@@ -82,14 +83,14 @@ def test_software_e4m3_rounding_matches_torch_on_every_bf16_value_and_the_ties()
     vals = torch.cat([vals, -vals])
     for start in range(0, vals.numel(), 65536):
         chunk = vals[start:start + 65536]
-        got = q.triton_cast_to_fp8(chunk, software=True).cpu()
+        got = ch08.triton_cast_to_fp8(chunk, software=True).cpu()
         want = chunk.clamp(-448, 448).to(torch.float8_e4m3fn)
         diff = bits(got) != bits(want)
         assert not diff.any(), (chunk[diff][:5], bits(got)[diff][:5], bits(want)[diff][:5])
 
 
 def test_software_e4m3_rounding_keeps_nan():
-    got = q.triton_cast_to_fp8(torch.tensor([math.nan]), software=True).cpu()
+    got = ch08.triton_cast_to_fp8(torch.tensor([math.nan]), software=True).cpu()
     assert int(bits(got)[0]) & 0x7F == 0x7F
 
 
@@ -101,13 +102,13 @@ def test_software_bf16_rounding_matches_torch():
     ties = base + torch.ldexp(torch.ones_like(base), exponent - 9)  # exactly half a step up
     assert torch.equal(ties.to(BF16).float(), ties.to(torch.float64).to(BF16).float())
     vals = torch.cat([v, ties])
-    got = q.triton_round_to_bf16(vals, software=True).cpu()
+    got = ch08.triton_round_to_bf16(vals, software=True).cpu()
     assert torch.equal(got, vals.to(BF16).float())
 
 
 def test_software_path_refuses_unclamped_values():
     with pytest.raises(validation.InputError, match="448"):
-        q.triton_cast_to_fp8([500.0], software=True, clamp=False)
+        ch08.triton_cast_to_fp8([500.0], software=True, clamp=False)
 
 
 # ---------------------------------------------------------------- kernels = reference, bit for bit
@@ -149,6 +150,66 @@ def test_empty_rows():
     w = torch.ones(256, dtype=BF16, device=DEV)
     codes, scales = q.rmsnorm_fp8_naive(x, w)
     assert codes.shape == (0, 256) and scales.shape == (0, 2)
+
+
+FP8_PATHS = {"naive": dict(fn=q.rmsnorm_fp8_naive), "fused": dict(fn=q.rmsnorm_fp8_fused),
+             "rows": dict(fn=q.rmsnorm_fp8_fused, config=q.FusedConfig(8, None, "block_reciprocal", 2)),
+             "split": dict(fn=q.rmsnorm_fp8_fused,
+                           config=q.FusedConfig(4, None, "block_reciprocal", 1, "split")),
+             "per_element": dict(fn=q.rmsnorm_fp8_fused, config=q.FusedConfig(8, None, "per_element"))}
+
+
+def _nan_blocks(codes, scales):
+    """Per block: (scale NaN, every code NaN) as two bool tensors."""
+    nb = scales.shape[-1]
+    padded = torch.nn.functional.pad(bits(codes).to(torch.int16), (0, nb * 128 - codes.shape[-1]),
+                                     value=0x7F)
+    all_nan = ((padded.reshape(*codes.shape[:-1], nb, 128) & 0x7F) == 0x7F).all(-1)
+    return torch.isnan(scales.cpu()), all_nan
+
+
+@pytest.mark.parametrize("path", list(FP8_PATHS))
+def test_nan_in_nan_out_per_block_kernels_agree_with_the_reference(path, rounding="auto"):
+    """Issue 17: the policy. A NaN or Inf in x (or an overflowed sum of squares) makes the whole
+    row NaN; a NaN or Inf in gamma makes its block NaN (scale and every code); the rest is exact."""
+    kw = dict(FP8_PATHS[path])
+    fn, config = kw.pop("fn"), kw.pop("config", None)
+    x, w = q.make_inputs(6, 7168 if path == "split" else 512, seed=3)
+    x[1, 5] = float("nan")
+    x[2, 300] = float("inf")
+    x[3] = 1e19  # bf16 holds it; the fp32 sum of squares overflows
+    w[130] = float("nan")  # block 1 of every row
+    w[260] = float("-inf")  # block 2 of every row
+    extra = {"rounding": rounding} if config is None else {"config": config, "rounding": rounding}
+    codes, scales = fn(x, w, **extra)
+    ref_codes, ref_scales = q.reference(x, w)
+    report = q.compare(codes, scales, ref_codes, ref_scales)
+    assert report.ok, report
+    scale_nan, codes_nan = _nan_blocks(codes, scales)
+    assert torch.equal(scale_nan, codes_nan)  # a NaN scale always comes with NaN codes
+    assert scale_nan[[1, 2, 3]].all()  # whole rows
+    assert scale_nan[:, 1].all() and scale_nan[:, 2].all()  # gamma's blocks in every row
+    assert not scale_nan[[0, 4, 5]][:, [0, 3]].any()  # everything else finite
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rounding", ["cast", "software"])
+def test_gpu_nan_in_nan_out_per_block_on_every_path(rounding):
+    if rounding == "cast" and not q.hardware_fp8_support()[0]:
+        pytest.skip(q.hardware_fp8_support()[1])
+    for path in FP8_PATHS:
+        test_nan_in_nan_out_per_block_kernels_agree_with_the_reference(path, rounding)
+
+
+def test_the_fp8_reference_is_the_kernel_policy_not_torch_max():
+    """torch.maximum keeps NaN, tl.max drops it: the reference now states the policy itself."""
+    x, w = q.make_inputs(2, 256, seed=1)
+    x[1, 5] = float("nan")
+    codes, scales = q.reference(x, w)
+    assert torch.isnan(scales[1]).all() and not torch.isnan(scales[0]).any()
+    w[0] = float("inf")
+    codes, scales = q.reference(x, w)
+    assert torch.isnan(scales[:, 0]).all() and not torch.isnan(scales[0, 1])
 
 
 def test_zero_block_without_floor_gives_nan_codes_everywhere_alike():
@@ -311,7 +372,7 @@ def test_gpu_reference_equals_cpu_reference():
 def test_gpu_hardware_cast_is_correct_after_clamping():
     vals = _all_bf16_values_up_to(600.0)
     for software in (False, True):
-        got = q.triton_cast_to_fp8(vals[:65536], software=software).cpu()
+        got = ch08.triton_cast_to_fp8(vals[:65536], software=software).cpu()
         assert torch.equal(bits(got), bits(vals[:65536].clamp(-448, 448).to(torch.float8_e4m3fn)))
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from fusedrms.measure import harness, ncu, timer
+from fusedrms.measure import harness, ncu, plots, timer
 from fusedrms import dtypes, env, records, registry
 
 ENV = env.current()
@@ -248,9 +248,11 @@ def test_show_and_plot_a_written_file(tmp_path, capsys):
     assert harness.main(["show", str(path)]) == 0
     out = capsys.readouterr().out
     assert "Recorded on" in out and "capstone.fused" in out and "63%" in out
-    assert harness.main(["plot", str(path), "--out", str(tmp_path / "p")]) == 0
+    assert plots.main([str(path), "--out", str(tmp_path / "p")]) == 0
     assert (tmp_path / "p.png").stat().st_size > 1000 and (tmp_path / "p.svg").exists()
-    assert harness.main(["show", str(tmp_path / "missing.json")]) == 1
+    with pytest.raises(SystemExit) as e:  # a usage error, not a traceback or exit 1
+        harness.main(["show", str(tmp_path / "missing.json")])
+    assert e.value.code == 2 and "no such file" in capsys.readouterr().err
 
 
 @pytest.mark.gpu

@@ -56,6 +56,14 @@ def test_zero_widths_are_refused_not_divided_by():
         A.heuristic_config(0, torch.bfloat16)
     with pytest.raises(validation.InputError, match="block_cols must be a positive"):
         Q.n_blocks(128, 0)
+    from fusedrms.kernels import rmsnorm as T
+
+    with pytest.raises(validation.InputError, match="block_size must be a positive"):
+        T.rows_per_program_for(0)
+    from fusedrms.measure import timer
+
+    with pytest.raises(ValueError, match="need reps >= 1"):
+        timer.median_us(lambda: None, reps=0)
 
 
 def test_the_committed_tables_load_completely():

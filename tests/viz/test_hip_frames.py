@@ -48,4 +48,13 @@ def test_explorer_accepts_text_and_reports_bad_input():
     with pytest.raises(ValueError, match="commas"):
         hip_frames.trace("3, four", "1, 1")
     box = hip_frames.explorer(threads=2)
-    assert box.children, "the explorer shows its controls and frames"
+    text_x, _, _, threads = box.children[1].children
+    status, holder = box.children[2], box.children[3]
+    frames_for = lambda: " ".join(h.value for h in holder.children[0].children[1].children)  # noqa: E731
+    before = frames_for()
+    threads.value = 8
+    assert frames_for() != before and status.value == ""
+    text_x.value = "3, four"
+    assert "commas" in status.value and holder.children == ()
+    text_x.value = "1, 2, 3, 4"
+    assert status.value == "" and "sqrt(30" in frames_for()

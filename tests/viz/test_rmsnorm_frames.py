@@ -41,6 +41,11 @@ def test_padding_is_drawn_but_the_mean_uses_real_columns():
     ([0, 0], [1, 1], 0.0, "divides by zero"),
     ([1, float("nan")], [1, 1], 1e-5, "finite"),
     ("1, two", "1, 1", 1e-5, "separated by commas"),
+    ("1e200, 1", "1, 1", 1e-5, "overflow"),
+    ("1, 0", "1.7e308, 1", 1e-5, "y overflows"),
+    ([1, 2], [1, 1], -1e-5, "eps must be"),
+    ([1, 2], [1, 1], float("inf"), "eps must be"),
+    ([1, 2], [1, 1], float("nan"), "eps must be"),
 ])
 def test_bad_inputs_raise_readable_errors(x, w, eps, msg):
     with pytest.raises(ValueError, match=msg):
@@ -57,3 +62,17 @@ def test_explorer_recomputes_on_edit_and_reports_errors():
     assert status.value == ""
     stack = holder.children[0].children[1]
     assert "0.3651" in stack.children[-1].value  # r = 1/sqrt(30/4), recomputed
+
+
+def test_explorer_recomputes_for_w_and_eps_and_applies_text_on_enter():
+    box = rmsnorm_frames.explorer()
+    text_x, text_w, eps = box.children[1].children
+    status, holder = box.children[2], box.children[3]
+    assert not text_x.continuous_update and not text_w.continuous_update
+    text_w.value = "2, 2, 2, 2"
+    multiply = holder.children[0].children[1].children[5].value
+    assert "2.2627" in multiply  # y[1] = 4 × 0.2828 × 2, recomputed with the new w
+    eps.value = 12.5
+    assert "0.2000" in holder.children[0].children[1].children[4].value  # r = 1/sqrt(12.5 + 12.5)
+    eps.value = -1.0
+    assert "eps must be" in status.value and holder.children == ()

@@ -1,4 +1,6 @@
 """Chapter 2's pictures: they draw the traffic model's numbers."""
+import pytest
+
 from fusedrms import traffic
 from fusedrms.viz import roofline
 
@@ -21,13 +23,55 @@ def test_width_table_and_plot_cover_every_model_width():
     assert len(fig.axes[0].lines) == 2
 
 
-def test_calculator_recomputes_when_an_input_changes():
+def _calculator_parts(calc):
+    (step, dtype), (rows, cols), (bandwidth, _note) = (box.children for box in calc.children[:3])
+    table, = (c for c in calc.children if "fusedrms-calculator-table" in c._dom_classes)
+    plot, = (c for c in calc.children if "fusedrms-calculator-plot" in c._dom_classes)
+    return step, dtype, rows, cols, bandwidth, table, plot
+
+
+def test_calculator_recomputes_its_table_and_plot_for_every_input():
     calc = roofline.calculator(4800.0, 67.0, "published")
-    out = calc.children[-1]
-    assert "fused_add_rmsnorm" in out.value and "launches <b>1</b>" in out.value
-    step = calc.children[0].children[0]
-    step.value = "eager_add_rmsnorm"
-    assert "launches <b>3</b>" in out.value
+    step, dtype, rows, cols, bandwidth, table, plot = _calculator_parts(calc)
+    assert "fused_add_rmsnorm" in table.value and "launches <b>1</b>" in table.value
+    assert plot.value.startswith('<img src="data:image/png;base64,')
+    seen = {(table.value, plot.value)}
+    for widget, value in ((step, "eager_add_rmsnorm"), (rows, 64), (cols, 7168),
+                          (dtype, "fp32"), (bandwidth, 2000.0)):
+        widget.value = value
+        state = (table.value, plot.value)
+        assert state not in seen, f"changing {widget.description} changed neither table nor plot"
+        seen.add(state)
+    expected = traffic.price("eager_add_rmsnorm", 64, 7168, "fp32", 2000.0, 67.0)
+    assert "launches <b>3</b>" in table.value
+    assert f"{expected.bytes_read:,}" in table.value and f"{expected.bytes_written:,}" in table.value
+    assert f"{expected.ideal_us:,.3f} µs" in table.value
+
+
+def test_calculator_plot_draws_the_chosen_design_and_marks_the_chosen_width():
+    e = traffic.price("rmsnorm_fp8_fused", 64, 100_000, "bf16", 4800.0)
+    ax = roofline.calculator_plot(e).axes[0]
+    (line,) = ax.lines
+    assert line.get_label() == traffic.get_step("rmsnorm_fp8_fused").label
+    assert 100_000 in list(line.get_xdata())
+    marker = ax.collections[-1].get_offsets()[0]
+    assert tuple(marker) == (100_000, e.ideal_us)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("rows", 0, "rows must be at least 1"),
+    ("cols", -5, "cols must be at least 1"),
+    ("bandwidth", 0.0, "must be positive"),
+])
+def test_calculator_shows_an_impossible_input_in_the_widget(field, value, message):
+    calc = roofline.calculator(4800.0, 67.0)
+    parts = dict(zip(("step", "dtype", "rows", "cols", "bandwidth", "table", "plot"),
+                     _calculator_parts(calc)))
+    parts[field].value = value
+    assert message in parts["table"].value and "fusedrms-input-error" in parts["table"].value
+    assert parts["plot"].value == "", "no plot of an earlier input beside the error"
+    parts[field].value = 4096 if field != "bandwidth" else 4800.0
+    assert "launches" in parts["table"].value and parts["plot"].value
 
 
 def test_traffic_bars_add_up_to_the_row_trips():

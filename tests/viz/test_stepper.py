@@ -47,3 +47,40 @@ def test_file_section_extracts_marked_code(tmp_path):
     assert viz.file_section(src, "k") == "int x;\n"
     with pytest.raises(KeyError):
         viz.file_section(src, "missing")
+
+
+def _explorer_parts(box):
+    note, controls, status, holder = box.children
+    return controls.children, status, holder
+
+
+def test_explorer_shows_bad_input_in_the_widget_and_recovers():
+    def make_frames(n):
+        if n < 1:
+            raise ValueError("n must be at least 1")
+        if n > 5:
+            raise OverflowError("n is too large for this picture")
+        return _frames(n)
+
+    box = viz.explorer(make_frames, {"n": widgets.IntText(value=2)})
+    (n,), status, holder = _explorer_parts(box)
+    first = holder.children[0]
+    assert status.value == "" and len(first.children[1].children) == 2
+    for bad, message in ((0, "at least 1"), (9, "too large")):
+        n.value = bad
+        assert message in status.value and "fusedrms-input-error" in status.value
+        assert holder.children == (), "no frames of an earlier input beside the error"
+    assert first.comm is None, "replaced frames are closed, not left alive in the kernel"
+    n.value = 3
+    assert status.value == ""
+    stepper_box = holder.children[0]
+    play, slider = stepper_box.children[0].children
+    assert len(stepper_box.children[1].children) == 3 and play.max == slider.max == 2
+
+
+def test_explorer_lets_a_bug_surface():
+    def broken(n):
+        raise KeyError("a bug, not a reader's input")
+
+    with pytest.raises(KeyError):
+        viz.explorer(broken, {"n": widgets.IntText(value=1)})

@@ -7,7 +7,9 @@ Each record is one (variant, shape, dtype): the median of device-event timings w
 before every call (``fusedrms.measure.timer.time_gpu(l2="cold")``), the output checked against the float64
 reference, and the time as a fraction of the copy floor (the bytes RMSNorm must move at the
 measured device-to-device copy bandwidth). ``kind`` is ``"ladder"`` for the variants beside
-``triton.row``, and ``"block_size"`` for the block-size sweep of ``hip.block``.
+``triton.row``, ``"block_size"`` for the block-size sweep of ``hip.block`` and
+``"serial_block_size"`` for ``hip.serial``'s (one thread per row: the block size decides how many
+blocks, and so how many multiprocessors, share the rows; ``grid_blocks`` records it).
 
 The chapter loads the file with ``records.load("hip_ladder")`` and calls :func:`verdict`.
 """
@@ -26,11 +28,17 @@ import torch
 from .. import checks, env, records, reference, registry, traffic, validation
 from ..measure import timer
 
-LADDER = ("hip.serial", "hip.block", "hip.shuffle", "hip.vectorized", "hip.unfused", "triton.row")
+LADDER = ("hip.serial", "hip.block", "hip.shuffle", "hip.vectorized", "hip.unfused",
+          "hip.vectorized_unfused", "triton.row")
 FUSED_HIP = ("hip.serial", "hip.block", "hip.shuffle", "hip.vectorized")
+# Each unfused pipeline beside the fused kernel that has the same loads (and the same shuffle
+# finish), so that their ratio is what fusion alone is worth.
+FUSION_PAIRS = (("hip.unfused", "hip.shuffle", "scalar loads"),
+                ("hip.vectorized_unfused", "hip.vectorized", "16-byte loads"))
 SEED_SHAPE = (1024, 4096, "float32")
 LARGE_SHAPES = ((16384, 8192, "float32"), (16384, 8192, "bfloat16"))
 BLOCK_SIZES = (32, 64, 128, 256, 512, 1024)
+SERIAL_BLOCK_SIZES = (1, 8, 32, 128, 256, 1024)  # 1024 rows on 1024, 128, 32, 8, 4 and 1 blocks
 CHECKED_ROWS = 512  # rows compared with the float64 reference per measurement
 TARGET_FRACTION_OF_FLOOR = 0.85
 TARGET_RATIO_TO_TRITON = 1.15
@@ -97,7 +105,9 @@ def measure_one(name: str, rows: int, cols: int, dtype_name: str, bandwidth_GBps
         samples = timer(lambda: fn(x, w, 1e-5), min(10, reps), reps)
         median = statistics.median(samples)
         floor = _floor_us(rows, cols, dtype, bandwidth_GBps)
-        rec.update(median_us=median, min_us=min(samples), reps=reps,
+        quartiles = statistics.quantiles(samples, n=4)  # the spread beside the median
+        rec.update(median_us=median, min_us=min(samples), max_us=max(samples),
+                   p25_us=quartiles[0], p75_us=quartiles[2], reps=reps,
                    bytes=rmsnorm_bytes(rows, cols, dtype), floor_us=floor,
                    fraction_of_floor=floor / median,
                    GBps=rmsnorm_bytes(rows, cols, dtype) / (median * 1e3))
@@ -110,9 +120,27 @@ def measure_one(name: str, rows: int, cols: int, dtype_name: str, bandwidth_GBps
     return rec
 
 
+def plan(shapes=(SEED_SHAPE, *LARGE_SHAPES), names=LADDER, block_sizes=BLOCK_SIZES,
+         serial_block_sizes=SERIAL_BLOCK_SIZES) -> list[dict]:
+    """What :func:`measure` times, in order: at each shape the ladder (serial last: slowest), and at
+    the seed shape the block-size sweeps of hip.block and hip.serial."""
+    steps = []
+    order = [n for n in names if n != "hip.serial"] + [n for n in names if n == "hip.serial"]
+    for rows, cols, dtype in shapes:
+        shape = {"rows": rows, "cols": cols, "dtype": dtype}
+        steps += [{**shape, "name": n, "kind": "ladder", "block_size": None,
+                   "time_budget_s": 0.2 if n == "hip.serial" else 0.4} for n in order]
+        if (rows, cols, dtype) == SEED_SHAPE:
+            steps += [{**shape, "name": "hip.block", "kind": "block_size", "block_size": b,
+                       "time_budget_s": 0.3} for b in block_sizes]
+            steps += [{**shape, "name": "hip.serial", "kind": "serial_block_size", "block_size": b,
+                       "time_budget_s": 0.1} for b in serial_block_sizes]
+    return steps
+
+
 def measure(shapes=(SEED_SHAPE, *LARGE_SHAPES), names=LADDER, block_sizes=BLOCK_SIZES,
-            out_path=None) -> tuple[list, dict]:
-    """Measure everything; with ``out_path`` the file is rewritten after every record, so a run
+            out_path=None, serial_block_sizes=SERIAL_BLOCK_SIZES) -> tuple[list, dict]:
+    """Measure :func:`plan`; with ``out_path`` the file is rewritten after every record, so a run
     stopped by its time limit still leaves what it measured."""
     env.require_gpu("The HIP ladder")
     from ..kernels.hip import kernels
@@ -121,7 +149,8 @@ def measure(shapes=(SEED_SHAPE, *LARGE_SHAPES), names=LADDER, block_sizes=BLOCK_
     print(f"copy bandwidth {bandwidth:.0f} GB/s ({how})", flush=True)
     extra = {"copy_GBps": bandwidth, "copy_method": how, "l2": "cold (flushed before every call)",
              "floor": "bytes (read x, write y, read w) / copy bandwidth",
-             "check": f"float64 reference on up to {CHECKED_ROWS} evenly spread rows"}
+             "check": f"float64 reference on up to {CHECKED_ROWS} evenly spread rows",
+             "sm_count": torch.cuda.get_device_properties(0).multi_processor_count}
     out = []
 
     def keep(rec):
@@ -129,25 +158,24 @@ def measure(shapes=(SEED_SHAPE, *LARGE_SHAPES), names=LADDER, block_sizes=BLOCK_
         if out_path:
             records.write(out_path, out, extra)
 
-    # The seed shape and its block-size sweep first, then the large shapes (serial last: slowest).
-    rows, cols, dtype_name = SEED_SHAPE
-    order = [n for n in names if n != "hip.serial"] + [n for n in names if n == "hip.serial"]
-    for shape_rows, shape_cols, shape_dtype in shapes:
-        for name in order:
-            if name == "triton.row":
-                try:
-                    registry.get(name)
-                except Exception as e:  # noqa: BLE001 - not written yet, or failed to import
-                    keep({"kind": "ladder", "name": name, "rows": shape_rows, "cols": shape_cols,
-                          "dtype": shape_dtype, "error": str(e)})
-                    continue
-            keep(measure_one(name, shape_rows, shape_cols, shape_dtype, bandwidth,
-                             time_budget_s=0.2 if name == "hip.serial" else 0.4))
-        if (shape_rows, shape_cols, shape_dtype) == SEED_SHAPE:
-            for block in block_sizes:
-                keep(measure_one("hip.block", rows, cols, dtype_name, bandwidth, kind="block_size",
-                                 block_size=block, time_budget_s=0.3,
-                                 fn=lambda x, w, eps, b=block: kernels.rmsnorm(x, w, eps, "block", b)))
+    for step in plan(shapes, names, block_sizes, serial_block_sizes):
+        name, rows, cols, dtype_name, block = (step[k] for k in ("name", "rows", "cols", "dtype", "block_size"))
+        if name == "triton.row":
+            try:
+                registry.get(name)
+            except Exception as e:  # noqa: BLE001 - not written yet, or failed to import
+                keep({"kind": "ladder", "name": name, "rows": rows, "cols": cols, "dtype": dtype_name,
+                      "error": str(e)})
+                continue
+        fn = None
+        if block is not None:  # a sweep: the same kernel at an explicit block size
+            variant = name.split(".", 1)[1]
+            fn = lambda x, w, eps, v=variant, b=block: kernels.rmsnorm(x, w, eps, v, b)  # noqa: E731
+        rec = measure_one(name, rows, cols, dtype_name, bandwidth, fn=fn, kind=step["kind"],
+                          block_size=block, time_budget_s=step["time_budget_s"])
+        if step["kind"] == "serial_block_size":
+            rec["grid_blocks"] = -(-rows // block)  # one thread per row
+        keep(rec)
     return out, extra
 
 
@@ -167,13 +195,13 @@ def table(doc: dict) -> str:
                     key=lambda s: (s[0] * s[1], s[2]))
     for rows, cols, dtype in shapes:
         lines.append(f"{rows}x{cols} {dtype}")
-        lines.append(f"  {'kernel':16s}{'median us':>11s}{'% of floor':>12s}{'GB/s':>8s}  correct")
+        lines.append(f"  {'kernel':24s}{'median us':>11s}{'% of floor':>12s}{'GB/s':>8s}  correct")
         for r in ladder_rows(doc, rows, cols, dtype):
             if "median_us" in r:
-                lines.append(f"  {r['name']:16s}{r['median_us']:11.1f}{100 * r['fraction_of_floor']:11.1f}%"
+                lines.append(f"  {r['name']:24s}{r['median_us']:11.1f}{100 * r['fraction_of_floor']:11.1f}%"
                              f"{r['GBps']:8.0f}  {r['correct']}")
             else:
-                lines.append(f"  {r['name']:16s}  not measured: {r.get('error', '?')}")
+                lines.append(f"  {r['name']:24s}  not measured: {r.get('error', '?')}")
     return "\n".join(lines)
 
 
@@ -205,31 +233,46 @@ def verdict(doc: dict) -> list[str]:
     return out
 
 
-def fusion_lines(doc: dict) -> list[str]:
-    """The unfused pipeline against the fastest correct fused HIP kernel, at every recorded shape."""
+def fusion(doc: dict) -> list[dict]:
+    """What fusion alone is worth at every recorded shape: each unfused pipeline against the fused
+    kernel with the same loads (:data:`FUSION_PAIRS`), beside the ratio of bytes moved (chapter 2's
+    traffic model), which is what the time ratio would be if both ran at the same bandwidth."""
+    from .. import traffic
+
     out = []
     shapes = sorted({(r["rows"], r["cols"], r["dtype"]) for r in doc["records"] if r.get("kind") == "ladder"})
     for rows, cols, dtype in shapes:
         rs = {r["name"]: r for r in ladder_rows(doc, rows, cols, dtype)
               if "median_us" in r and r.get("correct")}
-        fused = [rs[n] for n in FUSED_HIP if n in rs]
-        if not fused or "hip.unfused" not in rs:
-            continue
-        best = min(fused, key=lambda r: r["median_us"])
-        slow = rs["hip.unfused"]["median_us"]
-        out.append(f"{rows}x{cols} {dtype}: unfused {slow:.1f} us vs {best['name']} "
-                   f"{best['median_us']:.1f} us: fusion saves {slow / best['median_us']:.2f}x")
+        for unfused, fused, loads in FUSION_PAIRS:
+            if unfused not in rs or fused not in rs:
+                continue
+            bytes_ratio = (traffic.price("rmsnorm_unfused", rows, cols, dtype).bytes_total
+                           / rmsnorm_bytes(rows, cols, getattr(torch, dtype)))
+            out.append({"rows": rows, "cols": cols, "dtype": dtype, "loads": loads,
+                        "unfused": unfused, "fused": fused,
+                        "unfused_us": rs[unfused]["median_us"], "fused_us": rs[fused]["median_us"],
+                        "speedup": rs[unfused]["median_us"] / rs[fused]["median_us"],
+                        "bytes_ratio": bytes_ratio})
     return out
 
 
-def block_size_lines(doc: dict) -> list[str]:
+def fusion_lines(doc: dict) -> list[str]:
+    return [f"{f['rows']}x{f['cols']} {f['dtype']}, {f['loads']}: {f['unfused']} {f['unfused_us']:.1f} us "
+            f"vs {f['fused']} {f['fused_us']:.1f} us: fusion saves {f['speedup']:.2f}x "
+            f"(bytes alone predict {f['bytes_ratio']:.2f}x)" for f in fusion(doc)]
+
+
+def block_size_lines(doc: dict, kind: str = "block_size") -> list[str]:
+    """One line per block size of a sweep: ``"block_size"`` (hip.block) or ``"serial_block_size"``."""
     out = []
     for r in doc["records"]:
-        if r.get("kind") != "block_size":
+        if r.get("kind") != kind:
             continue
         state = (f"{r['median_us']:8.1f} us, {100 * r['fraction_of_floor']:5.1f}% of floor, "
                  f"correct={r['correct']}" if "median_us" in r else r.get("error"))
-        out.append(f"block {r['block_size']:5d}: {state}")
+        grid = f" on {r['grid_blocks']:4d} blocks" if "grid_blocks" in r else ""
+        out.append(f"block {r['block_size']:5d}{grid}: {state}")
     return out
 
 
@@ -253,8 +296,9 @@ def seed_comparison_lines(doc: dict | None) -> list[str]:
 # ---------------------------------------------------------------- the chapter's recording
 
 FILES = {
-    "hip_ladder.json": "serial -> block -> shuffle -> vectorized, unfused and triton.row at "
-                       "1024x4096 fp32 and 16384x8192 fp32/bf16, plus hip.block's block sizes",
+    "hip_ladder.json": "serial -> block -> shuffle -> vectorized, the unfused pipelines (scalar "
+                       "and 16-byte loads) and triton.row at 1024x4096 fp32 and 16384x8192 "
+                       "fp32/bf16, plus the block sizes of hip.block and hip.serial at 1024x4096",
     "hip_host_run.txt": "the standalone host program (nvcc/hipcc) on 3x13, 33x257, 1024x4096",
 }
 ESTIMATE_S = 120  # H200: building the library ~30 s, the ladder ~60 s, the host program ~20 s
@@ -272,8 +316,8 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[
     out_dir = Path(out_dir)
     path = out_dir / "hip_ladder.json"
     registry.load_all()
-    recs, extra = (measure((SEED_SHAPE,), block_sizes=(128, 256), out_path=path) if smoke
-                   else measure(out_path=path))
+    recs, extra = (measure((SEED_SHAPE,), block_sizes=(128, 256), serial_block_sizes=(128, 256),
+                           out_path=path) if smoke else measure(out_path=path))
     records.write(path, recs, extra)
     log(table({"provenance": {}, "records": recs}))
     host_env = {**os.environ, **({"SHAPES": "3x13"} if smoke else {})}

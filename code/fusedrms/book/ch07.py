@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from ..kernels import add_rmsnorm as A
-from .. import checks, dtypes, records, reference, registry, tuning
+from .. import checks, cli, dtypes, records, reference, registry, tuning
 
 TUNE_COLS = (2048, 4096, 8192, 16384)
 TUNE_ROWS = (256, 4096, 16384)
@@ -649,8 +649,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedrms.book.ch07", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=("tune", "extras", "confirm", "check"))
-    p.add_argument("--out", type=Path, required=True, help="folder for the JSON files")
-    p.add_argument("--budget", type=float, default=60.0, help="seconds (stops cleanly after)")
+    p.add_argument("--out", type=cli.output_dir, required=True, help="folder for the JSON files")
+    p.add_argument("--budget", type=cli.number(0.0, above=True), default=60.0,
+                   help="seconds (stops cleanly after)")
     p.add_argument("--table", type=Path, default=None,
                    help="check: the table to check (default: the committed H200 table)")
     p.add_argument("--previous", type=Path, default=None,

@@ -1,4 +1,4 @@
-"""Chapter 8's companion: the GPU recording of RMSNorm + FP8 block quantization and its readers.
+"""Chapter 8's companion: the cast demonstrated in isolation, the GPU recording of RMSNorm + FP8 block quantization and its readers.
 
 ``record(out_dir)`` writes ``fp8_quant.json`` (exactness on the GPU, kernel resources, the naive
 pair and the fused kernel timed, the warps sweep) and ``fp8_candidates.json`` (every launch
@@ -18,14 +18,72 @@ import time
 from pathlib import Path
 
 import torch
+import triton
+import triton.language as tl
 
-from .. import checks, records
+from .. import checks, records, validation
 from ..kernels.rmsnorm_fp8 import (
-    ABSMAX_FLOOR, BF16, CANDIDATES, DIVISIONS, FP8_DTYPE, FusedConfig, HIDDEN_SIZE, RMS_NORM_EPS,
-    _launch_fused, _launch_setup, baseline_config, choose_config, code_bits, compare,
-    hardware_fp8_support, kernel_resources, make_inputs, reference, reference_reordered,
-    resolve_rounding, rmsnorm_fp8_fused, rmsnorm_fp8_naive,
+    ABSMAX_FLOOR, BF16, CANDIDATES, DIVISIONS, FP32, FP8_DTYPE, FP8_MAX, FusedConfig, HIDDEN_SIZE,
+    RMS_NORM_EPS, _launch_fused, _launch_setup, baseline_config, choose_config, code_bits,
+    compare, e4m3_bits, hardware_fp8_support, kernel_resources, make_inputs, reference,
+    reference_reordered, resolve_rounding, rmsnorm_fp8_fused, rmsnorm_fp8_naive, to_bf16_value,
 )
+
+# ---------------------------------------------------------------- the cast, in isolation
+
+ELEMENTWISE_BLOCK = 1024  # values per program of the two demonstration kernels below
+
+
+@triton.jit
+def cast_to_fp8_kernel(v_ptr, codes_ptr, n, FP8_MAX: tl.constexpr, BLOCK: tl.constexpr,
+                       CLAMP: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
+    if CLAMP:
+        v = tl.clamp(v, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
+    if SOFTWARE_ROUNDING:
+        tl.store(codes_ptr + offsets, e4m3_bits(v), mask=mask)
+    else:
+        tl.store(codes_ptr + offsets, v.to(tl.float8e4nv, fp_downcast_rounding="rtne"), mask=mask)
+
+
+@triton.jit
+def round_to_bf16_kernel(v_ptr, out_ptr, n, BLOCK: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
+    tl.store(out_ptr + offsets, to_bf16_value(v, SOFTWARE_ROUNDING), mask=mask)
+
+
+def triton_cast_to_fp8(values, software: bool, clamp: bool = True) -> torch.Tensor:
+    """fp32 values -> e4m3 codes through Triton alone (up to 65536 values): Triton's cast
+    (``software=False``) or the integer rounding, after clamping to +-448 as the kernels do.
+    ``clamp=False`` shows Triton's raw cast (the software path always clamps: it assumes it)."""
+    v = torch.as_tensor(values, dtype=FP32).reshape(-1).to(env.current().device)
+    if v.numel() > 65536:
+        raise validation.InputError("triton_cast_to_fp8 takes at most 65536 values per call.")
+    if software and not clamp:
+        raise validation.InputError("the software rounding assumes |value| <= 448: keep clamp=True.")
+    codes = torch.empty(v.shape, dtype=FP8_DTYPE, device=v.device)
+    if v.numel():
+        cast_to_fp8_kernel[(triton.cdiv(v.numel(), ELEMENTWISE_BLOCK),)](
+            v, codes.view(torch.uint8) if software else codes, v.numel(), FP8_MAX=FP8_MAX,
+            BLOCK=ELEMENTWISE_BLOCK, CLAMP=clamp, SOFTWARE_ROUNDING=software)
+    return codes
+
+
+def triton_round_to_bf16(values, software: bool) -> torch.Tensor:
+    """fp32 values -> nearest bf16 (as fp32) through Triton: its cast or the integer rounding."""
+    v = torch.as_tensor(values, dtype=FP32).reshape(-1).to(env.current().device)
+    if v.numel() > 65536:
+        raise validation.InputError("triton_round_to_bf16 takes at most 65536 values per call.")
+    out = torch.empty_like(v)
+    if v.numel():
+        round_to_bf16_kernel[(triton.cdiv(v.numel(), ELEMENTWISE_BLOCK),)](
+            v, out, v.numel(), BLOCK=ELEMENTWISE_BLOCK, SOFTWARE_ROUNDING=software)
+    return out
+
 
 # ---------------------------------------------------------------- recorded results (GPU)
 
@@ -272,13 +330,15 @@ def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int 
         t = sorted(float(v) for v in timer.time_gpu(fn, warmup, reps, l2="cold", graph=graph))
         return t[len(t) // 2]
 
+    def time_into(rec, prefix, call):  # every shape, with and without CUDA-graph replay
+        for (rows, cols), (x, w) in inputs.items():
+            for graph, suffix in ((True, "_graph"), (False, "")):
+                rec[f"{prefix}{suffix}_us_{rows}"] = med(lambda: call(x, w), graph)
+
     for division in DIVISIONS:
         rec = {"kind": "naive_reference", "division": division}
         try:
-            for (rows, cols), (x, w) in inputs.items():
-                for graph, suffix in ((True, "_graph"), (False, "")):
-                    rec[f"naive{suffix}_us_{rows}"] = med(
-                        lambda: rmsnorm_fp8_naive(x, w, division=division), graph)
+            time_into(rec, "naive", lambda x, w: rmsnorm_fp8_naive(x, w, division=division))
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {e}"
         out.append(rec)
@@ -297,10 +357,7 @@ def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int 
             rec.update(bit_exact=False, error=f"exactness: {type(e).__name__}: {e}")
         try:
             rec["registers"], rec["spills"] = fused_resources(cfg)
-            for (rows, cols), (x, w) in inputs.items():
-                for graph, suffix in ((True, "_graph"), (False, "")):
-                    rec[f"fused{suffix}_us_{rows}"] = med(
-                        lambda: rmsnorm_fp8_fused(x, w, config=cfg), graph)
+            time_into(rec, "fused", lambda x, w: rmsnorm_fp8_fused(x, w, config=cfg))
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {e}"
         out.append(rec)

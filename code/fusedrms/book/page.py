@@ -7,7 +7,7 @@ inline styles; the book's stylesheet only adds what a static page needs), and ea
     from fusedrms.book import page
     page.glue("speedup", 2.43, ".2f")                # prose: {glue:text}`speedup` -> 2.43
     page.table(rows, columns=["kernel", "GB/s"], caption="Bandwidth", csv_name="bw.csv")
-    page.badge(doc["provenance"])                    # once per chapter
+    page.chapter_badge("ch06")                       # once per chapter (from MANIFEST.json)
     fig, ax = page.figure(); ax.plot(...); page.show(fig, alt="bandwidth against size")
 """
 from __future__ import annotations
@@ -22,11 +22,12 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from ..viz.svg import COLUMN_PX
+
 GLUE_PREFIX = "application/papermill.record/"  # myst-nb's mime prefix for glued, hidden values
 
-# The book's text column at a 1280-px window (sphinx-book-theme), in CSS pixels. Figures are
-# drawn for it at 2x for high-DPI screens and shown at this width (smaller on phones).
-COLUMN_PX = 690
+# Figures are drawn for the text column (viz.svg.COLUMN_PX) at 2x for high-DPI screens and shown
+# at the column's width (smaller on phones).
 FIGURE_DPI = 100      # 1 inch of figure = 100 CSS px on the page
 HIDPI = 2             # the PNG carries 2 image pixels per CSS pixel
 FULL_ROWS_LIMIT = 2000  # above this, the full data goes only into the CSV
@@ -208,8 +209,11 @@ def _normalized(prov: Mapping) -> dict:
     for k in VERSION_KEYS:
         if prov.get(k) and k not in versions:
             versions[k] = prov[k]
+    commit = prov["commit"]
+    commits = [str(c) for c in commit] if isinstance(commit, (list, tuple)) else [str(commit)]
     return {"gpu": str(prov["gpu"]), "driver": prov.get("driver"), "date": str(prov["date"]),
-            "commit": str(prov["commit"]), "command": prov.get("command"),
+            "commit": ", ".join(commits), "commit_short": ", ".join(c[:10] for c in commits),
+            "command": prov.get("command"),
             "versions": {k: str(v) for k, v in versions.items() if v},
             "stale": prov.get("stale"), "own": bool(prov.get("own"))}
 
@@ -227,7 +231,8 @@ class Badge:
     def summary(self) -> str:
         p = self.p
         who = "Your recording" if p["own"] else "Recorded"
-        return f"{who}: {p['gpu']}, {p['date'][:10]}, commit {p['commit'][:10]}"
+        n = "commits" if "," in p["commit"] else "commit"
+        return f"{who}: {p['gpu']}, {p['date'][:10]}, {n} {p['commit_short']}"
 
     def details(self) -> list[tuple[str, str]]:
         p = self.p
@@ -244,6 +249,8 @@ class Badge:
         note = self.p["stale"]
         if not note:
             return ""
+        if isinstance(note, str) and note.startswith("These numbers"):
+            return note  # a whole sentence already (records.Staleness.badge)
         return ("These numbers were measured on an earlier version of the kernel"
                 + (f": {note}" if isinstance(note, str) else "."))
 
@@ -277,6 +284,44 @@ def badge(provenance: Mapping, *, stale: str | bool | None = None, own: bool | N
         prov["stale"] = stale
     if own is not None:
         prov["own"] = own
+    return Badge(prov)
+
+
+def chapter_badge(chapter: str, folder=None) -> Badge:
+    """The badge for ``chapter``'s recorded results (``"ch06"``), from the recording's
+    MANIFEST.json: the reader's own recording for their GPU when there is one, else the committed
+    one (``folder`` overrides). Adds the staleness sentence when the kernel changed since."""
+    from pathlib import Path
+
+    from .. import records
+
+    folder = Path(folder) if folder is not None else records.recording_dir()
+    manifest = records.read_manifest(folder)
+    if manifest is None:
+        raise FileNotFoundError(f"no {records.MANIFEST} in {folder}: record the chapter with "
+                                f"`python -m fusedrms.record {chapter}`")
+    entry = manifest.get("chapters", {}).get(chapter)
+    if not entry:
+        raise KeyError(f"{chapter} has no recorded results in {folder / records.MANIFEST}; record "
+                       f"them with `python -m fusedrms.record {chapter}`")
+    files = [manifest.get("files", {}).get(f) or {} for f in entry.get("files", [])]
+    files = [f for f in files if f] or [{}]
+    dates = sorted(entry.get("dates") or [f["date"] for f in files if f.get("date")])
+    date = entry.get("started") or (dates[-1] if dates else manifest.get("started"))
+    prov = {"gpu": manifest.get("gpu") or files[0].get("gpu"),
+            "driver": manifest.get("driver") or files[0].get("driver"),
+            "versions": manifest.get("versions") or files[0].get("versions") or {},
+            "date": date, "commit": entry.get("commits") or entry.get("commit")
+            or manifest.get("commit"),
+            # a legacy manifest only has each file's own command line: too machine-specific
+            "command": manifest.get("command")}
+    own = records.own_recording_dir()
+    prov["own"] = own is not None and Path(own).resolve() == folder.resolve()
+    stale = records.staleness(chapter, folder).badge
+    if entry.get("smoke"):
+        stale = ("a smoke recording (minimal sizes and repetitions) that checks the pipeline; "
+                 "its numbers are not measurements") + (f". {stale}" if stale else "")
+    prov["stale"] = stale or None
     return Badge(prov)
 
 

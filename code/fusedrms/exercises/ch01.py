@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from .core import Exercise, Malformed, as_choice, as_number, close, correct, wrong
+from .core import Exercise, Malformed, as_choice, as_number, close, correct, matches_as_written, wrong
 
 X = [3.0, 4.0, -3.0, -4.0]
 W = [1.0, 0.5, 2.0, 1.0]
@@ -102,7 +102,8 @@ def _grade_padding(answer) -> object:
     if factor <= 0:
         return wrong(f"a factor of {factor:g} cannot scale a positive r.",
                      "The factor compares r computed both ways: r_wrong / r_right > 0.")
-    if direction == "larger" and close(factor, PADDED_FACTOR, rel=2e-3):
+    right_factor = close(factor, PADDED_FACTOR, rel=2e-3) or matches_as_written(answer[1], factor, PADDED_FACTOR)
+    if direction == "larger" and right_factor:
         return correct(f"larger by sqrt(16/13) ≈ {PADDED_FACTOR:.4f} (when eps is negligible): the "
                        f"mean shrinks by 13/16, and r = 1/sqrt(mean) grows by the square root of "
                        f"the inverse.")
@@ -112,6 +113,9 @@ def _grade_padding(answer) -> object:
     if direction == "smaller":
         return wrong("dividing by 16 instead of 13 makes the mean smaller, so r = 1/sqrt(mean) "
                      "gets larger.", "A smaller denominator under the square root gives a larger r.")
+    if matches_as_written(answer[1], factor, PADDED_FACTOR, min_significant=1):
+        return wrong(f"the direction is right, but {answer[1]} is too rough to tell the factor from "
+                     f"1 (no change).", "Give the factor with at least two significant digits.")
     return wrong(f"the direction is right but {factor:.4f} is not the factor.",
                  "Compare 1/sqrt(S/16) with 1/sqrt(S/13) for the same sum S.")
 

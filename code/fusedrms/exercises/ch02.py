@@ -8,7 +8,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .. import traffic
-from .core import Exercise, Malformed, as_number, close, correct, wrong
+from .core import Exercise, Malformed, as_count, as_number, close, correct, matches_as_written, wrong
 
 ROWS, COLS, DTYPE = 1024, 4096, "bf16"
 ITEM = traffic.DTYPE_BYTES[DTYPE]
@@ -47,7 +47,7 @@ _RESIDUAL_MISTAKES = {
 
 
 def _grade_residual(answer):
-    value = as_number(answer, "a number of bytes")
+    value = as_count(answer, "a number of bytes")  # 33562624, "33,562,624" and "33 562 624" alike
     if value == RESIDUAL_BYTES:
         return correct(f"{RESIDUAL_BYTES:,} B: x, r read ({2 * MATRIX:,}), t and y written "
                        f"({2 * MATRIX:,}), and the weight once ({WEIGHT:,}).")
@@ -128,13 +128,16 @@ _INTENSITY_MISTAKES = {
 
 
 def _grade_intensity(answer):
-    value = as_number(answer, "an intensity in FLOP per byte")
-    if close(value, INTENSITY, rel=2e-3):
+    value = _as_ratio(answer, "an intensity in FLOP per byte (a number such as 0.5, or a fraction '1/2')")
+    if close(value, INTENSITY, rel=2e-3) or matches_as_written(answer, value, INTENSITY):
         return correct(f"{INTENSITY:.4f} FLOP/B: about 5 FLOPs per element over 6 bytes per element "
                        f"(x, r, y in bf16). Far left of any GPU's ridge point: memory-bound.")
     for label, (v, hint) in _INTENSITY_MISTAKES.items():
         if close(value, v, rel=2e-3):
             return wrong(f"{value:.4f} ({label}).", hint)
+    if matches_as_written(answer, value, INTENSITY, min_significant=1):
+        return wrong(f"{answer} is too rough to tell the intensity from its neighbours.",
+                     "Give at least two significant digits (or the fraction).")
     return wrong(f"{value:.4f} is not the intensity.",
                  f"FLOPs: 5 per element + 3 per row. Bytes: x and r read, y written "
                  f"({DTYPE}), the weight once. Divide.")

@@ -11,7 +11,7 @@ import re
 from typing import Mapping, Sequence
 
 from ..viz.source import file_section
-from .core import Exercise, Malformed, correct, wrong
+from .core import Exercise, Malformed, as_number, correct, wrong
 
 EPS = 1e-5
 BOUNDARY_SHAPES = ((3, 13), (33, 257))
@@ -94,12 +94,65 @@ def _entries(answer) -> list[dict]:
         try:
             time_us = float(entry["time_us"])
             block, rows, cols = (int(entry[k]) for k in ("block_size", "rows", "cols"))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise Malformed(f"record {i}: block_size, rows and cols must be integers and time_us "
                             f"a number.") from None
+        if rows < 1 or cols < 1:
+            raise Malformed(f"record {i}: rows and cols must be at least 1, got {rows} x {cols}.")
         out.append(dict(block_size=block, rows=rows, cols=cols, correct=entry["correct"],
                         time_us=time_us))
     return out
+
+
+TIME_FACTOR = 3  # a recorded time this close to the checker's own re-timing is a measurement
+CPU_MAX_ELEMENTS = 64 * 1024  # the CPU runtime starts one OS thread per GPU thread: keep reruns short
+
+
+def _measure_block(rows: int, cols: int, block: int, on_gpu: bool):
+    """hip.block at one block size, as the checker runs it: (failure or None, time in us, a function
+    that times it once more)."""
+    import time
+
+    import torch
+
+    from .. import checks, reference
+    from ..measure import timer
+
+    _, kernels = _hip()
+    device = "cuda" if on_gpu else "cpu"
+    g = torch.Generator().manual_seed(rows * 131 + cols)
+    x, w = torch.randn(rows, cols, generator=g) * 2, torch.randn(cols, generator=g)
+    expected = reference.rmsnorm(x, w, EPS, accum=torch.float64)
+    x, w = x.to(device), w.to(device)
+
+    def run():
+        return kernels.rmsnorm(x, w, EPS, variant="block", block_size=block)
+
+    try:
+        start = time.perf_counter()
+        y = run()
+        once_us = (time.perf_counter() - start) * 1e6
+    except kernels.KernelError as e:
+        return f"{rows}x{cols}, block {block}: {e}", math.nan, None
+    report = checks.allclose(y.cpu(), expected)
+    failure = None if report.ok else f"{rows}x{cols}, block {block}: wrong output ({report.message})"
+    # On a GPU: the reader's timer (timer.median_us, device events). On the CPU runtime one run is
+    # the measurement (a launch there takes milliseconds to seconds); `again` times more runs, for
+    # a second opinion on a machine whose other work may have slowed one of them.
+    return failure, timer.median_us(run, 2, 5) if on_gpu else once_us, lambda: timer.median_us(run, 0, 1)
+
+
+def _time_mismatch(recorded: float, measured: float) -> str | None:
+    """Why ``recorded`` (us) cannot be a measurement of what took ``measured`` us here, or None."""
+    def near(t):
+        return measured / TIME_FACTOR <= t <= measured * TIME_FACTOR
+
+    if near(recorded):
+        return None
+    for unit, scale in (("milliseconds", 1e3), ("seconds", 1e6)):
+        if near(recorded * scale):
+            return f"{recorded:g} looks like {unit}: the checker measured {measured:.1f} us"
+    return f"the checker measured {measured:.1f} us, more than {TIME_FACTOR}x away from your {recorded:g} us"
 
 
 def _grade_block_sizes(answer):
@@ -120,43 +173,120 @@ def _grade_block_sizes(answer):
         if not math.isfinite(e["time_us"]) or e["time_us"] <= 0:
             return wrong(f"block size {b}: time_us = {e['time_us']} is not a measured time.",
                          "Record the median of a few timed runs (timer.median_us does it).")
-    # Rerun each size on the reader's shape (capped on the CPU runtime) and compare the verdicts.
     rows, cols = entries[0]["rows"], entries[0]["cols"]
+    if rows < 1 or cols < 1:
+        return wrong(f"{rows}x{cols} is not a shape hip.block can run.",
+                     "Record the shape of the x you timed: rows and cols are both at least 1.")
     on_gpu = _gpu_build_available()
-    if not on_gpu:
-        rows, cols = min(rows, 5), min(cols, 257)  # the CPU runtime: one OS thread per GPU thread
-    device = "cuda" if on_gpu else "cpu"
-    _, kernels = _hip()
+    if not on_gpu and rows * cols > CPU_MAX_ELEMENTS:
+        return wrong(f"{rows}x{cols} on the CPU runtime: the checker reruns every block size at "
+                     f"your shape, and here that is more than it can time ({CPU_MAX_ELEMENTS} "
+                     f"elements at most).",
+                     "Without a GPU, time the chapter's CPU shape (33x257): the CPU runtime starts "
+                     "one OS thread per GPU thread.")
+    # Rerun each size at the reader's shape: first the same verdicts, then times of the same size.
+    reruns = []
     for e in entries:
-        failure = _run_variant(None, "block", [(rows, cols)], [e["block_size"]], device=device)
+        failure, measured_us, again = _measure_block(rows, cols, e["block_size"], on_gpu)
         if (failure is None) != e["correct"]:
             actual = "passes" if failure is None else f"fails ({failure})"
             return wrong(f"block size {e['block_size']}: you recorded correct={e['correct']}, but "
                          f"the check {actual}.",
                          "Compare each output with reference.rmsnorm(x, w, eps, accum=torch.float64) "
                          "through checks.allclose, and record report.ok.")
+        reruns.append((e, measured_us, again))
+    for e, measured_us, again in reruns:
+        mismatch = _time_mismatch(e["time_us"], measured_us) if math.isfinite(measured_us) else None
+        for _ in range(2):  # up to two more runs before calling the number made up
+            if not mismatch:
+                break
+            measured_us = again()
+            mismatch = _time_mismatch(e["time_us"], measured_us)
+        if mismatch:
+            return wrong(f"block size {e['block_size']} at {rows}x{cols}: {mismatch}.",
+                         "Record timer.median_us(...) of the call itself, in microseconds, at the "
+                         "shape you write in rows and cols (on this machine: "
+                         f"{'the GPU' if on_gpu else 'the CPU runtime'}).")
     fastest = min(entries, key=lambda e: e["time_us"])
-    return correct(f"{len(sizes)} block sizes, all correct as recorded; the fastest you measured: "
-                   f"{fastest['block_size']} threads ({fastest['time_us']:.1f} us).")
+    return correct(f"{len(sizes)} block sizes at {rows}x{cols}, verdicts as recorded and times as "
+                   f"this machine measures them; the fastest you measured: {fastest['block_size']} "
+                   f"threads ({fastest['time_us']:.1f} us).")
 
 
-_SWEEP = [{"block_size": b, "rows": 33, "cols": 257, "correct": True, "time_us": t}
-          for b, t in ((32, 410.0), (64, 520.0), (256, 900.0), (1024, 2600.0))]
+def block_sizes_solution() -> list[dict]:
+    """The exercise done on this machine (what the chapter's solution cell does): 1024x4096 and up to
+    1024 threads on a GPU, 33x257 and up to 64 threads on the CPU runtime (a few seconds)."""
+    import torch
 
-block_sizes = Exercise(
+    from .. import checks, reference
+    from ..measure import timer
+
+    _, kernels = _hip()
+    on_gpu = _gpu_build_available()
+    rows, cols = (1024, 4096) if on_gpu else (33, 257)
+    g = torch.Generator().manual_seed(rows * 131 + cols)
+    x, w = torch.randn(rows, cols, generator=g), torch.randn(cols, generator=g)
+    expected = reference.rmsnorm(x, w, EPS, accum=torch.float64)
+    device = "cuda" if on_gpu else "cpu"
+    x, w = x.to(device), w.to(device)
+    out = []
+    for block in (32, 64, 256, 1024) if on_gpu else (8, 16, 32, 64):
+        y = kernels.rmsnorm(x, w, EPS, variant="block", block_size=block)
+        ok = checks.allclose(y.cpu(), expected).ok
+        t = timer.median_us(lambda: kernels.rmsnorm(x, w, EPS, variant="block", block_size=block), 1, 3)
+        out.append({"block_size": block, "rows": rows, "cols": cols, "correct": ok, "time_us": t})
+    return out
+
+
+class _Measured(Exercise):
+    """An exercise whose solution is a measurement on this machine, taken afresh whenever asked for
+    (times measured a while ago on a busy machine need not match the checker's rerun now)."""
+
+    measure = None
+
+    @property
+    def solution(self):
+        return self.measure() if self._solution is None and self.measure is not None else self._solution
+
+    @solution.setter
+    def solution(self, value):
+        self._solution = value
+
+
+class _MistakesOf(Mapping):
+    """Typical mistakes made from the measured solution: labels now, values when asked for."""
+
+    def __init__(self, exercise, makers: dict):
+        self._exercise, self._makers = exercise, makers
+
+    def __getitem__(self, label):
+        return self._makers[label]([dict(e) for e in self._exercise.solution])
+
+    def __iter__(self):
+        return iter(self._makers)
+
+    def __len__(self):
+        return len(self._makers)
+
+
+block_sizes = _Measured(
     name="block_sizes",
     question="Run hip.block with only the block size changed (at least three powers of two) and "
              "record block_size, rows, cols, correct and time_us for each.",
     grade=_grade_block_sizes,
-    solution=_SWEEP,
-    mistakes={
-        "two sizes only": _SWEEP[:2],
-        "shape changed too": _SWEEP[:2] + [{**_SWEEP[2], "cols": 4096}],
-        "a block size that cannot run": _SWEEP[:3] + [{**_SWEEP[0], "block_size": 96}],
-        "correctness not checked": _SWEEP[:3] + [{**_SWEEP[3], "correct": False}],
-        "no time measured": _SWEEP[:3] + [{**_SWEEP[3], "time_us": 0.0}],
-    },
+    solution=None,  # measured on first use: block_sizes_solution()
 )
+block_sizes.measure = block_sizes_solution
+block_sizes.mistakes = _MistakesOf(block_sizes, {
+    "two sizes only": lambda s: s[:2],
+    "shape changed too": lambda s: s[:2] + [{**s[2], "cols": s[2]["cols"] + 1}],
+    "a block size that cannot run": lambda s: s[:3] + [{**s[0], "block_size": 96}],
+    "correctness not checked": lambda s: s[:3] + [{**s[3], "correct": False}],
+    "no time measured": lambda s: s[:3] + [{**s[3], "time_us": 0.0}],
+    "times in milliseconds": lambda s: [{**e, "time_us": e["time_us"] / 1e3} for e in s],
+    "made-up times": lambda s: [{**e, "time_us": 1.0} for e in s],
+    "a shape it never ran": lambda s: [{**e, "rows": 16 * e["rows"]} for e in s],
+})
 
 
 # ---------------------------------------------------------------- (b) write the shuffle finish
@@ -199,8 +329,8 @@ def _grade_shuffle(answer):
         failure = _run_variant(text, "shuffle", BOUNDARY_SHAPES, (16, 64, 256), defines)
         if failure:
             return wrong(f"on the CPU runtime with {lanes}-lane warps: {failure}",
-                         "Use FUSEDRMS_WARP_LANES (32 on NVIDIA, 64 or 32 on AMD) and blockDim.x, "
-                         "not a fixed 32; put a __syncthreads() that every thread reaches between "
+                         "Use warpSize (32 on NVIDIA, 64 or 32 on AMD) and blockDim.x, not a "
+                         "fixed 32; put a __syncthreads() that every thread reaches between "
                          "writing the warp totals and reading them; make sure every lane ends with "
                          "the total (__shfl_xor gives it to all lanes, __shfl_down only to lane 0).")
     if _gpu_build_available():
@@ -220,7 +350,7 @@ def _shuffle_mistakes() -> dict:
     ok = shuffle_solution()
     return {
         "32 lanes hard-coded": ok.replace(
-            "const int lanes = (int)blockDim.x < FUSEDRMS_WARP_LANES ? (int)blockDim.x : FUSEDRMS_WARP_LANES;",
+            "const int lanes = (int)blockDim.x < warpSize ? (int)blockDim.x : warpSize;",
             "const int lanes = 32;"),
         "no barrier between the warp totals and their readers": ok.replace(
             "    __syncthreads();  // one barrier: warp totals written before any warp reads them\n", ""),
@@ -267,12 +397,10 @@ def _solution_line() -> int:
 
 
 def _grade_missing_barrier(answer):
-    if isinstance(answer, bool) or not isinstance(answer, (int, float, str)):
-        raise Malformed("expected a line number (an integer) of the listing.")
-    try:
-        line = int(str(answer).strip())
-    except ValueError:
-        raise Malformed(f"expected a line number, got {answer!r}.") from None
+    value = as_number(answer, "a line number of the listing (a whole number)")  # 18, 18.0, "18", a 0-d tensor
+    if value != int(value):
+        raise Malformed(f"a line number is a whole number; got {value:g}.")
+    line = int(value)
     lines = missing_barrier_listing().splitlines()
     if not 1 <= line <= len(lines):
         raise Malformed(f"the listing has lines 1 to {len(lines)}; got {line}.")

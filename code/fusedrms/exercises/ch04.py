@@ -10,14 +10,24 @@ whose buffers are laid out adversarially: rows ``cols + 3`` elements apart in x 
 apart in y, padding filled with values that spoil any unmasked load, a weight buffer followed by
 garbage, and a sentinel around every output row to catch stores outside the mask. A kernel that
 raises gets its error in one readable line.
+
+Loads are also audited in Triton's interpreter (on any machine): every address a load reads without
+a mask must lie inside x's rows or w's ``cols`` values (an unmasked weight load reads past ``w``,
+out of bounds on a GPU, even though no wrong value reaches a stored lane), and lanes a masked load
+skips without ``other=`` read NaN, as undefined values would, so they fail the check exactly where
+they reach the output (the sum of squares) and nowhere else.
 """
 from __future__ import annotations
 
 from .. import env  # first: the kernels below must be decorated in the right mode
 
+import contextlib
+import inspect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
+
+import numpy as np
 
 import torch
 import triton
@@ -25,7 +35,7 @@ import triton.language as tl
 
 from .. import checks, reference, records
 from ..book.ch04 import measure_num_warps
-from ..kernels.rmsnorm import rmsnorm_row_kernel
+from ..kernels.rmsnorm import num_warps_for, rmsnorm_row_kernel
 from .core import Exercise, Feedback, Malformed, as_number, correct, wrong
 
 CASES = ((3, 13), (33, 257))
@@ -101,7 +111,40 @@ def kernel_weight_rows_cols_apart(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row
     tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def kernel_weight_without_mask(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
+                               BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    mask = offsets < cols
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)
+    w = tl.load(w_ptr + offsets).to(tl.float32)  # lanes past cols read past the weight vector
+    tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def kernel_x_without_other(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
+                           BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    mask = offsets < cols
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask).to(tl.float32)  # skipped lanes undefined
+    r = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)
+    w = tl.load(w_ptr + offsets, mask=mask).to(tl.float32)  # here other= does not matter
+    tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
 # ---- running a reader's kernel ----
+
+@dataclass
+class Load:
+    """One load the interpreter executed: the addresses it read (masked-off lanes excluded) and
+    whether it skipped lanes without ``other=`` (those lanes read NaN here)."""
+    addresses: np.ndarray
+    itemsize: int
+    undefined_lanes: bool
+
 
 @dataclass
 class KernelRun:
@@ -112,6 +155,10 @@ class KernelRun:
     x: torch.Tensor
     w: torch.Tensor
     w_buffer: torch.Tensor
+    loads: list = field(default_factory=list)  # [Load], when the run was audited
+    audited: bool = False
+    outside_x: int = 0  # unmasked x reads outside the rows' columns
+    past_w: int = 0  # unmasked reads of w past its cols values
 
 
 def _one_line(err: BaseException, limit: int = 300) -> str:
@@ -119,9 +166,73 @@ def _one_line(err: BaseException, limit: int = 300) -> str:
     return f"{type(err).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
 
 
-def run_reader_kernel(kernel, rows: int, cols: int, seed: int = 0) -> KernelRun:
-    """Launch ``kernel`` on one adversarial ``rows x cols`` fp32 case. Exceptions propagate."""
-    device = env.current().device
+@contextlib.contextmanager
+def _audited_loads():
+    """Inside: the interpreter's loads are logged, and lanes skipped without ``other=`` read NaN.
+    Yields the log, or None when this Triton's interpreter does not have the expected shape."""
+    try:
+        from triton.runtime import interpreter as interp
+
+        builder, original = interp.InterpreterBuilder, interp.InterpreterBuilder.create_masked_load
+        handle = interp.TensorHandle
+    except (ImportError, AttributeError):
+        yield None
+        return
+    log: list[Load] = []
+    broken: list[Exception] = []
+
+    def audited(self, ptrs, mask, other, *rest):
+        try:  # the interpreter's internals differ between Triton versions: never fail the kernel
+            element = ptrs.get_element_ty() if hasattr(ptrs, "get_element_ty") else ptrs.dtype.element_ty
+            dtype = interp._get_np_dtype(element) if hasattr(interp, "_get_np_dtype") else self.np_dtype(element)
+            addresses = np.asarray(ptrs.data).astype(np.uint64)
+            taken = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
+            undefined = other is None and not taken.all()
+            log.append(Load(addresses[taken], np.dtype(dtype).itemsize, undefined))
+            if undefined and np.issubdtype(dtype, np.floating):
+                other = handle(np.full(addresses.shape, np.nan, dtype=dtype), element)
+        except Exception as err:  # noqa: BLE001
+            broken.append(err)
+        return original(self, ptrs, mask, other, *rest)
+
+    builder.create_masked_load = audited
+    try:
+        yield log
+    finally:
+        builder.create_masked_load = original
+        if broken:
+            log.clear()
+            log.append(None)  # marks the audit as unusable
+
+
+def _interpreted(kernel):
+    """The reader's kernel as the interpreter runs it (it already is one on a machine with no GPU)."""
+    from triton.runtime import interpreter as interp
+
+    if isinstance(kernel, interp.InterpretedFunction):
+        return kernel
+    return interp.InterpretedFunction(kernel.fn)
+
+
+def _block_parameter(kernel) -> str:
+    """The name of the kernel's last parameter (the block width), which must be a constexpr."""
+    params = list(inspect.signature(kernel.fn).parameters.values())
+    last = params[-1]
+    if "constexpr" not in str(last.annotation):
+        raise Malformed(f"the last parameter, {last.name}, is the block width and must be declared "
+                        f"{last.name}: tl.constexpr (tl.arange needs a compile-time size).")
+    return last.name
+
+
+def run_reader_kernel(kernel, rows: int, cols: int, seed: int = 0, audit: bool = False,
+                      device=None) -> KernelRun:
+    """Launch ``kernel`` on one adversarial ``rows x cols`` fp32 case. Exceptions propagate.
+
+    With ``audit`` the kernel runs in Triton's interpreter on CPU tensors and its loads are checked.
+    """
+    if audit:
+        kernel, device = _interpreted(kernel), torch.device("cpu")
+    device = env.current().device if device is None else device
     block = triton.next_power_of_2(cols)
     g = torch.Generator().manual_seed(seed)
     xs, ys = cols + X_PAD, cols + Y_PAD
@@ -135,13 +246,33 @@ def run_reader_kernel(kernel, rows: int, cols: int, seed: int = 0) -> KernelRun:
     w_buf[:cols] = w
     y_buf = torch.full((rows * ys + block,), SENTINEL)
     x_buf, w_buf, y_buf = x_buf.to(device), w_buf.to(device), y_buf.to(device)
-    kernel[(rows,)](x_buf, w_buf, y_buf, cols, xs, ys, EPS, BLOCK_SIZE=block)
+    with _audited_loads() if audit else contextlib.nullcontext() as log:
+        kernel[(rows,)](x_buf, w_buf, y_buf, cols, xs, ys, EPS, **{_block_parameter(kernel): block})
     y_buf = y_buf.cpu()
     y = y_buf[: rows * ys].view(rows, ys)[:, :cols].clone()
     outside = torch.ones_like(y_buf, dtype=torch.bool)
     outside[: rows * ys].view(rows, ys)[:, :cols] = False
     stray = int((outside & (y_buf != SENTINEL)).sum())
-    return KernelRun(rows, cols, y, stray, x, w, w_buf.cpu())
+    run = KernelRun(rows, cols, y, stray, x, w, w_buf.cpu())
+    if log is not None and None not in log:
+        run.loads, run.audited = log, True
+        run.outside_x, run.past_w = _stray_reads(log, x_buf, w_buf, rows, cols, xs)
+    return run
+
+
+def _stray_reads(log, x_buf, w_buf, rows, cols, xs) -> tuple[int, int]:
+    """(x reads outside the rows' columns, w reads past its cols values) among the unmasked lanes."""
+    outside_x = past_w = 0
+    for load in log:
+        for buf, is_x in ((x_buf, True), (w_buf, False)):
+            start = buf.data_ptr()
+            inside = (load.addresses >= start) & (load.addresses < start + buf.numel() * buf.element_size())
+            index = (load.addresses[inside] - start) // buf.element_size()
+            if is_x:
+                outside_x += int(((index >= rows * xs) | (index % xs >= cols)).sum())
+            else:
+                past_w += int((index >= cols).sum())
+    return outside_x, past_w
 
 
 def _models(run: KernelRun) -> dict[str, torch.Tensor]:
@@ -159,18 +290,20 @@ def _models(run: KernelRun) -> dict[str, torch.Tensor]:
 def _grade_kernel(answer, focus: str) -> Feedback:
     jit_types = tuple(t for t in (getattr(triton.runtime.jit, "JITFunction", None),
                                   getattr(triton.runtime.jit, "KernelInterface", None)) if t)
-    if not isinstance(answer, jit_types):
+    if not isinstance(answer, jit_types) or not callable(getattr(answer, "fn", None)):
         raise Malformed(f"expected a kernel defined with @triton.jit, got {type(answer).__name__}. "
                         f"Define it in a cell (def my_kernel(...) under @triton.jit) and set "
                         f"answer = my_kernel.")
-    names = tuple(getattr(answer, "arg_names", ()))
+    names = tuple(inspect.signature(answer.fn).parameters)
     if len(names) != len(ARG_NAMES):
         raise Malformed(f"the kernel takes {len(names)} arguments ({', '.join(names)}); it must "
                         f"take {len(ARG_NAMES)}: ({', '.join(ARG_NAMES)}), like the kernel you "
                         f"started from.")
+    _block_parameter(answer)  # any name works (BLOCK_SIZE, BLOCK, ...), if it is a constexpr
     for rows, cols in CASES:
         try:
-            run = run_reader_kernel(answer, rows, cols)
+            audit = run_reader_kernel(answer, rows, cols, audit=True)
+            run = audit if not env.current().on_gpu else run_reader_kernel(answer, rows, cols)
         except Exception as err:  # the reader's kernel: anything can happen
             return wrong(f"on {rows}x{cols} your kernel raised {_one_line(err)}",
                          "Run it once by hand to see the whole error; compare each line with the "
@@ -181,29 +314,49 @@ def _grade_kernel(answer, focus: str) -> Feedback:
                          f"the rows' columns.",
                          "Store with mask=mask, and place row i at y_ptr + i * y_row_stride.")
         report = checks.allclose(run.y, expected)
-        if report:
+        audited = checks.allclose(audit.y, expected)
+        if report and audited:
+            if audit.past_w:
+                return wrong(f"on {rows}x{cols} the output is right, but your kernel loads the "
+                             f"weight past its {cols} values ({audit.past_w} reads without a mask): "
+                             f"on a GPU those lanes read memory w does not own.",
+                             "Load w with the same mask as x: tl.load(w_ptr + offsets, mask=mask, "
+                             "other=0.0).")
             continue
+        failed = report if not report else audited
         models = _models(run)
         if checks.allclose(run.y, models["block"]):
             return wrong(f"on {rows}x{cols} the output is what dividing the sum of squares by "
-                         f"BLOCK_SIZE = {triton.next_power_of_2(cols)} gives ({report.message}).",
+                         f"BLOCK_SIZE = {triton.next_power_of_2(cols)} gives ({failed.message}).",
                          f"The masked lanes add 0 to the sum but are not columns: divide by the "
                          f"real column count cols = {cols}.")
         if checks.allclose(run.y, models["matrix"]):
             return wrong(f"on {rows}x{cols} row 0 is right but row i reads its weights further "
-                         f"along w_ptr, as if w were a (rows, cols) matrix ({report.message}).",
+                         f"along w_ptr, as if w were a (rows, cols) matrix ({failed.message}).",
                          "w has one value per column, shared by every row: load w_ptr + offsets.")
+        if audit.outside_x:
+            return wrong(f"on {rows}x{cols} your kernel reads x outside its rows ({audit.outside_x} "
+                         f"loads of the padding after a row's {cols} columns), and those values "
+                         f"reach the sum of squares ({failed.message}).",
+                         "Load x with mask=offsets < cols and other=0.0, so lanes past the last "
+                         "column read nothing and add 0.")
+        if any(load.undefined_lanes for load in audit.loads) and not torch.isfinite(audit.y).all():
+            return wrong(f"on {rows}x{cols} a masked load without other= leaves the lanes it skips "
+                         f"undefined (the checker fills them with NaN), and they reach the output "
+                         f"({failed.message}).",
+                         "Give the x load other=0.0: the skipped lanes must add 0 to the sum of "
+                         "squares. (For w it does not matter: those lanes are never stored.)")
         if focus == "weight":
             hint = ("Every row must use the same weights w[0..cols-1]: the weight pointer never "
                     "moves with the row.")
         else:
             hint = ("Check the mean's denominator, the masks on the loads (other=0.0), and that "
                     "rows are x_row_stride (x) and y_row_stride (y) elements apart, not cols.")
-        return wrong(f"on {rows}x{cols} the output differs from the reference: {report.message}",
+        return wrong(f"on {rows}x{cols} the output differs from the reference: {failed.message}",
                      hint)
     return correct(f"matches the float64 reference on {' and '.join(f'{r}x{c}' for r, c in CASES)}"
-                   f" (row strides cols+{X_PAD} and cols+{Y_PAD}, padding never read into the "
-                   f"sum, no stray stores), run {env.current().triton_mode}.")
+                   f" (row strides cols+{X_PAD} and cols+{Y_PAD}, every load inside x's rows and w's "
+                   f"values, padding never read, no stray stores), run {env.current().triton_mode}.")
 
 
 fix_block_denominator = Exercise(
@@ -214,6 +367,8 @@ fix_block_denominator = Exercise(
     solution=rmsnorm_row_kernel,
     mistakes={"divides by BLOCK_SIZE": kernel_divides_by_block,
               "no mask on the x load": kernel_without_mask,
+              "masked x load without other=": kernel_x_without_other,
+              "no mask on the weight load": kernel_weight_without_mask,
               "rows cols apart, stride ignored": kernel_rows_cols_apart})
 
 fix_weight_load = Exercise(
@@ -223,12 +378,17 @@ fix_weight_load = Exercise(
     lambda a: _grade_kernel(a, "weight"),
     solution=rmsnorm_row_kernel,
     mistakes={"weight indexed by row stride": kernel_weight_as_matrix,
-              "weight indexed by row * cols": kernel_weight_rows_cols_apart})
+              "weight indexed by row * cols": kernel_weight_rows_cols_apart,
+              "no mask on the weight load": kernel_weight_without_mask,
+              "masked x load without other=": kernel_x_without_other})
 
 
 # ---- choose num_warps by measurement ----
 
-WARPS_ROWS, WARPS_COLS, WARPS_DTYPE = 4096, 8192, torch.bfloat16
+# The seed's shape: there the book's rule (num_warps_for) picks 8 warps and the recorded H200 sweep
+# has another setting faster by more than the noise, so the rule is a real mistake here
+# (tests/exercises/test_ch04.py checks that against the recorded file).
+WARPS_ROWS, WARPS_COLS, WARPS_DTYPE = 1024, 4096, torch.float32
 ALLOWED_WARPS = (1, 2, 4, 8, 16, 32)
 NOISE = 0.05  # two medians of one measurement within 5% are a tie
 RENOISE = 0.08  # a fresh measurement may reorder settings that close; allow a little more
@@ -347,16 +507,35 @@ def warps_solution() -> dict | None:
     return {"num_warps": min(timings, key=timings.get), "timings_us": timings}
 
 
+RULE_WARPS = num_warps_for(triton.next_power_of_2(WARPS_COLS))
+
+
+def _warps_mistakes() -> dict:
+    """Typical wrong answers, built from the recorded sweep (no medians typed here)."""
+    mistakes = {"the rule, no measurement": {"num_warps": RULE_WARPS}}
+    found = recorded_warps()
+    if found is None:
+        return mistakes
+    times = found[0]
+    best = min(times, key=times.get)
+    slow = [k for k in times if times[k] > (1 + NOISE) * times[best]]
+    if RULE_WARPS in slow:
+        mistakes["the rule's choice against the medians"] = {"num_warps": RULE_WARPS, "timings_us": times}
+    if max(times) in slow:
+        mistakes["the biggest is best"] = {"num_warps": max(times), "timings_us": times}
+    mistakes["one timing"] = {"num_warps": best, "timings_us": {best: times[best]}}
+    mistakes["chosen one not timed"] = {"num_warps": best,
+                                        "timings_us": {k: v for k, v in times.items() if k != best}}
+    return mistakes
+
+
 choose_num_warps = Exercise(
     "choose_num_warps",
-    f"Choose num_warps for {WARPS_ROWS}x{WARPS_COLS} bfloat16 rows and justify it with medians: "
-    f"answer = {{'num_warps': N, 'timings_us': {{4: ..., 8: ..., 16: ...}}}}.",
+    f"Choose num_warps for {WARPS_ROWS}x{WARPS_COLS} {str(WARPS_DTYPE).replace('torch.', '')} rows "
+    f"and justify it with medians: answer = {{'num_warps': N, 'timings_us': {{4: ..., 8: ..., 16: ...}}}}.",
     _grade_warps,
     solution=None,  # depends on the machine: see warps_solution()
-    mistakes={"the biggest is best": {"num_warps": 16, "timings_us": {4: 30.0, 8: 28.0, 16: 33.0}},
-              "the rule, no measurement": {"num_warps": 16},
-              "one timing": {"num_warps": 8, "timings_us": {8: 28.0}},
-              "chosen one not timed": {"num_warps": 4, "timings_us": {8: 28.0, 16: 29.0}}},
+    mistakes=_warps_mistakes(),
     needs_gpu=True)
 
 KERNEL_EXERCISES = [fix_block_denominator, fix_weight_load]

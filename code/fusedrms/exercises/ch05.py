@@ -15,7 +15,7 @@ import math
 import torch
 
 from .. import checks
-from .core import Exercise, Malformed, as_choice, as_number, correct, wrong
+from .core import Exercise, Malformed, as_choice, as_fields, as_number, correct, wrong
 
 # ---------------------------------------------------------------- (1) a tolerance for fp16
 
@@ -56,10 +56,9 @@ _TOLERANCE_MISTAKES = {
 
 
 def _grade_tolerance(answer):
-    if isinstance(answer, (str, bytes)) or not hasattr(answer, "__len__") or len(answer) != 2:
-        raise Malformed("expected a pair (rtol, dominant), e.g. answer = (1e-3, \"cast\").")
-    rtol = as_number(answer[0], "rtol (a number)")
-    dominant = as_choice(answer[1], DOMINANT)
+    rtol, dominant = as_fields(answer, ("rtol", "dominant"), 'answer = (1e-3, "cast")')
+    rtol = as_number(rtol, "rtol (a number)")
+    dominant = as_choice(dominant, DOMINANT)
     if rtol <= 0:
         return wrong(f"rtol = {rtol:g} must be positive.", "A tolerance of zero asks for bit-exact "
                      "results, which a different summation order already breaks.")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 
 class Malformed(ValueError):
@@ -27,6 +27,9 @@ class Feedback:
     ok: bool
     message: str
     hint: str = ""
+    # set when the grader itself failed on the answer (its exception, for tests to find); the
+    # reader still gets a message, never a traceback
+    error: str = ""
 
     def __bool__(self) -> bool:
         return self.ok
@@ -64,13 +67,24 @@ class Exercise:
     needs_gpu: bool = False
 
     def check(self, answer: Any) -> Feedback:
+        """Grade ``answer``; never raises (a checker's promise to the reader)."""
         if answer is None or answer is Ellipsis:
             return wrong("no answer yet.", f"Replace the placeholder with your answer to: "
                                            f"{self.question}")
+        from ..validation import InputError
+
         try:
             return self.grade(answer)
         except Malformed as e:
             return wrong(f"the answer could not be read: {e}")
+        except InputError as e:  # the package refused a value from the answer, and said why
+            return wrong(f"the answer could not be used: {e}")
+        except Exception as e:  # noqa: BLE001 - a form the grader did not foresee
+            text = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+            return Feedback(False, f"the answer could not be read ({type(e).__name__}"
+                                   f"{': ' + text if text else ''}).",
+                            f"Write it in the form the question asks for: {self.question}",
+                            error=f"{type(e).__name__}: {text}")
 
 
 # ---- converters: clean value or Malformed with a message that says what to write ----
@@ -78,22 +92,35 @@ class Exercise:
 def as_number(answer: Any, what: str = "a number") -> float:
     if isinstance(answer, bool):
         raise Malformed(f"expected {what}, got a boolean ({answer}).")
-    if hasattr(answer, "numel") and hasattr(answer, "item"):  # a torch or numpy scalar
-        if getattr(answer, "numel")() != 1:
-            raise Malformed(f"expected {what}, got a tensor with {answer.numel()} elements.")
-        answer = answer.item()
-    if isinstance(answer, str):
+    kind = type(answer).__name__
+    if hasattr(answer, "numel") and hasattr(answer, "item"):  # a torch tensor or numpy scalar
         try:
-            answer = float(answer.strip())
+            count = answer.numel() if callable(answer.numel) else int(answer.numel)
+        except Exception:  # noqa: BLE001 - an object that only looks like a tensor
+            raise Malformed(f"expected {what}, got {kind}.") from None
+        if count != 1:
+            raise Malformed(f"expected {what}, got a tensor with {count} elements.")
+        try:
+            answer = answer.item()
+        except Exception:  # noqa: BLE001
+            raise Malformed(f"expected {what}, got {kind} whose value cannot be read.") from None
+        if isinstance(answer, bool):
+            raise Malformed(f"expected {what}, got a boolean tensor ({answer}).")
+    if isinstance(answer, (str, bytes)):
+        text = answer.decode(errors="replace") if isinstance(answer, bytes) else answer
+        try:
+            answer = float(text.strip().replace("_", ""))
         except ValueError:
-            raise Malformed(f"expected {what}, got the text {answer!r}. Write a plain number, "
+            raise Malformed(f"expected {what}, got the text {text[:40]!r}. Write a plain number, "
                             f"e.g. answer = 12.5") from None
-    if not isinstance(answer, (int, float)):
-        try:
-            answer = float(answer)
-        except (TypeError, ValueError):
-            raise Malformed(f"expected {what}, got {type(answer).__name__}.") from None
-    value = float(answer)
+    try:
+        value = float(answer)
+    except OverflowError:
+        raise Malformed(f"expected {what}, got a number too large for a float "
+                        f"({len(str(answer)) if isinstance(answer, int) else '?'} digits).") from None
+    except Exception:  # noqa: BLE001 - a list, a dict, an object whose __float__ raises, ...
+        raise Malformed(f"expected {what}, got {kind}. Write a plain number, e.g. answer = 12.5") \
+            from None
     if math.isnan(value):
         raise Malformed(f"the answer is NaN; expected {what}. NaN never passes a check.")
     if math.isinf(value):
@@ -103,7 +130,11 @@ def as_number(answer: Any, what: str = "a number") -> float:
 
 def as_vector(answer: Any, length: int, what: str = "numbers") -> list[float]:
     if hasattr(answer, "tolist"):
-        answer = answer.tolist()
+        try:
+            answer = answer.tolist()
+        except Exception:  # noqa: BLE001
+            raise Malformed(f"expected a list of {length} {what}, got "
+                            f"{type(answer).__name__}.") from None
     if isinstance(answer, (str, bytes)) or not isinstance(answer, Sequence):
         raise Malformed(f"expected a list of {length} {what}, got {type(answer).__name__}. "
                         f"Write e.g. answer = [1.0, 2.0, ...].")
@@ -121,8 +152,72 @@ def as_choice(answer: Any, choices: Sequence[str]) -> str:
     for c in choices:
         if key == c.lower():
             return c
-    raise Malformed(f"{answer!r} is not one of {', '.join(repr(c) for c in choices)}.")
+    raise Malformed(f"{answer[:40]!r} is not one of {', '.join(repr(c) for c in choices)}.")
+
+
+def as_fields(answer: Any, names: Sequence[str], example: str) -> list:
+    """The parts of a compound answer, in the order of ``names``: from a tuple or list of that
+    length, or from a dict with those keys. Anything else (a set, a string, a dict with other
+    keys) is Malformed, with ``example`` showing the form."""
+    shape = ", ".join(names)
+    if isinstance(answer, Mapping):
+        found = {str(k).strip().lower(): v for k, v in answer.items()}
+        missing = [n for n in names if n.lower() not in found]
+        if missing:
+            raise Malformed(f"the dict lacks {', '.join(repr(m) for m in missing)}; expected the "
+                            f"keys {shape}, e.g. {example}.")
+        return [found[n.lower()] for n in names]
+    if isinstance(answer, (str, bytes)) or not isinstance(answer, Sequence):
+        raise Malformed(f"expected {len(names)} values ({shape}), got {type(answer).__name__}; "
+                        f"write e.g. {example}.")
+    if len(answer) != len(names):
+        raise Malformed(f"expected {len(names)} values ({shape}), got {len(answer)}; write e.g. "
+                        f"{example}.")
+    return list(answer)
 
 
 def close(a: float, b: float, rel: float = 1e-3, abs_: float = 1e-9) -> bool:
     return abs(a - b) <= abs_ + rel * abs(b)
+
+
+def matches_as_written(answer: Any, value: float, target: float, min_significant: int = 2) -> bool:
+    """True when ``value`` (read from ``answer``) is ``target`` rounded to the digits the reader
+    wrote: 1.1 matches 1.1094 and 0.83 matches 0.8332, but 1.10 (three significant digits) does not
+    match 1.1094, and an answer with fewer than ``min_significant`` significant digits matches only
+    an exact target. Fractions and other values with no written digits never match this way."""
+    import decimal
+
+    import numpy as np
+
+    if hasattr(answer, "item") and getattr(answer, "shape", None) in ((), (1,)):  # numpy or torch scalar
+        kind = str(getattr(answer, "dtype", "")).replace("torch.", "")
+        answer = answer.item()
+        if kind in ("float32", "float16", "bfloat16") and isinstance(answer, float):
+            answer = np.format_float_positional(np.float32(answer))  # the digits as fp32 prints them
+    if isinstance(answer, bool) or not isinstance(answer, (int, float, str)):
+        return False
+    try:
+        written = decimal.Decimal(answer.strip() if isinstance(answer, str) else repr(answer))
+    except decimal.InvalidOperation:
+        return False
+    if not written.is_finite():
+        return False
+    digits = written.as_tuple()
+    significant = len(str(int("".join(map(str, digits.digits)) or "0")))
+    if significant < min_significant:
+        return value == target
+    half_unit = 0.5 * 10.0 ** digits.exponent
+    return abs(value - target) <= half_unit * (1 + 1e-9)
+
+
+def as_count(answer: Any, what: str = "a whole number") -> float:
+    """A number that may be written with thousands separators: 33562624, "33,562,624",
+    "33 562 624", "33_562_624" (commas, spaces, thin or no-break spaces, underscores)."""
+    import re
+
+    if isinstance(answer, str):
+        text = answer.strip()
+        grouped = re.fullmatch(r"\d{1,3}(?:([,\s_\u00a0\u2009\u202f])\d{3})(?:\1\d{3})*", text)
+        if grouped:
+            answer = re.sub(r"[,\s_\u00a0\u2009\u202f]", "", text)
+    return as_number(answer, what)

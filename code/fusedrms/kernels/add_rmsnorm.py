@@ -52,6 +52,7 @@ import triton
 import triton.language as tl
 
 from .. import dtypes, registry, tuning, validation
+from .rmsnorm import loud_scale  # chapter 4's overflow guard, reused
 from .rounding import round_to_bf16
 
 # The whole row lives in registers: 32768 fp32 sums over 1024 threads is 32 values per thread for
@@ -96,8 +97,8 @@ def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, cols,
             s_stored = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
             tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
             s = s_stored.to(tl.float32)
-        mean_square = tl.sum(s * s, axis=1) / cols  # masked lanes added 0; real width
-        rstd = tl.rsqrt(mean_square + eps)
+        denominator = tl.sum(s * s, axis=1) / cols + eps  # masked lanes added 0; real width
+        rstd = loud_scale(tl.rsqrt(denominator), denominator)  # NaN, not 0, on overflow
         y = s * rstd[:, None] * w[None, :]
         tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
                  _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
@@ -129,7 +130,8 @@ def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, cols,
             if WRITE_SUM:
                 s = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16).to(tl.float32)
             partial += s * s
-        rstd = tl.rsqrt(tl.sum(partial, axis=1) / cols + eps)
+        denominator = tl.sum(partial, axis=1) / cols + eps
+        rstd = loud_scale(tl.rsqrt(denominator), denominator)
         # pass 2: read x and r again (from L2, mostly; last use), write s and y
         for start in tl.range(0, cols, CHUNK):
             col = start + tl.arange(0, CHUNK)
@@ -440,6 +442,7 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
     layout); both must then be contiguous, or the writes would land in a temporary copy.
     """
     config = _check_config(config)
+    in_place = validation.check_flag(in_place, "in_place")
     x2, r2, w, eps, shape = _prepare(x, residual, w, eps, "capstone.fused_residual")
     config = config or _default_config(x2.shape[1], x2.dtype)
     if in_place:
@@ -448,9 +451,9 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
                 raise validation.InputError(
                     f"in_place=True writes into {name}, which is not contiguous; the kernel would "
                     f"write into a temporary copy. Pass {name}.contiguous() or use in_place=False.")
-        if x.data_ptr() == residual.data_ptr():
-            raise validation.InputError("in_place=True needs x and residual in separate memory "
-                                        "(y and s are written to both).")
+        # y goes into x and s into residual: neither may overlap the other tensors it reads
+        validation.check_no_overlap({"x": x2, "residual": r2},
+                                    {"x": x2, "residual": r2, "w": w})
         launch(x2, r2, w, x2, r2, eps, config)
         return x, residual
     y2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)

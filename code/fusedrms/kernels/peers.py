@@ -39,30 +39,36 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return validation.as_rows(x, "x")
 
 
+def _check(x, w, eps, residual=None) -> float:
+    """The kernels' validation, so a peer fails as clearly as they do (not deep inside ATen)."""
+    _rows(x)  # a tensor of a supported dtype, not a scalar, at least one column
+    if residual is not None:
+        validation.check_same(x, residual, "x", "residual")
+    validation.check_weight(w, x.shape[-1], x.device)
+    return validation.check_eps(eps)
+
+
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     """PyTorch's ``F.rms_norm`` with the weight passed in (PyTorch picks the kernel)."""
-    validation.check_tensor(x, "x")
-    validation.check_weight(w, x.shape[-1], x.device)
+    eps = _check(x, w, eps)
     return F.rms_norm(x, (x.shape[-1],), w, eps)
 
 
 def eager_chain(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
                 eps: float = 1e-5) -> torch.Tensor:
-    """The unfused chain: add, normalize, scale; every intermediate is rounded to x's dtype."""
-    validation.check_tensor(x, "x")
-    validation.check_same(x, residual, "x", "residual")
-    validation.check_weight(w, x.shape[-1], x.device)
+    """The unfused chain: add, normalize, scale; every intermediate is rounded to x's dtype
+    (a weight of another dtype is applied in its dtype and the product cast back to x's)."""
+    eps = _check(x, w, eps, residual)
     t = x + residual
     n = F.rms_norm(t, (t.shape[-1],), None, eps)
-    return n * w
+    y = n * w
+    return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
 def rms_norm_add(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
                  eps: float = 1e-5) -> torch.Tensor:
     """``F.rms_norm(x + residual, w)``: the add, then PyTorch's norm with the weight inside."""
-    validation.check_tensor(x, "x")
-    validation.check_same(x, residual, "x", "residual")
-    validation.check_weight(w, x.shape[-1], x.device)
+    eps = _check(x, w, eps, residual)
     return F.rms_norm(x + residual, (x.shape[-1],), w, eps)
 
 
@@ -109,6 +115,7 @@ COMPILED_ADD_RMSNORM = StaticCompiled(reference.add_rmsnorm, "torch.compile_add"
 
 
 def compiled_rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    eps = _check(x, w, eps)
     x2 = _rows(x)
     w = validation.check_weight(w, x2.shape[1], x2.device)
     return COMPILED_RMSNORM.get(x2, w, eps=eps)(x2, w, eps).reshape(x.shape)
@@ -116,7 +123,7 @@ def compiled_rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5) -> tor
 
 def compiled_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
                          eps: float = 1e-5) -> torch.Tensor:
-    validation.check_same(x, residual, "x", "residual")
+    eps = _check(x, w, eps, residual)
     x2, r2 = _rows(x), _rows(residual)
     w = validation.check_weight(w, x2.shape[1], x2.device)
     return COMPILED_ADD_RMSNORM.get(x2, r2, w, eps=eps)(x2, r2, w, eps).reshape(x.shape)
@@ -155,6 +162,7 @@ def liger_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5) -> torch
     fn = _load_liger()
     if fn is None:
         raise RuntimeError(liger_status())
+    eps = _check(x, w, eps)
     x2 = _rows(x)
     w = validation.check_weight(w, x2.shape[1], x2.device)
     return fn.apply(x2, w, eps).reshape(x.shape)

@@ -31,14 +31,16 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import checks, dtypes, reference, registry, validation
+from .. import checks, cli, dtypes, reference, registry, validation
 from ..measure import timer
 
 # A row must fit in one block for the row kernel. Triton allows far bigger blocks, but a block lives
-# in registers: at 65536 fp32 elements and 16 warps (512 threads) each thread holds 128 values of x
-# alone, the register file is full and the compiler spills to local memory. Wider rows go to the
-# looped kernel.
-ROW_MAX_COLS = 65536
+# in registers, and a 16-warp (512-thread) program may use at most 65536 / 512 = 128 registers per
+# thread. Recorded on the H200 (data/h200/traffic_row_registers.json): 32768 fp32 columns, 64 values
+# of x per thread, 128 registers, no spills; 65536 columns, 128 values per thread, 90 spilled to
+# local memory. So the row kernel stops at the widest row that does not spill; wider rows go to the
+# looped kernel (tests/kernels/test_rmsnorm.py ties this number to the recorded file).
+ROW_MAX_COLS = 32768
 # The looped kernel walks the row in chunks of at most this many columns.
 LOOP_CHUNK = 4096
 # The multirow kernel is for narrow rows; wider ones fill a program on their own.
@@ -60,6 +62,18 @@ def num_warps_for(block_size: int) -> int:
     return max(4, min(16, block_size // 512))
 
 
+# [book:loud-scale]
+@triton.jit
+def loud_scale(r, denominator):
+    """The row scale ``r = 1/sqrt(denominator)``, or NaN where ``denominator = mean(x^2) + eps``
+    left fp32's normal range: the fp32 sum of squares overflowed (rms(x) above about
+    1.8e19 / sqrt(cols)), the row holds a NaN or an Inf, or eps = 0 and mean(x^2) < 1.2e-38.
+    Without it an overflowed row would come back as zeros, finite and wrong; one compare per row."""
+    in_range = (denominator >= 1.1754943508222875e-38) & (denominator <= 3.4028234663852886e38)
+    return tl.where(in_range, r, float("nan"))
+# [/book:loud-scale]
+
+
 # [book:row-kernel]
 @triton.jit
 def rmsnorm_row_kernel(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
@@ -69,7 +83,7 @@ def rmsnorm_row_kernel(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, ep
     mask = offsets < cols  # lanes past the last column do nothing
     x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
     mean_square = tl.sum(x * x, axis=0) / cols  # masked lanes added 0; divide by the real width
-    r = tl.rsqrt(mean_square + eps)
+    r = loud_scale(tl.rsqrt(mean_square + eps), mean_square + eps)  # NaN, not 0, on overflow
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)  # one weight per column
     y = x * r * w
     tl.store(y_ptr + row * y_row_stride + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -90,7 +104,8 @@ def rmsnorm_looped_kernel(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride,
         cols_here = start + offsets
         x = tl.load(x_row + cols_here, mask=cols_here < cols, other=0.0).to(tl.float32)
         partial += x * x
-    r = tl.rsqrt(tl.sum(partial, axis=0) / cols + eps)
+    denominator = tl.sum(partial, axis=0) / cols + eps
+    r = loud_scale(tl.rsqrt(denominator), denominator)
     # pass 2: read x again (it no longer fits on chip) and write y
     for start in range(0, cols, BLOCK_SIZE):
         cols_here = start + offsets
@@ -112,7 +127,8 @@ def rmsnorm_multirow_kernel(x_ptr, w_ptr, y_ptr, rows, cols, x_row_stride, y_row
     mask = (row_ids[:, None] < rows) & col_mask[None, :]  # the last program may run out of rows
     x = tl.load(x_ptr + row_ids[:, None] * x_row_stride + offsets[None, :],
                 mask=mask, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(x * x, axis=1) / cols + eps)  # one scale per row
+    denominator = tl.sum(x * x, axis=1) / cols + eps
+    r = loud_scale(tl.rsqrt(denominator), denominator)  # one scale per row
     w = tl.load(w_ptr + offsets, mask=col_mask, other=0.0).to(tl.float32)  # shared by the rows
     y = x * r[:, None] * w[None, :]
     tl.store(y_ptr + row_ids[:, None] * y_row_stride + offsets[None, :],
@@ -183,6 +199,8 @@ def rmsnorm_looped(x, w, eps: float = 1e-5, num_warps: int | None = None,
 
 def rows_per_program_for(block_size: int) -> int:
     """Narrow rows share a program until it covers about ``MULTIROW_ELEMENTS`` lanes (1 to 64 rows)."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise validation.InputError(f"block_size must be a positive whole number, got {block_size!r}.")
     return max(1, min(64, MULTIROW_ELEMENTS // block_size))
 
 
@@ -253,13 +271,13 @@ def _parser() -> argparse.ArgumentParser:
         description="Check the Triton RMSNorm kernels against a float64 reference and, on a GPU, "
                     "time them. Without a GPU they run in Triton's interpreter and are only checked.")
     p.add_argument("--version", default="all", help="row, looped, multirow or all (default: all)")
-    p.add_argument("--rows", type=int, default=1024, help="number of rows (default 1024)")
-    p.add_argument("--cols", type=int, default=4096, help="row width (default 4096)")
-    p.add_argument("--dtype", default="fp32", help="fp32, bf16 or fp16 (default fp32)")
-    p.add_argument("--eps", type=float, default=1e-5)
-    p.add_argument("--num-warps", type=int, default=None,
+    p.add_argument("--rows", type=cli.whole(1), default=1024, help="number of rows (default 1024)")
+    p.add_argument("--cols", type=cli.whole(1), default=4096, help="row width (default 4096)")
+    p.add_argument("--dtype", type=cli.dtype, default="fp32", help="fp32, bf16 or fp16 (default fp32)")
+    p.add_argument("--eps", type=cli.eps, default=1e-5)
+    p.add_argument("--num-warps", type=int, choices=(1, 2, 4, 8, 16, 32), default=None,
                    help="override the book's num_warps rule (1, 2, 4, 8, 16 or 32)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=cli.seed, default=0)
     return p
 
 
@@ -273,20 +291,8 @@ def main(argv=None) -> int:
         names = [name]
     else:
         parser.error(f"--version must be one of: {', '.join(VERSIONS)}, all (got {args.version!r})")
-    if args.rows < 0:
-        parser.error(f"--rows must be >= 0, got {args.rows}")
-    if args.cols < 1:
-        parser.error(f"--cols must be >= 1, got {args.cols}")
-    try:
-        dtype = dtypes.torch_dtype(args.dtype)
-    except dtypes.DtypeError:
-        dtype = None
-    if dtype not in validation.SUPPORTED_DTYPES:
-        parser.error(f"--dtype must be fp32, bf16 or fp16 (got {args.dtype!r})")
-    try:
-        _check_num_warps(args.num_warps)
-    except validation.InputError as e:
-        parser.error(str(e))
+    cli.check_elements(parser, args.rows, args.cols)
+    dtype = args.dtype
 
     e = env.current()
     print(e.describe())

@@ -27,6 +27,11 @@ Decisions (documented in the chapter):
 - **Zero blocks.** With no floor an all-zero block has scale 0 and ``0 / 0`` gives NaN codes. The
   default floors absmax at ``1e-4`` (DeepSeek-V3's reference code; SGLang uses 1e-10), so scales
   are never 0. Pass ``absmax_floor=0.0`` for the unprotected behaviour.
+- **NaN and Inf.** NaN in, NaN out: a block whose values hold a NaN or an Inf gets a NaN scale and
+  NaN codes throughout (absmax keeps a NaN, where ``tl.max`` would drop it; a non-finite absmax
+  makes the scale NaN, one compare per block). A NaN or Inf in x, or a row whose fp32 sum of
+  squares overflows (rms above about 1.8e19 / sqrt(cols)), makes ``r`` NaN and so every block of
+  the row; a NaN or Inf in gamma (or a product past bf16's range) poisons only its own block.
 - **Widths that are not a multiple of 128** are accepted: the last block is partial (its missing
   columns count as zeros for the absmax and are not stored), and there are ``ceil(cols / 128)``
   scales per row. Rows of up to :data:`MAX_COLS` columns (the fused kernel keeps a row on chip).
@@ -58,6 +63,7 @@ import argparse
 import contextlib
 import dataclasses
 import math
+import numbers
 import sys
 
 import torch
@@ -65,7 +71,9 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from .. import checks, registry, tuning, validation
+from .. import checks, cli, registry, tuning, validation
+from .. import reference as reference_module  # `reference` below is this module's specification
+from .rmsnorm import loud_scale  # chapter 4's guard: NaN, never 0, for an overflowed row
 from .rounding import round_to_bf16  # chapter 7's bit-level rounding, shared
 
 # Excerpt of DeepSeek-V3's config.json: the fields this step's constants come from.
@@ -91,8 +99,10 @@ BF16 = torch.bfloat16
 # ---------------------------------------------------------------- reference
 
 def n_blocks(cols: int, block_cols: int = BLOCK_COLS) -> int:
-    if block_cols < 1:
-        raise validation.InputError(f"block_cols must be a positive whole number, got {block_cols!r}.")
+    """Scales per row: ``ceil(cols / block_cols)``."""
+    for name, value, least in (("cols", cols, 0), ("block_cols", block_cols, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise validation.InputError(f"{name} must be a whole number >= {least}, got {value!r}.")
     return -(-cols // block_cols)
 
 
@@ -106,8 +116,9 @@ def row_rscale(x2: torch.Tensor, eps: float) -> torch.Tensor:
     """r = 1 / sqrt(mean(x^2) + eps) per row, fp32, in the specified order (steps 1-2)."""
     xf = x2.to(FP32)
     sum_sq = (xf * xf).to(torch.float64).sum(dim=-1, keepdim=True)  # order-free up to 2^-53
-    mean_sq = sum_sq.to(FP32) / _full(xf, x2.shape[-1])
-    return torch.reciprocal(torch.sqrt(mean_sq + _full(xf, eps)))
+    sum_sq = sum_sq.to(FP32)
+    denominator = sum_sq / _full(xf, x2.shape[-1]) + _full(xf, eps)
+    return reference_module.loud(torch.reciprocal(torch.sqrt(denominator)), sum_sq, denominator)
 
 
 def quantize_blocks(y: torch.Tensor, absmax_floor: float = ABSMAX_FLOOR,
@@ -117,10 +128,11 @@ def quantize_blocks(y: torch.Tensor, absmax_floor: float = ABSMAX_FLOOR,
     nb = n_blocks(cols, block_cols)
     held = F.pad(y.to(FP32), (0, nb * block_cols - cols))  # a partial last block: zeros
     blocks = held.reshape(rows, nb, block_cols)
-    absmax = blocks.abs().amax(dim=-1)
+    absmax = blocks.abs().amax(dim=-1)  # NaN if the block holds one
+    finite = torch.isfinite(absmax)
     if absmax_floor > 0:
         absmax = torch.maximum(absmax, _full(absmax, absmax_floor))
-    scales = absmax / _full(absmax, FP8_MAX)
+    scales = torch.where(finite, absmax / _full(absmax, FP8_MAX), _full(absmax, float("nan")))
     q = (blocks / scales[..., None]).clamp(-FP8_MAX, FP8_MAX)  # clamp first: the cast does not saturate
     codes = q.to(FP8_DTYPE).reshape(rows, nb * block_cols)[:, :cols]
     return codes.contiguous(), scales
@@ -265,8 +277,8 @@ def row_rscale_tile(x, cols_f, eps):
     """Steps 1-2 on a (blocks, 128) tile of fp32 x (masked lanes 0): r = 1 / sqrt(mean + eps)."""
     squares = (x * x).to(tl.float64)  # exact for bf16 x; summed in float64, so order-free
     sum_sq = tl.sum(tl.sum(squares, axis=1), axis=0).to(tl.float32)
-    mean_sq = tl.div_rn(sum_sq, cols_f)
-    return tl.div_rn(1.0, tl.sqrt_rn(mean_sq + eps))  # correctly rounded, unlike rsqrt
+    denominator = tl.div_rn(sum_sq, cols_f) + eps
+    return loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)  # correctly rounded
 
 
 @triton.jit
@@ -302,11 +314,19 @@ def divide_by_block_scale(y, scale):
 
 
 @triton.jit
+def max_keeping_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)  # tl.max would drop a NaN
+
+
+@triton.jit
 def quantize_tile(y, absmax_floor, FP8_MAX: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
                   BLOCK_RECIPROCAL: tl.constexpr):
-    """Steps 4-5 on a (blocks, 128) tile: returns (codes, one scale per block)."""
-    absmax = tl.maximum(tl.max(tl.abs(y), axis=1), absmax_floor)  # floor 0: no floor
-    scale = tl.div_rn(absmax, FP8_MAX)
+    """Steps 4-5 on a (blocks, 128) tile: returns (codes, one scale per block).
+    A block holding a NaN or an Inf gets a NaN scale, so all its codes are NaN too."""
+    absmax = tl.reduce(tl.abs(y), 1, max_keeping_nan)
+    finite = absmax <= 3.4028234663852886e38  # False for NaN and Inf: one compare per block
+    absmax = tl.maximum(absmax, absmax_floor)  # floor 0: no floor
+    scale = tl.where(finite, tl.div_rn(absmax, FP8_MAX), float("nan"))
     if BLOCK_RECIPROCAL:
         q = divide_by_block_scale(y, scale)  # the same quotient, bit for bit, cheaper
     else:
@@ -362,7 +382,8 @@ def rmsnorm_fp8_fused_rows_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, rows, col
                 other=0.0).to(tl.float32)
     squares = (x * x).to(tl.float64)  # as row_rscale_tile: float64, so the order is free
     sum_sq = tl.sum(tl.sum(squares, axis=2), axis=1).to(tl.float32)
-    r = tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(sum_sq, cols_f) + eps))
+    denominator = tl.div_rn(sum_sq, cols_f) + eps
+    r = loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)
     w = tl.load(w_ptr + offsets, mask=offsets < cols, other=0.0).to(tl.float32)
     y = normalize_bf16(x, r[:, None, None], w, SOFTWARE_ROUNDING)
     codes, scale = quantize_tile(tl.reshape(y, (ROWS * BLOCKS, BLOCK_COLS)), absmax_floor,
@@ -413,7 +434,8 @@ def rmsnorm_fp8_fused_split_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, co
     sum_sq = (tl.sum(tl.sum((x0 * x0).to(tl.float64), axis=1), axis=0)  # float64: order-free
               + tl.sum(tl.sum((x1 * x1).to(tl.float64), axis=1), axis=0)
               + tl.sum(tl.sum((x2 * x2).to(tl.float64), axis=1), axis=0)).to(tl.float32)
-    r = tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(sum_sq, cols_f) + eps))
+    denominator = tl.div_rn(sum_sq, cols_f) + eps
+    r = loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)
     _quantize_piece(x0, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks0,
                     offsets0, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
     _quantize_piece(x1, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks1,
@@ -615,6 +637,7 @@ def _resolve_config(cols, num_warps, cap_registers, division, config) -> FusedCo
 
 def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=True,
                   division=None, config=None):
+    validation.check_flag(cap_registers, "cap_registers")
     x2, w, eps, floor, shape = _check_inputs(x, w, eps, absmax_floor, env.current().device)
     cols = x2.shape[1]
     validation.check_width(cols, MAX_COLS, "fp8_quant (one row per program)")
@@ -756,62 +779,6 @@ registry.register(registry.Impl(
                 "(chapter 8)"))
 
 
-# ---------------------------------------------------------------- the cast, in isolation
-
-ELEMENTWISE_BLOCK = 1024  # values per program of the two demonstration kernels below
-
-
-@triton.jit
-def cast_to_fp8_kernel(v_ptr, codes_ptr, n, FP8_MAX: tl.constexpr, BLOCK: tl.constexpr,
-                       CLAMP: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
-    if CLAMP:
-        v = tl.clamp(v, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
-    if SOFTWARE_ROUNDING:
-        tl.store(codes_ptr + offsets, e4m3_bits(v), mask=mask)
-    else:
-        tl.store(codes_ptr + offsets, v.to(tl.float8e4nv, fp_downcast_rounding="rtne"), mask=mask)
-
-
-@triton.jit
-def round_to_bf16_kernel(v_ptr, out_ptr, n, BLOCK: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
-    tl.store(out_ptr + offsets, to_bf16_value(v, SOFTWARE_ROUNDING), mask=mask)
-
-
-def triton_cast_to_fp8(values, software: bool, clamp: bool = True) -> torch.Tensor:
-    """fp32 values -> e4m3 codes through Triton alone (up to 65536 values): Triton's cast
-    (``software=False``) or the integer rounding, after clamping to +-448 as the kernels do.
-    ``clamp=False`` shows Triton's raw cast (the software path always clamps: it assumes it)."""
-    v = torch.as_tensor(values, dtype=FP32).reshape(-1).to(env.current().device)
-    if v.numel() > 65536:
-        raise validation.InputError("triton_cast_to_fp8 takes at most 65536 values per call.")
-    if software and not clamp:
-        raise validation.InputError("the software rounding assumes |value| <= 448: keep clamp=True.")
-    codes = torch.empty(v.shape, dtype=FP8_DTYPE, device=v.device)
-    if v.numel():
-        cast_to_fp8_kernel[(triton.cdiv(v.numel(), ELEMENTWISE_BLOCK),)](
-            v, codes.view(torch.uint8) if software else codes, v.numel(), FP8_MAX=FP8_MAX,
-            BLOCK=ELEMENTWISE_BLOCK, CLAMP=clamp, SOFTWARE_ROUNDING=software)
-    return codes
-
-
-def triton_round_to_bf16(values, software: bool) -> torch.Tensor:
-    """fp32 values -> nearest bf16 (as fp32) through Triton: its cast or the integer rounding."""
-    v = torch.as_tensor(values, dtype=FP32).reshape(-1).to(env.current().device)
-    if v.numel() > 65536:
-        raise validation.InputError("triton_round_to_bf16 takes at most 65536 values per call.")
-    out = torch.empty_like(v)
-    if v.numel():
-        round_to_bf16_kernel[(triton.cdiv(v.numel(), ELEMENTWISE_BLOCK),)](
-            v, out, v.numel(), BLOCK=ELEMENTWISE_BLOCK, SOFTWARE_ROUNDING=software)
-    return out
-
-
 # ---------------------------------------------------------------- inputs for checks
 
 def make_inputs(rows: int, cols: int, seed: int = 0, device=None, zero_block: bool = False):
@@ -837,9 +804,10 @@ def _main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     chk = sub.add_parser("check", help="compare naive and fused with the reference")
-    chk.add_argument("--rows", type=int, default=4)
-    chk.add_argument("--cols", type=int, default=HIDDEN_SIZE)
-    chk.add_argument("--seed", type=int, default=0)
+    chk.add_argument("--rows", type=cli.whole(1, 1 << 16), default=4)
+    chk.add_argument("--cols", type=cli.whole(1, MAX_COLS), default=HIDDEN_SIZE,
+                     help=f"row width, at most {MAX_COLS} (the fused kernel keeps a row on chip)")
+    chk.add_argument("--seed", type=cli.seed, default=0)
     chk.add_argument("--rounding", choices=ROUNDINGS, default="auto")
     args = parser.parse_args(argv)
     if args.cmd == "check":

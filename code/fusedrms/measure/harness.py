@@ -4,7 +4,7 @@
     python -m fusedrms.measure.harness run --op add_rmsnorm --rows 1024,4096 --cols 4096 --dtypes bf16
     python -m fusedrms.measure.harness plan h200 --out bench_grid.json       # the recorded H200 grid
     python -m fusedrms.measure.harness show [FILE]           # print a result file (the recorded one by default)
-    python -m fusedrms.measure.harness plot FILE --out STEM  # bandwidth and % of floor, PNG + SVG
+    python -m fusedrms.measure.plots FILE --out STEM         # bandwidth and % of floor, PNG + SVG
 
 The timing rules, measured, are chapter 6's (:mod:`fusedrms.book.ch06`); Nsight Compute is
 :mod:`fusedrms.measure.ncu`.
@@ -42,13 +42,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import dtypes, env, records
+from .. import cli, dtypes, env, records
 
 NO_GPU_EXIT = 2
 LINE_TAG = "@@"  # worker protocol: lines starting with this are JSON messages
 DTYPES = dtypes.ACTIVATIONS
 COMPILED_PEERS = ("torch.compile", "torch.compile_add")
 EPS = 1e-5
+MODES = ("cold", "warm", "graph")  # L2 cold (flushed), warm, and CUDA-graph replays
 
 
 class FloorUnavailable(RuntimeError):
@@ -95,7 +96,7 @@ class Sweep:
     impls: tuple = ("*",)  # fnmatch patterns on implementation names
 
     def __post_init__(self):
-        bad = [m for m in self.modes if m not in ("cold", "warm", "graph")]
+        bad = [m for m in self.modes if m not in MODES]
         if bad:
             raise ValueError(f"unknown mode(s) {bad}; use cold, warm or graph")
         for d in self.dtypes:
@@ -333,7 +334,7 @@ def _no_gpu_message() -> str:
     return ("No GPU here: the benchmark times kernels with device events and needs a CUDA or "
             "ROCm GPU (none is visible, or FUSEDRMS_FORCE_CPU is set). The book shows the "
             "recorded H200 results instead: `python -m fusedrms.measure.harness show` prints them, "
-            "`python -m fusedrms.measure.harness plot` draws them.")
+            "`python -m fusedrms.measure.plots FILE` draws them.")
 
 
 def _progress(total: int, desc: str):
@@ -651,33 +652,32 @@ def pick_target(op: str = "add_rmsnorm") -> str:
 
 # ---------------------------------------------------------------- command line
 
-def _ints(text: str) -> tuple:
-    try:
-        return tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}")
-
-
-def _names(text: str) -> tuple:
-    return tuple(v.strip() for v in text.split(",") if v.strip())
+def _modes(text: str) -> tuple:
+    modes = cli.names(text)
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown mode(s) {', '.join(bad)}; use {', '.join(MODES)}")
+    return modes
 
 
 def _add_settings(p):
-    p.add_argument("--processes", type=int, default=3, help="separate processes (default 3)")
-    p.add_argument("--compile-processes", type=int, default=1,
+    p.add_argument("--processes", type=cli.whole(1, 64), default=3,
+                   help="separate processes (default 3)")
+    p.add_argument("--compile-processes", type=cli.whole(0, 64), default=1,
                    help="processes for the torch.compile peers (default 1)")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--reps", type=int, default=50)
-    p.add_argument("--time-cap", type=float, default=0.1,
+    p.add_argument("--warmup", type=cli.whole(0), default=10)
+    p.add_argument("--reps", type=cli.whole(1), default=50)
+    p.add_argument("--time-cap", type=cli.number(0.0, above=True), default=0.1,
                    help="seconds per timing; slow calls get fewer reps (at least 10)")
-    p.add_argument("--budget-s", type=float, default=None,
+    p.add_argument("--budget-s", type=cli.number(0.0, above=True), default=None,
                    help="stop starting new cases after this many seconds (skipped ones are "
                         "recorded as skipped)")
-    p.add_argument("--compile-share", type=float, default=0.3,
+    p.add_argument("--compile-share", type=cli.number(0.0, 1.0), default=0.3,
                    help="share of --budget-s kept for the torch.compile process (default 0.3)")
     p.add_argument("--allow-missing-floor", action="store_true",
                    help="record times even if the traffic model cannot price an op")
-    p.add_argument("--out", default="bench_results.json", help="JSON path (a CSV goes beside)")
+    p.add_argument("--out", default="bench_results.json", type=cli.output_file,
+                   help="JSON path (a CSV goes beside)")
 
 
 def _settings(a) -> Settings:
@@ -694,22 +694,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedrms.measure.harness", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="time implementations over a grid")
-    r.add_argument("--op", default="add_rmsnorm")
-    r.add_argument("--rows", type=_ints, default=(1024, 4096, 16384))
-    r.add_argument("--cols", type=_ints, default=(4096,))
-    r.add_argument("--dtypes", type=_names, default=("bf16",))
-    r.add_argument("--modes", type=_names, default=("cold",))
-    r.add_argument("--impls", type=_names, default=("*",), help="names or patterns, e.g. 'triton.*'")
+    r.add_argument("--op", type=cli.op, default="add_rmsnorm")
+    r.add_argument("--rows", type=cli.whole_list(1), default=(1024, 4096, 16384))
+    r.add_argument("--cols", type=cli.whole_list(1), default=(4096,))
+    r.add_argument("--dtypes", type=cli.dtype_names, default=("bf16",))
+    r.add_argument("--modes", type=_modes, default=("cold",))
+    r.add_argument("--impls", type=cli.names, default=("*",),
+                   help="names or patterns, e.g. 'triton.*'")
     _add_settings(r)
     pl = sub.add_parser("plan", help="run a named plan of sweeps (h200: the recorded grid)")
     pl.add_argument("name", choices=sorted(PLANS))
     _add_settings(pl)
     sh = sub.add_parser("show", help="print a result file (default: the recorded H200 grid)")
-    sh.add_argument("file", nargs="?", default="bench_grid")
-    sh.add_argument("--limit", type=int, default=None)
-    pt = sub.add_parser("plot", help="draw bandwidth and %% of floor (PNG and SVG)")
-    pt.add_argument("file", nargs="?", default="bench_grid")
-    pt.add_argument("--out", default="bench_plot")
+    sh.add_argument("file", nargs="?", default="bench_grid", type=cli.result_file())
+    sh.add_argument("--limit", type=cli.whole(1), default=None)
     wk = sub.add_parser("worker", help=argparse.SUPPRESS)
     wk.add_argument("spec")
     a = p.parse_args(argv)
@@ -721,12 +719,6 @@ def main(argv: list[str] | None = None) -> int:
             doc = load(a.file)
             print(records.describe(doc))
             print(format_table(doc["records"], a.limit))
-            return 0
-        if a.cmd == "plot":
-            from . import plots
-
-            for path in plots.plot_file(a.file, a.out):
-                print(f"wrote {path}")
             return 0
         if a.cmd in ("run", "plan"):
             sweeps = PLANS[a.name] if a.cmd == "plan" else [

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .. import dtypes, env, records
+from .. import cli, dtypes, env, records
 from .harness import FloorUnavailable, floor_bytes, make_inputs, pick_target
 
 # ---------------------------------------------------------------- Nsight Compute
@@ -193,11 +193,11 @@ def main(argv=None) -> int:
     pr = sub.add_parser("profile-target", help=argparse.SUPPRESS)
     for q in (p, pr):
         q.add_argument("--impl", default=None)
-        q.add_argument("--op", default="add_rmsnorm")
-        q.add_argument("--rows", type=int, default=16384)
-        q.add_argument("--cols", type=int, default=8192)
-        q.add_argument("--dtype", default="bf16")
-    p.add_argument("--timeout", type=float, default=120)
+        q.add_argument("--op", type=cli.op, default="add_rmsnorm")
+        q.add_argument("--rows", type=cli.whole(1), default=16384)
+        q.add_argument("--cols", type=cli.whole(1), default=8192)
+        q.add_argument("--dtype", type=cli.dtype_name, default="bf16")
+    p.add_argument("--timeout", type=cli.number(0.0, above=True), default=120)
     p.add_argument("--out", default="ncu_summary.json")
     a = p.parse_args(argv)
     try:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from . import harness
-from .. import records
+from .. import cli, records
 
 MARKERS = "osD^v<>ph*"
 
@@ -148,11 +148,12 @@ def plot_file(path_or_name: str | Path = "bench_grid", out: str | Path = "bench_
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedrms.measure.plots", description=__doc__.split("\n")[0])
-    p.add_argument("file", nargs="?", default="bench_grid",
+    p.add_argument("file", nargs="?", default="bench_grid", type=cli.result_file(),
                    help="a result JSON, or the name of a recorded file (default bench_grid)")
-    p.add_argument("--out", default="bench_plot", help="output stem: STEM.png and STEM.svg")
+    p.add_argument("--out", default="bench_plot", type=cli.output_file,
+                   help="output stem: STEM.png and STEM.svg")
     p.add_argument("--sweep", default="grid")
-    p.add_argument("--op", default=None)
+    p.add_argument("--op", default=None, type=cli.op)
     a = p.parse_args(argv)
     try:
         for path in plot_file(a.file, a.out, a.sweep, a.op):

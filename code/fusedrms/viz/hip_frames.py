@@ -7,12 +7,11 @@ GPU) on the same row with the same thread count and compares their output with t
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from .stepper import Frame
 from .svg import Canvas, fmt
-from .traces import check_row, tree_reduce_levels
+from .traces import check_output, check_row, row_scale, row_values, tree_reduce_levels
 
 MAX_COLS = 8
 MAX_THREADS = 8
@@ -36,25 +35,13 @@ class BlockTrace:
     y: list[float]
 
 
-def _values(v, name: str) -> list[float]:
-    """A list of numbers from a sequence or from text such as "3, 4, -3, -4"."""
-    if isinstance(v, str):
-        try:
-            return [float(t) for t in v.replace(",", " ").split()]
-        except ValueError:
-            raise ValueError(f"{name}: write numbers separated by commas, e.g. 3, 4, -3, -4") from None
-    return [float(t) for t in v]
-
-
 def trace(x, w, eps: float = 1e-5, threads: int = 4) -> BlockTrace:
-    x = _values(x, "x")
-    w = _values(w, "w")
+    x = row_values(x, "x")
+    w = row_values(w, "w")
     threads = int(threads)
     check_row(x, w, MAX_COLS)
     if threads not in (1, 2, 4, 8):
         raise ValueError(f"threads must be a power of two from 1 to {MAX_THREADS}; got {threads}")
-    if not eps >= 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
     running, s = [], 0.0
     for v in x:
         s += v * v
@@ -64,11 +51,9 @@ def trace(x, w, eps: float = 1e-5, threads: int = 4) -> BlockTrace:
     levels = tree_reduce_levels(partials)
     strides = [len(level) for level in levels[1:]]  # stride = the size of the level it produces
     total = levels[-1][0]
-    mean = total / len(x)  # divide by cols, not by the thread count
-    if mean + eps == 0:
-        raise ValueError("an all-zero row with eps = 0 divides by zero: use eps > 0")
-    r = 1.0 / math.sqrt(mean + eps)
+    mean, r = row_scale(total, len(x), eps)  # divide by cols, not by the thread count
     y = [xi * r * wi for xi, wi in zip(x, w)]
+    check_output(y)
     return BlockTrace(x, w, eps, threads, running, columns_of, partials, levels, strides,
                       1 + len(strides), total, mean, r, y)
 
@@ -217,10 +202,9 @@ def explorer(x="3, 4, -3, -4", w="1, 0.5, 2, 1", eps: float = 1e-5, threads: int
     """The animation with editable x, w, eps and thread count (recomputes in a live kernel)."""
     import ipywidgets as widgets
 
-    from .stepper import explorer as _explorer
+    from .stepper import explorer as _explorer, row_input
 
-    controls = {"x": widgets.Text(value=x, description="x"),
-                "w": widgets.Text(value=w, description="w"),
+    controls = {"x": row_input(x, "x"), "w": row_input(w, "w"),
                 "eps": widgets.FloatText(value=eps, description="eps"),
                 "threads": widgets.Dropdown(options=[1, 2, 4, 8], value=threads, description="threads")}
     return _explorer(frames, controls)

@@ -5,12 +5,11 @@ block of threads performs) in float64; tests check it against :func:`fusedrms.re
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from .stepper import Frame
 from .svg import Canvas, fmt
-from .traces import check_row, tree_reduce_levels
+from .traces import check_output, check_row, row_scale, row_values, tree_reduce_levels
 
 MAX_COLS = 8  # the picture stays readable up to 8 columns
 
@@ -29,19 +28,16 @@ class RMSNormTrace:
 
 
 def trace(x, w, eps: float = 1e-5) -> RMSNormTrace:
-    x = [float(v) for v in x]
-    w = [float(v) for v in w]
+    """``x`` and ``w``: sequences of numbers or text such as "3, 4, -3, -4"."""
+    x = row_values(x, "x")
+    w = row_values(w, "w")
     check_row(x, w, MAX_COLS)
-    if not eps >= 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
     squares = [v * v for v in x]
     levels = tree_reduce_levels(squares)
     total = levels[-1][0]
-    mean = total / len(x)  # the real column count, never the padded width
-    if mean + eps == 0:
-        raise ValueError("an all-zero row with eps = 0 divides by zero: use eps > 0")
-    r = 1.0 / math.sqrt(mean + eps)
+    mean, r = row_scale(total, len(x), eps)
     y = [xi * r * wi for xi, wi in zip(x, w)]
+    check_output(y)
     return RMSNormTrace(x, w, eps, squares, levels, total, mean, r, y)
 
 
@@ -49,19 +45,8 @@ def _vec(values, digits: int | None = None) -> str:
     return "[" + ", ".join(fmt(v) if digits is None else f"{v:.{digits}f}" for v in values) + "]"
 
 
-def _parse(text: str, name: str) -> list[float]:
-    try:
-        return [float(t) for t in text.replace(",", " ").split()]
-    except ValueError:
-        raise ValueError(f"{name}: write numbers separated by commas, e.g. 3, 4, -3, -4") from None
-
-
 def frames(x=(3, 4, -3, -4), w=(1, 0.5, 2, 1), eps: float = 1e-5) -> list[Frame]:
     """The seven steps: read, square, tree halves, mean, broadcast r, multiply, write y only."""
-    if isinstance(x, str):
-        x = _parse(x, "x")
-    if isinstance(w, str):
-        w = _parse(w, "w")
     t = trace(x, w, eps)
     n = len(t.x)
     cell, left = 64, 110
@@ -144,9 +129,8 @@ def explorer(x="3, 4, -3, -4", w="1, 0.5, 2, 1", eps=1e-5):
     """The animation with editable x, w and eps (recomputes in a live kernel)."""
     import ipywidgets as widgets
 
-    from .stepper import explorer as _explorer
+    from .stepper import explorer as _explorer, row_input
 
-    controls = {"x": widgets.Text(value=x, description="x"),
-                "w": widgets.Text(value=w, description="w"),
+    controls = {"x": row_input(x, "x"), "w": row_input(w, "w"),
                 "eps": widgets.FloatText(value=eps, description="eps")}
     return _explorer(frames, controls)

@@ -177,20 +177,60 @@ def estimate_html(e: traffic.Estimate) -> str:
             + (f" · {e.bound}-bound" if e.bound else "") + "</p>")
 
 
+def figure_html(fig: Figure, alt: str, dpi: int = 80) -> str:
+    """A figure as an inline PNG ``<img>`` (an HTML widget can hold it; nothing is fetched)."""
+    import base64
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    return (f'<img src="data:image/png;base64,{data}" alt="{escape(alt)}" '
+            f'style="max-width:100%;height:auto">')
+
+
+def calculator_plot(e: traffic.Estimate, bandwidth_label: str = "") -> Figure:
+    """The estimate's design across the model widths, at its rows, dtype and bandwidth, with the
+    chosen width marked."""
+    widths = dict(MODEL_WIDTHS)
+    if e.cols not in {c for c, _ in widths.values()}:
+        widths["chosen"] = (e.cols, None)
+    widths = dict(sorted(widths.items(), key=lambda item: item[1][0]))
+    fig = time_by_width([e.step], e.rows, e.dtype, e.bandwidth_GBps, widths, bandwidth_label,
+                        figsize=(6.4, 3.6))
+    ax = fig.axes[0]
+    ax.set_xscale("log")  # a chosen width far from the models' must not squash their ticks
+    ax.set_yscale("log")
+    ax.minorticks_off()
+    cols = [c for c, _ in widths.values()]
+    ax.set_xticks(cols)
+    ax.set_xticklabels([f"{m} ({c})" for m, (c, _) in widths.items()], fontsize=7, rotation=35,
+                       ha="right")
+    ax.scatter([e.cols], [e.ideal_us], s=90, facecolors="none", edgecolors="black", zorder=4,
+               label=f"{e.cols} cols: {e.ideal_us:,.3f} µs")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def calculator(bandwidth_GBps: float, peak_tflops: float | None = None,
                bandwidth_label: str = "", step: str = "fused_add_rmsnorm", rows: int = 4096,
                cols: int = 4096, dtype: str = "bf16"):
-    """Rows, cols, dtype, design -> bytes, launches, ideal µs. Needs a live kernel to recompute."""
+    """Design, rows, cols, dtype, bandwidth -> the design's table (bytes and FLOPs per kernel,
+    launches, ideal µs) and its ideal time across model widths. Needs a live kernel to recompute;
+    an impossible input (0 rows, a negative bandwidth) shows the model's message instead."""
     import ipywidgets as widgets
 
     w_step = widgets.Dropdown(options=list(traffic.STEPS), value=step, description="design")
-    w_rows = widgets.BoundedIntText(value=rows, min=1, max=1 << 24, description="rows")
-    w_cols = widgets.BoundedIntText(value=cols, min=1, max=1 << 20, description="cols")
+    w_rows = widgets.IntText(value=rows, description="rows")
+    w_cols = widgets.IntText(value=cols, description="cols")
     w_dtype = widgets.Dropdown(options=list(traffic.ACTIVATION_DTYPES), value=dtype,
                                description="dtype")
-    w_bw = widgets.BoundedFloatText(value=bandwidth_GBps, min=1, max=1e5,
-                                    description="GB/s")
+    w_bw = widgets.FloatText(value=bandwidth_GBps, description="GB/s")
     out = widgets.HTML()
+    out.add_class("fusedrms-calculator-table")
+    plot = widgets.HTML()
+    plot.add_class("fusedrms-calculator-plot")
     note = widgets.HTML(f"<small>bandwidth: {escape(bandwidth_label)}</small>"
                         if bandwidth_label else "")
 
@@ -198,9 +238,13 @@ def calculator(bandwidth_GBps: float, peak_tflops: float | None = None,
         try:
             e = traffic.price(w_step.value, w_rows.value, w_cols.value, w_dtype.value,
                               w_bw.value, peak_tflops)
-            out.value = estimate_html(e)
         except traffic.TrafficError as err:
-            out.value = f"<p style='color:#b35900'>{escape(str(err))}</p>"
+            out.value = (f'<p class="fusedrms-input-error" style="color:#b35900">'
+                         f"{escape(str(err))}</p>")
+            plot.value = ""
+            return
+        out.value = estimate_html(e)
+        plot.value = figure_html(calculator_plot(e), f"ideal time of {e.step} by row width")
 
     for w in (w_step, w_rows, w_cols, w_dtype, w_bw):
         w.observe(update, names="value")
@@ -210,4 +254,4 @@ def calculator(bandwidth_GBps: float, peak_tflops: float | None = None,
     # the static page greys the inputs out and says, under them, how to change them
     return widgets.VBox([live_only(widgets.HBox([w_step, w_dtype])),
                          live_only(widgets.HBox([w_rows, w_cols])),
-                         widgets.HBox([live_only(w_bw), note]), static_note(), out])
+                         widgets.HBox([live_only(w_bw), note]), static_note(), out, plot])

@@ -94,24 +94,49 @@ def stepper(frames: list[Frame], interval_ms: int = 1600, description: str = "st
     return box
 
 
+def _close_all(widget: widgets.Widget) -> None:
+    """Close a widget tree's comms (frames replaced by a recompute must not pile up in the kernel)."""
+    for link in getattr(widget, "links", ()):
+        link.close()
+    for child in getattr(widget, "children", ()):
+        _close_all(child)
+    widget.close()
+
+
+def row_input(value: str, description: str) -> widgets.Text:
+    """A text box for a row of numbers. It applies on Enter or when it loses focus, not at every
+    keystroke ("3, 4, -" on the way to "3, 4, -3" is not an error to flash at the reader)."""
+    return widgets.Text(value=value, description=description, continuous_update=False,
+                        tooltip="numbers separated by commas; press Enter to apply")
+
+
 def explorer(make_frames: Callable[..., list[Frame]], controls: dict[str, widgets.Widget],
              interval_ms: int = 1600) -> widgets.VBox:
     """An animation whose inputs the reader can edit (live kernel only).
 
-    ``make_frames(**values)`` recomputes the frames from the controls' values; a bad input shows
-    its error message instead of frames. In the static book the controls are greyed out under one
-    line saying to run the notebook (:mod:`.static`), and the frames for the initial values show.
+    ``make_frames(**values)`` recomputes the frames from the controls' values. A bad input (it
+    raises ``ValueError``, ``TypeError`` or ``ArithmeticError``) shows its message in the widget in
+    place of the frames, never a traceback; the next good input brings the frames back. In the
+    static book the controls are greyed out under one line saying to run the notebook
+    (:mod:`.static`), and the frames for the initial values show.
     """
     status = widgets.HTML()
+    status.add_class("fusedrms-explorer-status")
     holder = widgets.VBox()
 
     def rebuild(_change=None):
+        values = {k: w.value for k, w in controls.items()}
         try:
-            values = {k: w.value for k, w in controls.items()}
-            holder.children = [stepper(make_frames(**values), interval_ms)]
-            status.value = ""
-        except (ValueError, TypeError) as e:
-            status.value = f'<span style="color:#b35900">{escape(str(e))}</span>'
+            shown = [stepper(make_frames(**values), interval_ms)]
+            message = ""
+        except (ValueError, TypeError, ArithmeticError) as e:
+            shown = []  # no frames of the previous input next to an error about this one
+            message = (f'<span class="fusedrms-input-error" style="color:#b35900">'
+                       f"{escape(str(e))}</span>")
+        old, holder.children = holder.children, shown
+        status.value = message
+        for w in old:
+            _close_all(w)
 
     for w in controls.values():
         w.observe(rebuild, names="value")

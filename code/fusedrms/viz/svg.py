@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from html import escape
 
-from ..book.page import COLUMN_PX
 
 # Colour roles shared by every animation in the book.
 PALETTE = {
@@ -22,6 +21,8 @@ PALETTE = {
 }
 STROKE = "#374151"
 MONO_EM = 0.6    # a monospace glyph is about 0.6 em wide
+# The book's text column at a 1280-px window (sphinx-book-theme), in CSS pixels.
+COLUMN_PX = 690
 MIN_LABEL = 11   # smallest label, in px as displayed in the column; longer ones are squeezed
 
 

@@ -1,4 +1,6 @@
 """Every HIP kernel against the float64 reference: on the CPU runtime here, on the GPU when present."""
+import re
+
 import pytest
 import torch
 
@@ -42,14 +44,36 @@ def test_block_sizes_smaller_and_larger_than_the_row(block_size):
         _check(kernels.rmsnorm(x, w, variant=variant, block_size=block_size), x, w)
 
 
-@pytest.mark.parametrize("variant", ["shuffle", "vectorized", "unfused"])
-def test_64_lane_wavefronts(variant):
-    """The shuffle finish must not assume 32 lanes: run the CPU runtime as 64-lane wavefronts."""
-    assert kernels.warp_lanes("cpu", {"FUSEDRMS_CPU_WARP": 64}) == 64
-    x, w = _inputs(5, 257, torch.float32)
-    for block in (16, 64, 128):
-        y = kernels.rmsnorm(x, w, variant=variant, block_size=block, defines={"FUSEDRMS_CPU_WARP": 64})
+SHUFFLE_VARIANTS = ["shuffle", "vectorized", "unfused", "vectorized_unfused"]  # block_sum_shuffle
+
+
+@pytest.mark.parametrize("lanes", [32, 64], ids=lambda n: f"{n}-lane")
+@pytest.mark.parametrize("variant", SHUFFLE_VARIANTS)
+def test_shuffle_kernels_on_32_and_64_lane_warps(variant, lanes):
+    """NVIDIA warps and RDNA wavefronts have 32 lanes, CDNA wavefronts 64: the shuffle finish must
+    be right for both, with blocks smaller than, equal to and larger than a warp."""
+    defines = {"FUSEDRMS_CPU_WARP": lanes}
+    assert kernels.warp_lanes("cpu", defines) == lanes
+    x, w = _inputs(5, 264, torch.float32)
+    for block in (16, 32, 64, 128, 256):
+        y = kernels.rmsnorm(x, w, variant=variant, block_size=block, defines=defines)
         _check(y, x, w)
+
+
+def test_warp_size_is_what_the_kernels_read_on_the_cpu_runtime():
+    """Device code takes its lane count from warpSize, as on HIP and CUDA; a kernel that reads it
+    builds on the CPU runtime and sees the runtime's lanes."""
+    text = build.source_text()
+    assert "? (int)blockDim.x : warpSize;" in text
+    # y = warpSize in every element: the shuffle kernel's row scale replaced by the lane count
+    probe, found = re.subn(r"const float r = [^;\n]*block_sum_shuffle\(sum_sq\)[^;\n]*;",
+                           "const float r = (float)warpSize + 0.0f * block_sum_shuffle(sum_sq);", text, count=1)
+    assert found == 1
+    x = torch.ones(1, 8)
+    for lanes in (32, 64):
+        y = kernels.rmsnorm(x, torch.ones(8), variant="shuffle", block_size=8, text=probe,
+                            defines={"FUSEDRMS_CPU_WARP": lanes})
+        assert torch.equal(y, torch.full((1, 8), float(lanes)))
 
 
 def test_vectorized_uses_16_byte_packs_and_falls_back_when_it_cannot():
@@ -65,6 +89,20 @@ def test_vectorized_uses_16_byte_packs_and_falls_back_when_it_cannot():
     assert shifted.stride(0) == 65 and kernels.vector_width(shifted, w65[1:].contiguous()) == 1
     _check(kernels.rmsnorm(shifted, w65[1:].contiguous(), variant="vectorized", block_size=16),
            shifted, w65[1:])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_vectorized_unfused_packs_16_bytes_and_falls_back_when_it_cannot(dtype):
+    x, w = _inputs(6, 64, dtype)
+    assert kernels.vector_width(x, w) == 16 // x.element_size()
+    _check(kernels.rmsnorm(x, w, variant="vectorized_unfused", block_size=32), x, w)
+    for cols in (13, 68):  # not a multiple of the pack (68 is one for fp32 only), then unaligned rows
+        xo, wo = _inputs(3, cols, dtype)
+        _check(kernels.rmsnorm(xo, wo, variant="vectorized_unfused", block_size=16), xo, wo)
+    base, w65 = _inputs(4, 65, dtype)
+    shifted, ws = base[:, 1:], w65[1:].contiguous()
+    assert kernels.vector_width(shifted, ws) == 1
+    _check(kernels.rmsnorm(shifted, ws, variant="vectorized_unfused", block_size=16), shifted, ws)
 
 
 def test_row_stride_and_leading_dimensions():
@@ -123,9 +161,23 @@ def test_the_cpu_runtime_reports_a_missing_barrier_as_a_race():
     assert BARRIER_AFTER_WRITE in text
     x, w = _inputs(1, 4, torch.float32)
     for _ in range(3):  # the report must not depend on how the OS schedules the threads
-        with pytest.raises(kernels.KernelError, match="race"):
+        with pytest.raises(kernels.KernelError, match="race") as err:
             kernels.rmsnorm(x, w, variant="block", block_size=4,
                             text=text.replace(BARRIER_AFTER_WRITE, ""))
+        pair = re.search(r"thread (\d+) (?:wrote|read) it and thread (\d+)", str(err.value))
+        assert pair and pair.group(1) != pair.group(2), str(err.value)  # never a thread with itself
+
+
+def test_a_race_report_names_a_second_thread_when_the_writer_also_read():
+    """Thread 0 reads a word after thread 1 did, then writes it: the race is with thread 1."""
+    text = build.source_text()
+    race = text.replace(TREE_STEP, "        if (tid < stride) partial[tid] += partial[tid + stride];\n", 1)
+    x, w = _inputs(1, 8, torch.float32)
+    for block in (4, 8):
+        with pytest.raises(kernels.KernelError, match="race") as err:
+            kernels.rmsnorm(x, w, variant="block", block_size=block, text=race)
+        pair = re.search(r"thread (\d+) (?:wrote|read) it and thread (\d+)", str(err.value))
+        assert pair and pair.group(1) != pair.group(2), str(err.value)
 
 
 def test_the_cpu_runtime_turns_a_divergent_barrier_into_an_error():

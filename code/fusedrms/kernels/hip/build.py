@@ -175,8 +175,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     for name in ("serial", "block", "shuffle", "vectorized"):
         fn = getattr(lib, f"fusedrms_rmsnorm_{name}")
         fn.argtypes, fn.restype = launch, c.c_int
-    lib.fusedrms_rmsnorm_unfused.argtypes = launch[:4] + [c.c_void_p] + launch[4:]
-    lib.fusedrms_rmsnorm_unfused.restype = c.c_int
+    for name in ("unfused", "vectorized_unfused"):  # these also take a workspace pointer
+        fn = getattr(lib, f"fusedrms_rmsnorm_{name}")
+        fn.argtypes, fn.restype = launch[:4] + [c.c_void_p] + launch[4:], c.c_int
     lib.fusedrms_error_message.restype = c.c_char_p
     lib.fusedrms_platform.restype = c.c_char_p
     lib.fusedrms_warp_lanes.restype = c.c_int
@@ -191,21 +192,34 @@ def ptx(text: str | None = None, arch: str = "sm_90", timeout: int = 300) -> str
 
     Needs only nvcc, not a GPU. Cached like a library build.
     """
-    compiler = compiler_for("nvcc")
-    if compiler is None:
-        raise CompileError("nvcc", [], "no nvcc on PATH: PTX needs the CUDA toolkit")
-    text = source_text() if text is None else text
     args = [a for a in flags("nvcc", arch) if a != "-shared"] + ["--ptx"]
-    target = cache_dir() / f"rmsnorm-ptx-{_key(text, compiler, args)}.ptx"
+    return _assembly("nvcc", args, text, "ptx", timeout)
+
+
+def amdgcn(text: str | None = None, arch: str = "gfx90a", timeout: int = 300) -> str:
+    """The AMDGCN assembly of the device code hipcc generates for ``arch`` (gfx90a: 64-lane
+    wavefronts; gfx1030: 32). Needs only hipcc and the ROCm device libraries, not a GPU."""
+    args = [a for a in flags("hipcc", arch) if a != "-shared"] + ["--cuda-device-only", "-S"]
+    return _assembly("hipcc", args, text, "s", timeout)
+
+
+def _assembly(toolchain: str, args: list[str], text: str | None, suffix: str, timeout: int) -> str:
+    compiler = compiler_for(toolchain)
+    if compiler is None:
+        raise CompileError(toolchain, [], f"no {toolchain} on PATH: its assembly needs "
+                           f"{'the CUDA toolkit' if toolchain == 'nvcc' else 'hipcc and rocm-device-libs'}")
+    text = source_text() if text is None else text
+    target = cache_dir() / f"rmsnorm-{toolchain}-asm-{_key(text, compiler, args)}.{suffix}"
     if not target.exists():
         with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
             src = Path(tmp) / "kernel.hip"
             src.write_text(text)
-            out = Path(tmp) / "out.ptx"
+            out = Path(tmp) / f"out.{suffix}"
             command = [compiler, *args, str(src), "-o", str(out)]
-            result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+            environ = {**os.environ, "HIP_PLATFORM": "amd"} if toolchain == "hipcc" else None
+            result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environ)
             if result.returncode != 0:
-                raise CompileError("nvcc", command, (result.stderr + result.stdout).replace(str(src), "kernel.hip"))
+                raise CompileError(toolchain, command, (result.stderr + result.stdout).replace(str(src), "kernel.hip"))
             os.replace(out, target)
     return target.read_text()
 
@@ -223,12 +237,27 @@ def memory_instructions(ptx_text: str) -> dict[str, list[str]]:
     return out
 
 
+def amdgcn_kernels(asm: str) -> dict[str, dict]:
+    """For every kernel in AMDGCN assembly: its wavefront width (lanes) and its instructions."""
+    import re
+
+    out = {}
+    for m in re.finditer(r"^(_Z\w+):[^\n]*\n(.*?)^\s*s_endpgm", asm, flags=re.S | re.M):
+        meta = re.search(rf"\.amdhsa_kernel {re.escape(m.group(1))}\n(.*?)\.end_amdhsa_kernel", asm, flags=re.S)
+        wave32 = bool(meta and re.search(r"\.amdhsa_wavefront_size32 1", meta.group(1)))
+        out[_readable(m.group(1))] = {"lanes": 32 if wave32 else 64, "body": m.group(2)}
+    return out
+
+
 def _readable(mangled: str) -> str:
     """``_Z18rmsnorm_vectorizedIfLi4EE...`` -> ``rmsnorm_vectorized<float, 4>`` (our kernels only)."""
     import re
 
     m = re.match(r"_Z\d+(\w+?)I(f|9half_bits|9bf16_bits)(?:Li(\d+)E)?E", mangled)
     if not m:
+        m1 = re.match(r"_Z\d+(\w+?)ILi(\d+)EE", mangled)  # an int parameter only: row_sum_kernel<4>
+        if m1:
+            return f"{m1.group(1)}<{m1.group(2)}>"
         m2 = re.match(r"_Z\d+([a-z_]+)", mangled)
         return m2.group(1) if m2 else mangled
     dtype = {"f": "float", "9half_bits": "half_bits", "9bf16_bits": "bf16_bits"}[m.group(2)]

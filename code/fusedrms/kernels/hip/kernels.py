@@ -17,13 +17,16 @@ import torch
 from ... import env, registry, validation
 from . import build
 
-VARIANTS = ("serial", "block", "shuffle", "vectorized", "unfused")
+VARIANTS = ("serial", "block", "shuffle", "vectorized", "unfused", "vectorized_unfused")
+UNFUSED = ("unfused", "vectorized_unfused")  # three kernels, intermediates in a global workspace
 DESCRIPTIONS = {
     "serial": "one thread per row: a sequential sum of squares, then a second pass writing y",
     "block": "one block per row: strided columns in a register, shared-memory tree with barriers",
     "shuffle": "one block per row: warp/wavefront shuffles, one shared-memory step between warps",
     "vectorized": "16-byte loads, the row kept in registers (x read once), shuffle finish",
     "unfused": "three kernels (square, row sum, scale) with intermediates in global memory",
+    "vectorized_unfused": "hip.unfused's three kernels with hip.vectorized's 16-byte loads and "
+                          "stores: the fused kernel's twin that differs only in fusion",
 }
 DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 DTYPES = tuple(DTYPE_CODES)
@@ -126,9 +129,9 @@ def rmsnorm(x, w, eps: float = 1e-5, variant: str = "block", block_size: int | N
     lib = library(x2.device, text, defines)
     args = (DTYPE_CODES[x2.dtype], x2.data_ptr(), w.data_ptr(), y2.data_ptr())
     tail = (rows, cols, x2.stride(0), eps, block, _stream(x2.device))
-    if variant == "unfused":
+    if variant in UNFUSED:
         workspace = torch.empty(rows * cols + rows, dtype=torch.float32, device=x2.device)
-        status = lib.fusedrms_rmsnorm_unfused(*args, workspace.data_ptr(), *tail)
+        status = getattr(lib, f"fusedrms_rmsnorm_{variant}")(*args, workspace.data_ptr(), *tail)
     else:
         status = getattr(lib, f"fusedrms_rmsnorm_{variant}")(*args, *tail)
     if status != 0:
@@ -152,6 +155,8 @@ def platform(device: torch.device | str = "cpu") -> str:
 
 
 def warp_lanes(device: torch.device | str = "cpu", defines: dict | None = None) -> int:
+    """Lanes per warp of ``device`` as its runtime reports them: 32 on NVIDIA, 64 or 32 on AMD,
+    ``FUSEDRMS_CPU_WARP`` (32 unless defined otherwise) on the CPU runtime."""
     return library(device, defines=defines).fusedrms_warp_lanes()
 
 
@@ -169,6 +174,7 @@ rmsnorm_block = _wrapper("block")
 rmsnorm_shuffle = _wrapper("shuffle")
 rmsnorm_vectorized = _wrapper("vectorized")
 rmsnorm_unfused = _wrapper("unfused")
+rmsnorm_vectorized_unfused = _wrapper("vectorized_unfused")
 
 # GPU tensors need the GPU's compiler (nvcc or hipcc); without it only the CPU runtime is offered.
 _DEVICES = ("cpu", "cuda") if (build.available("nvcc") or build.available("hipcc")) else ("cpu",)

@@ -5,6 +5,8 @@
 //   NVIDIA GPU: nvcc -x cu -arch=sm_90 -O3 -shared -Xcompiler -fPIC rmsnorm.hip   (compat/nvidia.h)
 //   no GPU:     g++ -x c++ -std=c++17 -O2 -fPIC -shared -pthread rmsnorm.hip   (compat/cpu.h)
 // Kernels are launched with hipLaunchKernelGGL (valid C++), never with <<< >>>.
+// Lanes per warp come from warpSize in device code (32 on NVIDIA; 64 on CDNA, 32 on RDNA, as the
+// target was compiled), never from a compile-time macro: the host pass cannot know the target's.
 // Data types: float, fp16 and bf16 storage; all arithmetic in fp32, one cast at the end.
 #if defined(__CUDACC__)
 #include "compat/nvidia.h"
@@ -12,11 +14,6 @@
 #include <hip/hip_runtime.h>
 #include <hip/hip_fp16.h>
 #define FUSEDRMS_PLATFORM_NAME "AMD GPU (hipcc)"
-#if defined(__AMDGCN_WAVEFRONT_SIZE)
-#define FUSEDRMS_WARP_LANES __AMDGCN_WAVEFRONT_SIZE  // 64 on CDNA, 32 on RDNA in wave32 mode
-#else
-#define FUSEDRMS_WARP_LANES 64  // host compilation pass: never used to run a kernel
-#endif
 __device__ __forceinline__ float fusedrms_half_to_float(unsigned short b) { return __half2float(__ushort_as_half(b)); }
 __device__ __forceinline__ unsigned short fusedrms_float_to_half(float f) { return __half_as_ushort(__float2half(f)); }
 #else
@@ -44,6 +41,15 @@ template <> __device__ __forceinline__ bf16_bits from_float<bf16_bits>(float v) 
     return bf16_bits{(unsigned short)(u >> 16)};
 }
 
+// r = 1 / sqrt(mean(x^2) + eps), or NaN where that denominator left fp32's normal range: the sum
+// of squares overflowed, the row holds a NaN or an Inf, or eps = 0 with mean(x^2) < 1.2e-38.
+// An overflowed row would otherwise come back as zeros, finite and wrong. One compare per row.
+__device__ __forceinline__ float row_scale(float sum_sq, int cols, float eps) {
+    const float denominator = sum_sq / cols + eps;
+    const bool in_range = denominator >= 1.17549435e-38f && denominator <= 3.40282347e38f;
+    return in_range ? rsqrtf(denominator) : __uint_as_float(0x7fc00000u);  // quiet NaN
+}
+
 // [book:serial]
 // One thread per row: the sum of squares is one long sequential chain.
 template <typename T>
@@ -57,7 +63,7 @@ __global__ void rmsnorm_serial(const T* x, const T* w, T* y, int rows, int cols,
         const float v = to_float(x_row[col]);
         sum_sq += v * v;
     }
-    const float r = rsqrtf(sum_sq / cols + eps);
+    const float r = row_scale(sum_sq, cols, eps);
     for (int col = 0; col < cols; ++col)
         y[(long)row * cols + col] = from_float<T>(to_float(x_row[col]) * r * to_float(w[col]));
 }
@@ -84,7 +90,7 @@ __global__ void rmsnorm_block(const T* x, const T* w, T* y, int rows, int cols,
         if (tid < stride) partial[tid] += partial[tid + stride];
         __syncthreads();  // all threads, also those that added nothing this round
     }
-    const float r = rsqrtf(partial[0] / cols + eps);  // the mean divides by cols, not blockDim.x
+    const float r = row_scale(partial[0], cols, eps);  // the mean divides by cols, not blockDim.x
     for (int col = tid; col < cols; col += blockDim.x)
         y[(long)row * cols + col] = from_float<T>(to_float(x_row[col]) * r * to_float(w[col]));
 }
@@ -101,7 +107,7 @@ __device__ __forceinline__ float warp_sum(float v, int lanes) {
 
 __device__ float block_sum_shuffle(float partial) {
     HIP_DYNAMIC_SHARED(float, warp_totals)
-    const int lanes = (int)blockDim.x < FUSEDRMS_WARP_LANES ? (int)blockDim.x : FUSEDRMS_WARP_LANES;
+    const int lanes = (int)blockDim.x < warpSize ? (int)blockDim.x : warpSize;
     const int warp = threadIdx.x / lanes, lane = threadIdx.x % lanes;
     const int warps = blockDim.x / lanes;  // at most 1024 / 32 = 32 <= lanes
     const float mine = warp_sum(partial, lanes);
@@ -123,7 +129,7 @@ __global__ void rmsnorm_shuffle(const T* x, const T* w, T* y, int rows, int cols
         const float v = to_float(x_row[col]);
         sum_sq += v * v;
     }
-    const float r = rsqrtf(block_sum_shuffle(sum_sq) / cols + eps);
+    const float r = row_scale(block_sum_shuffle(sum_sq), cols, eps);
     for (int col = threadIdx.x; col < cols; col += blockDim.x)
         y[(long)row * cols + col] = from_float<T>(to_float(x_row[col]) * r * to_float(w[col]));
 }
@@ -161,7 +167,7 @@ __global__ void rmsnorm_vectorized(const T* x, const T* w, T* y, int rows, int c
             }
         }
     }
-    const float r = rsqrtf(block_sum_shuffle(sum_sq) / cols + eps);
+    const float r = row_scale(block_sum_shuffle(sum_sq), cols, eps);
 #pragma unroll
     for (int i = 0; i < PACKS; ++i) {
         const int p = threadIdx.x + i * blockDim.x;
@@ -179,33 +185,55 @@ __global__ void rmsnorm_vectorized(const T* x, const T* w, T* y, int rows, int c
 
 // [book:unfused]
 // The unfused pipeline: three kernels, two intermediates in global memory (the squares, rows*cols
-// floats, and one sum per row), as a framework computing op by op would run it.
-template <typename T>
+// floats, and one sum per row), as a framework computing op by op would run it. VEC elements per
+// access: 1 for hip.unfused (scalar loads, like hip.shuffle), 16 bytes for hip.vectorized_unfused
+// (like hip.vectorized), so each fused kernel has an unfused twin that differs only in fusion.
+template <typename T, int VEC>
 __global__ void square_kernel(const T* x, float* squares, int rows, int cols, long x_stride) {
-    const long n = (long)rows * cols;
+    const int packs_in_row = cols / VEC;
+    const long n = (long)rows * packs_in_row;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-        const float v = to_float(x[(i / cols) * x_stride + i % cols]);
-        squares[i] = v * v;
+        const long row = i / packs_in_row;
+        const Pack<T, VEC> p = reinterpret_cast<const Pack<T, VEC>*>(x + row * x_stride)[i % packs_in_row];
+        Pack<float, VEC> sq;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const float v = to_float(p.v[j]);
+            sq.v[j] = v * v;
+        }
+        reinterpret_cast<Pack<float, VEC>*>(squares)[i] = sq;
     }
 }
 
+template <int VEC>
 __global__ void row_sum_kernel(const float* squares, float* row_sums, int cols) {
-    const float* row = squares + (long)blockIdx.x * cols;
+    const Pack<float, VEC>* row = reinterpret_cast<const Pack<float, VEC>*>(squares + (long)blockIdx.x * cols);
     float s = 0.0f;
-    for (int col = threadIdx.x; col < cols; col += blockDim.x) s += row[col];
+    for (int p = threadIdx.x; p < cols / VEC; p += blockDim.x) {
+        const Pack<float, VEC> sq = row[p];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) s += sq.v[j];
+    }
     s = block_sum_shuffle(s);
     if (threadIdx.x == 0) row_sums[blockIdx.x] = s;
 }
 
-template <typename T>
+template <typename T, int VEC>
 __global__ void scale_kernel(const T* x, const T* w, const float* row_sums, T* y, int rows,
                              int cols, long x_stride, float eps) {
-    const long n = (long)rows * cols;
+    const int packs_in_row = cols / VEC;
+    const long n = (long)rows * packs_in_row;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-        const long row = i / cols;
-        const int col = (int)(i % cols);
-        const float r = rsqrtf(row_sums[row] / cols + eps);
-        y[i] = from_float<T>(to_float(x[row * x_stride + col]) * r * to_float(w[col]));
+        const long row = i / packs_in_row;
+        const int p = (int)(i % packs_in_row);
+        const float r = row_scale(row_sums[row], cols, eps);
+        const Pack<T, VEC> xp = reinterpret_cast<const Pack<T, VEC>*>(x + row * x_stride)[p];
+        const Pack<T, VEC> wp = reinterpret_cast<const Pack<T, VEC>*>(w)[p];
+        Pack<T, VEC> out;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j)
+            out.v[j] = from_float<T>(to_float(xp.v[j]) * r * to_float(wp.v[j]));
+        reinterpret_cast<Pack<T, VEC>*>(y)[i] = out;
     }
 }
 // [/book:unfused]
@@ -244,11 +272,37 @@ static int check_block(int block) {
         default: return fusedrms_fail("dtype code must be 0 (float32), 1 (float16) or 2 (bfloat16)"); \
     }
 
+// The three launches of the unfused pipeline; cols must be a multiple of VEC (and of 4 for VEC > 1).
+template <typename T, int VEC>
+static int launch_unfused(const T* x, const T* w, T* y, float* workspace, int rows, int cols,
+                          long x_stride, float eps, int block, hipStream_t stream) {
+    constexpr int SUM_VEC = VEC == 1 ? 1 : 4;  // the squares are floats: 16 bytes = 4 of them
+    float* squares = workspace;
+    float* row_sums = workspace + (long)rows * cols;
+    const long packs = (long)rows * (cols / VEC);
+    const int grid = (int)((packs + block - 1) / block < 65535 ? (packs + block - 1) / block : 65535);
+    int status = 0;
+    hipLaunchKernelGGL((square_kernel<T, VEC>), dim3(grid), dim3(block), 0, stream, x, squares, rows, cols, x_stride);
+    if ((status = fusedrms_status())) return status;
+    hipLaunchKernelGGL((row_sum_kernel<SUM_VEC>), dim3(rows), dim3(block), block * sizeof(float), stream,
+                       (const float*)squares, row_sums, cols);
+    if ((status = fusedrms_status())) return status;
+    hipLaunchKernelGGL((scale_kernel<T, VEC>), dim3(grid), dim3(block), 0, stream, x, w, (const float*)row_sums,
+                       y, rows, cols, x_stride, eps);
+    return fusedrms_status();
+}
+
 extern "C" {
 
 const char* fusedrms_error_message() { return fusedrms_message; }
 const char* fusedrms_platform() { return FUSEDRMS_PLATFORM_NAME; }
-int fusedrms_warp_lanes() { return FUSEDRMS_WARP_LANES; }  // on AMD: the host pass's value
+// Lanes per warp of the current device, as its runtime reports them (0 if it cannot say).
+int fusedrms_warp_lanes() {
+    int device = 0, lanes = 0;
+    if (hipGetDevice(&device) != hipSuccess ||
+        hipDeviceGetAttribute(&lanes, hipDeviceAttributeWarpSize, device) != hipSuccess) return 0;
+    return lanes;
+}
 
 int fusedrms_rmsnorm_serial(int dtype, const void* x, const void* w, void* y, int rows, int cols,
                             long x_stride, float eps, int block, hipStream_t stream) {
@@ -315,21 +369,27 @@ int fusedrms_rmsnorm_vectorized(int dtype, const void* x, const void* w, void* y
 int fusedrms_rmsnorm_unfused(int dtype, const void* x, const void* w, void* y, float* workspace,
                              int rows, int cols, long x_stride, float eps, int block, hipStream_t stream) {
     if (check_block(block)) return 1;
-    float* squares = workspace;
-    float* row_sums = workspace + (long)rows * cols;
-    const long n = (long)rows * cols;
-    const int grid = (int)((n + block - 1) / block < 65535 ? (n + block - 1) / block : 65535);
-    int status = 0;
-    FUSEDRMS_DISPATCH(dtype, hipLaunchKernelGGL((square_kernel<T>), dim3(grid), dim3(block), 0, stream,
-                                                (const T*)x, squares, rows, cols, x_stride))
-    if ((status = fusedrms_status())) return status;
-    hipLaunchKernelGGL(row_sum_kernel, dim3(rows), dim3(block), block * sizeof(float), stream,
-                       (const float*)squares, row_sums, cols);
-    if ((status = fusedrms_status())) return status;
-    FUSEDRMS_DISPATCH(dtype, hipLaunchKernelGGL((scale_kernel<T>), dim3(grid), dim3(block), 0, stream,
-                                                (const T*)x, (const T*)w, (const float*)row_sums, (T*)y,
-                                                rows, cols, x_stride, eps))
-    return fusedrms_status();
+    FUSEDRMS_DISPATCH(dtype, return (launch_unfused<T, 1>)((const T*)x, (const T*)w, (T*)y, workspace, rows, cols,
+                                                         x_stride, eps, block, stream))
+    return 0;
+}
+
+// The same pipeline with 16-byte accesses where the pointers and the width allow (else VEC = 1).
+int fusedrms_rmsnorm_vectorized_unfused(int dtype, const void* x, const void* w, void* y, float* workspace,
+                                        int rows, int cols, long x_stride, float eps, int block,
+                                        hipStream_t stream) {
+    if (check_block(block)) return 1;
+    const bool packed = fusedrms_vector_width(dtype, x, w, y, cols, x_stride) > 1 &&
+                        (uintptr_t)workspace % (8 * sizeof(float)) == 0;  // 8 squares per bf16 pack
+    if (!packed) return fusedrms_rmsnorm_unfused(dtype, x, w, y, workspace, rows, cols, x_stride, eps, block, stream);
+    if (dtype == 0)
+        return launch_unfused<float, 4>((const float*)x, (const float*)w, (float*)y, workspace, rows, cols,
+                                        x_stride, eps, block, stream);
+    if (dtype == 1)
+        return launch_unfused<half_bits, 8>((const half_bits*)x, (const half_bits*)w, (half_bits*)y, workspace,
+                                            rows, cols, x_stride, eps, block, stream);
+    return launch_unfused<bf16_bits, 8>((const bf16_bits*)x, (const bf16_bits*)w, (bf16_bits*)y, workspace,
+                                        rows, cols, x_stride, eps, block, stream);
 }
 
 }  // extern "C"

@@ -34,7 +34,7 @@
 #define FUSEDRMS_CPU_WARP 32  // build with -DFUSEDRMS_CPU_WARP=64 to run as 64-lane wavefronts
 #endif
 #define FUSEDRMS_PLATFORM_NAME "CPU runtime (OS threads)"
-#define FUSEDRMS_WARP_LANES FUSEDRMS_CPU_WARP
+inline constexpr int warpSize = FUSEDRMS_CPU_WARP;  // as HIP and CUDA device code see it
 
 struct dim3 {
     unsigned x, y, z;
@@ -46,6 +46,7 @@ typedef int hipError_t;
 typedef void* hipStream_t;
 enum { hipSuccess = 0, hipErrorInvalidValue = 1, hipErrorLaunchFailure = 719 };
 enum hipMemcpyKind { hipMemcpyHostToDevice, hipMemcpyDeviceToHost, hipMemcpyDeviceToDevice };
+enum hipDeviceAttribute_t { hipDeviceAttributeWarpSize };
 
 inline thread_local uint3 threadIdx = {0, 0, 0};
 inline thread_local uint3 blockIdx = {0, 0, 0};
@@ -64,7 +65,8 @@ inline unsigned short fusedrms_float_to_half(float f) {
 namespace fusedrms_cpu {
 
 // One team of OS threads runs the blocks given to it, one block at a time.
-struct Cell { int writer = -1, reader = -1; unsigned write_epoch = 0, read_epoch = 0; bool many_readers = false; };
+// The last writer and the last two distinct readers of a shared word, since the last barrier.
+struct Cell { int writer = -1, reader = -1, other_reader = -1; unsigned write_epoch = 0, read_epoch = 0; };
 
 struct Barrier {  // waiters sleep on the barrier's own condition variable (no thundering herd)
     unsigned arrived = 0, generation = 0, exited = 0;
@@ -172,15 +174,17 @@ inline bool check_access(size_t byte, size_t size, bool write) {
     for (size_t word = byte / 4; word < (byte + size + 3) / 4; ++word) {
         Cell& c = team->shadow[word];
         bool other_wrote = c.writer >= 0 && c.write_epoch == e && c.writer != (int)tid;
+        const bool read_now = c.reader >= 0 && c.read_epoch == e;
+        // a reader other than this thread, if any: a thread never races with itself
+        const int other_reader = !read_now ? -1 : c.reader != (int)tid ? c.reader : c.other_reader;
         if (write) {
-            bool other_read = c.reader >= 0 && c.read_epoch == e && (c.many_readers || c.reader != (int)tid);
             if (other_wrote) race((unsigned)word, c.writer, "wrote", "writes");
-            else if (other_read) race((unsigned)word, c.reader, "read", "writes");
+            else if (other_reader >= 0) race((unsigned)word, other_reader, "read", "writes");
             c.writer = (int)tid; c.write_epoch = e;
         } else {
             if (other_wrote) race((unsigned)word, c.writer, "wrote", "reads");
-            if (c.reader >= 0 && c.read_epoch == e && c.reader != (int)tid) c.many_readers = true;
-            else if (c.read_epoch != e || c.reader < 0) c.many_readers = false;
+            if (!read_now) c.other_reader = -1;
+            else if (c.reader != (int)tid) c.other_reader = c.reader;
             c.reader = (int)tid; c.read_epoch = e;
         }
     }
@@ -267,7 +271,7 @@ hipError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shared
     std::vector<Team> tms(teams);
     for (auto& tm : tms) {
         tm.threads = block.x;
-        tm.lanes = FUSEDRMS_CPU_WARP;
+        tm.lanes = warpSize;
         tm.warp_count = (block.x + tm.lanes - 1) / tm.lanes;
         tm.warps.reset(new Barrier[tm.warp_count]);
         tm.epoch.assign(block.x, 0u);
@@ -297,16 +301,16 @@ namespace fusedrms_cpu {
 inline hipError_t& hip_status() { static hipError_t s = hipSuccess; return s; }
 }
 
-inline float __shfl_xor(float v, int mask, int width = FUSEDRMS_CPU_WARP) {
+inline float __shfl_xor(float v, int mask, int width = warpSize) {
     return fusedrms_cpu::shuffle(v, [=](int lane) { return (lane & ~(width - 1)) | ((lane ^ mask) & (width - 1)); });
 }
-inline float __shfl_down(float v, unsigned delta, int width = FUSEDRMS_CPU_WARP) {
+inline float __shfl_down(float v, unsigned delta, int width = warpSize) {
     return fusedrms_cpu::shuffle(v, [=](int lane) {
         int src = lane + (int)delta;
         return ((src & ~(width - 1)) == (lane & ~(width - 1))) ? src : lane;
     });
 }
-inline float __shfl(float v, int src_lane, int width = FUSEDRMS_CPU_WARP) {
+inline float __shfl(float v, int src_lane, int width = warpSize) {
     return fusedrms_cpu::shuffle(v, [=](int lane) { return (lane & ~(width - 1)) + (src_lane & (width - 1)); });
 }
 
@@ -321,6 +325,12 @@ template <typename T> inline hipError_t hipMalloc(T** p, size_t n) { return hipM
 inline hipError_t hipFree(void* p) { std::free(p); return hipSuccess; }
 inline hipError_t hipMemcpy(void* d, const void* s, size_t n, hipMemcpyKind) { std::memcpy(d, s, n); return hipSuccess; }
 inline hipError_t hipDeviceSynchronize() { return hipSuccess; }
+inline hipError_t hipGetDevice(int* device) { *device = 0; return hipSuccess; }
+inline hipError_t hipDeviceGetAttribute(int* value, hipDeviceAttribute_t attribute, int) {
+    if (attribute != hipDeviceAttributeWarpSize) return hipErrorInvalidValue;
+    *value = warpSize;
+    return hipSuccess;
+}
 typedef std::chrono::steady_clock::time_point* hipEvent_t;
 inline hipError_t hipEventCreate(hipEvent_t* e) { *e = new std::chrono::steady_clock::time_point(); return hipSuccess; }
 inline hipError_t hipEventRecord(hipEvent_t e, hipStream_t = nullptr) { *e = std::chrono::steady_clock::now(); return hipSuccess; }

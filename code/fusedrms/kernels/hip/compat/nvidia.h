@@ -5,7 +5,6 @@
 #include <cuda_fp16.h>
 
 #define FUSEDRMS_PLATFORM_NAME "NVIDIA GPU (nvcc + compat/nvidia.h)"
-#define FUSEDRMS_WARP_LANES 32
 
 #define hipLaunchKernelGGL(kernel, grid, block, shared, stream, ...) \
     kernel<<<(grid), (block), (shared), (stream)>>>(__VA_ARGS__)
@@ -30,10 +29,23 @@ typedef cudaEvent_t hipEvent_t;
 #define hipEventElapsedTime cudaEventElapsedTime
 #define hipEventDestroy cudaEventDestroy
 
-// HIP's shuffles take no mask; CUDA's need the lanes taking part.
-#define __shfl_xor(v, mask, ...) __shfl_xor_sync(__activemask(), v, mask, ##__VA_ARGS__)
-#define __shfl_down(v, delta, ...) __shfl_down_sync(__activemask(), v, delta, ##__VA_ARGS__)
-#define __shfl(v, lane, ...) __shfl_sync(__activemask(), v, lane, ##__VA_ARGS__)
+#define hipGetDevice cudaGetDevice
+#define hipDeviceGetAttribute cudaDeviceGetAttribute
+#define hipDeviceAttributeWarpSize cudaDevAttrWarpSize
+
+// HIP's shuffles take no mask; CUDA's name the lanes that must take part. Not __activemask(): it
+// says which lanes happen to be converged at that instant, not which ones the sum needs. The mask
+// is every lane of the caller's warp that exists: all 32, or fewer in a block smaller than a warp.
+// (The book's kernels reach their shuffles with every thread of the block.)
+__device__ __forceinline__ unsigned fusedrms_warp_mask() {
+    const unsigned threads = blockDim.x * blockDim.y * blockDim.z;
+    const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const unsigned in_warp = threads - (linear & ~31u);
+    return in_warp >= 32 ? 0xffffffffu : (1u << in_warp) - 1u;
+}
+#define __shfl_xor(v, mask, ...) __shfl_xor_sync(fusedrms_warp_mask(), v, mask, ##__VA_ARGS__)
+#define __shfl_down(v, delta, ...) __shfl_down_sync(fusedrms_warp_mask(), v, delta, ##__VA_ARGS__)
+#define __shfl(v, lane, ...) __shfl_sync(fusedrms_warp_mask(), v, lane, ##__VA_ARGS__)
 
 __device__ __forceinline__ float fusedrms_half_to_float(unsigned short b) { return __half2float(__ushort_as_half(b)); }
 __device__ __forceinline__ unsigned short fusedrms_float_to_half(float f) { return __half_as_ushort(__float2half_rn(f)); }

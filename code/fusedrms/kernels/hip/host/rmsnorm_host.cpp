@@ -31,7 +31,7 @@ struct Options {
 
 void usage() {
     std::printf("usage: rmsnorm_host [--rows N] [--cols N] [--block N] [--variant "
-                "serial|block|shuffle|vectorized|unfused|all] [--warmup N] [--repeats N] [--eps E] [--seed S]\n");
+                "serial|block|shuffle|vectorized|unfused|vectorized_unfused|all] [--warmup N] [--repeats N] [--eps E] [--seed S]\n");
 }
 
 bool parse(int argc, char** argv, Options& o) {
@@ -80,7 +80,8 @@ int launch(const std::string& variant, const float* x, const float* w, float* y,
     if (variant == "block") return fusedrms_rmsnorm_block(0, x, w, y, o.rows, o.cols, o.cols, o.eps, o.block, 0);
     if (variant == "shuffle") return fusedrms_rmsnorm_shuffle(0, x, w, y, o.rows, o.cols, o.cols, o.eps, o.block, 0);
     if (variant == "vectorized") return fusedrms_rmsnorm_vectorized(0, x, w, y, o.rows, o.cols, o.cols, o.eps, o.block, 0);
-    return fusedrms_rmsnorm_unfused(0, x, w, y, workspace, o.rows, o.cols, o.cols, o.eps, o.block, 0);
+    if (variant == "unfused") return fusedrms_rmsnorm_unfused(0, x, w, y, workspace, o.rows, o.cols, o.cols, o.eps, o.block, 0);
+    return fusedrms_rmsnorm_vectorized_unfused(0, x, w, y, workspace, o.rows, o.cols, o.cols, o.eps, o.block, 0);
 }
 
 // Largest error against the float64 reference, or NaN if the output holds a NaN.
@@ -111,10 +112,10 @@ bool check(const std::vector<float>& x, const std::vector<float>& w, const std::
 int main(int argc, char** argv) {
     Options o;
     if (!parse(argc, argv, o)) { usage(); return 2; }
+    const std::vector<std::string> all = {"serial", "block", "shuffle", "vectorized", "unfused", "vectorized_unfused"};
     std::vector<std::string> variants;
-    if (o.variant == "all") variants = {"serial", "block", "shuffle", "vectorized", "unfused"};
-    else if (o.variant == "serial" || o.variant == "block" || o.variant == "shuffle" ||
-             o.variant == "vectorized" || o.variant == "unfused") variants = {o.variant};
+    if (o.variant == "all") variants = all;
+    else if (std::find(all.begin(), all.end(), o.variant) != all.end()) variants = {o.variant};
     else { std::fprintf(stderr, "unknown variant %s\n", o.variant.c_str()); usage(); return 2; }
 
     const size_t n = (size_t)o.rows * o.cols;

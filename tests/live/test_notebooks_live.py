@@ -1,0 +1,236 @@
+"""The chapters in a live JupyterLab, as a reader runs them: every cell, then the widgets.
+
+One throwaway JupyterLab server for this module (``lab.LabServer``: 127.0.0.1, a free port, a
+random token, its own config/runtime/settings folders, copies of the notebooks), driven by Debian's
+``chromium`` through Playwright. Chapter 1: Run All, then edit the explorer's x (the frames'
+numbers change), type a bad x (a message in the widget), Play and the slider step, an exercise
+checked wrong (hint), malformed (message) and right. Chapter 2: Run All, then the calculator's
+design, cols, dtype and rows (table and plot recomputed, an impossible input explained). After each
+step: no kernel error or stderr, no page error, no request to another host.
+
+Skipped locally when chromium or JupyterLab is missing (`make lab` installs JupyterLab); CI sets
+FUSEDRMS_REQUIRE_BROWSER=1 to fail instead. xdist's ``--dist loadscope`` keeps the module on one
+worker, so one server serves it.
+"""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from fusedrms import env, traffic
+from tests.conftest import require_or_skip
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTER_1 = ROOT / "chapters" / "01_formula.ipynb"
+CHAPTER_2 = ROOT / "chapters" / "02_fusion_boundary.ipynb"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+ACTION_MS = 30_000     # one click, one recompute (a 2-core CI machine running other tests too)
+RUN_ALL_MS = 240_000   # Run All of one chapter on a CPU (about 10-20 s when the machine is idle)
+MODULE_TIMEOUT_S = 600  # hard limit for the whole module: the server is stopped either way
+
+
+def _require_jupyterlab_and_chromium():
+    require_or_skip("FUSEDRMS_REQUIRE_BROWSER", importlib.util.find_spec("jupyterlab") is not None,
+                    "JupyterLab is not installed: `make lab` installs it (requirements-lab.txt)")
+    require_or_skip("FUSEDRMS_REQUIRE_BROWSER", shutil.which("chromium") is not None,
+                    "Debian's `chromium` is not installed (apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    _require_jupyterlab_and_chromium()
+    from tests.live.lab import LabServer
+
+    timer = _hard_timeout(MODULE_TIMEOUT_S)
+    server = LabServer(tmp_path_factory.mktemp("lab"), [CHAPTER_1, CHAPTER_2])
+    try:
+        yield server
+    finally:
+        server.stop()
+        timer()
+
+
+def _hard_timeout(seconds: int):
+    """SIGALRM after ``seconds`` fails whatever test is running (the fixture still stops the
+    server). Returns the function that cancels it. Only the main thread can take signals."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def expired(signum, frame):
+        raise TimeoutError(f"the live-notebook tests ran past {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+
+    def cancel():
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    return cancel
+
+
+@pytest.fixture(scope="module")
+def browser():
+    _require_jupyterlab_and_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def _open_and_run(browser, lab, path: Path):
+    from tests.live.lab import Notebook
+
+    nb = Notebook(browser, lab, path.name, ACTION_MS)
+    nb.run_all(RUN_ALL_MS)
+    _assert_clean(nb)
+    return nb
+
+
+@pytest.fixture(scope="module")
+def chapter1(browser, lab):
+    nb = _open_and_run(browser, lab, CHAPTER_1)
+    yield nb
+    nb.close()
+
+
+@pytest.fixture(scope="module")
+def chapter2(browser, lab):
+    nb = _open_and_run(browser, lab, CHAPTER_2)
+    yield nb
+    nb.close()
+
+
+def _assert_clean(nb):
+    problems = nb.problems()
+    assert not problems, "\n".join(problems)
+
+
+def _expect():
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=ACTION_MS)  # its default, 5 s, is short for a busy CI machine
+    return expect
+
+
+def test_chapter1_runs_and_says_first_what_runs_where(chapter1):
+    first = chapter1.page.locator(".jp-CodeCell").first
+    device_line = first.locator(".jp-OutputArea-output").inner_text().strip()
+    assert device_line == env.current().describe()  # "no GPU: ..." or "GPU: <name> ..."
+    # The solutions stay folded (jupyterlab-myst renders the MyST dropdowns) until clicked.
+    solution = chapter1.page.locator("details.dropdown", has_text="Solution").first
+    assert solution.get_attribute("open") is None
+    solution.locator("summary").click()
+    _expect()(solution.locator(".details-body")).to_be_visible()
+    _assert_clean(chapter1)
+
+
+def test_chapter1_explorer_recomputes_when_the_reader_edits_x(chapter1):
+    expect = _expect()
+    explorer = chapter1.output_with(".fusedrms-explorer-status")
+    # The frame on show; its text is innerText, since each frame also carries its siblings'
+    # captions, invisible, to keep one height.
+    frame = explorer.locator(".fusedrms-frame:visible")
+    status = explorer.locator(".fusedrms-explorer-status")
+    x = explorer.get_by_label("x", exact=True)
+    expect(frame).to_contain_text("x = [3, 4, -3, -4]", use_inner_text=True)
+    before = frame.inner_text()
+
+    x.fill("1, 2, 2, 4")
+    x.press("Enter")
+    expect(frame).to_contain_text("x = [1, 2, 2, 4]", use_inner_text=True)
+    assert frame.inner_text() != before
+
+    # Play steps through the new frames; pausing and the slider's arrow key step too.
+    play = explorer.locator(".widget-play button").first
+    play.click()
+    expect(frame).not_to_have_attribute("data-step", "0")
+    play.click()  # pause
+    handle = explorer.locator(".noUi-handle")
+    for _ in range(7):  # to the mean's step, whatever step the pause stopped at
+        if frame.get_attribute("data-step") == "3":
+            break
+        step = int(frame.get_attribute("data-step"))
+        handle.focus()
+        handle.press("ArrowLeft" if step > 3 else "ArrowRight")
+        expect(frame).not_to_have_attribute("data-step", str(step))
+    expect(frame).to_have_attribute("data-step", "3")
+    expect(frame).to_contain_text("25 / 4 = 6.25", use_inner_text=True)  # (1+4+4+16) / 4
+
+    # A bad row: the widget says what to write, no frames, no traceback; a good one recovers.
+    x.fill("1, two, 2, 4")
+    x.press("Enter")
+    expect(status).to_contain_text("write numbers separated by commas")
+    expect(explorer.locator(".fusedrms-frame")).to_have_count(0)
+    x.fill("3, 4, -3, -4")
+    x.press("Enter")
+    expect(frame).to_contain_text("x = [3, 4, -3, -4]", use_inner_text=True)
+    expect(status).to_have_text("")
+    _assert_clean(chapter1)
+
+
+def test_chapter1_exercise_check_renders_its_feedback(chapter1):
+    expect = _expect()
+    cell = chapter1.code_cell("ch01.sum_of_squares.check(answer)")
+    feedback = cell.locator(".jp-OutputArea-output")
+    expect(feedback).to_contain_text("Not yet. no answer yet.")
+    for answer, verdict, detail in [
+        ("14", "Not yet.", "Hint: Square the elements, don't just drop the signs."),
+        ("'fifty'", "Not yet.", "could not be read"),
+        ("50", "Correct.", "9 + 16 + 9 + 16"),
+    ]:
+        chapter1.edit_and_run(cell, f"answer = {answer}\nch01.sum_of_squares.check(answer)")
+        expect(feedback).to_contain_text(detail)
+        expect(feedback).to_contain_text(verdict)
+    _assert_clean(chapter1)
+
+
+def test_chapter2_calculator_recomputes_for_the_chosen_design_shape_and_dtype(chapter2):
+    expect = _expect()
+    calc = chapter2.output_with(".fusedrms-calculator-table")
+    table = calc.locator(".fusedrms-calculator-table")
+    plot = calc.locator(".fusedrms-calculator-plot img")
+    bandwidth = float(calc.get_by_label("GB/s").input_value())
+    peak = traffic.reader_ceilings()["peak_tflops"]
+
+    def expect_estimate(step, rows, cols, dtype):
+        e = traffic.price(step, rows, cols, dtype, bandwidth, peak)
+        expect(table).to_contain_text(f"{e.step}: ")
+        expect(table).to_contain_text(f"launches {e.launches}")
+        expect(table).to_contain_text(f"ideal {e.ideal_us:,.3f} µs")
+        expect(table).to_contain_text(f"total{e.bytes_read:,}{e.bytes_written:,}",
+                                      use_inner_text=False)
+        expect(plot).to_have_attribute("alt", f"ideal time of {step} by row width")
+
+    expect_estimate("fused_add_rmsnorm", 4096, 4096, "bf16")
+    src = plot.get_attribute("src")
+    calc.get_by_label("design").select_option("eager_add_rmsnorm")
+    expect_estimate("eager_add_rmsnorm", 4096, 4096, "bf16")
+    assert plot.get_attribute("src") != src, "the plot follows the design"
+    for label, value in (("cols", "7168"), ("rows", "64")):
+        src = plot.get_attribute("src")
+        box = calc.get_by_label(label, exact=True)
+        box.fill(value)
+        box.press("Enter")
+        expect(plot).not_to_have_attribute("src", src)
+    calc.get_by_label("dtype").select_option("fp32")
+    expect_estimate("eager_add_rmsnorm", 64, 7168, "fp32")
+
+    rows = calc.get_by_label("rows", exact=True)
+    rows.fill("0")
+    rows.press("Enter")
+    expect(table).to_contain_text("rows must be at least 1")
+    expect(plot).to_have_count(0)
+    rows.fill("4096")
+    rows.press("Enter")
+    expect_estimate("eager_add_rmsnorm", 4096, 7168, "fp32")
+    _assert_clean(chapter2)

@@ -1,0 +1,286 @@
+"""Property-based tests (hypothesis) of the input policy, issue 17.
+
+Every registered wrapper is driven with generated bad and edge inputs (dtypes, shapes, leading
+dimensions, strides, NaN/Inf/huge/tiny values, eps values, weights and residuals of the wrong
+form) and must answer in one of three documented ways (``validation.INPUT_POLICY``): an
+``InputError`` exactly when the input is invalid, otherwise an answer within tolerance of the
+float64 reference, NaN exactly where the policy is loud. In-place overlaps are generated too. Every
+exercise checker is fed generated malformed answers and must answer with a message, never raise.
+
+Bounded for CI (2 cores, Triton interpreter): tiny shapes, modest ``max_examples``, derandomized.
+"""
+import math
+import os
+
+import numpy
+import pytest
+import torch
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from fusedrms import env, registry, validation, verify
+from fusedrms.exercises.core import Feedback
+from fusedrms.kernels import add_rmsnorm as A
+
+ENV = env.current()
+DEVICE_KEY = "cuda" if ENV.on_gpu else "cpu"
+# FUSEDRMS_PROPERTY_EXAMPLES raises the count for a longer hunt (CI keeps the default)
+EXAMPLES = int(os.environ.get("FUSEDRMS_PROPERTY_EXAMPLES", "400"))
+CI = settings(derandomize=True, deadline=None, database=None, max_examples=EXAMPLES,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# torch.compile peers compile once per shape (tens of seconds): not for generated shapes
+IMPLS = sorted((i for i in registry.impls() if DEVICE_KEY in i.devices
+                and not i.name.startswith("torch.compile")), key=lambda i: i.name)
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+# eps values and whether the package accepts them
+EPS = [(1e-5, True), (1e-6, True), (0.0, True), (0, True), (0.5, True), (numpy.float32(1e-5), True),
+       (-1e-5, False), (float("nan"), False), (float("inf"), False), ("1e-5", False),
+       (None, False), (True, False), (10 ** 400, False), (1e-40, False), (1e39, False),
+       (torch.tensor(1e-5), False)]
+VALUES = ("normal", "huge", "large", "tiny", "nan", "inf", "zeros", "w_nan")
+
+
+def _fill(rows, cols, kind, row, g):
+    x = torch.randn(rows, cols, generator=g)
+    if rows == 0:
+        return x
+    if kind == "huge":  # squares 9e38: the fp32 sum overflows at any width (loud)
+        x[row] = 3e19 * torch.where(x[row] < 0, -1.0, 1.0)
+    elif kind == "large":  # squares 1e34: fine at these widths (computed)
+        x[row] = 1e17 * x[row]
+    elif kind == "tiny":  # mean square ~1e-42: computed with eps > 0, loud with eps = 0
+        x[row] = 1e-21 * x[row]
+    elif kind == "nan":
+        x[row, cols // 2] = float("nan")
+    elif kind == "inf":
+        x[row, 0] = float("-inf")
+    elif kind == "zeros":
+        x[row] = 0.0
+    return x
+
+
+def _layout(t, layout):
+    """The same values in another memory layout."""
+    if layout == "transposed":  # column stride != 1: the wrapper must copy
+        return t.t().contiguous().t()
+    if layout == "padded":  # row stride > cols, NaN in the gaps
+        gap = float("nan") if t.is_floating_point() else 0
+        wide = torch.full((t.shape[0], t.shape[1] + 3), gap, dtype=t.dtype, device=t.device)
+        wide[:, : t.shape[1]] = t
+        return wide[:, : t.shape[1]]
+    if layout == "batched" and t.shape[0] % 2 == 0:  # leading dimensions
+        return t.reshape(2, t.shape[0] // 2, t.shape[1])
+    if layout == "broadcast" and t.shape[0]:  # row stride 0: every row is row 0
+        return t[:1].expand(t.shape[0], t.shape[1])
+    return t
+
+
+@st.composite
+def calls(draw):
+    """One call: mostly valid inputs (edge values and layouts), else exactly one fault."""
+    impl = draw(st.sampled_from(IMPLS))
+    fault = draw(st.sampled_from((None,) * 6 + ("dtype", "eps", "w", "residual")))
+    others = [d for d in (torch.float64, torch.int32) + FLOATS if d not in impl.dtypes]
+    dtype = draw(st.sampled_from(others if fault == "dtype" else impl.dtypes))
+    rows = draw(st.integers(0, 4))
+    cols = draw(st.integers(1, 40))
+    kind = draw(st.sampled_from(VALUES))
+    eps, eps_ok = draw(st.sampled_from([e for e in EPS if e[1] != (fault == "eps")]))
+    layout = draw(st.sampled_from(("contiguous", "transposed", "padded", "batched", "broadcast")))
+    w_form = draw(st.sampled_from(("short", "list", "2d"))) if fault == "w" else "ok"
+    r_form = draw(st.sampled_from(("short", "dtype"))) if fault == "residual" else "ok"
+    seed = draw(st.integers(0, 2 ** 16))
+    return impl, dtype, rows, cols, kind, eps, eps_ok, layout, w_form, r_form, seed
+
+
+def _inputs(dtype, rows, cols, kind, layout, w_form, r_form, seed):
+    g = torch.Generator().manual_seed(seed)
+    row = seed % max(rows, 1)
+    x = _layout(_fill(rows, cols, kind, row, g).to(dtype).to(ENV.device), layout)
+    w = (torch.rand(cols, generator=g) + 0.5)
+    if kind == "w_nan":
+        w[cols // 2] = float("nan")
+    w = w.to(dtype).to(ENV.device)
+    residual = 0.5 * torch.randn(rows, cols, generator=g).to(dtype).to(ENV.device)
+    residual = residual.reshape(x.shape)
+    bad = []
+    if w_form == "short":
+        w, bad = w[:-1] if cols > 1 else w.repeat(2), bad + ["w"]
+    elif w_form == "list":
+        w, bad = w.tolist(), bad + ["w"]
+    elif w_form == "2d":
+        w, bad = w[None, :], bad + ["w"]
+    if r_form == "short":
+        residual = residual[..., :-1] if cols > 1 else torch.cat([residual, residual], dim=-1)
+        bad.append("residual")
+    elif r_form == "dtype":
+        other = torch.float32 if dtype != torch.float32 else torch.float16
+        residual, bad = residual.to(other), bad + ["residual"]
+    return x, w, residual, bad
+
+
+def _call(impl, x, w, residual, eps):
+    if impl.op in ("add_rmsnorm", "add_rmsnorm_residual"):
+        return impl.fn(x, residual, w, eps)
+    return impl.fn(x, w, eps)
+
+
+def _loud_for_peers(kind, eps):
+    """Inputs where a torch peer gives PyTorch's answer, not the book's loud NaN (policy row)."""
+    return kind in ("huge", "inf") or (kind in ("tiny", "zeros") and eps == 0)
+
+
+@CI
+@given(calls())
+def test_every_wrapper_rejects_clearly_or_answers_right(call):
+    impl, dtype, rows, cols, kind, eps, eps_ok, layout, w_form, r_form, seed = call
+    x, w, residual, bad = _inputs(dtype, rows, cols, kind, layout, w_form, r_form, seed)
+    uses_residual = impl.op in ("add_rmsnorm", "add_rmsnorm_residual")
+    bad = [b for b in bad if b == "w" or uses_residual]
+    valid = (dtype in impl.dtypes and eps_ok and not bad
+             and (impl.max_cols is None or cols <= impl.max_cols))
+    try:
+        with numpy.errstate(all="ignore"):
+            result = _call(impl, x, w, residual, eps)
+    except validation.InputError as e:
+        event("rejected")
+        assert not valid, f"{impl.name} refused a valid input: {e}"
+        assert len(str(e)) > 20
+        return
+    assert valid, f"{impl.name} accepted an invalid input (dtype {dtype}, eps {eps!r}, bad {bad})"
+    inputs = {"x": x, "w": w, "residual": residual, "eps": float(eps)}
+    if not impl.kernel and _loud_for_peers(kind, float(eps)):
+        y = result[0] if isinstance(result, tuple) else result
+        assert y.shape == x.shape  # PyTorch's own answer; the policy does not apply to peers
+        return
+    event(f"computed: {kind}")
+    report, details = verify.compare(impl.op, inputs, result, nan="match")
+    assert report.ok, f"{impl.name} {dtype} {tuple(x.shape)} {kind} eps={eps!r} {layout}: {report}"
+
+
+@st.composite
+def overlapping_views(draw):
+    """x, residual and w cut from one buffer at generated offsets (or from separate ones)."""
+    cols = draw(st.integers(1, 12))
+    rows = draw(st.integers(1, 4))
+    size = (rows + 3) * cols + cols
+    starts = [draw(st.integers(0, size - rows * cols)) for _ in range(2)]
+    w_start = draw(st.integers(0, size - cols))
+    separate = draw(st.sampled_from(("none", "w", "residual", "all")))
+    return rows, cols, size, starts, w_start, separate
+
+
+@settings(CI, max_examples=max(50, EXAMPLES // 3))
+@given(overlapping_views())
+def test_in_place_refuses_every_overlap_and_is_right_otherwise(case):
+    rows, cols, size, (xs, rs), w_start, separate = case
+    buf = torch.randn(size, device=ENV.device)
+    x = buf[xs: xs + rows * cols].view(rows, cols)
+    r = (torch.randn(rows, cols, device=ENV.device) if separate in ("residual", "all")
+         else buf[rs: rs + rows * cols].view(rows, cols))
+    w = (torch.rand(cols, device=ENV.device) + 0.5 if separate in ("w", "all")
+         else buf[w_start: w_start + cols])
+    spans = [(t.data_ptr(), t.data_ptr() + t.numel() * 4) for t in (x, r, w)]
+
+    def meet(a, b):
+        return spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+
+    overlap = meet(0, 1) or meet(0, 2) or meet(1, 2)
+    expected_y, expected_s = A.add_rmsnorm_residual(x, r, w)  # out of place: always allowed
+    if overlap:
+        before = buf.clone()
+        with pytest.raises(validation.InputError, match="memory"):
+            A.add_rmsnorm_residual(x, r, w, in_place=True)
+        assert torch.equal(buf, before)  # refused before anything was written
+        return
+    y, s = A.add_rmsnorm_residual(x, r, w, in_place=True)
+    assert torch.equal(y, expected_y) and torch.equal(s, expected_s)
+
+
+# ---------------------------------------------------------------- every exercise checker
+
+def _exercises():
+    import importlib
+
+    out = []
+    for n in range(1, 9):
+        module = importlib.import_module(f"fusedrms.exercises.ch{n:02d}")
+        out.extend(getattr(module, "ALL", ()))
+    return out
+
+
+EXERCISES = _exercises()
+
+
+class _RaisingNumber:
+    def __float__(self):
+        raise RuntimeError("no float here")
+
+    def __index__(self):
+        raise RuntimeError("no int here")
+
+
+class _RaisingContainer:
+    def __len__(self):
+        raise RuntimeError("no length")
+
+    def __iter__(self):
+        raise RuntimeError("no items")
+
+    def __getitem__(self, i):
+        raise RuntimeError("no items")
+
+
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.sampled_from([10 ** 400, -10 ** 400, 2 ** 70]),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+    st.sampled_from(["", "  ", "1e999", "nan", "-inf", "0x10", "1/0", "cast", "reduction",
+                     "float32", "None"]),
+    st.binary(max_size=4), st.just(_RaisingNumber()), st.just(_RaisingContainer()),
+    st.just(object()), st.just(float), st.just(Ellipsis),
+    st.sampled_from([torch.tensor(float("nan")), torch.tensor(3.0), torch.ones(3),
+                     torch.tensor([]), torch.tensor(True), numpy.float64(2.0),
+                     numpy.array([1.0, 2.0]), numpy.array(5)]))
+KEYS = st.one_of(st.sampled_from(["num_warps", "timings_us", "rtol", "dominant", "block_size",
+                                  "rows", "cols", "correct", "time_us", "key", "a"]),
+                 st.integers(-2, 40))
+ANSWERS = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=5), st.tuples(inner, inner),
+                            st.dictionaries(KEYS, inner, max_size=5),
+                            st.frozensets(st.integers(0, 9) | st.text(max_size=3), max_size=3)),
+    max_leaves=12)
+SOURCE_EXERCISES = ("shuffle_finish", "missing_barrier", "residual_variant",
+                    "fix_block_denominator", "fix_weight_load")  # compile or run the answer
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.name)
+@settings(derandomize=True, deadline=None, database=None, max_examples=max(25, EXAMPLES // 5),
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(answer=ANSWERS)
+def test_every_checker_answers_malformed_input_with_a_message(exercise, answer):
+    if exercise.name in SOURCE_EXERCISES and isinstance(answer, str) and len(answer) > 3:
+        answer = answer[:3]  # short text still reaches the checker; a long one would compile
+    with numpy.errstate(all="ignore"):
+        feedback = exercise.check(answer)
+    assert isinstance(feedback, Feedback) and isinstance(feedback.message, str)
+    assert feedback.message.strip()
+    assert not feedback.ok or answer == exercise.solution or _same(answer, exercise.solution)
+    assert not feedback.error, f"{exercise.name} failed inside on {answer!r}: {feedback.error}"
+
+
+def _same(a, b):
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - tensors compare elementwise
+        return False
+
+
+def test_the_generated_inputs_cover_the_policy():
+    """The wrapper strategy reaches every route, dtype and kind of value the policy names."""
+    names = {i.name for i in IMPLS}
+    assert {"triton.row", "triton.looped", "triton.multirow", "capstone.fused",
+            "capstone.fused_residual", "fp8.fused", "fp8.naive", "hip.block"} <= names
+    assert set(VALUES) >= {"huge", "tiny", "nan", "inf"} and any(not ok for _, ok in EPS)
+    assert math.isclose(validation.overflow_rms(40), math.sqrt(3.4028234663852886e38 / 40))
