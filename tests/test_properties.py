@@ -123,9 +123,13 @@ def _inputs(dtype, rows, cols, kind, layout, w_form, r_form, seed):
     return x, w, residual, bad
 
 
-def _call(impl, x, w, residual, eps):
+def _call(impl, x, w, residual, eps, dy=None):
     if impl.op in ("add_rmsnorm", "add_rmsnorm_residual"):
         return impl.fn(x, residual, w, eps)
+    if impl.op == "rmsnorm_backward":  # chapter 9: the output gradient too
+        return impl.fn(x, w, dy, eps)
+    if impl.op == "add_rmsnorm_backward":
+        return impl.fn(x, residual, w, dy, eps)
     return impl.fn(x, w, eps)
 
 
@@ -139,20 +143,22 @@ def _loud_for_peers(kind, eps):
 def test_every_wrapper_rejects_clearly_or_answers_right(call):
     impl, dtype, rows, cols, kind, eps, eps_ok, layout, w_form, r_form, seed = call
     x, w, residual, bad = _inputs(dtype, rows, cols, kind, layout, w_form, r_form, seed)
-    uses_residual = impl.op in ("add_rmsnorm", "add_rmsnorm_residual")
+    uses_residual = impl.op in ("add_rmsnorm", "add_rmsnorm_residual", "add_rmsnorm_backward")
     bad = [b for b in bad if b == "w" or uses_residual]
     valid = (dtype in impl.dtypes and eps_ok and not bad
              and (impl.max_cols is None or cols <= impl.max_cols))
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed + 1)).to(x.dtype)
+    dy = dy.to(ENV.device)
     try:
         with numpy.errstate(all="ignore"):
-            result = _call(impl, x, w, residual, eps)
+            result = _call(impl, x, w, residual, eps, dy)
     except validation.InputError as e:
         event("rejected")
         assert not valid, f"{impl.name} refused a valid input: {e}"
         assert len(str(e)) > 20
         return
     assert valid, f"{impl.name} accepted an invalid input (dtype {dtype}, eps {eps!r}, bad {bad})"
-    inputs = {"x": x, "w": w, "residual": residual, "eps": float(eps)}
+    inputs = {"x": x, "w": w, "residual": residual, "eps": float(eps), "dy": dy, "d_sum": None}
     if not impl.kernel and _loud_for_peers(kind, float(eps)):
         y = result[0] if isinstance(result, tuple) else result
         assert y.shape == x.shape  # PyTorch's own answer; the policy does not apply to peers

@@ -76,8 +76,8 @@ def rmsnorm_backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, eps: fl
     ``r g - (r^3 / n) x sum(g x)``, in an order whose intermediates neither overflow nor underflow),
     ``dw = sum over rows of dy xhat``. ``d_sum`` is the gradient arriving at ``x`` from elsewhere
     (the fused add's residual output): it is added to ``dx``. ``rows_scale`` is a saved ``r`` to use
-    instead of recomputing it. ``range_dtype`` as :func:`row_scale`: a row outside its range (the
-    kernels' loud rows) has NaN gradients, and so has every column of ``dw``.
+    instead of recomputing it; ``range_dtype`` as in :func:`row_scale` (a row outside its range has
+    r = NaN, so its dx and every column of dw are NaN).
 
     Returns ``dx``, ``dw`` (in ``accum``) and the magnitudes their rounding errors are proportional
     to, for :func:`fusedrms.checks.allclose`'s ``scale``: ``dx_scale = r (|g| + |xhat| mean|g xhat|)
@@ -85,10 +85,8 @@ def rmsnorm_backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, eps: fl
     """
     cols = x.shape[-1]
     xa, wa, ga = x.to(accum), w.to(accum), dy.to(accum)
-    if rows_scale is None:
-        r = row_scale(x, eps, accum, range_dtype)
-    else:
-        r = rows_scale.to(accum).reshape(*x.shape[:-1], 1)
+    r = row_scale(x, eps, accum, range_dtype) if rows_scale is None else rows_scale.to(accum).reshape(
+        *x.shape[:-1], 1)
     xhat = xa * r
     g = ga * wa
     dx = r * (g - xhat * ((g * xhat).sum(dim=-1, keepdim=True) / cols))

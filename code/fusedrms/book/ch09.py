@@ -206,7 +206,8 @@ def check_gradients(op: str, bundle: torch.Tensor, w: torch.Tensor, grads) -> tu
     if op == "add_rmsnorm":
         x = (bundle[0].to(F64) + bundle[1].to(F64)).to(bundle.dtype)  # s as the forward stores it
         d_sum = bundle[3]
-    ref = reference.rmsnorm_backward(x, w, dy, EPS, accum=F64, d_sum=d_sum)
+    ref = reference.rmsnorm_backward(x, w, dy, EPS, accum=F64, d_sum=d_sum,
+                                     range_dtype=torch.float32)
     named = {"dx": grads[0], "dw": grads[-1]}
     if op == "add_rmsnorm":
         named["dresidual"] = grads[1]
