@@ -152,18 +152,19 @@ def _run(impl, x, w, eps):
     return impl.fn(x, w, eps)
 
 
-def _kernels(device_key):
-    return [i for i in registry.impls() if i.kernel and device_key in i.devices]
+def _kernels(device_key, names=None):
+    return [i for i in registry.impls() if i.kernel and device_key in i.devices
+            and i.op not in registry.BACKWARD_OPS and (names is None or i.name in names)]
 
 
-def check_policy_on_every_route(device):
+def check_policy_on_every_route(device, names=None):
     """Every kernel: the overflowed and Inf rows are NaN whatever eps; the tiny row is computed
     with eps > 0 and NaN with eps = 0; the ordinary row matches the float64 reference."""
     import numpy
 
     key = "cpu" if device.type == "cpu" else "cuda"
     seen = []
-    for impl in _kernels(key):
+    for impl in _kernels(key, names):
         for dtype in (torch.float32, torch.bfloat16):
             if dtype not in impl.dtypes:
                 continue
