@@ -297,6 +297,9 @@ def _tag(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+REGISTER_WIDTHS = (MAX_COLS["triton.row"], 2 * MAX_COLS["triton.row"])
+
+
 def record_assembly(out_dir: Path, log=print, smoke: bool = False) -> None:
     kind = "amdgcn" if env.current().backend == "rocm" else "ptx"
     out = []
@@ -311,6 +314,20 @@ def record_assembly(out_dir: Path, log=print, smoke: bool = False) -> None:
                  file="triton_row_ptx.txt" if dtype == torch.float32 else None)
         out.append(s)
         log({k2: v for k2, v in s.items() if not k2.endswith("_forms")})
+    # Registers and spills at the row kernel's width limit and one step past it (compiled only
+    # for this record: the wrapper refuses the wider row).
+    for cols in () if smoke else REGISTER_WIDTHS:
+        try:
+            k = row_kernel_compiled(cols=cols, dtype=torch.float32, rows=1)
+            r = {"kind": "registers", "cols": cols, "dtype": "float32", "block_size": cols,
+                 "num_warps": num_warps_for(cols),
+                 "registers_per_thread": getattr(k, "n_regs", None),
+                 "spills": getattr(k, "n_spills", None)}
+        except Exception as err:  # noqa: BLE001 - recorded as missing; the rest still runs
+            r = {"kind": "registers", "cols": cols, "dtype": "float32",
+                 "error": f"{type(err).__name__}: {err}"}
+        out.append(r)
+        log(r)
     records.write(out_dir / "triton_row_asm.json", out)
 
 

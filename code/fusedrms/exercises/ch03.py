@@ -353,7 +353,7 @@ def _shuffle_mistakes() -> dict:
             "const int lanes = (int)blockDim.x < warpSize ? (int)blockDim.x : warpSize;",
             "const int lanes = 32;"),
         "no barrier between the warp totals and their readers": ok.replace(
-            "    __syncthreads();  // one barrier: warp totals written before any warp reads them\n", ""),
+            "    __syncthreads();  // one barrier: warp totals written before any read\n", ""),
         "barrier only for lane 0": ok.replace(
             "    if (lane == 0) warp_totals[warp] = mine;\n    __syncthreads();",
             "    if (lane == 0) { warp_totals[warp] = mine; __syncthreads(); }"),
@@ -376,7 +376,7 @@ shuffle_finish = Exercise(
 
 # ---------------------------------------------------------------- (c) find the missing barrier
 
-_TREE_BARRIER = "        __syncthreads();  // all threads, also those that added nothing this round\n"
+_TREE_BARRIER = "        __syncthreads();  // all threads, also those that added nothing\n"
 
 
 def missing_barrier_listing() -> str:
