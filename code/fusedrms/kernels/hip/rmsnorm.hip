@@ -85,6 +85,8 @@ __global__ void rmsnorm_block(const T* x, const T* w, T* y, int rows, int cols,
         const float v = to_float(x_row[col]);
         sum_sq += v * v;
     }
+    // [/book:block]
+    // [book:block_tree]
     partial[tid] = sum_sq;
     __syncthreads();  // every partial sum is written before anyone reads one
     for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
@@ -97,7 +99,7 @@ __global__ void rmsnorm_block(const T* x, const T* w, T* y, int rows, int cols,
         y[(long)row * cols + col] =
             from_float<T>(to_float(x_row[col]) * r * to_float(w[col]));
 }
-// [/book:block]
+// [/book:block_tree]
 
 // [book:shuffle_sum]
 // Block sum with shuffles: lanes of a warp (NVIDIA, 32) or wavefront (AMD, 64
@@ -149,17 +151,16 @@ constexpr int ROW_FLOATS_PER_THREAD = 32;  // registers: cols <= 32 * blockDim.x
 
 template <typename T, int VEC>
 struct alignas(sizeof(T) * VEC) Pack { T v[VEC]; };
+// [/book:vectorized]
 
+// [book:vectorized_load]
 template <typename T, int VEC>
 __global__ void rmsnorm_vectorized(const T* x, const T* w, T* y, int rows,
                                    int cols, long x_stride, float eps) {
-    constexpr int PACKS = ROW_FLOATS_PER_THREAD / VEC;
-    const int row = blockIdx.x;
-    const int packs_in_row = cols / VEC;
     using P = Pack<T, VEC>;
-    const P* x_row = reinterpret_cast<const P*>(x + row * x_stride);
-    const P* w_packs = reinterpret_cast<const P*>(w);
-    P* y_row = reinterpret_cast<P*>(y + (long)row * cols);
+    constexpr int PACKS = ROW_FLOATS_PER_THREAD / VEC;
+    const int packs_in_row = cols / VEC;
+    const P* x_row = reinterpret_cast<const P*>(x + blockIdx.x * x_stride);
     P held[PACKS];  // the row as loaded: 16-bit formats stay 16-bit
     float sum_sq = 0.0f;
 #pragma unroll
@@ -168,13 +169,15 @@ __global__ void rmsnorm_vectorized(const T* x, const T* w, T* y, int rows,
         if (p < packs_in_row) {
             held[i] = x_row[p];
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) {
-                const float v = to_float(held[i].v[j]);
-                sum_sq += v * v;
-            }
+            for (int j = 0; j < VEC; ++j)
+                sum_sq += to_float(held[i].v[j]) * to_float(held[i].v[j]);
         }
     }
+    // [/book:vectorized_load]
+    // [book:vectorized_scale]
     const float r = row_scale(block_sum_shuffle(sum_sq), cols, eps);
+    const P* w_packs = reinterpret_cast<const P*>(w);
+    P* y_row = reinterpret_cast<P*>(y + (long)blockIdx.x * cols);
 #pragma unroll
     for (int i = 0; i < PACKS; ++i) {
         const int p = threadIdx.x + i * blockDim.x;
@@ -189,14 +192,14 @@ __global__ void rmsnorm_vectorized(const T* x, const T* w, T* y, int rows,
         }
     }
 }
-// [/book:vectorized]
+// [/book:vectorized_scale]
 
-// [book:unfused]
 // The unfused pipeline: three kernels, two intermediates in global memory (the
 // squares, rows*cols floats, and one sum per row), as a framework computing op
 // by op would run it. VEC elements per access: 1 for hip.unfused (scalar loads,
 // like hip.shuffle), 16 bytes for hip.vectorized_unfused (like hip.vectorized),
 // so each fused kernel has an unfused twin that differs only in fusion.
+// [book:unfused]
 template <typename T, int VEC>
 __global__ void square_kernel(const T* x, float* squares, int rows, int cols,
                               long x_stride) {
@@ -217,6 +220,9 @@ __global__ void square_kernel(const T* x, float* squares, int rows, int cols,
         reinterpret_cast<Pack<float, VEC>*>(squares)[i] = sq;
     }
 }
+// [/book:unfused]
+
+// [book:unfused_sum]
 
 template <int VEC>
 __global__ void row_sum_kernel(const float* squares, float* row_sums,
@@ -232,6 +238,7 @@ __global__ void row_sum_kernel(const float* squares, float* row_sums,
     s = block_sum_shuffle(s);
     if (threadIdx.x == 0) row_sums[blockIdx.x] = s;
 }
+// [/book:unfused_sum]
 
 template <typename T, int VEC>
 __global__ void scale_kernel(const T* x, const T* w, const float* row_sums,
@@ -255,7 +262,6 @@ __global__ void scale_kernel(const T* x, const T* w, const float* row_sums,
         reinterpret_cast<P*>(y)[i] = out;
     }
 }
-// [/book:unfused]
 
 // ---------------------------------------------------------------------------------------------
 // C ABI: what Python (ctypes) and the host program call. dtype: 0 float32, 1 float16, 2 bfloat16.
