@@ -195,12 +195,16 @@ def test_every_broken_backward_is_caught(name):
 
 
 @pytest.mark.gpu
-def test_full_suite_on_gpu():
-    results = verify.run(verify.lookup("bwd.*"))
+def test_suite_on_gpu():
+    """GPU shapes (1024 x 4096 among them), fp32 and bf16; every case runs in the verify CLI."""
+    cases = SMALL_CASES + [verify.case("1024x4096"), verify.case("overflow")]
+    results = verify.run(verify.lookup("bwd.*"), dtypes=[torch.float32, torch.bfloat16],
+                         cases=cases)
     failed = [f"{r.kernel} {r.dtype} {r.case}: {r.message}" for r in results if r.status == "FAIL"]
     assert not failed, failed
     for name in broken_backward.CAUGHT:
-        assert any(r.status == "FAIL" for r in verify.run(verify.lookup(name))), name
+        bad = verify.run(verify.lookup(name), dtypes=[torch.float32], cases=SMALL_CASES)
+        assert any(r.status == "FAIL" for r in bad), name
 
 
 def test_grid_rule():

@@ -41,7 +41,7 @@ from .. import checks, records, reference, traffic
 FILES = {"ch09_backward.json": "forward + backward against the peers, the backward alone, its grid, "
                                "dw determinism"}
 RECORD_NAME = "ch09_backward"
-SOURCES = ("kernels/rmsnorm_backward.py", "measure/timer.py", "book/ch09.py", "traffic.py",
+SOURCES = ("kernels/rmsnorm_backward.py", "measure/timer.py", "book/ch09.py::record", "traffic.py",
            "kernels/peers.py")
 ESTIMATE_S = 180
 EPS = 1e-5
@@ -206,7 +206,8 @@ def check_gradients(op: str, bundle: torch.Tensor, w: torch.Tensor, grads) -> tu
     if op == "add_rmsnorm":
         x = (bundle[0].to(F64) + bundle[1].to(F64)).to(bundle.dtype)  # s as the forward stores it
         d_sum = bundle[3]
-    ref = reference.rmsnorm_backward(x, w, dy, EPS, accum=F64, d_sum=d_sum)
+    ref = reference.rmsnorm_backward(x, w, dy, EPS, accum=F64, d_sum=d_sum,
+                                     range_dtype=torch.float32)
     named = {"dx": grads[0], "dw": grads[-1]}
     if op == "add_rmsnorm":
         named["dresidual"] = grads[1]
