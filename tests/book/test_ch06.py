@@ -45,11 +45,21 @@ def test_chapter_helpers_verdict_classify_rules():
     assert ch06.find_rule(None, "x") is None
 
 
-def test_timing_rules_logic_with_a_fake_clock(monkeypatch):
-    """measure_timing_rules' bookkeeping on the CPU: small inputs, fake events, no compile."""
-    import dataclasses
+def _fake_rules_clock(monkeypatch):
+    """The timer replaced by a clock that answers every option ch06 asks for, on the CPU."""
+    from fusedrms.measure import timer
 
     fake_clock(monkeypatch)
+    asked = []
+
+    def time_gpu(fn, warmup=25, reps=100, l2="cold", graph=False, hold=False, graph_calls=None):
+        timer._check_args(l2, warmup, reps, hold, graph_calls)  # the real argument rules
+        asked.append((l2, graph, hold, graph_calls))
+        fn()
+        base = {"cold": 20.0, "warm": 10.0}[l2] - (5.0 if graph else 0.0) + (1.0 if hold else 0)
+        return [base + v for v in range(reps)]
+
+    monkeypatch.setattr(timer, "time_gpu", time_gpu)
     original = harness.make_inputs
     monkeypatch.setattr(ch06, "make_inputs",
                         lambda op, rows, cols, dtype, device="cuda", seed=0:
@@ -61,19 +71,74 @@ def test_timing_rules_logic_with_a_fake_clock(monkeypatch):
     registry.load_all()
     monkeypatch.setitem(registry._IMPLS, "torch.compile_add", dataclasses.replace(
         registry._IMPLS["torch.compile_add"], fn=registry._IMPLS["torch.rms_norm_add"].fn))
-    grid = {"records": [dict(impl="k", op="add_rmsnorm", rows=1, cols=8, dtype="bf16",
-                             mode="cold", status="ok", median_us=10.0, p10_us=9.0, p90_us=11.0,
-                             process_medians_us=[9.0, 10.0, 12.0])]}
-    got = {r["rule"]: r for r in ch06.measure_timing_rules(grid, log=lambda m: None)}
-    assert set(got) == {"synchronize", "warm-up", "processes", "L2", "launch overhead"}
+    return asked
+
+
+GRID = {"records": [
+    dict(impl="k", op="add_rmsnorm", rows=1, cols=8, dtype="bf16", mode="cold", status="ok",
+         median_us=10.0, p10_us=9.0, p90_us=11.0, process_medians_us=[9.0, 10.0, 13.0]),
+    dict(impl="j", op="rmsnorm", rows=2, cols=8, dtype="fp32", mode="cold", status="ok",
+         median_us=100.0, p10_us=99.0, p90_us=101.0, process_medians_us=[100.0, 100.5, 99.0]),
+    dict(impl="k", op="add_rmsnorm", rows=1, cols=8, dtype="bf16", mode="warm", status="ok",
+         median_us=1.0, p10_us=1.0, p90_us=1.0, process_medians_us=[1.0, 9.0])]}
+
+
+def test_timing_rules_logic_with_a_fake_clock(monkeypatch):
+    """measure_timing_rules' bookkeeping on the CPU: small inputs, fake events, no compile."""
+    asked = _fake_rules_clock(monkeypatch)
+    got = {r["rule"]: r for r in ch06.measure_timing_rules(GRID, log=lambda m: None)}
+    assert set(got) == {"synchronize", "warm-up", "processes", "L2", "graph"}
     for name, r in got.items():
         assert r["status"] == "ok", (name, r["status"])
         assert r["ignored"]["median_us"] > 0 and r["followed"]["median_us"] > 0
         assert "ignored" in ch06.rule_summary(r)
-    assert got["processes"]["worst_across_pct"] == pytest.approx(30.0)
+    # (c) every process median kept; the outlier process, not the fastest, is the one shown
+    p = got["processes"]
+    assert p["cases"] == 2 and len(p["all_cases"]) == 2
+    assert p["worst"]["impl"] == "k" and p["worst"]["outlier_us"] == 13.0
+    assert p["ignored"]["median_us"] == 13.0 and p["cases_over_5pct"] == 1
+    assert p["worst_across_pct"] == pytest.approx(40.0)
     assert got["warm-up"]["compile"]["impl"] == "torch.compile_add"
-    assert [s["rows"] for s in got["L2"]["shapes"]] == [1024, 16384]
+    assert got["warm-up"]["triton_cache"] in ("empty", "default")  # never a path
+    # (a) L2: one call per graph replay on both sides, warm held, at the listed shapes
+    l2 = got["L2"]
+    assert [s["rows"] for s in l2["shapes"]] == [r for r, _ in ch06.RULE_SHAPES["L2"]]
+    assert 20e6 <= l2["headline"]["bytes"] <= 40e6
+    assert ("warm", True, True, 1) in asked and ("cold", True, False, None) in asked
+    assert all(s["cold_over_warm"] == pytest.approx(s["cold_us"] / s["warm_us"])
+               for s in l2["shapes"])
+    # (b) graph: every way of launching, per implementation and shape
+    g = got["graph"]["impls"]
+    assert {r["impl"] for r in g} == {"torch.rms_norm_add", "torch.eager_chain"}
+    assert len(g) == 2 * len(ch06.RULE_SHAPES["graph"])
+    for key in ("cold_us", "cold_graph_us", "held_us", "held_graph_us", "back_to_back_us",
+                "graph_back_to_back_us"):
+        assert all(r[key] > 0 for r in g), key
+    # (d) synchronize at every size, three clocks each
+    sync = got["synchronize"]["shapes"]
+    assert [s["rows"] for s in sync] == [r for r, _ in ch06.RULE_SHAPES["synchronize"]]
+    assert all(s["no_sync_us"] > 0 and s["sync_us"] > 0 and s["events_us"] > 0 for s in sync)
     # without a grid the process rule says what it needs instead of failing the others
     got = {r["rule"]: r for r in ch06.measure_timing_rules(None, log=lambda m: None)}
     assert got["processes"]["status"].startswith("error: RuntimeError: needs the grid")
     assert got["L2"]["status"] == "ok"
+
+
+def test_timing_rules_smoke_sizes(monkeypatch):
+    _fake_rules_clock(monkeypatch)
+    got = {r["rule"]: r for r in ch06.measure_timing_rules(GRID, log=lambda m: None, smoke=True)}
+    assert all(r["status"] == "ok" for r in got.values())
+    assert [s["rows"] for s in got["L2"]["shapes"]] == [r for r, _ in ch06.SMOKE_RULE_SHAPES["L2"]]
+    assert "compile" not in got["warm-up"]
+
+
+@pytest.mark.gpu
+def test_timing_rules_on_the_gpu_at_smoke_sizes():
+    got = {r["rule"]: r for r in ch06.measure_timing_rules(GRID, log=lambda m: None, smoke=True)}
+    assert all(r["status"] == "ok" for r in got.values()), {k: r["status"] for k, r in got.items()}
+    for s in got["L2"]["shapes"] + got["synchronize"]["shapes"]:
+        assert all(v > 0 for k, v in s.items() if k.endswith("_us"))
+    r = got["graph"]["impls"][0]
+    assert r["graph_back_to_back_us"] < r["back_to_back_us"]  # a graph removes the CPU's path
+    cfg = ch06.config_in_use(harness.pick_target("add_rmsnorm"), 16384, 8192, "bf16")
+    assert cfg is None or (cfg["num_warps"] >= 1 and cfg["programs"] >= 1)
