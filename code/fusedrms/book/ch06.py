@@ -20,71 +20,152 @@ from ..measure.harness import (FloorUnavailable, _sync_wall_ms, floor_bytes, mak
                                pick_target)
 
 
-def rule_summary(rule: dict) -> str:
-    """One rule of the timing-rules file: the number with the rule ignored and kept."""
-    if rule.get("status") != "ok":
-        return f"{rule['rule']}: not measured ({rule.get('status')})"
-    ign, fol = rule["ignored"], rule["followed"]
-    ratio = ign["median_us"] / fol["median_us"] if fol["median_us"] else float("nan")
-    return (f"{rule['rule']}:\n  ignored  {ign['median_us']:>10.2f} µs  {ign['what']}\n"
-            f"  followed {fol['median_us']:>10.2f} µs  {fol['what']}\n"
-            f"  ignored / followed = {ratio:.3g}")
+def readable_us(us: float | None) -> str:
+    """A time in the unit that reads: 0.85 µs, 99.2 µs, 230.6 ms, 7.44 s ("-" when missing)."""
+    if us is None:
+        return "-"
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e4:
+        return f"{us / 1e3:.1f} ms"
+    if us >= 100:
+        return f"{us:,.0f} µs"
+    return f"{us:.2f} µs" if us < 10 else f"{us:.1f} µs"
+
+
+def times_in_words(ratio: float) -> str:
+    """A large ratio said plainly: "1.3 times", "71 times", "about 2,300 times"."""
+    if ratio < 10:
+        return f"{ratio:.1f} times"
+    if ratio < 1000:
+        return f"{ratio:.0f} times"
+    digits = len(str(int(ratio))) - 2
+    return f"about {round(ratio, -digits):,.0f} times"
 
 
 def find_rule(doc: dict | None, name: str) -> dict | None:
+    """The rule ``name`` of a timing-rules recording, if it was measured (status ok)."""
     for r in (doc or {}).get("records", []):
-        if r.get("rule") == name:
+        if r.get("rule") == name and r.get("status") == "ok":
             return r
     return None
 
 
-def print_rule(recorded_doc: dict | None, live: list[dict] | None, name: str) -> None:
-    """A rule as recorded (with provenance) and, when this machine has a GPU, as measured now."""
-    rec = find_rule(recorded_doc, name)
-    if rec is None:
-        print(f"recorded: no '{name}' measurement in the recorded timing rules yet")
-    else:
-        print(f"recorded ({records.describe(recorded_doc)}):")
-        print(rule_summary(rec))
-    if live is not None:
-        mine = find_rule({"records": live}, name)
-        print(f"\nthis machine, just now:\n{rule_summary(mine) if mine else 'not measured'}")
+def sync_rows(doc: dict | None) -> list[dict] | None:
+    """The synchronize rule at every recorded size: bytes, the CPU clock without and with a
+    synchronize, device events. None when the recording predates the sweep over sizes."""
+    rule = find_rule(doc, "synchronize")
+    if not rule or "shapes" not in rule:
+        return None
+    return sorted(rule["shapes"], key=lambda r: r["rows"])
 
 
-def verdict(recs: list[dict], target_pct: float = 85.0) -> str:
-    """Whether every record reaches ``target_pct`` of its floor, and the worst gap."""
-    priced = [r for r in recs if r.get("pct_of_floor") is not None]
-    if not priced:
-        return f"target >= {target_pct:.0f}% of floor: no data"
-    worst = min(priced, key=lambda r: r["pct_of_floor"])
-    met = worst["pct_of_floor"] >= target_pct
-    return (f"target >= {target_pct:.0f}% of floor over {len(priced)} cases: "
-            f"{'met' if met else 'not met'}; worst {worst['pct_of_floor']:.1f}% at "
-            f"{worst['rows']}x{worst['cols']} {worst['dtype']}"
-            + ("" if met else f", gap {target_pct - worst['pct_of_floor']:.1f} points"))
+def warmup_view(doc: dict | None) -> dict | None:
+    """First call against the warmed median, for the kernel and (when recorded) torch.compile."""
+    rule = find_rule(doc, "warm-up")
+    if not rule:
+        return None
+    out = dict(impl=rule["impl"], shape=f"{rule['rows']} x {rule['cols']} {rule['dtype']}",
+               first_us=rule["ignored"]["median_us"], warm_us=rule["followed"]["median_us"],
+               mean_with_first_us=rule["mean_with_first_us"],
+               median_with_first_us=rule["median_with_first_us"])
+    out["ratio"] = out["first_us"] / out["warm_us"]
+    if "compile" in rule:
+        c = rule["compile"]
+        out.update(compile_impl=c["impl"], compile_first_us=c["first_call_us"],
+                   compile_warm_us=c["median_us"], compile_ratio=c["first_call_us"] / c["median_us"])
+    return out
 
 
-def classify(recs: list[dict], floor_pct: float = 85.0, flat: float = 2.0) -> list[dict]:
-    """Label each measured record of one implementation by the regime the chart shows.
+def l2_rows(doc: dict | None) -> tuple[list[dict], dict] | None:
+    """The L2 rule (one call per graph replay, warm and flushed) at every size, and its headline
+    shape. None when the recording predates that method."""
+    rule = find_rule(doc, "L2")
+    if not rule or "headline" not in rule:
+        return None
+    return sorted(rule["shapes"], key=lambda r: r["rows"]), rule
 
-    ``launch-bound``: within ``flat`` x of the implementation's fastest time (the time barely
-    grows with the data); ``on the floor``: at least ``floor_pct`` of the floor; otherwise
-    ``in between`` (per-row latency, too few rows to fill the GPU, or a slow kernel).
-    """
-    ok = [r for r in recs if r.get("status") == "ok" and r.get("median_us")]
-    if not ok:
-        return []
-    fastest = min(r["median_us"] for r in ok)
-    out = []
-    for r in sorted(ok, key=lambda r: r.get("bytes") or 0):
-        pct = r.get("pct_of_floor")
-        if pct is not None and pct >= floor_pct:
-            label = "on the floor"
-        elif r["median_us"] <= flat * fastest:
-            label = "launch-bound"
-        else:
-            label = "in between"
-        out.append({**r, "regime": label})
+
+def graph_rows(doc: dict | None) -> list[dict] | None:
+    """The graph rule: every implementation and small shape, six ways of launching."""
+    rule = find_rule(doc, "graph")
+    return None if not rule else rule["impls"]
+
+
+def process_view(grid: dict | None) -> dict | None:
+    """Every cold case's process medians (from the grid itself), the outlier case, the counts."""
+    try:
+        return process_spreads(grid)
+    except RuntimeError:
+        return None
+
+
+def grid_rows(grid: dict | None, dtype: str = "bf16", sweep: str = "grid") -> list[dict]:
+    """The grid's measured cases of one dtype, sorted by implementation and bytes moved."""
+    recs = [r for r in (grid or {}).get("records", []) if r.get("sweep") == sweep
+            and r.get("dtype") == dtype and r.get("status") == "ok" and r.get("bytes")]
+    return sorted(recs, key=lambda r: (r["impl"], r["bytes"]))
+
+
+def floor_summary(grid: dict | None, impl: str, min_bytes: float = 64e6,
+                  share: float = 85.0) -> dict | None:
+    """How close ``impl`` comes to the copy floor on the grid's large shapes (every dtype)."""
+    recs = [r for r in (grid or {}).get("records", []) if r.get("sweep") == "grid"
+            and r.get("impl") == impl and r.get("status") == "ok"
+            and (r.get("bytes") or 0) >= min_bytes and r.get("pct_of_floor") is not None]
+    if not recs:
+        return None
+    pcts = [r["pct_of_floor"] for r in recs]
+    return dict(impl=impl, cases=len(recs), min_pct=min(pcts), max_pct=max(pcts),
+                median_pct=statistics.median(pcts), at_least=sum(p >= share for p in pcts),
+                share=share, min_bytes=min_bytes)
+
+
+def grid_health(grid: dict | None) -> dict | None:
+    """Counts a reader checks beside a speed table: measured, outside the tolerance, not run."""
+    if not grid:
+        return None
+    recs = grid["records"]
+    ok = [r for r in recs if r.get("status") == "ok"]
+    wrong = [r for r in ok if r.get("correct") is False]
+    not_run = [r for r in recs if r.get("status") != "ok"]
+    unsupported = [r for r in not_run if str(r.get("status", "")).startswith("unsupported")]
+    comp = [s for r in ok for s in (r.get("compile_s") or [])]
+    return dict(cases=len(recs), measured=len(ok), wrong=len(wrong),
+                wrong_impls=sorted({r["impl"] for r in wrong}), not_run=len(not_run),
+                unsupported=len(unsupported), errors=len(not_run) - len(unsupported),
+                error_impls=sorted({r["impl"] for r in not_run if r not in unsupported}),
+                compile_median_s=statistics.median(comp) if comp else None)
+
+
+NCU_PICKS = {  # what the chapter shows from ncu's sections: label -> (section word, metric name)
+    "Block size": ("Launch", "Block Size"),
+    "Grid size": ("Launch", "Grid Size"),
+    "Registers per thread": ("Launch", "Registers Per Thread"),
+    "Theoretical occupancy": ("Occupancy", "Theoretical Occupancy"),
+    "Achieved occupancy": ("Occupancy", "Achieved Occupancy"),
+    "Warp cycles per issued instruction": ("Warp State", "Warp Cycles Per Issued Instruction"),
+}
+
+
+def ncu_view(doc: dict | None) -> dict | None:
+    """The profile's numbers, missing ones None: DRAM bytes as counted (read, written), the launch
+    statistics, occupancy and warp state picked from the raw metrics, the configuration in use."""
+    if not doc or not doc.get("records"):
+        return None
+    s = doc["records"][0]
+    out = {k: s.get(k) for k in ("status", "reason", "impl", "kernel", "rows", "cols", "dtype",
+                                 "duration_us", "dram_throughput_pct", "sol_memory_pct",
+                                 "l2_hit_pct", "bytes_read", "bytes_write", "dram_bytes",
+                                 "implied_bytes", "model_bytes", "config")}
+    metrics = {}
+    for k in s.get("kernels") or []:
+        if k.get("kernel") == s.get("kernel"):
+            metrics = k.get("metrics", {})
+    for label, (section, name) in NCU_PICKS.items():
+        hit = next((v for key, v in metrics.items()
+                    if key.split(" / ")[0].startswith(section) and key.endswith(" / " + name)), None)
+        out[label] = None if hit is None else f"{hit.get('value')} {hit.get('unit') or ''}".strip()
     return out
 
 
