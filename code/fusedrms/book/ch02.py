@@ -20,7 +20,7 @@ FILES = {
     "traffic_row_registers.json": "registers and spills of the row kernel by width (fp32)",
 }
 ESTIMATE_S = 30
-SOURCES = ("traffic.py", "measure/timer.py", "kernels/rmsnorm.py", "book/ch02.py")
+SOURCES = ("traffic.py", "measure/timer.py", "kernels/rmsnorm.py", "book/ch02.py::record")
 SHAPES = (("eager_add_rmsnorm", 4096, 4096), ("fused_add_rmsnorm", 4096, 4096),
           ("fused_add_rmsnorm_residual", 4096, 4096), ("rmsnorm", 4096, 4096),
           ("rmsnorm_fp8_naive", 2, 7168), ("rmsnorm_fp8_fused", 2, 7168))

@@ -411,7 +411,7 @@ FILES = {
 TUNING_FILES = {"tuning/fp8.json": "the fastest bit-exact candidate (written with --tune)"}
 ESTIMATE_S = 150  # H200: exactness ~15 s, timings ~25 s, sweep ~15 s, candidates ~70 s
 SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/rounding.py",
-           "measure/timer.py", "traffic.py", "book/ch08.py")
+           "measure/timer.py", "traffic.py", "book/ch08.py::record")
 
 
 SMOKE_CANDIDATE_SHAPES = ((1024, 7168),)
