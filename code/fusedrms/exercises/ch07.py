@@ -24,18 +24,21 @@ from .core import Exercise, Feedback, Malformed, as_number, correct, wrong
 
 # [book:solution-kernel]
 @triton.jit
-def solution_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.constexpr):
+def solution_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps,
+                    BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     col = tl.arange(0, BLOCK)
     mask = col < cols
-    x = tl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
-    r = tl.load(r_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
-    s = (x + r).to(s_ptr.dtype.element_ty)  # the next layer's residual, in x's dtype
-    tl.store(s_ptr + row * cols + col, s, mask=mask)
+    offsets = row * cols + col
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    s = (x + r).to(s_ptr.dtype.element_ty)  # the next layer's residual
+    tl.store(s_ptr + offsets, s, mask=mask)
     s = s.to(tl.float32)  # normalize what was stored
     rstd = tl.rsqrt(tl.sum(s * s, axis=0) / cols + eps)
     w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+    y = (s * rstd * w).to(y_ptr.dtype.element_ty)
+    tl.store(y_ptr + offsets, y, mask=mask)
 
 
 def solution_residual(x, r, w, eps=1e-5):
