@@ -69,13 +69,15 @@ def split_listing(text: str, max_lines: int = 20) -> list[str]:
 
 
 def show_listing(obj, max_lines: int = 20, language: str = "python", marker: str | None = None):
-    """Display a function's source (or a file's ``[book:marker]`` section when ``marker`` is
-    given, ``obj`` then being the path) as consecutive blocks of at most ``max_lines`` lines, so a
+    """Display a function's source (a file's ``[book:marker]`` section when ``marker`` is given,
+    ``obj`` then being the path; or ``obj`` itself when it is a string) as consecutive blocks of at most ``max_lines`` lines, so a
     long kernel reads as a few short listings. Returns None (the blocks are displayed)."""
     from IPython.display import display
 
     if marker is not None:
         text = file_section(obj, marker)
+    elif isinstance(obj, str):  # the listing itself
+        text = obj
     else:
         fn = getattr(obj, "fn", obj)
         while hasattr(fn, "fn"):
