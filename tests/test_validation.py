@@ -152,15 +152,9 @@ def _run(impl, x, w, eps):
     return impl.fn(x, w, eps)
 
 
-# Chapter 9's kernels (merged after the policy) still return zeros for an overflowed row: the
-# strict xfail below turns red the day they adopt kernels.rmsnorm.loud_scale, so this list shrinks.
-NOT_YET_LOUD = ("bwd.forward", "bwd.add_forward")
-
-
 def _kernels(device_key, names=None):
     return [i for i in registry.impls() if i.kernel and device_key in i.devices
-            and i.op not in registry.BACKWARD_OPS
-            and (i.name not in NOT_YET_LOUD if names is None else i.name in names)]
+            and i.op not in registry.BACKWARD_OPS and (names is None or i.name in names)]
 
 
 def check_policy_on_every_route(device, names=None):
@@ -205,12 +199,6 @@ def test_every_kernel_route_is_loud_where_the_policy_says():
     routes = {registry.get(n).route for n in seen}
     assert {"triton", "hip"} <= routes and any(n.startswith("fp8") for n in seen)
     assert any(n.startswith("capstone") for n in seen)
-
-
-@pytest.mark.xfail(strict=True, reason="chapter 9's forward kernels do not use loud_scale yet")
-@pytest.mark.parametrize("name", NOT_YET_LOUD)
-def test_chapter_9_forward_kernels_are_not_loud_yet(name):
-    check_policy_on_every_route(ENV.device, names=(name,))
 
 
 @pytest.mark.gpu
