@@ -17,8 +17,6 @@ def test_the_sweep_covers_every_shape_op_and_implementation():
     assert {(c["op"], c["impl"]) for c in cs if c["kind"] == "backward"} == set(ch09.BACKWARD_IMPLS)
     sweep = [c for c in cs if c["kind"] == "programs"]
     assert len(sweep) == len(ch09.PROGRAM_SHAPES) * len(ch09.PROGRAMS_PER_SM)
-    stages = [c for c in cs if c["kind"] == "stages"]
-    assert len(stages) == len(ch09.STAGE_SHAPES) * len(ch09.STAGES)
     assert len(ch09.cases(smoke=True)) < len(cs) / 4
 
 

@@ -157,7 +157,6 @@ def test_non_contiguous_gradient():
     (lambda x, w, dy: B.backward(x, w[:3], dy), "one weight per column"),
     (lambda x, w, dy: B.backward(x, w, dy, dw_mode="fast"), "dw_mode"),
     (lambda x, w, dy: B.backward(x, w, dy, programs=0), "programs"),
-    (lambda x, w, dy: B.backward(x, w, dy, num_stages=0), "num_stages"),
     (lambda x, w, dy: B.backward(x, w, dy, rstd=torch.ones(2)), "rstd"),
     (lambda x, w, dy: B.backward(x.int(), w, dy), "dtype int32"),
     (lambda x, w, dy: B.backward(x, w, dy, eps=-1), "eps"),

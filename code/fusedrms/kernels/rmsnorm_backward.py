@@ -267,20 +267,16 @@ def forward(x, w, eps: float = 1e-5, residual=None):
 # ---------------------------------------------------------------- backward
 
 def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=None,
-             dw_mode: str = "two_stage", programs: int | None = None, num_stages: int = 1):
+             dw_mode: str = "two_stage", programs: int | None = None):
     """``(dx, dw)`` for ``y = rmsnorm(x [+ residual]) * w`` given the output gradient ``dy``.
 
     ``residual``: the op normalized ``x + residual`` (formed in fp32 here); ``dx`` is then the
     gradient of both ``x`` and ``residual``. ``d_sum``: a gradient arriving at the normalized input
     from elsewhere (the residual output of the fused add), added to ``dx``. ``rstd``: the saved row
     scale (else recomputed). ``dw_mode``: ``"two_stage"`` (bitwise reproducible) or ``"atomic"``.
-    ``programs`` overrides the number of programs (each takes a contiguous range of rows);
-    ``num_stages`` > 1 asks Triton to pipeline the row loop's loads (prefetch the next row while
-    this one is computed; the interpreter ignores it).
+    ``programs`` overrides the number of programs (each takes a contiguous range of rows).
     """
     dw_mode = _check_mode(dw_mode)
-    if num_stages not in (1, 2, 3, 4) or isinstance(num_stages, bool):
-        raise validation.InputError(f"num_stages must be 1, 2, 3 or 4, got {num_stages!r}.")
     programs = _check_programs(programs)
     x2, w, eps, r2 = _prepare(x, w, eps, residual)
     rows, cols = x2.shape
@@ -312,8 +308,7 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
         dx2.stride(0) if ds2 is None else ds2.stride(0), dx2.stride(0), eps,
         BLOCK=block, HAS_RESIDUAL=r2 is not None, HAS_DSUM=ds2 is not None,
         SAVED_R=rstd is not None, ATOMIC_DW=atomic, ACC=acc_dtype(x2.dtype),
-        F64=x2.dtype == torch.float64, num_warps=num_warps_for(block),
-        num_stages=num_stages)
+        F64=x2.dtype == torch.float64, num_warps=num_warps_for(block))
     if atomic:
         dw = dw_buffer if w.dtype == acc else dw_buffer.to(w.dtype)
     else:
