@@ -9,6 +9,7 @@ every registered kernel and peer, medians over 3 processes), ``timing_rules.json
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import tempfile
 import time
@@ -174,7 +175,9 @@ def historical_seed() -> dict:
     doc = records.load("seed003_rmsnorm", "rx9070xt")
     recs = [dict(r, median_us=1e3 * r["median_ms"], min_median_us=1e3 * r["min_median_ms"],
                  max_median_us=1e3 * r["max_median_ms"]) for r in doc["records"]]
-    return {"provenance": doc["provenance"], "records": recs}
+    prov = dict(doc["provenance"])
+    prov["source"] = re.sub(r"\s*\(/[^)]*\)", "", prov.get("source", ""))  # no machine paths
+    return {"provenance": prov, "records": recs}
 
 
 # The shapes each rule is measured at (add_rmsnorm, bf16). SMOKE_RULE_SHAPES: the same code paths,
