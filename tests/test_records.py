@@ -157,3 +157,21 @@ def test_every_file_the_chapters_read_has_a_chapter_that_records_it():
                                                      *getattr(record.companion(c), "TUNING_FILES", {}))}
     committed = {r for r in records.read_manifest(COMMITTED)["files"] if not r.startswith("logs/")}
     assert committed <= produced, committed - produced
+
+
+def test_a_record_closure_ignores_readers_but_not_what_record_uses(tmp_path):
+    module = tmp_path / "book" / "chxx.py"
+    module.parent.mkdir()
+    base = ("SHAPES = (1, 2)\n\ndef helper(n):\n    return n * 2\n\n"
+            "def record(out_dir):\n    return [helper(s) for s in SHAPES]\n\n"
+            "def reader(doc):\n    return doc['x']\n")
+    module.write_text(base)
+    first = records.source_hash("book/chxx.py::record", tmp_path)
+    module.write_text(base.replace("return doc['x']", "return doc.get('x', 0)"))
+    assert records.source_hash("book/chxx.py::record", tmp_path) == first  # a reader changed
+    assert records.source_hash("book/chxx.py", tmp_path) != first
+    module.write_text(base.replace("n * 2", "n * 3"))
+    assert records.source_hash("book/chxx.py::record", tmp_path) != first  # what record runs
+    module.write_text(base.replace("(1, 2)", "(1, 2, 4)"))
+    assert records.source_hash("book/chxx.py::record", tmp_path) != first  # its constants
+    assert records.source_hash("book/missing.py::record", tmp_path) is None

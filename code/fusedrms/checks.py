@@ -61,9 +61,11 @@ def tolerance_terms(dtype: torch.dtype, n: int) -> dict:
 def tolerance_for(dtype: torch.dtype, n: int) -> tuple[float, float]:
     """(rtol, atol) for an RMSNorm output of ``dtype`` whose rows have ``n`` columns.
 
-    ``rtol = 2 u_out + (sqrt(n) + 8) u_32``: one ulp of the output format for the final cast
-    (round-to-nearest needs half of it; the Triton interpreter truncates bf16 casts and needs all of
-    it) plus the fp32 reduction's error. ``atol`` is the output format's smallest normal number.
+    ``rtol = 2 u_out + (sqrt(n) + 8) u_32``: one ulp of the output format for the final cast plus
+    the fp32 reduction's error. One ulp, not half, because the reference is rounded to the output
+    format too (``reference.rmsnorm`` returns x's dtype): two values each rounded to the nearest can
+    be neighbours, one ulp apart, and so can a truncated one (the Triton interpreter's bf16 cast)
+    and a rounded one. ``atol`` is the output format's smallest normal number.
     fp16, n = 4096: 9.77e-4 + 4.3e-6; bf16: 7.81e-3 + 4.3e-6; fp32: 1.19e-7 + 4.3e-6.
     """
     terms = tolerance_terms(dtype, n)

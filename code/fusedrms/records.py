@@ -19,6 +19,7 @@ numbers were measured on an earlier version of the kernel).
 """
 from __future__ import annotations
 
+import ast
 import datetime as _dt
 import hashlib
 import json
@@ -179,11 +180,53 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def function_closure(text: str, root: str) -> str:
+    """The source of module-level ``root`` and of every module-level definition it uses, by name,
+    transitively: what a companion's ``record`` runs, without the readers beside it."""
+    tree = ast.parse(text)
+    defs: dict = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defs[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        defs[name.id] = node
+    if root not in defs:
+        raise KeyError(f"{root!r} is not defined at module level")
+    seen, todo = set(), [root]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in defs:
+            continue
+        seen.add(name)
+        todo += [n.id for n in ast.walk(defs[name]) if isinstance(n, ast.Name)]
+    nodes = sorted({id(defs[n]): defs[n] for n in seen}.values(), key=lambda n: n.lineno)
+    return "\n".join(ast.get_source_segment(text, n) for n in nodes)
+
+
+def source_path(source: str, package_dir: Path | None = None) -> Path:
+    """The file behind a source entry: ``"kernels/k.py"`` or ``"book/ch07.py::record"``."""
+    return Path(package_dir or PACKAGE_DIR) / source.split("::")[0]
+
+
+def source_hash(source: str, package_dir: Path | None = None) -> str | None:
+    """sha256 of a whole file, or with ``"file.py::name"`` of ``name``'s closure in that file
+    (so editing a chapter's readers never makes its recorded measurements stale)."""
+    path = source_path(source, package_dir)
+    if not path.exists():
+        return None
+    if "::" not in source:
+        return sha256_file(path)
+    closure = function_closure(path.read_text(), source.split("::", 1)[1])
+    return hashlib.sha256(closure.encode()).hexdigest()
+
+
 def source_hashes(sources, package_dir: Path | None = None) -> dict:
-    """``{relative path: sha256}`` of the package sources a chapter's record measured (None for a
+    """``{source: sha256}`` of the package sources a chapter's record measured (None for a
     listed file that does not exist, e.g. another GPU's tuning table)."""
-    package_dir = Path(package_dir or PACKAGE_DIR)
-    return {s: sha256_file(package_dir / s) if (package_dir / s).exists() else None for s in sources}
+    return {s: source_hash(s, package_dir) for s in sources}
 
 
 def read_manifest(folder: Path) -> dict | None:

@@ -1,15 +1,23 @@
 """Chapter 7 checkers beyond the shared contract in test_every_exercise.py."""
 
-from fusedrms.exercises import ch07
+import pytest
+import torch
+import triton
+import triton.language as tl
 
+from fusedrms import env
+from fusedrms.exercises import ch07
 
 
 def test_bytes_solution_agrees_with_the_traffic_model():
     assert ch07.residual_bytes_expected() == ch07.residual_bytes.solution == 532_480
 
 
+def msg(m):
+    return str(ch07.residual_variant.check(ch07.residual_variant.mistakes[m]))
+
+
 def test_residual_messages_name_the_mistake():
-    msg = lambda m: str(ch07.residual_variant.check(ch07.residual_variant.mistakes[m]))
     assert "swapped" in msg("(s, y) swapped")
     assert "changed its inputs" in msg("writes into the residual")
     assert "raised IndexError" in msg("raises")
@@ -19,11 +27,88 @@ def test_residual_messages_name_the_mistake():
     assert "launches" in msg("the kernel instead of the wrapper")
 
 
-def test_key_accepts_aliases_and_order():
-    assert ch07.autotune_key.check(("dtype", "n_cols")).ok
-    assert ch07.autotune_key.check(["width", "DTYPE"]).ok
-    assert "re-tunes" in ch07.autotune_key.check(["rows"]).message
-    assert "derived" in ch07.autotune_key.check(["block"]).message
+def test_residual_rejects_answers_without_a_kernel_of_their_own():
+    assert "no Triton kernel" in msg("the reference itself (no kernel)")
+    assert "book's own kernel" in msg("the book's kernel")
+
+
+def test_residual_rejects_the_other_convention():
+    """Normalizing the fp32 sum (FlashInfer's convention) is within tolerance everywhere, so the
+    checker tells it apart on rows whose sums are all ties."""
+    text = msg("normalizes the fp32 sum (the other convention)")
+    assert "fp32 sum" in text and "FlashInfer" in text
+
+
+def test_residual_rejects_masked_loads_without_other():
+    text = msg("masked loads without other=")
+    assert "other=" in text and "undefined" in text
+
+
+@triton.jit
+def _bf16_add_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.arange(0, BLOCK)
+    mask = col < cols
+    x = tl.load(x_ptr + row * cols + col, mask=mask, other=0.0)
+    r = tl.load(r_ptr + row * cols + col, mask=mask, other=0.0)
+    s = x + r  # no upcast: the interpreter's bf16 addition is broken
+    tl.store(s_ptr + row * cols + col, s, mask=mask)
+    s = s.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(s * s, axis=0) / cols + eps)
+    w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@pytest.mark.skipif(env.current().on_gpu, reason="the interpreter's bf16 addition")
+def test_residual_warns_about_the_interpreters_bf16_addition():
+    fb = ch07.residual_variant.check(ch07._launcher(_bf16_add_kernel))
+    assert not fb.ok and "interpreter" in fb.hint and "float32" in fb.hint
+
+
+def test_the_solution_passes_and_names_the_convention():
+    fb = ch07.residual_variant.check(ch07.solution_residual)
+    assert fb.ok and "stored s" in fb.message
+
+
+def test_masked_load_scan():
+    assert ch07.masked_loads_without_other(ch07.solution_kernel.fn) == []
+    assert len(ch07.masked_loads_without_other(ch07._no_other_kernel.fn)) == 2
+
+
+def key(answer):
+    return ch07.autotune_key.check(answer)
+
+
+def test_key_is_argument_names_and_the_dtype_comes_free():
+    assert key(["cols"]).ok and key("cols").ok and key((" cols ",)).ok
+    assert "dtype" in key(["cols"]).message
+    assert key(["cols", "WRITE_SUM"]).ok  # tunes the two variants apart: harmless
+
+
+def test_key_teaches_what_autotune_does_with_names():
+    dtype = key(["cols", "dtype"])
+    assert not dtype.ok and "no argument called dtype" in dtype.message
+    assert "already" in dtype.message
+    seed = key(["n_cols"])
+    assert not seed.ok and "not an argument" in seed.message and "dropped" in seed.hint
+    assert "spelled" in key(["Cols"]).message
+    assert "re-tunes" in key(["rows", "cols"]).message
+    assert "identity" in key(["cols", "x_ptr"]).message
+    assert "configuration sets" in key(["BLOCK"]).message
+    assert "width" in key(["WRITE_SUM"]).message
+
+
+def test_key_malformed_answers_get_a_message():
+    for bad in (42, [], [""], [3], {"cols"}):
+        fb = key(bad)
+        assert not fb.ok and "could not be read" in fb.message
+
+
+def test_key_signature_is_the_kernels():
+    from fusedrms.kernels import add_rmsnorm
+
+    assert ch07.KERNEL_ARGS == tuple(add_rmsnorm.add_rmsnorm_kernel.arg_names)
+    assert "cols" in ch07.KERNEL_ARGS and "dtype" not in ch07.KERNEL_ARGS
 
 
 def test_page_solution_is_the_checked_solution():

@@ -41,3 +41,36 @@ def test_other_spellings_and_near_misses():
 
 def test_the_exercise_shape_is_not_the_chapters():
     assert (ch08.ROWS, ch08.COLS) != (2, 7168) and ch08.COLS == rmsnorm_fp8.HIDDEN_SIZE
+
+
+def test_reorder_choices_are_of_similar_length():
+    """The right option must not stand out by its length."""
+    lengths = {k: len(v) for k, v in ch08.REORDER_CHOICES.items()}
+    assert max(lengths.values()) <= 1.25 * min(lengths.values()), lengths
+
+
+@pytest.mark.parametrize("written", [2.23e-7, "2.23e-7", 2.232e-7, 2.2e-7, 2.2321e-07,
+                                     1e-4 / 448])
+def test_zero_block_scale_accepts_the_value_as_written(written):
+    assert ch08.zero_block_scale.check(written).ok
+
+
+@pytest.mark.parametrize("written", [2.24e-7, 2e-7, 2.3e-7, 1e-4, 0.0])
+def test_zero_block_scale_rejects_other_values(written):
+    assert not ch08.zero_block_scale.check(written).ok
+
+
+@pytest.mark.parametrize("written", [229376, 229376.0, 229376.00000000003, 229375.99999999997,
+                                     "229,376", "229_376", 2 * 8 * 7168 * 2.0])
+def test_bytes_saved_accepts_float_noise_forms(written):
+    assert ch08.bytes_saved.check(written).ok
+
+
+def test_bytes_saved_still_exact_to_a_byte():
+    assert not ch08.bytes_saved.check(229377).ok
+    assert not ch08.bytes_saved.check(229375.5).ok
+
+
+def test_fused_bytes_accepts_float_noise():
+    read, written = ch08.fused_bytes.solution
+    assert ch08.fused_bytes.check([read + 1e-9, written * (1 + 1e-12)]).ok

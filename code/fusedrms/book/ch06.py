@@ -400,7 +400,7 @@ SOURCES = ("tuning/h200/capstone.json", "tuning/h200/fp8.json", "kernels/rmsnorm
            "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rounding.py",
            "kernels/peers.py", "kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py",
            "measure/timer.py", "measure/harness.py", "measure/ncu.py", "measure/plots.py",
-           "traffic.py", "registry.py", "book/ch06.py")
+           "traffic.py", "registry.py", "book/ch06.py::record")
 NCU_SHAPE = ("add_rmsnorm", 16384, 8192, "bf16")  # the capstone at its tuned configuration
 
 

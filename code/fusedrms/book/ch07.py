@@ -619,7 +619,7 @@ EXTRAS_BUDGET_S, TUNE_BUDGET_S, CHECK_BUDGET_S, CONFIRM_BUDGET_S = 40, 300, 40, 
 ESTIMATE_S = EXTRAS_BUDGET_S + CONFIRM_BUDGET_S + 30  # + start-up and compilation
 TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
 SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/rounding.py",
-           "kernels/peers.py", "measure/timer.py", "traffic.py", "book/ch07.py",
+           "kernels/peers.py", "measure/timer.py", "traffic.py", "book/ch07.py::record",
            "book/seed_capstone.py")
 
 

@@ -282,3 +282,122 @@ def tuning_rows(doc: dict | None) -> list[dict]:
                                                    "programs_per_sm", "chunk"))
         out.append(row)
     return out
+
+
+# ---------------------------------------------------------------- page readers (chapter 7's page)
+
+PEER_SWEEPS = ("grid", "graph", "peers")  # the harness sweeps that time shapes (not "python")
+
+
+def peers_doc() -> tuple[dict | None, str | None]:
+    """The recorded comparison of the capstone with every peer: ``capstone_peers`` (chapter 7's
+    own run, every peer, one timer) when recorded, else the harness grid of chapter 6. Returns
+    ``(doc, name)``; ``(None, None)`` when neither is recorded."""
+    for name in ("capstone_peers", "bench_grid"):
+        try:
+            return records.load(name), name
+        except FileNotFoundError:
+            continue
+        except (json.JSONDecodeError, OSError):
+            continue
+    return None, None
+
+
+def peer_points(doc: dict | None) -> list[Point]:
+    return grid_points(doc, sweeps=PEER_SWEEPS)
+
+
+def _capstone_for(op: str) -> str:
+    return {v: k for k, v in CAPSTONE_OPS.items()}.get(op, CAPSTONE)
+
+
+def peer_rows(points: list[Point], op: str = "add_rmsnorm") -> list[dict]:
+    """One row per shape timed for ``op``: the capstone's time and share of the copy floor, the
+    fastest peer and its time, and the ratio (capstone / fastest peer; below 1 is faster).
+    Sorted by the bytes the fused design moves."""
+    mine = _capstone_for(op)
+    by_shape: dict = {}
+    for p in points:
+        if p.mode != "cold" or (p.op and p.op != op):
+            continue
+        if p.impl == mine or is_peer(p.impl):
+            by_shape.setdefault(p.shape, {})[p.impl] = p
+    rows = []
+    for shape, got in by_shape.items():
+        peers = {k: v for k, v in got.items() if is_peer(k)}
+        if mine not in got or not peers:
+            continue
+        best = min(peers.values(), key=lambda p: p.median_us)
+        me = got[mine]
+        rows.append({"rows": shape[0], "cols": shape[1], "dtype": shape[2],
+                     "MB": bytes_moved(op, *shape) / MB, "capstone_us": me.median_us,
+                     "pct_floor": me.pct_floor, "peer": best.impl, "peer_us": best.median_us,
+                     "peer_pct_floor": best.pct_floor, "ratio": me.median_us / best.median_us,
+                     "peers": {k: v.median_us for k, v in peers.items()}})
+    return sorted(rows, key=lambda r: (r["MB"], r["dtype"]))
+
+
+def peer_summary(rows: list[dict], large_MB: float = 64.0) -> dict:
+    """Counts and extremes of :func:`peer_rows`: shapes compared, shapes where the capstone is
+    at least as fast as every peer, the worst and best ratio, and the capstone's share of the
+    copy floor over shapes moving ``large_MB`` or more (median and minimum)."""
+    if not rows:
+        return {"compared": 0}
+    worst = max(rows, key=lambda r: r["ratio"])
+    best = min(rows, key=lambda r: r["ratio"])
+    large = sorted(r["pct_floor"] for r in rows if r["MB"] >= large_MB and r["pct_floor"])
+    large_peer = sorted(r["peer_pct_floor"] for r in rows
+                        if r["MB"] >= large_MB and r["peer_pct_floor"])
+    return {"compared": len(rows), "not_slower": sum(r["ratio"] <= 1.0 for r in rows),
+            "worst": worst, "best": best, "large": len(large),
+            "large_pct_median": large[len(large) // 2] if large else None,
+            "large_pct_min": large[0] if large else None,
+            "large_peer_pct_median": large_peer[len(large_peer) // 2] if large_peer else None,
+            "peers": sorted({k for r in rows for k in r["peers"]})}
+
+
+def eager_ratios(points: list[Point], large_MB: float = 64.0) -> list[float]:
+    """Eager chain time / capstone time at the shapes moving ``large_MB`` or more (sorted)."""
+    eager = {p.shape: p.median_us for p in points if p.impl == "torch.eager_chain"
+             and p.mode == "cold"}
+    return sorted(eager[p.shape] / p.median_us for p in points
+                  if p.impl == CAPSTONE and p.mode == "cold" and p.shape in eager
+                  and bytes_moved("add_rmsnorm", *p.shape) / MB >= large_MB)
+
+
+def python_calls(doc: dict | None, op: str = "add_rmsnorm") -> dict:
+    """{impl: µs per call} from the harness's ``python`` sweep (back-to-back calls from Python,
+    no graph), for ``op``; empty when not recorded."""
+    out = {}
+    for rec in (doc or {}).get("records", []):
+        if not isinstance(rec, dict) or rec.get("sweep") != "python" or rec.get("op") != op:
+            continue
+        us = _num(rec.get("median_us"))
+        if rec.get("status", "ok") == "ok" and us:
+            out[str(rec["impl"])] = us
+    return out
+
+
+def census_rows(doc: dict | None, matrix_bytes: int | None = None,
+                copy_GBps: float | None = None) -> list[dict]:
+    """The kernel census as table rows: route, kernel (short name), device µs per call and, when
+    the matrix size and the copy bandwidth are given, the row-trips that time is worth."""
+    import re
+
+    rows = []
+    for rec in extra_records(doc, "kernel_census"):
+        if "error" in rec:
+            continue
+        for k in rec.get("kernels", []):
+            name = str(k.get("name", "?"))
+            kernel = re.search(r"\w*_kernel\w*", name)
+            functor = re.findall(r"\w*Functor\w*", name)
+            short = (kernel.group(0) if kernel else name[:40])[:40]
+            if functor:
+                short += f" ({functor[-1][:30]})"
+            us = _num(k.get("device_us_per_call")) or 0.0
+            row = {"route": rec.get("impl"), "kernel": short, "µs": us}
+            if matrix_bytes and copy_GBps:
+                row["row-trips"] = us * 1e-6 * copy_GBps * 1e9 / matrix_bytes
+            rows.append(row)
+    return rows

@@ -25,7 +25,8 @@ from .. import checks, records, validation
 from ..kernels.rmsnorm_fp8 import (
     ABSMAX_FLOOR, BF16, CANDIDATES, DIVISIONS, FP32, FP8_DTYPE, FP8_MAX, FusedConfig, HIDDEN_SIZE,
     RMS_NORM_EPS, _launch_fused, _launch_setup, baseline_config, choose_config, code_bits,
-    compare, e4m3_bits, hardware_fp8_support, kernel_resources, make_inputs, reference,
+    compare, differing_codes, e4m3_bits, hardware_fp8_support, kernel_resources, make_inputs,
+    reference,
     reference_reordered, resolve_rounding, rmsnorm_fp8_fused, rmsnorm_fp8_naive, to_bf16_value,
 )
 
@@ -410,7 +411,7 @@ FILES = {
 TUNING_FILES = {"tuning/fp8.json": "the fastest bit-exact candidate (written with --tune)"}
 ESTIMATE_S = 150  # H200: exactness ~15 s, timings ~25 s, sweep ~15 s, candidates ~70 s
 SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/rounding.py",
-           "measure/timer.py", "traffic.py", "book/ch08.py")
+           "measure/timer.py", "traffic.py", "book/ch08.py::record")
 
 
 SMOKE_CANDIDATE_SHAPES = ((1024, 7168),)
@@ -581,3 +582,126 @@ def tuned_verdicts(doc: dict, candidates: dict | None = None) -> list[str]:
             lines.append(f"{shape}: best candidate at {100 * frac:.1f}% of the copy floor; "
                          f"target >= {100 * floor_target:.0f}%: {verdict}")
     return lines
+
+
+# ---------------------------------------------------------------- page readers (chapter 8's page)
+# What the page shows, computed from the recorded files (and, for the seed's twin, on the CPU).
+
+def timing_rows(doc: dict | None) -> list[dict]:
+    """Per timed shape: the naive pair and ``fp8.fused`` (CUDA-graph times, cold L2: the kernels'
+    own time), the copy floor of the fused kernel's bytes, the speedup and the share of the floor.
+    Shapes whose timing failed are left out."""
+    out = []
+    for r in timing_table(doc) if doc else []:
+        naive, fused, floor = (r.get(k) for k in ("naive_graph_us", "fused_graph_us",
+                                                  "fused_floor_us"))
+        if not (naive and fused and floor):
+            continue
+        out.append({"rows": r["rows"], "cols": r["cols"], "naive_us": naive, "fused_us": fused,
+                    "floor_us": floor, "naive_floor_us": r.get("naive_floor_us"),
+                    "speedup": naive / fused, "pct_floor": 100 * floor / fused,
+                    "fused_MB": r.get("fused_bytes", 0) / 1e6,
+                    "bytes_ratio": r["naive_bytes"] / r["fused_bytes"]
+                    if r.get("naive_bytes") and r.get("fused_bytes") else None})
+    return out
+
+
+# One lever at a time, each from the configuration the previous one left: (lever, hypothesis,
+# before, after) with configurations as (warps, maxnreg, division, rows per program, tile).
+LEVER_CHAIN = (
+    ("one reciprocal per block", "the exact division per element costs issue slots",
+     (16, 64, "per_element", 1, "padded"), (16, 64, "block_reciprocal", 1, "padded")),
+    ("16 -> 8 warps", "fewer warps per row leave more rows in flight per SM",
+     (16, 64, "block_reciprocal", 1, "padded"), (8, None, "block_reciprocal", 1, "padded")),
+    ("8 -> 4 warps", "the same, once more",
+     (8, None, "block_reciprocal", 1, "padded"), (4, None, "block_reciprocal", 1, "padded")),
+    ("unpadded tile (32 + 16 + 8 blocks)", "the padded 64-block tile wastes one lane in eight",
+     (4, None, "block_reciprocal", 1, "padded"), (4, None, "block_reciprocal", 1, "split")),
+    ("2 rows per program", "more loads in flight per program hide more latency",
+     (8, None, "block_reciprocal", 1, "padded"), (8, None, "block_reciprocal", 2, "padded")),
+)
+
+
+def _config_key(r: dict) -> tuple:
+    return (r.get("num_warps"), r.get("maxnreg"), r.get("division"),
+            r.get("rows_per_program", 1), r.get("tile", "padded"))
+
+
+def fp8_levers(cand_doc: dict | None, rows: int | None = None) -> list[dict]:
+    """:data:`LEVER_CHAIN` priced from the recorded candidates at ``rows`` (default: the most
+    rows timed): before and after in µs and the change in percent. Levers whose two candidates
+    were not both timed and bit-exact are left out."""
+    cands = {_config_key(r): r for r in candidate_table(cand_doc) if r.get("bit_exact") is True
+             and "error" not in r} if cand_doc else {}
+    timed = sorted({int(k.rsplit("_", 1)[1]) for r in cands.values() for k in r
+                    if k.startswith("fused_graph_us_")})
+    if not timed:
+        return []
+    rows = rows or timed[-1]
+    out = []
+    for lever, hypothesis, before, after in LEVER_CHAIN:
+        a, b = (cands.get(k, {}).get(f"fused_graph_us_{rows}") for k in (before, after))
+        if a and b:
+            out.append({"lever": lever, "hypothesis": hypothesis, "rows": rows,
+                        "before_us": a, "after_us": b, "change_pct": 100 * (b - a) / a,
+                        "kept": b < a})
+    return out
+
+
+# Seed 002's twin departs from the specification in four places; each can be switched on alone.
+TWIN_DEPARTURES = {
+    "fp32 sum of squares": "sum",
+    "rsqrt, not 1/sqrt correctly rounded": "rsqrt",
+    "scale = absmax * (1/448)": "scale",
+    "q = y * (1/scale), an approximate division": "divide",
+}
+
+
+def seed_twin(x, w, departures=tuple(TWIN_DEPARTURES.values()), eps: float = RMS_NORM_EPS,
+              absmax_floor: float = ABSMAX_FLOOR):
+    """The specification with seed 002's twin's shortcuts switched in, on the CPU:
+    ``"sum"`` (an fp32 sum of squares instead of float64), ``"rsqrt"`` (torch.rsqrt),
+    ``"scale"`` (absmax times 1/448 instead of divided by 448), ``"divide"`` (y times the
+    reciprocal of the scale instead of a true division). Returns ``(codes, scales)``."""
+    unknown = set(departures) - set(TWIN_DEPARTURES.values())
+    if unknown:
+        raise validation.InputError(f"unknown departures {sorted(unknown)}; choose from "
+                                    f"{sorted(TWIN_DEPARTURES.values())}.")
+    x2 = x.detach().cpu().reshape(-1, x.shape[-1])
+    xf = x2.float()
+    if "sum" in departures:
+        sum_sq = (xf * xf).sum(dim=-1, keepdim=True)
+    else:
+        sum_sq = (xf * xf).double().sum(dim=-1, keepdim=True).float()
+    denominator = sum_sq / torch.tensor(float(x2.shape[-1])) + torch.tensor(eps)
+    r = torch.rsqrt(denominator) if "rsqrt" in departures else 1 / torch.sqrt(denominator)
+    y = (xf * r).to(BF16) * w.detach().cpu()  # step 3, as the twin does it too
+    nb = -(-x2.shape[-1] // 128)
+    held = torch.nn.functional.pad(y.float(), (0, nb * 128 - x2.shape[-1]))
+    blocks = held.reshape(held.shape[0], nb, 128)
+    absmax = blocks.abs().amax(dim=-1).clamp_min(absmax_floor)
+    scales = (absmax * torch.tensor(1 / FP8_MAX) if "scale" in departures
+              else absmax / torch.tensor(FP8_MAX))
+    s = scales[..., None]
+    q = blocks * (1 / s) if "divide" in departures else blocks / s
+    codes = q.clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE).reshape(held.shape)[:, :x2.shape[-1]]
+    return codes.contiguous(), scales
+
+
+def twin_differences(rows: int = 64, cols: int = HIDDEN_SIZE, seed: int = 0) -> list[dict]:
+    """Codes and scales of the seed's twin against the specification (CPU, seeded inputs): each
+    shortcut alone, then all four. Scales count as differing when they are not bit-equal."""
+    x, w = make_inputs(rows, cols, seed, device="cpu")
+    ref_codes, ref_scales = reference(x, w)
+    cases = [(name, (key,)) for name, key in TWIN_DEPARTURES.items()]
+    cases.append(("all four (the twin)", tuple(TWIN_DEPARTURES.values())))
+    out = []
+    for name, departures in cases:
+        codes, scales = seed_twin(x, w, departures)
+        out.append({"shortcut": name,
+                    "differing codes": differing_codes(codes, ref_codes),
+                    "codes": ref_codes.numel(),
+                    "differing scales": int((scales != ref_scales).sum()),
+                    "scales": ref_scales.numel(),
+                    "passes": compare(codes, scales, ref_codes, ref_scales).ok})
+    return out

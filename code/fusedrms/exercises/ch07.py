@@ -3,11 +3,14 @@
 - :data:`residual_variant`: write the residual-writing variant ``fn(x, r, w, eps) -> (y, s)``; the
   checker runs it on boundary shapes and dtypes against :func:`fusedrms.reference.add_rmsnorm_residual`.
 - :data:`residual_bytes`: predict the bytes it moves at 16 x 4096 bf16.
-- :data:`autotune_key`: choose the autotune key (a list of names, like ``@triton.autotune(key=...)``).
+- :data:`autotune_key`: choose the autotune key (argument names, like ``@triton.autotune(key=...)``):
+  the autotuner adds every tensor argument's dtype itself and drops a name that is no argument.
 """
 from __future__ import annotations
 
-from .. import env  # noqa: F401  (interpreter switch before the solution's @triton.jit)
+from .. import env  # interpreter switch before the solution's @triton.jit
+
+import contextlib
 
 import torch
 import triton
@@ -21,18 +24,21 @@ from .core import Exercise, Feedback, Malformed, as_number, correct, wrong
 
 # [book:solution-kernel]
 @triton.jit
-def solution_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.constexpr):
+def solution_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps,
+                    BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     col = tl.arange(0, BLOCK)
     mask = col < cols
-    x = tl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
-    r = tl.load(r_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
-    s = (x + r).to(s_ptr.dtype.element_ty)  # the next layer's residual, in x's dtype
-    tl.store(s_ptr + row * cols + col, s, mask=mask)
+    offsets = row * cols + col
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    s = (x + r).to(s_ptr.dtype.element_ty)  # the next layer's residual
+    tl.store(s_ptr + offsets, s, mask=mask)
     s = s.to(tl.float32)  # normalize what was stored
     rstd = tl.rsqrt(tl.sum(s * s, axis=0) / cols + eps)
     w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+    y = (s * rstd * w).to(y_ptr.dtype.element_ty)
+    tl.store(y_ptr + offsets, y, mask=mask)
 
 
 def solution_residual(x, r, w, eps=1e-5):
@@ -60,6 +66,102 @@ def _inputs(rows, cols, dtype, seed):
     return [torch.randn(*s, generator=g).to(dtype).to(dev) for s in ((rows, cols), (rows, cols), (cols,))]
 
 
+INTERPRETER_BF16_ADD = ("Under Triton's interpreter (no GPU) adding two bf16 values returns "
+                        "garbage (about 1e37, or NaN) in Triton 3.9: upcast with .to(tl.float32) "
+                        "right after each load, which a GPU kernel should do anyway (fp32 "
+                        "accumulation).")
+
+
+def _innermost(kernel):
+    """The Python function under a @triton.jit / autotune / heuristics wrapper (or None)."""
+    seen = 0
+    while not callable(kernel) or isinstance(kernel, triton.runtime.jit.KernelInterface):
+        kernel = getattr(kernel, "fn", None)
+        seen += 1
+        if kernel is None or seen > 8:
+            return None
+    return kernel
+
+
+@contextlib.contextmanager
+def _recording_launches():
+    """Every Triton kernel launched as ``kernel[grid](...)`` inside the block."""
+    interface = triton.runtime.jit.KernelInterface
+    original = interface.__getitem__
+    launched = []
+
+    def getitem(self, grid):
+        launched.append(self)
+        return original(self, grid)
+
+    interface.__getitem__ = getitem
+    try:
+        yield launched
+    finally:
+        interface.__getitem__ = original
+
+
+def masked_loads_without_other(fn) -> list[int]:
+    """Line numbers (in ``fn``'s source) of ``tl.load(..., mask=...)`` calls without ``other=``:
+    the masked lanes are undefined, and here they would enter the sum of squares."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    lines = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "load"):
+            names = {k.arg for k in node.keywords}
+            masked = "mask" in names or len(node.args) >= 2
+            if masked and "other" not in names and len(node.args) < 3:
+                lines.append(node.lineno)
+    return lines
+
+
+def _launched_functions(launched) -> list:
+    return [f for f in dict.fromkeys(_innermost(k) for k in launched) if f is not None]
+
+
+def _convention_case():
+    """fp16 rows whose every sum x + r is a tie: the stored s differs from the fp32 sum in every
+    element, and y differs by one unit in the last place in about half of them, depending on
+    which of the two is normalized."""
+    g = torch.Generator().manual_seed(0)
+    dev = env.current().device
+    x = (1 + torch.rand(4, 1024, generator=g)).half().to(dev)
+    r = torch.full((4, 1024), 2.0 ** -11, dtype=torch.float16, device=dev)
+    return x, r, torch.ones(1024, dtype=torch.float16, device=dev)
+
+
+CONVENTION_HINT = ("This variant hands s to the next layer: normalize exactly that value. Convert "
+                   "the stored s back to fp32 (s.to(tl.float32)) before the sum of squares.")
+
+
+def _other_convention(answer, eps) -> Feedback | None:
+    x, r, w = _convention_case()
+    try:
+        y, s = answer(x, r, w, eps)
+        y, s = y.float().cpu(), s.cpu()
+    except Exception:  # noqa: BLE001  (it ran on the other shapes; no verdict from this one)
+        return None
+    from_stored = reference.rmsnorm(s, w.cpu(), eps, accum=torch.float64).float()
+    from_sum = reference.add_rmsnorm(x, r, w, eps, accum=torch.float64).float().cpu()
+    differ = from_stored != from_sum
+    if int(differ.sum()) < 100:
+        return None
+    if float((y[differ] == from_sum[differ]).float().mean()) > 0.5:
+        return wrong("y normalizes the fp32 sum x + r, not the s you stored (FlashInfer's "
+                     "convention). On fp16 rows where every x + r is a tie, the two differ by "
+                     "one unit in the last place in half the elements, and yours follow the "
+                     "fp32 sum.", CONVENTION_HINT)
+    return None
+
+
 def _grade_residual(answer) -> Feedback:
     if isinstance(answer, triton.runtime.jit.KernelInterface):  # jit, interpreted or autotuned
         raise Malformed("that is the @triton.jit kernel; pass the Python function that launches "
@@ -68,16 +170,20 @@ def _grade_residual(answer) -> Feedback:
         raise Malformed(f"expected a function fn(x, r, w, eps) -> (y, s), got "
                         f"{type(answer).__name__}.")
     eps = 1e-5
+    kernels, silent = [], []  # kernels launched; cases that launched none
     for i, (rows, cols) in enumerate(SHAPES):
         for dtype in DTYPES:
             where = f"on {rows}x{cols} {str(dtype).replace('torch.', '')}"
             x, r, w = _inputs(rows, cols, dtype, seed=100 + i)
             x0, r0 = x.clone(), r.clone()
             try:
-                out = answer(x, r, w, eps)
+                with _recording_launches() as launched:
+                    out = answer(x, r, w, eps)
             except Exception as e:  # noqa: BLE001  (the reader's code: report, never raise)
                 return wrong(f"your function raised {_one_line(e)} {where}.",
                              "Run it on that shape in a cell to see the full traceback.")
+            kernels += _launched_functions(launched)
+            silent.extend([where] if not launched else [])
             if not isinstance(out, (tuple, list)) or len(out) != 2:
                 raise Malformed(f"your function returned {type(out).__name__}"
                                 + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else "")
@@ -94,6 +200,11 @@ def _grade_residual(answer) -> Feedback:
                                  f"{(rows, cols)} {dtype}.",
                                  "Allocate outputs like x (torch.empty_like(x)) and cast once at "
                                  "the store.")
+            if (dtype == torch.bfloat16 and not env.current().on_gpu
+                    and not all(bool(torch.isfinite(t).all()) and float(t.float().abs().max()) < 1e30
+                                for t in (y, s))):
+                return wrong(f"NaN or values near 1e37 in the output {where}.",
+                             INTERPRETER_BF16_ADD)
             ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, eps, accum=torch.float64)
             s_ok = checks.allclose(s, ref_s)
             # y against the reader's own stored s: the interpreter truncates bf16 casts, and a
@@ -110,6 +221,9 @@ def _grade_residual(answer) -> Feedback:
                                  "Store x + r (in x's dtype) into s.")
                 return wrong(f"s is not x + residual {where}: {s_ok.message}.",
                              "s = (x + r) computed in fp32 and cast to x's dtype at the store.")
+            if checks.allclose(y, reference.add_rmsnorm(x, r, w, eps, accum=torch.float64)):
+                return wrong(f"y normalizes the fp32 sum x + r, not the s you stored {where} "
+                             f"(FlashInfer's convention).", CONVENTION_HINT)
             ref_x_only = reference.rmsnorm(x, w, eps, accum=torch.float64)
             if checks.allclose(y, ref_x_only):
                 return wrong(f"y normalizes x alone {where}.",
@@ -120,8 +234,31 @@ def _grade_residual(answer) -> Feedback:
             return wrong(f"y is wrong {where}: {y_ok.message}.",
                          "Check the mean: divide the sum of squares by cols (not BLOCK), add eps, "
                          "take rsqrt; mask the padded lanes.")
+    if silent:
+        return wrong(f"the values are right, but your function launched no Triton kernel "
+                     f"({silent[0]}): it computes with PyTorch (passing "
+                     f"reference.add_rmsnorm_residual itself is the same thing).",
+                     "Write a @triton.jit kernel and launch it as kernel[grid](...).")
+    book = [f for f in kernels if getattr(f, "__module__", "").startswith("fusedrms.kernels")]
+    if book:
+        return wrong(f"your function launches the book's own kernel "
+                     f"({book[0].__module__}.{book[0].__name__}).",
+                     "Write the kernel yourself, starting from chapter 4's one row per program.")
+    other = _other_convention(answer, eps)
+    if other is not None:
+        return other
+    for fn in dict.fromkeys(kernels):
+        lines = masked_loads_without_other(fn)
+        if lines:
+            return wrong(f"{fn.__name__} loads with a mask but no other= (line "
+                         f"{', '.join(map(str, lines))} of the kernel): the masked lanes are "
+                         f"undefined. The interpreter happens to give 0, a GPU need not, and "
+                         f"those lanes enter the sum of squares.",
+                         "Give every masked load a value for the masked lanes: "
+                         "tl.load(ptr, mask=mask, other=0.0).")
     return correct(f"both outputs match the reference on {len(SHAPES)} shapes x {len(DTYPES)} "
-                   f"dtypes (incl. 3x13 and 1x1), and the inputs are untouched.")
+                   f"dtypes (incl. 3x13 and 1x1), y normalizes the stored s, and the inputs are "
+                   f"untouched.")
 
 
 def _mistake_returns_y_only(x, r, w, eps=1e-5):
@@ -164,6 +301,55 @@ def _mistake_no_weight(x, r, w, eps=1e-5):
     return y, s
 
 
+def _mistake_reference_itself(x, r, w, eps=1e-5):
+    return reference.add_rmsnorm_residual(x, r, w, eps)
+
+
+def _mistake_book_kernel(x, r, w, eps=1e-5):
+    from ..kernels import add_rmsnorm
+
+    return add_rmsnorm.add_rmsnorm_residual(x, r, w, eps)
+
+
+@triton.jit
+def _fp32_sum_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.arange(0, BLOCK)
+    mask = col < cols
+    x = tl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    s = x + r
+    tl.store(s_ptr + row * cols + col, s.to(s_ptr.dtype.element_ty), mask=mask)
+    rstd = tl.rsqrt(tl.sum(s * s, axis=0) / cols + eps)  # the fp32 sum, not the stored s
+    w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _no_other_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.arange(0, BLOCK)
+    mask = col < cols
+    x = tl.load(x_ptr + row * cols + col, mask=mask).to(tl.float32)  # masked lanes undefined
+    r = tl.load(r_ptr + row * cols + col, mask=mask).to(tl.float32)
+    s = (x + r).to(s_ptr.dtype.element_ty)
+    tl.store(s_ptr + row * cols + col, s, mask=mask)
+    s = s.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(s * s, axis=0) / cols + eps)
+    w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _launcher(kernel):
+    def launch(x, r, w, eps=1e-5):
+        x, r = x.contiguous(), r.contiguous()
+        y, s = torch.empty_like(x), torch.empty_like(x)
+        cols = x.shape[-1]
+        kernel[(x.numel() // cols,)](x, r, w, y, s, cols, eps, BLOCK=triton.next_power_of_2(cols))
+        return y, s
+    return launch
+
+
 residual_variant = Exercise(
     "residual_variant",
     "Write fn(x, r, w, eps) -> (y, s): s = x + r stored in x's dtype, y = rmsnorm(s) * w.",
@@ -176,6 +362,10 @@ residual_variant = Exercise(
               "writes into the residual": _mistake_in_place,
               "raises": _mistake_raises,
               "weight forgotten": _mistake_no_weight,
+              "the reference itself (no kernel)": _mistake_reference_itself,
+              "the book's kernel": _mistake_book_kernel,
+              "normalizes the fp32 sum (the other convention)": _launcher(_fp32_sum_kernel),
+              "masked loads without other=": _launcher(_no_other_kernel),
               "a string": "def f(x, r, w): ...",
               "the kernel instead of the wrapper": solution_kernel})
 
@@ -234,69 +424,97 @@ residual_bytes = Exercise(
 
 # ---------------------------------------------------------------- (c) the autotune key
 
-KEY_NAMES = {"cols": "cols", "n_cols": "cols", "width": "cols", "hidden": "cols",
-             "dtype": "dtype", "x.dtype": "dtype",
-             "rows": "rows", "n_rows": "rows", "batch": "rows", "tokens": "rows",
-             "block": "BLOCK", "block_size": "BLOCK",
-             "eps": "eps", "num_warps": "num_warps", "rows_per_program": "rows_per_program",
-             "num_stages": "num_stages"}
+# The capstone kernel's arguments, as @triton.autotune sees them (Autotuner.arg_names).
+def _kernel_args() -> tuple:
+    import inspect
+
+    from ..kernels import add_rmsnorm
+
+    return tuple(inspect.signature(add_rmsnorm.add_rmsnorm_kernel.fn).parameters)
 
 
-def _read_key(answer) -> set:
+KERNEL_ARGS = _kernel_args()
+TENSOR_ARGS = tuple(a for a in KERNEL_ARGS if a.endswith("_ptr"))
+CONSTEXPR_SWITCHES = tuple(a for a in KERNEL_ARGS if a.isupper() and a not in
+                           ("BLOCK", "ROWS_PER_PROGRAM"))
+SIGNATURE = f"add_rmsnorm_kernel({', '.join(KERNEL_ARGS)})"
+DROPPED = ("@triton.autotune builds its key in Autotuner.run from the key names that are "
+           "arguments of the kernel; a name that is not one is dropped without a word in Triton "
+           "3.6 (newer versions refuse it when the decorator runs). The tuner would then tune once "
+           "and reuse that configuration for every width.")
+
+
+def _read_key(answer) -> list[str]:
     if isinstance(answer, str):
         answer = [answer]
-    if not isinstance(answer, (list, tuple, set)) or not answer:
-        raise Malformed("write the key as a list of names, e.g. answer = ['cols'] "
+    if not isinstance(answer, (list, tuple)) or not answer:
+        raise Malformed("write the key as a list of argument names, e.g. answer = ['eps'] "
                         "(the way @triton.autotune(key=[...]) takes it).")
-    out = set()
+    out = []
     for item in answer:
-        if not isinstance(item, str):
-            raise Malformed(f"{item!r} is not a name; write names as strings, e.g. 'cols'.")
-        key = item.strip().lower()
-        if key not in KEY_NAMES:
-            raise Malformed(f"{item!r} is not one of the names here: "
-                            f"{', '.join(sorted(set(KEY_NAMES.values())))}.")
-        out.add(KEY_NAMES[key])
-    return out
+        if not isinstance(item, str) or not item.strip():
+            raise Malformed(f"{item!r} is not a name; write argument names as strings, "
+                            f"e.g. 'eps'.")
+        out.append(item.strip())
+    return list(dict.fromkeys(out))
 
 
 def _grade_key(answer) -> Feedback:
     key = _read_key(answer)
-    if key == {"cols", "dtype"}:
-        return correct("(cols, dtype): the two things that change the compiled register tile. "
-                       "BLOCK follows from cols; rows change every serving step and only set "
-                       "the grid.")
-    if "rows" in key:
-        return wrong("keying on rows re-tunes (and re-compiles) for every batch size: in "
-                     "serving the row count changes every step, so tuning would run inside the "
-                     "model.", "Rows only change how many programs launch; leave them out.")
-    tuned = key & {"num_warps", "rows_per_program", "num_stages"}
-    if tuned:
-        return wrong(f"{', '.join(sorted(tuned))} is what the tuner chooses, not what it is "
-                     f"keyed on.", "The key is what the input looks like.")
-    if "BLOCK" in key:
-        return wrong("BLOCK is not an input: it is next_power_of_2(cols), derived, never tuned. "
-                     "Letting configs set it is the seed listing's bug.",
-                     "Key on what BLOCK is computed from, and on what else changes the tile.")
-    if "eps" in key:
-        return wrong("eps changes a value, not the kernel's shape or memory traffic.",
-                     "Which inputs change how many bytes a row is and how it is laid out?")
-    if key == {"cols"}:
-        return wrong("half of it: a bf16 row and an fp32 row of the same width differ 2x in "
-                     "bytes, so their best warps and rows per program differ.",
-                     "Add the other property of x that changes bytes per row.")
-    if key == {"dtype"}:
-        return wrong("one configuration for 2048 and 16384 columns cannot fit both.",
-                     "Add the width.")
-    return wrong(f"{sorted(key)} is not the key.", "Which properties of x change the tile?")
+    lowered = {a.lower(): a for a in KERNEL_ARGS}
+    for name in key:
+        if name not in KERNEL_ARGS and name.lower() in lowered:
+            return wrong(f"{name!r} is not spelled like the argument {lowered[name.lower()]!r}.",
+                         "The key matches argument names exactly, case included.")
+    unknown = [n for n in key if n not in KERNEL_ARGS]
+    if "dtype" in unknown or "x.dtype" in unknown:
+        return wrong("the kernel has no argument called dtype, so that name would be dropped from "
+                     "the key. You do not need it: Autotuner.run appends str(arg.dtype) of every "
+                     "tensor argument to the key by itself, so the dtype is already there.",
+                     DROPPED.split(";")[0] + ". Keep only the argument that sets the tile.")
+    if unknown:
+        return wrong(f"{', '.join(map(repr, unknown))} is not an argument of {SIGNATURE}.",
+                     DROPPED)
+    names = set(key)
+    if "rows" in names:
+        return wrong("keying on rows re-tunes (and re-compiles) for every batch size: in serving "
+                     "the row count changes every step, so tuning would run inside the model.",
+                     "Rows only change how many programs launch; leave them out.")
+    tensors = names & set(TENSOR_ARGS)
+    if tensors:
+        return wrong(f"{', '.join(sorted(tensors))} is a tensor: the key would hold the tensor "
+                     f"itself, which compares by identity, so every new tensor re-tunes.",
+                     "Tensors enter the key already, as their dtype; key on a number.")
+    if names & {"BLOCK", "ROWS_PER_PROGRAM"}:
+        return wrong("BLOCK and ROWS_PER_PROGRAM are what a configuration sets (BLOCK follows from "
+                     "cols; the seed listing's bug was letting configs set it), not inputs to key "
+                     "on.", "The key describes the input: which argument sets the tile's size?")
+    if names & {"x_stride", "r_stride", "y_stride", "s_stride"}:
+        return wrong("a stride is cols for contiguous rows and anything for a view: keying on it "
+                     "re-tunes for every layout while adding nothing for the usual one.",
+                     "Key on the argument that sets the tile's size.")
+    if "eps" in names:
+        return wrong("eps changes a value, not the kernel's tile or its memory traffic.",
+                     "Which argument changes how many bytes a row is?")
+    if "cols" not in names:
+        return wrong(f"{sorted(names)} leaves the width out: one configuration would serve 2048 "
+                     f"and 16384 columns.", "Add the argument that is the width.")
+    return correct("key=['cols']: each width is tuned once, and because Autotuner.run adds every "
+                   "tensor argument's dtype to the key, each (width, dtype) pair gets its own "
+                   "configuration." + (f" {', '.join(sorted(names - {'cols'}))} in the key "
+                                       f"also tunes the compiled variants apart, which does no "
+                                       f"harm." if names - {"cols"} else ""))
 
 
 autotune_key = Exercise(
     "autotune_key",
-    "What should the capstone's tuning be keyed on? answer = [names]",
-    _grade_key, solution=["cols", "dtype"],
-    mistakes={"rows": ["rows"], "rows too": ["rows", "cols", "dtype"], "BLOCK": ["BLOCK"],
-              "cols only": ["cols"], "dtype only": ["dtype"], "the tuned knob": ["num_warps"],
-              "eps": ["cols", "eps"], "not a list": 42, "unknown name": ["hidden_size_x"]})
+    f"The capstone kernel is {SIGNATURE}. Which names do you pass as "
+    f"@triton.autotune(key=[...]) so that each (width, dtype) is tuned once, for every batch "
+    f"size? answer = [names]",
+    _grade_key, solution=["cols"],
+    mistakes={"dtype as well": ["cols", "dtype"], "the seed's name": ["n_cols"],
+              "rows": ["rows", "cols"], "BLOCK": ["BLOCK"], "a tensor": ["cols", "x_ptr"],
+              "eps": ["cols", "eps"], "the tuned knob": ["num_warps"], "a stride": ["x_stride"],
+              "width left out": ["WRITE_SUM"], "capitalized": ["Cols"], "not a list": 42})
 
 ALL = [residual_variant, residual_bytes, autotune_key]

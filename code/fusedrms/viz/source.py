@@ -28,3 +28,60 @@ def file_section(path: str | Path, marker: str) -> str:
 
 def show_file_section(path: str | Path, marker: str, language: str = "cpp") -> Code:
     return Code(file_section(path, marker), language=language)
+
+
+def split_listing(text: str, max_lines: int = 20) -> list[str]:
+    """``text`` cut into parts of at most ``max_lines`` lines, at statement boundaries where it
+    can be: a cut goes before a line at the smallest indentation of the body (a top-level
+    statement or decorator), never inside a bracket left open."""
+    lines = text.rstrip("\n").split("\n")
+    if len(lines) <= max_lines:
+        return [text.rstrip("\n")]
+    depth, starts, top, in_string = 0, [], set(), False
+    indents = [len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()]
+    body = sorted(set(indents))[:2]  # the def line's indentation and the body's
+    for i, ln in enumerate(lines):
+        indent = len(ln) - len(ln.lstrip())
+        after_decorator = i > 0 and lines[i - 1].lstrip().startswith("@")
+        quotes = ln.count('"""') + ln.count("'''")
+        if in_string or quotes % 2:  # inside a docstring, or on a line that opens or closes one
+            in_string ^= quotes % 2 == 1
+            continue
+        if depth == 0 and ln.strip() and indent in body and not after_decorator and not \
+                ln.lstrip().startswith((")", "]", "}", "else", "elif", "except", "finally")):
+            starts.append(i)
+            if indent == body[0]:
+                top.add(i)
+        depth += sum(ln.count(c) for c in "([{") - sum(ln.count(c) for c in ")]}")
+    parts, begin = [], 0
+    while len(lines) - begin > max_lines:
+        left = len(lines) - begin
+        target = begin + -(-left // -(-left // max_lines))  # parts of about equal length
+        cuts = [s for s in starts if begin < s <= begin + max_lines]
+        # between functions where that keeps a part at least half full, else between statements
+        tops = [s for s in cuts if s in top and s - begin >= max_lines // 2]
+        pool = tops or cuts
+        cut = min(pool, key=lambda s: abs(s - target)) if pool else begin + max_lines
+        parts.append("\n".join(lines[begin:cut]).rstrip("\n"))
+        begin = cut
+    parts.append("\n".join(lines[begin:]))
+    return [p for p in parts if p.strip()]
+
+
+def show_listing(obj, max_lines: int = 20, language: str = "python", marker: str | None = None):
+    """Display a function's source (a file's ``[book:marker]`` section when ``marker`` is given,
+    ``obj`` then being the path; or ``obj`` itself when it is a string) as consecutive blocks of at most ``max_lines`` lines, so a
+    long kernel reads as a few short listings. Returns None (the blocks are displayed)."""
+    from IPython.display import display
+
+    if marker is not None:
+        text = file_section(obj, marker)
+    elif isinstance(obj, str):  # the listing itself
+        text = obj
+    else:
+        fn = getattr(obj, "fn", obj)
+        while hasattr(fn, "fn"):
+            fn = fn.fn
+        text = inspect.getsource(fn)
+    for part in split_listing(text, max_lines):
+        display(Code(part, language=language))
