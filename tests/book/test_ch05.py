@@ -12,7 +12,7 @@ def _rec(kernel, case, dtype, status, op="rmsnorm", rel=1e-3, rtol=2e-3):
                 max_rel_err=rel, rtol=rtol, message="")
 
 
-def test_matrix_and_budget_rows():
+def test_matrix_and_tolerance_shares():
     recs = [_rec("k", "3x13", "fp32", "pass"), _rec("k", "3x13", "fp16", "FAIL"),
             _rec("k", "1x1", "fp32", "skip"), _rec("k", "1x1", "fp16", "skip"),
             _rec("q", "3x13", "fp32", "FAIL"), _rec("q", "3x13", "fp16", "FAIL"),
@@ -21,7 +21,7 @@ def test_matrix_and_budget_rows():
     rows = {r["kernel"]: r for r in ch05.matrix_rows(recs)}
     assert rows["k"]["3x13"] == "16" and rows["k"]["1x1"] == "-"
     assert rows["q"]["3x13"] == "all" and rows["q"]["1x1"] == "ok"
-    budget = {r["kernel"]: r for r in ch05.budget_rows(recs)}
+    budget = {r["kernel"]: r for r in ch05.tolerance_shares(recs)}
     assert budget["k"]["fp32"] == 0.5 and budget["k"]["fp16"] is None  # failed checks left out
     assert budget["f"]["exact"] and budget["f"]["bf16"] is None
 

@@ -95,7 +95,7 @@ def matrix_rows(results) -> list[dict]:
     return rows
 
 
-def budget_rows(results) -> list[dict]:
+def tolerance_shares(results) -> list[dict]:
     """Worst share of the tolerance (max rel err / rtol) per kernel and dtype, passing checks
     only; FP8 kernels are compared bit for bit and read ``None`` (see ``exact``)."""
     recs = [r for r in _as_records(results) if r["status"] == "pass"]

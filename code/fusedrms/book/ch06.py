@@ -22,15 +22,18 @@ from ..measure.harness import (FloorUnavailable, _sync_wall_ms, floor_bytes, mak
 
 
 def readable_us(us: float | None) -> str:
-    """A time in the unit that reads: 0.85 µs, 99.2 µs, 230.6 ms, 7.44 s ("-" when missing)."""
+    """A time in the unit that reads: 0.85 µs, 99.2 µs, 208 µs, 2.70 ms, 230.6 ms, 7.44 s ("-" when
+    missing)."""
     if us is None:
         return "-"
     if us >= 1e6:
         return f"{us / 1e6:.2f} s"
     if us >= 1e4:
         return f"{us / 1e3:.1f} ms"
+    if us >= 1e3:
+        return f"{us / 1e3:.2f} ms"
     if us >= 100:
-        return f"{us:,.0f} µs"
+        return f"{us:.0f} µs"
     return f"{us:.2f} µs" if us < 10 else f"{us:.1f} µs"
 
 
