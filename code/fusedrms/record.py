@@ -161,6 +161,7 @@ def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
         records.write_manifest(out, manifest)
         t0 = time.time()
         written = []
+        before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
         with open(log_path, "w") as log_file:
             tee = _Tee(sys.stdout, log_file)
             with contextlib.redirect_stdout(tee):
@@ -173,11 +174,16 @@ def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
                     entry.update(status="failed", error=f"{type(e).__name__}: {e}"[:500])
                     written = [out / f for f in mod.FILES if (out / f).exists()]
         entry["seconds"] = round(time.time() - t0, 1)
+        # every file the chapter wrote, also those its record() did not return (logs, listings)
+        extra = [p for p in out.rglob("*") if p.is_file() and p.name != records.MANIFEST
+                 and p != log_path and before.get(p) != p.stat().st_mtime_ns]
+        written = list(dict.fromkeys([*written, *extra]))
         entry["files"] = [str(p.relative_to(out)) for p in written if p.exists()]
         for rel in entry["files"]:
             manifest["files"][rel] = {"chapter": chapter, "produced_by": f"{CHAPTERS[chapter]}.record",
                                       "sha256": records.sha256_file(out / rel)}
-        manifest["files"][entry["log"]] = {"chapter": chapter, "produced_by": "fusedrms.record (log)"}
+        manifest["files"][entry["log"]] = {"chapter": chapter, "produced_by": "fusedrms.record (log)",
+                                           "sha256": records.sha256_file(log_path)}
         manifest["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         records.write_manifest(out, manifest)
         print(f"=== {chapter}: {entry['status']} in {entry['seconds']:.0f} s, "
