@@ -147,7 +147,8 @@ def _run(impl, x, w, eps):
             x, torch.zeros_like(x), w, dy, eps)
         return impl.fn(*args)[0]
     if impl.op in ("add_rmsnorm", "add_rmsnorm_residual"):
-        out = impl.fn(x, torch.zeros_like(x), w, eps)
+        # an in-place kernel writes y over x: give it a copy so x stays the reference's input
+        out = impl.fn(x.clone() if impl.mutates else x, torch.zeros_like(x), w, eps)
         return out[0] if impl.op == "add_rmsnorm_residual" else out
     return impl.fn(x, w, eps)
 
