@@ -141,24 +141,30 @@ def _policy_rows(dtype, device):
 
 
 def _run(impl, x, w, eps):
+    if impl.op in registry.BACKWARD_OPS:  # chapter 9: dx for dy = 1 (dw mixes the rows)
+        dy = torch.ones_like(x)
+        args = (x, w, dy, eps) if impl.op == "rmsnorm_backward" else (
+            x, torch.zeros_like(x), w, dy, eps)
+        return impl.fn(*args)[0]
     if impl.op in ("add_rmsnorm", "add_rmsnorm_residual"):
         out = impl.fn(x, torch.zeros_like(x), w, eps)
         return out[0] if impl.op == "add_rmsnorm_residual" else out
     return impl.fn(x, w, eps)
 
 
-def _kernels(device_key):
-    return [i for i in registry.impls() if i.kernel and device_key in i.devices]
+def _kernels(device_key, names=None):
+    return [i for i in registry.impls() if i.kernel and device_key in i.devices
+            and i.op not in registry.BACKWARD_OPS and (names is None or i.name in names)]
 
 
-def check_policy_on_every_route(device):
+def check_policy_on_every_route(device, names=None):
     """Every kernel: the overflowed and Inf rows are NaN whatever eps; the tiny row is computed
     with eps > 0 and NaN with eps = 0; the ordinary row matches the float64 reference."""
     import numpy
 
     key = "cpu" if device.type == "cpu" else "cuda"
     seen = []
-    for impl in _kernels(key):
+    for impl in _kernels(key, names):
         for dtype in (torch.float32, torch.bfloat16):
             if dtype not in impl.dtypes:
                 continue
@@ -169,6 +175,12 @@ def check_policy_on_every_route(device):
                 if impl.op == "rmsnorm_fp8":
                     scales = out[1].float().cpu()
                     loud = torch.isnan(scales).all(dim=1)
+                elif impl.op in registry.BACKWARD_OPS:
+                    loud = torch.isnan(out.float().cpu()).all(dim=1)
+                    ref = reference.rmsnorm_backward(x[1:2], w, torch.ones_like(x[1:2]), eps,
+                                                     accum=torch.float64)
+                    ok = checks.allclose(out[1:2], ref["dx"], scale=ref["dx_scale"])
+                    assert ok, f"{impl.name} {dtype} eps={eps}: {ok}"
                 else:
                     y = out.float().cpu()
                     loud = torch.isnan(y).all(dim=1)

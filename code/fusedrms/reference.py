@@ -68,14 +68,16 @@ def add_rmsnorm_residual(x: torch.Tensor, residual: torch.Tensor, w: torch.Tenso
 
 def rmsnorm_backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, eps: float = 1e-5,
                      accum: torch.dtype = FP32, d_sum: torch.Tensor | None = None,
-                     rows_scale: torch.Tensor | None = None) -> dict:
+                     rows_scale: torch.Tensor | None = None,
+                     range_dtype: torch.dtype | None = None) -> dict:
     """Gradients of ``y = x * r * w`` (chapter 9), from the formula, in ``accum``.
 
     With ``xhat = x r`` and ``g = dy w``: ``dx = r (g - xhat mean(g xhat))`` (the same as
     ``r g - (r^3 / n) x sum(g x)``, in an order whose intermediates neither overflow nor underflow),
     ``dw = sum over rows of dy xhat``. ``d_sum`` is the gradient arriving at ``x`` from elsewhere
     (the fused add's residual output): it is added to ``dx``. ``rows_scale`` is a saved ``r`` to use
-    instead of recomputing it.
+    instead of recomputing it; ``range_dtype`` as in :func:`row_scale` (a row outside its range has
+    r = NaN, so its dx and every column of dw are NaN).
 
     Returns ``dx``, ``dw`` (in ``accum``) and the magnitudes their rounding errors are proportional
     to, for :func:`fusedrms.checks.allclose`'s ``scale``: ``dx_scale = r (|g| + |xhat| mean|g xhat|)
@@ -83,7 +85,7 @@ def rmsnorm_backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, eps: fl
     """
     cols = x.shape[-1]
     xa, wa, ga = x.to(accum), w.to(accum), dy.to(accum)
-    r = row_scale(x, eps, accum) if rows_scale is None else rows_scale.to(accum).reshape(
+    r = row_scale(x, eps, accum, range_dtype) if rows_scale is None else rows_scale.to(accum).reshape(
         *x.shape[:-1], 1)
     xhat = xa * r
     g = ga * wa

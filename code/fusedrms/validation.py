@@ -29,7 +29,8 @@ def check_tensor(t, name: str, dtypes=SUPPORTED_DTYPES) -> torch.Tensor:
                          f"Convert it with torch.as_tensor({name}, dtype=torch.float32).")
     if t.dtype not in dtypes:
         allowed = ", ".join(_name(d) for d in dtypes)
-        others = f" (or {'/'.join(_name(d) for d in dtypes[1:])})" if len(dtypes) > 1 else ""
+        rest = sorted(dtypes[1:], key=lambda d: d != torch.bfloat16)  # bfloat16 first
+        others = f" (or {'/'.join(_name(d) for d in rest)})" if rest else ""
         raise InputError(f"{name} has dtype {_name(t.dtype)}; supported: {allowed}. "
                          f"Convert it with {name}.to(torch.{_name(dtypes[0])}){others}.")
     return t

@@ -273,8 +273,13 @@ def _call(impl: registry.Impl, args: tuple, x: torch.Tensor):
     return impl.fn(*args)  # library peers allocate inside ATen; nothing to poison
 
 
+def kernel_range(dtype: torch.dtype) -> torch.dtype:
+    """The range the kernels accumulate in: fp32's, or float64's for float64 inputs (chapter 9)."""
+    return F64 if dtype == F64 else torch.float32
+
+
 def _reference_rmsnorm(x, w, eps):
-    return reference.rmsnorm(x, w, eps, accum=F64, out_dtype=F64, range_dtype=torch.float32)
+    return reference.rmsnorm(x, w, eps, accum=F64, out_dtype=F64, range_dtype=kernel_range(x.dtype))
 
 
 def compare(op: str, inputs: dict, result, nan: str = "never") -> tuple[checks.Report, dict]:
@@ -293,7 +298,7 @@ def compare(op: str, inputs: dict, result, nan: str = "never") -> tuple[checks.R
         return check_tensor(result, _reference_rmsnorm(x, w, eps), "y"), {}
     if op == "add_rmsnorm":
         expected = reference.add_rmsnorm(x, inputs["residual"], w, eps, accum=F64, out_dtype=F64,
-                                         range_dtype=torch.float32)
+                                         range_dtype=kernel_range(x.dtype))
         return check_tensor(result, expected, "y"), {}
     if op == "add_rmsnorm_residual":
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
@@ -334,7 +339,8 @@ def _compare_backward(op: str, inputs: dict, result, nan: str) -> tuple[checks.R
     if op == "add_rmsnorm_backward":
         x = x.to(F64) + inputs["residual"].to(F64)  # the op normalizes the sum, never rounded
         d_sum = inputs["d_sum"]
-    ref = reference.rmsnorm_backward(x, w, inputs["dy"], inputs["eps"], accum=F64, d_sum=d_sum)
+    ref = reference.rmsnorm_backward(x, w, inputs["dy"], inputs["eps"], accum=F64, d_sum=d_sum,
+                                     range_dtype=kernel_range(inputs["x"].dtype))
     reports = {}
     for name, got, like, n in (("dx", result[0], inputs["x"], cols),
                                ("dw", result[1], w, rows)):

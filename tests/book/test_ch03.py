@@ -123,3 +123,32 @@ def test_the_plan_measures_every_rung_and_both_sweeps():
         assert all(s["name"] == name and (s["rows"], s["cols"], s["dtype"]) == ch03.SEED_SHAPE
                    for s in sweep)
     assert 128 in ch03.SERIAL_BLOCK_SIZES and len(ch03.SERIAL_BLOCK_SIZES) > 1  # the default, and others
+
+
+def test_rung_gains_sweeps_and_host_results(tmp_path):
+    doc = _doc(tmp_path, [
+        _rec("hip.serial", 1024, 4096, "float32", 1000.0, 8.0),
+        _rec("hip.block", 1024, 4096, "float32", 20.0, 8.0),
+        _rec("hip.shuffle", 1024, 4096, "float32", 20.0, 8.0),
+        _rec("hip.vectorized", 1024, 4096, "float32", 10.0, 8.0, correct=False),  # never counts
+        {**_rec("hip.serial", 1024, 4096, "float32", 2000.0, 8.0), "kind": "serial_block_size",
+         "block_size": 256, "grid_blocks": 4, "min_us": 1990.0, "max_us": 2010.0},
+        {**_rec("hip.serial", 1024, 4096, "float32", 1000.0, 8.0), "kind": "serial_block_size",
+         "block_size": 128, "grid_blocks": 8},
+    ])
+    gains = ch03.rung_gains(doc)
+    assert [(g["from"], g["to"], g["gain"]) for g in gains] == [
+        ("hip.serial", "hip.block", 50.0), ("hip.block", "hip.shuffle", 1.0)]
+    serial = ch03.sweep(doc, "serial_block_size")
+    assert [(p["block_size"], p["grid_blocks"]) for p in serial] == [(128, 8), (256, 4)]
+    assert serial[1]["min_us"] == 1990.0 and ch03.sweep(doc) == []
+    assert [p["name"] for p in ch03.ladder_points(doc)] == [
+        "hip.serial", "hip.block", "hip.shuffle", "hip.vectorized"]
+    text = ("built with nvcc\nRESULT variant=serial rows=1024 cols=4096 block=256 median_ms=2.0 "
+            "min_ms=1.9 max_ms=2.1 max_abs_err=1e-6 max_rel_err=2e-6 ok=1\n"
+            "RESULT variant=block rows=1024 cols=4096 block=256 median_ms=0.02 max_rel_err=2e-7 ok=0\n"
+            "RESULT broken line\n")
+    host = ch03.host_results(text)
+    assert [(h["variant"], h["grid_blocks"], h["ok"]) for h in host] == [
+        ("serial", 4, True), ("block", 1024, False)]
+    assert host[0]["median_us"] == 2000.0

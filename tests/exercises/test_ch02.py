@@ -19,15 +19,16 @@ def test_mistakes_are_distinct_from_the_solution_and_each_other():
 def test_solutions_are_the_models_numbers():
     m = ch02.ROWS * ch02.COLS * 2
     assert ch02.residual_bytes.solution == 4 * m + ch02.COLS * 2
-    assert ch02.speedup_bound.solution == 1.75
+    assert ch02.speedup_bound.solution == 1.25
     assert ch02.intensity.solution == pytest.approx(
         (5 * ch02.ROWS * ch02.COLS + 3 * ch02.ROWS) / (3 * m + ch02.COLS * 2), rel=1e-4)
     assert traffic.speedup_bound("eager_add_rmsnorm", "fused_add_rmsnorm_residual") == Fraction(7, 4)
 
 
 def test_other_spellings_of_a_right_answer_pass():
-    assert ch02.speedup_bound.check("7/4").ok
-    assert ch02.speedup_bound.check(Fraction(7, 4)).ok
+    assert ch02.speedup_bound.check("5/4").ok
+    assert ch02.speedup_bound.check(Fraction(5, 4)).ok
+    assert ch02.speedup_bound.check(" 5 / 4 ").ok
     assert ch02.residual_bytes.check(str(ch02.RESIDUAL_BYTES)).ok
     assert ch02.intensity.check(5 / 6).ok  # the many-rows limit rounds to the same answer
     assert not ch02.residual_bytes.check(ch02.RESIDUAL_BYTES + 2).ok  # bytes are exact
@@ -55,3 +56,22 @@ def test_intensity_accepts_two_digits_and_fractions(written):
 def test_intensity_rejects_wrong_or_rough_values(bad, needle):
     fb = ch02.intensity.check(bad)
     assert not fb.ok and needle in fb.message
+
+
+@pytest.mark.parametrize("bad,needle", [("7/4", "three-kernel chain"), (5 / 3, "4 row-trips"),
+                                        (2, "Launches"), ("4/5", "slow time"),
+                                        (1.5, "no row dimension"), ("7/3", "7/3"),
+                                        (1.3, "not the bound")])
+def test_speedup_bound_rejects_each_mistake_with_a_hint(bad, needle):
+    fb = ch02.speedup_bound.check(bad)
+    assert not fb.ok and needle in (fb.message + fb.hint)
+
+
+def test_speedup_bound_is_the_models_two_kernel_count():
+    assert ch02.TWO_KERNEL_TRIPS == 5 and ch02.RESIDUAL_TRIPS == 4
+
+
+@pytest.mark.parametrize("malformed", ["5//4", "five quarters", "5/0"])
+def test_speedup_bound_malformed_answers_get_a_message(malformed):
+    fb = ch02.speedup_bound.check(malformed)
+    assert not fb.ok and fb.message

@@ -1,4 +1,5 @@
 
+import pytest
 import torch
 
 from fusedrms.book import broken
@@ -30,19 +31,50 @@ def test_the_bounds_mean_what_they_say():
     assert bf16_err > ch05.TOO_LOOSE_ABOVE
 
 
-def test_find_the_bug_spellings():
-    assert ch05.find_the_bug.check("broken.padded_mean").ok
-    assert ch05.find_the_bug.check(" Padded_Mean ").ok
-    assert not ch05.find_the_bug.check("padded").ok
+@pytest.mark.parametrize("answer", ["b", " B ", "(b)", "b)", "(B) it divides by cols - 1",
+                                    "unbiased_mean", "broken.unbiased_mean"])
+def test_find_the_bug_accepts_the_answer_in_any_form(answer):
+    assert ch05.find_the_bug.check(answer).ok
+
+
+@pytest.mark.parametrize("answer", ["a", "(c)", "d", "e)"])
+def test_find_the_bug_rejects_every_other_mistake_with_a_hint(answer):
+    fb = ch05.find_the_bug.check(answer)
+    assert not fb.ok and "Hint" in str(fb)
+
+
+@pytest.mark.parametrize("answer", ["z", 2, "padded"])
+def test_find_the_bug_malformed_answers_get_a_message(answer):
+    fb = ch05.find_the_bug.check(answer)
+    assert not fb.ok and "could not be read" in str(fb)
+
+
+def test_the_mystery_kernel_is_not_one_the_chapter_shows():
+    assert ch05.MYSTERY in broken.IMPLS and ch05.MYSTERY not in broken.SHOWN
+    assert ch05.MYSTERY in broken.CAUGHT
 
 
 def test_mystery_report_hides_the_name_and_shows_the_evidence():
     text = ch05.mystery_report()
-    assert "padded" not in text and "mystery" in text
+    assert "unbiased" not in text and "mystery" in text
+    assert len(text.splitlines()) <= 12
     assert text.splitlines()[-1].endswith("failed") and "FAIL" in text
-    # the evidence the solution cites: power-of-two widths pass, others fail
-    results = verify.run([broken.IMPLS[ch05.MYSTERY]], dtypes=[torch.float32])
-    status = {r.case: r.status for r in results}
-    assert status["1024x4096"] == status["1x1"] == status["w = 0"] == "pass"
-    assert status["3x13"] == status["33x257"] == "FAIL"
+    # the evidence the solution cites
+    results = ch05.mystery_results()
+    status = {(r.case, r.dtype): r for r in results}
+    assert status[("1x1", "fp32")].status == "FAIL" and status[("1x1", "fp32")].message.startswith("1 NaN")
+    assert status[("all zeros", "fp32")].status == status[("w = 0", "fp32")].status == "pass"
+    assert status[("1024x4096", "fp16")].status == "pass"
+    assert status[("1024x4096", "fp32")].status == "FAIL"
     assert all(r.unwritten == 0 for r in results)
+
+
+def test_every_shown_broken_kernel_has_exactly_its_one_mistake():
+    """Each keeps the row kernel's loud scale: NaN, Inf, overflow and eps = 0 rows are loud, so
+    only its own mistake makes it fail; unmasked_weight passes everything."""
+    results = verify.run([broken.IMPLS["broken.unmasked_weight"], broken.IMPLS["broken.rows_floor"]],
+                         dtypes=[torch.float32])
+    by = {(r.kernel, r.case): r.status for r in results}
+    assert all(by[("broken.unmasked_weight", c.name)] == "pass" for c in verify.CASES)
+    for case in ("NaN input", "Inf input", "overflow", "eps = 0"):  # 4 rows: even, all written
+        assert by[("broken.rows_floor", case)] == "pass", case

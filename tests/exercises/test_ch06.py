@@ -21,3 +21,49 @@ def test_the_floor_follows_from_first_principles():
     assert ch06.predict_floor.check(f"{ch06.FLOOR_US:.3f}").ok  # text answers are read too
     assert ch06.percent_of_floor.solution == pytest.approx(100 * ch06.FLOOR_US / ch06.MEASURED_US)
     assert ch06.SUSPICIOUS_US < ch06.BIG_FLOOR_US / 10  # the suspicious number is absurd
+
+
+def test_the_data_sheet_peak_is_diagnosed_as_such_not_as_the_forgotten_write():
+    nbytes = traffic.price("fused_add_rmsnorm", ch06.ROWS, ch06.COLS, "bf16").bytes_total
+    fb = ch06.predict_floor.check(nbytes / (ch06.DATASHEET_GBPS * 1e9) * 1e6)
+    assert not fb.ok and "data sheet" in str(fb) and "write" not in str(fb).split("Hint")[0]
+    forgot = ch06.predict_floor.check((nbytes - ch06.MATRIX) / (ch06.BANDWIDTH_GBPS * 1e9) * 1e6)
+    assert not forgot.ok and "write forgotten" in str(forgot)
+    both = ch06.predict_floor.check((nbytes - ch06.MATRIX) / (ch06.DATASHEET_GBPS * 1e9) * 1e6)
+    assert not both.ok and "data sheet" in str(both)
+    # every mistake is its own number: no two diagnoses collide
+    values = sorted(ch06.predict_floor.mistakes.values()) + [ch06.FLOOR_US]
+    assert all(not math.isclose(a, b, rel_tol=0.02) for a, b in zip(values, values[1:]))
+
+
+@pytest.mark.parametrize("answer", ["78.6%", "78.6 %", " 78.6 percent", 78.6, "78.58"])
+def test_percent_of_floor_accepts_a_percent_sign(answer):
+    assert ch06.PCT == pytest.approx(78.6, abs=0.05)
+    assert ch06.percent_of_floor.check(answer).ok
+
+
+def test_percent_of_floor_rejects_the_data_sheet_floor_and_reads_malformed_text():
+    sheet = 100 * (ch06.FUSED.bytes_total / (ch06.DATASHEET_GBPS * 1e9) * 1e6) / ch06.MEASURED_US
+    fb = ch06.percent_of_floor.check(f"{sheet:.1f}%")
+    assert not fb.ok and "data sheet" in str(fb)
+    assert not ch06.percent_of_floor.check("78.6 GB").ok  # a message, not a traceback
+
+
+@pytest.mark.parametrize("answer", ["a", "A", "(a)", " (A) ", "a)",
+                                    "(a) The CPU clock was read right after the call"])
+def test_broken_rule_accepts_the_letter_in_any_form(answer):
+    assert ch06.broken_rule.check(answer).ok
+
+
+def test_broken_rule_answer_text_agrees_with_the_chapter():
+    text = str(ch06.broken_rule.check("a"))
+    assert "typical for a launch" not in text and "100 µs" in text
+    for wrong in ("b", "(c)", "e)"):
+        assert not ch06.broken_rule.check(wrong).ok
+    assert not ch06.broken_rule.check("(z)").ok
+
+
+def test_predict_floor_reads_units():
+    assert ch06.predict_floor.check(f"{ch06.FLOOR_US:.2f} µs").ok
+    assert ch06.predict_floor.check(f"{ch06.FLOOR_US:.2f}us").ok
+    assert not ch06.predict_floor.check(f"{ch06.FLOOR_US / 1e3:.5f}").ok

@@ -326,7 +326,28 @@ def test_summarize_warps_from_a_recorded_file(tmp_path, monkeypatch):
     # the rule picks 4 warps at 1024 (fastest) and 16 at 8192 (31.0 <= 1.05 * 30.0)
     assert [r["rule within 5%"] for r in s["rows"]] == ["yes", "yes"] and s["rule_hits"] == 2
     assert s["rows"][0]["8 warps us"] == 12.0
-    assert ch04.summarize_warps([]) == {"rows": [], "winners": [], "rule_hits": 0}
+    assert s["misses"] == [] and s["max_spread"] is None  # no ranges recorded
+    assert ch04.summarize_warps([]) == {"rows": [], "winners": [], "rule_hits": 0, "misses": [],
+                                        "max_spread": None}
+
+
+def test_summarize_warps_names_the_rule_s_misses_and_the_spread():
+    recs = [dict(rows=1024, cols=4096, dtype="float32", num_warps=nw, median_us=us,
+                 min_us=us * 0.99, max_us=us * 1.02) for nw, us in {4: 8.8, 8: 10.1, 16: 9.5}.items()]
+    s = ch04.summarize_warps(recs)
+    assert s["misses"] == [{"shape": "1024x4096", "dtype": "float32", "rule": 8, "rule_us": 10.1,
+                            "fastest": 4, "fastest_us": 8.8}]
+    assert abs(s["max_spread"] - 0.03) < 1e-9 and s["rule_hits"] == 0
+
+
+def test_spill_widths_from_chapter_2_s_register_records():
+    recs = [dict(cols=32768, registers_per_thread=128, spills=0),
+            dict(cols=65536, registers_per_thread=128, spills=90),
+            dict(cols=4096, registers_per_thread=36, spills=None), {"cols": "x"}]
+    s = ch04.spill_widths(recs)
+    assert s["widest_clean"] == {"cols": 32768, "registers": 128, "spills": 0}
+    assert s["first_spill"] == {"cols": 65536, "registers": 128, "spills": 90}
+    assert ch04.spill_widths([]) == {"widest_clean": None, "first_spill": None}
 
 
 def test_side_by_side_keeps_shared_shapes(tmp_path, monkeypatch):

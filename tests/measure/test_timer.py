@@ -27,6 +27,27 @@ def test_bad_arguments_are_explained():
         timer._check_args("cold", 1, 0)
 
 
+def test_hold_and_graph_calls_rules():
+    timer._check_args("warm", 0, 1, hold=True, graph_calls=1)
+    with pytest.raises(ValueError, match="hold=True is for l2='warm'"):
+        timer._check_args("cold", 1, 1, hold=True)
+    with pytest.raises(ValueError, match="a cold graph holds one call"):
+        timer._check_args("cold", 1, 1, graph_calls=20)
+    for bad in (0, -3, 2.5):
+        with pytest.raises(ValueError, match="graph_calls must be a whole number"):
+            timer._check_args("warm", 1, 1, graph_calls=bad)
+    assert timer.calls_per_replay("warm", graph=False, graph_calls=7) == 1
+    assert timer.calls_per_replay("cold", graph=True) == 1
+    assert timer.calls_per_replay("warm", graph=True) == timer.GRAPH_CALLS
+    assert timer.calls_per_replay("warm", graph=True, graph_calls=1) == 1
+    assert "spins before every timed call" in timer.l2_method("warm", hold=True)
+    assert timer.l2_method("warm", graph=True, hold=True, graph_calls=1).endswith(
+        "1 call per graph replay")
+    assert timer.l2_method("warm", graph=True, graph_calls=5).startswith("warm: 5 calls")
+    with pytest.raises(ValueError, match="hold=True"):  # refused before any GPU is needed
+        timer.time_gpu(lambda: None, l2="cold", hold=True)
+
+
 @pytest.mark.skipif(ENV.on_gpu, reason="checks the no-GPU message")
 def test_without_gpu_a_clear_error():
     with pytest.raises(RuntimeError, match="needs a CUDA or ROCm GPU"):
@@ -168,3 +189,14 @@ def test_gpu_rotating_timer():
         import warnings
 
         warnings.warn(f"the row kernel could not be captured in a CUDA graph: {how}")
+
+
+@pytest.mark.gpu
+def test_held_warm_graph_shows_l2_flattering_a_small_input():
+    x = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)  # 8 MB in, 8 MB out
+    y = torch.empty_like(x)
+    fn = lambda: torch.mul(x, 2.0, out=y)  # noqa: E731
+    warm = statistics.median(timer.time_gpu(fn, reps=50, l2="warm", hold=True, graph=True,
+                                            graph_calls=1))
+    cold = statistics.median(timer.time_gpu(fn, reps=50, l2="cold", graph=True))
+    assert cold > warm > 0

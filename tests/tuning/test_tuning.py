@@ -54,7 +54,7 @@ def test_malformed_records_are_skipped_and_counted(tmp_path):
 def test_zero_widths_are_refused_not_divided_by():
     with pytest.raises(validation.InputError, match="cols must be a positive"):
         A.heuristic_config(0, torch.bfloat16)
-    with pytest.raises(validation.InputError, match="block_cols must be a positive"):
+    with pytest.raises(validation.InputError, match="block_cols must be a whole number >= 1"):
         Q.n_blocks(128, 0)
     from fusedrms.kernels import rmsnorm as T
 

@@ -1,13 +1,15 @@
 """Deliberately broken RMSNorm kernels: the negative tests of the verification suite (chapter 5).
 
 Each kernel is the chapter-4 row kernel (:func:`fusedrms.kernels.rmsnorm.rmsnorm_row_kernel`) with
-one realistic mistake. A check that cannot fail proves nothing, so the suite must catch each of
+one realistic mistake, and nothing else changed (each keeps its ``loud_scale``). A check that cannot fail proves nothing, so the suite must catch each of
 them, and the chapter shows the case that does:
 
 - ``broken.padded_mean``   divides the sum of squares by the padded block width, not the row's.
 - ``broken.unmasked_row``  loads the row without its mask: padded lanes read the next row.
 - ``broken.fp16_accum``    squares and sums in fp16: the squares of large fp16 inputs overflow.
 - ``broken.rows_floor``    two rows per program, grid = rows // 2: an odd last row is never written.
+- ``broken.unbiased_mean`` divides the sum of squares by ``cols - 1`` (the unbiased variance's
+  n - 1, a habit from LayerNorm): chapter 5's mystery kernel, never shown before its exercise.
 - ``broken.unmasked_weight`` loads the weight without its mask. It reads past the end of ``w``,
   but those lanes are never stored: the outputs are right and no output check can see it (a memory
   checker such as compute-sanitizer is the tool for reads out of bounds).
@@ -24,6 +26,7 @@ import triton
 import triton.language as tl
 
 from .. import registry, validation
+from ..kernels.rmsnorm import loud_scale
 
 
 # [book:padded-mean]
@@ -35,7 +38,7 @@ def padded_mean_kernel(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, ep
     mask = offsets < cols
     x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
     mean_square = tl.sum(x * x, axis=0) / BLOCK_SIZE  # BUG: the padded width, not cols
-    r = tl.rsqrt(mean_square + eps)
+    r = loud_scale(tl.rsqrt(mean_square + eps), mean_square + eps)
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty),
              mask=mask)
@@ -51,7 +54,7 @@ def unmasked_row_kernel(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, e
     mask = offsets < cols
     x = tl.load(x_ptr + row * x_row_stride + offsets).to(tl.float32)  # BUG: no mask, no other=0
     mean_square = tl.sum(x * x, axis=0) / cols
-    r = tl.rsqrt(mean_square + eps)
+    r = loud_scale(tl.rsqrt(mean_square + eps), mean_square + eps)
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty),
              mask=mask)
@@ -67,7 +70,7 @@ def fp16_accum_kernel(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps
     mask = offsets < cols
     x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float16)
     mean_square = tl.sum(x * x, axis=0).to(tl.float32) / cols  # BUG: squares summed in fp16
-    r = tl.rsqrt(mean_square + eps)
+    r = loud_scale(tl.rsqrt(mean_square + eps), mean_square + eps)
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     y = x.to(tl.float32) * r * w
     tl.store(y_ptr + row * y_row_stride + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -84,10 +87,27 @@ def two_rows_kernel(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
     for i in range(2):  # each program normalizes two consecutive rows
         row = tl.program_id(0).to(tl.int64) * 2 + i
         x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
-        r = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)
+        mean_square = tl.sum(x * x, axis=0) / cols
+        r = loud_scale(tl.rsqrt(mean_square + eps), mean_square + eps)
         tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty),
                  mask=mask)
 # [/book:rows-floor]
+
+
+# [book:unbiased-mean]
+@triton.jit
+def unbiased_mean_kernel(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
+                         BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    mask = offsets < cols
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    mean_square = tl.sum(x * x, axis=0) / (cols - 1)  # BUG: n - 1, as for an unbiased variance
+    r = loud_scale(tl.rsqrt(mean_square + eps), mean_square + eps)
+    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty),
+             mask=mask)
+# [/book:unbiased-mean]
 
 
 # [book:unmasked-weight]
@@ -98,7 +118,8 @@ def unmasked_weight_kernel(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride
     offsets = tl.arange(0, BLOCK_SIZE)
     mask = offsets < cols
     x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)
+    mean_square = tl.sum(x * x, axis=0) / cols
+    r = loud_scale(tl.rsqrt(mean_square + eps), mean_square + eps)
     w = tl.load(w_ptr + offsets).to(tl.float32)  # BUG: reads past the end of w
     tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty),
              mask=mask)
@@ -143,12 +164,19 @@ IMPLS = {impl.name: impl for impl in (
     _impl("rows_floor", two_rows_kernel,
           "two rows per program but grid = rows // 2: an odd last row is never written",
           rows_per_program=2, floor_grid=True),
+    _impl("unbiased_mean", unbiased_mean_kernel,
+          "divides the sum of squares by cols - 1, as an unbiased variance would"),
     _impl("unmasked_weight", unmasked_weight_kernel,
           "loads the weight without its mask: reads past w, but those lanes are never stored"),
 )}
 
 # The ones whose outputs are wrong (unmasked_weight's outputs are right).
-CAUGHT = ("broken.padded_mean", "broken.unmasked_row", "broken.fp16_accum", "broken.rows_floor")
+CAUGHT = ("broken.padded_mean", "broken.unmasked_row", "broken.fp16_accum", "broken.rows_floor",
+          "broken.unbiased_mean")
+# Shown on chapter 5's page before its exercise; the exercise's mystery kernel is not among them.
+SHOWN = ("broken.padded_mean", "broken.unmasked_row", "broken.fp16_accum", "broken.rows_floor",
+         "broken.unmasked_weight")
 KERNELS = {"broken.padded_mean": padded_mean_kernel, "broken.unmasked_row": unmasked_row_kernel,
            "broken.fp16_accum": fp16_accum_kernel, "broken.rows_floor": two_rows_kernel,
+           "broken.unbiased_mean": unbiased_mean_kernel,
            "broken.unmasked_weight": unmasked_weight_kernel}

@@ -104,7 +104,7 @@ def _real_stage_one(x, w, dy, eps, atomic: bool):
     B.rmsnorm_backward_kernel[(programs,)](
         x2, x2, w, dy2, dx2, dx2, dx2, dw_buffer, rows, cols, rpp, x2.stride(0), x2.stride(0),
         dy2.stride(0), dx2.stride(0), dx2.stride(0), eps, BLOCK=block, HAS_RESIDUAL=False,
-        HAS_DSUM=False, SAVED_R=False, ATOMIC_DW=atomic, ACC=tl.float32,
+        HAS_DSUM=False, SAVED_R=False, ATOMIC_DW=atomic, ACC=tl.float32, F64=False,
         num_warps=num_warps_for(block))
     return dx2.reshape(x.shape), dw_buffer, programs, w
 

@@ -74,3 +74,96 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[
     out_dir = Path(out_dir)
     registers = record_row_registers(out_dir, log, REGISTER_WIDTHS[:1] if smoke else REGISTER_WIDTHS)
     return [record_bandwidth(out_dir, log), registers]
+
+
+# ---------------------------------------------------------------- readers for the page
+
+CENSUS_DESIGNS = {  # census implementation -> the model's step for it
+    "torch.eager_chain": "eager_add_rmsnorm",
+    "capstone.fused": "fused_add_rmsnorm",
+    "capstone.fused_residual": "fused_add_rmsnorm_residual",
+}
+# a profiled kernel's name -> the eager step's kernel it is (PyTorch's kernel names)
+_EAGER_ROLES = (("add", "add"), ("layer_norm", "rmsnorm"), ("rms_norm", "rmsnorm"),
+                ("mul", "scale"))
+
+
+def copy_bandwidth(doc: dict) -> dict:
+    """The measured copy bandwidth record of ``traffic_bandwidth.json``."""
+    return next(r for r in doc["records"] if r.get("kind") == "bandwidth")
+
+
+def _eager_role(kernel_name: str) -> str | None:
+    lowered = kernel_name.lower()
+    return next((role for key, role in _EAGER_ROLES if key in lowered), None)
+
+
+def kernel_times(extra_doc: dict, bandwidth_GBps: float) -> list[dict]:
+    """Each profiled kernel of the eager chain and of the fused kernels (chapter 7's kernel
+    census), next to its bytes in the traffic model and the time those bytes take at
+    ``bandwidth_GBps``: design, kernel, row_trips, measured_us, floor_us, pct_of_copy.
+
+    A census whose kernels do not match the model's (another PyTorch splitting the chain
+    differently) raises ValueError naming them."""
+    out = []
+    for rec in extra_doc["records"]:
+        step = CENSUS_DESIGNS.get(rec.get("impl"))
+        if rec.get("kind") != "kernel_census" or step is None or "kernels" not in rec:
+            continue
+        est = traffic.price(step, rec["rows"], rec["cols"], rec["dtype"], bandwidth_GBps)
+        unit = rec["rows"] * rec["cols"] * traffic.DTYPE_BYTES[est.dtype]
+        model = {k.name: k for k in est.kernels}
+        for k in rec["kernels"]:
+            name = est.kernels[0].name if len(est.kernels) == 1 else _eager_role(k["name"])
+            if name not in model:
+                raise ValueError(f"{rec['impl']}: profiled kernel {k['name'][:60]!r} is none "
+                                 f"of the model's kernels {sorted(model)}")
+            cost = model[name]
+            floor = cost.bytes_total / (bandwidth_GBps * 1e3)  # bytes / (bytes per us)
+            out.append({"design": rec["impl"], "kernel": name, "rows": rec["rows"],
+                        "cols": rec["cols"], "dtype": est.dtype,
+                        "row_trips": cost.bytes_total / unit,
+                        "count_per_call": k["count_per_call"],
+                        "measured_us": k["device_us_per_call"], "floor_us": floor,
+                        "pct_of_copy": 100 * floor * k["count_per_call"]
+                        / k["device_us_per_call"]})
+    order = {s: i for i, s in enumerate(CENSUS_DESIGNS)}
+    kernel_order = {"add": 0, "rmsnorm": 1, "scale": 2}
+    return sorted(out, key=lambda r: (order[r["design"]], kernel_order.get(r["kernel"], 0)))
+
+
+def design_totals(times: list[dict]) -> dict:
+    """{design: {"measured_us", "floor_us", "pct_of_copy", "kernels"}} summed over its kernels."""
+    out: dict = {}
+    for r in times:
+        d = out.setdefault(r["design"], {"measured_us": 0.0, "floor_us": 0.0, "kernels": 0})
+        d["measured_us"] += r["measured_us"]
+        d["floor_us"] += r["floor_us"] * r["count_per_call"]
+        d["kernels"] += r["count_per_call"]
+    for d in out.values():
+        d["pct_of_copy"] = 100 * d["floor_us"] / d["measured_us"]
+    return out
+
+
+def grid_pair(grid_doc: dict, slow: str, fast: str, rows: int, cols: int, dtype: str,
+              mode: str = "cold") -> dict | None:
+    """Median and process range of ``slow`` and ``fast`` at one shape of the benchmark grid
+    (chapter 6's harness), or None when the grid lacks either."""
+    found = {}
+    for r in grid_doc["records"]:
+        if (r.get("impl") in (slow, fast) and r.get("status") == "ok" and r.get("rows") == rows
+                and r.get("cols") == cols and r.get("dtype") == dtype and r.get("mode") == mode
+                and r.get("median_us")):
+            found.setdefault(r["impl"], r)
+    if len(found) < 2:
+        return None
+    return {name: {"median_us": r["median_us"], "min_us": r["min_median_us"],
+                   "max_us": r["max_median_us"], "processes": r.get("processes")}
+            for name, r in found.items()}
+
+
+def best_pct_of_floor(grid_doc: dict) -> float | None:
+    """The highest % of its copy floor any correct, timed record of the grid reaches."""
+    pcts = [r["pct_of_floor"] for r in grid_doc["records"]
+            if r.get("status") == "ok" and r.get("pct_of_floor") and r.get("correct", True)]
+    return max(pcts) if pcts else None

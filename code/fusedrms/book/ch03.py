@@ -293,6 +293,71 @@ def seed_comparison_lines(doc: dict | None) -> list[str]:
     return out
 
 
+def _point(r: dict) -> dict:
+    """One measured record as the page shows it: median beside its spread (min..max of samples)."""
+    return {"name": r["name"], "rows": r["rows"], "cols": r["cols"], "dtype": r["dtype"],
+            "shape": f"{r['rows']}x{r['cols']} {r['dtype']}", "block_size": r.get("block_size"),
+            "grid_blocks": r.get("grid_blocks"), "median_us": r["median_us"],
+            "min_us": r.get("min_us"), "max_us": r.get("max_us"),
+            "fraction_of_floor": r.get("fraction_of_floor"), "correct": r.get("correct")}
+
+
+def ladder_shapes(doc: dict) -> list[tuple]:
+    """The recorded ladder's shapes, smallest first."""
+    return sorted({(r["rows"], r["cols"], r["dtype"]) for r in doc["records"]
+                   if r.get("kind") == "ladder"}, key=lambda s: (s[0] * s[1], s[2]))
+
+
+def ladder_points(doc: dict) -> list[dict]:
+    """Every measured ladder record (shape by shape, in the ladder's order) with its spread."""
+    return [_point(r) for shape in ladder_shapes(doc) for r in ladder_rows(doc, *shape)
+            if "median_us" in r]
+
+
+RUNGS = ("hip.serial", "hip.block", "hip.shuffle", "hip.vectorized")
+
+
+def rung_gains(doc: dict, rungs=RUNGS) -> list[dict]:
+    """Speed-up of each rung over the one before it, at every shape where both were measured
+    correctly: ``{"shape", "from", "to", "gain"}`` (above 1: the later rung is faster)."""
+    out = []
+    for shape in ladder_shapes(doc):
+        rs = {r["name"]: r for r in ladder_rows(doc, *shape) if "median_us" in r and r.get("correct")}
+        for a, b in zip(rungs, rungs[1:]):
+            if a in rs and b in rs:
+                out.append({"shape": f"{shape[0]}x{shape[1]} {shape[2]}", "rows": shape[0],
+                            "from": a, "to": b, "gain": rs[a]["median_us"] / rs[b]["median_us"]})
+    return out
+
+
+def sweep(doc: dict, kind: str = "block_size") -> list[dict]:
+    """A recorded block-size sweep (``"block_size"``: hip.block, ``"serial_block_size"``:
+    hip.serial), measured and correct points only, by block size."""
+    found = [_point(r) for r in doc["records"] if r.get("kind") == kind and "median_us" in r
+             and r.get("correct")]
+    return sorted(found, key=lambda p: p["block_size"])
+
+
+def host_results(text: str) -> list[dict]:
+    """The ``RESULT`` lines of the host program's output (``hip_host_run.txt``) as dicts with
+    ``variant``, ``rows``, ``cols``, ``block``, ``median_us``, ``ok`` and ``grid_blocks`` (serial:
+    one thread per row, so rows / block blocks; the others: one block per row)."""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("RESULT"):
+            continue
+        try:
+            f = dict(item.split("=", 1) for item in line.split()[1:])
+            rows, block = int(f["rows"]), int(f["block"])
+            out.append({"variant": f["variant"], "rows": rows, "cols": int(f["cols"]),
+                        "block": block, "median_us": float(f["median_ms"]) * 1e3,
+                        "max_rel_err": float(f["max_rel_err"]), "ok": f["ok"] == "1",
+                        "grid_blocks": -(-rows // block) if f["variant"] == "serial" else rows})
+        except (KeyError, ValueError):
+            continue
+    return out
+
+
 # ---------------------------------------------------------------- the chapter's recording
 
 FILES = {

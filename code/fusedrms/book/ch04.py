@@ -171,7 +171,10 @@ def measure_num_warps(rows: int, cols: int, dtype: torch.dtype = torch.float32,
 def summarize_warps(recs: list, tie: float = 0.05) -> dict:
     """Chapter 4's reading of the recorded num_warps sweep (``triton_warps.json`` records).
 
-    Returns ``{"rows": [one dict per shape], "winners": sorted fastest settings, "rule_hits": n}``;
+    Returns ``{"rows": [one dict per shape], "winners": sorted fastest settings, "rule_hits": n,
+    "misses": [shapes where the rule is more than ``tie`` slower, with both times], "max_spread":
+    the widest (max - min) / median of any setting's repeated measurements, or None when the
+    records carry no range}``;
     each row has the shape, the median per setting (``"<n> warps us"``), the fastest setting, the
     book's rule and whether the rule came within ``tie`` of the fastest. Malformed records are
     skipped.
@@ -181,10 +184,10 @@ def summarize_warps(recs: list, tie: float = 0.05) -> dict:
         try:
             key = (int(r["rows"]), int(r["cols"]), str(r["dtype"]))
             by_shape.setdefault(key, {})[int(r["num_warps"])] = (float(r["median_us"]),
-                                                                 r.get("gbps"))
+                                                                 r.get("gbps"), r)
         except (KeyError, TypeError, ValueError):
             continue
-    rows, winners, hits = [], set(), 0
+    rows, winners, hits, misses, spreads = [], set(), 0, [], []
     for (n_rows, cols, dtype), per in sorted(by_shape.items(), key=lambda kv: (kv[0][2], kv[0][1],
                                                                                kv[0][0])):
         best = min(per, key=lambda k: per[k][0])
@@ -194,15 +197,42 @@ def summarize_warps(recs: list, tie: float = 0.05) -> dict:
         gbps = per[best][1]
         row.update({"fastest": best, "GB/s best": float(gbps) if gbps is not None else None,
                     "rule": rule})
+        for _, _, rec in per.values():
+            lo, hi = rec.get("min_us"), rec.get("max_us")
+            if lo is not None and hi is not None:
+                spreads.append((float(hi) - float(lo)) / float(rec["median_us"]))
         if rule not in per:
             row["rule within 5%"] = "not measured"
         else:
             ok = per[rule][0] <= (1 + tie) * per[best][0]
             row["rule within 5%"] = "yes" if ok else "no"
             hits += ok
+            if not ok:
+                misses.append({"shape": row["shape"], "dtype": dtype, "rule": rule,
+                               "rule_us": per[rule][0], "fastest": best,
+                               "fastest_us": per[best][0]})
         rows.append(row)
         winners.add(best)
-    return {"rows": rows, "winners": sorted(winners), "rule_hits": hits}
+    return {"rows": rows, "winners": sorted(winners), "rule_hits": hits, "misses": misses,
+            "max_spread": max(spreads) if spreads else None}
+
+
+def spill_widths(recs: list) -> dict:
+    """Chapter 2's register records (``traffic_row_registers``): the widest fp32 row the row kernel
+    holds without spilling and the first that spills, each with registers and spills per thread
+    (``None`` where the records do not show one)."""
+    rows = []
+    for r in recs or []:
+        try:
+            rows.append((int(r["cols"]), int(r["registers_per_thread"]), int(r["spills"] or 0)))
+        except (KeyError, TypeError, ValueError):
+            continue
+    rows.sort()
+    clean = [r for r in rows if r[2] == 0]
+    spilled = [r for r in rows if r[2] > 0]
+    as_dict = (lambda r: {"cols": r[0], "registers": r[1], "spills": r[2]})
+    return {"widest_clean": as_dict(clean[-1]) if clean else None,
+            "first_spill": as_dict(spilled[0]) if spilled else None}
 
 
 ROUTES = ("hip", "triton", "torch", "capstone", "fp8")
@@ -267,6 +297,9 @@ def _tag(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+REGISTER_WIDTHS = (MAX_COLS["triton.row"], 2 * MAX_COLS["triton.row"])
+
+
 def record_assembly(out_dir: Path, log=print, smoke: bool = False) -> None:
     kind = "amdgcn" if env.current().backend == "rocm" else "ptx"
     out = []
@@ -281,6 +314,20 @@ def record_assembly(out_dir: Path, log=print, smoke: bool = False) -> None:
                  file="triton_row_ptx.txt" if dtype == torch.float32 else None)
         out.append(s)
         log({k2: v for k2, v in s.items() if not k2.endswith("_forms")})
+    # Registers and spills at the row kernel's width limit and one step past it (compiled only
+    # for this record: the wrapper refuses the wider row).
+    for cols in () if smoke else REGISTER_WIDTHS:
+        try:
+            k = row_kernel_compiled(cols=cols, dtype=torch.float32, rows=1)
+            r = {"kind": "registers", "cols": cols, "dtype": "float32", "block_size": cols,
+                 "num_warps": num_warps_for(cols),
+                 "registers_per_thread": getattr(k, "n_regs", None),
+                 "spills": getattr(k, "n_spills", None)}
+        except Exception as err:  # noqa: BLE001 - recorded as missing; the rest still runs
+            r = {"kind": "registers", "cols": cols, "dtype": "float32",
+                 "error": f"{type(err).__name__}: {err}"}
+        out.append(r)
+        log(r)
     records.write(out_dir / "triton_row_asm.json", out)
 
 
@@ -299,6 +346,21 @@ def record_bf16_rounding(out_dir: Path, log=print, smoke: bool = False) -> None:
                   extra={"exact": "reference.rmsnorm in fp32 (torch), before the bf16 cast"})
 
 
+REPEATS = 3  # independent measurements (each its own graph and copies) per setting
+
+
+def _repeated_us(call, x, w, nbytes, smoke=False) -> tuple[float, dict, str]:
+    """The median of :data:`REPEATS` independent ``time_rotating_us`` measurements, and their
+    range (``min_us``, ``max_us``): the spread a difference between settings must beat."""
+    import statistics
+
+    runs = [timer.time_rotating_us(call, x, w, nbytes) for _ in range(1 if smoke else REPEATS)]
+    times = [us for us, _ in runs]
+    spread = {"min_us": round(min(times), 3), "max_us": round(max(times), 3),
+              "repeats": len(times)}
+    return statistics.median(times), spread, f"{runs[0][1]}; median of {len(times)} measurements"
+
+
 def record_warps(out_dir: Path, log=print, smoke: bool = False) -> None:
     shapes = [(1024, 4096, torch.float32, "seed shape")]
     shapes += [] if smoke else [(4096, c, d, "width sweep") for c in (1024, 2048, 4096, 8192, 16384)
@@ -313,15 +375,15 @@ def record_warps(out_dir: Path, log=print, smoke: bool = False) -> None:
         for nw in (4, 8, 16):
             try:
                 ok = checks.allclose(rmsnorm_row(x, w, num_warps=nw), expected).ok
-                us, how = timer.time_rotating_us(lambda xi, wi: rmsnorm_row(xi, wi, num_warps=nw),
-                                                 x, w, nbytes)
+                us, spread, how = _repeated_us(
+                    lambda xi, wi: rmsnorm_row(xi, wi, num_warps=nw), x, w, nbytes, smoke)
             except Exception as err:  # noqa: BLE001 - recorded as missing; the others still run
                 log(f"{rows}x{cols} {_tag(dtype)} {nw} warps: {type(err).__name__}: {err}")
                 continue
             out.append(dict(group=group, rows=rows, cols=cols, dtype=_tag(dtype), num_warps=nw,
                             rule_num_warps=num_warps_for(triton.next_power_of_2(cols)),
                             correct=ok, median_us=round(us, 3), gbps=round(nbytes / us / 1e3, 1),
-                            bytes=nbytes, timer=how))
+                            bytes=nbytes, timer=how, **spread))
             line.append(f"{nw} warps {us:.2f} us{'' if ok else ' WRONG'}")
         log(f"{rows}x{cols} {_tag(dtype)}: " + ", ".join(line))
         records.write(out_dir / "triton_warps.json", out)  # complete so far
@@ -343,12 +405,13 @@ def record_versions(out_dir: Path, log=print, smoke: bool = False) -> None:
                 continue
             try:
                 ok = checks.allclose(fn(x, w), expected).ok
-                us, how = timer.time_rotating_us(fn, x, w, nbytes)
+                us, spread, how = _repeated_us(fn, x, w, nbytes, smoke)
             except Exception as err:  # noqa: BLE001
                 log(f"{name} {rows}x{cols}: {type(err).__name__}: {err}")
                 continue
             out.append(dict(variant=name, rows=rows, cols=cols, dtype=_tag(dtype), correct=ok,
-                            median_us=round(us, 3), gbps=round(nbytes / us / 1e3, 1), timer=how))
+                            median_us=round(us, 3), gbps=round(nbytes / us / 1e3, 1), timer=how,
+                            **spread))
             log({k: v for k, v in out[-1].items() if k != "timer"})
         records.write(out_dir / "triton_versions.json", out)
     if not out:

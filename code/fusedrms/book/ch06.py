@@ -20,71 +20,152 @@ from ..measure.harness import (FloorUnavailable, _sync_wall_ms, floor_bytes, mak
                                pick_target)
 
 
-def rule_summary(rule: dict) -> str:
-    """One rule of the timing-rules file: the number with the rule ignored and kept."""
-    if rule.get("status") != "ok":
-        return f"{rule['rule']}: not measured ({rule.get('status')})"
-    ign, fol = rule["ignored"], rule["followed"]
-    ratio = ign["median_us"] / fol["median_us"] if fol["median_us"] else float("nan")
-    return (f"{rule['rule']}:\n  ignored  {ign['median_us']:>10.2f} µs  {ign['what']}\n"
-            f"  followed {fol['median_us']:>10.2f} µs  {fol['what']}\n"
-            f"  ignored / followed = {ratio:.3g}")
+def readable_us(us: float | None) -> str:
+    """A time in the unit that reads: 0.85 µs, 99.2 µs, 230.6 ms, 7.44 s ("-" when missing)."""
+    if us is None:
+        return "-"
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e4:
+        return f"{us / 1e3:.1f} ms"
+    if us >= 100:
+        return f"{us:,.0f} µs"
+    return f"{us:.2f} µs" if us < 10 else f"{us:.1f} µs"
+
+
+def times_in_words(ratio: float) -> str:
+    """A large ratio said plainly: "1.3 times", "71 times", "about 2,300 times"."""
+    if ratio < 10:
+        return f"{ratio:.1f} times"
+    if ratio < 1000:
+        return f"{ratio:.0f} times"
+    digits = len(str(int(ratio))) - 2
+    return f"about {round(ratio, -digits):,.0f} times"
 
 
 def find_rule(doc: dict | None, name: str) -> dict | None:
+    """The rule ``name`` of a timing-rules recording, if it was measured (status ok)."""
     for r in (doc or {}).get("records", []):
-        if r.get("rule") == name:
+        if r.get("rule") == name and r.get("status") == "ok":
             return r
     return None
 
 
-def print_rule(recorded_doc: dict | None, live: list[dict] | None, name: str) -> None:
-    """A rule as recorded (with provenance) and, when this machine has a GPU, as measured now."""
-    rec = find_rule(recorded_doc, name)
-    if rec is None:
-        print(f"recorded: no '{name}' measurement in the recorded timing rules yet")
-    else:
-        print(f"recorded ({records.describe(recorded_doc)}):")
-        print(rule_summary(rec))
-    if live is not None:
-        mine = find_rule({"records": live}, name)
-        print(f"\nthis machine, just now:\n{rule_summary(mine) if mine else 'not measured'}")
+def sync_rows(doc: dict | None) -> list[dict] | None:
+    """The synchronize rule at every recorded size: bytes, the CPU clock without and with a
+    synchronize, device events. None when the recording predates the sweep over sizes."""
+    rule = find_rule(doc, "synchronize")
+    if not rule or "shapes" not in rule:
+        return None
+    return sorted(rule["shapes"], key=lambda r: r["rows"])
 
 
-def verdict(recs: list[dict], target_pct: float = 85.0) -> str:
-    """Whether every record reaches ``target_pct`` of its floor, and the worst gap."""
-    priced = [r for r in recs if r.get("pct_of_floor") is not None]
-    if not priced:
-        return f"target >= {target_pct:.0f}% of floor: no data"
-    worst = min(priced, key=lambda r: r["pct_of_floor"])
-    met = worst["pct_of_floor"] >= target_pct
-    return (f"target >= {target_pct:.0f}% of floor over {len(priced)} cases: "
-            f"{'met' if met else 'not met'}; worst {worst['pct_of_floor']:.1f}% at "
-            f"{worst['rows']}x{worst['cols']} {worst['dtype']}"
-            + ("" if met else f", gap {target_pct - worst['pct_of_floor']:.1f} points"))
+def warmup_view(doc: dict | None) -> dict | None:
+    """First call against the warmed median, for the kernel and (when recorded) torch.compile."""
+    rule = find_rule(doc, "warm-up")
+    if not rule:
+        return None
+    out = dict(impl=rule["impl"], shape=f"{rule['rows']} x {rule['cols']} {rule['dtype']}",
+               first_us=rule["ignored"]["median_us"], warm_us=rule["followed"]["median_us"],
+               mean_with_first_us=rule["mean_with_first_us"],
+               median_with_first_us=rule["median_with_first_us"])
+    out["ratio"] = out["first_us"] / out["warm_us"]
+    if "compile" in rule:
+        c = rule["compile"]
+        out.update(compile_impl=c["impl"], compile_first_us=c["first_call_us"],
+                   compile_warm_us=c["median_us"], compile_ratio=c["first_call_us"] / c["median_us"])
+    return out
 
 
-def classify(recs: list[dict], floor_pct: float = 85.0, flat: float = 2.0) -> list[dict]:
-    """Label each measured record of one implementation by the regime the chart shows.
+def l2_rows(doc: dict | None) -> tuple[list[dict], dict] | None:
+    """The L2 rule (one call per graph replay, warm and flushed) at every size, and its headline
+    shape. None when the recording predates that method."""
+    rule = find_rule(doc, "L2")
+    if not rule or "headline" not in rule:
+        return None
+    return sorted(rule["shapes"], key=lambda r: r["rows"]), rule
 
-    ``launch-bound``: within ``flat`` x of the implementation's fastest time (the time barely
-    grows with the data); ``on the floor``: at least ``floor_pct`` of the floor; otherwise
-    ``in between`` (per-row latency, too few rows to fill the GPU, or a slow kernel).
-    """
-    ok = [r for r in recs if r.get("status") == "ok" and r.get("median_us")]
-    if not ok:
-        return []
-    fastest = min(r["median_us"] for r in ok)
-    out = []
-    for r in sorted(ok, key=lambda r: r.get("bytes") or 0):
-        pct = r.get("pct_of_floor")
-        if pct is not None and pct >= floor_pct:
-            label = "on the floor"
-        elif r["median_us"] <= flat * fastest:
-            label = "launch-bound"
-        else:
-            label = "in between"
-        out.append({**r, "regime": label})
+
+def graph_rows(doc: dict | None) -> list[dict] | None:
+    """The graph rule: every implementation and small shape, six ways of launching."""
+    rule = find_rule(doc, "graph")
+    return None if not rule else rule["impls"]
+
+
+def process_view(grid: dict | None) -> dict | None:
+    """Every cold case's process medians (from the grid itself), the outlier case, the counts."""
+    try:
+        return process_spreads(grid)
+    except RuntimeError:
+        return None
+
+
+def grid_rows(grid: dict | None, dtype: str = "bf16", sweep: str = "grid") -> list[dict]:
+    """The grid's measured cases of one dtype, sorted by implementation and bytes moved."""
+    recs = [r for r in (grid or {}).get("records", []) if r.get("sweep") == sweep
+            and r.get("dtype") == dtype and r.get("status") == "ok" and r.get("bytes")]
+    return sorted(recs, key=lambda r: (r["impl"], r["bytes"]))
+
+
+def floor_summary(grid: dict | None, impl: str, min_bytes: float = 64e6,
+                  share: float = 85.0) -> dict | None:
+    """How close ``impl`` comes to the copy floor on the grid's large shapes (every dtype)."""
+    recs = [r for r in (grid or {}).get("records", []) if r.get("sweep") == "grid"
+            and r.get("impl") == impl and r.get("status") == "ok"
+            and (r.get("bytes") or 0) >= min_bytes and r.get("pct_of_floor") is not None]
+    if not recs:
+        return None
+    pcts = [r["pct_of_floor"] for r in recs]
+    return dict(impl=impl, cases=len(recs), min_pct=min(pcts), max_pct=max(pcts),
+                median_pct=statistics.median(pcts), at_least=sum(p >= share for p in pcts),
+                share=share, min_bytes=min_bytes)
+
+
+def grid_health(grid: dict | None) -> dict | None:
+    """Counts a reader checks beside a speed table: measured, outside the tolerance, not run."""
+    if not grid:
+        return None
+    recs = grid["records"]
+    ok = [r for r in recs if r.get("status") == "ok"]
+    wrong = [r for r in ok if r.get("correct") is False]
+    not_run = [r for r in recs if r.get("status") != "ok"]
+    unsupported = [r for r in not_run if str(r.get("status", "")).startswith("unsupported")]
+    comp = [s for r in ok for s in (r.get("compile_s") or [])]
+    return dict(cases=len(recs), measured=len(ok), wrong=len(wrong),
+                wrong_impls=sorted({r["impl"] for r in wrong}), not_run=len(not_run),
+                unsupported=len(unsupported), errors=len(not_run) - len(unsupported),
+                error_impls=sorted({r["impl"] for r in not_run if r not in unsupported}),
+                compile_median_s=statistics.median(comp) if comp else None)
+
+
+NCU_PICKS = {  # what the chapter shows from ncu's sections: label -> (section word, metric name)
+    "Block size": ("Launch", "Block Size"),
+    "Grid size": ("Launch", "Grid Size"),
+    "Registers per thread": ("Launch", "Registers Per Thread"),
+    "Theoretical occupancy": ("Occupancy", "Theoretical Occupancy"),
+    "Achieved occupancy": ("Occupancy", "Achieved Occupancy"),
+    "Warp cycles per issued instruction": ("Warp State", "Warp Cycles Per Issued Instruction"),
+}
+
+
+def ncu_view(doc: dict | None) -> dict | None:
+    """The profile's numbers, missing ones None: DRAM bytes as counted (read, written), the launch
+    statistics, occupancy and warp state picked from the raw metrics, the configuration in use."""
+    if not doc or not doc.get("records"):
+        return None
+    s = doc["records"][0]
+    out = {k: s.get(k) for k in ("status", "reason", "impl", "kernel", "rows", "cols", "dtype",
+                                 "duration_us", "dram_throughput_pct", "sol_memory_pct",
+                                 "l2_hit_pct", "bytes_read", "bytes_write", "dram_bytes",
+                                 "implied_bytes", "model_bytes", "config")}
+    metrics = {}
+    for k in s.get("kernels") or []:
+        if k.get("kernel") == s.get("kernel"):
+            metrics = k.get("metrics", {})
+    for label, (section, name) in NCU_PICKS.items():
+        hit = next((v for key, v in metrics.items()
+                    if key.split(" / ")[0].startswith(section) and key.endswith(" / " + name)), None)
+        out[label] = None if hit is None else f"{hit.get('value')} {hit.get('unit') or ''}".strip()
     return out
 
 
@@ -96,14 +177,68 @@ def historical_seed() -> dict:
     return {"provenance": doc["provenance"], "records": recs}
 
 
-def measure_timing_rules(grid: dict | None = None, log=print) -> list[dict]:
-    """Each rule of GPU timing, measured once kept and once ignored (GPU only)."""
+# The shapes each rule is measured at (add_rmsnorm, bf16). SMOKE_RULE_SHAPES: the same code paths,
+# tiny sizes (the record command's --smoke and the CPU test).
+RULE_SHAPES = {
+    "synchronize": [(rows, 8192) for rows in (1024, 4096, 16384, 65536)],
+    "warm-up": [(4096, 4096)],
+    # bytes moved: 3, 13, 25, 50, 101, 403 MB; the H200's L2 holds 60 MiB
+    "L2": [(rows, 4096) for rows in (128, 512, 1024, 2048, 4096, 16384)],
+    "graph": [(1, 2048), (1, 4096), (64, 4096)],
+}
+SMOKE_RULE_SHAPES = {
+    "synchronize": [(8, 256), (64, 256)],
+    "warm-up": [(8, 256)],
+    "L2": [(8, 256), (64, 256)],
+    "graph": [(1, 256)],
+}
+L2_DEMO_MB = (20, 40)  # the L2 rule's headline shape moves 20-40 MB: it fits in the L2
+
+
+def process_spreads(grid: dict | None) -> dict:
+    """Every cold case measured in two or more processes, with each process's median kept.
+
+    ``outlier_us`` is the process median furthest from the median of medians: the number one
+    unlucky process would have reported."""
+    if grid is None:
+        raise RuntimeError("needs the grid's per-process medians (pass --grid FILE)")
+    rows = [r for r in grid["records"] if r.get("status") == "ok"
+            and len(r.get("process_medians_us", [])) >= 2 and r.get("mode") == "cold"]
+    if not rows:
+        raise RuntimeError("the grid holds no case measured in two or more processes")
+    cases = []
+    for r in rows:
+        m, mid = r["process_medians_us"], r["median_us"]
+        outlier = max(m, key=lambda v: abs(v - mid))
+        cases.append(dict({k: r[k] for k in ("impl", "op", "rows", "cols", "dtype")},
+                          median_us=mid, process_medians_us=list(m), outlier_us=outlier,
+                          outlier_ratio=outlier / mid,
+                          across_pct=100 * (max(m) - min(m)) / mid,
+                          within_pct=100 * (r["p90_us"] - r["p10_us"]) / mid))
+    worst = max(cases, key=lambda c: abs(c["outlier_ratio"] - 1))
+    med = statistics.median
+    return dict(cases=len(cases), all_cases=cases,
+                median_across_process_spread_pct=med(c["across_pct"] for c in cases),
+                median_within_process_p10_p90_pct=med(c["within_pct"] for c in cases),
+                worst=worst, worst_across_pct=worst["across_pct"],
+                cases_over_5pct=sum(abs(c["outlier_ratio"] - 1) > 0.05 for c in cases),
+                ignored={"what": "one process: the outlier process of the worst case",
+                         "median_us": worst["outlier_us"]},
+                followed={"what": "median of process medians", "median_us": worst["median_us"]})
+
+
+def measure_timing_rules(grid: dict | None = None, log=print, smoke: bool = False) -> list[dict]:
+    """Each rule of GPU timing, measured once kept and once ignored (GPU only).
+
+    ``smoke``: the same steps at :data:`SMOKE_RULE_SHAPES` with few repetitions."""
     import torch
 
     from .. import registry
     from ..measure import timer
 
     env.require_gpu("Measuring the timing rules")
+    shapes = SMOKE_RULE_SHAPES if smoke else RULE_SHAPES
+    reps = 5 if smoke else 50
     out = []
 
     def step(rule, fn):
@@ -113,48 +248,60 @@ def measure_timing_rules(grid: dict | None = None, log=print) -> list[dict]:
             rec["status"] = "ok"
         except Exception as e:  # noqa: BLE001 - one broken rule must not hide the others
             rec = {"status": f"error: {type(e).__name__}: {e}"[:500]}
-        rec = {"rule": rule, **rec}
-        log(f"rule {rule}: {rec['status']} ({time.time() - t0:.1f} s)")
+        rec = {"rule": rule, **rec, "seconds": round(time.time() - t0, 1)}
+        log(f"rule {rule}: {rec['status']} ({rec['seconds']} s)")
         out.append(rec)
 
     target = pick_target("add_rmsnorm")
     impl = registry.get(target)
-    med = lambda xs: statistics.median(xs)  # noqa: E731
+    med = statistics.median
+    bf16 = dtypes.torch_dtype("bf16")
+
+    def nbytes(rows, cols):
+        try:
+            return floor_bytes("add_rmsnorm", rows, cols, "bf16")
+        except FloorUnavailable:
+            return None
 
     def synchronize():
-        rows, cols, dt = 16384, 8192, "bf16"
-        args = make_inputs("add_rmsnorm", rows, cols, dtypes.torch_dtype(dt))
-        call = lambda: impl.fn(*args)  # noqa: E731
-        for _ in range(5):
-            call()
-        torch.cuda.synchronize()
-        no_sync = []
-        for _ in range(20):
-            t0 = time.perf_counter()
-            call()
-            no_sync.append((time.perf_counter() - t0) * 1e6)
+        res = []
+        for rows, cols in shapes["synchronize"]:
+            args = make_inputs("add_rmsnorm", rows, cols, bf16)
+            call = lambda a=args: impl.fn(*a)  # noqa: E731
+            for _ in range(5):
+                call()
             torch.cuda.synchronize()
-        with_sync = []
-        for _ in range(20):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            call()
-            torch.cuda.synchronize()
-            with_sync.append((time.perf_counter() - t0) * 1e6)
-        events = timer.time_gpu(call, warmup=5, reps=20, l2="warm")
-        return dict(impl=target, rows=rows, cols=cols, dtype=dt,
+            no_sync, with_sync = [], []
+            for _ in range(20):
+                t0 = time.perf_counter()
+                call()
+                no_sync.append((time.perf_counter() - t0) * 1e6)
+                torch.cuda.synchronize()
+            for _ in range(20):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                call()
+                torch.cuda.synchronize()
+                with_sync.append((time.perf_counter() - t0) * 1e6)
+            events = med(timer.time_gpu(call, warmup=5, reps=20, l2="warm", hold=True))
+            res.append(dict(rows=rows, cols=cols, dtype="bf16", bytes=nbytes(rows, cols),
+                            no_sync_us=med(no_sync), sync_us=med(with_sync), events_us=events))
+            del args
+        big = res[-1]
+        return dict(impl=target, shapes=res,
                     ignored={"what": "CPU clock around the call, no synchronize",
-                             "median_us": med(no_sync)},
-                    followed={"what": "device events (warm L2)", "median_us": med(events)},
+                             "median_us": big["no_sync_us"]},
+                    followed={"what": "device events (warm L2, GPU held before each call)",
+                              "median_us": big["events_us"]},
                     also={"what": "CPU clock with synchronize before and after",
-                          "median_us": med(with_sync)},
-                    ratio=med(events) / med(no_sync))
+                          "median_us": big["sync_us"]})
 
     def warmup():
-        rows, cols, dt = 4096, 4096, "fp16"
+        rows, cols = shapes["warm-up"][0]
+        dt = "fp16"
         args = make_inputs("add_rmsnorm", rows, cols, dtypes.torch_dtype(dt))
         res = {"impl": target, "rows": rows, "cols": cols, "dtype": dt,
-               "triton_cache": os.environ.get("TRITON_CACHE_DIR", "default")}
+               "triton_cache": "empty" if os.environ.get("TRITON_CACHE_DIR") else "default"}
         first, _ = _sync_wall_ms(lambda: impl.fn(*args))
         samples = timer.time_gpu(lambda: impl.fn(*args), warmup=10, reps=30, l2="warm")
         with_first = [first * 1e3] + samples
@@ -166,7 +313,8 @@ def measure_timing_rules(grid: dict | None = None, log=print) -> list[dict]:
                    mean_with_first_us=statistics.fmean(with_first),
                    median_with_first_us=med(with_first),
                    ratio=first * 1e3 / med(samples))
-        if any(i.name == "torch.compile_add" for i in registry.impls("add_rmsnorm")):
+        if not smoke and any(i.name == "torch.compile_add"
+                             for i in registry.impls("add_rmsnorm")):
             comp = registry.get("torch.compile_add")
             c_first, _ = _sync_wall_ms(lambda: comp.fn(*args))
             c_med = med(timer.time_gpu(lambda: comp.fn(*args), warmup=5, reps=20, l2="warm"))
@@ -174,74 +322,61 @@ def measure_timing_rules(grid: dict | None = None, log=print) -> list[dict]:
                               "median_us": c_med, "ratio": c_first * 1e3 / c_med}
         return res
 
-    def processes():
-        if grid is None:
-            raise RuntimeError("needs the grid's per-process medians (pass --grid FILE)")
-        rows = [r for r in grid["records"] if r.get("status") == "ok"
-                and len(r.get("process_medians_us", [])) >= 2 and r["mode"] == "cold"]
-        if not rows:
-            raise RuntimeError("the grid holds no case measured in two or more processes")
-        spreads = []
-        for r in rows:
-            m = r["process_medians_us"]
-            across = (max(m) - min(m)) / r["median_us"]
-            within = (r["p90_us"] - r["p10_us"]) / r["median_us"]
-            spreads.append((across, within, r))
-        worst = max(spreads, key=lambda t: t[0])
-        return dict(cases=len(spreads),
-                    median_across_process_spread_pct=100 * med([s[0] for s in spreads]),
-                    median_within_process_p10_p90_pct=100 * med([s[1] for s in spreads]),
-                    worst={k: worst[2][k] for k in ("impl", "op", "rows", "cols", "dtype",
-                                                    "process_medians_us", "p10_us", "p90_us")},
-                    worst_across_pct=100 * worst[0],
-                    ignored={"what": "one process: the median of the worst case's fastest "
-                                     "process", "median_us": min(worst[2]["process_medians_us"])},
-                    followed={"what": "median of process medians", "median_us":
-                              worst[2]["median_us"]})
-
     def l2():
+        # One call per graph replay on both sides, the GPU held before each: warm and cold
+        # differ only in whether the inputs are still in L2.
         res = []
-        for rows, cols, dt in ((1024, 4096, "bf16"), (16384, 8192, "bf16")):
-            args = make_inputs("add_rmsnorm", rows, cols, dtypes.torch_dtype(dt))
+        for rows, cols in shapes["L2"]:
+            args = make_inputs("add_rmsnorm", rows, cols, bf16)
             call = lambda a=args: impl.fn(*a)  # noqa: E731
-            warm = med(timer.time_gpu(call, warmup=10, reps=50, l2="warm"))
-            cold = med(timer.time_gpu(call, warmup=10, reps=50, l2="cold"))
-            entry = dict(rows=rows, cols=cols, dtype=dt, warm_us=warm, cold_us=cold,
-                         ratio=cold / warm, l2_method=timer.l2_method("cold"),
-                         l2_bytes=timer.l2_bytes())
-            try:
-                entry["bytes"] = floor_bytes("add_rmsnorm", rows, cols, dt)
-            except FloorUnavailable as e:
-                entry["floor_error"] = str(e)
-            res.append(entry)
-        return dict(impl=target, shapes=res,
-                    ignored={"what": "warm L2 at the shape that fits in L2",
-                             "median_us": res[0]["warm_us"]},
-                    followed={"what": "cold L2 (flushed) at that shape",
-                              "median_us": res[0]["cold_us"]})
+            warm = med(timer.time_gpu(call, warmup=10, reps=reps, l2="warm", hold=True,
+                                      graph=True, graph_calls=1))
+            cold = med(timer.time_gpu(call, warmup=10, reps=reps, l2="cold", graph=True))
+            res.append(dict(rows=rows, cols=cols, dtype="bf16", bytes=nbytes(rows, cols),
+                            warm_us=warm, cold_us=cold, cold_over_warm=cold / warm))
+            del args
+        in_band = [r for r in res if r["bytes"] and
+                   L2_DEMO_MB[0] * 1e6 <= r["bytes"] <= L2_DEMO_MB[1] * 1e6]
+        head = in_band[0] if in_band else res[len(res) // 2]
+        return dict(impl=target, shapes=res, headline=head, l2_bytes=timer.l2_bytes(),
+                    warm_method=timer.l2_method("warm", graph=True, hold=True, graph_calls=1),
+                    cold_method=timer.l2_method("cold", graph=True),
+                    ignored={"what": "warm L2 (inputs left in L2 by the previous call)",
+                             "median_us": head["warm_us"]},
+                    followed={"what": "cold L2 (flushed before every call)",
+                              "median_us": head["cold_us"]})
 
-    def launch():
+    def graph():
+        # What a graph changes: one call held and timed alone (plain or replayed), and calls
+        # back to back (launched one by one, or GRAPH_CALLS inside one replay).
         res = []
-        names = [target] + [n for n in ("torch.eager_chain",) if n != target]
+        names = [target] + [n for n in ("torch.eager_chain",) if n != target
+                            and any(i.name == n for i in registry.impls("add_rmsnorm"))]
         for name in names:
             f = registry.get(name).fn
-            args = make_inputs("add_rmsnorm", 1, 4096, dtypes.torch_dtype("bf16"))
-            call = lambda f=f, a=args: f(*a)  # noqa: E731
-            warm = med(timer.time_gpu(call, warmup=10, reps=50, l2="warm"))
-            graph = med(timer.time_gpu(call, warmup=10, reps=50, l2="warm", graph=True))
-            res.append(dict(impl=name, rows=1, cols=4096, dtype="bf16", launched_us=warm,
-                            graph_us=graph, ratio=warm / graph))
-        return dict(impls=res,
-                    ignored={"what": f"{target} launched call by call (warm, 1x4096 bf16)",
-                             "median_us": res[0]["launched_us"]},
-                    followed={"what": f"{target} in a CUDA graph ({timer.GRAPH_CALLS} calls per replay)",
-                              "median_us": res[0]["graph_us"]})
+            for rows, cols in shapes["graph"]:
+                args = make_inputs("add_rmsnorm", rows, cols, bf16)
+                call = lambda f=f, a=args: f(*a)  # noqa: E731
+                t = lambda **kw: med(timer.time_gpu(call, warmup=10, reps=reps, **kw))  # noqa: E731
+                res.append(dict(impl=name, rows=rows, cols=cols, dtype="bf16",
+                                cold_us=t(l2="cold"), cold_graph_us=t(l2="cold", graph=True),
+                                held_us=t(l2="warm", hold=True),
+                                held_graph_us=t(l2="warm", hold=True, graph=True, graph_calls=1),
+                                back_to_back_us=t(l2="warm"),
+                                graph_back_to_back_us=t(l2="warm", graph=True)))
+        head = res[0]
+        return dict(impls=res, graph_calls=timer.GRAPH_CALLS,
+                    ignored={"what": f"{target} launched call by call, back to back "
+                                     f"({head['rows']}x{head['cols']} bf16)",
+                             "median_us": head["back_to_back_us"]},
+                    followed={"what": f"{target}, {timer.GRAPH_CALLS} calls per graph replay",
+                              "median_us": head["graph_back_to_back_us"]})
 
     step("synchronize", synchronize)
     step("warm-up", warmup)
-    step("processes", processes)
+    step("processes", lambda: process_spreads(grid))
     step("L2", l2)
-    step("launch overhead", launch)
+    step("graph", graph)
     return out
 
 
@@ -257,13 +392,27 @@ FILES = {
     "bench_plot.svg": "the same chart (SVG)",
 }
 GRID_BUDGET_S = 300  # the grid's soft budget: later cases are recorded as skipped, never dropped
-ESTIMATE_S = GRID_BUDGET_S + 40 + 60 + 20  # grid, rules, ncu, plot
+ESTIMATE_S = GRID_BUDGET_S + 50 + 90 + 20  # grid, rules, ncu, plot
 SOURCES = ("tuning/h200/capstone.json", "tuning/h200/fp8.json", "kernels/rmsnorm.py",
            "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rounding.py",
            "kernels/peers.py", "kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py",
            "measure/timer.py", "measure/harness.py", "measure/ncu.py", "measure/plots.py",
            "traffic.py", "registry.py", "book/ch06.py::record")
 NCU_SHAPE = ("add_rmsnorm", 16384, 8192, "bf16")  # the capstone at its tuned configuration
+
+
+def config_in_use(impl_name: str, rows: int, cols: int, dt: str) -> dict | None:
+    """The launch configuration the capstone wrapper picks at this shape (what ncu profiled)."""
+    if not impl_name.startswith("capstone."):
+        return None
+    import torch
+
+    from ..kernels import add_rmsnorm as k
+
+    cfg, source = k.choose_config(cols, dtypes.torch_dtype(dt))
+    rpp, programs = k.grid_size(cfg, rows, k.sm_count(torch.device("cuda")))
+    return dict(cfg.as_dict(), label=cfg.label(), source=source, rows_per_program_used=rpp,
+                programs=programs)
 
 
 SMOKE_SWEEPS = [harness.Sweep("smoke", "add_rmsnorm", (1024,), (4096,), ("bf16",))]
@@ -286,13 +435,25 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[
 
     def rules():
         # An empty Triton cache, so that the warm-up rule's first call includes a real JIT.
+        before = os.environ.get("TRITON_CACHE_DIR")
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="fusedrms_rules_triton_")
-        doc = harness.load(grid_path) if grid_path.exists() else None
-        records.write(out_dir / "timing_rules.json", measure_timing_rules(doc, log=log))
+        try:
+            doc = harness.load(grid_path) if grid_path.exists() else None
+            got = measure_timing_rules(doc, log=log, smoke=smoke)
+        finally:
+            if before is None:
+                os.environ.pop("TRITON_CACHE_DIR", None)
+            else:
+                os.environ["TRITON_CACHE_DIR"] = before
+        records.write(out_dir / "timing_rules.json", got)
 
     def profile():
         op, rows, cols, dt = NCU_SHAPE
-        s = ncu.profile_with_ncu(None, op, rows, cols, dt, timeout_s=90, log=log)
+        s = ncu.profile_with_ncu(None, op, rows, cols, dt, timeout_s=180, log=log)
+        try:
+            s["config"] = config_in_use(s.get("impl") or "", rows, cols, dt)
+        except Exception as e:  # noqa: BLE001 - the profile itself is still worth keeping
+            s["config"] = {"error": f"{type(e).__name__}: {e}"[:300]}
         records.write(out_dir / "ncu_summary.json", [s])
         (out_dir / "ncu_raw.txt").write_text(s.get("raw_tail", s.get("reason", "")) + "\n")
         log(f"ncu: {s['status']}" + (f" ({s.get('reason')})" if s.get("reason") else ""))
@@ -302,8 +463,8 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[
 
     steps = (("grid", grid), ("rules", rules), ("ncu", profile), ("plot", chart))
     if smoke:
-        log("ch06 smoke: the timing rules and the Nsight Compute profile are skipped")
-        steps = (steps[0], steps[3])
+        log("ch06 smoke: the timing rules at tiny sizes; the Nsight Compute profile is skipped")
+        steps = (steps[0], steps[1], steps[3])
     for name, step in steps:
         t0 = time.time()
         try:

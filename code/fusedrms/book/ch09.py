@@ -41,8 +41,10 @@ from .. import checks, records, reference, traffic
 FILES = {"ch09_backward.json": "forward + backward against the peers, the backward alone, its grid, "
                                "dw determinism"}
 RECORD_NAME = "ch09_backward"
-SOURCES = ("kernels/rmsnorm_backward.py", "measure/timer.py", "book/ch09.py::record", "traffic.py",
-           "kernels/peers.py")
+SOURCES = ("kernels/rmsnorm_backward.py", "kernels/rmsnorm.py::loud_scale",
+           "kernels/rmsnorm.py::num_warps_for", "reference.py::rmsnorm_backward",
+           "reference.py::add_rmsnorm_residual", "measure/timer.py", "book/ch09.py::record",
+           "traffic.py", "kernels/peers.py")
 ESTIMATE_S = 180
 EPS = 1e-5
 F64 = torch.float64
@@ -64,9 +66,6 @@ BACKWARD_IMPLS = {("rmsnorm", "two_stage"): "rmsnorm_backward",
 # the grid of the two-stage backward: programs per SM against the default rule
 PROGRAM_SHAPES = ((1024, 4096, "bf16"), (16384, 2048, "bf16"), (16384, 8192, "bf16"))
 PROGRAMS_PER_SM = (1, 2, 4, 8)
-# and with the row loop's loads pipelined (num_stages), at the default grid
-STAGE_SHAPES = ((16384, 2048, "bf16"), (16384, 8192, "bf16"))
-STAGES = (1, 2, 3)
 LARGE_BYTES = 64 << 20  # the chapter's comparison counts shapes moving at least this much
 DETERMINISM_SHAPE = (16384, 4096, "bf16")
 DETERMINISM_RUNS = 5
@@ -183,7 +182,7 @@ def train_step(impl: str, op: str, cols: int, dtype: torch.dtype, w: torch.Tenso
 
 
 def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor,
-                  programs: int | None = None, num_stages: int = 1):
+                  programs: int | None = None):
     """``step(bundle)`` of our backward alone. The bundle holds what the forward saved and the
     output gradients: ``[x, dy]`` (rmsnorm) or ``[s, dy, ds]`` (fused add); ``rstd`` is the saved
     row scale (4 bytes per row, not rotated), unused by the ``recompute_r`` design."""
@@ -195,7 +194,7 @@ def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor,
     def step(bundle):
         d_sum = None if op == "rmsnorm" else bundle[2]
         return B.backward(bundle[0], w, bundle[1], EPS, d_sum=d_sum, rstd=saved_r, dw_mode=mode,
-                          programs=programs, num_stages=num_stages)
+                          programs=programs)
     return step
 
 
@@ -206,7 +205,8 @@ def check_gradients(op: str, bundle: torch.Tensor, w: torch.Tensor, grads) -> tu
     if op == "add_rmsnorm":
         x = (bundle[0].to(F64) + bundle[1].to(F64)).to(bundle.dtype)  # s as the forward stores it
         d_sum = bundle[3]
-    ref = reference.rmsnorm_backward(x, w, dy, EPS, accum=F64, d_sum=d_sum)
+    ref = reference.rmsnorm_backward(x, w, dy, EPS, accum=F64, d_sum=d_sum,
+                                     range_dtype=torch.float32)
     named = {"dx": grads[0], "dw": grads[-1]}
     if op == "add_rmsnorm":
         named["dresidual"] = grads[1]
@@ -268,8 +268,7 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
     if kind == "train":
         nbytes = traffic.training_bytes(op, rows, cols, dt, programs=programs)["total"]
     else:
-        step_name = ("rmsnorm_backward" if kind in ("programs", "stages")
-                     else BACKWARD_IMPLS[(op, impl)])
+        step_name = "rmsnorm_backward" if kind == "programs" else BACKWARD_IMPLS[(op, impl)]
         nbytes = traffic.price(step_name, rows, cols, dt, programs=programs).bytes_total
     rec.update(bytes=nbytes, floor_us=nbytes / (copy_GBps * 1e3), programs=programs)
     try:
@@ -285,8 +284,6 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
             bundle = bundle[:2] if s is None else torch.stack([s, bundle[2], bundle[3]])
             if kind == "programs":
                 step = backward_step(op, "two_stage", w, rstd, programs=programs)
-            elif kind == "stages":
-                step = backward_step(op, "two_stage", w, rstd, num_stages=int(impl.split()[0]))
             else:
                 step = backward_step(op, impl, w, rstd)
             check_bundle = None  # the suite and the tests check these kernels
@@ -343,9 +340,6 @@ def cases(smoke: bool = False) -> list[dict]:
     for rows, cols, dt in (SMOKE_SHAPES[:1] if smoke else PROGRAM_SHAPES):
         out += [dict(kind="programs", op="rmsnorm", impl=f"{n}/SM", rows=rows, cols=cols, dt=dt)
                 for n in PROGRAMS_PER_SM]
-    for rows, cols, dt in (SMOKE_SHAPES[:1] if smoke else STAGE_SHAPES):
-        out += [dict(kind="stages", op="rmsnorm", impl=f"{n} stage{'s' if n > 1 else ''}",
-                     rows=rows, cols=cols, dt=dt) for n in STAGES]
     return out
 
 
@@ -512,8 +506,7 @@ def training_table(doc, op: str) -> list[dict] | None:
 
 def backward_table(doc, kind: str = "backward") -> list[dict] | None:
     """The backward alone: µs and % of its floor per design and shape (``kind="programs"``: the
-    two-stage design per number of programs per SM; ``kind="stages"``: with its row loop's loads
-    pipelined)."""
+    two-stage design per number of programs per SM)."""
     if doc is None:
         return None
     out = []
@@ -585,7 +578,7 @@ TRAIN_COLUMNS = {"shape": ("shape", ""), "MB": ("MB moved", ".0f"),
                  "vs_fastest": ("ours / fastest peer", ".2f"), "pct_floor": ("ours % floor", ".0f")}
 BACKWARD_COLUMNS = {"op": ("op", ""), "design": ("design", ""), "shape": ("shape", ""),
                     "MB": ("MB", ".0f"), "us": ("µs", ".1f"), "pct_floor": ("% floor", ".0f")}
-PROGRAM_COLUMNS = {"shape": ("shape", ""), "design": ("grid / pipelining", ""),
+PROGRAM_COLUMNS = {"shape": ("shape", ""), "design": ("programs per SM", ""),
                    "programs": ("programs", ""), "us": ("µs", ".1f"), "pct_floor": ("% floor", ".0f"),
                    "partials_pct": ("partials, % of bytes", ".1f")}
 

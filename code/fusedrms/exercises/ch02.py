@@ -67,41 +67,51 @@ residual_bytes = Exercise(
     mistakes={label: b for label, (b, _) in _RESIDUAL_MISTAKES.items()})
 
 
-# (2) the speedup bound of a design ------------------------------------------------------------
-BOUND = traffic.speedup_bound("eager_add_rmsnorm", "fused_add_rmsnorm_residual")  # 7/4
+# (2) the speedup bound over PyTorch's two-kernel form ----------------------------------------
+# F.rms_norm(x + r, (cols,), w): the eager chain's add and norm kernels, the weight applied inside
+# the norm (at one row the model puts no weight in those two kernels: 5 row-trips exactly).
+_EAGER_KERNELS = traffic.price("eager_add_rmsnorm", 1, COLS, DTYPE).kernels
+TWO_KERNEL_TRIPS = Fraction(sum(k.bytes_total for k in _EAGER_KERNELS[:2]), COLS * ITEM)
+RESIDUAL_TRIPS = traffic.price("fused_add_rmsnorm_residual", 1, COLS, DTYPE).row_trips
+BOUND = TWO_KERNEL_TRIPS / RESIDUAL_TRIPS  # 5/4
 _BOUND_MISTAKES = {
-    "residual write forgotten": (Fraction(7, 3),
-                                 "7/3 is the bound of the kernel that does not write the residual; "
-                                 "this one moves 4 row-trips."),
-    "launch ratio": (Fraction(3), "Launches are not what bounds a memory-bound step at many rows: "
+    "the three-kernel chain": (Fraction(7, 4),
+                               "7/4 is the bound over the eager chain of three kernels; with the "
+                               "weight inside the norm kernel the separate scale kernel and its "
+                               "2 row-trips are gone."),
+    "against the kernel without the residual": (
+        Fraction(5, 3), "The fair opponent writes t = x + r for the next layer, as the two-kernel "
+                        "form does: 4 row-trips, not 3."),
+    "launch ratio": (Fraction(2), "Launches are not what bounds a memory-bound step at many rows: "
                                   "bytes are. Divide the row-trips."),
-    "inverted": (Fraction(4, 7), "A speedup is slow time / fast time: the eager chain's bytes over "
-                                 "the fused kernel's."),
-    "residual vs plain fused": (Fraction(4, 3), "That compares the two fused kernels; the question "
-                                                "is eager chain vs the residual-writing kernel."),
-    "eager counted as 6 trips": (Fraction(6, 4), "Count the eager chain again: add reads 2 and "
-                                                 "writes 1, RMSNorm reads 1 and writes 1, the scale "
-                                                 "reads 1 and writes 1: 7."),
+    "inverted": (Fraction(4, 5), "A speedup is slow time / fast time: the two-kernel form's bytes "
+                                 "over the fused kernel's."),
+    "weight counted as a row-trip": (Fraction(6, 4),
+                                     "The weight has no row dimension: at many rows its bytes "
+                                     "vanish next to the activations'."),
+    "the textbook 7/3": (Fraction(7, 3), "7/3 compares the three-kernel chain with a fused kernel "
+                                         "that does not write the residual; neither is asked."),
 }
 
 
 def _grade_bound(answer):
     value = _as_ratio(answer, "a speedup (a number such as 1.5, or a fraction '3/2')")
     if close(value, float(BOUND), rel=2e-3):
-        return correct(f"{float(BOUND):.3f} = 7/4: seven row-trips against four. Launch overhead "
-                       f"and caches move measurements away from it, never the bytes.")
+        return correct(f"{float(BOUND):.3f} = 5/4: the add moves 3 row-trips and the norm 2, "
+                       f"against the fused kernel's 4 (x and r read, t and y written).")
     for label, (ratio, hint) in _BOUND_MISTAKES.items():
         if close(value, float(ratio), rel=2e-3):
             return wrong(f"{value:.3f} ({label}).", hint)
     return wrong(f"{value:.3f} is not the bound.",
                  "For a memory-bound step, the bound is the ratio of bytes moved; at many rows the "
-                 "weight's share vanishes and it is the ratio of row-trips.")
+                 "weight's share vanishes and it is the ratio of row-trips. Count each kernel's "
+                 "reads and writes.")
 
 
 speedup_bound = Exercise(
     "speedup_bound",
     "For many rows, what is the largest speedup of the residual-writing fused add + RMSNorm over "
-    "the eager add -> RMSNorm -> scale chain, if both are memory-bound?",
+    "PyTorch's two kernels, t = x + r then F.rms_norm(t, (cols,), w), if both are memory-bound?",
     _grade_bound, solution=float(BOUND),
     mistakes={label: float(r) for label, (r, _) in _BOUND_MISTAKES.items()})
 

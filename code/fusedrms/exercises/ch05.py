@@ -4,9 +4,9 @@
    outputs of rows 4096 wide (fp32 accumulation), and which term of the error budget dominates it
    (``"cast"`` or ``"reduction"``). Too tight fails correct kernels; too loose accepts a kernel
    with bf16's precision.
-2. :data:`find_the_bug` — :func:`mystery_report` runs the suite on one of the broken kernels of
-   :mod:`fusedrms.book.broken` with its name hidden; the answer is which one (``"padded_mean"``,
-   ``"unmasked_row"``, ``"fp16_accum"``, ``"rows_floor"``, ``"unmasked_weight"``).
+2. :data:`find_the_bug` — :func:`mystery_report` runs the suite on a broken kernel of
+   :mod:`fusedrms.book.broken` that the chapter has not shown, its name hidden; the answer is the
+   letter of its mistake (:data:`BUGS`).
 """
 from __future__ import annotations
 
@@ -98,62 +98,89 @@ fp16_tolerance = Exercise(
 
 # ---------------------------------------------------------------- (2) find the bug
 
-MYSTERY = "broken.padded_mean"
-CHOICES = ("padded_mean", "unmasked_row", "fp16_accum", "rows_floor", "unmasked_weight")
+# The mystery kernel is none of the drawer's kernels the chapter shows before the exercise.
+MYSTERY = "broken.unbiased_mean"
+BUGS = {
+    "a": "it divides the sum of squares by the padded block width",
+    "b": "it divides the sum of squares by cols - 1",
+    "c": "it leaves eps out of the square root",
+    "d": "it never multiplies by the weight",
+    "e": "it sums the squares in fp16",
+}
+ANSWER = "b"
+MYSTERY_DTYPES = (torch.float32, torch.float16)
 _BUG_HINTS = {
-    "unmasked_row": "A row loaded without its mask reads past its end: in 'strided rows' it picks "
-                    "up the NaN between rows, and with w = 0 the garbage it reads can make r NaN. "
-                    "Here the failing outputs are finite, and w = 0 passes.",
-    "fp16_accum": "An fp16 accumulator fails 'huge values' in every dtype and nearly every fp32 "
-                  "case (fp32 inputs lose 13 bits in fp16), whatever the width. Here the "
-                  "1024x4096 and mixed-sign cases pass in fp32.",
-    "rows_floor": "A missing write shows as 'never written' (the poison is still there) and "
-                  "depends on the row count, not the width. Here every element was written.",
-    "unmasked_weight": "That kernel's outputs are right: it passes every case (its bug is a read "
-                       "that no output shows). This one fails cases.",
+    "a": "A padded width leaves widths 1 and 4096 exact (they need no padding) and makes the error "
+         "grow with the padding: got/expected would be sqrt(13/16) = 0.901 at 13 columns. Here "
+         "width 1 fails, and the 13-column ratio is closer to 1 than that.",
+    "c": "Without eps, 'all zeros' is 0/0: NaN. Here 'all zeros' passes, and the error depends on "
+         "the width, which eps does not.",
+    "d": "A kernel that ignores w returns x*r where w = 0 asks for exact zeros; here 'w = 0' "
+         "passes.",
+    "e": "An fp16 sum costs fp32 inputs 13 bits at every width; here the error shrinks as the "
+         "width grows, and fp16 outputs pass at 4096 columns.",
 }
 
 
+def _letter(answer):
+    """"b", "B", "(b)", "b)" or "(b) it divides ..." -> "b"; anything else unchanged."""
+    if isinstance(answer, str):
+        text = answer.strip()
+        if text[:1] == "(" and ")" in text:
+            return text[1:text.index(")")].strip()
+        if len(text) >= 2 and text[1] == ")":
+            return text[0]
+        if text.lower().removeprefix("broken.") == MYSTERY.removeprefix("broken."):
+            return ANSWER
+    return answer
+
+
 def _grade_bug(answer):
-    choice = as_choice(str(answer).strip().removeprefix("broken.") if isinstance(answer, str)
-                       else answer, CHOICES)
-    if "broken." + choice == MYSTERY:
-        return correct("padded_mean: every case whose width is a power of two (1, 4096) passes, "
-                       "every other width fails, and where the mean square dominates eps a failing "
-                       "row is off by one factor, sqrt(padded width / width): sqrt(16/13) = 1.109 "
-                       "at 13 columns, sqrt(512/257) = 1.411 at 257.")
-    return wrong(f"not {choice}.", _BUG_HINTS[choice] + " Compare got/expected in the failing "
-                 "lines, and look at which widths pass.")
+    choice = as_choice(_letter(answer), list(BUGS))
+    if choice == ANSWER:
+        return correct("cols - 1: got/expected is sqrt((n-1)/n) whatever the data, 0.961 at 13 "
+                       "columns, 0.998 at 257, 0.99988 at 4096 (so fp16, with a tolerance of "
+                       "about 1e-3, passes there and fp32 does not), and at width 1 the division "
+                       "by 1 - 1 = 0 makes the row NaN. It is the unbiased variance's n - 1, a "
+                       "habit carried over from LayerNorm; RMSNorm's mean divides by n.")
+    return wrong(f"not ({choice}).", _BUG_HINTS[choice] + " Compare got/expected in the failing "
+                 "lines at each width, and look at which cases pass.")
 
 
 find_the_bug = Exercise(
     "find_the_bug",
-    "From the suite's output for the mystery kernel alone, which broken kernel is it? "
-    "(\"padded_mean\", \"unmasked_row\", \"fp16_accum\", \"rows_floor\" or \"unmasked_weight\")",
-    _grade_bug, solution="padded_mean",
-    mistakes={c: c for c in CHOICES if "broken." + c != MYSTERY})
+    "From the suite's output for the mystery kernel alone, which mistake does it make? Answer "
+    "with a letter: " + " ".join(f"({k}) {v}" for k, v in BUGS.items()),
+    _grade_bug, solution=ANSWER,
+    mistakes={f"choice {k}": k for k in BUGS if k != ANSWER})
 
 
-def mystery_report(seed: int = 0) -> str:
-    """The suite's output for the mystery kernel, its name replaced by ``mystery``.
-
-    The matrix (cases across), then the first failing line of each failing case.
-    """
+def mystery_results(seed: int = 0) -> list:
+    """The suite's checks of the mystery kernel (fp32 and fp16), named ``mystery``."""
     from ..book import broken
     from .. import verify
 
-    results = verify.run([broken.IMPLS[MYSTERY]], seed=seed)
+    results = verify.run([broken.IMPLS[MYSTERY]], dtypes=list(MYSTERY_DTYPES), seed=seed)
     for r in results:
         r.kernel = "mystery"
+    return results
+
+
+def mystery_report(seed: int = 0) -> str:
+    """The suite's output for the mystery kernel: the matrix (cases across), then for each width
+    the first failing line (fp32 first): at most a dozen lines."""
+    from .. import verify
+
+    results = mystery_results(seed)
     lines = [verify.matrix(results), ""]
     seen = set()
-    for r in results:
-        if r.status == "FAIL" and r.case not in seen:
-            seen.add(r.case)
+    for r in sorted(results, key=lambda r: r.dtype != "fp32"):
+        width = r.shape[-1]
+        if r.status == "FAIL" and width not in seen:
+            seen.add(width)
             shape = "x".join(str(s) for s in r.shape)
             lines.append(f"FAIL {r.dtype} {r.case} ({shape}): {r.message}")
-    lines.append("")
-    lines.append(verify.summary(results))
+    lines += ["", verify.summary(results)]
     return "\n".join(lines)
 
 

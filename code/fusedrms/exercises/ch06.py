@@ -3,7 +3,10 @@ against that prediction, and recognize which timing rule a suspicious number bro
 
 Every byte count comes from :func:`fusedrms.traffic.price`; each typical mistake is that count (or
 that division) with one convention broken: the write forgotten, the weight counted per row,
-GiB/s taken for GB/s, the wrong element size, the eager chain's traffic, the wrong unit.
+GiB/s taken for GB/s, the data sheet's peak taken for the measured copy, the wrong element size,
+the eager chain's traffic, the wrong unit. The copy bandwidth is chosen so that no two mistakes
+give the same number (at 3,200 GB/s, three matrices at the 4,800 GB/s data sheet would equal two
+at the copy: the write forgotten).
 """
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ from .core import Exercise, Malformed, as_choice, as_number, correct, wrong
 
 # A hypothetical GPU: a round copy bandwidth so the arithmetic is the reader's, not a lookup.
 ROWS, COLS, DTYPE = 8192, 4096, "bf16"
-BANDWIDTH_GBPS = 3200.0  # GB/s, GB = 10^9 bytes, read + write counted (as timing.copy_bandwidth_GBps)
+BANDWIDTH_GBPS = 3900.0  # GB/s, GB = 10^9 bytes, read + write counted (timer.copy_bandwidth_GBps)
+DATASHEET_GBPS = 4800.0  # the memory's peak as a data sheet states it: no kernel reaches it
 ITEM = traffic.DTYPE_BYTES[DTYPE]
 MATRIX = ROWS * COLS * ITEM  # one activation matrix in bytes
 WEIGHT = COLS * ITEM
@@ -33,6 +37,19 @@ def _matches(value: float, target: float, rel: float = 0.01) -> bool:
     return math.isclose(value, target, rel_tol=rel)
 
 
+def _number_with_unit(answer, what: str, units: tuple[str, ...]):
+    """A number, also written as text with its unit ("62.9 µs", "78.6%"); other units are
+    Malformed with a message."""
+    if isinstance(answer, str):
+        text = answer.strip()
+        for unit in sorted(units, key=len, reverse=True):
+            if text.lower().endswith(unit):
+                text = text[: -len(unit)].strip()
+                break
+        answer = text
+    return as_number(answer, what)
+
+
 # (1) predict the floor time -------------------------------------------------------------------
 _PREDICT_MISTAKES = {
     "the write forgotten": (_us(2 * MATRIX + WEIGHT),
@@ -44,6 +61,15 @@ _PREDICT_MISTAKES = {
     "GiB/s taken for GB/s": (FUSED.bytes_total / (BANDWIDTH_GBPS * 2**30) * 1e6,
                              "The bandwidth is in GB/s with GB = 10^9 bytes (as the harness "
                              "reports it); 2^30 is a GiB."),
+    "the data sheet's peak": (_us(FUSED.bytes_total, DATASHEET_GBPS),
+                              f"The bytes are right, the bandwidth is not: "
+                              f"{DATASHEET_GBPS:,.0f} GB/s is the data sheet's peak, which no "
+                              f"kernel reaches. The floor is priced at the measured copy "
+                              f"({BANDWIDTH_GBPS:,.0f} GB/s)."),
+    "the data sheet's peak, the write forgotten": (
+        _us(2 * MATRIX + WEIGHT, DATASHEET_GBPS),
+        f"Two slips: y is written too (three matrices cross the bus), and the floor is priced at "
+        f"the measured copy ({BANDWIDTH_GBPS:,.0f} GB/s), not the data sheet's peak."),
     "bf16 counted as 4 bytes": (_us(2 * FUSED.bytes_total),
                                 "bf16 is 2 bytes per element."),
     "the eager chain's traffic": (_us(EAGER.bytes_total),
@@ -56,7 +82,7 @@ _PREDICT_MISTAKES = {
 
 
 def _grade_predict(answer):
-    value = as_number(answer, "a time in microseconds")
+    value = _number_with_unit(answer, "a time in microseconds", ("µs", "us"))
     if value <= 0:
         raise Malformed("a time must be positive; write it in microseconds, e.g. answer = 12.5")
     if _matches(value, FLOOR_US):
@@ -73,15 +99,16 @@ def _grade_predict(answer):
 
 predict_floor = Exercise(
     "predict_floor",
-    f"The fused add + RMSNorm runs at {ROWS} rows x {COLS} columns in bf16 on a GPU whose copy "
-    f"bandwidth is {BANDWIDTH_GBPS:,.0f} GB/s (GB = 10^9 bytes, read + write counted). Using the "
-    f"traffic model, what is the shortest time the kernel can take, in microseconds?",
+    f"The fused add + RMSNorm runs at {ROWS} rows x {COLS} columns in bf16 on a GPU whose data "
+    f"sheet promises {DATASHEET_GBPS:,.0f} GB/s and whose measured copy bandwidth is "
+    f"{BANDWIDTH_GBPS:,.0f} GB/s (GB = 10^9 bytes, read + write counted). Using the traffic "
+    f"model and the book's floor, what is the shortest time the kernel can take, in µs?",
     _grade_predict, solution=FLOOR_US,
     mistakes={label: v for label, (v, _) in _PREDICT_MISTAKES.items()})
 
 
 # (2) grade a measurement against the prediction ------------------------------------------------
-MEASURED_US = 80.0  # a hypothetical measurement (median of process medians)
+MEASURED_US = 65.7  # a hypothetical measurement (median of process medians)
 PCT = 100 * FLOOR_US / MEASURED_US
 _PCT_MISTAKES = {
     "the ratio inverted": (100 * MEASURED_US / FLOOR_US,
@@ -90,13 +117,17 @@ _PCT_MISTAKES = {
     "a fraction, not a percent": (FLOOR_US / MEASURED_US, "Multiply by 100 for a percentage."),
     "the gap, not the share": (100 - PCT, "That is how far from the floor the kernel is; the "
                                           "question asks what share of the floor it reaches."),
+    "the data sheet's floor": (100 * _us(FUSED.bytes_total, DATASHEET_GBPS) / MEASURED_US,
+                               f"That floor is priced at the data sheet's {DATASHEET_GBPS:,.0f} "
+                               f"GB/s; the book's floor uses the measured copy "
+                               f"({BANDWIDTH_GBPS:,.0f} GB/s)."),
 }
 
 
 def _grade_pct(answer):
-    value = as_number(answer, "a percentage")
+    value = _number_with_unit(answer, "a percentage", ("%", "percent"))
     if _matches(value, PCT, rel=0.005):
-        return correct(f"{FLOOR_US:.2f} / {MEASURED_US:.0f} = {PCT:.1f}% of the floor "
+        return correct(f"{FLOOR_US:.2f} / {MEASURED_US:g} = {PCT:.1f}% of the floor "
                        f"(equivalently {FUSED.bytes_total / (MEASURED_US * 1e3):,.0f} GB/s "
                        f"achieved out of {BANDWIDTH_GBPS:,.0f}).")
     for label, (target, hint) in _PCT_MISTAKES.items():
@@ -108,7 +139,7 @@ def _grade_pct(answer):
 
 percent_of_floor = Exercise(
     "percent_of_floor",
-    f"At the same shape the kernel measures {MEASURED_US:.0f} µs (median of process medians). "
+    f"At the same shape the kernel measures {MEASURED_US:g} µs (median of process medians). "
     f"What percent of the floor does it reach?",
     _grade_pct, solution=PCT, mistakes={label: v for label, (v, _) in _PCT_MISTAKES.items()})
 
@@ -135,12 +166,26 @@ _RULE_HINTS = {
 }
 
 
+def _letter(answer):
+    """"a", "A", "(a)", "a)" or "(a) The CPU clock ..." -> "a"; anything else unchanged."""
+    if isinstance(answer, str):
+        text = answer.strip()
+        if text[:1] == "(" and ")" in text:
+            return text[1:text.index(")")].strip()
+        if len(text) >= 2 and text[1] == ")":
+            return text[0]
+    return answer
+
+
 def _grade_rule(answer):
-    choice = as_choice(answer, list(RULE_CHOICES))
+    choice = as_choice(_letter(answer), list(RULE_CHOICES))
     if choice == "a":
         return correct(f"{SUSPICIOUS_US:.0f} µs is about {BIG_FLOOR_US / SUSPICIOUS_US:.0f}x below "
-                       f"the floor ({BIG_FLOOR_US:.0f} µs): impossible for the kernel, typical for "
-                       f"a launch. Device events, or a synchronize before reading the clock, "
+                       f"the floor ({BIG_FLOOR_US:.0f} µs): impossible for the kernel. A clock "
+                       f"read without a synchronize measures how long the call took to return, "
+                       f"that is, to queue the launch: a few µs for a lean launch, over 100 µs "
+                       f"through a Python wrapper (this chapter measures one), and flat whatever "
+                       f"the size. Device events, or a synchronize before reading the clock, "
                        f"time the work.")
     return wrong(f"({choice}) cannot explain it.", _RULE_HINTS[choice])
 

@@ -98,16 +98,14 @@ def rmsnorm_looped_kernel(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride,
     x_row = x_ptr + row * x_row_stride
     y_row = y_ptr + row * y_row_stride
     offsets = tl.arange(0, BLOCK_SIZE)
-    # pass 1: per-lane partial sums of squares, one chunk of the row at a time
-    partial = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+    partial = tl.zeros([BLOCK_SIZE], dtype=tl.float32)  # pass 1: per-lane sums of squares
     for start in range(0, cols, BLOCK_SIZE):
         cols_here = start + offsets
         x = tl.load(x_row + cols_here, mask=cols_here < cols, other=0.0).to(tl.float32)
         partial += x * x
     denominator = tl.sum(partial, axis=0) / cols + eps
     r = loud_scale(tl.rsqrt(denominator), denominator)
-    # pass 2: read x again (it no longer fits on chip) and write y
-    for start in range(0, cols, BLOCK_SIZE):
+    for start in range(0, cols, BLOCK_SIZE):  # pass 2: read x again (not kept on chip), write y
         cols_here = start + offsets
         mask = cols_here < cols
         x = tl.load(x_row + cols_here, mask=mask, other=0.0).to(tl.float32)

@@ -23,7 +23,10 @@ so that the backward need not recompute it; the backward can recompute it too (`
 which costs a sum of squares and no bytes: the row is read anyway.
 
 Inputs in float64 run in float64 throughout (``torch.autograd.gradcheck`` needs it); every other
-dtype accumulates in fp32 and casts once at the store.
+dtype accumulates in fp32 and casts once at the store. A row outside fp32's range (its sum of
+squares overflows, it holds an Inf, or eps = 0 and it is all but zero; float64's range for
+float64 inputs) gets r = NaN, as in the forward kernels (:func:`fusedrms.kernels.rmsnorm.loud_scale`): its dx and every column of dw are
+NaN, never finite and wrong.
 
 :class:`RMSNormFunction` and :class:`FusedAddRMSNormFunction` are ``torch.autograd.Function`` s, so
 ``loss.backward()`` works through them; :func:`rmsnorm` and :func:`add_rmsnorm` are their entry
@@ -39,7 +42,7 @@ import triton.language as tl
 
 from .. import registry, validation
 from .add_rmsnorm import sm_count
-from .rmsnorm import num_warps_for
+from .rmsnorm import loud_scale, num_warps_for
 
 # A row of x, dy, w and the dw accumulator live in registers together (four fp32 vectors):
 # past 16384 columns they no longer fit and the compiler spills.
@@ -61,12 +64,22 @@ REDUCE_BLOCK_P = 32
 REDUCE_BLOCK_COLS = 64
 
 
+@triton.jit
+def _loud(r, denominator, F64: tl.constexpr):
+    """r, or NaN where mean(x^2) + eps left the accumulator's normal range (fp32's, or float64's
+    for float64 inputs): the forward kernels' policy, :func:`fusedrms.kernels.rmsnorm.loud_scale`."""
+    if F64:
+        ok = (denominator >= 2.2250738585072014e-308) & (denominator <= 1.7976931348623157e308)
+        return tl.where(ok, r, float("nan"))
+    return loud_scale(r, denominator)
+
+
 # [book:forward-kernel]
 @triton.jit
 def rmsnorm_forward_kernel(x_ptr, res_ptr, w_ptr, y_ptr, s_ptr, rstd_ptr, cols,
                            x_stride, res_stride, y_stride, s_stride, eps,
                            BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-                           ACC: tl.constexpr):
+                           ACC: tl.constexpr, F64: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offsets = tl.arange(0, BLOCK)
     mask = offsets < cols
@@ -78,7 +91,8 @@ def rmsnorm_forward_kernel(x_ptr, res_ptr, w_ptr, y_ptr, s_ptr, rstd_ptr, cols,
         s = (x + res).to(s_ptr.dtype.element_ty)
         tl.store(s_ptr + row * s_stride + offsets, s, mask=mask)
         x = s.to(ACC)
-    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+    denominator = tl.sum(x * x, axis=0) / cols + eps
+    r = _loud(1.0 / tl.sqrt(denominator), denominator, F64)  # out of range: NaN
     tl.store(rstd_ptr + row, r)  # saved for the backward: 4 bytes per row
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(ACC)
     y = (x * r * w).to(y_ptr.dtype.element_ty)
@@ -94,7 +108,8 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
                             dx_stride, eps,
                             BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
                             HAS_DSUM: tl.constexpr, SAVED_R: tl.constexpr,
-                            ATOMIC_DW: tl.constexpr, ACC: tl.constexpr):
+                            ATOMIC_DW: tl.constexpr, ACC: tl.constexpr,
+                            F64: tl.constexpr):
     pid = tl.program_id(0)
     offsets = tl.arange(0, BLOCK)
     mask = offsets < cols
@@ -117,7 +132,8 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
         if SAVED_R:
             r = tl.load(rstd_row).to(ACC)
         else:  # recompute: one more reduction, no more bytes (x is here)
-            r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
+            denominator = tl.sum(x * x, axis=0) / cols + eps
+            r = _loud(1.0 / tl.sqrt(denominator), denominator, F64)
         xhat = x * r
         g = dy * w
         # reduction 1, along the row: the dot product of g and xhat
@@ -243,7 +259,7 @@ def forward(x, w, eps: float = 1e-5, residual=None):
             x2, x2 if r2 is None else r2, w, y2, s_out, rstd, cols, x2.stride(0),
             x2.stride(0) if r2 is None else r2.stride(0), y2.stride(0), s_out.stride(0), eps,
             BLOCK=block, HAS_RESIDUAL=r2 is not None, ACC=acc_dtype(x2.dtype),
-            num_warps=num_warps_for(block))
+            F64=x2.dtype == torch.float64, num_warps=num_warps_for(block))
     shape = tuple(x.shape)
     return y2.reshape(shape), (None if s2 is None else s2.reshape(shape)), rstd.reshape(shape[:-1])
 
@@ -251,20 +267,16 @@ def forward(x, w, eps: float = 1e-5, residual=None):
 # ---------------------------------------------------------------- backward
 
 def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=None,
-             dw_mode: str = "two_stage", programs: int | None = None, num_stages: int = 1):
+             dw_mode: str = "two_stage", programs: int | None = None):
     """``(dx, dw)`` for ``y = rmsnorm(x [+ residual]) * w`` given the output gradient ``dy``.
 
     ``residual``: the op normalized ``x + residual`` (formed in fp32 here); ``dx`` is then the
     gradient of both ``x`` and ``residual``. ``d_sum``: a gradient arriving at the normalized input
     from elsewhere (the residual output of the fused add), added to ``dx``. ``rstd``: the saved row
     scale (else recomputed). ``dw_mode``: ``"two_stage"`` (bitwise reproducible) or ``"atomic"``.
-    ``programs`` overrides the number of programs (each takes a contiguous range of rows);
-    ``num_stages`` > 1 asks Triton to pipeline the row loop's loads (prefetch the next row while
-    this one is computed; the interpreter ignores it).
+    ``programs`` overrides the number of programs (each takes a contiguous range of rows).
     """
     dw_mode = _check_mode(dw_mode)
-    if num_stages not in (1, 2, 3, 4) or isinstance(num_stages, bool):
-        raise validation.InputError(f"num_stages must be 1, 2, 3 or 4, got {num_stages!r}.")
     programs = _check_programs(programs)
     x2, w, eps, r2 = _prepare(x, w, eps, residual)
     rows, cols = x2.shape
@@ -296,7 +308,7 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
         dx2.stride(0) if ds2 is None else ds2.stride(0), dx2.stride(0), eps,
         BLOCK=block, HAS_RESIDUAL=r2 is not None, HAS_DSUM=ds2 is not None,
         SAVED_R=rstd is not None, ATOMIC_DW=atomic, ACC=acc_dtype(x2.dtype),
-        num_warps=num_warps_for(block), num_stages=num_stages)
+        F64=x2.dtype == torch.float64, num_warps=num_warps_for(block))
     if atomic:
         dw = dw_buffer if w.dtype == acc else dw_buffer.to(w.dtype)
     else:
@@ -409,26 +421,24 @@ def add_rmsnorm_residual_forward(x, residual, w, eps: float = 1e-5):
 
 
 def _register():
-    R = registry
-    R.register(R.Impl("bwd.forward", "rmsnorm", rmsnorm_forward, "triton", max_cols=MAX_COLS,
-                      description="training forward: one row per program, also saves r (4 B/row)"))
-    R.register(R.Impl("bwd.add_forward", "add_rmsnorm_residual", add_rmsnorm_residual_forward,
-                      "triton", max_cols=MAX_COLS,
-                      description="training forward of the fused add: writes y, s = x + r and r"))
-    R.register(R.Impl("bwd.two_stage", "rmsnorm_backward", rmsnorm_backward, "triton",
-                      max_cols=MAX_COLS,
-                      description="dx by a row reduction; dw by per-program partials, then a "
-                                  "fixed-order sum (bitwise reproducible)"))
-    R.register(R.Impl("bwd.atomic", "rmsnorm_backward", rmsnorm_backward_atomic, "triton",
-                      max_cols=MAX_COLS,
-                      description="dx by a row reduction; dw by fp32 atomic adds of each "
-                                  "program's share (order of arrival decides the last bits)"))
-    R.register(R.Impl("bwd.add_two_stage", "add_rmsnorm_backward", add_rmsnorm_backward,
-                      "triton", max_cols=MAX_COLS,
-                      description="fused add + RMSNorm backward (residual gradient), two-stage dw"))
-    R.register(R.Impl("bwd.add_atomic", "add_rmsnorm_backward", add_rmsnorm_backward_atomic,
-                      "triton", max_cols=MAX_COLS,
-                      description="fused add + RMSNorm backward (residual gradient), atomic dw"))
+    def impl(name, op, fn, description):  # float64 too: gradcheck runs these kernels
+        registry.register(registry.Impl(name, op, fn, "triton", dtypes=DTYPES, max_cols=MAX_COLS,
+                                        description=description))
+
+    impl("bwd.forward", "rmsnorm", rmsnorm_forward,
+         "training forward: one row per program, also saves r (4 B/row)")
+    impl("bwd.add_forward", "add_rmsnorm_residual", add_rmsnorm_residual_forward,
+         "training forward of the fused add: writes y, s = x + r and r")
+    impl("bwd.two_stage", "rmsnorm_backward", rmsnorm_backward,
+         "dx by a row reduction; dw by per-program partials, then a fixed-order sum "
+         "(bitwise reproducible)")
+    impl("bwd.atomic", "rmsnorm_backward", rmsnorm_backward_atomic,
+         "dx by a row reduction; dw by fp32 atomic adds of each program's share (order of "
+         "arrival decides the last bits)")
+    impl("bwd.add_two_stage", "add_rmsnorm_backward", add_rmsnorm_backward,
+         "fused add + RMSNorm backward (residual gradient), two-stage dw")
+    impl("bwd.add_atomic", "add_rmsnorm_backward", add_rmsnorm_backward_atomic,
+         "fused add + RMSNorm backward (residual gradient), atomic dw")
 
 
 _register()

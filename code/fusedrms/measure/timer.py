@@ -14,10 +14,14 @@ L2 state (``l2``):
 - ``"warm"``: calls run back to back with nothing in between; inputs that fit in L2 stay there,
   and when a call is shorter than its launch, the gap the GPU spends waiting for the CPU is counted.
 
+``hold=True`` (warm only) spins the GPU before every timed call without touching memory, as the
+cold flush does: the CPU's launch path is hidden and the inputs stay in L2, so warm and cold differ
+only in where the data comes from.
+
 ``graph=True`` captures the calls in a CUDA/HIP graph and times its replay. With ``l2="warm"`` one
-replay holds ``GRAPH_CALLS`` calls and each sample is the replay's time divided by that number: the
-back-to-back cost without the CPU's per-launch work. With ``l2="cold"`` the graph holds one call,
-replayed after each flush.
+replay holds ``GRAPH_CALLS`` calls (``graph_calls`` overrides it) and each sample is the replay's
+time divided by that number: the back-to-back cost without the CPU's per-launch work. With
+``l2="cold"`` the graph holds one call, replayed after each flush.
 
 Every function returns microseconds. Without a GPU they raise a RuntimeError that says so.
 """
@@ -69,26 +73,52 @@ def flush_l2() -> None:
     if key not in _FLUSH:
         _FLUSH[key] = torch.zeros(flush_bytes() // 8, dtype=torch.int64, device="cuda")
     _FLUSH[key].sum()
-    torch.cuda._sleep(HOLD_CYCLES)
+    hold_gpu()
 
 
-def l2_method(l2: str, graph: bool = False) -> str:
+def hold_gpu() -> None:
+    """Spin the GPU for ``HOLD_CYCLES`` (no memory traffic) while the CPU queues the timed call."""
+    _torch().cuda._sleep(HOLD_CYCLES)
+
+
+def l2_method(l2: str, graph: bool = False, hold: bool = False,
+              graph_calls: int | None = None) -> str:
     """One sentence naming how the L2 was handled, stored with every result."""
     if l2 == "cold":
         size = flush_bytes() >> 20
         how = f"flush: a {size} MiB buffer is read before every timed call (L2 "
         how += f"{(l2_bytes() or 0) >> 20} MiB)"
         return how + ("; one call per graph replay" if graph else "")
+    calls = graph_calls or GRAPH_CALLS
+    if hold:
+        how = "warm: the GPU spins before every timed call, inputs stay in L2 when they fit"
+        if graph:
+            how += f"; {calls} call{'s' if calls > 1 else ''} per graph replay"
+        return how
     if graph:
-        return f"warm: {GRAPH_CALLS} calls back to back inside one graph replay"
+        return f"warm: {calls} calls back to back inside one graph replay"
     return "warm: calls back to back, inputs stay in L2 when they fit"
 
 
-def _check_args(l2: str, warmup: int, reps: int) -> None:
+def _check_args(l2: str, warmup: int, reps: int, hold: bool = False,
+                graph_calls: int | None = None) -> None:
     if l2 not in ("cold", "warm"):
         raise ValueError(f"l2 must be 'cold' or 'warm', got {l2!r}")
     if reps < 1 or warmup < 0:
         raise ValueError(f"need reps >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
+    if hold and l2 == "cold":
+        raise ValueError("hold=True is for l2='warm' (a cold call is always held after its flush)")
+    if graph_calls is not None and (int(graph_calls) != graph_calls or graph_calls < 1):
+        raise ValueError(f"graph_calls must be a whole number >= 1, got {graph_calls!r}")
+    if graph_calls not in (None, 1) and l2 == "cold":
+        raise ValueError("a cold graph holds one call (each call needs its own flush)")
+
+
+def calls_per_replay(l2: str, graph: bool, graph_calls: int | None = None) -> int:
+    """How many calls one timed replay holds: 1 without a graph or when cold."""
+    if not graph or l2 == "cold":
+        return 1
+    return int(graph_calls or GRAPH_CALLS)
 
 
 def _capture(fn: Callable[[], object], calls: int):
@@ -110,17 +140,18 @@ def _capture(fn: Callable[[], object], calls: int):
 
 
 def time_gpu(fn: Callable[[], object], warmup: int = 25, reps: int = 100, l2: str = "cold",
-             graph: bool = False) -> list[float]:
+             graph: bool = False, hold: bool = False,
+             graph_calls: int | None = None) -> list[float]:
     """Microseconds per call of ``fn()`` (no arguments), one sample per rep, from device events.
 
     ``warmup`` calls run first and are not timed (they include JIT compilation and first-touch
-    costs). See the module docstring for ``l2`` and ``graph``.
+    costs). See the module docstring for ``l2``, ``hold``, ``graph`` and ``graph_calls``.
     """
+    _check_args(l2, warmup, reps, hold, graph_calls)
     env.require_gpu("Timing with device events")
-    _check_args(l2, warmup, reps)
     torch = _torch()
     cold = l2 == "cold"
-    per_replay = GRAPH_CALLS if (graph and not cold) else 1
+    per_replay = calls_per_replay(l2, graph, graph_calls)
     call = fn
     if graph:
         g = _capture(fn, per_replay)
@@ -128,6 +159,8 @@ def time_gpu(fn: Callable[[], object], warmup: int = 25, reps: int = 100, l2: st
     for _ in range(warmup):
         if cold:
             flush_l2()
+        elif hold:
+            hold_gpu()
         call()
     if cold:
         flush_l2()  # allocate the flush buffer outside the timed loop
@@ -137,6 +170,8 @@ def time_gpu(fn: Callable[[], object], warmup: int = 25, reps: int = 100, l2: st
     for start, end in zip(starts, ends):
         if cold:
             flush_l2()
+        elif hold:
+            hold_gpu()
         start.record()
         call()
         end.record()

@@ -153,7 +153,7 @@ def test_registered_for_verify_and_bench():
 
 BARRIER_AFTER_WRITE = "    __syncthreads();  // every partial sum is written before anyone reads one\n"
 TREE_STEP = ("        if (tid < stride) partial[tid] += partial[tid + stride];\n"
-             "        __syncthreads();  // all threads, also those that added nothing this round\n")
+             "        __syncthreads();  // all threads, also those that added nothing\n")
 
 
 def test_the_cpu_runtime_reports_a_missing_barrier_as_a_race():

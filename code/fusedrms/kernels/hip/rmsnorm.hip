@@ -65,13 +65,14 @@ __global__ void rmsnorm_serial(const T* x, const T* w, T* y, int rows, int cols,
     }
     const float r = row_scale(sum_sq, cols, eps);
     for (int col = 0; col < cols; ++col)
-        y[(long)row * cols + col] = from_float<T>(to_float(x_row[col]) * r * to_float(w[col]));
+        y[(long)row * cols + col] =
+            from_float<T>(to_float(x_row[col]) * r * to_float(w[col]));
 }
 // [/book:serial]
 
 // [book:block]
-// One block per row: each thread sums its strided columns, then the block adds the partial sums
-// in a shared-memory tree. blockDim.x must be a power of two.
+// One block per row: each thread sums its strided columns, then the block adds
+// the partial sums in a shared-memory tree. blockDim.x must be a power of two.
 template <typename T>
 __global__ void rmsnorm_block(const T* x, const T* w, T* y, int rows, int cols,
                               long x_stride, float eps) {
@@ -79,26 +80,31 @@ __global__ void rmsnorm_block(const T* x, const T* w, T* y, int rows, int cols,
     const int row = blockIdx.x;
     const int tid = threadIdx.x;
     const T* x_row = x + row * x_stride;
-    float sum_sq = 0.0f;  // a thread with no columns keeps 0 and still joins the tree
+    float sum_sq = 0.0f;  // a thread with no columns keeps 0, joins the tree
     for (int col = tid; col < cols; col += blockDim.x) {
         const float v = to_float(x_row[col]);
         sum_sq += v * v;
     }
+    // [/book:block]
+    // [book:block_tree]
     partial[tid] = sum_sq;
     __syncthreads();  // every partial sum is written before anyone reads one
     for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
         if (tid < stride) partial[tid] += partial[tid + stride];
-        __syncthreads();  // all threads, also those that added nothing this round
+        __syncthreads();  // all threads, also those that added nothing
     }
-    const float r = row_scale(partial[0], cols, eps);  // the mean divides by cols, not blockDim.x
+    // the mean divides by cols, not by blockDim.x
+    const float r = row_scale(partial[0], cols, eps);
     for (int col = tid; col < cols; col += blockDim.x)
-        y[(long)row * cols + col] = from_float<T>(to_float(x_row[col]) * r * to_float(w[col]));
+        y[(long)row * cols + col] =
+            from_float<T>(to_float(x_row[col]) * r * to_float(w[col]));
 }
-// [/book:block]
+// [/book:block_tree]
 
 // [book:shuffle_sum]
-// Block sum with shuffles: lanes of a warp (NVIDIA, 32) or wavefront (AMD, 64 or 32) exchange
-// registers directly; shared memory is used once, to combine one total per warp.
+// Block sum with shuffles: lanes of a warp (NVIDIA, 32) or wavefront (AMD, 64
+// or 32) exchange registers directly; shared memory is used once, to combine
+// one total per warp.
 __device__ __forceinline__ float warp_sum(float v, int lanes) {
     for (int mask = lanes / 2; mask > 0; mask >>= 1)
         v += __shfl_xor(v, mask, lanes);
@@ -112,16 +118,16 @@ __device__ float block_sum_shuffle(float partial) {
     const int warps = blockDim.x / lanes;  // at most 1024 / 32 = 32 <= lanes
     const float mine = warp_sum(partial, lanes);
     if (lane == 0) warp_totals[warp] = mine;
-    __syncthreads();  // one barrier: warp totals written before any warp reads them
+    __syncthreads();  // one barrier: warp totals written before any read
     const float total = lane < warps ? warp_totals[lane] : 0.0f;
-    return warp_sum(total, lanes);  // every warp adds the totals itself: no second barrier
+    return warp_sum(total, lanes);  // each warp adds them: no second barrier
 }
 // [/book:shuffle_sum]
 
 // [book:shuffle]
 template <typename T>
-__global__ void rmsnorm_shuffle(const T* x, const T* w, T* y, int rows, int cols,
-                                long x_stride, float eps) {
+__global__ void rmsnorm_shuffle(const T* x, const T* w, T* y, int rows,
+                                int cols, long x_stride, float eps) {
     const int row = blockIdx.x;
     const T* x_row = x + row * x_stride;
     float sum_sq = 0.0f;
@@ -131,29 +137,31 @@ __global__ void rmsnorm_shuffle(const T* x, const T* w, T* y, int rows, int cols
     }
     const float r = row_scale(block_sum_shuffle(sum_sq), cols, eps);
     for (int col = threadIdx.x; col < cols; col += blockDim.x)
-        y[(long)row * cols + col] = from_float<T>(to_float(x_row[col]) * r * to_float(w[col]));
+        y[(long)row * cols + col] =
+            from_float<T>(to_float(x_row[col]) * r * to_float(w[col]));
 }
 // [/book:shuffle]
 
 // [book:vectorized]
-// 16-byte loads (4 floats or 8 halves at once), and the row stays in registers between the two
-// passes, so x is read from memory once. VEC = 1 is the fallback for rows that are not 16-byte
-// aligned or whose width is not a multiple of the vector.
-constexpr int ROW_FLOATS_PER_THREAD = 32;  // register budget: cols <= 32 * blockDim.x
+// 16-byte loads (4 floats or 8 halves at once), and the row stays in registers
+// between the two passes, so x is read from memory once. VEC = 1 is the
+// fallback for rows that are not 16-byte aligned or whose width is not a
+// multiple of the vector.
+constexpr int ROW_FLOATS_PER_THREAD = 32;  // registers: cols <= 32 * blockDim.x
 
 template <typename T, int VEC>
 struct alignas(sizeof(T) * VEC) Pack { T v[VEC]; };
+// [/book:vectorized]
 
+// [book:vectorized_load]
 template <typename T, int VEC>
-__global__ void rmsnorm_vectorized(const T* x, const T* w, T* y, int rows, int cols,
-                                   long x_stride, float eps) {
+__global__ void rmsnorm_vectorized(const T* x, const T* w, T* y, int rows,
+                                   int cols, long x_stride, float eps) {
+    using P = Pack<T, VEC>;
     constexpr int PACKS = ROW_FLOATS_PER_THREAD / VEC;
-    const int row = blockIdx.x;
     const int packs_in_row = cols / VEC;
-    const Pack<T, VEC>* x_row = reinterpret_cast<const Pack<T, VEC>*>(x + row * x_stride);
-    const Pack<T, VEC>* w_packs = reinterpret_cast<const Pack<T, VEC>*>(w);
-    Pack<T, VEC>* y_row = reinterpret_cast<Pack<T, VEC>*>(y + (long)row * cols);
-    Pack<T, VEC> held[PACKS];  // the row, as loaded: 16-bit formats stay 16-bit in registers
+    const P* x_row = reinterpret_cast<const P*>(x + blockIdx.x * x_stride);
+    P held[PACKS];  // the row as loaded: 16-bit formats stay 16-bit
     float sum_sq = 0.0f;
 #pragma unroll
     for (int i = 0; i < PACKS; ++i) {
@@ -161,40 +169,48 @@ __global__ void rmsnorm_vectorized(const T* x, const T* w, T* y, int rows, int c
         if (p < packs_in_row) {
             held[i] = x_row[p];
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) {
-                const float v = to_float(held[i].v[j]);
-                sum_sq += v * v;
-            }
+            for (int j = 0; j < VEC; ++j)
+                sum_sq += to_float(held[i].v[j]) * to_float(held[i].v[j]);
         }
     }
+    // [/book:vectorized_load]
+    // [book:vectorized_scale]
     const float r = row_scale(block_sum_shuffle(sum_sq), cols, eps);
+    const P* w_packs = reinterpret_cast<const P*>(w);
+    P* y_row = reinterpret_cast<P*>(y + (long)blockIdx.x * cols);
 #pragma unroll
     for (int i = 0; i < PACKS; ++i) {
         const int p = threadIdx.x + i * blockDim.x;
         if (p < packs_in_row) {
-            const Pack<T, VEC> wp = w_packs[p];
-            Pack<T, VEC> out;
+            const P wp = w_packs[p];
+            P out;
 #pragma unroll
             for (int j = 0; j < VEC; ++j)
-                out.v[j] = from_float<T>(to_float(held[i].v[j]) * r * to_float(wp.v[j]));
+                out.v[j] = from_float<T>(to_float(held[i].v[j]) * r
+                                         * to_float(wp.v[j]));
             y_row[p] = out;
         }
     }
 }
-// [/book:vectorized]
+// [/book:vectorized_scale]
 
+// The unfused pipeline: three kernels, two intermediates in global memory (the
+// squares, rows*cols floats, and one sum per row), as a framework computing op
+// by op would run it. VEC elements per access: 1 for hip.unfused (scalar loads,
+// like hip.shuffle), 16 bytes for hip.vectorized_unfused (like hip.vectorized),
+// so each fused kernel has an unfused twin that differs only in fusion.
 // [book:unfused]
-// The unfused pipeline: three kernels, two intermediates in global memory (the squares, rows*cols
-// floats, and one sum per row), as a framework computing op by op would run it. VEC elements per
-// access: 1 for hip.unfused (scalar loads, like hip.shuffle), 16 bytes for hip.vectorized_unfused
-// (like hip.vectorized), so each fused kernel has an unfused twin that differs only in fusion.
 template <typename T, int VEC>
-__global__ void square_kernel(const T* x, float* squares, int rows, int cols, long x_stride) {
+__global__ void square_kernel(const T* x, float* squares, int rows, int cols,
+                              long x_stride) {
     const int packs_in_row = cols / VEC;
     const long n = (long)rows * packs_in_row;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+    const long step = (long)gridDim.x * blockDim.x;
+    const long first = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    for (long i = first; i < n; i += step) {
         const long row = i / packs_in_row;
-        const Pack<T, VEC> p = reinterpret_cast<const Pack<T, VEC>*>(x + row * x_stride)[i % packs_in_row];
+        const Pack<T, VEC> p = reinterpret_cast<const Pack<T, VEC>*>(
+            x + row * x_stride)[i % packs_in_row];
         Pack<float, VEC> sq;
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
@@ -204,10 +220,15 @@ __global__ void square_kernel(const T* x, float* squares, int rows, int cols, lo
         reinterpret_cast<Pack<float, VEC>*>(squares)[i] = sq;
     }
 }
+// [/book:unfused]
+
+// [book:unfused_sum]
 
 template <int VEC>
-__global__ void row_sum_kernel(const float* squares, float* row_sums, int cols) {
-    const Pack<float, VEC>* row = reinterpret_cast<const Pack<float, VEC>*>(squares + (long)blockIdx.x * cols);
+__global__ void row_sum_kernel(const float* squares, float* row_sums,
+                               int cols) {
+    const Pack<float, VEC>* row = reinterpret_cast<const Pack<float, VEC>*>(
+        squares + (long)blockIdx.x * cols);
     float s = 0.0f;
     for (int p = threadIdx.x; p < cols / VEC; p += blockDim.x) {
         const Pack<float, VEC> sq = row[p];
@@ -217,26 +238,30 @@ __global__ void row_sum_kernel(const float* squares, float* row_sums, int cols) 
     s = block_sum_shuffle(s);
     if (threadIdx.x == 0) row_sums[blockIdx.x] = s;
 }
+// [/book:unfused_sum]
 
 template <typename T, int VEC>
-__global__ void scale_kernel(const T* x, const T* w, const float* row_sums, T* y, int rows,
-                             int cols, long x_stride, float eps) {
+__global__ void scale_kernel(const T* x, const T* w, const float* row_sums,
+                             T* y, int rows, int cols, long x_stride,
+                             float eps) {
+    using P = Pack<T, VEC>;
     const int packs_in_row = cols / VEC;
     const long n = (long)rows * packs_in_row;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+    const long step = (long)gridDim.x * blockDim.x;
+    const long first = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    for (long i = first; i < n; i += step) {
         const long row = i / packs_in_row;
         const int p = (int)(i % packs_in_row);
         const float r = row_scale(row_sums[row], cols, eps);
-        const Pack<T, VEC> xp = reinterpret_cast<const Pack<T, VEC>*>(x + row * x_stride)[p];
-        const Pack<T, VEC> wp = reinterpret_cast<const Pack<T, VEC>*>(w)[p];
-        Pack<T, VEC> out;
+        const P xp = reinterpret_cast<const P*>(x + row * x_stride)[p];
+        const P wp = reinterpret_cast<const P*>(w)[p];
+        P out;
 #pragma unroll
         for (int j = 0; j < VEC; ++j)
             out.v[j] = from_float<T>(to_float(xp.v[j]) * r * to_float(wp.v[j]));
-        reinterpret_cast<Pack<T, VEC>*>(y)[i] = out;
+        reinterpret_cast<P*>(y)[i] = out;
     }
 }
-// [/book:unfused]
 
 // ---------------------------------------------------------------------------------------------
 // C ABI: what Python (ctypes) and the host program call. dtype: 0 float32, 1 float16, 2 bfloat16.
