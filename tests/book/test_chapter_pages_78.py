@@ -101,3 +101,22 @@ def test_seed_twin_fails_the_specification_and_each_exact_step_passes():
     assert ch08.compare(codes, scales, *ch08.reference(x, w)).ok  # no shortcut: the spec
     with pytest.raises(ch08.validation.InputError):
         ch08.seed_twin(x, w, departures=("fast",))
+
+
+def test_lever_summary_takes_the_best_variant_per_shape():
+    effects = [
+        {"lever": "A", "tests": "t", "op": "add_rmsnorm", "rows": 1, "cols": 2,
+         "before_us": 100.0, "after_us": 90.0},
+        {"lever": "A", "tests": "t", "op": "add_rmsnorm", "rows": 1, "cols": 2,
+         "before_us": 100.0, "after_us": 80.0},  # a second variant at the same shape
+        {"lever": "A", "tests": "t", "op": "add_rmsnorm", "rows": 3, "cols": 2,
+         "before_us": 100.0, "after_us": 110.0},
+        {"lever": "B", "tests": "u", "op": "add_rmsnorm_residual", "rows": 1, "cols": 2,
+         "before_us": 100.0, "after_us": 50.0},
+        {"lever": "C", "op": "add_rmsnorm", "rows": 1, "cols": 2, "before_us": None,
+         "after_us": 5.0},
+    ]
+    rows = R.lever_summary(effects)
+    assert rows == [{"lever": "A", "tests": "t", "shapes": 2, "median_pct": 10.0,
+                     "best_pct": -20.0, "worst_pct": 10.0}]
+    assert R.lever_summary(None) == []

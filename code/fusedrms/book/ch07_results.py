@@ -401,3 +401,24 @@ def census_rows(doc: dict | None, matrix_bytes: int | None = None,
                 row["row-trips"] = us * 1e-6 * copy_GBps * 1e9 / matrix_bytes
             rows.append(row)
     return rows
+
+
+def lever_summary(effects: list[dict] | None, op: str = "add_rmsnorm") -> list[dict]:
+    """Per lever of the performance study (rows of ``ch07.lever_effects``: lever, tests, variant,
+    op, rows, cols, before_us, after_us): the best variant's change at each shape, summarized as
+    the median, lowest and highest change in percent over the shapes, in the study's order."""
+    per: dict = {}
+    for e in effects or []:
+        if e.get("op") != op or not e.get("before_us") or not e.get("after_us"):
+            continue
+        shape = (e["rows"], e["cols"])
+        change = 100.0 * (e["after_us"] - e["before_us"]) / e["before_us"]
+        lever = per.setdefault(e["lever"], {"tests": e.get("tests", ""), "shapes": {}})
+        lever["shapes"][shape] = min(change, lever["shapes"].get(shape, change))
+    out = []
+    for name, lever in per.items():
+        changes = sorted(lever["shapes"].values())
+        out.append({"lever": name, "tests": lever["tests"], "shapes": len(changes),
+                    "median_pct": changes[len(changes) // 2], "best_pct": changes[0],
+                    "worst_pct": changes[-1]})
+    return out
