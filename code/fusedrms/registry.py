@@ -4,7 +4,7 @@ A kernel module registers its wrappers when imported::
 
     registry.register(registry.Impl("triton.row", op="rmsnorm", fn=rmsnorm_row, route="triton"))
 
-Signatures by op (all out of place; ``eps`` is a float):
+Signatures by op (out of place unless ``Impl.mutates``; ``eps`` is a float):
 
 - ``rmsnorm``:               ``fn(x, w, eps) -> y``
 - ``add_rmsnorm``:           ``fn(x, residual, w, eps) -> y``
@@ -52,6 +52,7 @@ class Impl:
     description: str = ""
     kernel: bool = True  # False for library peers (torch ops), which verify may skip
     gpu_only_reason: str = ""  # why it cannot run on the CPU path, when "cpu" not in devices
+    mutates: bool = False  # in place (FlashInfer's, vLLM's layout): callers pass copies to check it
 
     def supports(self, device: str, dtype: torch.dtype, cols: int) -> bool:
         return (device in self.devices and dtype in self.dtypes

@@ -245,6 +245,10 @@ def launch(impl: registry.Impl, inputs: dict):
     args = (inputs["x"], inputs["w"], inputs["eps"])
     if impl.op in ("add_rmsnorm", "add_rmsnorm_residual"):
         args = (inputs["x"], inputs["residual"], inputs["w"], inputs["eps"])
+        if impl.mutates:  # it writes y and s into x and residual: give it (contiguous) copies
+            copy = {"memory_format": torch.contiguous_format}
+            args = (inputs["x"].clone(**copy), inputs["residual"].clone(**copy), inputs["w"],
+                    inputs["eps"])
     elif impl.op == "rmsnorm_backward":
         args = (inputs["x"], inputs["w"], inputs["dy"], inputs["eps"])
     elif impl.op == "add_rmsnorm_backward":

@@ -183,3 +183,81 @@ def test_check_table_passes_two_pass_entries_and_catches_a_wrong_kernel(cpu_as_g
     assert G.check_table(tmp_path, budget_s=60, table_path=table)
     monkeypatch.setattr(A, "add_rmsnorm", lambda x, r, w, eps, config: torch.zeros_like(x))
     assert not G.check_table(tmp_path, budget_s=60, table_path=table)
+
+
+def test_peer_sweeps_cover_the_goal_grid_and_every_peer():
+    from fusedrms.book import ch07
+    from fusedrms.measure import harness
+
+    sweeps = ch07.peer_sweeps()
+    cases, not_run = harness.expand(sweeps)
+    impls = {c["impl"] for c in cases}
+    for name in ("capstone.fused", "capstone.fused_residual", "capstone.fused_residual_in_place",
+                 "torch.compile_add", "torch.rms_norm_add", "torch.eager_chain",
+                 "torch.compile_residual", "liger.fused_add_rms_norm",
+                 "flashinfer.fused_add_rmsnorm", "triton.row", "liger.rms_norm",
+                 "flashinfer.rms_norm", "torch.compile"):
+        assert name in impls, name
+    grid = {(c["rows"], c["cols"]) for c in cases if c["sweep"] == "peers" and c["dtype"] == "bf16"}
+    assert {(c["rows"], c["cols"]) for c in cases if c["dtype"] == "fp32"} == set(ch07.DIAGONAL)
+    assert grid == {(r, c) for r in ch07.GOAL_ROWS for c in ch07.GOAL_COLS}
+    assert {c["mode"] for c in cases if c["sweep"] == "peers"} == {"rotating"}
+    assert any(c["mode"] == "python" and c["rows"] == 1 and c["cols"] == 4096 for c in cases)
+    assert not harness.check_floors(sweeps)
+    assert harness.expand(ch07.peer_sweeps(smoke=True))[0]
+
+
+def _peers_doc():
+    """A small capstone_peers.json-shaped document (the harness's records)."""
+    recs = []
+    for rows, cols, times in ((16384, 8192, {"capstone.fused": 188.0, "torch.compile_add": 187.0,
+                                             "torch.eager_chain": 700.0}),
+                              (1, 4096, {"capstone.fused": 1.5, "torch.compile_add": 1.7,
+                                         "torch.eager_chain": 5.0})):
+        for name, t in times.items():
+            nbytes = 3 * rows * cols * 2 + cols * 2
+            recs.append({"status": "ok", "mode": "rotating", "op": "add_rmsnorm", "impl": name,
+                         "rows": rows, "cols": cols, "dtype": "bf16", "median_us": t,
+                         "floor_us": nbytes / 4.2e3, "bytes": nbytes, "processes": 3})
+    recs.append({"status": "missing: not installed", "mode": "rotating", "op": "add_rmsnorm",
+                 "impl": "liger.x", "rows": 1, "cols": 4096, "dtype": "bf16"})
+    return {"provenance": {}, "records": recs}
+
+
+def _levers_doc():
+    """A capstone_levers.json-shaped document (the study's aggregated records)."""
+    recs = [{"rows": 16384, "cols": 8192, "dtype": "bf16", "op": op, "impl": impl,
+             "median_us": t, "floor_us": 190.0, "bytes": 805322752, "status": "ok"}
+            for op in ("fused", "residual")
+            for impl, t in (("ours.current", 200.0), ("ours.liger_w16", 210.0),
+                            ("ours.two_pass_c2048_w16", 190.0), ("torch.compile", 187.0))]
+    return {"provenance": {"inductor_kernels": {"add_rmsnorm": "@triton.jit\ndef k(): pass",
+                                                "add_rmsnorm_residual": ""}}, "records": recs}
+
+
+def test_readers_of_the_measured_section():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from fusedrms.book import ch07
+
+    status = {(g["rows"], g["cols"]): g for g in ch07.goal_status(_peers_doc())}
+    big, small = status[(16384, 8192)], status[(1, 4096)]
+    assert big["fastest_peer"] == "torch.compile_add" and big["at_most_peer"] is False
+    assert abs(big["pct_of_bound"] - 100 * min(big["floor_us"], 187.0) / 188.0) < 1e-9
+    assert big["near_bound"] is True
+    assert small["at_most_peer"] is True and small["pct_of_bound"] is None  # under 64 MB
+    levers = ch07.lever_effects(_levers_doc(), shapes=((16384, 8192),))
+    two_pass = [r for r in levers if r["variant"] == "two_pass_c2048_w16"]
+    assert len(two_pass) == 2 and all(r["ratio"] == 190.0 / 200.0 for r in two_pass)
+    assert {r["lever"] for r in levers} == {"one row per program, Liger's warps",
+                                            "two passes, 2048-column chunks, 16 warps"}
+    seed = ch07.seed_predictions(_peers_doc(), [{"impl": "capstone.fused", "rows": 16384,
+                                                 "cols": 8192, "dram_throughput_pct": 88.0}])
+    assert seed[0]["seed"] == 2.3 and seed[0]["shapes"] == 1
+    assert abs(seed[0]["measured"] - 700.0 / 188.0) < 1e-9 and seed[1]["measured"] == 88.0
+    sides = ch07.side_by_side(_levers_doc())
+    assert sides["inductor"].startswith("@triton.jit") and "_two_pass_tile" in sides["ours"]
+    assert ch07.peers_figure(_peers_doc()) is not None
+    with pytest.raises(ValueError):
+        ch07.peers_figure(_peers_doc(), dtype="fp32")

@@ -134,3 +134,39 @@ def test_record_rehearsal_on_small_shapes(tmp_path):
     assert ch08.timing_table(doc)  # on a CPU the timing step records its error instead of a time
     if not ENV.on_gpu:
         assert all("median_us" not in r for r in ch08.timing_table(doc))
+
+
+def test_exactness_cost_readers(tmp_path):
+    doc = {"provenance": {"sass": {
+        "fused": [{"n_regs": 36, "metadata": {"name": "rmsnorm_fp8_fused_kernel", "num_warps": "16",
+                                              "shared": "256"},
+                   "opcodes": {"FFMA": 112, "DADD": 24, "CALL": 20, "BSSY": 21, "MOV": 551}}],
+        "approx": [{"n_regs": 32, "metadata": {"name": "rmsnorm_fp8_approx_kernel",
+                                               "num_warps": "16", "shared": "256"},
+                    "opcodes": {"FMUL": 42, "IMAD": 41, "NOP": 213}}]}},
+           "records": [
+        {"status": "ok", "impl": "fp8.fused", "rows": 16384, "cols": 7168, "differing_codes": 0,
+         "median_us": 154.2, "floor_us": 84.3, "pct_of_floor": 100 * 84.3 / 154.2},
+        {"status": "ok", "impl": "fp8.approx_w4", "rows": 16384, "cols": 7168,
+         "differing_codes": 88296, "median_us": 94.2, "floor_us": 84.3,
+         "pct_of_floor": 100 * 84.3 / 94.2},
+        {"status": "ok", "impl": "fp8.fused", "rows": 2, "cols": 7168, "differing_codes": 0,
+         "median_us": 3.0, "floor_us": 0.01, "pct_of_floor": 0.3},
+        {"status": "error: x", "impl": "fp8.approx_w8", "rows": 2, "cols": 7168}]}
+    rows = {(r["impl"], r["rows"]): r for r in ch08.exactness_cost_rows(doc)}
+    assert rows[("fp8.fused", 16384)]["exact"] and rows[("fp8.fused", 16384)]["reaches_target"] is False
+    assert rows[("fp8.approx_w4", 16384)]["reaches_target"] is True  # 89.5 % >= 85 %
+    assert rows[("fp8.fused", 2)]["reaches_target"] is None  # under 64 MB: no check
+    assert ("fp8.approx_w8", 2) not in rows
+    per = {p["kernel"]: p for p in ch08.instructions_per_element(doc)}
+    assert per["rmsnorm_fp8_fused_kernel"]["elements_per_thread"] == 16.0
+    assert per["rmsnorm_fp8_fused_kernel"]["per_element"] == 728 / 16
+    assert per["rmsnorm_fp8_approx_kernel"]["per_element"] == 296 / 16
+    (tmp_path / "ncu_fp8_fused.txt").write_text(
+        "  rmsnorm_fp8_fused_split_kernel (16384, 1, 1)x(128, 1, 1), Context 1\n"
+        "    Duration                         us       154.20\n"
+        "    DRAM Throughput                   %        52.00\n"
+        "          The FMA pipeline is the highest-utilized pipeline (71.3%) based on active\n")
+    pipes = ch08.pipe_utilization(tmp_path)
+    assert pipes[0]["Duration"] == 154.2 and pipes[0]["DRAM Throughput"] == 52.0
+    assert pipes[0]["busiest_pipe_pct"] == 71.3 and pipes[0]["kernel"].startswith("rmsnorm_fp8")

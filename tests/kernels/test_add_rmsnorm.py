@@ -235,6 +235,7 @@ def test_heuristic_values():
     assert A.heuristic_config(2048, torch.bfloat16) == A.LaunchConfig(4, 16, 1, None)
     assert A.heuristic_config(4096, torch.bfloat16) == A.LaunchConfig(2, 16, 1, None)
     assert A.heuristic_config(16384, torch.float32) == A.LaunchConfig(1, 16, 1, None)
+    assert A.heuristic_config(32768, torch.bfloat16) == A.LaunchConfig(1, 32, 1, None)
     assert A.heuristic_config(13, torch.float32).rows_per_program == 8
 
 
@@ -345,3 +346,171 @@ def test_gpu_every_chunked_candidate(cols):
 def test_gpu_an_overflowed_row_is_nan_on_every_launch_path():
     for config in CONFIGS:
         test_an_overflowed_row_is_nan_on_every_launch_path(config)
+
+
+# ---- repeated calls: the remembered plan skips nothing a reader relies on
+
+def _inputs(rows=3, cols=40, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, cols, generator=g).to(dtype),
+            torch.randn(rows, cols, generator=g).to(dtype),
+            (torch.rand(cols, generator=g) + 0.5).to(dtype))
+
+
+def test_repeated_calls_use_a_plan_and_give_the_same_answer():
+    from fusedrms.kernels import add_rmsnorm as A
+
+    A.clear_plans()
+    x, r, w = _inputs()
+    first = A.add_rmsnorm(x, r, w)
+    assert len(A._PLANS) == 1
+    x2, r2, _ = _inputs(seed=1)
+    again = A.add_rmsnorm(x2, r2, w)  # same key, new values
+    assert len(A._PLANS) == 1
+    assert torch.equal(again, A.add_rmsnorm(x2, r2, w, config=A.INTERPRETER_CONFIG))
+    y, s = A.add_rmsnorm_residual(x, r, w)
+    y2, s2 = A.add_rmsnorm_residual(x, r, w)
+    assert torch.equal(y, y2) and torch.equal(s, s2) and torch.equal(y, first)
+    xi, ri = x.clone(), r.clone()
+    A.add_rmsnorm_residual(xi, ri, w, in_place=True)
+    xj, rj = x.clone(), r.clone()
+    out = A.add_rmsnorm_residual(xj, rj, w, in_place=True)
+    assert out[0] is xj and torch.equal(xj, y) and torch.equal(rj, s)
+
+
+@pytest.mark.parametrize("bad", ["w_dtype", "w_len", "r_shape", "eps", "not_tensor", "alias"])
+def test_a_remembered_call_does_not_skip_checks_for_other_inputs(bad):
+    from fusedrms import validation
+    from fusedrms.kernels import add_rmsnorm as A
+
+    A.clear_plans()
+    x, r, w = _inputs()
+    A.add_rmsnorm(x, r, w)
+    A.add_rmsnorm_residual(x.clone(), r.clone(), w, in_place=True)
+    args = {"x": x, "r": r, "w": w, "eps": 1e-5}
+    if bad == "w_dtype":
+        args["w"] = w.to(torch.float64)
+    elif bad == "w_len":
+        args["w"] = w[:-1]
+    elif bad == "r_shape":
+        args["r"] = r[:-1]
+    elif bad == "eps":
+        args["eps"] = -1.0
+    elif bad == "not_tensor":
+        args["x"] = x.tolist()
+    with pytest.raises(validation.InputError):
+        if bad == "alias":
+            A.add_rmsnorm_residual(x, x, w, in_place=True)
+        else:
+            A.add_rmsnorm(args["x"], args["r"], args["w"], args["eps"])
+
+
+def test_strided_inputs_take_the_full_path_and_stay_correct():
+    from fusedrms import checks, reference
+    from fusedrms.kernels import add_rmsnorm as A
+
+    A.clear_plans()
+    x, r, w = _inputs(rows=6)
+    xs, rs = x[::2], r[::2]
+    for _ in range(2):
+        y = A.add_rmsnorm(xs, rs, w)
+    assert not A._PLANS
+    assert checks.allclose(y, reference.add_rmsnorm(xs, rs, w, 1e-5, accum=torch.float64,
+                                                    out_dtype=torch.float64)).ok
+
+
+def test_fast_path_can_be_switched_off(monkeypatch):
+    from fusedrms.kernels import add_rmsnorm as A
+
+    A.clear_plans()
+    monkeypatch.setattr(A, "FAST_PATH", False)
+    x, r, w = _inputs()
+    A.add_rmsnorm(x, r, w)
+    assert not A._PLANS
+
+
+def test_large_batches_take_the_two_pass_launch_and_small_ones_the_table():
+    from fusedrms.kernels import add_rmsnorm as A
+
+    table_cfg = A.LaunchConfig(1, 16)
+    sms = 132
+    big, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms, 8192, sms)
+    assert replaced and big == A.LARGE_BATCH_CONFIG and big.chunk == 2048
+    small, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms - 1, 8192, sms)
+    assert not replaced and small is table_cfg
+    # a row that fits one chunk has nothing to split: the table's entry at any batch
+    assert A.batch_config(table_cfg, 10**6, 2048, sms) == (table_cfg, False)
+    # the interpreter keeps its one configuration
+    assert A.launch_config(10**5, 8192, torch.float32, torch.device("cpu")) == A.INTERPRETER_CONFIG
+
+
+def test_the_large_batch_launch_is_correct_on_both_ops():
+    from fusedrms.kernels import add_rmsnorm as A
+
+    x, r, w = (torch.randn(3, 4100), torch.randn(3, 4100), torch.rand(4100) + 0.5)
+    y = A.add_rmsnorm(x, r, w, config=A.LARGE_BATCH_CONFIG)
+    assert checks.allclose(y, reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64,
+                                                    out_dtype=torch.float64)).ok
+    y2, s2 = A.add_rmsnorm_residual(x, r, w, config=A.LARGE_BATCH_CONFIG)
+    y_ref, s_ref = reference.add_rmsnorm_residual(x, r, w, 1e-5, accum=torch.float64)
+    assert torch.equal(s2, s_ref) and checks.allclose(y2, y_ref).ok
+    xi, ri = x.clone(), r.clone()
+    A.add_rmsnorm_residual(xi, ri, w, in_place=True, config=A.LARGE_BATCH_CONFIG)
+    assert torch.equal(ri, s_ref) and torch.equal(xi, y2)  # s read back from residual's memory
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dtype):
+    """On a GPU the second call launches the compiled kernel directly; it must give the bits the
+    full path gives, for both ops and in place, at a decode shape and a large batch."""
+    from fusedrms.kernels import add_rmsnorm as A
+
+    sms = A.sm_count(torch.device("cuda"))
+    for rows, cols in ((1, 4096), (A.LARGE_BATCH_ROWS_PER_SM * sms, 8192), (3, 5000)):
+        A.clear_plans()
+        x, r = (torch.randn(rows, cols, device="cuda").to(dtype) for _ in range(2))
+        w = (torch.rand(cols, device="cuda") + 0.5).to(dtype)
+        first = A.add_rmsnorm(x, r, w)
+        assert len(A._PLANS) == 1
+        again = A.add_rmsnorm(x, r, w)
+        y, s = A.add_rmsnorm_residual(x, r, w)
+        y2, s2 = A.add_rmsnorm_residual(x, r, w)
+        A.FAST_PATH = False
+        try:
+            full = A.add_rmsnorm(x, r, w)
+            y_full, s_full = A.add_rmsnorm_residual(x, r, w)
+        finally:
+            A.FAST_PATH = True
+        assert torch.equal(first, full) and torch.equal(again, full)
+        assert torch.equal(y2, y_full) and torch.equal(s2, s_full) and torch.equal(y, y_full)
+        ref = reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64, out_dtype=torch.float64)
+        assert checks.allclose(again, ref).ok
+        xi, ri = x.clone(), r.clone()
+        A.add_rmsnorm_residual(xi, ri, w, in_place=True)
+        xi, ri = x.clone(), r.clone()
+        A.add_rmsnorm_residual(xi, ri, w, in_place=True)  # the remembered in-place launch
+        assert torch.equal(xi, y_full) and torch.equal(ri, s_full)
+
+
+def _installed_entries():
+    path = tuning.installed_path("capstone", "h200")
+    table = tuning.load("capstone", path)
+    return sorted(table["configs"].items()) + [((8192, "bfloat16"), A.LARGE_BATCH_CONFIG)]
+
+
+@pytest.mark.parametrize("key,cfg", _installed_entries(), ids=lambda v: str(v))
+def test_every_configuration_in_use_computes_both_ops(key, cfg):
+    """Each launch the H200 runs (its table's entries, and the large-batch launch) on the CPU
+    path, at the entry's own width: y against the float64 reference, s bit for bit."""
+    cols, name = key
+    dtype = getattr(torch, name)
+    g = torch.Generator().manual_seed(cols)
+    x, r = (torch.randn(2, cols, generator=g).to(dtype) for _ in range(2))
+    w = (torch.rand(cols, generator=g) + 0.5).to(dtype)
+    y = A.add_rmsnorm(x, r, w, config=cfg)
+    assert checks.allclose(y, reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64,
+                                                    out_dtype=torch.float64)).ok
+    y2, s2 = A.add_rmsnorm_residual(x, r, w, config=cfg)
+    y_ref, s_ref = reference.add_rmsnorm_residual(x, r, w, 1e-5, accum=torch.float64)
+    assert torch.equal(s2, s_ref) and checks.allclose(y2, y_ref).ok

@@ -15,6 +15,10 @@ import torch
 from fusedrms.measure import harness, ncu, plots, timer
 from fusedrms import dtypes, env, records, registry
 
+
+from fusedrms.measure import harness, ncu, timer
+from fusedrms import dtypes, env, records, reference, registry
+
 ENV = env.current()
 
 
@@ -341,3 +345,81 @@ def test_budget_deadlines_favour_the_first_process_and_keep_a_compile_reserve(mo
     assert d1 == pytest.approx(70 / 2, abs=1)  # instant runs: the others share what is left
     assert d2 == pytest.approx(70, abs=1)
     assert d3 == pytest.approx(100, abs=2)  # the rest of the budget goes to compile
+
+
+def test_rotating_mode_missing_and_in_place_peers(monkeypatch):
+    """Rotating mode times calls over several input sets; a peer that is not installed is
+    recorded as missing (no number); an in-place peer is checked on copies and runs last."""
+    from fusedrms.kernels import peers
+
+    state = fake_clock(monkeypatch)
+    seen = {}
+
+    def time_rotating(calls, reps=9, warmup=2, min_replay_us=200.0):
+        for c in calls:
+            c()
+        seen["sets"] = len(calls)
+        return [float(v) for v in range(1, reps + 1)]
+
+    monkeypatch.setattr(timer, "time_rotating", time_rotating)
+    monkeypatch.setattr(timer, "l2_bytes", lambda: 4096)  # tiny L2: a handful of sets
+    order = []
+
+    def in_place(x, r, w, eps):
+        order.append("in_place")
+        y, s = reference.add_rmsnorm_residual(x, r, w, eps)
+        r.copy_(s)
+        x.copy_(y)
+        return x, r
+
+    def missing(x, r, w, eps):
+        raise peers.PeerMissing("not installed here")
+
+    def plain(x, r, w, eps):
+        order.append("plain")
+        return reference.add_rmsnorm_residual(x, r, w, eps)
+
+    registry.load_all()
+    impls = [registry.Impl("test.a_in_place", "add_rmsnorm_residual", in_place, "triton",
+                           mutates=True),
+             registry.Impl("test.b_missing", "add_rmsnorm_residual", missing, "triton"),
+             registry.Impl("test.c_plain", "add_rmsnorm_residual", plain, "triton")]
+    for i in impls:
+        registry.register(i)
+    try:
+        sweep = [harness.Sweep("t", "add_rmsnorm_residual", (8,), (64,), ("fp32",),
+                               ("rotating",), impls=("test.*",))]
+        doc = harness.run_sweeps(sweep, harness.Settings(processes=1, compile_processes=0),
+                                 None, log=lambda m: None, runner=inprocess_runner(state))
+    finally:
+        for i in impls:
+            registry._IMPLS.pop(i.name)
+    by = {r["impl"]: r for r in doc["records"]}
+    assert by["test.b_missing"]["status"].startswith("missing: not installed")
+    assert "median_us" not in by["test.b_missing"]
+    for name in ("test.a_in_place", "test.c_plain"):
+        assert by[name]["status"] == "ok" and by[name]["correct"] is True, by[name]
+        assert "rotating" in by[name]["l2_method"]
+    assert seen["sets"] >= 2
+    assert order[0] == "plain" and order[-1] == "in_place"  # the in-place peer runs last
+
+
+def test_every_peer_of_the_issue_is_registered():
+    names = {i.name for i in registry.impls()}
+    for name in ("torch.compile_add", "torch.rms_norm_add", "torch.eager_chain",
+                 "torch.compile_residual", "liger.fused_add_rms_norm", "liger.rms_norm",
+                 "flashinfer.fused_add_rmsnorm", "flashinfer.rms_norm",
+                 "capstone.fused_residual_in_place"):
+        assert name in names, name
+    assert registry.get("flashinfer.fused_add_rmsnorm").mutates
+
+
+def test_python_mode_times_calls_back_to_back_on_the_wall_clock(monkeypatch):
+    state = fake_clock(monkeypatch)
+    sweep = [harness.Sweep("py", "add_rmsnorm", (1,), (64,), ("fp32",), ("python",),
+                           impls=("torch.rms_norm_add",))]
+    doc = harness.run_sweeps(sweep, harness.Settings(processes=1, compile_processes=0,
+                                                     min_reps=3),
+                             None, log=lambda m: None, runner=inprocess_runner(state))
+    rec = doc["records"][0]
+    assert rec["status"] == "ok" and rec["median_us"] > 0 and "python" in rec["l2_method"]

@@ -192,6 +192,15 @@ def test_gpu_rotating_timer():
 
 
 @pytest.mark.gpu
+def test_gpu_rotating_timer_gives_per_call_times():
+    import torch
+
+    xs = [torch.randn(1 << 20, device="cuda") for _ in range(4)]
+    samples = timer.time_rotating([lambda x=x: x.mul_(1.0) for x in xs], reps=5)
+    assert len(samples) == 5 and all(0 < s < 1e4 for s in samples)
+
+
+@pytest.mark.gpu
 def test_held_warm_graph_shows_l2_flattering_a_small_input():
     x = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)  # 8 MB in, 8 MB out
     y = torch.empty_like(x)

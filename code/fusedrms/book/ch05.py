@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from .. import env, records, tuning
+from .. import env, records, tuning, verify
 from . import broken, ch07
 
 FILES = {
@@ -54,6 +54,87 @@ def fp8_configs_in_use(results: list, log=print, rows_list=FP8_ROWS) -> bool:
             ok_all &= bool(report.ok)
             log(f"fp8 {rows}x{cols} ({cfg.label}): {'ok' if report.ok else 'FAILED'}")
     return ok_all
+
+
+# ---------------------------------------------------------------- readers
+
+def suite_summary(doc: dict | None) -> dict | None:
+    """A recorded suite run: kernels, checks passed/failed/skipped, the failures, the commit."""
+    if not doc:
+        return None
+    recs = doc["records"]
+    failed = [r for r in recs if r["status"] == "FAIL"]
+    return dict(kernels=len({r["kernel"] for r in recs}), checks=len(recs),
+                passed=sum(r["status"] == "pass" for r in recs), failed=len(failed),
+                skipped=sum(r["status"] not in ("pass", "FAIL") for r in recs),
+                failures=failed, commit=(doc.get("provenance") or {}).get("commit"),
+                complete=(doc.get("provenance") or {}).get("complete", True))
+
+
+def _as_records(results) -> list[dict]:
+    return [r.record() if hasattr(r, "record") else r for r in results]
+
+
+def matrix_rows(results) -> list[dict]:
+    """The suite's matrix as table rows (kernels down, cases across): ``ok``, ``-`` (not
+    supported), ``all`` or the dtypes that failed. Takes checks or their records."""
+    recs = _as_records(results)
+    names = list(dict.fromkeys(r["case"] for r in recs))
+    labels = {n: verify.case(n).short if n in verify._CASE_NAMES else n for n in names}
+    rows = []
+    for k in dict.fromkeys(r["kernel"] for r in recs):
+        row = {"kernel": k}
+        for n in names:
+            ran = [r for r in recs if r["kernel"] == k and r["case"] == n
+                   and r["status"] != "skip"]
+            bad = [verify.SHORT_DTYPE.get(r["dtype"], r["dtype"]) for r in ran
+                   if r["status"] != "pass"]
+            row[labels[n]] = ("-" if not ran else "ok" if not bad else
+                              "all" if len(bad) == len(ran) > 1 else "/".join(bad))
+        rows.append(row)
+    return rows
+
+
+def tolerance_shares(results) -> list[dict]:
+    """Worst share of the tolerance (max rel err / rtol) per kernel and dtype, passing checks
+    only; FP8 kernels are compared bit for bit and read ``None`` (see ``exact``)."""
+    recs = [r for r in _as_records(results) if r["status"] == "pass"]
+    rows = []
+    for k in dict.fromkeys(r["kernel"] for r in recs):
+        mine = [r for r in recs if r["kernel"] == k]
+        row = {"kernel": k, "exact": all(r["op"] == "rmsnorm_fp8" for r in mine)}
+        for d in ("fp32", "fp16", "bf16"):
+            shares = [r["max_rel_err"] / r["rtol"] for r in mine
+                      if r["dtype"] == d and r["rtol"] > 0 and r["op"] != "rmsnorm_fp8"]
+            row[d] = max(shares) if shares else None
+        rows.append(row)
+    return rows
+
+
+def caught(doc: dict | None) -> dict | None:
+    """Of a recorded negative-test run: which broken kernels failed at least one check."""
+    if not doc:
+        return None
+    names = sorted({r["kernel"] for r in doc["records"]})
+    failing = {r["kernel"] for r in doc["records"] if r["status"] == "FAIL"}
+    return {name: name in failing for name in names}
+
+
+def fp8_cast_mismatch(n: int = 1 << 16, seed: int = 0) -> tuple[int, int] | None:
+    """Triton's fp32 -> e4m3 cast on this machine against torch's (after the kernels' clamp to
+    +-448): (codes that differ, values), on ``n`` values ``randn * 64``. Chapter 8 measures the
+    same thing; under the interpreter about 2 % differ, on a GPU with FP8 conversions none.
+    None on a GPU whose Triton cannot convert to e4m3 (before compute capability 8.9, ROCm)."""
+    from ..kernels.rmsnorm_fp8 import FP8_DTYPE, code_bits, hardware_fp8_support
+    from .ch08 import triton_cast_to_fp8
+
+    if env.current().on_gpu and not hardware_fp8_support()[0]:
+        return None
+
+    many = torch.randn(n, generator=torch.Generator().manual_seed(seed)) * 64
+    cast = triton_cast_to_fp8(many, software=False).cpu()
+    want = many.clamp(-448, 448).to(FP8_DTYPE)
+    return int((code_bits(cast) != code_bits(want)).sum()), n
 
 
 SMOKE_KERNELS = "triton.row,capstone.fused,fp8.fused"

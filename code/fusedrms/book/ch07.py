@@ -539,6 +539,9 @@ def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> P
         x, r = (torch.randn(rows, cols, device=_device(), dtype=dtype) for _ in range(2))
         w = torch.randn(cols, device=_device(), dtype=dtype)
         cfg, source = A.choose_config(cols, dtype)
+        cfg, large = A.batch_config(cfg, rows, cols, A.sm_count(_device()))
+        if large:
+            source = f"large-batch rule ({A.LARGE_BATCH_ROWS_PER_SM} rows per SM or more)"
         floor = traffic.floor_us("add_rmsnorm", rows, cols, dtype, bw)
         line = []
         for name, impl in impls.items():
@@ -605,18 +608,68 @@ def check_table(out_dir: Path, budget_s: float, table_path: Path | None = None,
     return failures == 0
 
 
+# ---------------------------------------------------------------- every peer, one timer
+
+# The capstone beside every peer, with the one timer of the issue: a CUDA graph replays calls over
+# rotating input sets larger than 4x L2 (inputs come from DRAM), medians over 3 processes
+# (torch.compile's too, its cache warm after the first). Then what a call costs from Python.
+GOAL_ROWS, GOAL_COLS = (1, 16, 128, 1024, 4096, 16384), (2048, 4096, 8192, 16384, 32768)
+PEER_IMPLS = ("capstone.*", "torch.*", "liger.*", "flashinfer.*")
+DIAGONAL = ((1, 4096), (1024, 8192), (16384, 16384))
+
+
+def peer_sweeps(smoke: bool = False) -> list:
+    from ..measure import harness
+
+    S = harness.Sweep
+    if smoke:
+        return [S("peers", "add_rmsnorm", (1024,), (4096,), ("bf16",), ("rotating",), PEER_IMPLS),
+                S("peers", "add_rmsnorm_residual", (1024,), (4096,), ("bf16",), ("rotating",),
+                  PEER_IMPLS),
+                S("python", "add_rmsnorm", (1,), (4096,), ("bf16",), ("python",), PEER_IMPLS)]
+    bf16 = (GOAL_ROWS, GOAL_COLS, ("bf16",), ("rotating",), PEER_IMPLS)
+    out = [S("peers", "add_rmsnorm", *bf16), S("peers", "add_rmsnorm_residual", *bf16),
+           S("python", "add_rmsnorm", (1,), (4096,), ("bf16",), ("python",), PEER_IMPLS),
+           S("python", "add_rmsnorm_residual", (1,), (4096,), ("bf16",), ("python",), PEER_IMPLS)]
+    # fp16 and fp32: a diagonal (decode-sized, mid, the largest), where they teach something new
+    for rows, cols in DIAGONAL:
+        for op in ("add_rmsnorm", "add_rmsnorm_residual"):
+            out.append(S("peers", op, (rows,), (cols,), ("fp16", "fp32"), ("rotating",),
+                         PEER_IMPLS))
+    out.append(S("peers_rmsnorm", "rmsnorm", (1024, 16384), (4096, 8192), ("bf16",),
+                 ("rotating",), ("triton.row", "torch.*", "liger.*", "flashinfer.*")))
+    return out
+
+
+def peers_bench(out_dir: Path, budget_s: float, smoke: bool = False) -> Path:
+    """``capstone_peers.json``: :func:`peer_sweeps` through the harness (3 processes each)."""
+    from ..measure import harness
+
+    env.require_gpu("timing the capstone against its peers")
+    path = Path(out_dir) / "capstone_peers.json"
+    settings = harness.Settings(processes=1 if smoke else 3, compile_processes=1 if smoke else 3,
+                                budget_s=budget_s, compile_share=0.4, allow_missing_floor=True)
+    harness.run_sweeps(peer_sweeps(smoke), settings, path, log=log)
+    return path
+
+
 # ---------------------------------------------------------------- the chapter's recording
 
 FILES = {
     "capstone_extra.json": "the seed listing's faults, the kernel census, graph-replay small shapes",
     "capstone_confirm.json": "the capstone with the table in use, next to the eager peers",
+    "capstone_peers.json": "both ops beside every peer, rotating-input graph timer, 3 processes",
+    "capstone_levers.json": "every candidate launch (lever) at 4 shapes, both ops, same timer",
 }
 TUNING_FILES = {
     "tuning/capstone.json": "the winner per (cols, dtype) (written with --tune)",
     "capstone_tuning_trials.json": "every configuration the tuner timed (written with --tune)",
 }
 EXTRAS_BUDGET_S, TUNE_BUDGET_S, CHECK_BUDGET_S, CONFIRM_BUDGET_S = 40, 300, 40, 60
-ESTIMATE_S = EXTRAS_BUDGET_S + CONFIRM_BUDGET_S + 30  # + start-up and compilation
+LEVERS_BUDGET_S = 60  # candidate launches at 4 shapes, both ops, 3 processes
+PEERS_BUDGET_S = 130  # soft: the cases past it are recorded as skipped
+ESTIMATE_S = (EXTRAS_BUDGET_S + CONFIRM_BUDGET_S + PEERS_BUDGET_S + LEVERS_BUDGET_S
+              + 40)  # + start-up, compiles
 TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
 SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/rounding.py",
            "kernels/peers.py", "measure/timer.py", "traffic.py", "book/ch07.py::record",
@@ -640,6 +693,10 @@ def record(out_dir, tune: bool = False, log=log, smoke: bool = False) -> list[Pa
             raise RuntimeError(f"the tuned table {table} failed its check: do not install it")
     try:
         written.append(confirm(out_dir, budget(CONFIRM_BUDGET_S), table))
+        written.append(peers_bench(out_dir, 30 if smoke else PEERS_BUDGET_S, smoke=smoke))
+        from . import study
+
+        written.append(study.lever_bench(out_dir, 15 if smoke else LEVERS_BUDGET_S))
     finally:
         tuning.override("capstone", None)
     return written
@@ -648,7 +705,7 @@ def record(out_dir, tune: bool = False, log=log, smoke: bool = False) -> list[Pa
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedrms.book.ch07", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("tune", "extras", "confirm", "check"))
+    p.add_argument("what", choices=("tune", "extras", "confirm", "check", "peers"))
     p.add_argument("--out", type=cli.output_dir, required=True, help="folder for the JSON files")
     p.add_argument("--budget", type=cli.number(0.0, above=True), default=60.0,
                    help="seconds (stops cleanly after)")
@@ -668,9 +725,173 @@ def main(argv=None) -> int:
     elif a.what == "check":
         return 0 if check_table(a.out, a.budget, a.table) else 1
     else:
-        {"extras": extras, "confirm": confirm}[a.what](a.out, a.budget)
+        {"extras": extras, "confirm": confirm, "peers": peers_bench}[a.what](a.out, a.budget)
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---------------------------------------------------------------- readers for the measured section
+# Data for the chapter's cells (rows of dicts: the page renders them); no prose, no verdicts.
+# Each reads one file of one recording: capstone_peers.json, capstone_levers.json.
+
+STUDY_OPS = {"fused": "add_rmsnorm", "residual": "add_rmsnorm_residual"}
+STUDY_IMPLS = {("add_rmsnorm", "ours.current"): "capstone.fused",
+               ("add_rmsnorm_residual", "ours.current"): "capstone.fused_residual",
+               ("add_rmsnorm_residual", "ours.current_in_place"): "capstone.fused_residual_in_place",
+               ("add_rmsnorm", "torch.compile"): "torch.compile_add",
+               ("add_rmsnorm_residual", "torch.compile"): "torch.compile_residual"}
+OURS = {"add_rmsnorm": "capstone.fused", "add_rmsnorm_residual": "capstone.fused_residual"}
+GOAL_BOUND_PCT, GOAL_MIN_BYTES = 97.0, 64 << 20
+SEED_PREDICTIONS = {"speedup_over_eager": 2.3, "dram_pct": "mid-80s"}  # seed 000's listing
+
+
+def normalized(doc: dict) -> list[dict]:
+    """Measured records of a study or a harness file in one shape: op, impl (registry names;
+    study candidates as ``capstone[<name>]``), rows, cols, dtype, median_us, floor_us, bytes."""
+    out = []
+    for r in doc["records"]:
+        if r.get("status") != "ok" or not r.get("median_us"):
+            continue
+        if r.get("mode") not in (None, "rotating"):
+            continue
+        op = STUDY_OPS.get(r["op"], r["op"])
+        impl = STUDY_IMPLS.get((op, r["impl"]), r["impl"])
+        if impl.startswith("ours."):
+            impl = f"capstone[{impl[5:]}]"
+        out.append({"op": op, "impl": impl, "rows": r["rows"], "cols": r["cols"],
+                    "dtype": dtypes.short(r["dtype"]), "median_us": r["median_us"],
+                    "floor_us": r.get("floor_us"),
+                    "bytes": r.get("bytes"), "processes": r.get("processes"),
+                    "correct": r.get("correct")})
+    return out
+
+
+def _is_peer(impl: str) -> bool:
+    return not impl.startswith("capstone")
+
+
+def goal_status(doc: dict, op: str = "add_rmsnorm") -> list[dict]:
+    """Per shape: ours, the fastest peer, ours / fastest peer, and ours as a percent of the faster
+    of (copy floor, fastest peer) for shapes moving at least 64 MB; with the two checks as
+    booleans (None where a check does not apply or a number is missing)."""
+    recs = [r for r in normalized(doc) if r["op"] == op]
+    by_shape: dict = {}
+    for r in recs:
+        by_shape.setdefault((r["rows"], r["cols"], r["dtype"]), {})[r["impl"]] = r
+    rows = []
+    for (n, c, dt), impls in sorted(by_shape.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])):
+        ours = impls.get(OURS[op])
+        peers = [r for name, r in impls.items() if _is_peer(name)]
+        best = min(peers, key=lambda r: r["median_us"]) if peers else None
+        row = {"rows": n, "cols": c, "dtype": dt, "ours_us": ours and ours["median_us"],
+               "fastest_peer": best and best["impl"], "peer_us": best and best["median_us"],
+               "floor_us": (ours or best or {}).get("floor_us"),
+               "bytes": (ours or best or {}).get("bytes"), "ratio": None, "pct_of_bound": None,
+               "at_most_peer": None, "near_bound": None}
+        if ours and best:
+            row["ratio"] = ours["median_us"] / best["median_us"]
+            row["at_most_peer"] = row["ratio"] <= 1.0
+            if row["floor_us"] and row["bytes"] and row["bytes"] >= GOAL_MIN_BYTES:
+                bound = min(row["floor_us"], best["median_us"])
+                row["pct_of_bound"] = 100.0 * bound / ours["median_us"]
+                row["near_bound"] = row["pct_of_bound"] >= GOAL_BOUND_PCT
+        rows.append(row)
+    return rows
+
+
+LEVERS = (  # (study candidate, lever, what it tests) - the candidates of fusedrms.book.study
+    ("liger_w", "one row per program, Liger's warps", "Liger's launch in our kernel"),
+    ("whole_r1_w", "twice the threads", "fewer values per thread, more loads in flight"),
+    ("whole_r2_w16", "two rows per program", "more bytes in flight per program"),
+    ("two_pass_c2048_w16", "two passes, 2048-column chunks, 16 warps", "Inductor's launch"),
+    ("two_pass_c4096_w16", "two passes, 4096-column chunks", "wider chunks"),
+    ("two_pass_c1024_w8", "two passes, 1024-column chunks, 8 warps", "narrower chunks"),
+)
+
+
+def lever_effects(doc: dict, shapes=((16384, 8192), (4096, 8192), (1024, 16384), (128, 16384)),
+                  dtype: str = "bf16") -> list[dict]:
+    """Lever -> effect from ``capstone_levers.json``: each candidate launch against the launch in
+    use (``ours``: the table, or the large-batch rule) at a few shapes, both ops: time before,
+    after, and the ratio after / before."""
+    recs = normalized(doc)
+    index = {(r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]): r["median_us"] for r in recs}
+    out = []
+    for prefix, lever, tests in LEVERS:
+        for op in OURS:
+            for n, c in shapes:
+                base = index.get((op, OURS[op], n, c, dtype))
+                hits = [(impl, t) for (o, impl, rr, cc, dt), t in index.items()
+                        if o == op and rr == n and cc == c and dt == dtype
+                        and impl.startswith(f"capstone[{prefix}")]
+                for impl, t in hits:
+                    out.append({"lever": lever, "tests": tests, "variant": impl[9:-1], "op": op,
+                                "rows": n, "cols": c, "before_us": base, "after_us": t,
+                                "ratio": t / base if base else None})
+    return out
+
+
+def seed_predictions(doc: dict, ncu_summary: list[dict] | None = None) -> list[dict]:
+    """Seed 000's two predictions against one recording: the capstone's speedup over the eager
+    chain (median and range over shapes moving 64 MB or more, from ``capstone_peers.json``) and
+    Nsight Compute's DRAM throughput of the capstone (``ncu_summary.json``'s records)."""
+    recs = normalized(doc)
+    index = {(r["impl"], r["rows"], r["cols"], r["dtype"]): r for r in recs
+             if r["op"] == "add_rmsnorm"}
+    speedups = []
+    for (impl, n, c, dt), r in index.items():
+        eager = index.get(("torch.eager_chain", n, c, dt))
+        if impl == "capstone.fused" and eager and (r["bytes"] or 0) >= GOAL_MIN_BYTES:
+            speedups.append(eager["median_us"] / r["median_us"])
+    speedups.sort()
+    rows = [{"prediction": "speedup over the eager chain",
+             "seed": SEED_PREDICTIONS["speedup_over_eager"],
+             "measured": speedups[len(speedups) // 2] if speedups else None,
+             "low": speedups[0] if speedups else None, "high": speedups[-1] if speedups else None,
+             "shapes": len(speedups)}]
+    for s in ncu_summary or []:
+        rows.append({"prediction": f"DRAM throughput, {s.get('impl')} {s.get('rows')}x{s.get('cols')}",
+                     "seed": SEED_PREDICTIONS["dram_pct"], "measured": s.get("dram_throughput_pct"),
+                     "low": None, "high": None, "shapes": 1})
+    return rows
+
+
+def side_by_side(levers_doc: dict) -> dict:
+    """Inductor's generated kernel for add + RMSNorm at 16384x8192 bf16 (kept by the lever bench
+    from TORCH_LOGS=output_code) and ours (the two-pass kernel large batches run), as text."""
+    from ..viz import source as S
+
+    kernels = levers_doc.get("provenance", {}).get("inductor_kernels") or {}
+    return {"inductor": kernels.get("add_rmsnorm", ""),
+            "inductor_residual": kernels.get("add_rmsnorm_residual", ""),
+            "ours": S.file_section(Path(A.__file__), "chunked-kernel")}
+
+
+def peers_figure(doc: dict, op: str = "add_rmsnorm", dtype: str = "bf16", rows=None):
+    """Percent of the copy floor per shape, one marker per implementation (ours and every peer):
+    x is the shape (rows x cols, in the order of the bytes moved)."""
+    from ..measure.plots import MARKERS, _figure
+
+    recs = [r for r in normalized(doc) if r["op"] == op and r["dtype"] == dtype and r["floor_us"]
+            and (rows is None or r["rows"] in rows)
+            and (r["impl"] == OURS[op] or _is_peer(r["impl"]))]
+    if not recs:
+        raise ValueError(f"nothing to draw for op={op!r}, dtype={dtype!r}")
+    shapes = sorted({(r["rows"], r["cols"]) for r in recs}, key=lambda s: s[0] * s[1])
+    xpos = {s: i for i, s in enumerate(shapes)}
+    fig = _figure(max(6.0, 0.32 * len(shapes) + 3), 3.6)
+    ax = fig.subplots()
+    for k, impl in enumerate(sorted({r["impl"] for r in recs}, key=lambda i: (i != OURS[op], i))):
+        pts = sorted((xpos[(r["rows"], r["cols"])], 100 * r["floor_us"] / r["median_us"])
+                     for r in recs if r["impl"] == impl)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=MARKERS[k % len(MARKERS)],
+                linestyle="-" if impl == OURS[op] else ":", label=impl,
+                linewidth=2 if impl == OURS[op] else 1)
+    ax.set_xticks(range(len(shapes)), [f"{n}x{c}" for n, c in shapes], rotation=60, fontsize=7)
+    ax.set_ylabel("% of the copy floor")
+    ax.axhline(100, color="grey", linewidth=0.6)
+    ax.legend(fontsize=7, ncol=2)
+    return fig

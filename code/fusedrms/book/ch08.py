@@ -407,9 +407,11 @@ def write_tuning_table(path, recs: list[dict], log=print) -> FusedConfig | None:
 FILES = {
     "fp8_quant.json": "exactness on the GPU, kernel resources, naive pair vs fused timed, warps sweep",
     "fp8_candidates.json": "every launch candidate, bit-exactness and times, beside the naive pair",
+    "fp8_exactness_cost.json": "the exact kernel beside a diagnostic that drops exactness: time, "
+                               "% of floor, SASS opcodes, Nsight Compute pipes",
 }
 TUNING_FILES = {"tuning/fp8.json": "the fastest bit-exact candidate (written with --tune)"}
-ESTIMATE_S = 150  # H200: exactness ~15 s, timings ~25 s, sweep ~15 s, candidates ~70 s
+ESTIMATE_S = 200  # H200: exactness ~15 s, timings ~25 s, sweep ~15 s, candidates ~70 s, cost ~50 s
 SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/rounding.py",
            "measure/timer.py", "traffic.py", "book/ch08.py::record")
 
@@ -464,6 +466,13 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, check_sh
     extra["candidates_winner"] = winner["label"] if winner else None
     records.write(cand_path, cands, extra=extra)
     written.append(cand_path)
+    try:  # what exactness costs: the diagnostic kernel, SASS, Nsight Compute (not in a rehearsal)
+        if full or smoke:
+            from . import study
+
+            written.append(study.fp8_exactness_cost(out_dir, 15.0 if smoke else 50.0))
+    except Exception as e:  # noqa: BLE001 - the other files stand
+        log(f"  exactness cost FAILED: {type(e).__name__}: {e}")
     if tune:
         table = write_tuning_table(out_dir / "tuning" / "fp8.json", cands, log=log)
         if table is not None:
@@ -582,6 +591,70 @@ def tuned_verdicts(doc: dict, candidates: dict | None = None) -> list[str]:
             lines.append(f"{shape}: best candidate at {100 * frac:.1f}% of the copy floor; "
                          f"target >= {100 * floor_target:.0f}%: {verdict}")
     return lines
+
+
+# ---------------------------------------------------------------- what exactness costs (readers)
+
+EXACTNESS_FLOOR_PCT, DIAGNOSTIC_FLOOR_PCT, MIN_BYTES = 80.0, 85.0, 64 << 20
+
+
+def exactness_cost_rows(doc: dict) -> list[dict]:
+    """The exact fused kernel and the diagnostic one per shape: time, percent of the copy floor,
+    codes that differ from the specification, bytes moved, and the two floor checks as booleans
+    (None for shapes moving less than 64 MB). ``doc``: a recording's ``fp8_exactness_cost.json``."""
+    recs = doc["records"]
+    out = []
+    for r in recs:
+        if r.get("status") != "ok":
+            continue
+        nbytes = r["rows"] * r["cols"] * 3 + r["rows"] * math.ceil(r["cols"] / 128) * 4
+        exact = r["differing_codes"] == 0
+        target = EXACTNESS_FLOOR_PCT if exact else DIAGNOSTIC_FLOOR_PCT
+        out.append({"impl": r["impl"], "rows": r["rows"], "cols": r["cols"], "exact": exact,
+                    "differing_codes": r["differing_codes"], "median_us": r["median_us"],
+                    "floor_us": r["floor_us"], "pct_of_floor": r["pct_of_floor"], "bytes": nbytes,
+                    "reaches_target": (r["pct_of_floor"] >= target) if nbytes >= MIN_BYTES
+                    else None, "target_pct": target})
+    return out
+
+
+def instructions_per_element(doc: dict) -> list[dict]:
+    """Static SASS instruction counts of each compiled variant, per element a thread holds
+    (``BLOCKS * 128`` elements of a padded row over ``num_warps * 32`` threads; the scales'
+    shared bytes give BLOCKS), with the opcodes that set the exact kernel apart: fp64 adds
+    (the order-free sum), MUFU (reciprocal, sqrt), CALL/BSSY (the correctly rounded division's
+    slow path). ``doc``: a recording's ``fp8_exactness_cost.json`` (its provenance's ``sass``)."""
+    sass = doc.get("provenance", {}).get("sass") or {}
+    out = []
+    for kernel, variants in sass.items():
+        for v in variants:
+            meta = v.get("metadata", {})
+            warps, shared = int(meta.get("num_warps", 0)), int(meta.get("shared", 0))
+            blocks = shared // 4
+            per_thread = blocks * 128 / (warps * 32) if warps and blocks else None
+            ops = v["opcodes"]
+            total = sum(ops.values())
+            out.append({"kernel": meta.get("name", kernel), "num_warps": warps,
+                        "row_blocks": blocks, "registers": v.get("n_regs"),
+                        "instructions": total, "elements_per_thread": per_thread,
+                        "per_element": total / per_thread if per_thread else None,
+                        **{op: ops.get(op, 0) for op in ("DADD", "MUFU", "CALL", "BSSY", "FFMA",
+                                                         "LDG", "STG")}})
+    return out
+
+
+def pipe_utilization(folder) -> list[dict]:
+    """Nsight Compute's key numbers for the exact and the diagnostic kernel from the text reports
+    the recording keeps beside ``fp8_exactness_cost.json`` (``ncu_fp8_fused.txt``,
+    ``ncu_fp8_approx.txt``): duration, DRAM and SM throughput, issue slots, the busiest pipe."""
+    from .study import parse_ncu_text
+
+    out = []
+    for name in ("fp8_fused", "fp8_approx"):
+        path = Path(folder) / f"ncu_{name}.txt"
+        if path.exists():
+            out.append({"kernel": name, **parse_ncu_text(path.read_text())})
+    return out
 
 
 # ---------------------------------------------------------------- page readers (chapter 8's page)

@@ -45,7 +45,7 @@ SOURCES = ("kernels/rmsnorm_backward.py", "kernels/rmsnorm.py::loud_scale",
            "kernels/rmsnorm.py::num_warps_for", "reference.py::rmsnorm_backward",
            "reference.py::add_rmsnorm_residual", "measure/timer.py", "book/ch09.py::record",
            "traffic.py", "kernels/peers.py")
-ESTIMATE_S = 180
+ESTIMATE_S = 100
 EPS = 1e-5
 F64 = torch.float64
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}

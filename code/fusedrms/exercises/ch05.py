@@ -1,7 +1,7 @@
 """Chapter 5 exercises: choose a tolerance and defend it; find a bug from the suite's output alone.
 
 1. :data:`fp16_tolerance` — the answer is ``(rtol, dominant)``: a relative tolerance for fp16
-   outputs of rows 4096 wide (fp32 accumulation), and which term of the error budget dominates it
+   outputs of rows 4096 wide (fp32 accumulation), and which term of the error dominates it
    (``"cast"`` or ``"reduction"``). Too tight fails correct kernels; too loose accepts a kernel
    with bf16's precision.
 2. :data:`find_the_bug` — :func:`mystery_report` runs the suite on a broken kernel of

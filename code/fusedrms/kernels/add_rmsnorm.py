@@ -45,6 +45,7 @@ from __future__ import annotations
 from .. import env  # first: decides GPU or interpreter before any @triton.jit below
 
 import functools
+import os
 from dataclasses import asdict, dataclass
 
 import torch
@@ -72,85 +73,129 @@ def _store_cast(v, dtype: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
 
 # [book:kernel]
 @triton.jit
-def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, cols,
+def _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows, COLS: tl.constexpr,
+                      x_stride, r_stride, y_stride, s_stride, eps,
+                      BLOCK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+                      WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
+    """One tile of ROWS_PER_PROGRAM whole rows: load, add, reduce, scale, store."""
+    col = tl.arange(0, BLOCK)
+    col_ok = col < COLS  # COLS is a compile-time constant: all true, and gone, when COLS == BLOCK
+    row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
+    mask = (row < rows)[:, None] & col_ok[None, :]
+    x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
+    r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
+    s = x + r  # the residual add: registers only
+    if WRITE_SUM:
+        # the next layer's residual, in x's dtype; y is computed from s as stored
+        s_stored = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
+        tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
+        s = s_stored.to(tl.float32)
+    denominator = tl.sum(s * s, axis=1) / COLS + eps  # masked lanes added 0; real width
+    rstd = loud_scale(tl.rsqrt(denominator), denominator)  # NaN, not 0, on overflow
+    # The weight only now: loaded earlier it would hold registers through the reduction, and
+    # registers per thread decide how many programs an SM keeps in flight. Every program reads
+    # the same bytes, so ask L2 to keep them (and to let the streamed rows go first).
+    w = tl.load(w_ptr + col, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    y = s * rstd[:, None] * w[None, :]
+    tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
+             _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
+
+
+@triton.jit
+def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, COLS: tl.constexpr,
                        x_stride, r_stride, y_stride, s_stride, eps,
                        BLOCK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
-                       WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
-    col = tl.arange(0, BLOCK)
-    col_ok = col < cols
-    # The weight is read once per program and kept in registers; every program reads the same
-    # bytes, so ask L2 to keep them (and to let the streamed rows go first).
-    w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
-                eviction_policy="evict_last").to(tl.float32)
-    n_tiles = tl.cdiv(rows, ROWS_PER_PROGRAM)
-    # One tile per program, or a persistent grid that walks the tiles (pipelined by num_stages).
-    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-        row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
-        mask = (row < rows)[:, None] & col_ok[None, :]
-        x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
-                    eviction_policy="evict_first").to(tl.float32)
-        r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
-                    eviction_policy="evict_first").to(tl.float32)
-        s = x + r  # the residual add: registers only
-        if WRITE_SUM:
-            # the next layer's residual, in x's dtype; y is computed from s as stored
-            s_stored = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
-            tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
-            s = s_stored.to(tl.float32)
-        denominator = tl.sum(s * s, axis=1) / cols + eps  # masked lanes added 0; real width
-        rstd = loud_scale(tl.rsqrt(denominator), denominator)  # NaN, not 0, on overflow
-        y = s * rstd[:, None] * w[None, :]
-        tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
-                 _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
+                       WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
+                       PERSISTENT: tl.constexpr):
+    if PERSISTENT:
+        # a few programs per SM walk the tiles (the loads pipelined num_stages deep)
+        for tile in tl.range(tl.program_id(0), tl.cdiv(rows, ROWS_PER_PROGRAM), tl.num_programs(0)):
+            _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows, COLS, x_stride,
+                              r_stride, y_stride, s_stride, eps, BLOCK, ROWS_PER_PROGRAM,
+                              WRITE_SUM, SOFTWARE_BF16)
+    else:
+        # one tile per program, no loop: nothing for the compiler to keep live across iterations
+        _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tl.program_id(0), rows, COLS,
+                          x_stride, r_stride, y_stride, s_stride, eps, BLOCK, ROWS_PER_PROGRAM,
+                          WRITE_SUM, SOFTWARE_BF16)
 # [/book:kernel]
 
 
 # [book:chunked-kernel]
 @triton.jit
-def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, cols,
+def _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows, COLS: tl.constexpr,
+                   x_stride, r_stride, y_stride, s_stride, eps,
+                   CHUNK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+                   WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
+    row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
+    row_ok = row < rows
+    # pass 1: per-lane partial sums of squares. COLS is a compile-time constant, so the loop's
+    # trip count is too: the compiler unrolls it and drops the masks (Inductor's kernel bakes
+    # the shape in the same way).
+    partial = tl.zeros([ROWS_PER_PROGRAM, CHUNK], dtype=tl.float32)
+    for start in tl.range(0, COLS, CHUNK):
+        col = start + tl.arange(0, CHUNK)
+        mask = row_ok[:, None] & (col < COLS)[None, :]
+        if WRITE_SUM:
+            # x and r are read once: pass 1 writes s, which pass 2 reads back (half the bytes of
+            # reading x and r again, and from L2: it was just written)
+            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            s_stored = _store_cast(x + r, s_ptr.dtype.element_ty, SOFTWARE_BF16)
+            tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
+            s = s_stored.to(tl.float32)
+        else:
+            # ask L2 to keep x and r for pass 2
+            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_last").to(tl.float32)
+            s = x + r
+        partial += s * s
+    denominator = tl.sum(partial, axis=1) / COLS + eps
+    rstd = loud_scale(tl.rsqrt(denominator), denominator)
+    # pass 2: s again (x + r, or the stored s), from L2 mostly, last use; write y
+    for start in tl.range(0, COLS, CHUNK):
+        col = start + tl.arange(0, CHUNK)
+        col_ok = col < COLS
+        mask = row_ok[:, None] & col_ok[None, :]
+        if WRITE_SUM:
+            s = tl.load(s_ptr + row[:, None] * s_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+        else:
+            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            s = x + r
+        w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
+                    eviction_policy="evict_last").to(tl.float32)
+        y = s * rstd[:, None] * w[None, :]
+        tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
+                 _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
+
+
+@triton.jit
+def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, COLS: tl.constexpr,
                                x_stride, r_stride, y_stride, s_stride, eps,
                                CHUNK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
-                               WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
+                               WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
+                               PERSISTENT: tl.constexpr):
     """The same op for wide rows, in two passes over column chunks: few registers per thread, so
     many programs share an SM and hide each other's memory latency."""
-    n_tiles = tl.cdiv(rows, ROWS_PER_PROGRAM)
-    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-        row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
-        row_ok = row < rows
-        # pass 1: per-lane partial sums of squares; ask L2 to keep x and r for pass 2
-        partial = tl.zeros([ROWS_PER_PROGRAM, CHUNK], dtype=tl.float32)
-        for start in tl.range(0, cols, CHUNK):
-            col = start + tl.arange(0, CHUNK)
-            mask = row_ok[:, None] & (col < cols)[None, :]
-            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
-                        eviction_policy="evict_last").to(tl.float32)
-            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
-                        eviction_policy="evict_last").to(tl.float32)
-            s = x + r
-            if WRITE_SUM:
-                s = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16).to(tl.float32)
-            partial += s * s
-        denominator = tl.sum(partial, axis=1) / cols + eps
-        rstd = loud_scale(tl.rsqrt(denominator), denominator)
-        # pass 2: read x and r again (from L2, mostly; last use), write s and y
-        for start in tl.range(0, cols, CHUNK):
-            col = start + tl.arange(0, CHUNK)
-            col_ok = col < cols
-            mask = row_ok[:, None] & col_ok[None, :]
-            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
-                        eviction_policy="evict_last").to(tl.float32)
-            s = x + r
-            if WRITE_SUM:
-                s_stored = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
-                tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
-                s = s_stored.to(tl.float32)
-            y = s * rstd[:, None] * w[None, :]
-            tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
-                     _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
+    if PERSISTENT:
+        for tile in tl.range(tl.program_id(0), tl.cdiv(rows, ROWS_PER_PROGRAM), tl.num_programs(0)):
+            _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows, COLS, x_stride,
+                           r_stride, y_stride, s_stride, eps, CHUNK, ROWS_PER_PROGRAM,
+                           WRITE_SUM, SOFTWARE_BF16)
+    else:
+        _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tl.program_id(0), rows, COLS,
+                       x_stride, r_stride, y_stride, s_stride, eps, CHUNK, ROWS_PER_PROGRAM,
+                       WRITE_SUM, SOFTWARE_BF16)
 # [/book:chunked-kernel]
 
 
@@ -214,7 +259,9 @@ def heuristic_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
 
     - rows per program: enough rows for a tile of about 16 KB per input tensor (a narrow row alone
       gives a program too little to load), at most 8;
-    - warps: about 32 bytes (two 16-byte vector loads) per thread per tensor, 4 to 16 warps;
+    - warps: about 32 bytes (two 16-byte vector loads) per thread per tensor, 4 to 16 warps,
+      and enough warps that no thread holds more than 32 values of a row (32 warps at 32768
+      columns, as Liger's rule has it): more would spill registers;
     - one program per tile, no pipelining.
     """
     _check_cols(cols)
@@ -222,7 +269,7 @@ def heuristic_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
     block = triton.next_power_of_2(cols)
     rows_per_program = max(1, min(8, 16384 // (block * size)))
     tile_bytes = rows_per_program * block * size
-    num_warps = max(4, min(16, tile_bytes // (32 * 32)))
+    num_warps = max(4, min(16, tile_bytes // (32 * 32)), rows_per_program * block // (32 * 32))
     return LaunchConfig(rows_per_program, triton.next_power_of_2(num_warps), 1, None)
 # [/book:heuristic]
 
@@ -361,6 +408,33 @@ def _remembered_config(cols: int, dtype: torch.dtype, generation: int) -> Launch
     return choose_config(cols, dtype)[0]
 
 
+# [book:large-batch]
+# Large batches are bound by DRAM bandwidth, not by latency: there, two passes over 2048-column
+# chunks with 16 warps per row (the launch Inductor generates for this op) keep four 512-thread
+# programs per SM streaming, where a whole row in registers fits two or three. Small batches are
+# bound by latency, and one pass over a row in registers is shorter: the table holds the winners
+# measured there. The switch is a rule on rows, like the one above, and needs no tuning.
+LARGE_BATCH_ROWS_PER_SM = 16
+LARGE_BATCH_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1, chunk=2048)
+
+
+def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int) -> tuple[LaunchConfig, bool]:
+    """(configuration for this batch, whether the large-batch rule replaced the table's)."""
+    if (rows >= LARGE_BATCH_ROWS_PER_SM * sms
+            and triton.next_power_of_2(cols) > LARGE_BATCH_CONFIG.chunk):
+        return LARGE_BATCH_CONFIG, True
+    return config, False
+# [/book:large-batch]
+
+
+def launch_config(rows: int, cols: int, dtype: torch.dtype, device) -> LaunchConfig:
+    """What a call without ``config=`` runs: the table's entry, or on a GPU the large-batch rule."""
+    config = _default_config(cols, dtype)
+    if device.type != "cuda":
+        return config  # the interpreter: one fixed configuration
+    return batch_config(config, rows, cols, sm_count(device))[0]
+
+
 def _default_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
     """choose_config, remembered: the wrappers ask on every call, the answer changes only when a
     tuning table is overridden."""
@@ -396,29 +470,106 @@ def _check_config(config) -> LaunchConfig | None:
                                 f"got {type(config).__name__}.")
 
 
-def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig) -> None:
+# The study's control for the loop hypothesis: True runs one-tile programs through the loop too.
+TILE_LOOP_ALWAYS = False
+
+
+def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
     """Launch the kernel on validated 2-D tensors (``s2`` None: don't write the sum).
 
     A config with a ``chunk`` narrower than the row's BLOCK runs the two-pass kernel; otherwise
-    (no chunk, or the whole row fits in one chunk) the row lives in registers."""
+    (no chunk, or the whole row fits in one chunk) the row lives in registers.
+    Returns a :class:`_DirectLaunch` for calls with the same shapes (on a GPU), else None."""
     rows, cols = x2.shape
     if rows == 0:
-        return
-    rpp, programs = grid_size(config, rows, sm_count(x2.device))
+        return None
     write_sum = s2 is not None
+    s_out = s2 if write_sum else y2
+    rpp, programs = grid_size(config, rows, sm_count(x2.device))
     software_bf16 = (not env.current().on_gpu) and x2.dtype == torch.bfloat16
     block = triton.next_power_of_2(cols)
-    s_out = s2 if write_sum else y2
     args = (x2, r2, w, y2, s_out, rows, cols,
             x2.stride(0), r2.stride(0), y2.stride(0), s_out.stride(0), eps)
+    persistent = config.programs_per_sm is not None or TILE_LOOP_ALWAYS
     if config.chunk is not None and config.chunk < block:
-        add_rmsnorm_chunked_kernel[(programs,)](
-            *args, CHUNK=config.chunk, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum,
-            SOFTWARE_BF16=software_bf16, num_warps=config.num_warps, num_stages=config.num_stages)
+        kernel, width = add_rmsnorm_chunked_kernel, {"CHUNK": config.chunk}
+    else:
+        kernel, width = add_rmsnorm_kernel, {"BLOCK": block}
+    constants = (*width.values(), rpp, write_sum, software_bf16, persistent)  # the kernel's order
+    compiled = kernel[(programs,)](
+        *args, **width, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum, SOFTWARE_BF16=software_bf16,
+        PERSISTENT=persistent, num_warps=config.num_warps, num_stages=config.num_stages)
+    if x2.device.type == "cuda" and hasattr(compiled, "run") and hasattr(compiled, "__getitem__"):
+        return _DirectLaunch(compiled[(programs, 1, 1)], constants)
+    return None
+
+
+class _DirectLaunch:
+    """The compiled kernel of one first launch, called again without Triton's Python launch path
+    (argument binding and the specialization key cost tens of microseconds per call)."""
+
+    __slots__ = ("runner", "constants")
+
+    def __init__(self, runner, constants: tuple):
+        self.runner, self.constants = runner, constants
+
+    def __call__(self, x, r, w, y, s, rows: int, cols: int, eps: float) -> None:
+        # contiguous rows only (the plan cache below guarantees it): every row stride is cols
+        self.runner(x, r, w, y, s, rows, cols, cols, cols, cols, cols, eps, *self.constants)
+
+
+# ---------------------------------------------------------------- repeated calls
+
+# A model calls the op with the same shapes every step. Every check the wrappers make depends only
+# on the inputs' type, shape, strides, dtype and device and on eps; so does the launch (grid,
+# config, the compiled kernel, which Triton also specializes on 16-byte pointer alignment). A
+# call whose key matches one that passed every check skips straight to the launch; anything
+# else (another shape, dtype, device, stride, eps, a non-tensor) takes the full path and its checks.
+FAST_PATH = os.environ.get("FUSEDRMS_FAST_PATH", "1") not in ("0", "off")
+MAX_PLANS = 256
+_PLANS: dict = {}
+
+
+def _call_key(op: str, x, residual, w, eps) -> tuple | None:
+    if not (type(x) is torch.Tensor and type(residual) is torch.Tensor  # noqa: E721
+            and type(w) is torch.Tensor and type(eps) is float):  # noqa: E721
+        return None  # subclasses and other eps types: always the full path
+    return (op, x.shape, x.stride(), x.dtype, x.device, residual.shape, residual.stride(),
+            residual.dtype, residual.device, w.shape, w.stride(), w.dtype, w.device, eps,
+            x.data_ptr() % 16 == 0, residual.data_ptr() % 16 == 0, w.data_ptr() % 16 == 0,
+            tuning.generation(), TILE_LOOP_ALWAYS)
+
+
+class _Plan:
+    """What a validated call decided: the config, and (on a GPU) the compiled kernel."""
+
+    __slots__ = ("rows", "cols", "config", "direct")
+
+    def __init__(self, rows, cols, config, direct):
+        self.rows, self.cols, self.config, self.direct = rows, cols, config, direct
+
+    def run(self, x, r, w, y, s, eps: float) -> None:
+        if self.direct is not None:
+            self.direct(x, r, w, y, s if s is not None else y, self.rows, self.cols, eps)
+        else:  # the interpreter: the same launch, without the checks already made
+            c = self.cols
+            launch(x.view(-1, c), r.view(-1, c), w, y.view(-1, c),
+                   None if s is None else s.view(-1, c), eps, self.config)
+
+
+def _remember(key, x, residual, w, x2, config, direct) -> None:
+    """Keep a plan only for the layout the direct launch assumes: contiguous x, residual, w."""
+    if key is None or not (x.is_contiguous() and residual.is_contiguous()
+                           and w.is_contiguous() and x2.shape[0] > 0):
         return
-    add_rmsnorm_kernel[(programs,)](
-        *args, BLOCK=block, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum,
-        SOFTWARE_BF16=software_bf16, num_warps=config.num_warps, num_stages=config.num_stages)
+    if len(_PLANS) >= MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = _Plan(x2.shape[0], x2.shape[1], config, direct)
+
+
+def clear_plans() -> None:
+    """Forget every remembered call (tests; after replacing a tuning table it happens anyway)."""
+    _PLANS.clear()
 
 
 def add_rmsnorm(x, residual, w, eps: float = 1e-5, *, config=None) -> torch.Tensor:
@@ -426,11 +577,18 @@ def add_rmsnorm(x, residual, w, eps: float = 1e-5, *, config=None) -> torch.Tens
 
     ``config`` (a :class:`LaunchConfig` or dict) overrides :func:`choose_config`.
     """
+    key = _call_key("fused", x, residual, w, eps) if FAST_PATH and config is None else None
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None:
+        y = torch.empty_like(x)
+        plan.run(x, residual, w, y, None, eps)
+        return y
     config = _check_config(config)
-    x2, r2, w, eps, shape = _prepare(x, residual, w, eps, "capstone.fused")
-    config = config or _default_config(x2.shape[1], x2.dtype)
+    x2, r2, w2, eps, shape = _prepare(x, residual, w, eps, "capstone.fused")
+    config = config or launch_config(x2.shape[0], x2.shape[1], x2.dtype, x2.device)
     y2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
-    launch(x2, r2, w, y2, None, eps, config)
+    direct = launch(x2, r2, w2, y2, None, eps, config)
+    _remember(key, x, residual, w, x2, config, direct)
     return y2.reshape(shape)
 
 
@@ -441,10 +599,24 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
     ``in_place=True`` writes ``s`` into ``residual`` and ``y`` into ``x`` and returns them (vLLM's
     layout); both must then be contiguous, or the writes would land in a temporary copy.
     """
+    op = "residual_in_place" if in_place is True else "residual"
+    key = (_call_key(op, x, residual, w, eps)
+           if FAST_PATH and config is None and type(in_place) is bool else None)  # noqa: E721
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None:
+        if in_place:
+            # depends on addresses, not on the key: checked on every call
+            validation.check_no_overlap({"x": x, "residual": residual},
+                                        {"x": x, "residual": residual, "w": w})
+            plan.run(x, residual, w, x, residual, eps)
+            return x, residual
+        y, s = torch.empty_like(x), torch.empty_like(x)
+        plan.run(x, residual, w, y, s, eps)
+        return y, s
     config = _check_config(config)
     in_place = validation.check_flag(in_place, "in_place")
-    x2, r2, w, eps, shape = _prepare(x, residual, w, eps, "capstone.fused_residual")
-    config = config or _default_config(x2.shape[1], x2.dtype)
+    x2, r2, w2, eps, shape = _prepare(x, residual, w, eps, "capstone.fused_residual")
+    config = config or launch_config(x2.shape[0], x2.shape[1], x2.dtype, x2.device)
     if in_place:
         for t, name in ((x, "x"), (residual, "residual")):
             if not t.is_contiguous():
@@ -453,12 +625,14 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
                     f"write into a temporary copy. Pass {name}.contiguous() or use in_place=False.")
         # y goes into x and s into residual: neither may overlap the other tensors it reads
         validation.check_no_overlap({"x": x2, "residual": r2},
-                                    {"x": x2, "residual": r2, "w": w})
-        launch(x2, r2, w, x2, r2, eps, config)
+                                    {"x": x2, "residual": r2, "w": w2})
+        direct = launch(x2, r2, w2, x2, r2, eps, config)
+        _remember(key, x, residual, w, x2, config, direct)
         return x, residual
     y2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
     s2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
-    launch(x2, r2, w, y2, s2, eps, config)
+    direct = launch(x2, r2, w2, y2, s2, eps, config)
+    _remember(key, x, residual, w, x2, config, direct)
     return y2.reshape(shape), s2.reshape(shape)
 
 
@@ -470,3 +644,8 @@ registry.register(registry.Impl(
     max_cols=MAX_COLS,
     description="fused residual-add + RMSNorm that also writes x + residual (vLLM layout): "
                 "4 row-trips"))
+registry.register(registry.Impl(
+    "capstone.fused_residual_in_place", "add_rmsnorm_residual",
+    lambda x, residual, w, eps=1e-5: add_rmsnorm_residual(x, residual, w, eps, in_place=True),
+    "triton", max_cols=MAX_COLS, mutates=True,
+    description="the same, in place as vLLM and FlashInfer do it: s into residual, y into x"))

@@ -19,8 +19,14 @@ and never falls back to dynamic shapes or to eager. The first call of a new shap
 benchmark times it separately (``first_call_ms``) and excludes it from the timings. Compilation on
 a CPU takes tens of seconds per shape, so the compiled peers are registered for GPUs only.
 
-Liger-Kernel's RMSNorm is registered as ``liger.rms_norm`` when ``liger_kernel`` imports;
-:func:`liger_status` says whether it did.
+Outside PyTorch (registered always, GPU only; where the package is absent a call raises
+:class:`PeerMissing`, which the benchmark records as "missing", never as a number):
+
+- Liger-Kernel: ``liger.rms_norm`` (``rmsnorm``) and ``liger.fused_add_rms_norm``
+  (``add_rmsnorm_residual``, Liger's ``fused_add_rms_norm_forward``); :func:`liger_status`.
+- FlashInfer's own CUDA kernels (:mod:`fusedrms.kernels.peers_flashinfer`): ``flashinfer.rms_norm``
+  and ``flashinfer.fused_add_rmsnorm`` (in place, ``mutates``).
+- ``torch.compile_residual``: ``torch.compile(reference.add_rmsnorm_residual, dynamic=False)``.
 """
 from __future__ import annotations
 
@@ -30,6 +36,10 @@ import torch
 import torch.nn.functional as F
 
 from .. import env, reference, registry, validation  # env first: decides the Triton mode
+
+class PeerMissing(RuntimeError):
+    """A peer library that is not installed (or cannot be built) here."""
+
 
 COMPILE_REASON = ("torch.compile generates a kernel per shape; on a CPU that takes tens of "
                   "seconds per shape, so the book runs it on the GPU only")
@@ -112,6 +122,9 @@ class StaticCompiled:
 
 COMPILED_RMSNORM = StaticCompiled(reference.rmsnorm, "torch.compile")
 COMPILED_ADD_RMSNORM = StaticCompiled(reference.add_rmsnorm, "torch.compile_add")
+COMPILED_ADD_RMSNORM_RESIDUAL = StaticCompiled(reference.add_rmsnorm_residual,
+                                               "torch.compile_residual")
+COMPILED = (COMPILED_RMSNORM, COMPILED_ADD_RMSNORM, COMPILED_ADD_RMSNORM_RESIDUAL)
 
 
 def compiled_rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
@@ -127,6 +140,15 @@ def compiled_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tenso
     x2, r2 = _rows(x), _rows(residual)
     w = validation.check_weight(w, x2.shape[1], x2.device)
     return COMPILED_ADD_RMSNORM.get(x2, r2, w, eps=eps)(x2, r2, w, eps).reshape(x.shape)
+
+
+def compiled_add_rmsnorm_residual(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
+                                  eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    validation.check_same(x, residual, "x", "residual")
+    x2, r2 = _rows(x), _rows(residual)
+    w = validation.check_weight(w, x2.shape[1], x2.device)
+    y, s = COMPILED_ADD_RMSNORM_RESIDUAL.get(x2, r2, w, eps=eps)(x2, r2, w, eps)
+    return y.reshape(x.shape), s.reshape(x.shape)
 
 
 # ---- Liger-Kernel (optional) ----
@@ -161,11 +183,46 @@ def liger_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5) -> torch
     """Liger's Triton RMSNorm, casting mode "llama" (x·rstd rounded to x's dtype, then ·w)."""
     fn = _load_liger()
     if fn is None:
-        raise RuntimeError(liger_status())
+        raise PeerMissing(liger_status())
     eps = _check(x, w, eps)
     x2 = _rows(x)
     w = validation.check_weight(w, x2.shape[1], x2.device)
     return fn.apply(x2, w, eps).reshape(x.shape)
+
+
+def liger_fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
+                             eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    """Liger's fused add + RMSNorm forward (casting mode "llama"): ``(y, x + residual)``."""
+    if _load_liger() is None:
+        raise PeerMissing(liger_status())
+    from liger_kernel.ops.fused_add_rms_norm import fused_add_rms_norm_forward
+
+    eps = _check(x, w, eps, residual)
+    out = fused_add_rms_norm_forward(x, residual, w, eps, 0.0, "llama")
+    return out[0], out[1]
+
+
+def flashinfer_fused_add_rmsnorm(x, residual, w, eps: float = 1e-5):
+    """FlashInfer's FusedAddRMSNorm, in place: ``residual <- x + residual``, ``x <- y``."""
+    from . import peers_flashinfer
+
+    eps = _check(x, w, eps, residual)
+    try:
+        peers_flashinfer.load()
+    except RuntimeError as e:
+        raise PeerMissing(str(e)) from None
+    return peers_flashinfer.fused_add_rmsnorm(_rows(x), _rows(residual), w, eps)
+
+
+def flashinfer_rms_norm(x, w, eps: float = 1e-5):
+    from . import peers_flashinfer
+
+    eps = _check(x, w, eps)
+    try:
+        peers_flashinfer.load()
+    except RuntimeError as e:
+        raise PeerMissing(str(e)) from None
+    return peers_flashinfer.rmsnorm(_rows(x), w, eps).reshape(x.shape)
 
 
 def register() -> None:
@@ -185,10 +242,26 @@ def register() -> None:
                       kernel=False, devices=("cuda",), gpu_only_reason=COMPILE_REASON,
                       description="torch.compile(reference.add_rmsnorm, dynamic=False), "
                                   "one compile per shape"))
-    if _load_liger() is not None:
-        R.register(R.Impl("liger.rms_norm", "rmsnorm", liger_rms_norm, "triton", kernel=False,
-                          devices=("cuda",), gpu_only_reason="Liger-Kernel runs on GPUs only",
-                          description="Liger-Kernel LigerRMSNormFunction (casting mode llama)"))
+    R.register(R.Impl("torch.compile_residual", "add_rmsnorm_residual",
+                      compiled_add_rmsnorm_residual, "torch", kernel=False, devices=("cuda",),
+                      gpu_only_reason=COMPILE_REASON,
+                      description="torch.compile(reference.add_rmsnorm_residual, dynamic=False)"))
+    liger_reason = "Liger-Kernel runs on GPUs only"
+    R.register(R.Impl("liger.rms_norm", "rmsnorm", liger_rms_norm, "triton", kernel=False,
+                      devices=("cuda",), gpu_only_reason=liger_reason,
+                      description="Liger-Kernel LigerRMSNormFunction (casting mode llama)"))
+    R.register(R.Impl("liger.fused_add_rms_norm", "add_rmsnorm_residual",
+                      liger_fused_add_rms_norm, "triton", kernel=False, devices=("cuda",),
+                      gpu_only_reason=liger_reason,
+                      description="Liger-Kernel fused_add_rms_norm_forward (casting mode llama)"))
+    fi_reason = "FlashInfer's kernels are CUDA"
+    R.register(R.Impl("flashinfer.rms_norm", "rmsnorm", flashinfer_rms_norm, "cuda",
+                      kernel=False, devices=("cuda",), gpu_only_reason=fi_reason,
+                      description="FlashInfer norm::RMSNorm (norm.cuh)"))
+    R.register(R.Impl("flashinfer.fused_add_rmsnorm", "add_rmsnorm_residual",
+                      flashinfer_fused_add_rmsnorm, "cuda", kernel=False, devices=("cuda",),
+                      gpu_only_reason=fi_reason, mutates=True,
+                      description="FlashInfer norm::FusedAddRMSNorm (norm.cuh), in place"))
 
 
 register()

@@ -444,6 +444,51 @@ def rmsnorm_fp8_fused_split_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, co
                     offsets2, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
 
 
+# [book:approx-kernel]
+@triton.jit
+def rmsnorm_fp8_approx_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, x_row_stride, eps,
+                              absmax_floor, FP8_MAX: tl.constexpr, BLOCK_COLS: tl.constexpr,
+                              BLOCKS: tl.constexpr):
+    """Diagnostic, not the specification: what the fused kernel costs without exactness.
+
+    The sum of squares in fp32 in the compiler's order (not float64), ``rsqrt`` (not a correctly
+    rounded 1/sqrt), and ``y * (448 / absmax)`` (not a correctly rounded division): codes can
+    differ from the reference by one step now and then. Timed beside the exact kernel so the
+    chapter can say what exactness costs."""
+    row = tl.program_id(0).to(tl.int64)
+    blocks = tl.arange(0, BLOCKS)
+    offsets = blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
+    mask = offsets < cols
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(tl.sum(x * x, axis=1), axis=0) / cols + eps)
+    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    y = (x * r).to(tl.bfloat16).to(tl.float32)
+    y = (y * w).to(tl.bfloat16).to(tl.float32)
+    absmax = tl.maximum(tl.max(tl.abs(y), axis=1), absmax_floor)
+    q = y * (FP8_MAX / absmax)[:, None]
+    q = tl.clamp(q, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
+    tl.store(codes_ptr + row * cols + offsets, q.to(tl.float8e4nv), mask=mask)
+    n_blocks = tl.cdiv(cols, BLOCK_COLS)
+    tl.store(scales_ptr + row * n_blocks + blocks, absmax / FP8_MAX, mask=blocks < n_blocks)
+# [/book:approx-kernel]
+
+
+def rmsnorm_fp8_approx(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR,
+                       num_warps: int = 8):
+    """The diagnostic kernel above (GPU with fp8 support only): ``(codes, scales)``, not bit-exact."""
+    x2, w, eps, floor, shape = _check_inputs(x, w, eps, absmax_floor, env.current().device)
+    cols = x2.shape[1]
+    validation.check_width(cols, MAX_COLS, "fp8 approx (one row per program)")
+    nb = n_blocks(cols)
+    codes = torch.empty(x2.shape, dtype=FP8_DTYPE, device=x2.device)
+    scales = torch.empty((x2.shape[0], nb), dtype=FP32, device=x2.device)
+    if x2.shape[0]:
+        rmsnorm_fp8_approx_kernel[(x2.shape[0],)](
+            x2, w, codes, scales, cols, x2.stride(0), eps, floor, FP8_MAX=FP8_MAX,
+            BLOCK_COLS=BLOCK_COLS, BLOCKS=triton.next_power_of_2(nb), num_warps=num_warps)
+    return _shaped(codes, scales, shape)
+
+
 def split_pieces(n_blocks_: int) -> tuple[int, int, int] | None:
     """``n_blocks`` as three distinct powers of two, largest first (56 -> 32, 16, 8), or None."""
     pieces = [1 << i for i in range(n_blocks_.bit_length() - 1, -1, -1) if n_blocks_ >> i & 1]

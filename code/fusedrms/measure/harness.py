@@ -47,9 +47,15 @@ from .. import cli, dtypes, env, records
 NO_GPU_EXIT = 2
 LINE_TAG = "@@"  # worker protocol: lines starting with this are JSON messages
 DTYPES = dtypes.ACTIVATIONS
-COMPILED_PEERS = ("torch.compile", "torch.compile_add")
+COMPILED_PEERS = ("torch.compile", "torch.compile_add", "torch.compile_residual")
+L2_MULTIPLE = 4  # rotating mode: the input sets together hold more than this many L2s
+MAX_SETS = 200
 EPS = 1e-5
 MODES = ("cold", "warm", "graph")  # L2 cold (flushed), warm, and CUDA-graph replays
+
+
+MODES = ("rotating", "cold", "warm", "graph", "python")
+PYTHON_CALLS = 200  # python mode: calls back to back per sample
 
 
 class FloorUnavailable(RuntimeError):
@@ -98,7 +104,7 @@ class Sweep:
     def __post_init__(self):
         bad = [m for m in self.modes if m not in MODES]
         if bad:
-            raise ValueError(f"unknown mode(s) {bad}; use cold, warm or graph")
+            raise ValueError(f"unknown mode(s) {bad}; use {', '.join(MODES)}")
         for d in self.dtypes:
             dtypes.torch_dtype(d)
 
@@ -108,7 +114,8 @@ PLANS = {
     # the last cases of a process are the ones skipped.
     "h200": [
         Sweep("grid", "add_rmsnorm", (1, 16, 256, 1024, 4096, 16384), (2048, 4096, 8192, 16384),
-              ("bf16", "fp16", "fp32")),
+              ("bf16",)),
+        Sweep("grid", "add_rmsnorm", (1, 1024, 16384), (4096, 8192), ("fp16", "fp32")),
         Sweep("rmsnorm", "rmsnorm", (1, 1024, 16384), (4096, 8192), ("bf16", "fp32")),
         Sweep("graph", "add_rmsnorm", (1, 16, 256), (2048, 8192), ("bf16",), ("warm", "graph")),
         Sweep("graph", "rmsnorm", (1, 256), (4096,), ("fp32",), ("warm", "graph")),
@@ -132,6 +139,7 @@ class Settings:
     reps: int = 50
     time_cap_s: float = 0.1  # per timing: fewer reps (never below min_reps) for slow calls
     min_reps: int = 10
+    rotating_reps: int = 9  # graph replays per rotating timing (each many calls long)
     budget_s: float | None = None
     compile_share: float = 0.3  # of the budget, kept for the torch.compile process
     allow_missing_floor: bool = False
@@ -194,6 +202,37 @@ def make_inputs(op: str, rows: int, cols: int, dtype, device="cuda", seed: int =
         r = torch.randn(rows, cols, device=device, dtype=torch.float32, generator=g).to(dtype)
         return (x, r, w, EPS)
     return (x, w, EPS)
+
+
+def python_call_us(call, device: str = "cuda", reps: int = 10,
+                   calls: int = PYTHON_CALLS) -> list[float]:
+    """What a caller pays per call from Python, back to back (a decode step's situation): wall
+    clock over ``calls`` calls, synchronized at the end; one sample per batch of calls."""
+    for _ in range(20):
+        call()
+    _sync(device)
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            call()
+        _sync(device)
+        out.append((time.perf_counter() - t0) * 1e6 / calls)
+    return out
+
+
+def rotating_inputs(op: str, rows: int, cols: int, dtype, device, first: tuple) -> list[tuple]:
+    """Input sets for the rotating timer: ``first`` plus fresh ones (other seeds) until they
+    hold more than ``L2_MULTIPLE`` L2s (at least 2 sets, at most ``MAX_SETS``)."""
+    import math
+
+    from . import timer
+
+    l2 = (timer.l2_bytes() if device != "cpu" else None) or (50 << 20)
+    per_set = sum(a.numel() * a.element_size() for a in first if hasattr(a, "numel")
+                  and a.dim() == 2)
+    k = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2 / max(per_set, 1))))
+    return [first] + [make_inputs(op, rows, cols, dtype, device, seed=i) for i in range(1, k)]
 
 
 def sample_rows(rows: int, k: int = 16) -> list[int]:
@@ -280,11 +319,16 @@ def run_worker(spec: dict) -> int:
             for c in group:
                 _emit("record", **c, status="skipped: time budget")
             continue
-        args = make_inputs(op, rows, cols, dtypes.torch_dtype(dt), device)
+        dtype = dtypes.torch_dtype(dt)
+        args = make_inputs(op, rows, cols, dtype, device)
+        rotating_sets: list = []
         by_impl: dict = {}
         for c in group:
             by_impl.setdefault(c["impl"], []).append(c)
-        for name, impl_cases in by_impl.items():
+        # in-place peers overwrite the inputs: they run last, and are checked on copies
+        order = sorted(by_impl, key=lambda n: registry.get(n).mutates)
+        for name in order:
+            impl_cases = by_impl[name]
             if deadline and time.time() > deadline:
                 for c in impl_cases:
                     _emit("record", **c, status="skipped: time budget")
@@ -292,36 +336,62 @@ def run_worker(spec: dict) -> int:
             impl = registry.get(name)
             call = (lambda f=impl.fn: f(*args))
             try:
-                first_ms, out = _sync_wall_ms(call, device)
+                if impl.mutates:
+                    copies = tuple(a.clone() if i < 2 else a for i, a in enumerate(args))
+                    first_ms, out = _sync_wall_ms(lambda: impl.fn(*copies), device)
+                    del copies
+                else:
+                    first_ms, out = _sync_wall_ms(call, device)
                 ok, message = check_output(op, out, args)
                 del out
-                est = statistics.median(timer.time_gpu(call, warmup=2, reps=5, l2="warm"))
+                est = None
+                if any(c["mode"] not in ("rotating", "python") for c in impl_cases):
+                    est = statistics.median(timer.time_gpu(call, warmup=2, reps=5, l2="warm"))
             except Exception as e:  # noqa: BLE001 - report and go on with the next case
+                from ..kernels import peers
+
+                missing = isinstance(e, peers.PeerMissing)
                 for c in impl_cases:
-                    _emit("record", **c, status=f"error: {type(e).__name__}: {e}"[:500])
+                    _emit("record", **c, status=(f"missing: {e}" if missing else
+                                                 f"error: {type(e).__name__}: {e}")[:500])
                 if "CUDA error" in str(e) or "illegal" in str(e).lower():
                     _emit("fatal", error=f"CUDA context lost after {name}: {e}"[:500])
                     return 1
                 continue
             for c in impl_cases:
                 mode = c["mode"]
-                warmup, reps = _adapt(est, mode, s)
-                l2 = "cold" if mode == "cold" else "warm"
-                base = dict(c, first_call_ms=first_ms, correct=ok, check=message,
-                            warmup=warmup, copy_GBps=bw,
-                            l2_method=timer.l2_method(l2, graph=mode == "graph"))
+                base = dict(c, first_call_ms=first_ms, correct=ok, check=message, copy_GBps=bw)
                 try:
-                    samples = timer.time_gpu(call, warmup=warmup, reps=reps, l2=l2,
-                                              graph=mode == "graph")
+                    if mode == "python":
+                        samples = python_call_us(call, device, reps=s.min_reps)
+                        base.update(warmup=20, l2_method=f"python: {PYTHON_CALLS} calls back to "
+                                    f"back from Python, no graph; wall clock to the last "
+                                    f"kernel's end, per call")
+                    elif mode == "rotating":
+                        if not rotating_sets:
+                            rotating_sets = rotating_inputs(op, rows, cols, dtype, device, args)
+                        calls = [(lambda f=impl.fn, a=a: f(*a)) for a in rotating_sets]
+                        samples = timer.time_rotating(calls, reps=s.rotating_reps)
+                        base.update(warmup=2, l2_method=f"rotating: a graph replays calls over "
+                                              f"{len(rotating_sets)} input sets (> "
+                                              f"{L2_MULTIPLE}x L2 where memory allows)",
+                                    sets=len(rotating_sets))
+                    else:
+                        warmup, reps = _adapt(est, mode, s)
+                        l2 = "cold" if mode == "cold" else "warm"
+                        base.update(warmup=warmup,
+                                    l2_method=timer.l2_method(l2, graph=mode == "graph"))
+                        samples = timer.time_gpu(call, warmup=warmup, reps=reps, l2=l2,
+                                                  graph=mode == "graph")
                     _emit("record", **base, status="ok", **timer.summarize(samples))
                 except Exception as e:  # noqa: BLE001
                     _emit("record", **base, status=f"error: {type(e).__name__}: {e}"[:500])
             if is_compiled_peer(name):
                 from ..kernels import peers
 
-                for sc in (peers.COMPILED_RMSNORM, peers.COMPILED_ADD_RMSNORM):
+                for sc in peers.COMPILED:
                     sc.reset()  # free the compiled graphs of this shape
-        del args
+        del args, rotating_sets
         if device != "cpu":
             torch.cuda.empty_cache()
     _emit("done")
@@ -440,10 +510,12 @@ def aggregate(per_process: list[dict], copy_bw: list[float], allow_missing_floor
                    max_median_us=max(meds), process_medians_us=meds,
                    p10_us=statistics.median(r["p10_us"] for r in ok),
                    p90_us=statistics.median(r["p90_us"] for r in ok),
-                   reps=ok[0]["n"], warmup=ok[0]["warmup"],
+                   reps=ok[0]["n"], warmup=ok[0].get("warmup"),
                    first_call_ms=[round(r["first_call_ms"], 3) for r in ok],
                    correct=_all_correct(r["correct"] for r in ok), check=ok[0]["check"],
                    l2_method=ok[0]["l2_method"])
+        if ok[0].get("sets"):
+            rec["sets"] = ok[0]["sets"]
         if is_compiled_peer(c["impl"]):
             rec["compile_s"] = [round(r["first_call_ms"] / 1e3, 3) for r in ok]
         try:

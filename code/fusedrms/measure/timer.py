@@ -179,6 +179,52 @@ def time_gpu(fn: Callable[[], object], warmup: int = 25, reps: int = 100, l2: st
     return [s.elapsed_time(e) * 1000.0 / per_replay for s, e in zip(starts, ends)]
 
 
+def time_rotating(calls: list[Callable[[], object]], reps: int = 9, warmup: int = 2,
+                  min_replay_us: float = 200.0) -> list[float]:
+    """Microseconds per call, back to back, with inputs coming from DRAM: one CUDA/HIP graph
+    replays ``calls`` (one call per input set, the sets together larger than a few L2s, so
+    each call's inputs were evicted by the others), repeated inside the graph until a replay
+    lasts at least ``min_replay_us``. Each sample is one replay's time divided by the calls in it.
+    """
+    env.require_gpu("Timing with device events")
+    _check_args("warm", warmup, reps)
+    torch = _torch()
+    if not calls:
+        raise ValueError("time_rotating needs at least one call")
+    # estimate one pass over the sets, to decide how many passes a replay holds
+    for c in calls:
+        c()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for c in calls:
+        c()
+    end.record()
+    torch.cuda.synchronize()
+    pass_us = max(start.elapsed_time(end) * 1000.0, 1e-3)
+    passes = max(1, min(64, int(min_replay_us / pass_us) + 1))
+
+    def one_replay():
+        for _ in range(passes):
+            for c in calls:
+                c()
+
+    graph = _capture(one_replay, 1)
+    for _ in range(warmup):
+        graph.replay()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        s.record()
+        graph.replay()
+        e.record()
+    torch.cuda.synchronize()
+    n = passes * len(calls)
+    del graph
+    return [s.elapsed_time(e) * 1000.0 / n for s, e in zip(starts, ends)]
+
+
 def median_us(fn: Callable[[], object], warmup: int = 2, reps: int = 5) -> float:
     """Median microseconds of ``fn()``: device events (warm L2) on a GPU, a wall clock on the CPU
     path, where the interpreter's time says nothing about a GPU but shows what work costs."""
