@@ -6,7 +6,9 @@
 set -euo pipefail
 tarball=$(realpath "$1"); machine=${2:-h200}
 cd "$(dirname "$0")/../.."
-tar tzf "$tarball" | grep -qx './MANIFEST.json' || { echo "$tarball has no MANIFEST.json: not a recording" >&2; exit 2; }
+# (listing first: grep -q stopping early would make tar fail under pipefail)
+listing=$(tar tzf "$tarball")
+grep -qx './MANIFEST.json' <<<"$listing" || { echo "$tarball has no MANIFEST.json: not a recording" >&2; exit 2; }
 dest=code/fusedrms/data/$machine
 rm -rf "$dest"
 mkdir -p "$dest"
