@@ -378,26 +378,22 @@ def python_calls(doc: dict | None, op: str = "add_rmsnorm") -> dict:
     return out
 
 
-def census_rows(doc: dict | None, matrix_bytes: int | None = None,
-                copy_GBps: float | None = None) -> list[dict]:
-    """The kernel census as table rows: route, kernel (short name), device µs per call and, when
-    the matrix size and the copy bandwidth are given, the row-trips that time is worth."""
-    import re
-
-    rows = []
-    for rec in extra_records(doc, "kernel_census"):
-        if "error" in rec:
+def lever_summary(effects: list[dict] | None, op: str = "add_rmsnorm") -> list[dict]:
+    """Per lever of the performance study (rows of ``ch07.lever_effects``: lever, tests, variant,
+    op, rows, cols, before_us, after_us): the best variant's change at each shape, summarized as
+    the median, lowest and highest change in percent over the shapes, in the study's order."""
+    per: dict = {}
+    for e in effects or []:
+        if e.get("op") != op or not e.get("before_us") or not e.get("after_us"):
             continue
-        for k in rec.get("kernels", []):
-            name = str(k.get("name", "?"))
-            kernel = re.search(r"\w*_kernel\w*", name)
-            functor = re.findall(r"\w*Functor\w*", name)
-            short = (kernel.group(0) if kernel else name[:40])[:40]
-            if functor:
-                short += f" ({functor[-1][:30]})"
-            us = _num(k.get("device_us_per_call")) or 0.0
-            row = {"route": rec.get("impl"), "kernel": short, "µs": us}
-            if matrix_bytes and copy_GBps:
-                row["row-trips"] = us * 1e-6 * copy_GBps * 1e9 / matrix_bytes
-            rows.append(row)
-    return rows
+        shape = (e["rows"], e["cols"])
+        change = 100.0 * (e["after_us"] - e["before_us"]) / e["before_us"]
+        lever = per.setdefault(e["lever"], {"tests": e.get("tests", ""), "shapes": {}})
+        lever["shapes"][shape] = min(change, lever["shapes"].get(shape, change))
+    out = []
+    for name, lever in per.items():
+        changes = sorted(lever["shapes"].values())
+        out.append({"lever": name, "tests": lever["tests"], "shapes": len(changes),
+                    "median_pct": changes[len(changes) // 2], "best_pct": changes[0],
+                    "worst_pct": changes[-1]})
+    return out

@@ -434,9 +434,8 @@ def _kernel_args() -> tuple:
 
 
 KERNEL_ARGS = _kernel_args()
+WIDTH = next(a for a in KERNEL_ARGS if a.lower() == "cols")  # the row width's argument
 TENSOR_ARGS = tuple(a for a in KERNEL_ARGS if a.endswith("_ptr"))
-CONSTEXPR_SWITCHES = tuple(a for a in KERNEL_ARGS if a.isupper() and a not in
-                           ("BLOCK", "ROWS_PER_PROGRAM"))
 SIGNATURE = f"add_rmsnorm_kernel({', '.join(KERNEL_ARGS)})"
 DROPPED = ("@triton.autotune builds its key in Autotuner.run from the key names that are "
            "arguments of the kernel; a name that is not one is dropped without a word in Triton "
@@ -490,20 +489,20 @@ def _grade_key(answer) -> Feedback:
                      "cols; the seed listing's bug was letting configs set it), not inputs to key "
                      "on.", "The key describes the input: which argument sets the tile's size?")
     if names & {"x_stride", "r_stride", "y_stride", "s_stride"}:
-        return wrong("a stride is cols for contiguous rows and anything for a view: keying on it "
+        return wrong("a stride is the width for contiguous rows and anything for a view: keying on it "
                      "re-tunes for every layout while adding nothing for the usual one.",
                      "Key on the argument that sets the tile's size.")
     if "eps" in names:
         return wrong("eps changes a value, not the kernel's tile or its memory traffic.",
                      "Which argument changes how many bytes a row is?")
-    if "cols" not in names:
+    if WIDTH not in names:
         return wrong(f"{sorted(names)} leaves the width out: one configuration would serve 2048 "
                      f"and 16384 columns.", "Add the argument that is the width.")
-    return correct("key=['cols']: each width is tuned once, and because Autotuner.run adds every "
+    return correct(f"key=[{WIDTH!r}]: each width is tuned once, and because Autotuner.run adds every "
                    "tensor argument's dtype to the key, each (width, dtype) pair gets its own "
-                   "configuration." + (f" {', '.join(sorted(names - {'cols'}))} in the key "
+                   "configuration." + (f" {', '.join(sorted(names - {WIDTH}))} in the key "
                                        f"also tunes the compiled variants apart, which does no "
-                                       f"harm." if names - {"cols"} else ""))
+                                       f"harm." if names - {WIDTH} else ""))
 
 
 autotune_key = Exercise(
@@ -511,10 +510,11 @@ autotune_key = Exercise(
     f"The capstone kernel is {SIGNATURE}. Which names do you pass as "
     f"@triton.autotune(key=[...]) so that each (width, dtype) is tuned once, for every batch "
     f"size? answer = [names]",
-    _grade_key, solution=["cols"],
-    mistakes={"dtype as well": ["cols", "dtype"], "the seed's name": ["n_cols"],
-              "rows": ["rows", "cols"], "BLOCK": ["BLOCK"], "a tensor": ["cols", "x_ptr"],
-              "eps": ["cols", "eps"], "the tuned knob": ["num_warps"], "a stride": ["x_stride"],
-              "width left out": ["WRITE_SUM"], "capitalized": ["Cols"], "not a list": 42})
+    _grade_key, solution=[WIDTH],
+    mistakes={"dtype as well": [WIDTH, "dtype"], "the seed's name": ["n_cols"],
+              "rows": ["rows", WIDTH], "BLOCK": ["BLOCK"], "a tensor": [WIDTH, "x_ptr"],
+              "eps": [WIDTH, "eps"], "the tuned knob": ["num_warps"], "a stride": ["x_stride"],
+              "width left out": ["WRITE_SUM"], "capitalized": [WIDTH.swapcase()],
+              "not a list": 42})
 
 ALL = [residual_variant, residual_bytes, autotune_key]

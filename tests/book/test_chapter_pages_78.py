@@ -1,0 +1,122 @@
+"""The page readers of chapters 7 and 8 (book/ch07_results.py, the page-reader section of
+book/ch08.py), on documents shaped like the recorded files."""
+import pytest
+
+from fusedrms.book import ch07_results as R
+from fusedrms.book import ch08
+
+
+def hrec(impl, rows, cols, us, pct, op="add_rmsnorm", sweep="peers", mode="rotating",
+         dtype="bf16", status="ok"):
+    return {"sweep": sweep, "op": op, "impl": impl, "rows": rows, "cols": cols, "dtype": dtype,
+            "mode": mode, "status": status, "median_us": us, "pct_of_floor": pct}
+
+
+PEERS = {"records": [
+    hrec("capstone.fused", 16384, 8192, 200.0, 95.0),
+    hrec("torch.compile", 16384, 8192, 190.0, 100.0),
+    hrec("liger.rms_norm", 16384, 8192, 250.0, 76.0),
+    hrec("torch.eager_chain", 16384, 8192, 560.0, 34.0),
+    hrec("capstone.fused", 1, 4096, 2.0, 1.0),
+    hrec("torch.compile", 1, 4096, 2.5, 0.8),
+    hrec("flashinfer.rms_norm", 1, 4096, 9.0, 0.2, status="missing: not installed"),
+    hrec("capstone.fused_residual", 1, 4096, 2.2, 1.0, op="add_rmsnorm_residual"),
+    hrec("liger.fused_add_rms_norm", 1, 4096, 2.0, 1.1, op="add_rmsnorm_residual"),
+    hrec("capstone.fused", 1, 4096, 60.0, None, sweep="python", mode="python"),
+    hrec("torch.rms_norm_add", 1, 4096, 25.0, None, sweep="python", mode="python"),
+]}
+
+
+def test_peer_rows_compare_with_the_fastest_peer_and_skip_missing_ones():
+    rows = R.peer_rows(R.peer_points(PEERS))
+    assert [(r["rows"], r["peer"]) for r in rows] == [(1, "torch.compile"),
+                                                      (16384, "torch.compile")]
+    big = rows[-1]
+    assert big["ratio"] == pytest.approx(200 / 190) and big["pct_floor"] == 95.0
+    assert "flashinfer.rms_norm" not in rows[0]["peers"]  # missing is missing, not a time
+
+
+def test_peer_summary_counts_and_extremes():
+    s = R.peer_summary(R.peer_rows(R.peer_points(PEERS)))
+    assert s["compared"] == 2 and s["not_slower"] == 1
+    assert s["worst"]["rows"] == 16384 and s["best"]["rows"] == 1
+    assert s["large"] == 1 and s["large_pct_median"] == 95.0 and s["large_peer_pct_median"] == 100
+    assert R.peer_summary([]) == {"compared": 0}
+
+
+def test_residual_rows_use_the_residual_capstone():
+    rows = R.peer_rows(R.peer_points(PEERS), "add_rmsnorm_residual")
+    assert len(rows) == 1 and rows[0]["ratio"] == pytest.approx(1.1)
+
+
+def test_python_calls_and_eager_ratio():
+    assert R.python_calls(PEERS) == {"capstone.fused": 60.0, "torch.rms_norm_add": 25.0}
+    assert R.python_calls(None) == {}
+    assert R.eager_ratios(R.peer_points(PEERS)) == [pytest.approx(2.8)]
+
+
+def fp8_doc():
+    timing = {"kind": "timing", "rows": 16384, "cols": 7168, "naive_graph_us": 300.0,
+              "fused_graph_us": 150.0, "fused_floor_us": 84.0, "naive_floor_us": 194.0,
+              "naive_bytes": 825767936, "fused_bytes": 356005888}
+    failed = {"kind": "timing", "rows": 2, "cols": 7168, "error_graph": "boom"}
+    return {"provenance": {}, "records": [failed, timing]}
+
+
+def test_fp8_timing_rows_skip_failed_shapes():
+    rows = ch08.timing_rows(fp8_doc())
+    assert len(rows) == 1
+    r = rows[0]
+    assert r["speedup"] == 2.0 and r["pct_floor"] == pytest.approx(56.0)
+    assert r["bytes_ratio"] == pytest.approx(2.3196, rel=1e-3)
+    assert ch08.timing_rows(None) == []
+
+
+def cand(warps, maxnreg, division, rows=1, tile="padded", us=100.0, exact=True):
+    return {"kind": "candidate", "num_warps": warps, "maxnreg": maxnreg, "division": division,
+            "rows_per_program": rows, "tile": tile, "bit_exact": exact,
+            "fused_graph_us_16384": us / 2, "fused_graph_us_32768": us}
+
+
+def test_fp8_levers_follow_the_chain_and_need_exact_candidates():
+    doc = {"records": [cand(16, 64, "per_element", us=450), cand(16, 64, "block_reciprocal", us=350),
+                       cand(8, None, "block_reciprocal", us=340),
+                       cand(4, None, "block_reciprocal", us=330),
+                       cand(4, None, "block_reciprocal", tile="split", us=300),
+                       cand(8, None, "block_reciprocal", rows=2, us=600, exact=False)]}
+    levers = ch08.fp8_levers(doc)
+    assert [l["lever"] for l in levers] == [l[0] for l in ch08.LEVER_CHAIN[:4]]
+    assert levers[0]["rows"] == 32768 and levers[0]["change_pct"] == pytest.approx(-100 / 4.5)
+    assert all(l["kept"] for l in levers)
+    assert ch08.fp8_levers(doc, rows=16384)[0]["before_us"] == 225
+    assert ch08.fp8_levers(None) == []
+
+
+def test_seed_twin_fails_the_specification_and_each_exact_step_passes():
+    rows = {r["shortcut"]: r for r in ch08.twin_differences(rows=8)}
+    assert not rows["all four (the twin)"]["passes"]
+    assert rows["all four (the twin)"]["differing codes"] > 0
+    x, w = ch08.make_inputs(4, 512, 0, device="cpu")
+    codes, scales = ch08.seed_twin(x, w, departures=())
+    assert ch08.compare(codes, scales, *ch08.reference(x, w)).ok  # no shortcut: the spec
+    with pytest.raises(ch08.validation.InputError):
+        ch08.seed_twin(x, w, departures=("fast",))
+
+
+def test_lever_summary_takes_the_best_variant_per_shape():
+    effects = [
+        {"lever": "A", "tests": "t", "op": "add_rmsnorm", "rows": 1, "cols": 2,
+         "before_us": 100.0, "after_us": 90.0},
+        {"lever": "A", "tests": "t", "op": "add_rmsnorm", "rows": 1, "cols": 2,
+         "before_us": 100.0, "after_us": 80.0},  # a second variant at the same shape
+        {"lever": "A", "tests": "t", "op": "add_rmsnorm", "rows": 3, "cols": 2,
+         "before_us": 100.0, "after_us": 110.0},
+        {"lever": "B", "tests": "u", "op": "add_rmsnorm_residual", "rows": 1, "cols": 2,
+         "before_us": 100.0, "after_us": 50.0},
+        {"lever": "C", "op": "add_rmsnorm", "rows": 1, "cols": 2, "before_us": None,
+         "after_us": 5.0},
+    ]
+    rows = R.lever_summary(effects)
+    assert rows == [{"lever": "A", "tests": "t", "shapes": 2, "median_pct": 10.0,
+                     "best_pct": -20.0, "worst_pct": 10.0}]
+    assert R.lever_summary(None) == []
