@@ -38,7 +38,9 @@ def test_peer_rows_compare_with_the_fastest_peer_and_skip_missing_ones():
 
 def test_peer_summary_counts_and_extremes():
     s = R.peer_summary(R.peer_rows(R.peer_points(PEERS)))
-    assert s["compared"] == 2 and s["not_slower"] == 1
+    # liger and the eager chain were timed at 16384 rows only: the 1-row shape is not complete
+    assert s["compared"] == 2 and s["complete"] == 1 and s["not_slower"] == 0
+    assert s["missing"] == {"liger.rms_norm": 1, "torch.eager_chain": 1}
     assert s["worst"]["rows"] == 16384 and s["best"]["rows"] == 1
     assert s["large"] == 1 and s["large_pct_median"] == 95.0 and s["large_peer_pct_median"] == 100
     assert R.peer_summary([]) == {"compared": 0}
@@ -120,3 +122,13 @@ def test_lever_summary_takes_the_best_variant_per_shape():
     assert rows == [{"lever": "A", "tests": "t", "shapes": 2, "median_pct": 10.0,
                      "best_pct": -20.0, "worst_pct": 10.0}]
     assert R.lever_summary(None) == []
+
+
+def test_a_peer_missing_at_a_shape_is_never_counted_as_a_win():
+    # the capstone wins at 16384 rows only because torch.compile was not timed there
+    recs = [r for r in PEERS["records"] if not (r["impl"] == "torch.compile" and r["rows"] == 16384)]
+    recs.append(hrec("torch.compile", 16384, 8192, 9.0, 0.0, status="skipped: time budget"))
+    s = R.peer_summary(R.peer_rows(R.peer_points({"records": recs})))
+    big = [r for r in R.peer_rows(R.peer_points({"records": recs})) if r["rows"] == 16384][0]
+    assert big["ratio"] < 1 and "torch.compile" in big["missing"]
+    assert s["not_slower"] == 0 and s["missing"]["torch.compile"] == 1

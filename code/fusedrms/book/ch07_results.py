@@ -322,6 +322,7 @@ def peer_rows(points: list[Point], op: str = "add_rmsnorm") -> list[dict]:
             continue
         if p.impl == mine or is_peer(p.impl):
             by_shape.setdefault(p.shape, {})[p.impl] = p
+    timed = {k for got in by_shape.values() for k in got if is_peer(k)}  # peers timed anywhere
     rows = []
     for shape, got in by_shape.items():
         peers = {k: v for k, v in got.items() if is_peer(k)}
@@ -333,13 +334,16 @@ def peer_rows(points: list[Point], op: str = "add_rmsnorm") -> list[dict]:
                      "MB": bytes_moved(op, *shape) / MB, "capstone_us": me.median_us,
                      "pct_floor": me.pct_floor, "peer": best.impl, "peer_us": best.median_us,
                      "peer_pct_floor": best.pct_floor, "ratio": me.median_us / best.median_us,
-                     "peers": {k: v.median_us for k, v in peers.items()}})
+                     "peers": {k: v.median_us for k, v in peers.items()},
+                     # peers the recording timed elsewhere but not here: never counted as a win
+                     "missing": sorted(timed - set(peers))})
     return sorted(rows, key=lambda r: (r["MB"], r["dtype"]))
 
 
 def peer_summary(rows: list[dict], large_MB: float = 64.0) -> dict:
-    """Counts and extremes of :func:`peer_rows`: shapes compared, shapes where the capstone is
-    at least as fast as every peer, the worst and best ratio, and the capstone's share of the
+    """Counts and extremes of :func:`peer_rows`: shapes compared, shapes where every peer was
+    timed (``complete``) and where the capstone is at least as fast as every peer there, how
+    many shapes each peer is missing at, the worst and best ratio, and the capstone's share of the
     copy floor over shapes moving ``large_MB`` or more (median and minimum)."""
     if not rows:
         return {"compared": 0}
@@ -348,7 +352,13 @@ def peer_summary(rows: list[dict], large_MB: float = 64.0) -> dict:
     large = sorted(r["pct_floor"] for r in rows if r["MB"] >= large_MB and r["pct_floor"])
     large_peer = sorted(r["peer_pct_floor"] for r in rows
                         if r["MB"] >= large_MB and r["peer_pct_floor"])
-    return {"compared": len(rows), "not_slower": sum(r["ratio"] <= 1.0 for r in rows),
+    complete = [r for r in rows if not r.get("missing")]
+    missing: dict = {}
+    for r in rows:
+        for name in r.get("missing", []):
+            missing[name] = missing.get(name, 0) + 1
+    return {"compared": len(rows), "complete": len(complete),
+            "not_slower": sum(r["ratio"] <= 1.0 for r in complete), "missing": missing,
             "worst": worst, "best": best, "large": len(large),
             "large_pct_median": large[len(large) // 2] if large else None,
             "large_pct_min": large[0] if large else None,
