@@ -15,7 +15,8 @@ import math
 import torch
 
 from .. import checks
-from .core import Exercise, Malformed, as_choice, as_fields, as_number, correct, wrong
+from .core import (Exercise, Malformed, as_choice, as_fields, as_number, correct, option_letter,
+                   wrong)
 
 # ---------------------------------------------------------------- (1) a tolerance for fp16
 
@@ -123,16 +124,11 @@ _BUG_HINTS = {
 
 
 def _letter(answer):
-    """"b", "B", "(b)", "b)" or "(b) it divides ..." -> "b"; anything else unchanged."""
-    if isinstance(answer, str):
-        text = answer.strip()
-        if text[:1] == "(" and ")" in text:
-            return text[1:text.index(")")].strip()
-        if len(text) >= 2 and text[1] == ")":
-            return text[0]
-        if text.lower().removeprefix("broken.") == MYSTERY.removeprefix("broken."):
-            return ANSWER
-    return answer
+    """An option letter in any written form, or the mystery kernel's own name -> its letter."""
+    if isinstance(answer, str) and (answer.strip().lower().removeprefix("broken.")
+                                    == MYSTERY.removeprefix("broken.")):
+        return ANSWER
+    return option_letter(answer)
 
 
 def _grade_bug(answer):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from .. import traffic
-from .core import Exercise, Malformed, as_choice, as_number, correct, wrong
+from .core import Exercise, Malformed, as_choice, as_number, correct, option_letter, wrong
 
 # A hypothetical GPU: a round copy bandwidth so the arithmetic is the reader's, not a lookup.
 ROWS, COLS, DTYPE = 8192, 4096, "bf16"
@@ -161,24 +161,16 @@ _RULE_HINTS = {
          f"any L2 (tens of MB): a warm cache cannot hold them, let alone explain a factor this size.",
     "c": "Processes differ by a few percent, not by a factor of tens.",
     "d": "The median and the mean of honest samples differ by outliers, not by a factor of tens.",
-    "e": "The floor is the time to move the bytes the op must move; no kernel beats it. A number "
-         "below it means the measurement did not cover the work.",
+    "e": "The floor is a reference: the time to move the op's bytes at the measured copy rate. The "
+         "best kernels land within a few percent of it; a number far below it means the "
+         "measurement did not cover the work.",
 }
 
 
-def _letter(answer):
-    """"a", "A", "(a)", "a)" or "(a) The CPU clock ..." -> "a"; anything else unchanged."""
-    if isinstance(answer, str):
-        text = answer.strip()
-        if text[:1] == "(" and ")" in text:
-            return text[1:text.index(")")].strip()
-        if len(text) >= 2 and text[1] == ")":
-            return text[0]
-    return answer
 
 
 def _grade_rule(answer):
-    choice = as_choice(_letter(answer), list(RULE_CHOICES))
+    choice = as_choice(option_letter(answer), list(RULE_CHOICES))
     if choice == "a":
         return correct(f"{SUSPICIOUS_US:.0f} µs is about {BIG_FLOOR_US / SUSPICIOUS_US:.0f}x below "
                        f"the floor ({BIG_FLOOR_US:.0f} µs): impossible for the kernel. A clock "

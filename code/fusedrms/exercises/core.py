@@ -155,6 +155,18 @@ def as_choice(answer: Any, choices: Sequence[str]) -> str:
     raise Malformed(f"{answer[:40]!r} is not one of {', '.join(repr(c) for c in choices)}.")
 
 
+def option_letter(answer: Any) -> Any:
+    """"b", "B", "(b)", "b)" or "(b) it divides ..." -> "b" (for :func:`as_choice`); anything
+    else unchanged."""
+    if isinstance(answer, str):
+        text = answer.strip()
+        if text[:1] == "(" and ")" in text:
+            return text[1:text.index(")")].strip()
+        if len(text) >= 2 and text[1] == ")":
+            return text[0]
+    return answer
+
+
 def as_fields(answer: Any, names: Sequence[str], example: str) -> list:
     """The parts of a compound answer, in the order of ``names``: from a tuple or list of that
     length, or from a dict with those keys. Anything else (a set, a string, a dict with other
