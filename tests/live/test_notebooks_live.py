@@ -222,8 +222,10 @@ def test_chapter2_calculator_recomputes_for_the_chosen_design_shape_and_dtype(ch
         box.fill(value)
         box.press("Enter")
         expect(plot).not_to_have_attribute("src", src)
+    src = plot.get_attribute("src")
     calc.get_by_label("dtype").select_option("fp32")
     expect_estimate("eager_add_rmsnorm", 64, 7168, "fp32")
+    expect(plot).not_to_have_attribute("src", src)
 
     rows = calc.get_by_label("rows", exact=True)
     rows.fill("0")

@@ -48,6 +48,24 @@ def test_calculator_recomputes_its_table_and_plot_for_every_input():
     assert f"{expected.ideal_us:,.3f} µs" in table.value
 
 
+def test_a_calculator_change_made_while_a_figure_draws_wins(monkeypatch):
+    """A kernel can run a newer change while an older one still draws: the newer one stays."""
+    calc = roofline.calculator(4800.0, 67.0)
+    step, dtype, rows, cols, bandwidth, table, plot = _calculator_parts(calc)
+    draw = roofline.calculator_plot
+    pending = [lambda: setattr(rows, "value", 0)]
+
+    def slow_draw(e, *args):
+        if pending:
+            pending.pop()()  # the reader's next change lands mid-draw
+        return draw(e, *args)
+
+    monkeypatch.setattr(roofline, "calculator_plot", slow_draw)
+    dtype.value = "fp32"
+    assert "rows must be at least 1" in table.value
+    assert plot.value == ""
+
+
 def test_calculator_plot_draws_the_chosen_design_and_marks_the_chosen_width():
     e = traffic.price("rmsnorm_fp8_fused", 64, 100_000, "bf16", 4800.0)
     ax = roofline.calculator_plot(e).axes[0]

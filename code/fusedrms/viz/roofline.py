@@ -234,17 +234,27 @@ def calculator(bandwidth_GBps: float, peak_tflops: float | None = None,
     note = widgets.HTML(f"<small>bandwidth: {escape(bandwidth_label)}</small>"
                         if bandwidth_label else "")
 
+    latest = [0]
+
     def update(_change=None):
+        # Table and plot change together, and only for the newest input: a kernel may run a
+        # newer change while an older one is still drawing its figure.
+        latest[0] += 1
+        mine = latest[0]
         try:
             e = traffic.price(w_step.value, w_rows.value, w_cols.value, w_dtype.value,
                               w_bw.value, peak_tflops)
         except traffic.TrafficError as err:
-            out.value = (f'<p class="fusedrms-input-error" style="color:#b35900">'
-                         f"{escape(str(err))}</p>")
-            plot.value = ""
+            table_html = (f'<p class="fusedrms-input-error" style="color:#b35900">'
+                          f"{escape(str(err))}</p>")
+            plot_html = ""
+        else:
+            table_html = estimate_html(e)
+            plot_html = figure_html(calculator_plot(e), f"ideal time of {e.step} by row width")
+        if mine != latest[0]:
             return
-        out.value = estimate_html(e)
-        plot.value = figure_html(calculator_plot(e), f"ideal time of {e.step} by row width")
+        with out.hold_sync(), plot.hold_sync():
+            out.value, plot.value = table_html, plot_html
 
     for w in (w_step, w_rows, w_cols, w_dtype, w_bw):
         w.observe(update, names="value")
