@@ -522,9 +522,10 @@ def missing_note(s: dict) -> str:
     for name in display_names(missing):
         timed = total - missing[name]
         of = "them" if parts else ("the one shape" if total == 1 else f"the {total} shapes")
-        parts.append(f"{name} was not timed at any of {of}" if timed <= 0 and total > 1 else
-                     f"{name} was not timed at {of}" if timed <= 0 else
-                     f"{name} was timed at only {timed} of {of}")
+        who = f"the {name}" if name in _ARTICLE else name
+        parts.append(f"{who} was not timed at any of {of}" if timed <= 0 and total > 1 else
+                     f"{who} was not timed at {of}" if timed <= 0 else
+                     f"{who} was timed at only {timed} of {of}")
     return join_words(parts) + "; no shape counts as a win over a peer not timed there"
 
 
@@ -567,8 +568,9 @@ def large_shapes_clause(s: dict, large_MB: float = 64.0) -> str:
     text += f", {who} at a median {s['large_peer_pct_median']:.0f}%"
     gone, parts = _missing_by_name(s.get("large_missing")), []
     for name in display_names(gone):
-        parts.append(f"{name} was not timed there" if gone[name] >= s["large_shapes"] else
-                     f"{name} was not timed at {gone[name]} of them")
+        who = f"the {name}" if name in _ARTICLE else name
+        parts.append(f"{who} was not timed there" if gone[name] >= s["large_shapes"] else
+                     f"{who} was not timed at {gone[name]} of them")
     return text + (f"; {join_words(parts)}" if parts else "")
 
 
