@@ -382,8 +382,27 @@ def residual_bytes_expected() -> int:
                          BYTES_DTYPE).bytes_total
 
 
+BYTE_UNITS = {"b": 1, "byte": 1, "bytes": 1, "kb": 1e3, "kib": 2 ** 10, "mb": 1e6,
+              "mib": 2 ** 20}
+
+
+def as_bytes(answer) -> float:
+    """A number of bytes: a number, or text such as ``532,480``, ``532480 B`` or ``520 KiB``."""
+    import re
+
+    if isinstance(answer, str):
+        m = re.fullmatch(r"\s*([-+0-9.,_eE]+)\s*([A-Za-z]*)\s*", answer)
+        if m and m.group(2).lower() in BYTE_UNITS | {"": 1}:
+            number = m.group(1)
+            if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d*)?", number):  # 532,480
+                number = number.replace(",", "")
+            scale = BYTE_UNITS.get(m.group(2).lower(), 1)
+            return as_number(number, "a number of bytes") * scale
+    return as_number(answer, "a number of bytes")
+
+
 def _grade_bytes(answer) -> Feedback:
-    value = as_number(answer, "a number of bytes")
+    value = as_bytes(answer)
     expected = residual_bytes_expected()
     matrix = BYTES_ROWS * BYTES_COLS * 2
     weight = BYTES_COLS * 2
@@ -407,6 +426,11 @@ def _grade_bytes(answer) -> Feedback:
     for v, (msg, hint) in known.items():
         if abs(value - v) < 0.5:
             return wrong(f"{value:,.0f} B: {msg}", hint)
+    for unit, scale in (("kB", 1e3), ("KiB", 2 ** 10), ("MB", 1e6), ("MiB", 2 ** 20)):
+        if abs(value * scale - expected) < 0.5 * scale / 100:
+            return wrong(f"{value:g} is the right amount in {unit}, but the answer is read as "
+                         f"bytes.", f"Write it in bytes ({value:g} x {scale:,.0f}), or as text "
+                         f"with its unit: answer = \"{value:g} {unit}\".")
     return wrong(f"{value:,.0f} B is not it.",
                  f"Count the tensors with rows: x, r read; y, s written; each {BYTES_ROWS} x "
                  f"{BYTES_COLS} bf16. Then the weight once.")
@@ -419,7 +443,8 @@ residual_bytes = Exercise(
     _grade_bytes, solution=4 * BYTES_ROWS * BYTES_COLS * 2 + BYTES_COLS * 2,
     mistakes={"3 row-trips": 3 * 131072 + 8192, "no weight": 4 * 131072,
               "weight per row": 4 * 131072 + 16 * 8192, "fp32": 2 * (4 * 131072 + 8192),
-              "eager": 7 * 131072 + 8192, "text": "lots", "NaN": float("nan")})
+              "eager": 7 * 131072 + 8192, "kB read as bytes": 532.48,
+              "KiB read as bytes": 520, "text": "lots", "NaN": float("nan")})
 
 
 # ---------------------------------------------------------------- (c) the autotune key
@@ -444,8 +469,14 @@ DROPPED = ("@triton.autotune builds its key in Autotuner.run from the key names 
 
 
 def _read_key(answer) -> list[str]:
-    if isinstance(answer, str):
-        answer = [answer]
+    if isinstance(answer, str):  # "COLS", "['COLS']", "key=['COLS']", "COLS, rows"
+        import re
+
+        text = re.sub(r"^\s*key\s*=", "", answer)
+        answer = [n for n in re.split(r"[\s,]+", text.strip().strip("[](){}").replace("'", "")
+                                      .replace('"', "")) if n]
+    if isinstance(answer, (set, frozenset)):  # the autotuner only iterates over the names
+        answer = sorted(answer, key=str)
     if not isinstance(answer, (list, tuple)) or not answer:
         raise Malformed("write the key as a list of argument names, e.g. answer = ['eps'] "
                         "(the way @triton.autotune(key=[...]) takes it).")
