@@ -399,17 +399,38 @@ def lever(name, **changes):
 
 
 def test_lever_sentence_follows_the_sign_of_the_change():
-    # negative: a shorter time. Only "b" shortened it by more than 3%; "c" lengthened it everywhere
-    levers = [lever("a", c2048=-1.0, c4096=5.0), lever("b", c2048=-8.0, c4096=-1.0),
+    # negative: a shorter time. Only "b" shortened it by more than 3%; "c" lengthened it
+    levers = [lever("a", c2048=-1.0, c4096=2.0), lever("b", c2048=-8.0, c4096=-1.0),
               lever("c", c2048=4.0, c4096=9.0)]
     text = CR.lever_sentence(levers)
-    assert text.startswith("One of the 3 levers shortened the time by more than 3% at some shape")
-    assert "the largest gain, 8.0% at 1024x2048, came from \u201cb\u201d" in text
-    assert text.endswith("; one lengthened it by more than 3% at every shape")
-    none = CR.lever_sentence([lever("a", c2048=-1.0), lever("c", c2048=4.0)])
-    assert none.startswith("No lever shortened the time")
-    assert CR.lever_sentence([lever("b", c2048=-8.0)]) == \
-        "The lever shortened the time by more than 3% at some shape, by 8.0%"
+    assert text == ("Counting a change only where it exceeds 3%, 1 of the 3 levers shortened the "
+                    "time, the most \u201cb\u201d, by 8.0% at 1024x2048, and 1 of the 3 "
+                    "lengthened it, the most \u201cc\u201d, by 9.0% at 1024x4096")
+    none = CR.lever_sentence([lever("a", c2048=-1.0), lever("c", c2048=2.0)])
+    assert none == ("Counting a change only where it exceeds 3%, no lever shortened the time, "
+                    "and none lengthened it")
+    assert CR.lever_sentence([lever("b", c2048=-8.0)]) == (
+        "Counting a change only where it exceeds 3%, the lever shortened the time by 8.0% at "
+        "1024x2048, and did not lengthen it")
+
+
+def test_a_lever_must_beat_the_gap_between_two_runs_of_the_launch_in_use():
+    levers = [lever("b", c2048=-8.0, c4096=-1.0), lever("c", c2048=4.0, c4096=9.0)]
+    repeat = {(1024, 2048): -8.2, (1024, 4096): -0.04}  # the same kernel, 8.2% apart at 2048
+    text = CR.lever_sentence(levers, repeat=repeat)
+    assert text.startswith("Counting a change only where it exceeds 3% plus the gap between two "
+                           "runs of the launch in use (8.2% at 1024x2048), no lever shortened")
+    assert text.endswith("and 1 of the 2 levers lengthened it, the most \u201cc\u201d, by 9.0% "
+                         "at 1024x4096")
+    assert CR.change_text(-0.04) == "0.0%" and CR.change_text(10.66) == "+10.7%"
+    assert CR.change_text(-8.18) == "-8.2%"
+
+
+def test_launch_repeat_compares_the_launch_in_use_across_runs():
+    levers_doc = _levers_doc()  # ours.current: 200 µs at 16384x8192
+    peers = CR.peer_points(peer_doc({(16384, 8192): {"capstone.fused": 190.0}}))
+    assert CR.launch_repeat(levers_doc, peers) == {(16384, 8192): pytest.approx(-5.0)}
+    assert CR.launch_repeat(None, peers) == {} and CR.launch_repeat(levers_doc, []) == {}
 
 
 def test_study_rows_compare_the_capstone_with_compile_in_the_same_run():

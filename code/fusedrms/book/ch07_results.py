@@ -588,32 +588,66 @@ def eager_clause(ratios: list[float], large_MB: float = 64.0) -> str:
             f"against the 7/3 = 2.33x the bytes predict ({bound})")
 
 
-def lever_sentence(levers: list[dict], threshold_pct: float = 3.0) -> str:
-    """The performance study in a sentence (capitalized, no final period): how many levers
-    shortened the time by more than ``threshold_pct`` at some shape (a change is negative when
-    the time is shorter), the largest gain, and how many lengthened it at every shape."""
+def launch_repeat(levers_doc: dict | None, points: list[Point], op: str = "add_rmsnorm",
+                  dtype: str = "bf16") -> dict:
+    """{(rows, cols): %} the launch in use changed between the performance study's run and the
+    peers run (:func:`peer_points`), in the levers' sign convention: the same kernel timed twice,
+    so what a lever must beat to count."""
+    from . import ch07
+
+    if not levers_doc:
+        return {}
+    mine = _capstone_for(op)
+    study = {(r["rows"], r["cols"]): r["median_us"] for r in ch07.normalized(levers_doc)
+             if r["op"] == op and r["impl"] == mine and r["dtype"] == dtype}
+    peers = {(p.rows, p.cols): p.median_us for p in points
+             if p.impl == mine and p.mode == "cold" and p.dtype == dtype and (not p.op or p.op == op)}
+    return {shape: 100.0 * (peers[shape] - us) / us for shape, us in study.items() if shape in peers}
+
+
+def lever_sentence(levers: list[dict], threshold_pct: float = 3.0,
+                   repeat: dict | None = None) -> str:
+    """The performance study in a sentence (capitalized, no final period). A lever's change at a
+    shape counts only where it exceeds ``threshold_pct`` plus the gap between two runs of the
+    launch in use there (``repeat``, from :func:`launch_repeat`): a lever is measured against a
+    kernel whose own time moved that much. A change is negative when the time is shorter. Says
+    how many levers shortened and how many lengthened the time, and the largest of each."""
     if not levers:
         return "The levers of the study are not recorded yet"
-    t, total = f"{threshold_pct:g}%", len(levers)
-    helped = [l for l in levers if l["best_pct"] < -threshold_pct]
-    hurt = [l for l in levers if l["best_pct"] > threshold_pct]
-    if helped:
-        top = min(helped, key=lambda l: l["best_pct"])
-        shape = min(top["changes"], key=top["changes"].get) if top.get("changes") else None
-        at = f" at {shape_text(*shape)}" if shape and len(top["changes"]) > 1 else ""
-        count = ("The lever" if total == 1 else
-                 f"{'One' if len(helped) == 1 else len(helped)} of the {total} levers")
-        text = (f"{count} shortened the time by more than {t} at some shape"
-                + (f"; the largest gain, {-top['best_pct']:.1f}%{at}, came from "
-                   f"\u201c{top['lever']}\u201d" if total > 1 else
-                   f", by {-top['best_pct']:.1f}%{at}"))
+    t, total, repeat = f"{threshold_pct:g}%", len(levers), repeat or {}
+
+    def found(sign):
+        """[((sign * change, shape), lever)] of the levers with a change counted, largest first."""
+        out = []
+        for lv in levers:
+            hits = [(sign * c, shape) for shape, c in lv.get("changes", {}).items()
+                    if sign * c > threshold_pct + abs(repeat.get(shape, 0.0))]
+            if hits:
+                out.append((max(hits), lv["lever"]))
+        return sorted(out, reverse=True)
+
+    gaps = [f"{abs(g):.1f}% at {shape_text(*shape)}" for shape, g in repeat.items()
+            if abs(g) >= 1.0]
+    head = (f"Counting a change only where it exceeds {t} plus the gap between two runs of the "
+            f"launch in use ({join_words(gaps)})" if gaps else
+            f"Counting a change only where it exceeds {t}")
+    shorter, longer = found(-1), found(1)
+
+    def largest(hits):
+        (pct, shape), name = hits[0]
+        where = f"{pct:.1f}% at {shape_text(*shape)}"
+        return f"by {where}" if total == 1 else f"the most \u201c{name}\u201d, by {where}"
+
+    if total == 1:
+        first = (f"the lever shortened the time {largest(shorter)}" if shorter
+                 else "the lever did not shorten the time")
+        second = f"lengthened it {largest(longer)}" if longer else "did not lengthen it"
     else:
-        text = (f"No lever shortened the time by more than {t} at any shape" if total > 1
-                else f"The lever did not shorten the time by more than {t} at any shape")
-    if hurt and total > 1:
-        text += (f"; {'one' if len(hurt) == 1 else len(hurt)} lengthened it by more than {t} "
-                 f"at every shape")
-    return text
+        first = (f"{len(shorter)} of the {total} levers shortened the time, {largest(shorter)}"
+                 if shorter else "no lever shortened the time")
+        second = ((f"{len(longer)} of the {total}" + ("" if shorter else " levers")
+                   + f" lengthened it, {largest(longer)}") if longer else "none lengthened it")
+    return f"{head}, {first}, and {second}"
 
 
 def dram_clause(ncu_records: list[dict] | None, impl: str = CAPSTONE) -> str:
@@ -668,3 +702,9 @@ def sentences(*clauses: str) -> str:
         first = c.split(" ", 1)[0]
         out.append(c if any(ch in first for ch in "._(") else c[0].upper() + c[1:])
     return ". ".join(out)
+
+
+def change_text(pct: float) -> str:
+    """``+10.7%``, ``-8.2%``; ``0.0%`` for a change that rounds to zero (never ``-0.0%``)."""
+    text = f"{pct:+.1f}%"
+    return "0.0%" if text in ("+0.0%", "-0.0%") else text
