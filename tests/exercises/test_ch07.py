@@ -151,3 +151,12 @@ def test_page_solution_is_the_checked_solution():
     nb = nbformat.read(Path(__file__).resolve().parents[2] / "chapters" / "07_capstone.ipynb", 4)
     section = file_section(ch07.__file__, "solution-kernel")
     assert any(c.cell_type == "markdown" and section in c.source for c in nb.cells)
+
+
+def test_residual_names_an_ignored_eps_and_a_wrong_signature():
+    text = msg("eps ignored")
+    assert "eps = 1e-06" in text and "eps argument" in text
+    fb = ch07.residual_variant.check(ch07.residual_variant.mistakes["three arguments"])
+    assert not fb.ok and "could not be read" in fb.message and "fn(x, r, w, eps)" in fb.message
+    # a launcher with eps as a keyword, or *args, is read fine
+    assert ch07.residual_variant.check(lambda *a: ch07.solution_residual(*a)).ok

@@ -169,6 +169,16 @@ def _grade_residual(answer) -> Feedback:
     if not callable(answer):
         raise Malformed(f"expected a function fn(x, r, w, eps) -> (y, s), got "
                         f"{type(answer).__name__}.")
+    import inspect
+
+    try:
+        inspect.signature(answer).bind(0, 0, 0, 0)
+    except TypeError:
+        name = getattr(answer, "__name__", "fn")
+        raise Malformed(f"your function must take four arguments, fn(x, r, w, eps); its "
+                        f"signature is {name}{inspect.signature(answer)}.") from None
+    except ValueError:  # no signature to read (a builtin): let the call decide
+        pass
     eps = 1e-5
     kernels, silent = [], []  # kernels launched; cases that launched none
     for i, (rows, cols) in enumerate(SHAPES):
@@ -228,6 +238,11 @@ def _grade_residual(answer) -> Feedback:
             if checks.allclose(y, ref_x_only):
                 return wrong(f"y normalizes x alone {where}.",
                              "Normalize the sum s = x + r, not x.")
+            for other_eps in (1e-6, 1e-8, 0.0):
+                if checks.allclose(y, reference.rmsnorm(s, w, other_eps, accum=torch.float64)):
+                    return wrong(f"y is computed with eps = {other_eps:g}, not the eps passed in "
+                                 f"({eps:g}) {where}.", "Use the eps argument of your function "
+                                 "(pass it to the kernel) instead of a constant.")
             unweighted = reference.rmsnorm(ref_s, torch.ones_like(w), eps, accum=torch.float64)
             if checks.allclose(y, unweighted):
                 return wrong(f"y is missing the weight {where}.", "Multiply by w[col].")
@@ -340,6 +355,21 @@ def _no_other_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.con
     tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _fixed_eps_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.arange(0, BLOCK)
+    mask = col < cols
+    x = tl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    s = (x + r).to(s_ptr.dtype.element_ty)
+    tl.store(s_ptr + row * cols + col, s, mask=mask)
+    s = s.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(s * s, axis=0) / cols + 1e-6)  # a constant, not the eps passed in
+    w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
 def _launcher(kernel):
     def launch(x, r, w, eps=1e-5):
         x, r = x.contiguous(), r.contiguous()
@@ -366,6 +396,8 @@ residual_variant = Exercise(
               "the book's kernel": _mistake_book_kernel,
               "normalizes the fp32 sum (the other convention)": _launcher(_fp32_sum_kernel),
               "masked loads without other=": _launcher(_no_other_kernel),
+              "eps ignored": _launcher(_fixed_eps_kernel),
+              "three arguments": lambda x, r, w: solution_residual(x, r, w),
               "a string": "def f(x, r, w): ...",
               "the kernel instead of the wrapper": solution_kernel})
 
