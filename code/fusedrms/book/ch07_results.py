@@ -531,24 +531,24 @@ def missing_note(s: dict) -> str:
 
 def peer_verdict(s: dict, subject: str = "the capstone") -> str:
     """:func:`peer_summary` as a clause (no capital, no final period): at how many shapes
-    ``subject`` is at least as fast as the fastest peer timed there, and its worst ratio. The
-    peers not timed are said once, by :func:`missing_note`."""
+    ``subject`` is at least as fast as every peer timed there, and its worst ratio. The peers
+    not timed are said once, by :func:`missing_note`."""
     total = s.get("compared", 0)
     if not total:
         return f"the comparison of {subject} with its peers is not recorded yet"
-    n, peer = s["not_slower_timed"], "the fastest peer" + (" timed" if s.get("missing") else "")
+    n, there = s["not_slower_timed"], " timed there" if s.get("missing") else ""
     w = s["worst"]
     against = f"{display_name(w['peer'], True)} ({shape_text(w['rows'], w['cols'], w['dtype'])})"
+    where = ("at the one shape compared," if total == 1 else
+             f"at all {total} shapes" if n in (0, total) else f"at {n} of the {total} shapes")
     if n == total:
-        where = "at the one shape compared" if total == 1 else f"at all {total} shapes"
-        return (f"{subject} is at least as fast as {peer} {where}; at its closest it takes "
-                f"{ratio_text(w['ratio'])} the time of {against}")
+        return (f"{where} {subject} is at least as fast as every peer{there}; at its closest it "
+                f"takes {ratio_text(w['ratio'])} the time of {against}")
     if n == 0:
-        where = "at the one shape compared" if total == 1 else f"at all {total} shapes"
-        return (f"{subject} is slower than {peer} {where}; at worst it takes "
+        return (f"{where} {subject} is slower than the fastest peer{there}; at worst it takes "
                 f"{ratio_text(w['ratio'])} the time of {against}")
-    return (f"{subject} is at least as fast as {peer} at {n} of the {total} shapes; at worst it "
-            f"takes {ratio_text(w['ratio'])} the time of {against}")
+    return (f"{where} {subject} is at least as fast as every peer{there}; at worst it takes "
+            f"{ratio_text(w['ratio'])} the time of {against}")
 
 
 def large_shapes_clause(s: dict, large_MB: float = 64.0) -> str:
@@ -650,16 +650,17 @@ def lever_sentence(levers: list[dict], threshold_pct: float = 3.0,
     return f"{head}, {first}, and {second}"
 
 
-def dram_clause(ncu_records: list[dict] | None, impl: str = CAPSTONE) -> str:
+def dram_clause(ncu_records: list[dict] | None, impl: str = CAPSTONE, against: str = "") -> str:
     """Nsight Compute's DRAM throughput of ``impl`` at each profiled shape, as a clause (no final
-    period)."""
+    period); ``against`` (a prediction) is appended when there is a measurement."""
     got = [r for r in ncu_records or [] if isinstance(r, dict) and r.get("impl") == impl
            and r.get("status", "ok") == "ok" and _num(r.get("dram_throughput_pct")) is not None]
     if not got:
         return "Nsight Compute's DRAM throughput of the capstone is not recorded yet"
     parts = [f"{_num(r['dram_throughput_pct']):.0f}% of its peak at "
              f"{shape_text(r.get('rows'), r.get('cols'))}" for r in got]
-    return f"Nsight Compute measures the capstone's DRAM throughput at {join_words(parts)}"
+    return (f"Nsight Compute measures the capstone's DRAM throughput at {join_words(parts)}"
+            + (f", against {against}" if against else ""))
 
 
 def study_peer_rows(levers_doc: dict | None, peer: str = "torch.compile_add",
