@@ -374,3 +374,14 @@ def test_not_timed_at_names_skipped_peers_but_not_declared_widths():
                  _grid_record("w", 1, status="unsupported: too wide"))
     assert ch06.not_timed_at(grid, sweep="grid", rows=1) == ["torch.compile"]
     assert ch06.grid_span(grid) == "1 to 16,384 rows, widths 2,048 to 16,384"
+
+
+def test_cooperation_sentence_compares_the_h200_and_names_who_was_not_timed():
+    timed = [dict(impl="hip.serial", median_us=1048.5), dict(impl="hip.block", median_us=17.62)]
+    text = _reads_well(ch06.cooperation_sentence(timed, 25.8, ["torch.compile"]))
+    assert "a factor of 59.5" in text and "larger than on the RX 9070 XT" in text
+    assert "did not time torch.compile at this shape: it is missing" in text
+    assert "smaller" in ch06.cooperation_sentence(timed, 100.0)
+    both = _reads_well(ch06.cooperation_sentence([], None, ["a", "b"]))
+    assert both.startswith("The recording did not time a and b") and "they are missing" in both
+    assert ch06.cooperation_sentence([], None, []) is None

@@ -515,6 +515,28 @@ def grid_span(grid: dict | None, sweep: str = "grid") -> str | None:
             + ("width " if len(cols) == 1 else "widths ") + span(cols, "", "").strip())
 
 
+def cooperation_sentence(timed: list[dict], historical_ratio: float | None = None,
+                         missing: list[str] | None = None) -> str | None:
+    """The historical headline (one thread per row against a block per row) on the recorded GPU:
+    hip.serial against hip.block from the rows of one case, and who was not timed there."""
+    by = {r["impl"]: r["median_us"] for r in timed or [] if r.get("median_us")}
+    text = None
+    if "hip.serial" in by and "hip.block" in by:
+        ratio = by["hip.serial"] / by["hip.block"]
+        text = (f"On the H200 the same two kernels took {readable_us(by['hip.serial'])} "
+                f"(hip.serial) and {readable_us(by['hip.block'])} (hip.block), a factor of "
+                f"{ratio:,.1f}")
+        if historical_ratio:
+            text += (": the same lesson, " + ("larger" if ratio > historical_ratio else "smaller")
+                     + " than on the RX 9070 XT")
+    if missing:
+        it = "it is" if len(missing) == 1 else "they are"
+        note = (f"The recording did not time {_listed(missing)} at this shape: {it} missing "
+                f"from the table, not slow")
+        text = f"{text}. {note}" if text else note
+    return text
+
+
 def not_timed_at(grid: dict | None, **where) -> list[str]:
     """The implementations a grid lists at one case (``sweep``, ``rows``, ``cols``, ``dtype``)
     that were not timed there: skipped or failed, never silently absent from a table."""
