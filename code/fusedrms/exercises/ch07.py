@@ -355,21 +355,6 @@ def _no_other_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.con
     tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def _fixed_eps_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    col = tl.arange(0, BLOCK)
-    mask = col < cols
-    x = tl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
-    r = tl.load(r_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
-    s = (x + r).to(s_ptr.dtype.element_ty)
-    tl.store(s_ptr + row * cols + col, s, mask=mask)
-    s = s.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(s * s, axis=0) / cols + 1e-6)  # a constant, not the eps passed in
-    w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
 def _launcher(kernel):
     def launch(x, r, w, eps=1e-5):
         x, r = x.contiguous(), r.contiguous()
@@ -396,7 +381,7 @@ residual_variant = Exercise(
               "the book's kernel": _mistake_book_kernel,
               "normalizes the fp32 sum (the other convention)": _launcher(_fp32_sum_kernel),
               "masked loads without other=": _launcher(_no_other_kernel),
-              "eps ignored": _launcher(_fixed_eps_kernel),
+              "eps ignored": lambda x, r, w, eps=1e-5: solution_residual(x, r, w, 1e-6),
               "three arguments": lambda x, r, w: solution_residual(x, r, w),
               "a string": "def f(x, r, w): ...",
               "the kernel instead of the wrapper": solution_kernel})
