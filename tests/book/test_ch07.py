@@ -452,3 +452,14 @@ def test_dram_clause_names_each_profiled_shape():
     assert CR.dram_clause(recs, against="85%").endswith("16384x8192, against 85%")
     assert "not recorded yet" in CR.dram_clause([], against="85%")
     assert "against" not in CR.dram_clause([], against="85%")
+
+
+def test_processes_phrase_says_what_the_records_hold():
+    def doc(*counts):
+        return {"records": [{"sweep": "peers", "status": "ok", "processes": n} for n in counts]
+                + [{"sweep": "peers", "status": "skipped: time budget", "processes": 9}]}
+
+    assert CR.processes_phrase(doc(3, 3)) == "medians over three processes"
+    assert CR.processes_phrase(doc(1, 3, 2)) == "medians over one to three processes"
+    assert CR.processes_phrase(doc(1)) == "the median of one process"
+    assert CR.processes_phrase(None) == "" and CR.processes_phrase(doc()) == ""

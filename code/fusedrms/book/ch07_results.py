@@ -709,3 +709,20 @@ def change_text(pct: float) -> str:
     """``+10.7%``, ``-8.2%``; ``0.0%`` for a change that rounds to zero (never ``-0.0%``)."""
     text = f"{pct:+.1f}%"
     return "0.0%" if text in ("+0.0%", "-0.0%") else text
+
+
+_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
+
+
+def processes_phrase(doc: dict | None) -> str:
+    """How many processes each timing of the peers run took its median over: ``medians over three
+    processes``, or ``medians over one to three processes`` when they differ ("" if unknown)."""
+    counts = sorted({int(r["processes"]) for r in (doc or {}).get("records", [])
+                     if isinstance(r, dict) and r.get("status", "ok") == "ok"
+                     and r.get("sweep", "peers") in PEER_SWEEPS and _num(r.get("processes"))})
+    if not counts:
+        return ""
+    low, high = (_WORDS.get(n, str(n)) for n in (counts[0], counts[-1]))
+    if low == high:
+        return "the median of one process" if low == "one" else f"medians over {low} processes"
+    return f"medians over {low} to {high} processes"
