@@ -406,11 +406,19 @@ def warps_sentences(sweep: dict, tie: float = 0.05) -> dict:
              else f"Repeated measurements of one setting spread by up to {100 * spread:.1f}%, "
                   + ("inside" if spread < tie else "more than") + f" the {band} taken as a tie.")
     n = len(rows)
-    noise += (f" At {ties} of {_count(n, 'shape')} two or more settings are inside the band"
-              if ties != n else f" At every one of the {_count(n, 'shape')} two or more settings "
-                                f"are inside the band")
-    noise += (": the kernel is memory-bound, and the warps mostly change how the same bytes are "
-              "requested." if ties * 2 > n else ": at most shapes the setting matters.")
+    memory_bound = (": the kernel is memory-bound, and the warps mostly change how the same bytes "
+                    "are requested.")
+    if ties == 0:
+        noise += (" At the one shape no two settings are" if n == 1 else
+                  f" At none of the {n} shapes are two settings") + \
+            " inside the band: the setting matters."
+    elif ties == n:
+        noise += (f" At {'the one shape' if n == 1 else f'every one of the {n} shapes'} two or "
+                  f"more settings are inside the band" + memory_bound)
+    else:
+        noise += (f" At {ties} of {_count(n, 'shape')} two or more settings are inside the band"
+                  + (memory_bound if ties * 2 > n else "; at the others one setting is clearly "
+                                                       "fastest."))
     judged = [r for r in rows if r.get("rule within 5%") in ("yes", "no")]
     hits = sweep.get("rule_hits", 0)
     untimed = n - len(judged)
@@ -418,7 +426,8 @@ def warps_sentences(sweep: dict, tie: float = 0.05) -> dict:
         answer = f"the rule's own setting was not timed at any of the {_count(n, 'shape')}"
     else:
         answer = ("the rule came within " + band + " of the fastest setting "
-                  + (f"at all {_count(len(judged), 'shape')}" if hits == len(judged) else
+                  + ("at the one shape measured" if hits == len(judged) == 1 else
+                     f"at all {len(judged)} shapes" if hits == len(judged) else
                      f"at {hits} of {_count(len(judged), 'shape')}"))
         misses = [f"{_shape_text(*m['shape'].split('x'), m['dtype'])}, where its {m['rule']} warps "
                   f"take {m['rule_us']:.2f} µs and {m['fastest']} warps {m['fastest_us']:.2f} µs "

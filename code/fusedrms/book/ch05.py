@@ -231,6 +231,39 @@ def configs_sentence(doc: dict | None) -> str:
             f"({_and_join(kinds)}, each at its own widths and row counts) passed.")
 
 
+def suite_sentence(summary: dict | None, gpu: str) -> str:
+    """The GPU suite's result (from :func:`suite_summary`) as a sentence without its full stop."""
+    if not summary:
+        return "The suite on the GPU is not recorded yet"
+    n, checks = summary["kernels"], summary["checks"]
+    head = f"On the {gpu}, {_count(n, 'registered kernel')} went through the suite"
+    if summary["passed"] == checks:
+        text = head + f" and all {checks:,} checks passed"
+    else:
+        parts = [f"{summary['passed']:,} of {checks:,} checks passed"]
+        if summary["failed"]:
+            parts.append(f"{summary['failed']:,} failed")
+        if summary["skipped"]:
+            parts.append(f"{summary['skipped']:,} {'was' if summary['skipped'] == 1 else 'were'} "
+                         f"skipped as not supported")
+        text = head + ": " + _and_join(parts)
+    return text + ("" if summary["complete"] else " (the run did not finish)")
+
+
+def kernel_rows(results) -> list[dict]:
+    """One row per kernel: checks run, passed, and the cases that failed (``none``); narrower
+    than the matrix when almost every cell is ``ok``."""
+    recs = _as_records(results)
+    out = []
+    for k in dict.fromkeys(r["kernel"] for r in recs):
+        mine = [r for r in recs if r["kernel"] == k and r["status"] != "skip"]
+        bad = list(dict.fromkeys(r["case"] for r in mine if r["status"] != "pass"))
+        out.append({"kernel": k, "checks": len(mine),
+                    "passed": sum(r["status"] == "pass" for r in mine),
+                    "failing cases": ", ".join(bad) or "none"})
+    return out
+
+
 SMOKE_KERNELS = "triton.row,capstone.fused,fp8.fused"
 
 
