@@ -127,10 +127,10 @@ def test_rounding_paragraph_in_every_state():
     assert text.startswith("Here (under the interpreter) every output equals the truncated value.")
     assert "at 1024×4096, 4,194,296 of 4,194,304 outputs equal the round-to-nearest-even" in text
     assert "one step off for 50% of them" in text and "left 8 of them one bf16 step" in text
-    assert "and none further:" in text
+    assert text.endswith("and none further.")
     exact = ch04.rounding_paragraph(_census(39, 39, 17), "on this GPU", [_census(39, 39, 17)])
     assert "every output equals the round-to-nearest-even value" in exact
-    assert "None of them is a step away, but one could be" in exact
+    assert exact.endswith("None of them is a step away.")
     mixed = ch04.rounding_paragraph(_census(10, 8, 5, one=2), "on this GPU", [])
     assert "8 of 10 outputs equal the round-to-nearest-even value and 5 the truncated one" in mixed
     assert mixed.endswith("The recorded GPU's census is not recorded yet.")

@@ -462,14 +462,11 @@ def rounding_paragraph(live: dict, where: str, gpu_recs: list) -> str:
     text = (here + f". On the recorded GPU, at {_shape_text(big['rows'], big['cols'])}, "
             f"{big['equal_to_nearest_even']:,} of {total:,} outputs equal the round-to-nearest-even "
             f"value, where truncation would have been one step off for {off:.0%} of them.")
-    why = ("two roundings of slightly different values (the kernel's fp32 result and the "
-           "reference's) land one step apart whenever a rounding boundary falls between them, "
-           "however each one rounds.")
     if one == 0 and far == 0:
-        return text + " None of them is a step away, but one could be: " + why
+        return text + " None of them is a step away."
     further = "none further" if far == 0 else f"{far:,} further"
-    return (text + f" Yet even the GPU left {one:,} of them one bf16 step from the rounded fp32 "
-            f"result, and {further}: " + why)
+    return text + (f" Yet even the GPU left {one:,} of them one bf16 step from the rounded fp32 "
+                   f"result, and {further}.")
 
 
 def _load_bytes(summary: dict):
