@@ -19,6 +19,7 @@ import torch
 
 from .. import env, records, tuning, verify
 from . import broken, ch07
+from .ch04 import counted, listed
 
 FILES = {
     "verify_gpu.json": "the boundary suite, every registered kernel x dtype x case",
@@ -140,24 +141,13 @@ def fp8_cast_mismatch(n: int = 1 << 16, seed: int = 0) -> tuple[int, int] | None
 # ---------------------------------------------------------------- sentences for the page
 # Good English whatever the recording holds (complete, partial, nothing yet); no measurements.
 
-def _and_join(parts: list) -> str:
-    parts = [str(p) for p in parts if p != ""]
-    if len(parts) <= 2:
-        return " and ".join(parts)
-    return ", ".join(parts[:-1]) + ", and " + parts[-1]
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
-
-
 def nan_rows_phrase(indices: list) -> str:
     """``row 1 is NaN``, ``rows 1 and 2 are NaN`` or ``no row is NaN``."""
     if not indices:
         return "no row is NaN"
     if len(indices) == 1:
         return f"row {indices[0]} is NaN"
-    return f"rows {_and_join(indices)} are NaN"
+    return f"rows {listed(indices)} are NaN"
 
 
 def shrunk_phrase(cases) -> str:
@@ -165,8 +155,8 @@ def shrunk_phrase(cases) -> str:
     shrunk = [c.name for c in cases if c.shape(False) != c.shape(True)]
     if not shrunk:
         return "no case shrinks"
-    return (f"{_count(len(shrunk), 'case')} {'shrinks' if len(shrunk) == 1 else 'shrink'} "
-            f"({_and_join(shrunk)})")
+    return (f"{counted(len(shrunk), 'case')} {'shrinks' if len(shrunk) == 1 else 'shrink'} "
+            f"({listed(shrunk)})")
 
 
 def drawer_on_gpu(doc: dict | None, shown) -> dict | None:
@@ -196,11 +186,11 @@ def drawer_sentence(drawer: dict | None, gpu: str) -> str:
     wrong_n, caught_n = len(drawer["wrong"]), len(drawer["caught"])
     text = (f"all {wrong_n} of the drawer's kernels with wrong outputs failed there"
             if caught_n == wrong_n and wrong_n > 1 else
-            f"{caught_n} of the drawer's {_count(wrong_n, 'kernel')} with wrong outputs failed "
+            f"{caught_n} of the drawer's {counted(wrong_n, 'kernel')} with wrong outputs failed "
             f"there")
     missed = [k.removeprefix("broken.") for k in drawer["wrong"] if k not in drawer["caught"]]
     if missed:
-        text += f" ({_and_join(missed)} did not)"
+        text += f" ({listed(missed)} did not)"
     for k, passed in drawer["silent"].items():
         text += (f", and {k.removeprefix('broken.')} passed, as it must" if passed else
                  f", and {k.removeprefix('broken.')} failed a check too")
@@ -228,7 +218,7 @@ def configs_sentence(doc: dict | None) -> str:
              for k, what in CONFIG_KINDS.items() if any(r.get("kind") == k for r in recs)]
     head = (f"All {len(recs)} checks" if ok == len(recs) else f"{ok} of {len(recs)} checks")
     return (f"{head} of the tuned launch configurations the wrappers pick there "
-            f"({_and_join(kinds)}, each at its own widths and row counts) passed.")
+            f"({listed(kinds)}, each at its own widths and row counts) passed.")
 
 
 def suite_sentence(summary: dict | None, gpu: str) -> str:
@@ -236,7 +226,7 @@ def suite_sentence(summary: dict | None, gpu: str) -> str:
     if not summary:
         return "The suite on the GPU is not recorded yet"
     n, checks = summary["kernels"], summary["checks"]
-    head = f"On the {gpu}, {_count(n, 'registered kernel')} went through the suite"
+    head = f"On the {gpu}, {counted(n, 'registered kernel')} went through the suite"
     if summary["passed"] == checks:
         text = head + f" and all {checks:,} checks passed"
     else:
@@ -246,7 +236,7 @@ def suite_sentence(summary: dict | None, gpu: str) -> str:
         if summary["skipped"]:
             parts.append(f"{summary['skipped']:,} {'was' if summary['skipped'] == 1 else 'were'} "
                          f"skipped as not supported")
-        text = head + ": " + _and_join(parts)
+        text = head + ": " + listed(parts)
     return text + ("" if summary["complete"] else " (the run did not finish)")
 
 
