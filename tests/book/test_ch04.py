@@ -112,6 +112,7 @@ def test_warps_sentences_all_hits_one_shape_and_nothing():
     empty = ch04.warps_sentences(ch04.summarize_warps([]))
     assert empty["noise"] == "The num_warps sweep is not recorded yet."
     assert "not recorded yet" in empty["answer"] and "0 of 0" not in str(empty)
+    assert empty["learned"] == "not yet measured"  # "the rule for num_warps was not yet measured"
 
 
 def _census(n, nearest, truncated, one=0, far=0, rows=1024, cols=4096):
@@ -133,7 +134,7 @@ def test_rounding_paragraph_in_every_state():
     assert exact.endswith("None of them is a step away.")
     mixed = ch04.rounding_paragraph(_census(10, 8, 5, one=2), "on this GPU", [])
     assert "8 of 10 outputs equal the round-to-nearest-even value and 5 the truncated one" in mixed
-    assert mixed.endswith("The recorded GPU's census is not recorded yet.")
+    assert mixed.endswith("The GPU's census is not recorded yet.")
 
 
 PTX = {"kind": "ptx", "dtype": "float32", "num_warps": 8, "registers_per_thread": 36, "spills": 0,

@@ -399,7 +399,7 @@ def warps_sentences(sweep: dict, tie: float = 0.05) -> dict:
     if not rows:
         missing = f"The num_warps sweep is {NOT_YET}."
         return {"noise": missing, "answer": f"the num_warps sweep is {NOT_YET}",
-                "learned": f"its measurement is {NOT_YET}", "ties": 0}
+                "learned": "not yet measured", "ties": 0}
     times = [{int(k.split()[0]): v for k, v in r.items() if k.endswith(" warps us")} for r in rows]
     ties = sum(sum(t <= (1 + tie) * min(ts.values()) for t in ts.values()) >= 2 for ts in times)
     spread = sweep.get("max_spread")
@@ -439,7 +439,7 @@ def warps_sentences(sweep: dict, tie: float = 0.05) -> dict:
     if untimed:
         answer += f" (its setting was not timed at {counted(untimed, 'shape')})"
     learned = (f"within {band} of the fastest at {hits} of {counted(len(judged), 'measured shape')}"
-               if judged else f"not yet measured against the alternatives")
+               if judged else "not yet measured against the alternatives")
     return {"noise": noise, "answer": answer, "learned": learned, "ties": ties}
 
 
@@ -455,7 +455,7 @@ def rounding_paragraph(live: dict, where: str, gpu_recs: list) -> str:
         here = (f"Here ({where}) {live['equal_to_nearest_even']:,} of {n:,} outputs equal the "
                 f"round-to-nearest-even value and {live['equal_to_truncation']:,} the truncated one")
     if not gpu_recs:
-        return here + f". The recorded GPU's census is {NOT_YET}."
+        return here + f". The GPU's census is {NOT_YET}."
     big = max(gpu_recs, key=lambda r: r["elements"])
     total, one = big["elements"], big["one_step_from_nearest_even"]
     far = big["more_than_one_step_from_nearest_even"]
