@@ -170,3 +170,4 @@ def test_exactness_cost_readers(tmp_path):
     pipes = ch08.pipe_utilization(tmp_path)
     assert pipes[0]["Duration"] == 154.2 and pipes[0]["DRAM Throughput"] == 52.0
     assert pipes[0]["busiest_pipe_pct"] == 71.3 and pipes[0]["kernel"].startswith("rmsnorm_fp8")
+

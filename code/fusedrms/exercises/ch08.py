@@ -62,7 +62,7 @@ reorder_failure = Exercise(
     "reorder_failure",
     "The reordered reference computes x*r*gamma in fp32 and casts to bf16 once; the specification "
     "casts x*r to bf16 and multiplies by gamma in bf16. Why do hundreds of fp8 codes differ? "
-    "Answer with a letter: " + " ".join(f"({k}) {v}" for k, v in REORDER_CHOICES.items()),
+    "Answer with a letter:\n" + "\n".join(f"  ({k}) {v}" for k, v in REORDER_CHOICES.items()),
     _grade_reorder, solution="b", mistakes={f"choice {k}": k for k in _REORDER_HINTS})
 
 
