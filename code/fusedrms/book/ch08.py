@@ -789,5 +789,9 @@ def twin_differences(rows: int = 64, cols: int = HIDDEN_SIZE, seed: int = 0) -> 
                     "codes": ref_codes.numel(),
                     "differing scales": int((scales != ref_scales).sum()),
                     "scales": ref_scales.numel(),
-                    "passes": compare(codes, scales, ref_codes, ref_scales).ok})
+                    "passes": compare(codes, scales, ref_codes, ref_scales).ok,
+                    # how far apart: e4m3 steps between codes, relative gap between scales
+                    "max code steps": int(checks.ulp_distance(codes, ref_codes).max()),
+                    "max scale gap": float(((scales.double() - ref_scales.double()).abs()
+                                            / ref_scales.double()).max())})
     return out
