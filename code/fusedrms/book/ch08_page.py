@@ -200,15 +200,14 @@ def cost_words(cost_doc: dict | None, fused_label: str | None) -> dict:
         at = next(r for r in cost_table(rows) if r["shape"] == f"{big['rows']}x{big['cols']}")
         if not (at["exact µs"] and at["diagnostic µs"]):
             at = None
-    out = {"cost": "the diagnostic kernel that drops exactness is not recorded yet"}
+    out = {"cost": "The diagnostic kernel is not recorded yet"}
     if at:
         n_rows, n_cols = map(int, at["shape"].split("x"))
-        out["cost"] = (f"the diagnostic kernel that drops exactness (an fp32 sum, rsqrt, a "
-                       f"multiply by 448/absmax) takes {at['diagnostic µs']:.1f} µs at "
-                       f"{at['shape']}, {at['diagnostic % of floor']:.0f}% of the floor, against "
-                       f"the exact kernel's {at['exact µs']:.1f} µs ({at['exact % of floor']:.0f}%"
-                       f"), and {at['codes differing']:,} of its {n_rows * n_cols:,} codes differ "
-                       f"from the specification")
+        out["cost"] = (f"At {at['shape']} the diagnostic kernel takes {at['diagnostic µs']:.1f} "
+                       f"µs, {at['diagnostic % of floor']:.0f}% of the floor, against the exact "
+                       f"kernel's {at['exact µs']:.1f} µs ({at['exact % of floor']:.0f}%), and "
+                       f"{at['codes differing']:,} of its {n_rows * n_cols:,} codes differ from "
+                       f"the specification")
     ipe = instruction_comparison(cost_doc, fused_label)
     out["instructions"] = (
         f"In the compiled code (SASS) the exact kernel as it ran holds about {ipe['exact']:.0f} "
