@@ -69,8 +69,9 @@ class Exercise:
     def check(self, answer: Any) -> Feedback:
         """Grade ``answer``; never raises (a checker's promise to the reader)."""
         if answer is None or answer is Ellipsis:
-            return wrong("no answer yet.", f"Replace the placeholder with your answer to: "
-                                           f"{self.question}")
+            # the question is printed above the cell already: say only what to do
+            return wrong("There is no answer here yet: replace None with yours and run the "
+                         "cell again.")
         from ..validation import InputError
 
         try:
@@ -156,13 +157,13 @@ def as_choice(answer: Any, choices: Sequence[str]) -> str:
 
 
 def option_letter(answer: Any) -> Any:
-    """"b", "B", "(b)", "b)" or "(b) it divides ..." -> "b" (for :func:`as_choice`); anything
-    else unchanged."""
+    """"b", "B", "(b)", "b)", "b." or "(b) it divides ..." -> "b" (for :func:`as_choice`);
+    anything else unchanged."""
     if isinstance(answer, str):
         text = answer.strip()
         if text[:1] == "(" and ")" in text:
             return text[1:text.index(")")].strip()
-        if len(text) >= 2 and text[1] == ")":
+        if len(text) >= 2 and (text[1] == ")" or text[1] in ".:" and text[2:3] in ("", " ")):
             return text[0]
     return answer
 
