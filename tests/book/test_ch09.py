@@ -284,3 +284,15 @@ def test_the_committed_recording_reads_as_measured():
     if len(timed) <= 3:
         assert "64 MB" not in text
         assert all(ch09._shape(*s) in text for s in timed)
+
+
+def test_measured_intro_reads_in_every_state():
+    assert "No recording of this comparison exists yet" in ch09.measured_intro(None)
+    one = _doc([_part({"triton.two_stage": 10.0})])
+    one["provenance"]["processes"] = 1
+    assert ch09.measured_intro(one).startswith("The measurement ran in one process.")
+    doc = _train_doc([(1024, 2048, "bf16")])
+    doc["provenance"]["processes"] = 3
+    text = ch09.measured_intro(doc)
+    _english(text)
+    assert "ran in 3 separate processes" in text and "(every case was timed in 1 process" in text

@@ -678,6 +678,20 @@ def processes_sentence(doc) -> str:
     return f"{lo} to {hi} processes per case"
 
 
+def measured_intro(doc) -> str:
+    """What stands before the tables: how the times were aggregated and which shapes exist."""
+    if doc is None:
+        return ("No recording of this comparison exists yet, so the tables, the plot and the "
+                "answer below are empty; `python -m fusedrms.record --chapters 9` on a GPU "
+                "records them.")
+    n = doc.get("provenance", {}).get("processes")
+    how = (f"The measurement ran in {n} separate processes one after another, and each time "
+           f"below is the median of the processes that reached the case ("
+           f"{processes_sentence(doc)} in this recording)." if n and n > 1 else
+           "The measurement ran in one process.")
+    return f"{how} {coverage_sentence(doc)}"
+
+
 def sweep_sentence(doc) -> str:
     """The programs-per-SM lever as measured, or plainly that it was not."""
     rows = backward_table(doc, kind="programs") or []
