@@ -170,3 +170,12 @@ def test_exactness_cost_readers(tmp_path):
     pipes = ch08.pipe_utilization(tmp_path)
     assert pipes[0]["Duration"] == 154.2 and pipes[0]["DRAM Throughput"] == 52.0
     assert pipes[0]["busiest_pipe_pct"] == 71.3 and pipes[0]["kernel"].startswith("rmsnorm_fp8")
+
+
+
+def test_the_twin_is_close_but_not_equal():
+    """What the page says of the seed's twin: codes at most one e4m3 step away, scales a last
+    bit apart, and still not equal."""
+    twin = ch08.twin_differences(rows=8)[-1]
+    assert not twin["passes"] and twin["differing codes"] > 0
+    assert twin["max code steps"] == 1 and 0 < twin["max scale gap"] < 1e-6

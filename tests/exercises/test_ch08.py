@@ -74,3 +74,14 @@ def test_bytes_saved_still_exact_to_a_byte():
 def test_fused_bytes_accepts_float_noise():
     read, written = ch08.fused_bytes.solution
     assert ch08.fused_bytes.check([read + 1e-9, written * (1 + 1e-12)]).ok
+
+
+@pytest.mark.parametrize("spelling", ["b", " B ", "(b)", "b)", "(b) each cast rounds"])
+def test_reorder_accepts_the_option_letter_however_written(spelling):
+    assert ch08.reorder_failure.check(spelling).ok
+
+
+def test_fused_bytes_swapped_gets_its_own_hint():
+    read, written = ch08.fused_bytes.solution
+    feedback = ch08.fused_bytes.check([written, read])
+    assert not feedback.ok and "swapped" in feedback.message and feedback.hint

@@ -46,3 +46,29 @@ def test_backward_bytes_is_the_models_number_and_exact():
     assert ch09.backward_bytes.check(str(ch09.BACKWARD_BYTES)).ok
     assert not ch09.backward_bytes.check(ch09.BACKWARD_BYTES + 4).ok
     assert "whole numbers" in ch09.backward_bytes.check(1.5).message
+
+
+@pytest.mark.parametrize("decimals", [3, 4])
+def test_hand_dx_rounded_to_the_digits_written_passes_in_every_container(decimals):
+    import numpy as np
+    import torch
+
+    rounded = [round(v, decimals) for v in ch09.DX]
+    for answer in (rounded, np.array(rounded), np.array(rounded, dtype=np.float32),
+                   torch.tensor(rounded), [f"{v:.{decimals}f}" for v in ch09.DX]):
+        assert ch09.dx_hand.check(answer).ok, (decimals, answer)
+
+
+@pytest.mark.parametrize("label", list(ch09.dx_hand.mistakes))
+def test_hand_dx_mistakes_rounded_still_fail(label):
+    for decimals in (3, 4):
+        rounded = [round(v, decimals) for v in ch09.dx_hand.mistakes[label]]
+        feedback = ch09.dx_hand.check(rounded)
+        assert not feedback.ok and feedback.hint, (label, decimals)
+
+
+def test_backward_bytes_reads_thousands_separators_and_says_what_a_fraction_means():
+    assert ch09.backward_bytes.check(f"{ch09.BACKWARD_BYTES:,}").ok
+    feedback = ch09.backward_bytes.check(ch09.BACKWARD_BYTES / 1e6)
+    assert not feedback.ok and "megabytes" in feedback.message
+    assert not ch09.backward_bytes.check(f"{ch09.BACKWARD_BYTES + 2:,}").ok

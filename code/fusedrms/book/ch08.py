@@ -26,7 +26,7 @@ from ..kernels.rmsnorm_fp8 import (
     ABSMAX_FLOOR, BF16, CANDIDATES, DIVISIONS, FP32, FP8_DTYPE, FP8_MAX, FusedConfig, HIDDEN_SIZE,
     RMS_NORM_EPS, _launch_fused, _launch_setup, baseline_config, choose_config, code_bits,
     compare, differing_codes, e4m3_bits, hardware_fp8_support, kernel_resources, make_inputs,
-    reference,
+    n_blocks, reference, split_pieces,
     reference_reordered, resolve_rounding, rmsnorm_fp8_fused, rmsnorm_fp8_naive, to_bf16_value,
 )
 
@@ -629,18 +629,30 @@ def instructions_per_element(doc: dict) -> list[dict]:
     for kernel, variants in sass.items():
         for v in variants:
             meta = v.get("metadata", {})
+            name = meta.get("name", kernel)
             warps, shared = int(meta.get("num_warps", 0)), int(meta.get("shared", 0))
-            blocks = shared // 4
+            blocks = _row_blocks(name, shared)
             per_thread = blocks * 128 / (warps * 32) if warps and blocks else None
             ops = v["opcodes"]
             total = sum(ops.values())
-            out.append({"kernel": meta.get("name", kernel), "num_warps": warps,
-                        "row_blocks": blocks, "registers": v.get("n_regs"),
+            out.append({"kernel": name, "num_warps": warps, "row_blocks": blocks,
+                        "registers": v.get("n_regs"),
                         "instructions": total, "elements_per_thread": per_thread,
                         "per_element": total / per_thread if per_thread else None,
                         **{op: ops.get(op, 0) for op in ("DADD", "MUFU", "CALL", "BSSY", "FFMA",
                                                          "LDG", "STG")}})
     return out
+
+
+def _row_blocks(kernel_name: str, shared: int) -> int | None:
+    """128-column blocks a compiled variant holds per row. A padded tile keeps one fp32 per
+    block in shared memory (its power-of-two block count); the split tile keeps its largest
+    piece's, which identifies the chapter's width (the only one the recording splits) when it
+    matches, and nothing otherwise (None: unknown, left out of the counts)."""
+    if "split" not in kernel_name:
+        return shared // 4 or None
+    pieces = split_pieces(n_blocks(HIDDEN_SIZE))
+    return n_blocks(HIDDEN_SIZE) if pieces and pieces[0] * 4 == shared else None
 
 
 def pipe_utilization(folder) -> list[dict]:
@@ -717,7 +729,8 @@ def fp8_levers(cand_doc: dict | None, rows: int | None = None) -> list[dict]:
         if a and b:
             out.append({"lever": lever, "hypothesis": hypothesis, "rows": rows,
                         "before_us": a, "after_us": b, "change_pct": 100 * (b - a) / a,
-                        "kept": b < a})
+                        "kept": b < a, "registers_before": cands[before].get("registers"),
+                        "registers_after": cands[after].get("registers")})
     return out
 
 
@@ -776,5 +789,9 @@ def twin_differences(rows: int = 64, cols: int = HIDDEN_SIZE, seed: int = 0) -> 
                     "codes": ref_codes.numel(),
                     "differing scales": int((scales != ref_scales).sum()),
                     "scales": ref_scales.numel(),
-                    "passes": compare(codes, scales, ref_codes, ref_scales).ok})
+                    "passes": compare(codes, scales, ref_codes, ref_scales).ok,
+                    # how far apart: e4m3 steps between codes, relative gap between scales
+                    "max code steps": int(checks.ulp_distance(codes, ref_codes).max()),
+                    "max scale gap": float(((scales.double() - ref_scales.double()).abs()
+                                            / ref_scales.double()).max())})
     return out

@@ -11,7 +11,7 @@ import math
 from .. import traffic
 from ..kernels import rmsnorm_fp8 as fp8_quant
 from .core import (Exercise, as_choice, as_count, as_number, as_vector, correct,
-                   matches_as_written, wrong)
+                   matches_as_written, option_letter, wrong)
 
 ROWS, COLS, DTYPE = 8, fp8_quant.HIDDEN_SIZE, "bf16"  # not the chapter's 2 rows: compute, don't copy
 ITEM = traffic.DTYPE_BYTES[DTYPE]
@@ -50,7 +50,7 @@ _REORDER_HINTS = {
 
 
 def _grade_reorder(answer):
-    choice = as_choice(answer, list(REORDER_CHOICES))
+    choice = as_choice(option_letter(answer), list(REORDER_CHOICES))
     if choice == "b":
         return correct("Rounding is part of each operation, so where the casts sit changes the "
                        "bf16 values; an fp8 code is a discrete function of them, so equality "
@@ -62,7 +62,7 @@ reorder_failure = Exercise(
     "reorder_failure",
     "The reordered reference computes x*r*gamma in fp32 and casts to bf16 once; the specification "
     "casts x*r to bf16 and multiplies by gamma in bf16. Why do hundreds of fp8 codes differ? "
-    "Answer with a letter: " + " ".join(f"({k}) {v}" for k, v in REORDER_CHOICES.items()),
+    "Answer with a letter:\n" + "\n".join(f"  ({k}) {v}" for k, v in REORDER_CHOICES.items()),
     _grade_reorder, solution="b", mistakes={f"choice {k}": k for k in _REORDER_HINTS})
 
 
@@ -82,6 +82,9 @@ _FUSED_MISTAKES = {
                               "which the cache serves; count it once."),
     "gamma forgotten": ([X, CODES + SCALES], f"The kernel reads gamma too: {COLS} bf16 values."),
     "x counted as fp32": ([2 * X + W, CODES + SCALES], "x is bf16 in memory: 2 bytes per element."),
+    "read and written swapped": ([CODES + SCALES, X + W],
+                                 "The order is [bytes read, bytes written]: the kernel reads the "
+                                 "bf16 rows, the larger of the two."),
 }
 
 

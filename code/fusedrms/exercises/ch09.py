@@ -9,7 +9,8 @@ import math
 
 from .. import traffic
 from ..viz import backward_frames as BF
-from .core import Exercise, Malformed, as_choice, as_number, as_vector, correct, wrong
+from .core import (Exercise, Malformed, as_choice, as_count, as_vector, correct,
+                   matches_as_written, option_letter, wrong)
 
 EPS = 1e-5
 
@@ -57,9 +58,20 @@ _DX_MISTAKES = {
 }
 
 
+def _as_written(answer) -> list:
+    """The four entries as the reader wrote them, for matching the digits written (a tensor's
+    or array's entries stay scalars of their dtype, so float32 noise is not read as digits)."""
+    try:
+        return list(answer)
+    except TypeError:
+        return [None] * 4
+
+
 def _grade_dx(answer):
     values = as_vector(answer, 4, "gradients (one per column)")
-    if all(math.isclose(v, d, rel_tol=1e-3, abs_tol=1e-4) for v, d in zip(values, DX)):
+    written = _as_written(answer)
+    if all(math.isclose(v, d, rel_tol=1e-3, abs_tol=1e-4) or matches_as_written(a, v, d)
+           for a, v, d in zip(written, values, DX)):
         return correct(f"dx = [{', '.join(f'{v:.4f}' for v in DX)}]: r·(g − xhat·mean(g·xhat)) "
                        f"with r = {HAND.r:.5f}, mean(g·xhat) = {HAND.mean:.4f}.")
     for label, (vec, hint) in _DX_MISTAKES.items():
@@ -94,9 +106,7 @@ _MISSING_HINTS = {
 
 
 def _grade_missing(answer):
-    if isinstance(answer, str):
-        answer = answer.strip().strip("()").strip()
-    choice = as_choice(answer, list(MISSING_CHOICES))
+    choice = as_choice(option_letter(answer), list(MISSING_CHOICES))
     if choice == "a":
         return correct("The kernel computes dx = r·g, as if r were a constant. The suite catches "
                        "it wherever the missing term is larger than the tolerance; it passes on "
@@ -140,9 +150,10 @@ _BYTES_MISTAKES = {
 
 
 def _grade_bytes(answer):
-    value = as_number(answer, "a number of bytes")
+    value = as_count(answer, "a number of bytes")
     if value != int(value):
-        raise Malformed(f"bytes are whole numbers, got {value}.")
+        raise Malformed(f"bytes are whole numbers, got {value} (for megabytes, multiply by "
+                        f"1,000,000).")
     if int(value) == BACKWARD_BYTES:
         return correct(f"{BACKWARD_BYTES:,} B: x and dy read and dx written ({3 * MATRIX:,}), the "
                        f"partials written and read ({2 * PARTIALS:,}), w, r and dw "
