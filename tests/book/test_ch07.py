@@ -375,8 +375,6 @@ def test_nothing_recorded_says_so():
 def test_words_for_numbers():
     assert CR.ratio_text(1.004) == "1.004x" and CR.ratio_text(1.0) == "1.00x"
     assert CR.ratio_text(0.996) == "0.996x" and CR.ratio_text(1.0897) == "1.09x"
-    assert CR.join_words(["a"]) == "a" and CR.join_words(["a", "b", "c"]) == "a, b and c"
-    assert CR.join_words([]) == ""
     assert CR.sentences("torch.compile was timed", "", "the eager chain") == \
         "torch.compile was timed. The eager chain"
     assert CR.display_name("torch.eager_chain", prose=True) == "the eager chain"

@@ -230,3 +230,14 @@ def test_chapter_badge_marks_a_smoke_recording_and_names_missing_chapters(tmp_pa
         page.chapter_badge("ch03", tmp_path)
     with pytest.raises(FileNotFoundError, match="MANIFEST.json"):
         page.chapter_badge("ch07", tmp_path / "nowhere")
+
+
+def test_counts_and_lists_in_sentences():
+    assert page.counted(1, "shape") == "1 shape" and page.counted(11, "shape") == "11 shapes"
+    assert page.counted(1024, "row") == "1,024 rows" and page.counted(0, "case") == "0 cases"
+    assert page.counted(2, "process", "processes") == "2 processes"
+    assert page.listed([]) == "" and page.listed(["a"]) == "a"
+    assert page.listed(["a", "b"]) == "a and b" and page.listed(["a", "", None, "b", "c"]) == \
+        "a, b and c"
+    assert page.listed(["x", "y", "z"], "or") == "x, y or z"
+    assert page.listed(["a", "b", "c"], serial=True) == "a, b, and c"

@@ -22,6 +22,7 @@ from .. import checks, records, reference
 from ..kernels.rmsnorm import (MAX_COLS, VERSIONS, bytes_moved, num_warps_for, rmsnorm_row,
                                rmsnorm_row_kernel)
 from ..measure import timer
+from . import page
 
 # ---------------------------------------------------------------- what chapter 4 shows of the compiled kernel
 
@@ -300,17 +301,6 @@ def _shape_text(rows, cols, dtype=None) -> str:
         return f"{text} {dtype}"
 
 
-def counted(n: int, noun: str) -> str:
-    """``1 shape``, ``11 shapes`` (chapter 5's sentences use it too)."""
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
-
-
-def listed(parts: list) -> str:
-    """``a``, ``a and b``, ``a, b, and c`` (empty parts left out)."""
-    parts = [str(p) for p in parts if p is not None and p != ""]
-    if len(parts) <= 2:
-        return " and ".join(parts)
-    return ", ".join(parts[:-1]) + ", and " + parts[-1]
 
 
 def register_answer(widths: dict, limit_cols: int) -> str:
@@ -327,7 +317,7 @@ def register_answer(widths: dict, limit_cols: int) -> str:
     if spill:
         n = spill["spills"]
         parts.append(f"at {spill['cols']:,} it used {spill['registers']} and spilled "
-                     f"{counted(n, '32-bit value')} per thread ({4 * n:,} bytes of local memory)")
+                     f"{page.counted(n, '32-bit value')} per thread ({4 * n:,} bytes of local memory)")
     verdict = (f"so triton.row stops at {limit} columns and refuses wider rows"
                if not spill or spill["cols"] > limit_cols else
                f"so even at its {limit}-column limit the row kernel spills")
@@ -383,7 +373,7 @@ def versions_answer(ratios: dict, wide_cols: int) -> str:
     else:
         words = [f"{_speed_word(v, ' one program per row' if i == 0 else '')} at {c}"
                  f"{' columns' if i == 0 else ''}" for i, (c, v) in enumerate(narrow.items())]
-        parts.append("for narrow rows the multirow kernel was " + listed(words))
+        parts.append("for narrow rows the multirow kernel was " + page.listed(words, serial=True))
     if ratios["seed_spread"] is not None:
         parts.append(f"at {_shape_text(1024, 4096)} the slowest variant took "
                      f"{ratios['seed_spread']:.2f}× the fastest's time")
@@ -417,19 +407,19 @@ def warps_sentences(sweep: dict, tie: float = 0.05) -> dict:
         noise += (f" At {'the one shape' if n == 1 else f'every one of the {n} shapes'} two or "
                   f"more settings are inside the band" + memory_bound)
     else:
-        noise += (f" At {ties} of {counted(n, 'shape')} two or more settings are inside the band"
+        noise += (f" At {ties} of {page.counted(n, 'shape')} two or more settings are inside the band"
                   + (memory_bound if ties * 2 > n else "; at the others one setting is clearly "
                                                        "fastest."))
     judged = [r for r in rows if r.get("rule within 5%") in ("yes", "no")]
     hits = sweep.get("rule_hits", 0)
     untimed = n - len(judged)
     if not judged:
-        answer = f"the rule's own setting was not timed at any of the {counted(n, 'shape')}"
+        answer = f"the rule's own setting was not timed at any of the {page.counted(n, 'shape')}"
     else:
         answer = ("the rule came within " + band + " of the fastest setting "
                   + ("at the one shape measured" if hits == len(judged) == 1 else
                      f"at all {len(judged)} shapes" if hits == len(judged) else
-                     f"at {hits} of {counted(len(judged), 'shape')}"))
+                     f"at {hits} of {page.counted(len(judged), 'shape')}"))
         misses = [f"{_shape_text(*m['shape'].split('x'), m['dtype'])}, where its {m['rule']} warps "
                   f"take {m['rule_us']:.2f} µs and {m['fastest']} warps {m['fastest_us']:.2f} µs "
                   f"({m['rule_us'] / m['fastest_us'] - 1:.0%} slower)"
@@ -437,8 +427,8 @@ def warps_sentences(sweep: dict, tie: float = 0.05) -> dict:
         if misses:
             answer += "; it misses at " + "; and at ".join(misses)
     if untimed:
-        answer += f" (its setting was not timed at {counted(untimed, 'shape')})"
-    learned = (f"within {band} of the fastest at {hits} of {counted(len(judged), 'measured shape')}"
+        answer += f" (its setting was not timed at {page.counted(untimed, 'shape')})"
+    learned = (f"within {band} of the fastest at {hits} of {page.counted(len(judged), 'measured shape')}"
                if judged else "not yet measured against the alternatives")
     return {"noise": noise, "answer": answer, "learned": learned, "ties": ties}
 
@@ -526,14 +516,14 @@ def compiled_answer(summary: dict | None) -> str:
         parts.append(f"loads {nbytes} bytes ({nbytes // 4} fp32 values) per instruction"
                      if nbytes > 4 else "loads one fp32 value per instruction (no vector loads)")
     if summary.get("butterfly_shuffles") is not None:
-        parts.append(f"reduces with {counted(summary['butterfly_shuffles'], 'butterfly shuffle')} "
-                     f"and {counted(summary.get('barriers') or 0, 'barrier')}")
+        parts.append(f"reduces with {page.counted(summary['butterfly_shuffles'], 'butterfly shuffle')} "
+                     f"and {page.counted(summary.get('barriers') or 0, 'barrier')}")
     elif summary.get("cross_lane_ops") is not None:
-        parts.append(f"reduces with {counted(summary['cross_lane_ops'], 'cross-lane operation')} "
-                     f"and {counted(summary.get('barriers') or 0, 'barrier')}")
+        parts.append(f"reduces with {page.counted(summary['cross_lane_ops'], 'cross-lane operation')} "
+                     f"and {page.counted(summary.get('barriers') or 0, 'barrier')}")
     if summary.get("registers_per_thread"):
         parts.append(f"uses {summary['registers_per_thread']} registers per thread")
-    text = "for 4096 fp32 columns the compiler " + listed(parts)
+    text = "for 4096 fp32 columns the compiler " + page.listed(parts, serial=True)
     if nbytes and nbytes >= 16 and (summary.get("butterfly_shuffles") or summary.get("cross_lane_ops")):
         text += (": the vectorized, shuffle-finished kernel that chapter 3 reached at its last "
                  "rung, from a dozen lines")

@@ -18,8 +18,7 @@ from pathlib import Path
 import torch
 
 from .. import env, records, tuning, verify
-from . import broken, ch07
-from .ch04 import counted, listed
+from . import broken, ch07, page
 
 FILES = {
     "verify_gpu.json": "the boundary suite, every registered kernel x dtype x case",
@@ -147,7 +146,7 @@ def nan_rows_phrase(indices: list) -> str:
         return "no row is NaN"
     if len(indices) == 1:
         return f"row {indices[0]} is NaN"
-    return f"rows {listed(indices)} are NaN"
+    return f"rows {page.listed(indices, serial=True)} are NaN"
 
 
 def shrunk_phrase(cases) -> str:
@@ -155,8 +154,8 @@ def shrunk_phrase(cases) -> str:
     shrunk = [c.name for c in cases if c.shape(False) != c.shape(True)]
     if not shrunk:
         return "no case shrinks"
-    return (f"{counted(len(shrunk), 'case')} {'shrinks' if len(shrunk) == 1 else 'shrink'} "
-            f"({listed(shrunk)})")
+    return (f"{page.counted(len(shrunk), 'case')} {'shrinks' if len(shrunk) == 1 else 'shrink'} "
+            f"({page.listed(shrunk, serial=True)})")
 
 
 def drawer_on_gpu(doc: dict | None, shown) -> dict | None:
@@ -186,11 +185,11 @@ def drawer_sentence(drawer: dict | None, gpu: str) -> str:
     wrong_n, caught_n = len(drawer["wrong"]), len(drawer["caught"])
     text = (f"all {wrong_n} of the drawer's kernels with wrong outputs failed there"
             if caught_n == wrong_n and wrong_n > 1 else
-            f"{caught_n} of the drawer's {counted(wrong_n, 'kernel')} with wrong outputs failed "
+            f"{caught_n} of the drawer's {page.counted(wrong_n, 'kernel')} with wrong outputs failed "
             f"there")
     missed = [k.removeprefix("broken.") for k in drawer["wrong"] if k not in drawer["caught"]]
     if missed:
-        text += f" ({listed(missed)} did not)"
+        text += f" ({page.listed(missed, serial=True)} did not)"
     for k, passed in drawer["silent"].items():
         text += (f", and {k.removeprefix('broken.')} passed, as it must" if passed else
                  f", and {k.removeprefix('broken.')} failed a check too")
@@ -218,7 +217,7 @@ def configs_sentence(doc: dict | None) -> str:
              for k, what in CONFIG_KINDS.items() if any(r.get("kind") == k for r in recs)]
     head = (f"All {len(recs)} checks" if ok == len(recs) else f"{ok} of {len(recs)} checks")
     return (f"{head} of the tuned launch configurations the wrappers pick there "
-            f"({listed(kinds)}, each at its own widths and row counts) passed.")
+            f"({page.listed(kinds, serial=True)}, each at its own widths and row counts) passed.")
 
 
 def suite_sentence(summary: dict | None, gpu: str) -> str:
@@ -226,7 +225,7 @@ def suite_sentence(summary: dict | None, gpu: str) -> str:
     if not summary:
         return "The suite on the GPU is not recorded yet"
     n, checks = summary["kernels"], summary["checks"]
-    head = f"On the {gpu}, {counted(n, 'registered kernel')} went through the suite"
+    head = f"On the {gpu}, {page.counted(n, 'registered kernel')} went through the suite"
     if summary["passed"] == checks:
         text = head + f" and all {checks:,} checks passed"
     else:
@@ -236,7 +235,7 @@ def suite_sentence(summary: dict | None, gpu: str) -> str:
         if summary["skipped"]:
             parts.append(f"{summary['skipped']:,} {'was' if summary['skipped'] == 1 else 'were'} "
                          f"skipped as not supported")
-        text = head + ": " + listed(parts)
+        text = head + ": " + page.listed(parts, serial=True)
     return text + ("" if summary["complete"] else " (the run did not finish)")
 
 

@@ -7,20 +7,12 @@ import re
 
 from .. import dtypes, traffic
 from .ch06 import NCU_SHAPE, readable_us, times_in_words
+from . import page
 
 
 _SMALL = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
 
 
-def _n(count: int, noun: str, plural: str | None = None) -> str:
-    """"1 case", "3 cases", "1,024 rows"."""
-    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
-
-
-def _listed(items) -> str:
-    """"a", "a and b", "a, b and c"."""
-    items = list(items)
-    return " and ".join(items) if len(items) < 3 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _pct(x: float) -> str:
@@ -58,7 +50,7 @@ def sync_sentence(sync: list[dict] | None, copy_GBps: float | None = None) -> st
         below = sum(r["no_sync_us"] < r["bytes"] / (copy_GBps * 1e3) for r in sync if r["bytes"])
         if below:
             text += (f" and read below the copy floor at {below} of "
-                     f"{_n(len(sync), 'size')}")
+                     f"{page.counted(len(sync), 'size')}")
     if clock < work / 2:
         text += ": it times the launch, not the work"
     return (text + f". The synchronized clock read {us(hi['sync_us'])} at the largest size, the "
@@ -94,10 +86,10 @@ def process_counts_sentence(grid: dict | None) -> str | None:
         k = len(r.get("process_medians_us") or []) or r.get("processes") or 1
         per[k] = per.get(k, 0) + 1
     counts = sorted(per.items(), reverse=True)
-    parts = [f"{_n(n, 'cold case')} ran in {_SMALL.get(k, f'{k:,}')} "
+    parts = [f"{page.counted(n, 'cold case')} ran in {_SMALL.get(k, f'{k:,}')} "
              f"{'process' if k == 1 else 'processes'}" if i == 0 else
              f"{n:,} in {_SMALL.get(k, f'{k:,}')}" for i, (k, n) in enumerate(counts)]
-    text = "In the recorded grid " + _listed(parts)
+    text = "In the recorded grid " + page.listed(parts)
     if len(counts) == 1:
         return text
     why = []
@@ -119,11 +111,11 @@ def process_sentence(proc: dict | None) -> str | None:
         return None
     w, over = proc["worst"], proc["cases_over_5pct"]
     off = 100 * abs(w["outlier_ratio"] - 1)
-    text = (f"Over the {_n(proc['cases'], 'case')} measured in two or more processes, the process "
+    text = (f"Over the {page.counted(proc['cases'], 'case')} measured in two or more processes, the process "
             f"medians spread by a median of {_pct(proc['median_across_process_spread_pct'])} of "
             f"the result (from p10 to p90 inside one process: "
             f"{_pct(proc['median_within_process_p10_p90_pct'])}), ")
-    text += (f"but in {_n(over, 'case')} one process was more than 5% off" if over else
+    text += (f"but in {page.counted(over, 'case')} one process was more than 5% off" if over else
              "and no process was more than 5% off")
     return text + (f". The worst, {w['impl']} at {w['rows']:,} x {w['cols']:,} {w['dtype']}, "
                    f"measured {readable_us(w['outlier_us'])} in one process against a median of "
@@ -232,25 +224,25 @@ def health_sentence(health: dict | None, target: str | None = None) -> str | Non
     if not health:
         return None
     were = lambda k: "was" if k == 1 else "were"  # noqa: E731
-    text = f"{health['measured']:,} of {_n(health['cases'], 'case')} were measured"
+    text = f"{health['measured']:,} of {page.counted(health['cases'], 'case')} were measured"
     if health["wrong"]:
         text += (f", {health['wrong']:,} of them outside the tolerance "
-                 f"({_listed(health['wrong_impls'])})")
+                 f"({page.listed(health['wrong_impls'])})")
     else:
         text += ", every output within the tolerance"
     rest = []
     if health["unsupported"]:
         k = health["unsupported"]
-        rest.append(f"{_n(k, 'case')} {were(k)} a width an implementation declares it cannot "
-                    f"handle ({_listed(health.get('unsupported_impls', []))})")
+        rest.append(f"{page.counted(k, 'case')} {were(k)} a width an implementation declares it cannot "
+                    f"handle ({page.listed(health.get('unsupported_impls', []))})")
     if health.get("skipped"):
         k = health["skipped"]
-        rest.append(f"{_n(k, 'case')} of {_listed(health['skipped_impls'])} {were(k)} not timed, "
+        rest.append(f"{page.counted(k, 'case')} of {page.listed(health['skipped_impls'])} {were(k)} not timed, "
                     f"because the recording ran out of time before their turn: those results "
                     f"are missing, not slow and not fast")
     if health["errors"]:
         k = health["errors"]
-        rest.append(f"{_n(k, 'case')} failed with an error ({_listed(health['error_impls'])})")
+        rest.append(f"{page.counted(k, 'case')} failed with an error ({page.listed(health['error_impls'])})")
     if rest:
         text += "; " + "; ".join(rest)
     if health["wrong"] and target not in health["wrong_impls"]:
@@ -304,7 +296,7 @@ def cooperation_sentence(timed: list[dict], historical_ratio: float | None = Non
                      + " than on the RX 9070 XT")
     if missing:
         it = "it is" if len(missing) == 1 else "they are"
-        note = (f"The recording did not time {_listed(missing)} at this shape: {it} missing "
+        note = (f"The recording did not time {page.listed(missing)} at this shape: {it} missing "
                 f"from the table, not slow")
         text = f"{text}. {note}" if text else note
     return text

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import records
+from . import page
 
 CAPSTONE = "capstone.fused"
 CAPSTONE_OPS = {"capstone.fused": "add_rmsnorm", "capstone.fused_residual": "add_rmsnorm_residual"}
@@ -478,13 +479,6 @@ def display_names(impls, prose: bool = False) -> list[str]:
     return [f"the {n}" if prose and n in _ARTICLE else n for n in ordered]
 
 
-def join_words(words) -> str:
-    """``a``; ``a and b``; ``a, b and c``."""
-    words = list(words)
-    if len(words) < 2:
-        return "".join(words)
-    return ", ".join(words[:-1]) + " and " + words[-1]
-
 
 def shape_text(rows, cols, dtype: str | None = None) -> str:
     return f"{rows}x{cols}" + (f" {dtype}" if dtype else "")
@@ -497,9 +491,6 @@ def ratio_text(ratio: float) -> str:
         text = f"{ratio:.3f}"
     return f"{text}x"
 
-
-def _shapes(n: int) -> str:
-    return f"{n} shape" + ("" if n == 1 else "s")
 
 
 def _missing_by_name(missing: dict | None) -> dict:
@@ -526,7 +517,7 @@ def missing_note(s: dict) -> str:
         parts.append(f"{who} was not timed at any of {of}" if timed <= 0 and total > 1 else
                      f"{who} was not timed at {of}" if timed <= 0 else
                      f"{who} was timed at only {timed} of {of}")
-    return join_words(parts) + "; no shape counts as a win over a peer not timed there"
+    return page.listed(parts) + "; no shape counts as a win over a peer not timed there"
 
 
 def peer_verdict(s: dict, subject: str = "the capstone") -> str:
@@ -571,7 +562,7 @@ def large_shapes_clause(s: dict, large_MB: float = 64.0) -> str:
         who = f"the {name}" if name in _ARTICLE else name
         parts.append(f"{who} was not timed there" if gone[name] >= s["large_shapes"] else
                      f"{who} was not timed at {gone[name]} of them")
-    return text + (f"; {join_words(parts)}" if parts else "")
+    return text + (f"; {page.listed(parts)}" if parts else "")
 
 
 def eager_clause(ratios: list[float], large_MB: float = 64.0) -> str:
@@ -629,7 +620,7 @@ def lever_sentence(levers: list[dict], threshold_pct: float = 3.0,
     gaps = [f"{abs(g):.1f}% at {shape_text(*shape)}" for shape, g in repeat.items()
             if abs(g) >= 1.0]
     head = (f"Counting a change only where it exceeds {t} plus the gap between two runs of the "
-            f"launch in use ({join_words(gaps)})" if gaps else
+            f"launch in use ({page.listed(gaps)})" if gaps else
             f"Counting a change only where it exceeds {t}")
     shorter, longer = found(-1), found(1)
 
@@ -659,7 +650,7 @@ def dram_clause(ncu_records: list[dict] | None, impl: str = CAPSTONE, against: s
         return "Nsight Compute's DRAM throughput of the capstone is not recorded yet"
     parts = [f"{_num(r['dram_throughput_pct']):.0f}% of its peak at "
              f"{shape_text(r.get('rows'), r.get('cols'))}" for r in got]
-    return (f"Nsight Compute measures the capstone's DRAM throughput at {join_words(parts)}"
+    return (f"Nsight Compute measures the capstone's DRAM throughput at {page.listed(parts)}"
             + (f", against {against}" if against else ""))
 
 
@@ -688,9 +679,9 @@ def study_peer_clause(rows: list[dict], peer: str = "torch.compile_add") -> str:
         return ""
     parts = [f"{ratio_text(r['ratio'])}{' its time' if not i else ''} at "
              f"{shape_text(r['rows'], r['cols'])}" for i, r in enumerate(rows)]
-    where = "one shape" if len(rows) == 1 else _shapes(len(rows))
+    where = "one shape" if len(rows) == 1 else page.counted(len(rows), "shape")
     return (f"the performance study, a separate run with the same timer, timed "
-            f"{display_name(peer, True)} at {where}, where the capstone takes {join_words(parts)}")
+            f"{display_name(peer, True)} at {where}, where the capstone takes {page.listed(parts)}")
 
 
 def sentences(*clauses: str) -> str:

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from .. import checks, records, reference, traffic
+from . import page
 
 FILES = {"ch09_backward.json": "forward + backward against the peers, the backward alone, its grid, "
                                "dw determinism"}
@@ -483,15 +484,6 @@ def plain_name(impl: str) -> str:
     return PLAIN_NAMES.get(impl, impl)
 
 
-def _count(n: int, noun: str) -> str:
-    """``1 shape``, ``3 shapes``."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _and(items, word: str = "and") -> str:
-    """``a``, ``a and b``, ``a, b and c`` (or ``word`` instead of and)."""
-    items = list(items)
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {word} " + items[-1]
 
 
 def _shape(rows: int, cols: int, dt: str) -> str:
@@ -605,18 +597,18 @@ def coverage_sentence(doc) -> str:
         return "The recording holds no timing of forward + backward."
     if not c["absent"]:
         return f"The recording timed forward + backward at all {len(c['timed'])} shapes."
-    names = _and(_shape(*s) for s in c["timed"])
-    text = (f"The recording timed forward + backward at only {_count(len(c['timed']), 'shape')} "
+    names = page.listed(_shape(*s) for s in c["timed"])
+    text = (f"The recording timed forward + backward at only {page.counted(len(c['timed']), 'shape')} "
             f"of the {len(SHAPES)} this experiment covers: {names}.")
     never = c["never"]
-    parts = ([f"{_and(map(str, never['rows']), 'or')} rows"] if never["rows"] else []) + (
-        [f"{_and(map(str, never['cols']), 'or')} columns"] if never["cols"] else []) + (
-        [_and(never["dtypes"], "or")] if never["dtypes"] else [])
+    parts = ([f"{page.listed(map(str, never['rows']), 'or')} rows"] if never["rows"] else []) + (
+        [f"{page.listed(map(str, never['cols']), 'or')} columns"] if never["cols"] else []) + (
+        [page.listed(never["dtypes"], "or")] if never["dtypes"] else [])
     if parts:
-        text += (f" Nothing with {_and(parts, 'or')} was measured, so nothing on this page "
+        text += (f" Nothing with {page.listed(parts, 'or')} was measured, so nothing on this page "
                  f"speaks for those steps.")
     else:
-        text += (f" The other {_count(len(c['absent']), 'shape')} were not measured, so "
+        text += (f" The other {page.counted(len(c['absent']), 'shape')} were not measured, so "
                  f"nothing on this page speaks for them.")
     return text
 
@@ -631,8 +623,8 @@ def _op_sentence(doc, op: str) -> str:
                 + (f"the time of the fastest checked peer, {plain_name(r['fastest_peer'])}, "
                    if k == 0 else f"that of {plain_name(r['fastest_peer'])} ")
                 + f"at {r['shape']}" for k, r in enumerate(v["rows"])]
-        floors = _and(f"{r['pct_floor']:.0f}%" for r in v["rows"] if r["pct_floor"] is not None)
-        text = (f"For {name}, forward + backward, ours took {_and(each)}, running at {floors} "
+        floors = page.listed(f"{r['pct_floor']:.0f}%" for r in v["rows"] if r["pct_floor"] is not None)
+        text = (f"For {name}, forward + backward, ours took {page.listed(each)}, running at {floors} "
                 f"of its traffic floor.")
     else:
         text = (f"For {name}, forward + backward, ours is at or below the fastest checked peer's "
@@ -645,11 +637,11 @@ def _op_sentence(doc, op: str) -> str:
             text += (f" At the {large['shapes']} shapes moving 64 MB or more, where fixed costs "
                      f"matter least, the median is {large['median_ratio']:.2f}x.")
     if v["missing"]:
-        gaps = _and(f"{plain_name(i)} at " + ("any of them" if n == v["shapes"] else
+        gaps = page.listed(f"{plain_name(i)} at " + ("any of them" if n == v["shapes"] else
                                              f"{n} of them") for i, n in v["missing"].items())
         text += f" Without a checked time, so not in these comparisons: {gaps}."
     if v["no_peer_shapes"]:
-        text += (f" At {_and(v['no_peer_shapes'])} no peer has a checked time, so ours is "
+        text += (f" At {page.listed(v['no_peer_shapes'])} no peer has a checked time, so ours is "
                  f"compared with nothing there.")
     return text
 
@@ -674,7 +666,7 @@ def processes_sentence(doc) -> str:
         return "no case has been timed yet"
     lo, hi = min(counts), max(counts)
     if lo == hi:
-        return f"every case was timed in {_count(lo, 'process')}"
+        return f"every case was timed in {page.counted(lo, 'process')}"
     return f"{lo} to {hi} processes per case"
 
 
@@ -702,7 +694,7 @@ def sweep_sentence(doc) -> str:
     for r in rows:
         if r["shape"] not in best or r["us"] < best[r["shape"]]["us"]:
             best[r["shape"]] = r
-    each = _and(f"{r['design']} per SM at {shape}, {r['us']:.1f} µs with partials "
+    each = page.listed(f"{r['design']} per SM at {shape}, {r['us']:.1f} µs with partials "
                 f"{r['partials_pct']:.0f}% of the bytes" for shape, r in best.items())
     return f"The fastest grid measured: {each}."
 
@@ -717,7 +709,7 @@ def determinism_sentence(doc) -> str:
     for r in rows:
         what = ("the same bits every time" if r["distinct"] == 1 else
                 f"{r['distinct']} different dw bit patterns, at most "
-                f"{_count(r['max_ulp_apart'], 'ulp')} apart")
+                f"{page.counted(r['max_ulp_apart'], 'ulp')} apart")
         each.append(f"{DESIGN_NAMES.get(r['impl'], r['impl'])} gave {what}")
     return (f"On the recording's GPU, {r0['runs']} runs of each design at "
             f"{_shape(r0['rows'], r0['cols'], r0['dtype'])} on the same inputs: "

@@ -35,6 +35,20 @@ FULL_ROWS_LIMIT = 2000  # above this, the full data goes only into the CSV
 
 # -- numbers in sentences ---------------------------------------------------------------------
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 shape``, ``11 shapes``, ``1,024 rows``: a count in a sentence."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def listed(items, word: str = "and", serial: bool = False) -> str:
+    """``a``, ``a and b``, ``a, b and c`` (``word`` for "or"; ``serial``: ``a, b, and c``, for
+    lists of clauses); empty items are left out."""
+    items = [str(i) for i in items if i is not None and i != ""]
+    if len(items) < 3:
+        return f" {word} ".join(items)
+    return ", ".join(items[:-1]) + ("," if serial else "") + f" {word} " + items[-1]
+
+
 def glue(name: str, value: Any, fmt: str = "") -> None:
     """Store ``value`` (formatted with ``fmt``) for the prose; shows nothing on the page.
 
