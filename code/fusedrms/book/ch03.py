@@ -464,8 +464,10 @@ def floor_sentence(points: list[dict]) -> str:
         return (f"None of the ladder's {n} correct measurements passes it here." if n > 1 else
                 "The ladder's one correct measurement does not pass it here.")
     if over == n:
-        return f"All {n} of the ladder's correct measurements pass it here."
-    return f"{over} of the ladder's {n} correct measurements pass it here."
+        return ("The ladder's one correct measurement passes it here." if n == 1 else
+                f"All {n} of the ladder's correct measurements pass it here.")
+    return (f"{over} of the ladder's {n} correct measurements "
+            f"{'passes' if over == 1 else 'pass'} it here.")
 
 
 def _best_hip_against_triton(points: list[dict]) -> list[float]:
