@@ -40,3 +40,56 @@ def test_padded_mean_accepts_the_factor_at_the_precision_written(factor):
 def test_padded_mean_rejects_wrong_or_too_rough_factors(answer, needle):
     fb = ch01.padded_mean.check(answer)
     assert not fb.ok and needle in fb.message and fb.hint
+
+
+@pytest.mark.parametrize("answer", ["no", "No.", " NO ", "no!", "no, r depends only on x", False])
+def test_weight_and_scale_accepts_no_in_any_reasonable_form(answer):
+    assert ch01.weight_and_scale.check(answer).ok
+
+
+@pytest.mark.parametrize("answer", ["yes", "Yes.", "yes - it changes", True])
+def test_weight_and_scale_rejects_yes_in_any_form_with_a_hint(answer):
+    fb = ch01.weight_and_scale.check(answer)
+    assert not fb.ok and fb.hint and "could not be read" not in fb.message
+
+
+@pytest.mark.parametrize("answer", ["nope", "maybe", 0, ["no"]])
+def test_weight_and_scale_malformed_gets_a_message(answer):
+    fb = ch01.weight_and_scale.check(answer)
+    assert not fb.ok and "could not be read" in fb.message and not fb.error
+
+
+@pytest.mark.parametrize("answer", [
+    {"direction": "larger", "factor": 1.1094}, {"Direction": "Larger", "Factor": "1.11"},
+    (1.1094, "larger"), ("bigger", 1.1094), ("greater", 1.11), ("larger", "sqrt(16/13)"),
+    ("larger", "√(16/13)")])
+def test_padded_mean_accepts_other_forms_of_the_pair(answer):
+    assert ch01.padded_mean.check(answer).ok
+
+
+@pytest.mark.parametrize("answer,needle", [
+    (("larger", "16/13"), "change of the mean"),   # a fraction is read, and is the mean's factor
+    (("larger", 0.9014), "r_right / r_wrong"),      # the inverse factor with the right direction
+    (("lower", 1.1094), "gets larger"),
+])
+def test_padded_mean_reads_fractions_and_names_the_inverse(answer, needle):
+    fb = ch01.padded_mean.check(answer)
+    assert not fb.ok and needle in fb.message and fb.hint
+
+
+@pytest.mark.parametrize("answer", ["larger 1.1", ("larger", "1/0"), ("larger", 1.1, 3),
+                                    {"larger": 1.1}, (1.1, 1.2), ("larger", None)])
+def test_padded_mean_malformed_gets_a_message(answer):
+    fb = ch01.padded_mean.check(answer)
+    assert not fb.ok and "could not be read" in fb.message and not fb.error
+
+
+@pytest.mark.parametrize("answer", [-1.7, "-1.70", -2])
+def test_third_output_too_rough_is_told_to_give_four_decimals(answer):
+    fb = ch01.third_output.check(answer)
+    assert not fb.ok and "four decimals" in fb.hint
+
+
+def test_third_output_praise_shows_the_value_not_a_reformatted_answer():
+    fb = ch01.third_output.check(-1.697)
+    assert fb.ok and "-1.6971" in fb.message

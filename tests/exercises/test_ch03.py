@@ -131,3 +131,17 @@ def test_a_race_names_two_different_threads(label):
         found = re.search(r"thread (\d+) (?:wrote|read) it and thread (\d+)", message)
         assert found, message
         assert found.group(1) != found.group(2), message
+
+
+@pytest.mark.parametrize("written", ["line 4", "after line 4", "Line 4"])
+def test_missing_barrier_accepts_the_line_written_in_words(written):
+    line = ch03.missing_barrier.solution
+    assert ch03.missing_barrier.check(written.replace("4", str(line))).ok
+
+
+@pytest.mark.parametrize("answer,needle", [([], "no block size recorded"),
+                                           ([{"block_size": 1}], "lacks"),
+                                           ([5], "is an int")])
+def test_block_sizes_messages_read_as_english(answer, needle):
+    fb = ch03.block_sizes.check(answer)
+    assert not fb.ok and needle in fb.message and "(s)" not in fb.message

@@ -5,8 +5,11 @@ The animation's row is x = [3, 4, -3, -4], w = [1, 0.5, 2, 1], eps = 1e-5.
 from __future__ import annotations
 
 import math
+import re
+from fractions import Fraction
 
-from .core import Exercise, Malformed, as_choice, as_number, close, correct, matches_as_written, wrong
+from .core import (Exercise, Malformed, as_choice, as_fields, as_number, close, correct,
+                   matches_as_written, wrong)
 
 X = [3.0, 4.0, -3.0, -4.0]
 W = [1.0, 0.5, 2.0, 1.0]
@@ -50,7 +53,10 @@ THIRD_OUTPUT = X[2] * _row_scale(X) * W[2]
 def _grade_third(answer) -> object:
     value = as_number(answer, "the third output y[2] (a number)")
     if close(value, THIRD_OUTPUT, rel=2e-4):
-        return correct(f"{value:.4f} = -3 × {_row_scale(X):.4f} × 2.")
+        return correct(f"y[2] = -3 × {_row_scale(X):.4f} × 2 ≈ {THIRD_OUTPUT:.4f}.")
+    if matches_as_written(answer, value, THIRD_OUTPUT, min_significant=1):
+        return wrong(f"{answer} is y[2] rounded too far to check.",
+                     "Give it to four decimals, as the question asks.")
     if close(value, -THIRD_OUTPUT, rel=2e-4):
         return wrong(f"{value:.4f} has the wrong sign.",
                      "Only the squares lose the sign; y multiplies the original x = -3.")
@@ -76,8 +82,19 @@ third_output = Exercise(
 
 
 # (b) does w[2] change the row scale?
+def _yes_or_no(answer) -> str:
+    """'no', 'No.', 'no, r depends on x only', False -> 'no' (and the same for yes)."""
+    if isinstance(answer, bool):
+        return "yes" if answer else "no"
+    if isinstance(answer, str):
+        first = re.match(r"\s*(yes|no)\b[\s.,;:!-]*", answer, flags=re.I)
+        if first:
+            return first.group(1).lower()
+    return as_choice(answer, ["yes", "no"])
+
+
 def _grade_weight(answer) -> object:
-    choice = as_choice(answer, ["yes", "no"])
+    choice = _yes_or_no(answer)
     if choice == "no":
         return correct("no: r depends only on x (and eps); the weight multiplies afterwards, "
                        "one column at a time.")
@@ -92,13 +109,42 @@ weight_and_scale = Exercise(
 
 # (c) dividing 13 columns by 16
 PADDED_FACTOR = math.sqrt(16 / 13)
+_DIRECTIONS = {"larger": "larger", "bigger": "larger", "greater": "larger", "higher": "larger",
+               "smaller": "smaller", "lower": "smaller", "less": "smaller"}
+
+
+def _direction(word) -> str:
+    if isinstance(word, str) and word.strip().lower() in _DIRECTIONS:
+        return _DIRECTIONS[word.strip().lower()]
+    return as_choice(word, ["larger", "smaller"])
+
+
+def _factor(value) -> float:
+    """A number, or text: '1.1094', '16/13', 'sqrt(16/13)'."""
+    if isinstance(value, str):
+        text = value.strip().replace(" ", "").lower()
+        root = re.fullmatch(r"(?:sqrt|√)\((.+)\)", text)
+        try:
+            if root:
+                return math.sqrt(float(Fraction(root.group(1))))
+            if "/" in text:
+                return float(Fraction(text))
+        except (ValueError, ZeroDivisionError):
+            raise Malformed(f"could not read the factor {value!r}; write a number such as "
+                            f"1.05, or a fraction such as '21/20'") from None
+    return as_number(value, "the factor (a number)")
 
 
 def _grade_padding(answer) -> object:
-    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise Malformed("expected a pair (direction, factor), e.g. answer = ('smaller', 0.9).")
-    direction = as_choice(answer[0], ["larger", "smaller"])
-    factor = as_number(answer[1], "the factor (a number)")
+    example = "answer = ('smaller', 0.9)"
+    if isinstance(answer, (str, bytes)):
+        raise Malformed(f"expected a pair (direction, factor), e.g. {example}.")
+    first, second = as_fields(answer, ["direction", "factor"], example)
+    if not isinstance(first, str) and isinstance(second, str):  # (1.1, 'larger'): either order
+        first, second = second, first
+    direction = _direction(first)
+    factor = _factor(second)
+    answer = (first, second)
     if factor <= 0:
         return wrong(f"a factor of {factor:g} cannot scale a positive r.",
                      "The factor compares r computed both ways: r_wrong / r_right > 0.")
@@ -113,6 +159,9 @@ def _grade_padding(answer) -> object:
     if direction == "smaller":
         return wrong("dividing by 16 instead of 13 makes the mean smaller, so r = 1/sqrt(mean) "
                      "gets larger.", "A smaller denominator under the square root gives a larger r.")
+    if close(factor, 1 / PADDED_FACTOR, rel=2e-3):
+        return wrong(f"{factor:.4f} is r_right / r_wrong: a larger r needs a factor above 1.",
+                     "The factor is r_wrong / r_right: how many times the wrong r is the right one.")
     if matches_as_written(answer[1], factor, PADDED_FACTOR, min_significant=1):
         return wrong(f"the direction is right, but {answer[1]} is too rough to tell the factor from "
                      f"1 (no change).", "Give the factor with at least two significant digits.")

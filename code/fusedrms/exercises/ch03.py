@@ -84,8 +84,9 @@ def _entries(answer) -> list[dict]:
     out = []
     for i, entry in enumerate(answer):
         if not isinstance(entry, Mapping):
-            raise Malformed(f"record {i} is a {type(entry).__name__}; each record is a dict with "
-                            f"keys block_size, rows, cols, correct, time_us.")
+            kind = type(entry).__name__
+            raise Malformed(f"record {i} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}; each "
+                            f"record is a dict with keys block_size, rows, cols, correct, time_us.")
         missing = [k for k in ("block_size", "rows", "cols", "correct", "time_us") if k not in entry]
         if missing:
             raise Malformed(f"record {i} lacks {', '.join(missing)}.")
@@ -160,7 +161,10 @@ def _grade_block_sizes(answer):
     entries = _entries(answer)
     sizes = sorted({e["block_size"] for e in entries})
     if len(sizes) < 3:
-        return wrong(f"only {len(sizes)} block size(s) recorded: {sizes}.",
+        recorded = ("no block size recorded" if not sizes else
+                    f"only one block size recorded ({sizes[0]})" if len(sizes) == 1 else
+                    f"only two block sizes recorded ({sizes[0]} and {sizes[1]})")
+        return wrong(f"{recorded}: the exercise asks for at least three.",
                      "Measure at least three, e.g. 64, 256 and 1024, to see a trend.")
     if len({(e["rows"], e["cols"]) for e in entries}) != 1:
         return wrong("the records use different shapes: only the block size may change.",
@@ -402,6 +406,9 @@ def _solution_line() -> int:
 
 
 def _grade_missing_barrier(answer):
+    if isinstance(answer, str):  # "4", "line 4", "after line 4"
+        found = re.fullmatch(r"\s*(?:after\s+)?(?:line\s*)?(\S+)\s*", answer, flags=re.I)
+        answer = found.group(1) if found else answer
     value = as_number(answer, "a line number of the listing (a whole number)")  # 18, 18.0, "18", a 0-d tensor
     if value != int(value):
         raise Malformed(f"a line number is a whole number; got {value:g}.")
