@@ -169,10 +169,10 @@ def test_shuffle_sentence_slower_faster_and_within_the_spread():
     assert effects[0]["apart"] is True and abs(effects[0]["change_pct"] - 100 / 17.5) < 1e-9
     text = ch03.shuffle_sentence(effects)
     assert "took 5.7% longer than the tree at the one recorded shape" in text
-    assert "do not overlap" in text and "bought nothing" in text and "inside" not in text
+    assert "apart)" in text and "never what made the kernel slow" in text and "within" not in text
     overlapping = [_point("hip.block", 17.5, p25=17.0, p75=19.0),
                    _point("hip.shuffle", 17.6, p25=17.1, p75=19.1)]
-    assert "inside the spread" in ch03.shuffle_sentence(ch03.shuffle_effect(overlapping))
+    assert "within the spread" in ch03.shuffle_sentence(ch03.shuffle_effect(overlapping))
     faster = [_point("hip.block", 20.0, p25=19.9, p75=20.1),
               _point("hip.shuffle", 16.0, p25=15.9, p75=16.1)]
     text = ch03.shuffle_sentence(ch03.shuffle_effect(faster))
@@ -231,3 +231,13 @@ def test_sentences_with_part_of_the_recording():
     assert text.endswith("against the ladder's 1,047 µs at the default.")
     far = ch03.host_sentence(host, [{"block_size": 256, "median_us": 900.0}], None)
     assert "does not account for all of the difference" in far
+
+
+def test_learned_sentence_is_short_in_every_state(tmp_path):
+    doc = _doc(tmp_path, _full_doc_records())
+    text = ch03.learned_sentence(ch03.ladder_points(doc), ch03.rung_gains(doc), ch03.fusion(doc))
+    assert text.startswith("The shuffle finish ran 7.1% faster") and "made the kernel 1.18× faster" in text
+    assert "fusion bought 2.00×–2.31× against twins" in text and len(text.split()) < 50
+    only = [_point("hip.block", 20.0)]
+    assert ch03.learned_sentence(only, [], []) == "The shuffle finish is not recorded yet."
+    assert "not recorded yet" in ch03.learned_sentence([], [], [])

@@ -425,33 +425,40 @@ def shuffle_phrase(effects: list[dict]) -> str:
 
 def shuffle_sentence(effects: list[dict]) -> str:
     """The shuffle finish's effect, how it compares with the samples' spread, and what that
-    says about the tree's barriers: one or two sentences."""
+    says about the tree's barriers, in one sentence."""
     if not effects:
         return "The shuffle finish is not recorded yet."
     text = f"The shuffle finish {shuffle_phrase(effects)}"
     judged = [e for e in effects if e["apart"] is not None]
     n, k = len(judged), sum(bool(e["apart"]) for e in judged)
-    if judged:
-        if k == n:
-            text += (", a difference larger than the spread of the samples: the middle halves "
-                     "of the two kernels' timings " + ("do not overlap" if n == 1 else
-                                                       "are apart at every shape"))
-        elif k == 0:
-            text += (", a difference inside the spread of the samples: the middle halves of the "
-                     "two kernels' timings overlap" + ("" if n == 1 else " at every shape"))
-        else:
-            text += (f"; the middle halves of the two kernels' timings are apart at {k} of {n} "
-                     f"shapes")
+    every = "" if n == 1 else " at every shape"
+    if judged and k == n:
+        text += f", more than the spread of the samples (their middle halves are apart{every})"
+    elif judged and k == 0:
+        text += f", within the spread of the samples (their middle halves overlap{every})"
+    elif judged:
+        text += f" (the middle halves of the samples are apart at {k} of {n} shapes)"
     best = min(e["change_pct"] for e in effects)  # the largest saving (negative: faster)
     if best >= -1:
-        verdict = ("The tree's barriers were never what made the kernel slow: taking them out "
-                   "bought nothing.")
-    elif best > -10:
-        verdict = (f"The tree's barriers were a small cost: taking them out saved at most "
-                   f"{-best:.1f}%.")
-    else:
-        verdict = "The tree's barriers were a real cost here."
-    return f"{text}. {verdict}"
+        return text + ": the tree's barriers were never what made the kernel slow."
+    if best > -10:
+        return text + f": the tree's barriers were a small cost, at most {-best:.1f}%."
+    return text + ": the tree's barriers were a real cost here."
+
+
+def learned_sentence(points: list[dict], gains: list[dict], pairs: list[dict]) -> str:
+    """The chapter's measured lessons, short, for its summary."""
+    if not points:
+        return f"The measurements are {NOT_RECORDED}."
+    vector = span([g["gain"] for g in gains if (g["from"], g["to"]) ==
+                   ("hip.shuffle", "hip.vectorized")])
+    text = f"the shuffle finish {shuffle_phrase(shuffle_effect(points))}"
+    if vector:
+        text += f", 16-byte loads with one read of x made the kernel {vector} faster"
+    fusion = span([f["speedup"] for f in pairs])
+    if fusion:
+        text += f", and fusion bought {fusion} against twins with the same loads"
+    return text[0].upper() + text[1:] + "."
 
 
 def floor_sentence(points: list[dict]) -> str:
