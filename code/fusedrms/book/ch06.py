@@ -69,7 +69,7 @@ def warmup_view(doc: dict | None) -> dict | None:
     rule = find_rule(doc, "warm-up")
     if not rule:
         return None
-    out = dict(impl=rule["impl"], shape=f"{rule['rows']} x {rule['cols']} {rule['dtype']}",
+    out = dict(impl=rule["impl"], shape=f"{rule['rows']:,} x {rule['cols']:,} {rule['dtype']}",
                first_us=rule["ignored"]["median_us"], warm_us=rule["followed"]["median_us"],
                mean_with_first_us=rule["mean_with_first_us"],
                median_with_first_us=rule["median_with_first_us"])
@@ -126,19 +126,31 @@ def floor_summary(grid: dict | None, impl: str, min_bytes: float = 64e6,
 
 
 def grid_health(grid: dict | None) -> dict | None:
-    """Counts a reader checks beside a speed table: measured, outside the tolerance, not run."""
+    """Counts a reader checks beside a speed table: measured, outside the tolerance, and not run,
+    split into widths an implementation declares it cannot handle, cases the recording skipped
+    (its time ran out: missing, not failed) and errors."""
     if not grid:
         return None
     recs = grid["records"]
     ok = [r for r in recs if r.get("status") == "ok"]
     wrong = [r for r in ok if r.get("correct") is False]
     not_run = [r for r in recs if r.get("status") != "ok"]
-    unsupported = [r for r in not_run if str(r.get("status", "")).startswith("unsupported")]
+
+    def status_is(r, word):
+        return str(r.get("status", "")).startswith(word)
+
+    unsupported = [r for r in not_run if status_is(r, "unsupported")]
+    skipped = [r for r in not_run if status_is(r, "skipped")]
+    errors = [r for r in not_run if r not in unsupported and r not in skipped]
     comp = [s for r in ok for s in (r.get("compile_s") or [])]
-    return dict(cases=len(recs), measured=len(ok), wrong=len(wrong),
-                wrong_impls=sorted({r["impl"] for r in wrong}), not_run=len(not_run),
-                unsupported=len(unsupported), errors=len(not_run) - len(unsupported),
-                error_impls=sorted({r["impl"] for r in not_run if r not in unsupported}),
+
+    def impls(group):
+        return sorted({r["impl"] for r in group})
+
+    return dict(cases=len(recs), measured=len(ok), wrong=len(wrong), wrong_impls=impls(wrong),
+                not_run=len(not_run), unsupported=len(unsupported),
+                unsupported_impls=impls(unsupported), skipped=len(skipped),
+                skipped_impls=impls(skipped), errors=len(errors), error_impls=impls(errors),
                 compile_median_s=statistics.median(comp) if comp else None)
 
 
@@ -169,8 +181,18 @@ def ncu_view(doc: dict | None) -> dict | None:
     for label, (section, name) in NCU_PICKS.items():
         hit = next((v for key, v in metrics.items()
                     if key.split(" / ")[0].startswith(section) and key.endswith(" / " + name)), None)
-        out[label] = None if hit is None else f"{hit.get('value')} {hit.get('unit') or ''}".strip()
+        out[label] = None if hit is None else _metric_text(hit.get("value"), hit.get("unit"))
     return out
+
+
+_UNIT_WORDS = {"%": "%", "register/thread": "", "cycle": " cycles", "byte": " bytes"}
+
+
+def _metric_text(value, unit) -> str:
+    """An ncu value with its unit as prose writes it: "87.2 %" -> "87.2%", "29 register/thread"
+    -> "29" (the label says per thread), "24.7 cycle" -> "24.7 cycles"."""
+    unit = (unit or "").strip()
+    return f"{value}{_UNIT_WORDS.get(unit, ' ' + unit if unit else '')}"
 
 
 def historical_seed() -> dict:
@@ -179,8 +201,45 @@ def historical_seed() -> dict:
     recs = [dict(r, median_us=1e3 * r["median_ms"], min_median_us=1e3 * r["min_median_ms"],
                  max_median_us=1e3 * r["max_median_ms"]) for r in doc["records"]]
     prov = dict(doc["provenance"])
-    prov["source"] = re.sub(r"\s*\(/[^)]*\)", "", prov.get("source", ""))  # no machine paths
+    prov["source"] = historical_source(prov.get("source", ""))
     return {"provenance": prov, "records": recs}
+
+
+def historical_source(text: str) -> str:
+    """The historical table's source as a reader reads it: no machine paths, no archive number
+    ("seed 003, section 13.5: chapter 13 'X' of a course, ..." -> "chapter 13 'X' of a course,
+    section 13.5, ...")."""
+    text = re.sub(r"\s*\(/[^)]*\)", "", text)  # no machine paths
+    text = re.sub(r"^\s*seed \d+,\s*", "", text)
+    moved = re.match(r"(section [\d.]+): (chapter \d+ .*? of [^,]+)(.*)$", text)
+    return f"{moved[2]}, {moved[1]}{moved[3]}" if moved else text
+
+
+def grid_span(grid: dict | None, sweep: str = "grid") -> str | None:
+    """The sizes a recorded sweep covers, from its plan: "1 to 16,384 rows, widths 2,048 to
+    16,384"."""
+    plans = [w for w in (grid or {}).get("provenance", {}).get("sweeps", [])
+             if w.get("name") == sweep and w.get("rows") and w.get("cols")]
+    if not plans:
+        return None
+    rows = sorted({r for w in plans for r in w["rows"]})
+    cols = sorted({c for w in plans for c in w["cols"]})
+
+    def span(v, one, many):
+        return f"{v[0]:,} {one}" if len(v) == 1 else f"{v[0]:,} to {v[-1]:,} {many}"
+
+    return (span(rows, "row" if rows[0] == 1 else "rows", "rows") + ", "
+            + ("width " if len(cols) == 1 else "widths ") + span(cols, "", "").strip())
+
+
+def not_timed_at(grid: dict | None, **where) -> list[str]:
+    """The implementations a grid lists at one case (``sweep``, ``rows``, ``cols``, ``dtype``)
+    that were not timed there: skipped or failed, never silently absent from a table."""
+    recs = [r for r in (grid or {}).get("records", [])
+            if all(r.get(k) == v for k, v in where.items())]
+    timed = {r["impl"] for r in recs if r.get("status") == "ok"}
+    return sorted({r["impl"] for r in recs if r.get("status") != "ok"
+                   and not str(r.get("status", "")).startswith("unsupported")} - timed)
 
 
 # The shapes each rule is measured at (add_rmsnorm, bf16). SMOKE_RULE_SHAPES: the same code paths,

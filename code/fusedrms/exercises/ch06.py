@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 
 from .. import traffic
-from .core import Exercise, Malformed, as_choice, as_number, correct, option_letter, wrong
+from .core import (Exercise, Malformed, as_choice, as_number, correct, matches_as_written,
+                   option_letter, wrong)
 
 # A hypothetical GPU: a round copy bandwidth so the arithmetic is the reader's, not a lookup.
 ROWS, COLS, DTYPE = 8192, 4096, "bf16"
@@ -37,17 +38,22 @@ def _matches(value: float, target: float, rel: float = 0.01) -> bool:
     return math.isclose(value, target, rel_tol=rel)
 
 
-def _number_with_unit(answer, what: str, units: tuple[str, ...]):
-    """A number, also written as text with its unit ("62.9 µs", "78.6%"); other units are
-    Malformed with a message."""
+def _number_with_unit(answer, what: str, units: dict[str, float]):
+    """A number, also written as text with its unit ("62.9 µs", "0.0629 ms", "78.6%"), in the
+    answer's unit (each unit's factor converts to it); other units are Malformed with a message."""
     if isinstance(answer, str):
         text = answer.strip()
         for unit in sorted(units, key=len, reverse=True):
             if text.lower().endswith(unit):
-                text = text[: -len(unit)].strip()
-                break
+                return as_number(text[: -len(unit)].strip(), what) * units[unit]
         answer = text
     return as_number(answer, what)
+
+
+# The time units a reader may write (µs as the micro sign, the Greek mu or "u"), in µs.
+TIME_UNITS = {"µs": 1.0, "μs": 1.0, "us": 1.0, "microseconds": 1.0, "microsecond": 1.0,
+              "ns": 1e-3, "ms": 1e3, "milliseconds": 1e3, "s": 1e6, "seconds": 1e6}
+PERCENT_UNITS = {"%": 1.0, "percent": 1.0}
 
 
 # (1) predict the floor time -------------------------------------------------------------------
@@ -82,7 +88,7 @@ _PREDICT_MISTAKES = {
 
 
 def _grade_predict(answer):
-    value = _number_with_unit(answer, "a time in microseconds", ("µs", "us"))
+    value = _number_with_unit(answer, "a time in microseconds", TIME_UNITS)
     if value <= 0:
         raise Malformed("a time must be positive; write it in microseconds, e.g. answer = 12.5")
     if _matches(value, FLOOR_US):
@@ -125,13 +131,16 @@ _PCT_MISTAKES = {
 
 
 def _grade_pct(answer):
-    value = _number_with_unit(answer, "a percentage", ("%", "percent"))
-    if _matches(value, PCT, rel=0.005):
+    value = _number_with_unit(answer, "a percentage", PERCENT_UNITS)
+    written = answer  # the digits as written: "79" is 78.6 rounded, "78" is not
+    if isinstance(answer, str):
+        written = answer.strip().lower().removesuffix("%").removesuffix("percent").strip()
+    if _matches(value, PCT, rel=0.005) or matches_as_written(written, value, PCT):
         return correct(f"{FLOOR_US:.2f} / {MEASURED_US:g} = {PCT:.1f}% of the floor "
                        f"(equivalently {FUSED.bytes_total / (MEASURED_US * 1e3):,.0f} GB/s "
                        f"achieved out of {BANDWIDTH_GBPS:,.0f}).")
     for label, (target, hint) in _PCT_MISTAKES.items():
-        if _matches(value, target, rel=0.005):
+        if _matches(value, target, rel=0.005) or matches_as_written(written, value, target):
             return wrong(f"{value:.4g} ({label}).", hint)
     return wrong(f"{value:.4g}% is not it.", "Divide the floor you predicted by the measured "
                                              "time, times 100.")
@@ -159,8 +168,10 @@ RULE_CHOICES = {
 _RULE_HINTS = {
     "b": f"The inputs here are {3 * BIG_ROWS * BIG_COLS * ITEM / 1e6:,.0f} MB, far larger than "
          f"any L2 (tens of MB): a warm cache cannot hold them, let alone explain a factor this size.",
-    "c": "Processes differ by a few percent, not by a factor of tens.",
-    "d": "The median and the mean of honest samples differ by outliers, not by a factor of tens.",
+    "c": f"Processes usually differ by a few percent, and even an unlucky one is not "
+         f"{BIG_FLOOR_US / SUSPICIOUS_US:.0f} times faster than the bytes allow.",
+    "d": "Delays only add time: the mean of the same samples would be larger than the median, "
+         "not smaller, so no statistic turns an honest timing into one far below the floor.",
     "e": "The floor is a reference: the time to move the op's bytes at the measured copy rate. The "
          "best kernels land within a few percent of it; a number far below it means the "
          "measurement did not cover the work.",
@@ -175,10 +186,10 @@ def _grade_rule(answer):
         return correct(f"{SUSPICIOUS_US:.0f} µs is about {BIG_FLOOR_US / SUSPICIOUS_US:.0f}x below "
                        f"the floor ({BIG_FLOOR_US:.0f} µs): impossible for the kernel. A clock "
                        f"read without a synchronize measures how long the call took to return, "
-                       f"that is, to queue the launch: a few µs for a lean launch, over 100 µs "
-                       f"through a Python wrapper (this chapter measures one), and flat whatever "
-                       f"the size. Device events, or a synchronize before reading the clock, "
-                       f"time the work.")
+                       f"that is, to queue the launch: a few µs for a lean launch, more through "
+                       f"a Python wrapper, and growing far less than the work as the size grows "
+                       f"(section 1 measures it). Device events, or a synchronize before reading "
+                       f"the clock, time the work.")
     return wrong(f"({choice}) cannot explain it.", _RULE_HINTS[choice])
 
 

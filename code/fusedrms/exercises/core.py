@@ -156,13 +156,13 @@ def as_choice(answer: Any, choices: Sequence[str]) -> str:
 
 
 def option_letter(answer: Any) -> Any:
-    """"b", "B", "(b)", "b)" or "(b) it divides ..." -> "b" (for :func:`as_choice`); anything
-    else unchanged."""
+    """"b", "B", "(b)", "b)", "b." or "(b) it divides ..." -> "b" (for :func:`as_choice`);
+    anything else unchanged."""
     if isinstance(answer, str):
         text = answer.strip()
         if text[:1] == "(" and ")" in text:
             return text[1:text.index(")")].strip()
-        if len(text) >= 2 and text[1] == ")":
+        if len(text) >= 2 and (text[1] == ")" or text[1] in ".:" and text[2:3] in ("", " ")):
             return text[0]
     return answer
 
