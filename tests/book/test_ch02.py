@@ -90,6 +90,9 @@ def test_copy_sentence_with_and_without_the_published_figure_or_the_grid():
     assert "not in the published table" in unknown and "0%" not in unknown
     assert unknown.endswith("hard limit.")
     assert "not recorded yet" in ch02.copy_sentence(None)
+    for missing in (ch02.copy_sentence(None), ch02.grid_sentence(None),
+                    ch02.fusion_answer({}, [], BOUNDS, "GPU")):
+        assert "--" not in missing  # the book would set a command's "--" as a dash
 
 
 def test_grid_sentence_reports_overlap_and_a_missing_grid():

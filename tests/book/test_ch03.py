@@ -205,6 +205,7 @@ def test_sentences_with_nothing_recorded_say_so_without_numbers():
     for text in (ch03.ladder_answer([], []), ch03.fusion_answer([]),
                  ch03.block_size_answer([], []), ch03.floor_sentence([])):
         assert "recorded yet" in text and text.endswith(".") and "×" not in text
+        assert "--" not in text  # the book would set a command's "--" as a dash
     assert ch03.host_sentence([], [], None) == ""
     assert "will show" in ch03.serial_scaling_sentence([])
 
@@ -228,7 +229,7 @@ def test_sentences_with_part_of_the_recording():
     host = [{"variant": "serial", "rows": 1024, "block": 256, "grid_blocks": 4,
              "median_us": 2063.0}]
     text = ch03.host_sentence(host, [], 1047.0)
-    assert text.endswith("against the ladder's 1,047 µs at the default.")
+    assert text.endswith("against the ladder's 1,047 µs at the default.") and "--" not in text
     far = ch03.host_sentence(host, [{"block_size": 256, "median_us": 900.0}], None)
     assert "does not account for all of the difference" in far
 

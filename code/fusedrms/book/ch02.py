@@ -172,7 +172,7 @@ def best_pct_of_floor(grid_doc: dict) -> float | None:
 # ---------------------------------------------------------------- sentences for the page
 # The measured answers in words that stay true and read well whatever the recording holds.
 
-NOT_RECORDED = "not recorded yet (python -m fusedrms.record --chapters {} records it on a GPU)"
+NOT_RECORDED = "not recorded yet (chapter {}'s GPU recording measures it)"
 
 
 def _pct(fraction: float) -> str:

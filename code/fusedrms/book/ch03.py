@@ -364,7 +364,7 @@ def host_results(text: str) -> list[dict]:
 # The page's measured answers, in words that stay true and read well whatever the recording
 # holds: every shape, some, or none.
 
-NOT_RECORDED = "not recorded yet (python -m fusedrms.record --chapters 3 records it on a GPU)"
+NOT_RECORDED = "not recorded yet (the chapter's GPU recording measures it)"
 
 
 def span(values, fmt: str = ".2f", unit: str = "×") -> str | None:
@@ -570,7 +570,7 @@ def host_sentence(host: list[dict], serial_sweep: list[dict], ladder_serial_us) 
     h = next((r for r in host if r["variant"] == "serial" and r["rows"] == 1024), None)
     if h is None:
         return ""
-    text = (f"The recorded host program ran hip.serial with --block {h['block']}, "
+    text = (f"The recorded host program ran hip.serial with {h['block']} threads per block, "
             f"{h['grid_blocks']} blocks, in {h['median_us']:,.0f} µs")
     if ladder_serial_us:
         text += f", against the ladder's {ladder_serial_us:,.0f} µs at the default"
