@@ -145,3 +145,11 @@ def test_missing_barrier_accepts_the_line_written_in_words(written):
 def test_block_sizes_messages_read_as_english(answer, needle):
     fb = ch03.block_sizes.check(answer)
     assert not fb.ok and needle in fb.message and "(s)" not in fb.message
+
+
+def test_block_sizes_reads_numpy_and_torch_booleans_as_verdicts():
+    rows = [{"block_size": b, "rows": 3, "cols": 13, "correct": flag, "time_us": 1.0}
+            for b, flag in ((8, np.bool_(True)), (16, torch.tensor(True)), (32, True))]
+    assert [e["correct"] for e in ch03._entries(rows)] == [True, True, True]
+    bad = [{"block_size": 8, "rows": 3, "cols": 13, "correct": "yes", "time_us": 1.0}]
+    assert "True or False" in ch03.block_sizes.check(bad * 3).message

@@ -90,7 +90,10 @@ def _entries(answer) -> list[dict]:
         missing = [k for k in ("block_size", "rows", "cols", "correct", "time_us") if k not in entry]
         if missing:
             raise Malformed(f"record {i} lacks {', '.join(missing)}.")
-        if not isinstance(entry["correct"], bool):
+        verdict = entry["correct"]
+        if hasattr(verdict, "item") and getattr(verdict, "shape", None) in ((), (1,)):
+            verdict = verdict.item()  # a numpy or 0-d torch boolean
+        if not isinstance(verdict, bool):
             raise Malformed(f"record {i}: 'correct' must be True or False (what the check said).")
         try:
             time_us = float(entry["time_us"])
@@ -100,7 +103,7 @@ def _entries(answer) -> list[dict]:
                             f"a number.") from None
         if rows < 1 or cols < 1:
             raise Malformed(f"record {i}: rows and cols must be at least 1, got {rows} x {cols}.")
-        out.append(dict(block_size=block, rows=rows, cols=cols, correct=entry["correct"],
+        out.append(dict(block_size=block, rows=rows, cols=cols, correct=verdict,
                         time_us=time_us))
     return out
 
