@@ -69,8 +69,9 @@ class Exercise:
     def check(self, answer: Any) -> Feedback:
         """Grade ``answer``; never raises (a checker's promise to the reader)."""
         if answer is None or answer is Ellipsis:
-            return wrong("no answer yet.", f"Replace the placeholder with your answer to: "
-                                           f"{self.question}")
+            # the question is printed above the cell already: say only what to do
+            return wrong("There is no answer here yet: replace None with yours and run the "
+                         "cell again.")
         from ..validation import InputError
 
         try:
