@@ -197,7 +197,7 @@ def copy_sentence(copy: dict | None, best_pct_of_floor: float | None = None) -> 
     if best_pct_of_floor is None:
         return text + "."
     if best_pct_of_floor > 100:
-        return text + (f": kernels of chapter 6's grid pass it, the best at "
+        return text + (f": the best kernel of chapter 6's grid passes it, at "
                        f"{best_pct_of_floor:.0f}% of its copy floor's rate.")
     return text + (f", although no kernel of chapter 6's grid passes it here: the best runs at "
                    f"{best_pct_of_floor:.0f}% of its copy floor's rate.")
