@@ -153,3 +153,16 @@ def test_block_sizes_reads_numpy_and_torch_booleans_as_verdicts():
     assert [e["correct"] for e in ch03._entries(rows)] == [True, True, True]
     bad = [{"block_size": 8, "rows": 3, "cols": 13, "correct": "yes", "time_us": 1.0}]
     assert "True or False" in ch03.block_sizes.check(bad * 3).message
+
+
+def test_a_shared_memory_tree_with_a_token_shuffle_is_not_a_shuffle_finish():
+    """It computes the right sum, but round by round with a barrier each: not the exercise."""
+    tree = ("__device__ float block_sum_shuffle(float partial) {\n"
+            "    HIP_DYNAMIC_SHARED(float, s)\n    s[threadIdx.x] = partial;\n    __syncthreads();\n"
+            "    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {\n"
+            "        if (threadIdx.x < stride) s[threadIdx.x] += s[threadIdx.x + stride];\n"
+            "        __syncthreads();\n    }\n"
+            "    return __shfl_xor(s[0], 0, 32);  // a shuffle for show\n}\n")
+    feedback = ch03.shuffle_finish.check(tree)
+    assert not feedback.ok and "inside a loop" in feedback.message and feedback.hint
+    assert ch03._loop_bodies("for (int i = 0; i < n; ++i) x += y; // __syncthreads();") == ["x += y"]

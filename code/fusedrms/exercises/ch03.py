@@ -318,6 +318,29 @@ __device__ float block_sum_shuffle(float partial) {
 """
 
 
+def _loop_bodies(text: str) -> list[str]:
+    """The bodies of the ``for`` and ``while`` loops in C text (a braced block, or the single
+    statement up to its semicolon), comments removed."""
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
+    bodies = []
+    for loop in re.finditer(r"\b(?:for|while)\s*\(", code):
+        depth, i = 1, loop.end()
+        while i < len(code) and depth:  # skip the loop's (...) header
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        rest = code[i:].lstrip()
+        if rest.startswith("{"):
+            depth, j = 0, 0
+            for j, ch in enumerate(rest):
+                depth += {"{": 1, "}": -1}.get(ch, 0)
+                if depth == 0:
+                    break
+            bodies.append(rest[:j + 1])
+        else:
+            bodies.append(rest.split(";", 1)[0])
+    return bodies
+
+
 def _grade_shuffle(answer):
     if not isinstance(answer, str) or not answer.strip():
         raise Malformed("expected the HIP text of block_sum_shuffle (a string), e.g. "
@@ -329,6 +352,11 @@ def _grade_shuffle(answer):
         return wrong("no shuffle in the text: this exercise is about exchanging registers with "
                      "__shfl_xor / __shfl_down.",
                      "Inside a warp, add v += __shfl_xor(v, mask, lanes) for mask = lanes/2 ... 1.")
+    if any("__syncthreads" in body for body in _loop_bodies(answer)):
+        return wrong("a __syncthreads() inside a loop: that is the shared-memory tree again, "
+                     "round by round.",
+                     "Let shuffles do the rounds inside each warp (no barrier needed there); "
+                     "shared memory and one barrier only combine the warps' totals.")
     build, kernels = _hip()
     text = _replace_section(build.source_text(), "shuffle_sum", answer)
     # 64-lane wavefronts first: they catch a hard-coded 32. Then 32-lane warps.
