@@ -187,7 +187,7 @@ def test_full_recording_reads_as_sentences(tmp_path):
     doc = _doc(tmp_path, _full_doc_records())
     points, gains = ch03.ladder_points(doc), ch03.rung_gains(doc)
     answer = ch03.ladder_answer(points, gains)
-    assert answer.startswith("The shuffle finish ran 7.1% faster than the tree at all 3 recorded")
+    assert answer.startswith("The shuffle finish ran 7.1% faster than the tree; 16-byte loads")
     assert "; and the best HIP kernel took 1.05× the time of triton.row." in answer
     assert "(not recorded yet)" not in answer and "  " not in answer
     assert ch03.floor_sentence(points) == "None of the ladder's 21 correct measurements passes it here."
@@ -229,7 +229,8 @@ def test_sentences_with_part_of_the_recording():
     host = [{"variant": "serial", "rows": 1024, "block": 256, "grid_blocks": 4,
              "median_us": 2063.0}]
     text = ch03.host_sentence(host, [], 1047.0)
-    assert text.endswith("against the ladder's 1,047 µs at the default.") and "--" not in text
+    assert text == ("The recorded host program ran hip.serial on 4 blocks in 2,063 µs, "
+                    "against the ladder's 1,047 µs.")
     far = ch03.host_sentence(host, [{"block_size": 256, "median_us": 900.0}], None)
     assert "does not account for all of the difference" in far
 
@@ -237,7 +238,8 @@ def test_sentences_with_part_of_the_recording():
 def test_learned_sentence_is_short_in_every_state(tmp_path):
     doc = _doc(tmp_path, _full_doc_records())
     text = ch03.learned_sentence(ch03.ladder_points(doc), ch03.rung_gains(doc), ch03.fusion(doc))
-    assert text.startswith("The shuffle finish ran 7.1% faster") and "made the kernel 1.18× faster" in text
+    assert text.startswith("The shuffle finish ran 7.1% faster than the tree, 16-byte")
+    assert "made the kernel 1.18× faster" in text
     assert "fusion bought 2.00×–2.31× against twins" in text and len(text.split()) < 50
     only = [_point("hip.block", 20.0)]
     assert ch03.learned_sentence(only, [], []) == "The shuffle finish is not recorded yet."

@@ -404,21 +404,21 @@ def shuffle_effect(points: list[dict]) -> list[dict]:
     return out
 
 
-def shuffle_phrase(effects: list[dict]) -> str:
+def shuffle_phrase(effects: list[dict], where: bool = True) -> str:
     """What the shuffle finish did to the time, as a verb phrase: "took 1.2% to 5.7% longer than
-    the tree at all 3 recorded shapes"."""
+    the tree at all 3 recorded shapes" (without the shapes when ``where`` is False)."""
     if not effects:
         return "is not recorded yet"
     changes = [e["change_pct"] for e in effects]
     lo, hi = min(changes), max(changes)
-    where = _shapes_phrase(len(effects))
+    where = _shapes_phrase(len(effects)) if where else ""
     size = span([abs(c) for c in changes], ".1f", "%").replace("–", " to ")
     if lo >= 0.05:
-        return f"took {size} longer than the tree {where}"
+        return f"took {size} longer than the tree {where}".rstrip()
     if hi <= -0.05:
-        return f"ran {size} faster than the tree {where}"
+        return f"ran {size} faster than the tree {where}".rstrip()
     if max(abs(lo), abs(hi)) < 0.05:
-        return f"left the time unchanged {where}"
+        return f"left the time unchanged {where}".rstrip()
     return (f"changed the time by between {abs(lo):.1f}% less and {hi:.1f}% more than the "
             f"tree's, depending on the shape")
 
@@ -452,7 +452,7 @@ def learned_sentence(points: list[dict], gains: list[dict], pairs: list[dict]) -
         return f"The measurements are {NOT_RECORDED}."
     vector = span([g["gain"] for g in gains if (g["from"], g["to"]) ==
                    ("hip.shuffle", "hip.vectorized")])
-    text = f"the shuffle finish {shuffle_phrase(shuffle_effect(points))}"
+    text = f"the shuffle finish {shuffle_phrase(shuffle_effect(points), where=False)}"
     if vector:
         text += f", 16-byte loads with one read of x made the kernel {vector} faster"
     fusion = span([f["speedup"] for f in pairs])
@@ -491,7 +491,7 @@ def ladder_answer(points: list[dict], gains: list[dict]) -> str:
     """The ladder's answer in one sentence (without "Answer:")."""
     if not points:
         return f"The ladder is {NOT_RECORDED}."
-    parts = [f"the shuffle finish {shuffle_phrase(shuffle_effect(points))}"]
+    parts = [f"the shuffle finish {shuffle_phrase(shuffle_effect(points), where=False)}"]
     vector = span([g["gain"] for g in gains if (g["from"], g["to"]) ==
                    ("hip.shuffle", "hip.vectorized")])
     parts.append("16-byte loads plus a single read of x made the kernel "
@@ -570,18 +570,18 @@ def host_sentence(host: list[dict], serial_sweep: list[dict], ladder_serial_us) 
     h = next((r for r in host if r["variant"] == "serial" and r["rows"] == 1024), None)
     if h is None:
         return ""
-    text = (f"The recorded host program ran hip.serial with {h['block']} threads per block, "
-            f"{h['grid_blocks']} blocks, in {h['median_us']:,.0f} µs")
+    text = (f"The recorded host program ran hip.serial on {h['grid_blocks']} blocks in "
+            f"{h['median_us']:,.0f} µs")
     if ladder_serial_us:
-        text += f", against the ladder's {ladder_serial_us:,.0f} µs at the default"
+        text += f", against the ladder's {ladder_serial_us:,.0f} µs"
     same = {p["block_size"]: p["median_us"] for p in serial_sweep}.get(h["block"])
     if same is None:
         return text + "."
     explained = abs(same / h["median_us"] - 1) < 0.2
     verdict = ("the grid accounts for the difference" if explained else
                "the grid does not account for all of the difference")
-    return (text + f". Its timer differs, but {verdict}: the ladder's sweep at that block size "
-            f"took {same:,.0f} µs.")
+    return (text + f"; the ladder's sweep on {h['grid_blocks']} blocks took {same:,.0f} µs: "
+                   f"{verdict}.")
 
 
 def block_size_answer(blocks: list[dict], serial_sweep: list[dict]) -> str:
