@@ -64,3 +64,81 @@ def test_the_drawer_on_this_machine_is_caught():
     results = verify.run([broken.IMPLS[n] for n in broken.CAUGHT], dtypes=[torch.float32],
                          cases=[verify.case("3x13"), verify.case("1x1")])
     assert {r.kernel for r in results if r.status == "FAIL"} == set(broken.CAUGHT)
+
+
+# ---- the page's sentences, in every data state ----
+
+def test_nan_rows_phrase():
+    assert ch05.nan_rows_phrase([]) == "no row is NaN"
+    assert ch05.nan_rows_phrase([1]) == "row 1 is NaN"
+    assert ch05.nan_rows_phrase([1, 2]) == "rows 1 and 2 are NaN"
+    assert ch05.nan_rows_phrase([0, 1, 2]) == "rows 0, 1, and 2 are NaN"
+
+
+def test_shrunk_phrase_names_each_case_once():
+    text = ch05.shrunk_phrase(verify.CASES)
+    shrunk = [c for c in verify.CASES if c.shape(False) != c.shape(True)]
+    assert text.startswith(f"{len(shrunk)} cases shrink (")
+    assert all(text.count(c.name) == 1 for c in shrunk)
+    assert ch05.shrunk_phrase([c for c in verify.CASES if c not in shrunk]) == "no case shrinks"
+    assert ch05.shrunk_phrase(shrunk[:1]) == f"1 case shrinks ({shrunk[0].name})"
+
+
+def _broken_doc(statuses):
+    return {"records": [_rec(k, "3x13", "fp32", s) for k, s in statuses.items()]}
+
+
+def test_drawer_on_gpu_counts_only_the_kernels_the_chapter_shows():
+    statuses = {k: "FAIL" for k in broken.CAUGHT}
+    statuses["broken.unmasked_weight"] = "pass"
+    drawer = ch05.drawer_on_gpu(_broken_doc(statuses), broken.SHOWN)
+    assert "broken.unbiased_mean" not in {r["kernel"] for r in drawer["records"]}
+    wrong = [k for k in broken.SHOWN if k in broken.CAUGHT]
+    assert drawer["wrong"] == wrong and drawer["caught"] == wrong
+    text = ch05.drawer_sentence(drawer, "the GPU")
+    assert text == (f"all {len(wrong)} of the drawer's kernels with wrong outputs failed there, "
+                    "and unmasked_weight passed, as it must")
+    statuses.update({"broken.rows_floor": "pass", "broken.unmasked_weight": "FAIL"})
+    text = ch05.drawer_sentence(ch05.drawer_on_gpu(_broken_doc(statuses), broken.SHOWN), "the GPU")
+    assert text.startswith(f"{len(wrong) - 1} of the drawer's {len(wrong)} kernels with wrong "
+                           "outputs failed there (rows_floor did not)")
+    assert text.endswith("and unmasked_weight failed a check too")
+    assert ch05.drawer_on_gpu(None, broken.SHOWN) is None
+    assert ch05.drawer_on_gpu({"records": []}, broken.SHOWN) is None
+    assert ch05.drawer_sentence(None, "the GPU") == "the drawer on the GPU is not recorded yet"
+
+
+def test_matrix_differences_over_shared_cells():
+    a = [{"kernel": "k", "3x13": "ok", "1x1": "all"}, {"kernel": "q", "3x13": "ok"}]
+    b = [{"kernel": "k", "3x13": "32", "1x1": "all", "zeros": "ok"}]
+    assert ch05.matrix_differences(a, b) == 1 and ch05.matrix_differences(a, a) == 0
+
+
+def test_suite_sentence_in_every_state():
+    s = dict(kernels=20, checks=992, passed=992, failed=0, skipped=0, complete=True)
+    assert ch05.suite_sentence(s, "NVIDIA H200") == (
+        "On the NVIDIA H200, 20 registered kernels went through the suite and all 992 checks passed")
+    s.update(kernels=1, passed=989, failed=2, skipped=1, complete=False)
+    assert ch05.suite_sentence(s, "GPU") == (
+        "On the GPU, 1 registered kernel went through the suite: 989 of 992 checks passed, "
+        "2 failed, and 1 was skipped as not supported (the run did not finish)")
+    assert "0 failed" not in ch05.suite_sentence(dict(s, failed=0, skipped=3), "GPU")
+    assert ch05.suite_sentence(None, "GPU") == "The suite on the GPU is not recorded yet"
+
+
+def test_configs_sentence_in_every_state():
+    recs = ([{"kind": "capstone_config", "ok": True}] * 3 + [{"kind": "fp8_config", "ok": True}])
+    assert ch05.configs_sentence({"records": recs}) == (
+        "All 4 checks of the tuned launch configurations the wrappers pick there (3 of the "
+        "capstone kernel and 1 of the FP8 kernel, each at its own widths and row counts) passed.")
+    recs[0] = {"kind": "capstone_config", "ok": False}
+    assert ch05.configs_sentence({"records": recs}).startswith("3 of 4 checks")
+    assert "not recorded yet" in ch05.configs_sentence(None)
+
+
+def test_kernel_rows_list_the_failing_cases():
+    recs = [_rec("k", "3x13", "fp32", "pass"), _rec("k", "1x1", "fp32", "FAIL"),
+            _rec("k", "1x1", "fp16", "FAIL"), _rec("k", "zeros", "fp16", "skip")]
+    assert ch05.kernel_rows(recs) == [{"kernel": "k", "checks": 3, "passed": 1,
+                                       "failing cases": "1x1"}]
+    assert ch05.kernel_rows([_rec("q", "3x13", "fp32", "pass")])[0]["failing cases"] == "none"

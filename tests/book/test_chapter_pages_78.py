@@ -119,7 +119,9 @@ def test_lever_summary_takes_the_best_variant_per_shape():
          "after_us": 5.0},
     ]
     rows = R.lever_summary(effects)
-    assert rows == [{"lever": "A", "tests": "t", "shapes": 2, "median_pct": 10.0,
+    # the median of two changes is their mean, not the larger one
+    assert rows == [{"lever": "A", "tests": "t", "shapes": 2,
+                     "changes": {(1, 2): -20.0, (3, 2): 10.0}, "median_pct": -5.0,
                      "best_pct": -20.0, "worst_pct": 10.0}]
     assert R.lever_summary(None) == []
 

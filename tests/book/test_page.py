@@ -75,7 +75,7 @@ def test_long_table_shows_max_rows_and_keeps_every_row_in_a_dropdown_and_csv():
     t = page.table(rows, max_rows=12, caption="Squares", csv_name="squares.csv")
     html = t._repr_html_()
     shown, rest = html.split("<details", 1)
-    assert len(_cells(shown)) == 24 and "<caption>Squares</caption>" in shown
+    assert len(_cells(shown)) == 24 and '<p class="fusedrms-table-caption">Squares</p>' in shown
     assert "All 30 rows" in rest and len(_cells(rest)) == 60
     href = re.search(r'href="data:text/csv;charset=utf-8,([^"]*)"', html).group(1)
     data = list(csv.reader(io.StringIO(urllib.parse.unquote(href))))

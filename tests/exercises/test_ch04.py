@@ -227,3 +227,17 @@ def test_kernel_checkers_on_the_gpu(exercise):
     assert exercise.check(_kernel_named_block).ok
     for label, kernel in exercise.mistakes.items():
         assert not exercise.check(kernel).ok, label
+
+
+@pytest.mark.skipif(ENV.on_gpu, reason="on a GPU the checker measures instead of reading records")
+def test_leaving_out_the_fastest_setting_is_rejected(tmp_path, monkeypatch):
+    """Timing only the settings that make a choice look best is not a measurement: the checker
+    compares with every setting the sweep timed."""
+    _record_sweep(tmp_path, monkeypatch, {4: 9.05, 8: 10.36, 16: 9.70})
+    fb = ch04.choose_num_warps.check({"num_warps": 16, "timings_us": {8: 10.36, 16: 9.70}})
+    assert not fb.ok and "4 warps" in fb.message and "leave out" in fb.message
+    assert "Time every setting (4, 8, 16 warps)" in fb.hint
+    # the right choice passes with or without the settings that lost
+    assert ch04.choose_num_warps.check({"num_warps": 4, "timings_us": {4: 9.05, 16: 9.70}}).ok
+    assert ch04.choose_num_warps.check({"num_warps": "4", "timings_us": {"4": "9.05", 8: 10.36,
+                                                                         16: 9.7}}).ok

@@ -78,3 +78,32 @@ def test_every_shown_broken_kernel_has_exactly_its_one_mistake():
     assert all(by[("broken.unmasked_weight", c.name)] == "pass" for c in verify.CASES)
     for case in ("NaN input", "Inf input", "overflow", "eps = 0"):  # 4 rows: even, all written
         assert by[("broken.rows_floor", case)] == "pass", case
+
+
+@pytest.mark.parametrize("answer", [(1e-3, "the final cast"), (1e-3, "Rounding"), "1e-3, cast",
+                                    {"rtol": 9.81e-4, "dominant": "cast"}, ("0.001", "CAST")])
+def test_tolerance_accepts_the_reason_in_a_reader_s_words(answer):
+    assert ch05.fp16_tolerance.check(answer).ok
+
+
+@pytest.mark.parametrize("answer", [(1e-3, "the fp32 sum"), (1e-3, "accumulation")])
+def test_tolerance_in_the_range_with_the_wrong_reason_fails_with_a_hint(answer):
+    fb = ch05.fp16_tolerance.check(answer)
+    assert not fb.ok and "reason" in fb.message and fb.hint
+
+
+@pytest.mark.parametrize("answer", [(1e-3, "rounding of the sum"), ("cast", 1e-3), "1e-3 cast"])
+def test_tolerance_malformed_answers_get_a_message(answer):
+    fb = ch05.fp16_tolerance.check(answer)
+    assert not fb.ok and "could not be read" in fb.message and not fb.error
+
+
+@pytest.mark.parametrize("answer", ["b.", "B:", "it divides the sum of squares by cols - 1",
+                                    "Divides the sum of squares by cols - 1."])
+def test_find_the_bug_accepts_the_option_s_own_words(answer):
+    assert ch05.find_the_bug.check(answer).ok
+
+
+def test_find_the_bug_wrong_option_text_fails_with_a_hint():
+    fb = ch05.find_the_bug.check(ch05.BUGS["a"])
+    assert not fb.ok and fb.message.startswith("(a)") and fb.hint

@@ -102,9 +102,32 @@ def test_key_teaches_what_autotune_does_with_names():
 
 
 def test_key_malformed_answers_get_a_message():
-    for bad in (42, [], [""], [3], {W}):
+    for bad in (42, [], [""], [3], {3}, "[]", "key=", ""):
         fb = key(bad)
         assert not fb.ok and "could not be read" in fb.message
+
+
+def test_key_in_the_forms_a_reader_writes_it():
+    for form in ({W}, frozenset([W]), f"['{W}']", f'["{W}"]', f"key=['{W}']", f"[{W}]"):
+        assert key(form).ok, form
+    assert "no argument called dtype" in key(f"{W}, dtype").message  # still read as two names
+    assert "re-tunes" in key(f"{W} rows").message
+
+
+def test_bytes_in_the_forms_a_reader_writes_them():
+    check = ch07.residual_bytes.check
+    for form in (532480, 532480.0, "532480", "532,480", "532_480", "532480 B", "532480 bytes",
+                 "520 KiB", "532.48 kB", "0.53248 MB", "0.5078125 MiB"):
+        assert check(form).ok, form
+    for unit, value in (("kB", 532.48), ("KiB", 520), ("MB", 0.53248)):
+        fb = check(value)  # the right amount, in a unit the plain number does not carry
+        assert not fb.ok and unit in fb.message and "bytes" in fb.hint
+    for bad in ("532,48", "532480 GB", "", "lots", [532480], True):
+        fb = check(bad)
+        assert not fb.ok and "could not be read" in fb.message, bad
+    for wrong in (532481, "532,481", "531 KiB", -532480):
+        fb = check(wrong)
+        assert not fb.ok and fb.hint, wrong
 
 
 def test_key_signature_is_the_kernels():
@@ -128,3 +151,12 @@ def test_page_solution_is_the_checked_solution():
     nb = nbformat.read(Path(__file__).resolve().parents[2] / "chapters" / "07_capstone.ipynb", 4)
     section = file_section(ch07.__file__, "solution-kernel")
     assert any(c.cell_type == "markdown" and section in c.source for c in nb.cells)
+
+
+def test_residual_names_an_ignored_eps_and_a_wrong_signature():
+    text = msg("eps ignored")
+    assert "eps = 1e-06" in text and "eps argument" in text
+    fb = ch07.residual_variant.check(ch07.residual_variant.mistakes["three arguments"])
+    assert not fb.ok and "could not be read" in fb.message and "fn(x, r, w, eps)" in fb.message
+    # a launcher with eps as a keyword, or *args, is read fine
+    assert ch07.residual_variant.check(lambda *a: ch07.solution_residual(*a)).ok

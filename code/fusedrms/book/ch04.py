@@ -280,6 +280,266 @@ def side_by_side(docs: list, fallback_shape=(1024, 4096, "float32")) -> dict:
     return {"shared": shared, "rows": rows}
 
 
+# ---------------------------------------------------------------- sentences and tables for the page
+# Each reader below turns recorded results into what the chapter prints, in good English whatever
+# the recording holds (complete, partial, or nothing yet). They hold no measurements.
+
+NOT_YET = "not recorded yet"
+
+
+def _shape_text(rows, cols, dtype=None) -> str:
+    """``1024×4,096 fp32``: the page's way of writing a shape."""
+    from ..dtypes import short
+
+    text = "×".join(f"{int(n):,}" if int(n) >= 10000 else str(int(n)) for n in (rows, cols))
+    if dtype is None:
+        return text
+    try:
+        return f"{text} {short(dtype)}"
+    except ValueError:
+        return f"{text} {dtype}"
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 shape``, ``11 shapes`` (chapter 5's sentences use it too)."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def listed(parts: list) -> str:
+    """``a``, ``a and b``, ``a, b, and c`` (empty parts left out)."""
+    parts = [str(p) for p in parts if p is not None and p != ""]
+    if len(parts) <= 2:
+        return " and ".join(parts)
+    return ", ".join(parts[:-1]) + ", and " + parts[-1]
+
+
+def register_answer(widths: dict, limit_cols: int) -> str:
+    """Chapter 4's answer on the row kernel's width limit, from :func:`spill_widths`."""
+    clean, spill = widths.get("widest_clean"), widths.get("first_spill")
+    limit = f"{limit_cols:,}"
+    if not clean and not spill:
+        return (f"the compiled kernel's registers are {NOT_YET}; the wrapper refuses rows wider "
+                f"than {limit} columns")
+    parts = []
+    if clean:
+        parts.append(f"at {clean['cols']:,} columns the row kernel used {clean['registers']} "
+                     f"registers per thread with no spills")
+    if spill:
+        n = spill["spills"]
+        parts.append(f"at {spill['cols']:,} it used {spill['registers']} and spilled "
+                     f"{counted(n, '32-bit value')} per thread ({4 * n:,} bytes of local memory)")
+    verdict = (f"so triton.row stops at {limit} columns and refuses wider rows"
+               if not spill or spill["cols"] > limit_cols else
+               f"so even at its {limit}-column limit the row kernel spills")
+    return "; ".join(parts) + ", " + verdict
+
+
+def version_ratios(recs: list, wide_cols: int) -> dict:
+    """What the versions bench says, as ratios (None where a time is missing): ``looped_cost``
+    (looped / row at 1024 x ``wide_cols`` fp32), ``looped_bytes`` (the same ratio if the second
+    read of x always came from DRAM), ``multirow`` ({cols: row / multirow} at 128 and 256 columns)
+    and ``seed_spread`` (slowest / fastest variant at 1024x4096)."""
+    def us(variant, rows, cols):
+        return next((float(r["median_us"]) for r in recs or []
+                     if r.get("variant") == variant and (r.get("rows"), r.get("cols")) == (rows, cols)
+                     and r.get("median_us") and r.get("correct", True)), None)
+
+    def ratio(a, b):
+        return a / b if a and b else None
+
+    once = bytes_moved(1024, wide_cols, torch.float32)
+    seed = [t for t in (us(n, 1024, 4096) for n in dict.fromkeys(r.get("variant") for r in recs or []))
+            if t]
+    return {"looped_cost": ratio(us("triton.looped", 1024, wide_cols), us("triton.row", 1024, wide_cols)),
+            "looped_bytes": (once + 1024 * wide_cols * 4) / once,
+            "multirow": {c: ratio(us("triton.row", r, c), us("triton.multirow", r, c))
+                         for r, c in ((65536, 128), (16384, 256))},
+            "seed_spread": max(seed) / min(seed) if len(seed) >= 2 else None}
+
+
+def _speed_word(row_over_other: float, than: str = "") -> str:
+    """``4.6× faster{than}``, ``1.2× slower{than}`` or ``as fast{as}`` for time(row) / time(other),
+    where ``than`` names what is compared (" one program per row") or is empty."""
+    if abs(row_over_other - 1) < 0.02:
+        return f"as fast{' as' + than if than else ''} (within {abs(row_over_other - 1):.0%})"
+    word = (f"{row_over_other:.1f}× faster" if row_over_other > 1 else
+            f"{1 / row_over_other:.1f}× slower")
+    return word + (" than" + than if than else "")
+
+
+def versions_answer(ratios: dict, wide_cols: int) -> str:
+    """The versions bench's answer sentence (without the leading "Answer:")."""
+    parts = []
+    wide = _shape_text(1024, wide_cols, "float32")
+    if ratios["looped_cost"] is None:
+        parts.append(f"the looped kernel at {wide} is {NOT_YET}")
+    else:
+        parts.append(f"at {wide} the looped kernel took {ratios['looped_cost']:.2f}× the row "
+                     f"kernel's time, where its second read of x would cost at most "
+                     f"{ratios['looped_bytes']:.2f}× if it always missed the cache")
+    narrow = {c: v for c, v in ratios["multirow"].items() if v is not None}
+    if not narrow:
+        parts.append(f"the multirow kernel on narrow rows is {NOT_YET}")
+    else:
+        words = [f"{_speed_word(v, ' one program per row' if i == 0 else '')} at {c}"
+                 f"{' columns' if i == 0 else ''}" for i, (c, v) in enumerate(narrow.items())]
+        parts.append("for narrow rows the multirow kernel was " + listed(words))
+    if ratios["seed_spread"] is not None:
+        parts.append(f"at {_shape_text(1024, 4096)} the slowest variant took "
+                     f"{ratios['seed_spread']:.2f}× the fastest's time")
+    return "; ".join(parts)
+
+
+def warps_sentences(sweep: dict, tie: float = 0.05) -> dict:
+    """Sentences on the num_warps sweep from :func:`summarize_warps`: ``noise`` (spread of
+    repeated measurements and how many shapes have near-ties), ``answer`` (where the rule lands)
+    and ``learned`` (the rule's record in a phrase)."""
+    rows = sweep.get("rows") or []
+    band = f"{tie:.0%}"
+    if not rows:
+        missing = f"The num_warps sweep is {NOT_YET}."
+        return {"noise": missing, "answer": f"the num_warps sweep is {NOT_YET}",
+                "learned": "not yet measured", "ties": 0}
+    times = [{int(k.split()[0]): v for k, v in r.items() if k.endswith(" warps us")} for r in rows]
+    ties = sum(sum(t <= (1 + tie) * min(ts.values()) for t in ts.values()) >= 2 for ts in times)
+    spread = sweep.get("max_spread")
+    noise = ("How much repeated measurements of one setting vary is " + NOT_YET + "." if spread is None
+             else f"Repeated measurements of one setting spread by up to {100 * spread:.1f}%, "
+                  + ("inside" if spread < tie else "more than") + f" the {band} taken as a tie.")
+    n = len(rows)
+    memory_bound = (": the kernel is memory-bound, and the warps mostly change how the same bytes "
+                    "are requested.")
+    if ties == 0:
+        noise += (" At the one shape no two settings are" if n == 1 else
+                  f" At none of the {n} shapes are two settings") + \
+            " inside the band: the setting matters."
+    elif ties == n:
+        noise += (f" At {'the one shape' if n == 1 else f'every one of the {n} shapes'} two or "
+                  f"more settings are inside the band" + memory_bound)
+    else:
+        noise += (f" At {ties} of {counted(n, 'shape')} two or more settings are inside the band"
+                  + (memory_bound if ties * 2 > n else "; at the others one setting is clearly "
+                                                       "fastest."))
+    judged = [r for r in rows if r.get("rule within 5%") in ("yes", "no")]
+    hits = sweep.get("rule_hits", 0)
+    untimed = n - len(judged)
+    if not judged:
+        answer = f"the rule's own setting was not timed at any of the {counted(n, 'shape')}"
+    else:
+        answer = ("the rule came within " + band + " of the fastest setting "
+                  + ("at the one shape measured" if hits == len(judged) == 1 else
+                     f"at all {len(judged)} shapes" if hits == len(judged) else
+                     f"at {hits} of {counted(len(judged), 'shape')}"))
+        misses = [f"{_shape_text(*m['shape'].split('x'), m['dtype'])}, where its {m['rule']} warps "
+                  f"take {m['rule_us']:.2f} µs and {m['fastest']} warps {m['fastest_us']:.2f} µs "
+                  f"({m['rule_us'] / m['fastest_us'] - 1:.0%} slower)"
+                  for m in sweep.get("misses", [])]
+        if misses:
+            answer += "; it misses at " + "; and at ".join(misses)
+    if untimed:
+        answer += f" (its setting was not timed at {counted(untimed, 'shape')})"
+    learned = (f"within {band} of the fastest at {hits} of {counted(len(judged), 'measured shape')}"
+               if judged else "not yet measured against the alternatives")
+    return {"noise": noise, "answer": answer, "learned": learned, "ties": ties}
+
+
+def rounding_paragraph(live: dict, where: str, gpu_recs: list) -> str:
+    """Chapter 4's reading of the bf16 census: what the outputs here follow (``live``, from
+    :func:`bf16_rounding_census`; ``where`` says what ran them) and what the recorded GPU's do."""
+    n = live["elements"]
+    if live["equal_to_truncation"] == n and live["equal_to_nearest_even"] < n:
+        here = f"Here ({where}) every output equals the truncated value"
+    elif live["equal_to_nearest_even"] == n:
+        here = f"Here ({where}) every output equals the round-to-nearest-even value"
+    else:
+        here = (f"Here ({where}) {live['equal_to_nearest_even']:,} of {n:,} outputs equal the "
+                f"round-to-nearest-even value and {live['equal_to_truncation']:,} the truncated one")
+    if not gpu_recs:
+        return here + f". The GPU's census is {NOT_YET}."
+    big = max(gpu_recs, key=lambda r: r["elements"])
+    total, one = big["elements"], big["one_step_from_nearest_even"]
+    far = big["more_than_one_step_from_nearest_even"]
+    off = 1 - big["equal_to_truncation"] / total
+    text = (here + f". On the recorded GPU, at {_shape_text(big['rows'], big['cols'])}, "
+            f"{big['equal_to_nearest_even']:,} of {total:,} outputs equal the round-to-nearest-even "
+            f"value, where truncation would have been one step off for {off:.0%} of them.")
+    if one == 0 and far == 0:
+        return text + " None of them is a step away."
+    further = "none further" if far == 0 else f"{far:,} further"
+    return text + (f" Yet even the GPU left {one:,} of them one bf16 step from the rounded fp32 "
+                   f"result, and {further}.")
+
+
+def _load_bytes(summary: dict):
+    """Bytes the widest global load moves per thread (``ld.global.v4.b32``: 16), from the
+    recorded load forms; else the vector width times 4 bytes; None when unknown."""
+    import re
+
+    best = None
+    for form in summary.get("global_load_forms") or []:
+        m = re.search(r"\.v(\d+)\.b(\d+)", form) or re.search(r"()\.b(\d+)", form)
+        if m:
+            size = int(m.group(1) or 1) * int(m.group(2)) // 8
+            best = max(best or 0, size)
+    if best is None and summary.get("widest_global_load_vector"):
+        best = 4 * int(summary["widest_global_load_vector"])
+    return best
+
+
+COMPILED_ROWS = (  # (label, summary key or callable)
+    ("warps per program", "num_warps"),
+    ("registers per thread", "registers_per_thread"),
+    ("spilled 32-bit values per thread", "spills"),
+    ("widest global load (bytes per thread)", _load_bytes),
+    ("global load instructions", "global_loads"),
+    ("global store instructions", "global_stores"),
+    ("butterfly shuffles", "butterfly_shuffles"),
+    ("cross-lane operations", "cross_lane_ops"),
+    ("barriers", "barriers"),
+    ("shared-memory loads", "shared_loads"),
+    ("rsqrt instructions", "rsqrt"),
+)
+
+
+def compiled_table(summaries: list) -> list[dict]:
+    """The compiled row kernel's landmarks, one row per quantity and one column per dtype
+    (a narrow table for a phone); quantities no summary has are left out."""
+    def value(s, key):
+        return key(s) if callable(key) else s.get(key)
+
+    names = [str(s.get("dtype", "?")) for s in summaries]
+    out = []
+    for label, key in COMPILED_ROWS:
+        vals = [value(s, key) for s in summaries]
+        if any(v is not None for v in vals):
+            out.append({"": label, **dict(zip(names, vals))})
+    return out
+
+
+def compiled_answer(summary: dict | None) -> str:
+    """The compiler section's answer for the fp32 row kernel at 4096 columns."""
+    if not summary:
+        return f"the compiled kernel for 4096 fp32 columns is {NOT_YET}"
+    nbytes = _load_bytes(summary)
+    parts = []
+    if nbytes:
+        parts.append(f"loads {nbytes} bytes ({nbytes // 4} fp32 values) per instruction"
+                     if nbytes > 4 else "loads one fp32 value per instruction (no vector loads)")
+    if summary.get("butterfly_shuffles") is not None:
+        parts.append(f"reduces with {counted(summary['butterfly_shuffles'], 'butterfly shuffle')} "
+                     f"and {counted(summary.get('barriers') or 0, 'barrier')}")
+    elif summary.get("cross_lane_ops") is not None:
+        parts.append(f"reduces with {counted(summary['cross_lane_ops'], 'cross-lane operation')} "
+                     f"and {counted(summary.get('barriers') or 0, 'barrier')}")
+    if summary.get("registers_per_thread"):
+        parts.append(f"uses {summary['registers_per_thread']} registers per thread")
+    text = "for 4096 fp32 columns the compiler " + listed(parts)
+    if nbytes and nbytes >= 16 and (summary.get("butterfly_shuffles") or summary.get("cross_lane_ops")):
+        text += (": the vectorized, shuffle-finished kernel that chapter 3 reached at its last "
+                 "rung, from a dozen lines")
+    return text
+
+
 # ---------------------------------------------------------------- the chapter's recording
 
 FILES = {

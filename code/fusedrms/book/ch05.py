@@ -19,6 +19,7 @@ import torch
 
 from .. import env, records, tuning, verify
 from . import broken, ch07
+from .ch04 import counted, listed
 
 FILES = {
     "verify_gpu.json": "the boundary suite, every registered kernel x dtype x case",
@@ -135,6 +136,122 @@ def fp8_cast_mismatch(n: int = 1 << 16, seed: int = 0) -> tuple[int, int] | None
     cast = triton_cast_to_fp8(many, software=False).cpu()
     want = many.clamp(-448, 448).to(FP8_DTYPE)
     return int((code_bits(cast) != code_bits(want)).sum()), n
+
+
+# ---------------------------------------------------------------- sentences for the page
+# Good English whatever the recording holds (complete, partial, nothing yet); no measurements.
+
+def nan_rows_phrase(indices: list) -> str:
+    """``row 1 is NaN``, ``rows 1 and 2 are NaN`` or ``no row is NaN``."""
+    if not indices:
+        return "no row is NaN"
+    if len(indices) == 1:
+        return f"row {indices[0]} is NaN"
+    return f"rows {listed(indices)} are NaN"
+
+
+def shrunk_phrase(cases) -> str:
+    """The cases a CPU runs smaller than a GPU, by name: ``5 cases shrink (1024x4096, ...)``."""
+    shrunk = [c.name for c in cases if c.shape(False) != c.shape(True)]
+    if not shrunk:
+        return "no case shrinks"
+    return (f"{counted(len(shrunk), 'case')} {'shrinks' if len(shrunk) == 1 else 'shrink'} "
+            f"({listed(shrunk)})")
+
+
+def drawer_on_gpu(doc: dict | None, shown) -> dict | None:
+    """The recorded negative tests, restricted to the broken kernels the chapter shows (``shown``,
+    in its order; the exercise's mystery kernel stays hidden): ``records`` of those kernels,
+    ``wrong`` (shown kernels with wrong outputs) and ``caught`` (those of them that failed a
+    check), ``silent`` (shown kernels whose outputs are right: only ``broken.unmasked_weight``)
+    and whether each silent one passed. None when nothing is recorded."""
+    if not doc:
+        return None
+    recs = [r for r in doc.get("records", []) if r.get("kernel") in shown]
+    if not recs:
+        return None
+    present = [k for k in shown if any(r["kernel"] == k for r in recs)]
+    failing = {r["kernel"] for r in recs if r["status"] == "FAIL"}
+    wrong_outputs = [k for k in present if k in broken.CAUGHT]
+    silent = [k for k in present if k not in broken.CAUGHT]
+    return {"records": recs, "kernels": present, "wrong": wrong_outputs,
+            "caught": [k for k in wrong_outputs if k in failing],
+            "silent": {k: k not in failing for k in silent}}
+
+
+def drawer_sentence(drawer: dict | None, gpu: str) -> str:
+    """How the drawer fared on the recorded GPU, as a clause."""
+    if not drawer:
+        return f"the drawer on {gpu} is not recorded yet"
+    wrong_n, caught_n = len(drawer["wrong"]), len(drawer["caught"])
+    text = (f"all {wrong_n} of the drawer's kernels with wrong outputs failed there"
+            if caught_n == wrong_n and wrong_n > 1 else
+            f"{caught_n} of the drawer's {counted(wrong_n, 'kernel')} with wrong outputs failed "
+            f"there")
+    missed = [k.removeprefix("broken.") for k in drawer["wrong"] if k not in drawer["caught"]]
+    if missed:
+        text += f" ({listed(missed)} did not)"
+    for k, passed in drawer["silent"].items():
+        text += (f", and {k.removeprefix('broken.')} passed, as it must" if passed else
+                 f", and {k.removeprefix('broken.')} failed a check too")
+    return text
+
+
+def matrix_differences(a: list, b: list) -> int:
+    """Cells that differ between two :func:`matrix_rows` tables, over the kernels and cases
+    both have."""
+    other = {r["kernel"]: r for r in b}
+    return sum(row[c] != other[row["kernel"]][c] for row in a if row["kernel"] in other
+               for c in row if c != "kernel" and c in other[row["kernel"]])
+
+
+CONFIG_KINDS = {"capstone_config": "of the capstone kernel", "fp8_config": "of the FP8 kernel"}
+
+
+def configs_sentence(doc: dict | None) -> str:
+    """The tuned launch configurations checked on the GPU (``verify_configs_gpu``), as a sentence."""
+    if not doc or not doc.get("records"):
+        return "The check of the tuned launch configurations is not recorded yet."
+    recs = doc["records"]
+    ok = sum(bool(r.get("ok")) for r in recs)
+    kinds = [f"{sum(r.get('kind') == k for r in recs)} {what}"
+             for k, what in CONFIG_KINDS.items() if any(r.get("kind") == k for r in recs)]
+    head = (f"All {len(recs)} checks" if ok == len(recs) else f"{ok} of {len(recs)} checks")
+    return (f"{head} of the tuned launch configurations the wrappers pick there "
+            f"({listed(kinds)}, each at its own widths and row counts) passed.")
+
+
+def suite_sentence(summary: dict | None, gpu: str) -> str:
+    """The GPU suite's result (from :func:`suite_summary`) as a sentence without its full stop."""
+    if not summary:
+        return "The suite on the GPU is not recorded yet"
+    n, checks = summary["kernels"], summary["checks"]
+    head = f"On the {gpu}, {counted(n, 'registered kernel')} went through the suite"
+    if summary["passed"] == checks:
+        text = head + f" and all {checks:,} checks passed"
+    else:
+        parts = [f"{summary['passed']:,} of {checks:,} checks passed"]
+        if summary["failed"]:
+            parts.append(f"{summary['failed']:,} failed")
+        if summary["skipped"]:
+            parts.append(f"{summary['skipped']:,} {'was' if summary['skipped'] == 1 else 'were'} "
+                         f"skipped as not supported")
+        text = head + ": " + listed(parts)
+    return text + ("" if summary["complete"] else " (the run did not finish)")
+
+
+def kernel_rows(results) -> list[dict]:
+    """One row per kernel: checks run, passed, and the cases that failed (``none``); narrower
+    than the matrix when almost every cell is ``ok``."""
+    recs = _as_records(results)
+    out = []
+    for k in dict.fromkeys(r["kernel"] for r in recs):
+        mine = [r for r in recs if r["kernel"] == k and r["status"] != "skip"]
+        bad = list(dict.fromkeys(r["case"] for r in mine if r["status"] != "pass"))
+        out.append({"kernel": k, "checks": len(mine),
+                    "passed": sum(r["status"] == "pass" for r in mine),
+                    "failing cases": ", ".join(bad) or "none"})
+    return out
 
 
 SMOKE_KERNELS = "triton.row,capstone.fused,fp8.fused"

@@ -8,6 +8,7 @@ with the measured gap, so the page prints "met / not met" from data instead of a
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -311,10 +312,32 @@ def _capstone_for(op: str) -> str:
     return {v: k for k, v in CAPSTONE_OPS.items()}.get(op, CAPSTONE)
 
 
-def peer_rows(points: list[Point], op: str = "add_rmsnorm") -> list[dict]:
+def peer_attempts(doc: dict | None, op: str = "add_rmsnorm") -> dict:
+    """{shape: {peer impl}} of every peer the recording meant to time for ``op`` at each shape,
+    timed or not (a record skipped for time, or missing a library, still names its peer)."""
+    out: dict = {}
+    for rec in (doc or {}).get("records", []) if isinstance(doc, dict) else []:
+        if not isinstance(rec, dict) or rec.get("sweep", "peers") not in PEER_SWEEPS:
+            continue
+        if _mode(rec) != "cold" or (rec.get("op") and rec.get("op") != op):
+            continue
+        impl, dtype = str(rec.get("impl", "")), _dtype(rec.get("dtype"))
+        try:
+            shape = (int(rec["rows"]), int(rec["cols"]), dtype)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if is_peer(impl) and dtype is not None:
+            out.setdefault(shape, set()).add(impl)
+    return out
+
+
+def peer_rows(points: list[Point], op: str = "add_rmsnorm",
+              attempted: dict | None = None) -> list[dict]:
     """One row per shape timed for ``op``: the capstone's time and share of the copy floor, the
-    fastest peer and its time, and the ratio (capstone / fastest peer; below 1 is faster).
-    Sorted by the bytes the fused design moves."""
+    fastest peer timed there and its time, the ratio (capstone / that peer; below 1 is faster),
+    and ``missing``: the peers not timed there although the recording timed them elsewhere or
+    meant to time them there (``attempted``, from :func:`peer_attempts`). Sorted by the bytes
+    the fused design moves."""
     mine = _capstone_for(op)
     by_shape: dict = {}
     for p in points:
@@ -330,39 +353,50 @@ def peer_rows(points: list[Point], op: str = "add_rmsnorm") -> list[dict]:
             continue
         best = min(peers.values(), key=lambda p: p.median_us)
         me = got[mine]
+        expected = timed | set((attempted or {}).get(shape, ()))
         rows.append({"rows": shape[0], "cols": shape[1], "dtype": shape[2],
                      "MB": bytes_moved(op, *shape) / MB, "capstone_us": me.median_us,
                      "pct_floor": me.pct_floor, "peer": best.impl, "peer_us": best.median_us,
                      "peer_pct_floor": best.pct_floor, "ratio": me.median_us / best.median_us,
                      "peers": {k: v.median_us for k, v in peers.items()},
-                     # peers the recording timed elsewhere but not here: never counted as a win
-                     "missing": sorted(timed - set(peers))})
+                     # peers not timed here: never counted as a win
+                     "missing": sorted(expected - set(peers))})
     return sorted(rows, key=lambda r: (r["MB"], r["dtype"]))
 
 
+def _count_missing(rows: list[dict]) -> dict:
+    """{peer: number of ``rows`` it is missing at}."""
+    out: dict = {}
+    for r in rows:
+        for name in r.get("missing", []):
+            out[name] = out.get(name, 0) + 1
+    return out
+
+
 def peer_summary(rows: list[dict], large_MB: float = 64.0) -> dict:
-    """Counts and extremes of :func:`peer_rows`: shapes compared, shapes where every peer was
-    timed (``complete``) and where the capstone is at least as fast as every peer there, how
-    many shapes each peer is missing at, the worst and best ratio, and the capstone's share of the
-    copy floor over shapes moving ``large_MB`` or more (median and minimum)."""
+    """Counts and extremes of :func:`peer_rows`: shapes compared, shapes where the capstone is at
+    least as fast as every peer timed there (``not_slower_timed``), shapes where every peer was
+    timed (``complete``) and the capstone at least as fast there (``not_slower``), how many shapes
+    each peer is missing at, the worst and best ratio, and over the shapes moving ``large_MB`` or
+    more the capstone's share of the copy floor (median, minimum) and the fastest timed peer's."""
     if not rows:
         return {"compared": 0}
     worst = max(rows, key=lambda r: r["ratio"])
     best = min(rows, key=lambda r: r["ratio"])
-    large = sorted(r["pct_floor"] for r in rows if r["MB"] >= large_MB and r["pct_floor"])
-    large_peer = sorted(r["peer_pct_floor"] for r in rows
-                        if r["MB"] >= large_MB and r["peer_pct_floor"])
+    big = [r for r in rows if r["MB"] >= large_MB]
+    large = sorted(r["pct_floor"] for r in big if r["pct_floor"])
+    large_peer = sorted(r["peer_pct_floor"] for r in big if r["peer_pct_floor"])
     complete = [r for r in rows if not r.get("missing")]
-    missing: dict = {}
-    for r in rows:
-        for name in r.get("missing", []):
-            missing[name] = missing.get(name, 0) + 1
+    missing = _count_missing(rows)
     return {"compared": len(rows), "complete": len(complete),
-            "not_slower": sum(r["ratio"] <= 1.0 for r in complete), "missing": missing,
+            "not_slower": sum(r["ratio"] <= 1.0 for r in complete),
+            "not_slower_timed": sum(r["ratio"] <= 1.0 for r in rows), "missing": missing,
             "worst": worst, "best": best, "large": len(large),
-            "large_pct_median": large[len(large) // 2] if large else None,
+            "large_pct_median": statistics.median(large) if large else None,
             "large_pct_min": large[0] if large else None,
-            "large_peer_pct_median": large_peer[len(large_peer) // 2] if large_peer else None,
+            "large_peer_pct_median": statistics.median(large_peer) if large_peer else None,
+            "large_peers": sorted({r["peer"] for r in big}),
+            "large_shapes": len(big), "large_missing": _count_missing(big),
             "peers": sorted({k for r in rows for k in r["peers"]})}
 
 
@@ -390,8 +424,9 @@ def python_calls(doc: dict | None, op: str = "add_rmsnorm") -> dict:
 
 def lever_summary(effects: list[dict] | None, op: str = "add_rmsnorm") -> list[dict]:
     """Per lever of the performance study (rows of ``ch07.lever_effects``: lever, tests, variant,
-    op, rows, cols, before_us, after_us): the best variant's change at each shape, summarized as
-    the median, lowest and highest change in percent over the shapes, in the study's order."""
+    op, rows, cols, before_us, after_us): the best variant's change in percent at each shape
+    (``changes``: {(rows, cols): %} in order of size; negative is a shorter time), and their
+    median, lowest and highest, in the study's order."""
     per: dict = {}
     for e in effects or []:
         if e.get("op") != op or not e.get("before_us") or not e.get("after_us"):
@@ -403,7 +438,291 @@ def lever_summary(effects: list[dict] | None, op: str = "add_rmsnorm") -> list[d
     out = []
     for name, lever in per.items():
         changes = sorted(lever["shapes"].values())
+        by_size = sorted(lever["shapes"].items(), key=lambda kv: (kv[0][0] * kv[0][1], kv[0]))
         out.append({"lever": name, "tests": lever["tests"], "shapes": len(changes),
-                    "median_pct": changes[len(changes) // 2], "best_pct": changes[0],
-                    "worst_pct": changes[-1]})
+                    "changes": dict(by_size), "median_pct": statistics.median(changes),
+                    "best_pct": changes[0], "worst_pct": changes[-1]})
     return out
+
+
+# ---------------------------------------------------------------- the page's words for the data
+
+# registry names -> what a reader calls each implementation (prose adds "the" where English does)
+PEER_NAMES = {
+    "torch.rms_norm_add": "F.rms_norm(x + r)", "torch.rms_norm": "F.rms_norm",
+    "torch.eager_chain": "eager chain",
+    "torch.compile_add": "torch.compile", "torch.compile_residual": "torch.compile",
+    "torch.compile": "torch.compile",
+    "liger.fused_add_rms_norm": "Liger-Kernel", "liger.rms_norm": "Liger-Kernel",
+    "flashinfer.fused_add_rmsnorm": "FlashInfer", "flashinfer.rms_norm": "FlashInfer",
+    "capstone.fused": "capstone", "capstone.fused_residual": "capstone",
+    "capstone.fused_residual_in_place": "capstone, in place",
+}
+_ARTICLE = {"eager chain", "capstone", "capstone, in place"}
+_ORDER = ("F.rms_norm(x + r)", "F.rms_norm", "eager chain", "torch.compile", "Liger-Kernel",
+          "FlashInfer")
+
+
+def display_name(impl: str, prose: bool = False) -> str:
+    """The name a reader knows ``impl`` by: ``torch.compile_add`` -> ``torch.compile``,
+    ``torch.eager_chain`` -> ``eager chain`` (``the eager chain`` in ``prose``). Unknown
+    names pass through."""
+    name = PEER_NAMES.get(impl, impl)
+    return f"the {name}" if prose and name in _ARTICLE else name
+
+
+def display_names(impls, prose: bool = False) -> list[str]:
+    """The distinct display names of ``impls``, in the book's order of peers."""
+    names = {display_name(i) for i in impls}
+    ordered = sorted(names, key=lambda n: (_ORDER.index(n) if n in _ORDER else len(_ORDER), n))
+    return [f"the {n}" if prose and n in _ARTICLE else n for n in ordered]
+
+
+def join_words(words) -> str:
+    """``a``; ``a and b``; ``a, b and c``."""
+    words = list(words)
+    if len(words) < 2:
+        return "".join(words)
+    return ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def shape_text(rows, cols, dtype: str | None = None) -> str:
+    return f"{rows}x{cols}" + (f" {dtype}" if dtype else "")
+
+
+def ratio_text(ratio: float) -> str:
+    """``1.09x``; three decimals where two would hide which side of 1 the ratio is on."""
+    text = f"{ratio:.2f}"
+    if text == "1.00" and ratio != 1.0:
+        text = f"{ratio:.3f}"
+    return f"{text}x"
+
+
+def _shapes(n: int) -> str:
+    return f"{n} shape" + ("" if n == 1 else "s")
+
+
+def _missing_by_name(missing: dict | None) -> dict:
+    """{display name: shapes it is missing at} (the most any of its registry names misses)."""
+    out: dict = {}
+    for impl, n in (missing or {}).items():
+        name = display_name(impl)
+        out[name] = max(n, out.get(name, 0))
+    return out
+
+
+def missing_note(s: dict) -> str:
+    """A sentence (no final period) naming each peer :func:`peer_summary` found missing, at how
+    many of the compared shapes it was timed, and that a missing peer is never beaten; "" when
+    every peer was timed everywhere."""
+    missing, total = _missing_by_name(s.get("missing")), s.get("compared", 0)
+    if not missing or not total:
+        return ""
+    parts = []
+    for name in display_names(missing):
+        timed = total - missing[name]
+        of = "them" if parts else ("the one shape" if total == 1 else f"the {total} shapes")
+        who = f"the {name}" if name in _ARTICLE else name
+        parts.append(f"{who} was not timed at any of {of}" if timed <= 0 and total > 1 else
+                     f"{who} was not timed at {of}" if timed <= 0 else
+                     f"{who} was timed at only {timed} of {of}")
+    return join_words(parts) + "; no shape counts as a win over a peer not timed there"
+
+
+def peer_verdict(s: dict, subject: str = "the capstone") -> str:
+    """:func:`peer_summary` as a clause (no capital, no final period): at how many shapes
+    ``subject`` is at least as fast as every peer timed there, and its worst ratio. The peers
+    not timed are said once, by :func:`missing_note`."""
+    total = s.get("compared", 0)
+    if not total:
+        return f"the comparison of {subject} with its peers is not recorded yet"
+    n, there = s["not_slower_timed"], " timed there" if s.get("missing") else ""
+    w = s["worst"]
+    against = f"{display_name(w['peer'], True)} ({shape_text(w['rows'], w['cols'], w['dtype'])})"
+    where = ("at the one shape compared," if total == 1 else
+             f"at all {total} shapes" if n in (0, total) else f"at {n} of the {total} shapes")
+    if n == total:
+        return (f"{where} {subject} is at least as fast as every peer{there}; at its closest it "
+                f"takes {ratio_text(w['ratio'])} the time of {against}")
+    if n == 0:
+        return (f"{where} {subject} is slower than the fastest peer{there}; at worst it takes "
+                f"{ratio_text(w['ratio'])} the time of {against}")
+    return (f"{where} {subject} is at least as fast as every peer{there}; at worst it takes "
+            f"{ratio_text(w['ratio'])} the time of {against}")
+
+
+def large_shapes_clause(s: dict, large_MB: float = 64.0) -> str:
+    """Where the capstone moves ``large_MB`` or more: its median and lowest share of the copy
+    floor and the median share of the fastest peer timed there, as a clause (no capital, no
+    final period)."""
+    big = f"{large_MB:.0f} MB or more"
+    if not s.get("compared") or s.get("large_pct_median") is None:
+        return f"its share of the copy floor where it moves {big} is not recorded yet"
+    text = (f"where it moves {big} it runs at a median {s['large_pct_median']:.0f}% of the "
+            f"copy floor (lowest {s['large_pct_min']:.0f}%)")
+    if s.get("large_peer_pct_median") is None:
+        return text
+    names = display_names(s.get("large_peers", []), prose=True)
+    who = (f"{names[0]}, the fastest peer timed there," if len(names) == 1
+           else "the fastest peer timed at each of them")
+    text += f", {who} at a median {s['large_peer_pct_median']:.0f}%"
+    gone, parts = _missing_by_name(s.get("large_missing")), []
+    for name in display_names(gone):
+        who = f"the {name}" if name in _ARTICLE else name
+        parts.append(f"{who} was not timed there" if gone[name] >= s["large_shapes"] else
+                     f"{who} was not timed at {gone[name]} of them")
+    return text + (f"; {join_words(parts)}" if parts else "")
+
+
+def eager_clause(ratios: list[float], large_MB: float = 64.0) -> str:
+    """The capstone's median speed-up over the eager chain at the shapes moving ``large_MB`` or
+    more, against the 7/3 the bytes predict, as a clause (no capital, no final period)."""
+    if not ratios:
+        return "the capstone's speed-up over the eager chain is not recorded yet"
+    med = statistics.median(ratios)
+    bound = ("above the bound: the eager chain's kernels do not all run at the copy bandwidth"
+             if med > 7 / 3 else "within the bound")
+    where = (f"{ratio_text(med)} faster at the one shape" if len(ratios) == 1 else
+             f"a median {ratio_text(med)} faster at the {len(ratios)} shapes")
+    return (f"over the eager chain the capstone is {where} moving {large_MB:.0f} MB or more, "
+            f"against the 7/3 = 2.33x the bytes predict ({bound})")
+
+
+def launch_repeat(levers_doc: dict | None, points: list[Point], op: str = "add_rmsnorm",
+                  dtype: str = "bf16") -> dict:
+    """{(rows, cols): %} the launch in use changed between the performance study's run and the
+    peers run (:func:`peer_points`), in the levers' sign convention: the same kernel timed twice,
+    so what a lever must beat to count."""
+    from . import ch07
+
+    if not levers_doc:
+        return {}
+    mine = _capstone_for(op)
+    study = {(r["rows"], r["cols"]): r["median_us"] for r in ch07.normalized(levers_doc)
+             if r["op"] == op and r["impl"] == mine and r["dtype"] == dtype}
+    peers = {(p.rows, p.cols): p.median_us for p in points
+             if p.impl == mine and p.mode == "cold" and p.dtype == dtype and (not p.op or p.op == op)}
+    return {shape: 100.0 * (peers[shape] - us) / us for shape, us in study.items() if shape in peers}
+
+
+def lever_sentence(levers: list[dict], threshold_pct: float = 3.0,
+                   repeat: dict | None = None) -> str:
+    """The performance study in a sentence (capitalized, no final period). A lever's change at a
+    shape counts only where it exceeds ``threshold_pct`` plus the gap between two runs of the
+    launch in use there (``repeat``, from :func:`launch_repeat`): a lever is measured against a
+    kernel whose own time moved that much. A change is negative when the time is shorter. Says
+    how many levers shortened and how many lengthened the time, and the largest of each."""
+    if not levers:
+        return "The levers of the study are not recorded yet"
+    t, total, repeat = f"{threshold_pct:g}%", len(levers), repeat or {}
+
+    def found(sign):
+        """[((sign * change, shape), lever)] of the levers with a change counted, largest first."""
+        out = []
+        for lv in levers:
+            hits = [(sign * c, shape) for shape, c in lv.get("changes", {}).items()
+                    if sign * c > threshold_pct + abs(repeat.get(shape, 0.0))]
+            if hits:
+                out.append((max(hits), lv["lever"]))
+        return sorted(out, reverse=True)
+
+    gaps = [f"{abs(g):.1f}% at {shape_text(*shape)}" for shape, g in repeat.items()
+            if abs(g) >= 1.0]
+    head = (f"Counting a change only where it exceeds {t} plus the gap between two runs of the "
+            f"launch in use ({join_words(gaps)})" if gaps else
+            f"Counting a change only where it exceeds {t}")
+    shorter, longer = found(-1), found(1)
+
+    def largest(hits):
+        (pct, shape), name = hits[0]
+        where = f"{pct:.1f}% at {shape_text(*shape)}"
+        return f"by {where}" if total == 1 else f"the most \u201c{name}\u201d, by {where}"
+
+    if total == 1:
+        first = (f"the lever shortened the time {largest(shorter)}" if shorter
+                 else "the lever did not shorten the time")
+        second = f"lengthened it {largest(longer)}" if longer else "did not lengthen it"
+    else:
+        first = (f"{len(shorter)} of the {total} levers shortened the time, {largest(shorter)}"
+                 if shorter else "no lever shortened the time")
+        second = ((f"{len(longer)} of the {total}" + ("" if shorter else " levers")
+                   + f" lengthened it, {largest(longer)}") if longer else "none lengthened it")
+    return f"{head}, {first}, and {second}"
+
+
+def dram_clause(ncu_records: list[dict] | None, impl: str = CAPSTONE, against: str = "") -> str:
+    """Nsight Compute's DRAM throughput of ``impl`` at each profiled shape, as a clause (no final
+    period); ``against`` (a prediction) is appended when there is a measurement."""
+    got = [r for r in ncu_records or [] if isinstance(r, dict) and r.get("impl") == impl
+           and r.get("status", "ok") == "ok" and _num(r.get("dram_throughput_pct")) is not None]
+    if not got:
+        return "Nsight Compute's DRAM throughput of the capstone is not recorded yet"
+    parts = [f"{_num(r['dram_throughput_pct']):.0f}% of its peak at "
+             f"{shape_text(r.get('rows'), r.get('cols'))}" for r in got]
+    return (f"Nsight Compute measures the capstone's DRAM throughput at {join_words(parts)}"
+            + (f", against {against}" if against else ""))
+
+
+def study_peer_rows(levers_doc: dict | None, peer: str = "torch.compile_add",
+                    op: str = "add_rmsnorm") -> list[dict]:
+    """The shapes where the performance study (``capstone_levers.json``, a separate run with the
+    same timer) timed ``peer`` beside the capstone's launch in use: rows, cols, dtype, both times
+    and the ratio (capstone / peer), in order of size."""
+    from . import ch07
+
+    if not levers_doc:
+        return []
+    recs = [r for r in ch07.normalized(levers_doc) if r["op"] == op]
+    mine = {(r["rows"], r["cols"], r["dtype"]): r["median_us"] for r in recs
+            if r["impl"] == _capstone_for(op)}
+    rows = [{"rows": r["rows"], "cols": r["cols"], "dtype": r["dtype"],
+             "capstone_us": mine[(r["rows"], r["cols"], r["dtype"])], "peer_us": r["median_us"],
+             "ratio": mine[(r["rows"], r["cols"], r["dtype"])] / r["median_us"]}
+            for r in recs if r["impl"] == peer and (r["rows"], r["cols"], r["dtype"]) in mine]
+    return sorted(rows, key=lambda r: (r["rows"] * r["cols"], r["dtype"]))
+
+
+def study_peer_clause(rows: list[dict], peer: str = "torch.compile_add") -> str:
+    """:func:`study_peer_rows` as a clause (no capital, no final period); "" when empty."""
+    if not rows:
+        return ""
+    parts = [f"{ratio_text(r['ratio'])}{' its time' if not i else ''} at "
+             f"{shape_text(r['rows'], r['cols'])}" for i, r in enumerate(rows)]
+    where = "one shape" if len(rows) == 1 else _shapes(len(rows))
+    return (f"the performance study, a separate run with the same timer, timed "
+            f"{display_name(peer, True)} at {where}, where the capstone takes {join_words(parts)}")
+
+
+def sentences(*clauses: str) -> str:
+    """Clauses -> sentences joined by ". " (no final period): each capitalized unless it starts
+    with a code name (``torch.compile``, ``F.rms_norm``); empty clauses dropped."""
+    out = []
+    for c in clauses:
+        if not c:
+            continue
+        first = c.split(" ", 1)[0]
+        out.append(c if any(ch in first for ch in "._(") else c[0].upper() + c[1:])
+    return ". ".join(out)
+
+
+def change_text(pct: float) -> str:
+    """``+10.7%``, ``-8.2%``; ``0.0%`` for a change that rounds to zero (never ``-0.0%``)."""
+    text = f"{pct:+.1f}%"
+    return "0.0%" if text in ("+0.0%", "-0.0%") else text
+
+
+_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
+
+
+def processes_phrase(doc: dict | None) -> str:
+    """How many processes each timing of the peers run took its median over: ``medians over three
+    processes``, or ``medians over one to three processes`` when they differ ("" if unknown)."""
+    counts = sorted({int(r["processes"]) for r in (doc or {}).get("records", [])
+                     if isinstance(r, dict) and r.get("status", "ok") == "ok"
+                     and r.get("sweep", "peers") in PEER_SWEEPS and _num(r.get("processes"))})
+    if not counts:
+        return ""
+    low, high = (_WORDS.get(n, str(n)) for n in (counts[0], counts[-1]))
+    if low == high:
+        return "the median of one process" if low == "one" else f"medians over {low} processes"
+    return f"medians over {low} to {high} processes"

@@ -134,8 +134,8 @@ class Table:
             "<tr>" + "".join(f'<td style="text-align:{"right" if n else "left"}">{escape(t)}</td>'
                              for t, n in zip(r, numeric)) + "</tr>"
             for r in self._text_rows(rows))
-        cap = f"<caption>{escape(caption)}</caption>" if caption else ""
-        return (f'<table class="fusedrms-table-grid">{cap}<thead><tr>{head}</tr></thead>'
+        label = f' aria-label="{escape(caption)}"' if caption else ""
+        return (f'<table class="fusedrms-table-grid"{label}><thead><tr>{head}</tr></thead>'
                 f"<tbody>{body}</tbody></table>")
 
     def csv_text(self) -> str:
@@ -148,8 +148,13 @@ class Table:
     def _repr_html_(self) -> str:
         n = len(self.rows)
         shown = self.rows[:self.max_rows]
-        parts = ['<div class="fusedrms-table" style="max-width:100%;overflow-x:auto">',
-                 self._html_table(shown, self.caption)]
+        # the caption stays outside the scrolling box: on a phone a wide table scrolls, its
+        # caption wraps in the column
+        cap = (f'<p class="fusedrms-table-caption">{escape(self.caption)}</p>'
+               if self.caption else "")
+        parts = ['<div class="fusedrms-table" style="max-width:100%">', cap,
+                 '<div style="max-width:100%;overflow-x:auto">',
+                 self._html_table(shown, self.caption), "</div>"]
         extra = []
         if n > self.max_rows:
             extra.append(f"{n - self.max_rows} more rows")

@@ -56,10 +56,26 @@ _TOLERANCE_MISTAKES = {
 }
 
 
+# words a reader may use for each term ("the final cast", "rounding", "the fp32 sum", ...)
+_TERM_WORDS = {"cast": ("cast", "round"), "reduction": ("reduc", "sum", "accum")}
+
+
+def _dominant(text):
+    """"cast" or "reduction" from the reader's word for it; anything else is Malformed."""
+    if isinstance(text, str):
+        named = [term for term, words in _TERM_WORDS.items()
+                 if any(w in text.strip().lower() for w in words)]
+        if len(named) == 1:
+            return named[0]
+    return as_choice(text, DOMINANT)
+
+
 def _grade_tolerance(answer):
+    if isinstance(answer, str) and answer.count(",") == 1:  # "1e-3, cast"
+        answer = [part.strip(" ()'\"") for part in answer.split(",")]
     rtol, dominant = as_fields(answer, ("rtol", "dominant"), 'answer = (1e-3, "cast")')
     rtol = as_number(rtol, "rtol (a number)")
-    dominant = as_choice(dominant, DOMINANT)
+    dominant = _dominant(dominant)
     if rtol <= 0:
         return wrong(f"rtol = {rtol:g} must be positive.", "A tolerance of zero asks for bit-exact "
                      "results, which a different summation order already breaks.")
@@ -124,10 +140,17 @@ _BUG_HINTS = {
 
 
 def _letter(answer):
-    """An option letter in any written form, or the mystery kernel's own name -> its letter."""
-    if isinstance(answer, str) and (answer.strip().lower().removeprefix("broken.")
-                                    == MYSTERY.removeprefix("broken.")):
-        return ANSWER
+    """An option letter in any written form ("b", "(b)", "b.", "b) ..."), an option's own text,
+    or the mystery kernel's name -> its letter."""
+    if isinstance(answer, str):
+        text = " ".join(answer.strip().lower().split()).rstrip(".")
+        if text.removeprefix("broken.") == MYSTERY.removeprefix("broken."):
+            return ANSWER
+        for letter, option in BUGS.items():
+            if text in (option, option.removeprefix("it "), letter):
+                return letter
+        if len(text) >= 2 and text[1] in ".:" and text[0] in BUGS:
+            return text[0]
     return option_letter(answer)
 
 
@@ -139,7 +162,7 @@ def _grade_bug(answer):
                        "about 1e-3, passes there and fp32 does not), and at width 1 the division "
                        "by 1 - 1 = 0 makes the row NaN. It is the unbiased variance's n - 1, a "
                        "habit carried over from LayerNorm; RMSNorm's mean divides by n.")
-    return wrong(f"not ({choice}).", _BUG_HINTS[choice] + " Compare got/expected in the failing "
+    return wrong(f"({choice}) does not fit the evidence.", _BUG_HINTS[choice] + " Compare got/expected in the failing "
                  "lines at each width, and look at which cases pass.")
 
 

@@ -169,6 +169,16 @@ def _grade_residual(answer) -> Feedback:
     if not callable(answer):
         raise Malformed(f"expected a function fn(x, r, w, eps) -> (y, s), got "
                         f"{type(answer).__name__}.")
+    import inspect
+
+    try:
+        inspect.signature(answer).bind(0, 0, 0, 0)
+    except TypeError:
+        name = getattr(answer, "__name__", "fn")
+        raise Malformed(f"your function must take four arguments, fn(x, r, w, eps); its "
+                        f"signature is {name}{inspect.signature(answer)}.") from None
+    except ValueError:  # no signature to read (a builtin): let the call decide
+        pass
     eps = 1e-5
     kernels, silent = [], []  # kernels launched; cases that launched none
     for i, (rows, cols) in enumerate(SHAPES):
@@ -228,6 +238,11 @@ def _grade_residual(answer) -> Feedback:
             if checks.allclose(y, ref_x_only):
                 return wrong(f"y normalizes x alone {where}.",
                              "Normalize the sum s = x + r, not x.")
+            for other_eps in (1e-6, 1e-8, 0.0):
+                if checks.allclose(y, reference.rmsnorm(s, w, other_eps, accum=torch.float64)):
+                    return wrong(f"y is computed with eps = {other_eps:g}, not the eps passed in "
+                                 f"({eps:g}) {where}.", "Use the eps argument of your function "
+                                 "(pass it to the kernel) instead of a constant.")
             unweighted = reference.rmsnorm(ref_s, torch.ones_like(w), eps, accum=torch.float64)
             if checks.allclose(y, unweighted):
                 return wrong(f"y is missing the weight {where}.", "Multiply by w[col].")
@@ -366,6 +381,8 @@ residual_variant = Exercise(
               "the book's kernel": _mistake_book_kernel,
               "normalizes the fp32 sum (the other convention)": _launcher(_fp32_sum_kernel),
               "masked loads without other=": _launcher(_no_other_kernel),
+              "eps ignored": lambda x, r, w, eps=1e-5: solution_residual(x, r, w, 1e-6),
+              "three arguments": lambda x, r, w: solution_residual(x, r, w),
               "a string": "def f(x, r, w): ...",
               "the kernel instead of the wrapper": solution_kernel})
 
@@ -382,8 +399,27 @@ def residual_bytes_expected() -> int:
                          BYTES_DTYPE).bytes_total
 
 
+BYTE_UNITS = {"b": 1, "byte": 1, "bytes": 1, "kb": 1e3, "kib": 2 ** 10, "mb": 1e6,
+              "mib": 2 ** 20}
+
+
+def as_bytes(answer) -> float:
+    """A number of bytes: a number, or text such as ``532,480``, ``532480 B`` or ``520 KiB``."""
+    import re
+
+    if isinstance(answer, str):
+        m = re.fullmatch(r"\s*([-+0-9.,_eE]+)\s*([A-Za-z]*)\s*", answer)
+        if m and m.group(2).lower() in BYTE_UNITS | {"": 1}:
+            number = m.group(1)
+            if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d*)?", number):  # 532,480
+                number = number.replace(",", "")
+            scale = BYTE_UNITS.get(m.group(2).lower(), 1)
+            return as_number(number, "a number of bytes") * scale
+    return as_number(answer, "a number of bytes")
+
+
 def _grade_bytes(answer) -> Feedback:
-    value = as_number(answer, "a number of bytes")
+    value = as_bytes(answer)
     expected = residual_bytes_expected()
     matrix = BYTES_ROWS * BYTES_COLS * 2
     weight = BYTES_COLS * 2
@@ -407,6 +443,11 @@ def _grade_bytes(answer) -> Feedback:
     for v, (msg, hint) in known.items():
         if abs(value - v) < 0.5:
             return wrong(f"{value:,.0f} B: {msg}", hint)
+    for unit, scale in (("kB", 1e3), ("KiB", 2 ** 10), ("MB", 1e6), ("MiB", 2 ** 20)):
+        if abs(value * scale - expected) < 0.5 * scale / 100:
+            return wrong(f"{value:g} is the right amount in {unit}, but the answer is read as "
+                         f"bytes.", f"Write it in bytes ({value:g} x {scale:,.0f}), or as text "
+                         f"with its unit: answer = \"{value:g} {unit}\".")
     return wrong(f"{value:,.0f} B is not it.",
                  f"Count the tensors with rows: x, r read; y, s written; each {BYTES_ROWS} x "
                  f"{BYTES_COLS} bf16. Then the weight once.")
@@ -419,7 +460,8 @@ residual_bytes = Exercise(
     _grade_bytes, solution=4 * BYTES_ROWS * BYTES_COLS * 2 + BYTES_COLS * 2,
     mistakes={"3 row-trips": 3 * 131072 + 8192, "no weight": 4 * 131072,
               "weight per row": 4 * 131072 + 16 * 8192, "fp32": 2 * (4 * 131072 + 8192),
-              "eager": 7 * 131072 + 8192, "text": "lots", "NaN": float("nan")})
+              "eager": 7 * 131072 + 8192, "kB read as bytes": 532.48,
+              "KiB read as bytes": 520, "text": "lots", "NaN": float("nan")})
 
 
 # ---------------------------------------------------------------- (c) the autotune key
@@ -444,8 +486,14 @@ DROPPED = ("@triton.autotune builds its key in Autotuner.run from the key names 
 
 
 def _read_key(answer) -> list[str]:
-    if isinstance(answer, str):
-        answer = [answer]
+    if isinstance(answer, str):  # "COLS", "['COLS']", "key=['COLS']", "COLS, rows"
+        import re
+
+        text = re.sub(r"^\s*key\s*=", "", answer)
+        answer = [n for n in re.split(r"[\s,]+", text.strip().strip("[](){}").replace("'", "")
+                                      .replace('"', "")) if n]
+    if isinstance(answer, (set, frozenset)):  # the autotuner only iterates over the names
+        answer = sorted(answer, key=str)
     if not isinstance(answer, (list, tuple)) or not answer:
         raise Malformed("write the key as a list of argument names, e.g. answer = ['eps'] "
                         "(the way @triton.autotune(key=[...]) takes it).")
