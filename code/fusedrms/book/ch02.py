@@ -173,6 +173,9 @@ def best_pct_of_floor(grid_doc: dict) -> float | None:
 # The measured answers in words that stay true and read well whatever the recording holds.
 
 NOT_RECORDED = "not recorded yet (chapter {}'s GPU recording measures it)"
+EAGER_KERNEL_NAMES = {"add": "residual add", "rmsnorm": "normalization",  # model kernel -> words
+                      "scale": "weight multiply", "fused_add_rmsnorm": "one kernel",
+                      "fused_add_rmsnorm_residual": "one kernel"}
 
 
 def _pct(fraction: float) -> str:
@@ -259,7 +262,3 @@ def fusion_answer(totals: dict, census: list[dict], bounds: tuple, gpu: str) -> 
             f"{plain_x:.2f}× faster than the chain and the residual-writing one {fair_x:.2f}×: "
             f"{why}.")
 
-
-EAGER_KERNEL_NAMES = {"add": "residual add", "rmsnorm": "normalization",
-                      "scale": "weight multiply", "fused_add_rmsnorm": "one kernel",
-                      "fused_add_rmsnorm_residual": "one kernel"}
