@@ -261,4 +261,3 @@ def fusion_answer(totals: dict, census: list[dict], bounds: tuple, gpu: str) -> 
             f"{resid['measured_us']:.1f} µs. The fused kernel is "
             f"{plain_x:.2f}× faster than the chain and the residual-writing one {fair_x:.2f}×: "
             f"{why}.")
-
