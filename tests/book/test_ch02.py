@@ -70,3 +70,65 @@ def test_best_pct_of_floor_ignores_wrong_results():
                        grid_record("b", 1, 1, 1, pct_of_floor=90.0)]}
     assert ch02.best_pct_of_floor(doc) == 90.0
     assert ch02.best_pct_of_floor({"records": []}) is None
+
+
+# ---- the page's sentences in every state of the recording
+
+COPY = {"kind": "bandwidth", "gpu": "NVIDIA H200", "measured_GBps": 4236.4,
+        "published_GBps": 4800.0, "fraction_of_published": 0.883}
+BOUNDS = (traffic.speedup_bound("eager_add_rmsnorm", "fused_add_rmsnorm"),
+          traffic.speedup_bound("eager_add_rmsnorm", "fused_add_rmsnorm_residual"))
+
+
+def test_copy_sentence_with_and_without_the_published_figure_or_the_grid():
+    full = ch02.copy_sentence(COPY, 105.2)
+    assert "4,236 GB/s, 88% of the data sheet's 4,800 GB/s" in full
+    assert "the best kernel of chapter 6's grid passes it, at 105% of its copy floor's" in full
+    below = ch02.copy_sentence(COPY, 97.0)
+    assert "no kernel of chapter 6's grid passes it here: the best runs at 97%" in below
+    unknown = ch02.copy_sentence({**COPY, "published_GBps": None}, None)
+    assert "not in the published table" in unknown and "0%" not in unknown
+    assert unknown.endswith("hard limit.")
+    assert "not recorded yet" in ch02.copy_sentence(None)
+    for missing in (ch02.copy_sentence(None), ch02.grid_sentence(None),
+                    ch02.fusion_answer({}, [], BOUNDS, "GPU")):
+        assert "--" not in missing  # the book would set a command's "--" as a dash
+
+
+def test_grid_sentence_reports_overlap_and_a_missing_grid():
+    pair = {"torch.eager_chain": {"median_us": 92.6, "min_us": 92.3, "max_us": 93.1,
+                                  "processes": 3},
+            "capstone.fused": {"median_us": 27.0, "min_us": 27.0, "max_us": 27.2,
+                               "processes": 3}}
+    text = ch02.grid_sentence(pair)
+    assert "in 3 processes" in text and "3.43× apart" in text and "do not overlap" in text
+    close = {k: {**v, "min_us": 20.0, "max_us": 100.0} for k, v in pair.items()}
+    assert "ranges that overlap" in ch02.grid_sentence(close)
+    one = {k: {**v, "processes": 1} for k, v in pair.items()}
+    assert "in one process" in ch02.grid_sentence(one)
+    assert "not recorded yet" in ch02.grid_sentence(None)
+
+
+def _census(eager_us, fused_us, resid_us):
+    doc = {"records": [
+        census("torch.eager_chain", [("vectorized_elementwise_kernel<add>", eager_us[0]),
+                                     ("vectorized_layer_norm_kernel", eager_us[1]),
+                                     ("elementwise_kernel<MulFunctor>", eager_us[2])]),
+        census("capstone.fused", [("add_rmsnorm_kernel", fused_us)]),
+        census("capstone.fused_residual", [("add_rmsnorm_residual_kernel", resid_us)])]}
+    times = ch02.kernel_times(doc, 4000.0)
+    return ch02.design_totals(times), times
+
+
+def test_fusion_answer_says_above_or_below_the_byte_ratios_as_the_data_does():
+    totals, times = _census((25.0, 20.0, 44.0), 26.5, 34.8)
+    text = ch02.fusion_answer(totals, times, BOUNDS, "NVIDIA H200")
+    assert text.startswith("On the NVIDIA H200 at 4096 x 4096 bf16 the eager chain takes 89.0 µs")
+    assert "3.36× faster than the chain" in text
+    assert "more than the byte ratios of 7/3 and 7/4" in text and "weight multiply" in text
+    slow_fused = _census((25.0, 16.0, 16.0), 60.0, 70.0)
+    text = ch02.fusion_answer(*slow_fused, BOUNDS, "GPU")
+    assert "less than the byte ratios" in text and "more than" not in text
+    assert "not recorded yet" in ch02.fusion_answer({}, [], BOUNDS, "GPU")
+    partial = {k: v for k, v in totals.items() if k != "capstone.fused_residual"}
+    assert "not recorded yet" in ch02.fusion_answer(partial, times, BOUNDS, "GPU")

@@ -152,3 +152,95 @@ def test_rung_gains_sweeps_and_host_results(tmp_path):
     assert [(h["variant"], h["grid_blocks"], h["ok"]) for h in host] == [
         ("serial", 4, True), ("block", 1024, False)]
     assert host[0]["median_us"] == 2000.0
+
+
+# ---- the page's sentences in every state of the recording
+
+def _point(name, us, shape="1024x4096 float32", p25=None, p75=None, correct=True, rows=1024):
+    return {"name": name, "shape": shape, "rows": rows, "median_us": us, "min_us": us,
+            "max_us": us, "p25_us": p25, "p75_us": p75, "fraction_of_floor": 8.0 / us,
+            "correct": correct}
+
+
+def test_shuffle_sentence_slower_faster_and_within_the_spread():
+    apart = [_point("hip.block", 17.5, p25=17.3, p75=18.1),
+             _point("hip.shuffle", 18.5, p25=18.2, p75=18.9)]
+    effects = ch03.shuffle_effect(apart)
+    assert effects[0]["apart"] is True and abs(effects[0]["change_pct"] - 100 / 17.5) < 1e-9
+    text = ch03.shuffle_sentence(effects)
+    assert "took 5.7% longer than the tree at the one recorded shape" in text
+    assert "apart)" in text and "never what made the kernel slow" in text and "within" not in text
+    overlapping = [_point("hip.block", 17.5, p25=17.0, p75=19.0),
+                   _point("hip.shuffle", 17.6, p25=17.1, p75=19.1)]
+    assert "within the spread" in ch03.shuffle_sentence(ch03.shuffle_effect(overlapping))
+    faster = [_point("hip.block", 20.0, p25=19.9, p75=20.1),
+              _point("hip.shuffle", 16.0, p25=15.9, p75=16.1)]
+    text = ch03.shuffle_sentence(ch03.shuffle_effect(faster))
+    assert "ran 20.0% faster" in text and "real cost" in text and "-" not in text
+    no_quartiles = [_point("hip.block", 17.5), _point("hip.shuffle", 18.5)]
+    assert "spread" not in ch03.shuffle_sentence(ch03.shuffle_effect(no_quartiles))
+    assert ch03.shuffle_effect([_point("hip.block", 17.5)]) == []
+    assert ch03.shuffle_sentence([]) == "The shuffle finish is not recorded yet."
+
+
+def test_full_recording_reads_as_sentences(tmp_path):
+    doc = _doc(tmp_path, _full_doc_records())
+    points, gains = ch03.ladder_points(doc), ch03.rung_gains(doc)
+    answer = ch03.ladder_answer(points, gains)
+    assert answer.startswith("The shuffle finish ran 7.1% faster than the tree; 16-byte loads")
+    assert "; and the best HIP kernel took 1.05× the time of triton.row." in answer
+    assert "(not recorded yet)" not in answer and "  " not in answer
+    assert ch03.floor_sentence(points) == "None of the ladder's 21 correct measurements passes it here."
+    fusion = ch03.fusion_answer(ch03.fusion(doc))
+    assert "2.31× with scalar loads and 2.00× with 16-byte loads" in fusion
+    assert "fell short of the byte ratio in all 6 pairs" in fusion
+    scaling = ch03.serial_scaling_sentence(gains)
+    assert "29× at 1024 rows of fp32 but only by 28.6× at 16,384 rows" in scaling
+    blocks = ch03.block_size_answer(ch03.sweep(doc), ch03.sweep(doc, "serial_block_size"))
+    assert blocks.startswith("The best block size for hip.block here is 32 threads")
+    assert "1024 threads take 1.5× as long" in blocks and "spread over 1024 blocks" in blocks
+
+
+def test_sentences_with_nothing_recorded_say_so_without_numbers():
+    for text in (ch03.ladder_answer([], []), ch03.fusion_answer([]),
+                 ch03.block_size_answer([], []), ch03.floor_sentence([])):
+        assert "recorded yet" in text and text.endswith(".") and "×" not in text
+        assert "--" not in text  # the book would set a command's "--" as a dash
+    assert ch03.host_sentence([], [], None) == ""
+    assert "will show" in ch03.serial_scaling_sentence([])
+
+
+def test_sentences_with_part_of_the_recording():
+    points = [_point("hip.serial", 1000.0), _point("hip.block", 20.0)]
+    gains = [{"shape": "1024x4096 float32", "rows": 1024, "from": "hip.serial",
+              "to": "hip.block", "gain": 50.0}]
+    answer = ch03.ladder_answer(points, gains)
+    assert "is not recorded yet" in answer and "not recorded yet" in answer.split(";")[1]
+    assert ch03.floor_sentence([_point("hip.block", 4.0)]) == \
+        "The ladder's one correct measurement passes it here."
+    assert ch03.floor_sentence([_point("hip.block", 4.0), _point("hip.serial", 100.0)]) == \
+        "1 of the ladder's 2 correct measurements passes it here."
+    assert ch03.serial_scaling_sentence(gains) == "One block per row beats it by 50× at 1024 rows."
+    pairs = [{"loads": "scalar loads", "dtype": "float32", "speedup": 3.0, "bytes_ratio": 2.5}]
+    assert "beat the byte ratio in the one pair" in ch03.fusion_answer(pairs)
+    serial_only = ch03.block_size_answer([], [{"block_size": 256, "grid_blocks": 4,
+                                               "median_us": 2000.0}])
+    assert "does not include the default block size" in serial_only
+    host = [{"variant": "serial", "rows": 1024, "block": 256, "grid_blocks": 4,
+             "median_us": 2063.0}]
+    text = ch03.host_sentence(host, [], 1047.0)
+    assert text == ("The recorded host program ran hip.serial on 4 blocks in 2,063 µs, "
+                    "against the ladder's 1,047 µs.")
+    far = ch03.host_sentence(host, [{"block_size": 256, "median_us": 900.0}], None)
+    assert "does not account for all of the difference" in far
+
+
+def test_learned_sentence_is_short_in_every_state(tmp_path):
+    doc = _doc(tmp_path, _full_doc_records())
+    text = ch03.learned_sentence(ch03.ladder_points(doc), ch03.rung_gains(doc), ch03.fusion(doc))
+    assert text.startswith("The shuffle finish ran 7.1% faster than the tree, 16-byte")
+    assert "made the kernel 1.18× faster" in text
+    assert "fusion bought 2.00×–2.31× against twins" in text and len(text.split()) < 50
+    only = [_point("hip.block", 20.0)]
+    assert ch03.learned_sentence(only, [], []) == "The shuffle finish is not recorded yet."
+    assert "not recorded yet" in ch03.learned_sentence([], [], [])

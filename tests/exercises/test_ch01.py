@@ -12,7 +12,7 @@ def test_solutions_agree_with_the_reference():
                           torch.tensor(ch01.W, dtype=torch.float64), ch01.EPS, accum=torch.float64)
     assert ch01.third_output.solution == pytest.approx(y[0, 2].item() if y.dim() == 2 else y[2].item(),
                                                        abs=5e-5)
-    assert ch01.sum_of_squares.solution == 50
+    assert ch01.sum_of_squares.solution == 25
 
 
 def test_padding_answer_confirmed_numerically():
@@ -40,3 +40,61 @@ def test_padded_mean_accepts_the_factor_at_the_precision_written(factor):
 def test_padded_mean_rejects_wrong_or_too_rough_factors(answer, needle):
     fb = ch01.padded_mean.check(answer)
     assert not fb.ok and needle in fb.message and fb.hint
+
+
+@pytest.mark.parametrize("answer", ["no", "No.", " NO ", "no!", "no, r depends only on x", False])
+def test_weight_and_scale_accepts_no_in_any_reasonable_form(answer):
+    assert ch01.weight_and_scale.check(answer).ok
+
+
+@pytest.mark.parametrize("answer", ["yes", "Yes.", "yes - it changes", True])
+def test_weight_and_scale_rejects_yes_in_any_form_with_a_hint(answer):
+    fb = ch01.weight_and_scale.check(answer)
+    assert not fb.ok and fb.hint and "could not be read" not in fb.message
+
+
+@pytest.mark.parametrize("answer", ["nope", "maybe", 0, ["no"]])
+def test_weight_and_scale_malformed_gets_a_message(answer):
+    fb = ch01.weight_and_scale.check(answer)
+    assert not fb.ok and "could not be read" in fb.message and not fb.error
+
+
+@pytest.mark.parametrize("answer", [
+    {"direction": "larger", "factor": 1.1094}, {"Direction": "Larger", "Factor": "1.11"},
+    (1.1094, "larger"), ("bigger", 1.1094), ("greater", 1.11), ("larger", "sqrt(16/13)"),
+    ("larger", "√(16/13)")])
+def test_padded_mean_accepts_other_forms_of_the_pair(answer):
+    assert ch01.padded_mean.check(answer).ok
+
+
+@pytest.mark.parametrize("answer,needle", [
+    (("larger", "16/13"), "change of the mean"),   # a fraction is read, and is the mean's factor
+    (("larger", 0.9014), "r_right / r_wrong"),      # the inverse factor with the right direction
+    (("lower", 1.1094), "gets larger"),
+])
+def test_padded_mean_reads_fractions_and_names_the_inverse(answer, needle):
+    fb = ch01.padded_mean.check(answer)
+    assert not fb.ok and needle in fb.message and fb.hint
+
+
+@pytest.mark.parametrize("answer", ["larger 1.1", ("larger", "1/0"), ("larger", 1.1, 3),
+                                    {"larger": 1.1}, (1.1, 1.2), ("larger", None)])
+def test_padded_mean_malformed_gets_a_message(answer):
+    fb = ch01.padded_mean.check(answer)
+    assert not fb.ok and "could not be read" in fb.message and not fb.error
+
+
+@pytest.mark.parametrize("answer", [-0.4, "-0.4000", -0.39999968, "-0.40"])
+def test_third_output_accepts_the_value_as_written(answer):
+    fb = ch01.third_output.check(answer)
+    assert fb.ok and "-0.4000" in fb.message
+
+
+def test_exercise_row_is_not_the_animations():
+    """The animation's frames show every intermediate value of its row: the exercises use
+    another, so reading the answer off the frames is not possible."""
+    from fusedrms.viz import rmsnorm_frames
+
+    shown = " ".join(f.caption for f in rmsnorm_frames.frames())
+    assert f" {ch01.sum_of_squares.solution:g}" not in shown
+    assert f"{ch01.third_output.solution:.4f}" not in shown

@@ -75,3 +75,31 @@ def test_speedup_bound_is_the_models_two_kernel_count():
 def test_speedup_bound_malformed_answers_get_a_message(malformed):
     fb = ch02.speedup_bound.check(malformed)
     assert not fb.ok and fb.message
+
+
+@pytest.mark.parametrize("ex,answer", [
+    (ch02.residual_bytes, "33562624 B"), (ch02.residual_bytes, "33,562,624 bytes"),
+    (ch02.speedup_bound, "1.25x"), (ch02.speedup_bound, "5/4 ×"), (ch02.speedup_bound, "1.25 times"),
+    (ch02.intensity, "0.8332 FLOP/B"), (ch02.intensity, "5/6 FLOP/B"),
+    (ch02.intensity, "0.83 flop/byte")])
+def test_answers_with_their_unit_pass(ex, answer):
+    assert ex.check(answer).ok
+
+
+@pytest.mark.parametrize("answer", ["33.56e6", 3.356e7, 33562625])
+def test_residual_bytes_rounded_or_off_by_a_byte_is_told_to_count_exactly(answer):
+    fb = ch02.residual_bytes.check(answer)
+    assert not fb.ok and "not exact" in fb.message and fb.hint
+
+
+def test_wrong_answers_with_a_unit_still_get_their_hint():
+    assert "weight left out" in ch02.residual_bytes.check("33554432 B").message
+    assert "three-kernel chain" in ch02.speedup_bound.check("1.75x").message
+    assert "weight counted per row" in ch02.intensity.check("0.6249 FLOP/B").message
+
+
+@pytest.mark.parametrize("ex,answer", [(ch02.intensity, "FLOP/B"), (ch02.speedup_bound, "x"),
+                                       (ch02.residual_bytes, "bytes"), (ch02.intensity, "1/0")])
+def test_a_unit_alone_is_malformed(ex, answer):
+    fb = ex.check(answer)
+    assert not fb.ok and "could not be read" in fb.message and not fb.error

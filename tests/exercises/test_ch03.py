@@ -131,3 +131,38 @@ def test_a_race_names_two_different_threads(label):
         found = re.search(r"thread (\d+) (?:wrote|read) it and thread (\d+)", message)
         assert found, message
         assert found.group(1) != found.group(2), message
+
+
+@pytest.mark.parametrize("written", ["line 4", "after line 4", "Line 4"])
+def test_missing_barrier_accepts_the_line_written_in_words(written):
+    line = ch03.missing_barrier.solution
+    assert ch03.missing_barrier.check(written.replace("4", str(line))).ok
+
+
+@pytest.mark.parametrize("answer,needle", [([], "no block size recorded"),
+                                           ([{"block_size": 1}], "lacks"),
+                                           ([5], "is an int")])
+def test_block_sizes_messages_read_as_english(answer, needle):
+    fb = ch03.block_sizes.check(answer)
+    assert not fb.ok and needle in fb.message and "(s)" not in fb.message
+
+
+def test_block_sizes_reads_numpy_and_torch_booleans_as_verdicts():
+    rows = [{"block_size": b, "rows": 3, "cols": 13, "correct": flag, "time_us": 1.0}
+            for b, flag in ((8, np.bool_(True)), (16, torch.tensor(True)), (32, True))]
+    assert [e["correct"] for e in ch03._entries(rows)] == [True, True, True]
+    bad = [{"block_size": 8, "rows": 3, "cols": 13, "correct": "yes", "time_us": 1.0}]
+    assert "True or False" in ch03.block_sizes.check(bad * 3).message
+
+
+def test_a_shared_memory_tree_with_a_token_shuffle_is_not_a_shuffle_finish():
+    """It computes the right sum, but round by round with a barrier each: not the exercise."""
+    tree = ("__device__ float block_sum_shuffle(float partial) {\n"
+            "    HIP_DYNAMIC_SHARED(float, s)\n    s[threadIdx.x] = partial;\n    __syncthreads();\n"
+            "    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {\n"
+            "        if (threadIdx.x < stride) s[threadIdx.x] += s[threadIdx.x + stride];\n"
+            "        __syncthreads();\n    }\n"
+            "    return __shfl_xor(s[0], 0, 32);  // a shuffle for show\n}\n")
+    feedback = ch03.shuffle_finish.check(tree)
+    assert not feedback.ok and "inside a loop" in feedback.message and feedback.hint
+    assert ch03._loop_bodies("for (int i = 0; i < n; ++i) x += y; // __syncthreads();") == ["x += y"]

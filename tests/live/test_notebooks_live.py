@@ -184,9 +184,9 @@ def test_chapter1_exercise_check_renders_its_feedback(chapter1):
     feedback = cell.locator(".jp-OutputArea-output")
     expect(feedback).to_contain_text("Not yet. There is no answer here yet")
     for answer, verdict, detail in [
-        ("14", "Not yet.", "Hint: Square the elements, don't just drop the signs."),
+        ("9", "Not yet.", "Hint: Square the elements, don't just drop the signs."),
         ("'fifty'", "Not yet.", "could not be read"),
-        ("50", "Correct.", "9 + 16 + 9 + 16"),
+        ("25", "Correct.", "1 + 4 + 4 + 16"),
     ]:
         chapter1.edit_and_run(cell, f"answer = {answer}\nch01.sum_of_squares.check(answer)")
         expect(feedback).to_contain_text(detail)

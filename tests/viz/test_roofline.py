@@ -99,3 +99,23 @@ def test_traffic_bars_add_up_to_the_row_trips():
     for n, e in enumerate(ests):
         right = max(p.get_x() + p.get_width() for p in ax.patches if abs(p.get_y() + 0.3 - n) < 1e-9)
         assert abs(right - e.bytes_total / (64 * 512 * 2)) < 1e-9
+
+
+def test_the_pictures_draw_into_the_axes_they_are_given():
+    """A page draws them into its own figure (the book's style and size)."""
+    from matplotlib.figure import Figure
+
+    ests = [traffic.price(s, 64, 4096, "bf16") for s in
+            ("eager_add_rmsnorm", "fused_add_rmsnorm", "fused_add_rmsnorm_residual")]
+    for draw in (lambda ax: roofline.traffic_bars(ests, ax=ax),
+                 lambda ax: roofline.roofline(ests, 4800.0, 67.0, ax=ax),
+                 lambda ax: roofline.time_by_width([e.step for e in ests], rows=64, ax=ax)):
+        fig = Figure()
+        ax = fig.subplots()
+        assert draw(ax) is fig and len(fig.axes) == 1 and ax.has_data()
+    fig = Figure()
+    roofline.traffic_bars(ests, ax=fig.subplots())
+    row_trips = [p.get_width() for p in fig.axes[0].patches]
+    # one segment per tensor read or written, the weight (once per kernel that reads it) too
+    assert len(row_trips) == (7 + 1) + (3 + 1) + (4 + 1)
+    assert sum(row_trips) == pytest.approx(sum(float(e.row_trips) for e in ests) + 3 / 64)

@@ -167,3 +167,97 @@ def best_pct_of_floor(grid_doc: dict) -> float | None:
     pcts = [r["pct_of_floor"] for r in grid_doc["records"]
             if r.get("status") == "ok" and r.get("pct_of_floor") and r.get("correct", True)]
     return max(pcts) if pcts else None
+
+
+# ---------------------------------------------------------------- sentences for the page
+# The measured answers in words that stay true and read well whatever the recording holds.
+
+NOT_RECORDED = "not recorded yet (chapter {}'s GPU recording measures it)"
+EAGER_KERNEL_NAMES = {"add": "residual add", "rmsnorm": "normalization",  # model kernel -> words
+                      "scale": "weight multiply", "fused_add_rmsnorm": "one kernel",
+                      "fused_add_rmsnorm_residual": "one kernel"}
+
+
+def _pct(fraction: float) -> str:
+    return f"{100 * fraction:.0f}%"
+
+
+def copy_sentence(copy: dict | None, best_pct_of_floor: float | None = None) -> str:
+    """The measured copy rate against the data sheet (when the GPU is in the published table),
+    and how far past its copy floor the fastest kernel of chapter 6's grid went."""
+    if not copy:
+        return "The copy bandwidth is " + NOT_RECORDED.format(2) + "."
+    text = ("A large device-to-device copy, which reads and writes its data once, reached "
+            f"{copy['measured_GBps']:,.0f} GB/s")
+    if copy.get("published_GBps"):
+        text += (f", {_pct(copy['measured_GBps'] / copy['published_GBps'])} of the data "
+                 f"sheet's {copy['published_GBps']:,.0f} GB/s")
+    else:
+        text += " (this GPU is not in the published table)"
+    text += (". That rate, not the data sheet's, is the reference for the rest of the book: a "
+             "design's copy floor is its bytes at the copy's rate. It is a reference, not a hard "
+             "limit")
+    if best_pct_of_floor is None:
+        return text + "."
+    if best_pct_of_floor > 100:
+        return text + (f": the best kernel of chapter 6's grid passes it, at "
+                       f"{best_pct_of_floor:.0f}% of its copy floor's rate.")
+    return text + (f", although no kernel of chapter 6's grid passes it here: the best runs at "
+                   f"{best_pct_of_floor:.0f}% of its copy floor's rate.")
+
+
+def grid_sentence(pair: dict | None, slow: str = "torch.eager_chain",
+                  fast: str = "capstone.fused") -> str:
+    """Chapter 6's harness on the same two designs: medians, process ranges, their ratio."""
+    if not pair:
+        return ("Chapter 6's harness times the same two designs another way; its grid at this "
+                "shape is " + NOT_RECORDED.format(6) + ".")
+    e, f = pair[slow], pair[fast]
+    processes = f.get("processes")
+    how = (f"repeating the measurement in {processes} processes" if processes and processes > 1
+           else "in one process")
+    apart = e["min_us"] > f["max_us"] or f["min_us"] > e["max_us"]
+
+    def spread(d):
+        return (f"{d['min_us']:.1f} to {d['max_us']:.1f}" if f"{d['min_us']:.1f}" !=
+                f"{d['max_us']:.1f}" else f"all {d['median_us']:.1f}")
+
+    return (f"Chapter 6's harness times the same two designs another way, flushing the L2 cache "
+            f"before every call and {how}: the eager chain takes a median "
+            f"{e['median_us']:.1f} µs (the processes' medians: {spread(e)}) and the fused kernel "
+            f"{f['median_us']:.1f} µs ({spread(f)}), {e['median_us'] / f['median_us']:.2f}× "
+            f"apart, with ranges that {'do not overlap' if apart else 'overlap'}.")
+
+
+def fusion_answer(totals: dict, census: list[dict], bounds: tuple, gpu: str) -> str:
+    """The chapter's answer: the three designs' measured times, what fusion bought against each
+    fused kernel, and why that is above or below the byte ratios ``bounds`` (two Fractions)."""
+    need = ("torch.eager_chain", "capstone.fused", "capstone.fused_residual")
+    if not census or any(n not in totals for n in need):
+        return "The kernel census is " + NOT_RECORDED.format(7) + "."
+    eager, fused, resid = (totals[n] for n in need)
+    first = census[0]
+    plain_x = eager["measured_us"] / fused["measured_us"]
+    fair_x = eager["measured_us"] / resid["measured_us"]
+    ratios = [f"{b.numerator}/{b.denominator}" for b in bounds]
+    above = [plain_x > float(bounds[0]), fair_x > float(bounds[1])]
+    slowest = min((r for r in census if r["design"] == "torch.eager_chain"),
+                  key=lambda r: r["pct_of_copy"])
+    rates = (f"the fused kernels run at {fused['pct_of_copy']:.0f}% and "
+             f"{resid['pct_of_copy']:.0f}% of the copy rate")
+    chain = (f"the chain as a whole at {eager['pct_of_copy']:.0f}% (its slowest kernel, the "
+             f"{EAGER_KERNEL_NAMES.get(slowest['kernel'], slowest['kernel'])}, at "
+             f"{slowest['pct_of_copy']:.0f}%)")
+    byte_ratios = f"the byte ratios of {ratios[0]} and {ratios[1]}"
+    if all(above):
+        why = f"more than {byte_ratios}, because {rates} and {chain}"
+    elif not any(above):
+        why = f"less than {byte_ratios}, because {rates} and {chain}"
+    else:
+        why = f"against {byte_ratios}: {rates} and {chain}"
+    return (f"On the {gpu} at {first['rows']} x {first['cols']} {first['dtype']} the eager chain "
+            f"takes {eager['measured_us']:.1f} µs, the fused kernel "
+            f"{fused['measured_us']:.1f} µs and the residual-writing one "
+            f"{resid['measured_us']:.1f} µs. The fused kernel is "
+            f"{plain_x:.2f}× faster than the chain and the residual-writing one {fair_x:.2f}×: "
+            f"{why}.")

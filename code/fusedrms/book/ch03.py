@@ -16,6 +16,7 @@ The chapter loads the file with ``records.load("hip_ladder")`` and calls :func:`
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import subprocess
@@ -299,6 +300,7 @@ def _point(r: dict) -> dict:
             "shape": f"{r['rows']}x{r['cols']} {r['dtype']}", "block_size": r.get("block_size"),
             "grid_blocks": r.get("grid_blocks"), "median_us": r["median_us"],
             "min_us": r.get("min_us"), "max_us": r.get("max_us"),
+            "p25_us": r.get("p25_us"), "p75_us": r.get("p75_us"),
             "fraction_of_floor": r.get("fraction_of_floor"), "correct": r.get("correct")}
 
 
@@ -356,6 +358,260 @@ def host_results(text: str) -> list[dict]:
         except (KeyError, ValueError):
             continue
     return out
+
+
+# ---------------------------------------------------------------- sentences for the page
+# The page's measured answers, in words that stay true and read well whatever the recording
+# holds: every shape, some, or none.
+
+NOT_RECORDED = "not recorded yet (the chapter's GPU recording measures it)"
+
+
+def span(values, fmt: str = ".2f", unit: str = "×") -> str | None:
+    """``"1.42×–2.45×"`` for a range of numbers, ``"2.45×"`` when they agree, None if empty."""
+    if not values:
+        return None
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return f"{lo}{unit}" if lo == hi else f"{lo}{unit}–{hi}{unit}"
+
+
+def _rows(n: int) -> str:
+    return f"{n:,}" if n >= 10_000 else str(n)
+
+
+def _shapes_phrase(n: int) -> str:
+    return "at the one recorded shape" if n == 1 else f"at all {n} recorded shapes"
+
+
+def shuffle_effect(points: list[dict]) -> list[dict]:
+    """hip.shuffle against hip.block at every shape where both were measured correctly:
+    ``change_pct`` (its time against the tree's, + slower) and ``apart`` (the middle halves of
+    their samples, p25..p75, do not overlap; None when the quartiles were not recorded)."""
+    by_shape: dict = {}
+    for p in points:
+        if p.get("correct") and p["name"] in ("hip.block", "hip.shuffle"):
+            by_shape.setdefault(p["shape"], {})[p["name"]] = p
+    out = []
+    for shape, pair in by_shape.items():
+        if len(pair) < 2:
+            continue
+        tree, shuffle = pair["hip.block"], pair["hip.shuffle"]
+        quartiles = all(q.get(k) is not None for q in pair.values() for k in ("p25_us", "p75_us"))
+        apart = (shuffle["p25_us"] > tree["p75_us"] or tree["p25_us"] > shuffle["p75_us"]
+                 if quartiles else None)
+        out.append({"shape": shape, "apart": apart,
+                    "change_pct": 100 * (shuffle["median_us"] / tree["median_us"] - 1)})
+    return out
+
+
+def shuffle_phrase(effects: list[dict], where: bool = True) -> str:
+    """What the shuffle finish did to the time, as a verb phrase: "took 1.2% to 5.7% longer than
+    the tree at all 3 recorded shapes" (without the shapes when ``where`` is False)."""
+    if not effects:
+        return "is not recorded yet"
+    changes = [e["change_pct"] for e in effects]
+    lo, hi = min(changes), max(changes)
+    where = _shapes_phrase(len(effects)) if where else ""
+    size = span([abs(c) for c in changes], ".1f", "%").replace("–", " to ")
+    if lo >= 0.05:
+        return f"took {size} longer than the tree {where}".rstrip()
+    if hi <= -0.05:
+        return f"ran {size} faster than the tree {where}".rstrip()
+    if max(abs(lo), abs(hi)) < 0.05:
+        return f"left the time unchanged {where}".rstrip()
+    return (f"changed the time by between {abs(lo):.1f}% less and {hi:.1f}% more than the "
+            f"tree's, depending on the shape")
+
+
+def shuffle_sentence(effects: list[dict]) -> str:
+    """The shuffle finish's effect, how it compares with the samples' spread, and what that
+    says about the tree's barriers, in one sentence."""
+    if not effects:
+        return "The shuffle finish is not recorded yet."
+    text = f"The shuffle finish {shuffle_phrase(effects)}"
+    judged = [e for e in effects if e["apart"] is not None]
+    n, k = len(judged), sum(bool(e["apart"]) for e in judged)
+    every = "" if n == 1 else " at every shape"
+    if judged and k == n:
+        text += f", more than the spread of the samples (their middle halves are apart{every})"
+    elif judged and k == 0:
+        text += f", within the spread of the samples (their middle halves overlap{every})"
+    elif judged:
+        text += f" (the middle halves of the samples are apart at {k} of {n} shapes)"
+    best = min(e["change_pct"] for e in effects)  # the largest saving (negative: faster)
+    if best >= -1:
+        return text + ": the tree's barriers were never what made the kernel slow."
+    if best > -10:
+        return text + f": the tree's barriers were a small cost, at most {-best:.1f}%."
+    return text + ": the tree's barriers were a real cost here."
+
+
+def learned_sentence(points: list[dict], gains: list[dict], pairs: list[dict]) -> str:
+    """The chapter's measured lessons, short, for its summary."""
+    if not points:
+        return f"The measurements are {NOT_RECORDED}."
+    vector = span([g["gain"] for g in gains if (g["from"], g["to"]) ==
+                   ("hip.shuffle", "hip.vectorized")])
+    text = f"the shuffle finish {shuffle_phrase(shuffle_effect(points), where=False)}"
+    if vector:
+        text += f", 16-byte loads with one read of x made the kernel {vector} faster"
+    fusion = span([f["speedup"] for f in pairs])
+    if fusion:
+        text += f", and fusion bought {fusion} against twins with the same loads"
+    return text[0].upper() + text[1:] + "."
+
+
+def floor_sentence(points: list[dict]) -> str:
+    """How many correct ladder measurements beat the copy floor."""
+    correct = [p for p in points if p.get("correct") and p.get("fraction_of_floor")]
+    if not correct:
+        return "No correct measurement of the ladder is recorded yet."
+    over, n = sum(p["fraction_of_floor"] > 1 for p in correct), len(correct)
+    if over == 0:
+        return (f"None of the ladder's {n} correct measurements passes it here." if n > 1 else
+                "The ladder's one correct measurement does not pass it here.")
+    if over == n:
+        return ("The ladder's one correct measurement passes it here." if n == 1 else
+                f"All {n} of the ladder's correct measurements pass it here.")
+    return (f"{over} of the ladder's {n} correct measurements "
+            f"{'passes' if over == 1 else 'pass'} it here.")
+
+
+def _best_hip_against_triton(points: list[dict]) -> list[float]:
+    triton = {p["shape"]: p["median_us"] for p in points
+              if p["name"] == "triton.row" and p.get("correct")}
+    best: dict = {}
+    for p in points:
+        if p.get("correct") and p["name"] in FUSED_HIP:
+            best[p["shape"]] = min(best.get(p["shape"], math.inf), p["median_us"])
+    return [best[s] / triton[s] for s in triton if s in best]
+
+
+def ladder_answer(points: list[dict], gains: list[dict]) -> str:
+    """The ladder's answer in one sentence (without "Answer:")."""
+    if not points:
+        return f"The ladder is {NOT_RECORDED}."
+    parts = [f"the shuffle finish {shuffle_phrase(shuffle_effect(points), where=False)}"]
+    vector = span([g["gain"] for g in gains if (g["from"], g["to"]) ==
+                   ("hip.shuffle", "hip.vectorized")])
+    parts.append("16-byte loads plus a single read of x made the kernel "
+                 + (f"{vector} faster" if vector else "faster by an amount not recorded yet"))
+    correct = [p for p in points if p.get("correct") and p.get("fraction_of_floor")]
+    if correct:
+        best = max(correct, key=lambda p: p["fraction_of_floor"])
+        parts.append(f"the best kernel ran at {100 * best['fraction_of_floor']:.0f}% of the copy "
+                     f"floor's rate ({best['name']} at {best['shape']})")
+    vs = span(_best_hip_against_triton(points))
+    if vs:
+        parts.append(f"the best HIP kernel took {vs} the time of triton.row")
+    text = "; ".join(parts[:-1]) + ("; and " if len(parts) > 2 else " and ") + parts[-1]
+    return text[0].upper() + text[1:] + "."
+
+
+FUSION_MATCH = 0.05  # a measured ratio within 5% of the byte ratio "matches" it
+
+
+def fusion_answer(pairs: list[dict]) -> str:
+    """What fusion bought with the same loads, against the byte ratio: one sentence."""
+    if not pairs:
+        return f"The unfused pipelines are {NOT_RECORDED}."
+    bought = []
+    for loads in dict.fromkeys(f["loads"] for f in pairs):
+        bought.append(f"{span([f['speedup'] for f in pairs if f['loads'] == loads])} with {loads}")
+    ratios = {}
+    for f in pairs:
+        ratios.setdefault(f["dtype"], f["bytes_ratio"])
+    predicted = " and ".join(f"{r:.2f}× for {d}" for d, r in ratios.items())
+    n = len(pairs)
+    rate = [f["speedup"] / f["bytes_ratio"] for f in pairs]
+    above = sum(r > 1 + FUSION_MATCH for r in rate)
+    below = sum(r < 1 - FUSION_MATCH for r in rate)
+    within = n - above - below
+    counts = [(k, what) for k, what in ((above, "beat the byte ratio"),
+                                         (within, f"matched it within {FUSION_MATCH:.0%}"),
+                                         (below, "fell short of it")) if k]
+    if len(counts) == 1:
+        what = counts[0][1].replace(" it", " the byte ratio")
+        verdict = f"the measurement {what} " + ("in the one pair" if n == 1 else
+                                                f"in all {n} pairs")
+    else:
+        said = [f"{what} in {k}" for k, what in counts]
+        said[0] = said[0].replace(" it", " the byte ratio") + f" of {n} pairs"
+        verdict = "the measurement " + ", ".join(said[:-1]) + " and " + said[-1]
+    return (f"With the same loads, fusion bought {' and '.join(bought)}, where the bytes "
+            f"predict {predicted}; {verdict}.")
+
+
+def serial_default_block() -> int:
+    """hip.serial's threads per block when none is asked for (one thread per row)."""
+    from ..kernels.hip import kernels
+
+    return kernels.default_block_size("serial", 4096)
+
+
+def serial_scaling_sentence(gains: list[dict]) -> str:
+    """hip.block over hip.serial at each recorded fp32 row count (the grid's effect)."""
+    by_rows = {g["rows"]: g["gain"] for g in gains
+               if (g["from"], g["to"]) == ("hip.serial", "hip.block") and "float32" in g["shape"]}
+    if not by_rows:
+        return "The recorded ladder will show what it costs."
+    few, many = min(by_rows), max(by_rows)
+    if few == many:
+        return f"One block per row beats it by {by_rows[few]:.0f}× at {_rows(few)} rows."
+    return (f"That is why one block per row beats it by {by_rows[few]:.0f}× at {_rows(few)} rows "
+            f"of fp32 but only by {by_rows[many]:.1f}× at {_rows(many)} rows, where the same "
+            f"block size "
+            f"gives {-(-many // serial_default_block())} blocks.")
+
+
+def host_sentence(host: list[dict], serial_sweep: list[dict], ladder_serial_us) -> str:
+    """The recorded host program's hip.serial time against the Python ladder's, explained by the
+    grid when the sweep has the host's block size."""
+    h = next((r for r in host if r["variant"] == "serial" and r["rows"] == 1024), None)
+    if h is None:
+        return ""
+    text = (f"The recorded host program ran hip.serial on {h['grid_blocks']} blocks in "
+            f"{h['median_us']:,.0f} µs")
+    if ladder_serial_us:
+        text += f", against the ladder's {ladder_serial_us:,.0f} µs"
+    same = {p["block_size"]: p["median_us"] for p in serial_sweep}.get(h["block"])
+    if same is None:
+        return text + "."
+    explained = abs(same / h["median_us"] - 1) < 0.2
+    verdict = ("the grid accounts for the difference" if explained else
+               "the grid does not account for all of the difference")
+    return (text + f"; the ladder's sweep on {h['grid_blocks']} blocks took {same:,.0f} µs: "
+                   f"{verdict}.")
+
+
+def block_size_answer(blocks: list[dict], serial_sweep: list[dict]) -> str:
+    """The block-size sweeps' answer in one sentence (without "Answer:")."""
+    if not blocks and not serial_sweep:
+        return f"The block-size sweeps are {NOT_RECORDED}."
+    parts = []
+    if blocks:
+        fastest = min(blocks, key=lambda p: p["median_us"])
+        parts.append(f"the best block size for hip.block here is {fastest['block_size']} threads "
+                     f"({fastest['median_us']:.1f} µs)")
+        by_size = {p["block_size"]: p["median_us"] for p in blocks}
+        ends = [f"{b} threads take {by_size[b] / fastest['median_us']:.2g}× as long"
+                for b in sorted({min(by_size), max(by_size)}) if b != fastest["block_size"]]
+        if ends:
+            parts[-1] += ", while " + " and ".join(ends)
+    at = {p["block_size"]: p for p in serial_sweep}
+    default = serial_default_block()
+    quick = min(serial_sweep, key=lambda p: p["median_us"]) if serial_sweep else None
+    if quick and default in at and quick["block_size"] != default:
+        parts.append(f"hip.serial is slow because its grid leaves most of the GPU idle: spread "
+                     f"over {_rows(quick['grid_blocks'])} blocks it runs "
+                     f"{at[default]['median_us'] / quick['median_us']:.1f}× faster "
+                     f"than on the default {at[default]['grid_blocks']:,}")
+    elif serial_sweep:
+        parts.append("hip.serial's sweep does not include the default block size")
+    else:
+        parts.append("hip.serial's sweep is not recorded yet")
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:] + "."
 
 
 # ---------------------------------------------------------------- the chapter's recording

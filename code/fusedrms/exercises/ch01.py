@@ -1,16 +1,24 @@
 """Chapter 1 exercises: the formula by hand.
 
-The animation's row is x = [3, 4, -3, -4], w = [1, 0.5, 2, 1], eps = 1e-5.
+The exercises' row is x = [1, 2, -2, 4], w = [2, 1, 0.5, 1], eps = 1e-5: not the animation's
+row, whose frames show every intermediate value.
 """
 from __future__ import annotations
 
 import math
+import re
+from fractions import Fraction
 
-from .core import Exercise, Malformed, as_choice, as_number, close, correct, matches_as_written, wrong
+from .core import (Exercise, Malformed, as_choice, as_fields, as_number, close, correct,
+                   matches_as_written, wrong)
 
-X = [3.0, 4.0, -3.0, -4.0]
-W = [1.0, 0.5, 2.0, 1.0]
+X = [1.0, 2.0, -2.0, 4.0]
+W = [2.0, 1.0, 0.5, 1.0]
 EPS = 1e-5
+
+
+def _row(values) -> str:
+    return "[" + ", ".join(f"{v:g}" for v in values) + "]"
 
 
 def _row_scale(x, eps=EPS, divide_by=None) -> float:
@@ -25,22 +33,24 @@ SUM_OF_SQUARES = sum(v * v for v in X)
 def _grade_sum(answer) -> object:
     value = as_number(answer, "the sum of squares (a number)")
     if close(value, SUM_OF_SQUARES, rel=0, abs_=1e-9):
-        return correct(f"{value:g}: 9 + 16 + 9 + 16, the signs gone after squaring.")
+        return correct(f"{value:g}: {' + '.join(f'{v * v:g}' for v in X)}, the signs gone after "
+                       f"squaring.")
     if close(value, sum(X), abs_=1e-9):
-        return wrong(f"{value:g} is the plain sum of x: the signs cancel.",
-                     "Square each element before adding: (-3)² = 9.")
+        return wrong(f"{value:g} is the plain sum of x.",
+                     "Square each element before adding: (-2)² = 4.")
     if close(value, sum(abs(v) for v in X), abs_=1e-9):
         return wrong(f"{value:g} is the sum of |x|.", "Square the elements, don't just drop the signs.")
     if close(value, SUM_OF_SQUARES / len(X), abs_=1e-9):
         return wrong(f"{value:g} is the mean of the squares, one step further.",
                      "The question asks for the sum before dividing by the column count.")
-    return wrong(f"{value:g} is not the sum of squares of [3, 4, -3, -4].",
+    return wrong(f"{value:g} is not the sum of squares of {_row(X)}.",
                  "Square each of the four elements, then add the four squares.")
 
 
 sum_of_squares = Exercise(
-    "sum_of_squares", "What is the sum of squares of x = [3, 4, -3, -4]?", _grade_sum,
-    solution=SUM_OF_SQUARES, mistakes={"plain sum": 0.0, "sum of |x|": 14.0, "mean": 12.5})
+    "sum_of_squares", f"What is the sum of squares of x = {_row(X)}?", _grade_sum,
+    solution=SUM_OF_SQUARES, mistakes={"plain sum": sum(X), "sum of |x|": sum(map(abs, X)),
+                                       "mean": SUM_OF_SQUARES / len(X)})
 
 
 # (a') the third output y[2]
@@ -50,34 +60,49 @@ THIRD_OUTPUT = X[2] * _row_scale(X) * W[2]
 def _grade_third(answer) -> object:
     value = as_number(answer, "the third output y[2] (a number)")
     if close(value, THIRD_OUTPUT, rel=2e-4):
-        return correct(f"{value:.4f} = -3 × {_row_scale(X):.4f} × 2.")
+        return correct(f"y[2] = {X[2]:g} × {_row_scale(X):.4f} × {W[2]:g} ≈ {THIRD_OUTPUT:.4f}.")
     if close(value, -THIRD_OUTPUT, rel=2e-4):
         return wrong(f"{value:.4f} has the wrong sign.",
-                     "Only the squares lose the sign; y multiplies the original x = -3.")
+                     f"Only the squares lose the sign; y multiplies the original x = {X[2]:g}.")
     if close(value, X[2] * _row_scale(X), rel=2e-4):
-        return wrong(f"{value:.4f} is x·r without the weight.", "Multiply by w[2] = 2 as well.")
+        return wrong(f"{value:.4f} is x·r without the weight.",
+                     f"Multiply by w[2] = {W[2]:g} as well.")
     if close(value, X[2] * _row_scale(X, divide_by=1) * W[2], rel=2e-4):
         return wrong(f"{value:.4f} uses the sum of squares instead of the mean.",
-                     "Divide the sum 50 by the 4 columns before the square root.")
+                     f"Divide the sum {SUM_OF_SQUARES:g} by the {len(X)} columns before the "
+                     f"square root.")
     if close(value, X[2] * W[2] / (SUM_OF_SQUARES / len(X) + EPS), rel=2e-4):
         return wrong(f"{value:.4f} divides by the mean square, not by its square root.",
                      "r = 1/sqrt(mean + eps).")
     return wrong(f"{value:.4f} is not y[2].",
-                 "Compute r = 1/sqrt(50/4 + 1e-5), then y[2] = x[2]·r·w[2] with x[2] = -3, w[2] = 2.")
+                 f"Compute r = 1/sqrt({SUM_OF_SQUARES:g}/{len(X)} + 1e-5), then y[2] = x[2]·r·w[2] "
+                 f"with x[2] = {X[2]:g}, w[2] = {W[2]:g}.")
 
 
 third_output = Exercise(
-    "third_output", "What is the third output y[2] of the animation's row (4 decimals)?",
+    "third_output", f"What is the third output y[2] of x = {_row(X)}, w = {_row(W)} "
+                    f"(4 decimals)?",
     _grade_third, solution=round(THIRD_OUTPUT, 4),
     mistakes={"sign lost": round(-THIRD_OUTPUT, 4),
               "weight forgotten": round(X[2] * _row_scale(X), 4),
               "sum instead of mean": round(X[2] * _row_scale(X, divide_by=1) * W[2], 4),
-              "no square root": round(X[2] * W[2] / (SUM_OF_SQUARES / 4 + EPS), 4)})
+              "no square root": round(X[2] * W[2] / (SUM_OF_SQUARES / len(X) + EPS), 4)})
 
 
 # (b) does w[2] change the row scale?
+def _yes_or_no(answer) -> str:
+    """'no', 'No.', 'no, r depends on x only', False -> 'no' (and the same for yes)."""
+    if isinstance(answer, bool):
+        return "yes" if answer else "no"
+    if isinstance(answer, str):
+        first = re.match(r"\s*(yes|no)\b[\s.,;:!-]*", answer, flags=re.I)
+        if first:
+            return first.group(1).lower()
+    return as_choice(answer, ["yes", "no"])
+
+
 def _grade_weight(answer) -> object:
-    choice = as_choice(answer, ["yes", "no"])
+    choice = _yes_or_no(answer)
     if choice == "no":
         return correct("no: r depends only on x (and eps); the weight multiplies afterwards, "
                        "one column at a time.")
@@ -86,19 +111,49 @@ def _grade_weight(answer) -> object:
 
 
 weight_and_scale = Exercise(
-    "weight_and_scale", "Does changing w[2] from 2 to 1 change the row scale r? ('yes' or 'no')",
+    "weight_and_scale",
+    f"Does changing w[2] from {W[2]:g} to 1 change the row scale r? ('yes' or 'no')",
     _grade_weight, solution="no", mistakes={"weights feed the reduction": "yes"})
 
 
 # (c) dividing 13 columns by 16
 PADDED_FACTOR = math.sqrt(16 / 13)
+_DIRECTIONS = {"larger": "larger", "bigger": "larger", "greater": "larger", "higher": "larger",
+               "smaller": "smaller", "lower": "smaller", "less": "smaller"}
+
+
+def _direction(word) -> str:
+    if isinstance(word, str) and word.strip().lower() in _DIRECTIONS:
+        return _DIRECTIONS[word.strip().lower()]
+    return as_choice(word, ["larger", "smaller"])
+
+
+def _factor(value) -> float:
+    """A number, or text: '1.1094', '16/13', 'sqrt(16/13)'."""
+    if isinstance(value, str):
+        text = value.strip().replace(" ", "").lower()
+        root = re.fullmatch(r"(?:sqrt|√)\((.+)\)", text)
+        try:
+            if root:
+                return math.sqrt(float(Fraction(root.group(1))))
+            if "/" in text:
+                return float(Fraction(text))
+        except (ValueError, ZeroDivisionError):
+            raise Malformed(f"could not read the factor {value!r}; write a number such as "
+                            f"1.05, or a fraction such as '21/20'") from None
+    return as_number(value, "the factor (a number)")
 
 
 def _grade_padding(answer) -> object:
-    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise Malformed("expected a pair (direction, factor), e.g. answer = ('smaller', 0.9).")
-    direction = as_choice(answer[0], ["larger", "smaller"])
-    factor = as_number(answer[1], "the factor (a number)")
+    example = "answer = ('smaller', 0.9)"
+    if isinstance(answer, (str, bytes)):
+        raise Malformed(f"expected a pair (direction, factor), e.g. {example}.")
+    first, second = as_fields(answer, ["direction", "factor"], example)
+    if not isinstance(first, str) and isinstance(second, str):  # (1.1, 'larger'): either order
+        first, second = second, first
+    direction = _direction(first)
+    factor = _factor(second)
+    answer = (first, second)
     if factor <= 0:
         return wrong(f"a factor of {factor:g} cannot scale a positive r.",
                      "The factor compares r computed both ways: r_wrong / r_right > 0.")
@@ -113,6 +168,9 @@ def _grade_padding(answer) -> object:
     if direction == "smaller":
         return wrong("dividing by 16 instead of 13 makes the mean smaller, so r = 1/sqrt(mean) "
                      "gets larger.", "A smaller denominator under the square root gives a larger r.")
+    if close(factor, 1 / PADDED_FACTOR, rel=2e-3):
+        return wrong(f"{factor:.4f} is r_right / r_wrong: a larger r needs a factor above 1.",
+                     "The factor is r_wrong / r_right: how many times the wrong r is the right one.")
     if matches_as_written(answer[1], factor, PADDED_FACTOR, min_significant=1):
         return wrong(f"the direction is right, but {answer[1]} is too rough to tell the factor from "
                      f"1 (no change).", "Give the factor with at least two significant digits.")

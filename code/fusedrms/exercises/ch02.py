@@ -16,13 +16,25 @@ MATRIX = ROWS * COLS * ITEM  # one rows x cols activation in bytes
 WEIGHT = COLS * ITEM
 
 
-def _as_ratio(answer, what: str) -> float:
-    """A number, a Fraction, or text like '7/4'."""
+def _without_unit(answer, units: tuple[str, ...]):
+    """'1.25x', '0.83 FLOP/B', '33562624 bytes' -> the text before the unit (else unchanged)."""
+    if isinstance(answer, str):
+        text = answer.strip()
+        for unit in sorted(units, key=len, reverse=True):
+            if text.lower().endswith(unit.lower()) and text[:-len(unit)].strip():
+                return text[:-len(unit)].strip()
+    return answer
+
+
+def _as_ratio(answer, what: str, units: tuple[str, ...] = ()) -> float:
+    """A number, a Fraction, or text like '7/4' (optionally followed by one of ``units``)."""
+    answer = _without_unit(answer, units)
     if isinstance(answer, str) and "/" in answer:
         try:
             return float(Fraction(answer.replace(" ", "")))
         except (ValueError, ZeroDivisionError):
-            raise Malformed(f"could not read {answer!r} as a fraction; write e.g. '7/4' or 1.75")
+            raise Malformed(f"could not read {answer!r} as a number or a fraction; write e.g. "
+                            f"'7/4' or 1.75") from None
     return as_number(answer, what)
 
 
@@ -47,6 +59,7 @@ _RESIDUAL_MISTAKES = {
 
 
 def _grade_residual(answer):
+    answer = _without_unit(answer, ("B", "bytes"))
     value = as_count(answer, "a number of bytes")  # 33562624, "33,562,624" and "33 562 624" alike
     if value == RESIDUAL_BYTES:
         return correct(f"{RESIDUAL_BYTES:,} B: x, r read ({2 * MATRIX:,}), t and y written "
@@ -54,6 +67,13 @@ def _grade_residual(answer):
     for label, (bytes_, hint) in _RESIDUAL_MISTAKES.items():
         if value == bytes_:
             return wrong(f"{value:,.0f} B ({label}).", hint)
+    nearest = min([RESIDUAL_BYTES, *(b for b, _ in _RESIDUAL_MISTAKES.values())],
+                  key=lambda b: abs(value - b))
+    if nearest == RESIDUAL_BYTES and abs(value - RESIDUAL_BYTES) < 1e-3 * RESIDUAL_BYTES:
+        shown = f"{value:,.0f}" if value == int(value) else f"{value:,}"
+        return wrong(f"{shown} B is close to the right traffic but not exact: the question "
+                     f"asks for the count of bytes.",
+                     "Add up the bytes exactly: every tensor's elements x 2, the weight once.")
     return wrong(f"{value:,.0f} B is not the traffic of this kernel.",
                  "List the tensors it touches in global memory: reads x, r, w; writes t, y. "
                  "Bytes = elements x 2 for bf16; the weight has cols elements.")
@@ -95,7 +115,8 @@ _BOUND_MISTAKES = {
 
 
 def _grade_bound(answer):
-    value = _as_ratio(answer, "a speedup (a number such as 1.5, or a fraction '3/2')")
+    value = _as_ratio(answer, "a speedup (a number such as 1.5, or a fraction '3/2')",
+                      units=("x", "×", "times"))
     if close(value, float(BOUND), rel=2e-3):
         return correct(f"{float(BOUND):.3f} = 5/4: the add moves 3 row-trips and the norm 2, "
                        f"against the fused kernel's 4 (x and r read, t and y written).")
@@ -138,7 +159,11 @@ _INTENSITY_MISTAKES = {
 
 
 def _grade_intensity(answer):
-    value = _as_ratio(answer, "an intensity in FLOP per byte (a number such as 0.5, or a fraction '1/2')")
+    value = _as_ratio(answer, "an intensity in FLOP per byte (a number such as 0.5, or a fraction "
+                              "'1/2')", units=("FLOP/B", "FLOPs/B", "FLOP/byte", "FLOPs/byte",
+                                               "FLOP per byte", "FLOPs per byte"))
+    answer = _without_unit(answer, ("FLOP/B", "FLOPs/B", "FLOP/byte", "FLOPs/byte",
+                                    "FLOP per byte", "FLOPs per byte"))
     if close(value, INTENSITY, rel=2e-3) or matches_as_written(answer, value, INTENSITY):
         return correct(f"{INTENSITY:.4f} FLOP/B: about 5 FLOPs per element over 6 bytes per element "
                        f"(x, r, y in bf16). Far left of any GPU's ridge point: memory-bound.")

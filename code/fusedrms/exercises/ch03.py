@@ -84,12 +84,16 @@ def _entries(answer) -> list[dict]:
     out = []
     for i, entry in enumerate(answer):
         if not isinstance(entry, Mapping):
-            raise Malformed(f"record {i} is a {type(entry).__name__}; each record is a dict with "
-                            f"keys block_size, rows, cols, correct, time_us.")
+            kind = type(entry).__name__
+            raise Malformed(f"record {i} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}; each "
+                            f"record is a dict with keys block_size, rows, cols, correct, time_us.")
         missing = [k for k in ("block_size", "rows", "cols", "correct", "time_us") if k not in entry]
         if missing:
             raise Malformed(f"record {i} lacks {', '.join(missing)}.")
-        if not isinstance(entry["correct"], bool):
+        verdict = entry["correct"]
+        if hasattr(verdict, "item") and getattr(verdict, "shape", None) in ((), (1,)):
+            verdict = verdict.item()  # a numpy or 0-d torch boolean
+        if not isinstance(verdict, bool):
             raise Malformed(f"record {i}: 'correct' must be True or False (what the check said).")
         try:
             time_us = float(entry["time_us"])
@@ -99,7 +103,7 @@ def _entries(answer) -> list[dict]:
                             f"a number.") from None
         if rows < 1 or cols < 1:
             raise Malformed(f"record {i}: rows and cols must be at least 1, got {rows} x {cols}.")
-        out.append(dict(block_size=block, rows=rows, cols=cols, correct=entry["correct"],
+        out.append(dict(block_size=block, rows=rows, cols=cols, correct=verdict,
                         time_us=time_us))
     return out
 
@@ -160,7 +164,10 @@ def _grade_block_sizes(answer):
     entries = _entries(answer)
     sizes = sorted({e["block_size"] for e in entries})
     if len(sizes) < 3:
-        return wrong(f"only {len(sizes)} block size(s) recorded: {sizes}.",
+        recorded = ("no block size recorded" if not sizes else
+                    f"only one block size recorded ({sizes[0]})" if len(sizes) == 1 else
+                    f"only two block sizes recorded ({sizes[0]} and {sizes[1]})")
+        return wrong(f"{recorded}: the exercise asks for at least three.",
                      "Measure at least three, e.g. 64, 256 and 1024, to see a trend.")
     if len({(e["rows"], e["cols"]) for e in entries}) != 1:
         return wrong("the records use different shapes: only the block size may change.",
@@ -311,6 +318,29 @@ __device__ float block_sum_shuffle(float partial) {
 """
 
 
+def _loop_bodies(text: str) -> list[str]:
+    """The bodies of the ``for`` and ``while`` loops in C text (a braced block, or the single
+    statement up to its semicolon), comments removed."""
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
+    bodies = []
+    for loop in re.finditer(r"\b(?:for|while)\s*\(", code):
+        depth, i = 1, loop.end()
+        while i < len(code) and depth:  # skip the loop's (...) header
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        rest = code[i:].lstrip()
+        if rest.startswith("{"):
+            depth, j = 0, 0
+            for j, ch in enumerate(rest):
+                depth += {"{": 1, "}": -1}.get(ch, 0)
+                if depth == 0:
+                    break
+            bodies.append(rest[:j + 1])
+        else:
+            bodies.append(rest.split(";", 1)[0])
+    return bodies
+
+
 def _grade_shuffle(answer):
     if not isinstance(answer, str) or not answer.strip():
         raise Malformed("expected the HIP text of block_sum_shuffle (a string), e.g. "
@@ -322,6 +352,11 @@ def _grade_shuffle(answer):
         return wrong("no shuffle in the text: this exercise is about exchanging registers with "
                      "__shfl_xor / __shfl_down.",
                      "Inside a warp, add v += __shfl_xor(v, mask, lanes) for mask = lanes/2 ... 1.")
+    if any("__syncthreads" in body for body in _loop_bodies(answer)):
+        return wrong("a __syncthreads() inside a loop: that is the shared-memory tree again, "
+                     "round by round.",
+                     "Let shuffles do the rounds inside each warp (no barrier needed there); "
+                     "shared memory and one barrier only combine the warps' totals.")
     build, kernels = _hip()
     text = _replace_section(build.source_text(), "shuffle_sum", answer)
     # 64-lane wavefronts first: they catch a hard-coded 32. Then 32-lane warps.
@@ -402,6 +437,9 @@ def _solution_line() -> int:
 
 
 def _grade_missing_barrier(answer):
+    if isinstance(answer, str):  # "4", "line 4", "after line 4"
+        found = re.fullmatch(r"\s*(?:after\s+)?(?:line\s*)?(\S+)\s*", answer, flags=re.I)
+        answer = found.group(1) if found else answer
     value = as_number(answer, "a line number of the listing (a whole number)")  # 18, 18.0, "18", a 0-d tensor
     if value != int(value):
         raise Malformed(f"a line number is a whole number; got {value:g}.")

@@ -23,6 +23,21 @@ def _figure(figsize) -> Figure:
     plt.close(fig)  # not shown again at the end of the cell
     return fig
 
+
+def _axes(ax, figsize):
+    """``ax`` (drawn into a figure the caller made, e.g. the book's page.figure) or a new
+    figure's axes; and whether this module owns the figure's layout."""
+    if ax is not None:
+        return ax, False
+    return _figure(figsize).subplots(), True
+
+
+def _colours() -> list[str]:
+    """The active matplotlib colour cycle (the book's colour-blind-safe one on its pages)."""
+    import matplotlib
+
+    return matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+
 # Hidden sizes (the row width RMSNorm sees) of public models, from their papers or model cards.
 # name -> (width, key in book/references.bib)
 MODEL_WIDTHS = {
@@ -35,17 +50,13 @@ MODEL_WIDTHS = {
     "Llama 3.1 405B": (16384, "dubey2024llama3"),
 }
 
-_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
-           "#8c8c8c", "#ccb974", "#64b5cd", "#2f4b7c"]
-
-
 def roofline(estimates: Sequence[traffic.Estimate], bandwidth_GBps: float, peak_tflops: float,
-             title: str = "", figsize=(7.5, 4.6)) -> Figure:
+             title: str = "", figsize=(7.5, 4.6), ax=None) -> Figure:
     """Attainable FLOP/s against intensity; each design sits on the ceiling at its intensity."""
     import numpy as np
 
-    fig = _figure(figsize)
-    ax = fig.subplots()
+    ax, own = _axes(ax, figsize)
+    fig, colours = ax.figure, _colours()
     ridge = peak_tflops * 1000 / bandwidth_GBps  # flop/byte where the two ceilings meet
     lo = min(min(e.intensity for e in estimates) / 4, 0.05)
     hi = max(ridge * 8, 100)
@@ -54,14 +65,14 @@ def roofline(estimates: Sequence[traffic.Estimate], bandwidth_GBps: float, peak_
     ax.plot(i, attainable, color="black", lw=2)
     ax.axvline(ridge, color="grey", ls=":", lw=1)
     ax.annotate(f"ridge {ridge:.1f} flop/B", (ridge, peak_tflops), textcoords="offset points",
-                xytext=(4, -14), fontsize=8, color="grey")
-    ax.annotate(f"{bandwidth_GBps:g} GB/s", (lo * 2, lo * 2 * bandwidth_GBps / 1000),
-                textcoords="offset points", xytext=(0, 8), fontsize=8, rotation=0)
+                xytext=(4, -14), fontsize="small", color="grey")
+    ax.annotate(f"{bandwidth_GBps:g} GB/s", (lo * 4, lo * 4 * bandwidth_GBps / 1000),
+                textcoords="offset points", xytext=(-6, 6), fontsize="small", ha="right")
     ax.annotate(f"{peak_tflops:g} TFLOP/s (fp32)", (hi / 30, peak_tflops),
-                textcoords="offset points", xytext=(0, 4), fontsize=8)
+                textcoords="offset points", xytext=(0, 4), fontsize="small")
     for n, e in enumerate(estimates):
         y = min(e.intensity * bandwidth_GBps / 1000, peak_tflops)
-        color = _COLORS[n % len(_COLORS)]
+        color = colours[n % len(colours)]
         ax.scatter([e.intensity], [y], color=color, zorder=3, s=36,
                    label=f"{e.label or e.step} ({e.intensity:.2f} flop/B)")
     ax.set_xscale("log")
@@ -69,19 +80,20 @@ def roofline(estimates: Sequence[traffic.Estimate], bandwidth_GBps: float, peak_
     ax.set_xlabel("arithmetic intensity (FLOP per byte of global memory)")
     ax.set_ylabel("attainable TFLOP/s")
     ax.set_xlim(lo, hi)
-    ax.set_title(title or "Roofline", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(title or "Roofline")
+    ax.legend(fontsize="small", loc="lower right")
     ax.grid(True, which="both", alpha=0.2)
-    fig.tight_layout()
+    if own:
+        fig.tight_layout()
     return fig
 
 
 def traffic_bars(estimates: Sequence[traffic.Estimate], title: str = "",
-                 figsize=(7.5, 3.2)) -> Figure:
+                 figsize=(7.5, 3.2), ax=None) -> Figure:
     """One bar per design, one segment per tensor access (reads blue, writes orange), in
     row-trips; kernel boundaries drawn as black ticks."""
-    fig = _figure((figsize[0], max(figsize[1], 0.55 * len(estimates) + 1.2)))
-    ax = fig.subplots()
+    ax, own = _axes(ax, (figsize[0], max(figsize[1], 0.55 * len(estimates) + 1.2)))
+    fig, (read_colour, write_colour) = ax.figure, _colours()[:2]
     for n, e in enumerate(estimates):
         unit = e.rows * e.cols * traffic.DTYPE_BYTES[e.dtype]  # one row-trip in bytes
         left = 0.0
@@ -89,21 +101,22 @@ def traffic_bars(estimates: Sequence[traffic.Estimate], title: str = "",
             for kind, accesses in (("read", k.reads), ("write", k.writes)):
                 for tensor, nbytes in accesses:
                     width = nbytes / unit
-                    ax.barh(n, width, left=left, color="#4c72b0" if kind == "read" else "#dd8452",
-                            edgecolor="white", height=0.6)
+                    ax.barh(n, width, left=left, height=0.6, edgecolor="white",
+                            color=read_colour if kind == "read" else write_colour)
                     if width >= 0.3:
                         ax.text(left + width / 2, n, tensor, ha="center", va="center",
-                                fontsize=7, color="white")
+                                fontsize="small", color="white")
                     left += width
             ax.plot([left, left], [n - 0.38, n + 0.38], color="black", lw=1.5)
     ax.set_yticks(range(len(estimates)))
-    ax.set_yticklabels([e.label or e.step for e in estimates], fontsize=8)
+    ax.set_yticklabels([e.label or e.step for e in estimates])
     ax.invert_yaxis()
-    ax.set_xlabel("row-trips of global memory (blue: read, orange: written, tick: a kernel ends)",
-                  fontsize=8)
-    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("row-trips of global memory\n(blue: read, orange: written; a tick ends a kernel)")
+    ax.set_title(title)
     ax.grid(True, axis="x", alpha=0.25)
-    fig.tight_layout()
+    ax.grid(False, axis="y")
+    if own:
+        fig.tight_layout()
     return fig
 
 
@@ -137,26 +150,27 @@ def format_width_table(records: list[dict]) -> str:
 def time_by_width(steps: Sequence[str], rows: int = 4096, dtype="bf16",
                   bandwidth_GBps: float = traffic.PUBLISHED[traffic.H200][0],
                   widths: dict | None = None, bandwidth_label: str = "",
-                  figsize=(7.5, 4.2)) -> Figure:
+                  figsize=(7.5, 4.2), ax=None) -> Figure:
     """Ideal µs of each step across model widths (the static page's calculator)."""
     widths = widths or MODEL_WIDTHS
-    fig = _figure(figsize)
-    ax = fig.subplots()
+    ax, own = _axes(ax, figsize)
+    fig, colours = ax.figure, _colours()
     cols = [c for c, _ in widths.values()]
     for n, step in enumerate(steps):
         us = [traffic.price(step, rows, c, dtype, bandwidth_GBps).ideal_us for c in cols]
-        ax.plot(cols, us, marker="o", color=_COLORS[n % len(_COLORS)],
+        ax.plot(cols, us, marker="o", color=colours[n % len(colours)],
                 label=traffic.get_step(step).label)
     ax.set_xticks(cols)
-    ax.set_xticklabels([f"{m} ({c})" for m, (c, _) in widths.items()], fontsize=7, rotation=35,
-                       ha="right")
+    ax.set_xticklabels([f"{m} ({c})" for m, (c, _) in widths.items()], fontsize="small",
+                       rotation=35, ha="right")
     ax.set_xlabel("row width (hidden size)")
     ax.set_ylabel("ideal time (µs)")
     ax.set_title(f"{rows} rows, {traffic.dtype_name(dtype)}, at {bandwidth_GBps:g} GB/s"
-                 + (f" ({bandwidth_label})" if bandwidth_label else ""), fontsize=10)
-    ax.legend(fontsize=8)
+                 + (f" ({bandwidth_label})" if bandwidth_label else ""))
+    ax.legend(fontsize="small")
     ax.grid(True, alpha=0.25)
-    fig.tight_layout()
+    if own:
+        fig.tight_layout()
     return fig
 
 
@@ -204,11 +218,11 @@ def calculator_plot(e: traffic.Estimate, bandwidth_label: str = "") -> Figure:
     ax.minorticks_off()
     cols = [c for c, _ in widths.values()]
     ax.set_xticks(cols)
-    ax.set_xticklabels([f"{m} ({c})" for m, (c, _) in widths.items()], fontsize=7, rotation=35,
-                       ha="right")
+    ax.set_xticklabels([f"{m} ({c})" for m, (c, _) in widths.items()], fontsize="small",
+                       rotation=35, ha="right")
     ax.scatter([e.cols], [e.ideal_us], s=90, facecolors="none", edgecolors="black", zorder=4,
                label=f"{e.cols} cols: {e.ideal_us:,.3f} µs")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
 
