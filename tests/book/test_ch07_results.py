@@ -54,33 +54,6 @@ def test_grid_points_skip_malformed_and_normalize(tmp_path):
     assert len(graph) == 1 and graph[0].pct_floor == pytest.approx(50.0)
 
 
-def test_targets_report_met_and_gaps(tmp_path):
-    write(tmp_path, "bench_grid", GRID)
-    verdicts = R.evaluate_targets(R.grid_points(R.load("bench_grid", data_dir=tmp_path)))
-    by = {v.target[:12]: v for v in verdicts}
-    big, mid, small, peers = verdicts
-    assert big.met is True and "97.0%" in big.detail
-    assert mid.met is False and "gap 5.0 points" in mid.detail
-    assert small.met is True and "+1.50 us" in small.detail
-    assert peers.met is False and "torch.compile_add" in peers.detail and "1.07x" in peers.detail
-    assert all(v.line().endswith(v.detail) and (": met --" in v.line() or ": NOT met --" in v.line())
-               for v in verdicts)
-    assert len(by) == 4
-
-
-def test_targets_without_data_say_so():
-    verdicts = R.evaluate_targets([])
-    assert [v.met for v in verdicts] == [None] * 4
-    assert "no data" in verdicts[0].line()
-
-
-def test_small_shapes_fall_back_to_the_extras():
-    extra = [{"kind": "graph_replay", "impl": "capstone.fused", "rows": 64, "cols": 4096,
-              "dtype": "bfloat16", "l2": "cold", "median_us": 5.0, "floor_us": 0.5}]
-    small = R.evaluate_targets([], graph_small=extra)[2]
-    assert small.met is False and "gap 2.50 us" in small.detail and "extras" in small.detail
-
-
 def test_census_and_tuning_readers():
     extra = {"records": [
         {"kind": "kernel_census", "impl": "torch.eager_chain", "rows": 4096, "cols": 4096,

@@ -1,9 +1,7 @@
 """Reading chapter 7's recorded results: the harness grid, the capstone extras and the tuning table.
 
 Every reader here is defensive: records written by other modules may lack a field or spell a dtype
-differently, and a missing file is reported (``None``), never a traceback on the page. The targets
-of the capstone issue are evaluated by :func:`evaluate_targets`, which returns one verdict per target
-with the measured gap, so the page prints "met / not met" from data instead of asserting it.
+differently, and a missing file is reported (``None``), never a traceback on the page.
 """
 from __future__ import annotations
 
@@ -151,96 +149,6 @@ def peers_by_shape(points: list[Point], op: str = "add_rmsnorm", mode: str = "co
         if p.impl == CAPSTONE or is_peer(p.impl):
             table.setdefault(p.shape, {})[p.impl] = p.median_us
     return table
-
-
-@dataclass
-class Verdict:
-    target: str
-    met: bool | None  # None: no data
-    detail: str
-    worst: dict | None = None
-
-    def line(self) -> str:
-        status = {True: "met", False: "NOT met", None: "no data"}[self.met]
-        return f"{self.target}: {status} -- {self.detail}"
-
-
-def evaluate_targets(points: list[Point], graph_small: list[dict] | None = None,
-                     impl: str = CAPSTONE) -> list[Verdict]:
-    """The issue's four targets, each with the measured worst case and its gap."""
-    mine = [p for p in points if p.impl == impl and p.mode == "cold"]
-    verdicts = []
-    for lo, hi, need, name in ((64 * MB, None, 95.0, ">= 95% of floor, shapes moving >= 64 MB"),
-                               (8 * MB, 64 * MB, 80.0, ">= 80% of floor, shapes moving 8-64 MB")):
-        sel = []
-        for p in mine:
-            if p.pct_floor is None:
-                continue
-            b = bytes_moved(p.op or "add_rmsnorm", p.rows, p.cols, p.dtype)
-            if b >= lo and (hi is None or b < hi):
-                sel.append((p.pct_floor, p, b))
-        if not sel:
-            verdicts.append(Verdict(name, None, "no recorded shape in this range"))
-            continue
-        worst_pct, p, b = min(sel, key=lambda t: t[0])
-        ok = worst_pct >= need
-        verdicts.append(Verdict(name, ok, f"{len(sel)} shapes; worst {worst_pct:.1f}% at "
-                                f"{p.rows}x{p.cols} {p.dtype} ({b / MB:.1f} MB)"
-                                + ("" if ok else f", gap {need - worst_pct:.1f} points"),
-                                {"rows": p.rows, "cols": p.cols, "dtype": p.dtype,
-                                 "pct_floor": worst_pct}))
-    # small shapes: graph-replayed kernel time <= floor + 2 us
-    small = []
-    for p in points:
-        if p.impl == impl and p.graph and p.floor_us is not None:
-            b = bytes_moved(p.op or "add_rmsnorm", p.rows, p.cols, p.dtype)
-            if b < 8 * MB:
-                small.append((p.median_us - p.floor_us, p.rows, p.cols, p.dtype, "harness"))
-    if not small:
-        for rec in graph_small or []:
-            us, fl = _num(rec.get("median_us")), _num(rec.get("floor_us"))
-            if rec.get("impl") != impl or us is None or fl is None:
-                continue
-            dt = _dtype(rec.get("dtype")) or "?"
-            b = bytes_moved(rec.get("op") or "add_rmsnorm", int(rec["rows"]), int(rec["cols"]), dt)
-            if b < 8 * MB:
-                small.append((us - fl, rec["rows"], rec["cols"], dt, f"capstone extras, L2 "
-                              f"{rec.get('l2', '?')}"))
-    name = "small shapes (< 8 MB): graph-replay time <= floor + 2 us"
-    if not small:
-        verdicts.append(Verdict(name, None, "no graph-replay records"))
-    else:
-        over, rows, cols, dt, src = max(small, key=lambda t: t[0])
-        ok = over <= 2.0
-        verdicts.append(Verdict(name, ok, f"{len(small)} timings ({src}); worst {over:+.2f} us "
-                                f"over the floor at {rows}x{cols} {dt}"
-                                + ("" if ok else f", gap {over - 2.0:.2f} us"),
-                                {"rows": rows, "cols": cols, "dtype": dt, "over_floor_us": over}))
-    # no grid shape slower than the fastest peer
-    table = peers_by_shape(points)
-    losses, compared = [], 0
-    for shape, times in table.items():
-        peer_times = {k: v for k, v in times.items() if is_peer(k)}
-        if CAPSTONE not in times or not peer_times:
-            continue
-        compared += 1
-        best_peer = min(peer_times, key=peer_times.get)
-        ratio = times[CAPSTONE] / peer_times[best_peer]
-        if ratio > 1.0:
-            losses.append((ratio, shape, best_peer))
-    name = "no grid shape slower than the fastest peer"
-    if not compared:
-        verdicts.append(Verdict(name, None, "no shape with both the capstone and a peer"))
-    elif not losses:
-        verdicts.append(Verdict(name, True, f"faster than or equal to every peer on all "
-                                            f"{compared} shapes"))
-    else:
-        ratio, (rows, cols, dt), peer = max(losses)
-        verdicts.append(Verdict(name, False, f"slower on {len(losses)} of {compared} shapes; worst "
-                                f"{rows}x{cols} {dt}: {ratio:.2f}x the time of {peer}",
-                                {"rows": rows, "cols": cols, "dtype": dt, "ratio": ratio,
-                                 "peer": peer}))
-    return verdicts
 
 
 def extra_records(doc: dict | None, kind: str) -> list[dict]:

@@ -508,89 +508,9 @@ def timing_table(doc: dict) -> list[dict]:
     return [r for r in doc["records"] if r.get("kind") == "timing"]
 
 
-def timing_kind(r: dict) -> str:
-    """``"_graph"`` when the record has CUDA-graph times (kernel time without Python's launch
-    overhead), else ``""`` (times as a Python caller sees them)."""
-    return "_graph" if "speedup_graph" in r else ""
-
-
-def target_verdicts(doc: dict, candidates: dict | None = None) -> list[str]:
-    """"met / not met" lines for the chapter's targets at the large recorded shapes, from the
-    CUDA-graph times where recorded (the kernels' own time), else the plain ones."""
-    targets = doc["provenance"].get("targets", {})
-    speedup_target = targets.get("speedup", TARGET_SPEEDUP)
-    floor_target = targets.get("floor_fraction", TARGET_FLOOR_FRACTION)
-    large = targets.get("large_rows", LARGE_ROWS)
-    lines = []
-    for r in timing_table(doc):
-        if r["rows"] < large:
-            continue
-        shape = f"{r['rows']}x{r['cols']}"
-        g = timing_kind(r)
-        if f"speedup{g}" not in r:
-            lines.append(f"{shape}: not measured ({r.get('error', 'no timing recorded')})")
-            continue
-        how = " (CUDA graph)" if g else ""
-        s = r[f"speedup{g}"]
-        verdict = "met" if s >= speedup_target else f"not met (gap {speedup_target - s:.2f}x)"
-        lines.append(f"{shape}: fused {s:.2f}x faster than naive{how}; target >= "
-                     f"{speedup_target}x: {verdict}")
-        frac = r.get(f"fused{g}_floor_fraction")
-        if frac is None:
-            lines.append(f"{shape}: copy floor not available "
-                         f"({r.get('traffic_error', 'no copy bandwidth recorded')})")
-        else:
-            verdict = ("met" if frac >= floor_target else
-                       f"not met (gap {100 * (floor_target - frac):.1f} points: "
-                       f"{r[f'fused{g}_us'] - r['fused_floor_us']:.1f} us above the floor)")
-            lines.append(f"{shape}: fused at {100 * frac:.1f}% of the copy floor{how}; target >= "
-                         f"{100 * floor_target:.0f}%: {verdict}")
-    return (lines + tuned_verdicts(doc, candidates)) or ["no large-shape timings recorded"]
-
-
 def candidate_table(doc: dict) -> list[dict]:
     """The recorded launch candidates of the fused kernel (one dict each; times in us)."""
     return [r for r in doc["records"] if r.get("kind") == "candidate"]
-
-
-def tuned_verdicts(doc: dict, candidates: dict | None = None) -> list[str]:
-    """The targets for the fastest bit-exact candidate (what ``fp8.fused`` runs once its table is
-    committed), against the naive pair and the copy floor of ``doc``'s timing records.
-
-    ``candidates`` is the record file holding the candidates when it is not ``doc`` (a later
-    session); the lines then say that the two times come from different sessions."""
-    targets = doc["provenance"].get("targets", {})
-    speedup_target = targets.get("speedup", TARGET_SPEEDUP)
-    floor_target = targets.get("floor_fraction", TARGET_FLOOR_FRACTION)
-    recs = candidate_table(candidates or doc)
-    across = ""
-    if candidates is not None and candidates is not doc:
-        across = (f" [candidate timed in the session of commit "
-                  f"{str(candidates['provenance'].get('commit'))[:10]}, naive in that of "
-                  f"{str(doc['provenance'].get('commit'))[:10]}]")
-    if not recs:
-        return []
-    best = best_candidate(recs)
-    if best is None:
-        return ["candidates: none both bit-exact and timed"]
-    lines = []
-    for r in timing_table(doc):
-        t = best.get(f"fused_graph_us_{r['rows']}")
-        if t is None or "naive_graph_us" not in r:
-            continue
-        shape = f"{r['rows']}x{r['cols']}"
-        s = r["naive_graph_us"] / t
-        verdict = "met" if s >= speedup_target else f"not met (gap {speedup_target - s:.2f}x)"
-        lines.append(f"{shape}: best candidate ({best['label']}) {t:.1f} us, {s:.2f}x faster "
-                     f"than naive (CUDA graph); target >= {speedup_target}x: {verdict}{across}")
-        if r.get("fused_floor_us"):
-            frac = r["fused_floor_us"] / t
-            verdict = ("met" if frac >= floor_target else
-                       f"not met (gap {100 * (floor_target - frac):.1f} points: "
-                       f"{t - r['fused_floor_us']:.1f} us above the floor)")
-            lines.append(f"{shape}: best candidate at {100 * frac:.1f}% of the copy floor; "
-                         f"target >= {100 * floor_target:.0f}%: {verdict}")
-    return lines
 
 
 # ---------------------------------------------------------------- what exactness costs (readers)
