@@ -166,3 +166,44 @@ def test_compiled_answer_in_every_state():
                                 "global_load_forms": []})
     assert "12 cross-lane operations" in amd
     assert ch04.compiled_answer(None) == "the compiled kernel for 4096 fp32 columns is not recorded yet"
+
+
+def test_learned_phrases_in_every_state():
+    full = ch04.learned_phrases(ch04.version_ratios(FULL, LIMIT))
+    # the looped kernel's cost is measured AT the row kernel's limit, not on wider rows
+    assert full["looped"] == ("wider rows go to the looped kernel, which at that width took "
+                              "1.38× the row kernel's time")
+    assert full["narrow"] == "narrow rows want the multirow kernel"
+    none = ch04.learned_phrases(ch04.version_ratios([], LIMIT))
+    assert none == {"looped": "wider rows go to the looped kernel",
+                    "narrow": "the multirow kernel on narrow rows is not recorded yet"}
+    slower = [dict(r, median_us=60.0) if r["variant"] == "triton.multirow" else r for r in FULL]
+    assert "slower" in ch04.learned_phrases(ch04.version_ratios(slower, LIMIT))["narrow"]
+    mixed = [dict(r, median_us=60.0) if r["variant"] == "triton.multirow" and r["cols"] == 128
+             else r for r in FULL]
+    assert ch04.learned_phrases(ch04.version_ratios(mixed, LIMIT))["narrow"] == (
+        "the multirow kernel's gain on narrow rows was small or none")
+    for phrases in (full, none):
+        for text in phrases.values():
+            _no_bad_english(text.replace("(not", "[not"))
+
+
+def _warp_record(group, rows, cols, dtype, nw):
+    return dict(group=group, rows=rows, cols=cols, dtype=dtype, num_warps=nw, median_us=1.0)
+
+
+def test_warps_scope_says_what_the_sweep_timed():
+    recs = [_warp_record("seed shape", 1024, 4096, "float32", nw) for nw in (4, 8, 16)]
+    recs += [_warp_record("width sweep", 4096, c, d, nw) for c in (1024, 16384)
+             for d in ("bfloat16", "float32") for nw in (4, 8, 16)]
+    assert ch04.warps_scope(recs) == (
+        "The recorded run timed 4, 8 and 16 warps at the book's running example (1024×4096 fp32) "
+        "and over 4096 rows at widths from 1024 to 16,384 columns in bf16 and fp32, with the "
+        "same steady-state timer.")
+    seed_only = ch04.warps_scope(recs[:2])
+    assert seed_only == ("The recorded run timed 4 and 8 warps at the book's running example "
+                         "(1024×4096 fp32), with the same steady-state timer.")
+    one_width = ch04.warps_scope([_warp_record("width sweep", 4096, 2048, "float32", 4)])
+    assert "timed 4 warps over 4096 rows at 2048 columns in fp32" in one_width
+    assert ch04.warps_scope([]) == "The sweep that would test it is not recorded yet."
+    assert ch04.warps_scope([{"rows": "x"}]) == ch04.warps_scope([])

@@ -347,6 +347,69 @@ def version_ratios(recs: list, wide_cols: int) -> dict:
             "seed_spread": max(seed) / min(seed) if len(seed) >= 2 else None}
 
 
+def learned_phrases(ratios: dict) -> dict:
+    """The summary's phrases on the looped and multirow kernels, from :func:`version_ratios`:
+    ``looped`` follows "the row kernel holds a row up to N columns;" and ``narrow`` follows "and"."""
+    cost = ratios.get("looped_cost")
+    looped = "wider rows go to the looped kernel" + (
+        "" if cost is None else f", which at that width took {cost:.2f}× the row kernel's time")
+    gains = [v for v in (ratios.get("multirow") or {}).values() if v]
+    if not gains:
+        narrow = f"the multirow kernel on narrow rows is {NOT_YET}"
+    elif min(gains) > 1.02:
+        narrow = "narrow rows want the multirow kernel"
+    elif max(gains) < 0.98:
+        narrow = "the multirow kernel was slower than one program per row on narrow rows"
+    else:
+        narrow = "the multirow kernel's gain on narrow rows was small or none"
+    return {"looped": looped, "narrow": narrow}
+
+
+def _count_text(n) -> str:
+    """``4096`` or ``16,384``: the page writes five-digit counts with a comma."""
+    return f"{int(n):,}" if int(n) >= 10000 else str(int(n))
+
+
+def warps_scope(recs: list) -> str:
+    """What the recorded num_warps sweep (``triton_warps.json`` records) timed, as a sentence:
+    the settings, the seed shape and the width sweep's rows, widths and dtypes."""
+    from ..dtypes import short
+
+    def dtype_text(d):
+        try:
+            return short(d)
+        except ValueError:
+            return str(d)
+
+    good = []
+    for r in recs or []:
+        try:
+            good.append((str(r.get("group", "")), int(r["rows"]), int(r["cols"]),
+                         str(r["dtype"]), int(r["num_warps"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    if not good:
+        return f"The sweep that would test it is {NOT_YET}."
+    settings = page.listed(str(n) for n in sorted({g[4] for g in good}))
+    parts = []
+    seed = [g for g in good if g[0] == "seed shape"]
+    if seed:
+        parts.append("at the book's running example ("
+                     + page.listed(dict.fromkeys(_shape_text(g[1], g[2], g[3]) for g in seed)) + ")")
+    swept = [g for g in good if g[0] != "seed shape"]
+    if swept:
+        rows = sorted({g[1] for g in swept})
+        widths = sorted({g[2] for g in swept})
+        dtypes = page.listed(sorted({dtype_text(g[3]) for g in swept}))
+        where = (f"over {page.listed(_count_text(n) for n in rows)} rows "
+                 + (f"at widths from {_count_text(widths[0])} to {_count_text(widths[-1])} columns"
+                    if len(widths) > 1 else f"at {_count_text(widths[0])} columns")
+                 + f" in {dtypes}")
+        parts.append(where)
+    return (f"The recorded run timed {settings} warps " + " and ".join(parts)
+            + ", with the same steady-state timer.")
+
+
 def _speed_word(row_over_other: float, than: str = "") -> str:
     """``4.6× faster{than}``, ``1.2× slower{than}`` or ``as fast{as}`` for time(row) / time(other),
     where ``than`` names what is compared (" one program per row") or is empty."""

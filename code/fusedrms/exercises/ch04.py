@@ -35,6 +35,7 @@ import triton.language as tl
 
 from .. import checks, reference, records
 from ..book.ch04 import measure_num_warps
+from ..book.page import listed
 from ..kernels.rmsnorm import num_warps_for, rmsnorm_row_kernel
 from .core import Exercise, Feedback, Malformed, as_number, correct, wrong
 
@@ -294,7 +295,36 @@ def _models(run: KernelRun) -> dict[str, torch.Tensor]:
     idx = torch.arange(run.rows)[:, None] * xs + torch.arange(run.cols)[None, :]
     w_matrix = run.w_buffer.double()[idx]
     r = reference.row_scale(x64, EPS, torch.float64)
-    return {"block": x64 * r_block * w64, "matrix": x64 * r * w_matrix}
+    mean_square = (x64 * x64).sum(-1, keepdim=True) / run.cols
+    models = {"block": x64 * r_block * w64, "matrix": x64 * r * w_matrix,
+              "no_eps": x64 * torch.rsqrt(mean_square) * w64,
+              "eps_outside": x64 * (torch.rsqrt(mean_square) + EPS) * w64,
+              "sqrt": x64 * torch.sqrt(mean_square + EPS) * w64,
+              "no_weight": x64 * r}
+    if run.cols > 1:
+        sum_squares = (x64 * x64).sum(-1, keepdim=True)
+        models["cols_minus_1"] = x64 * torch.rsqrt(sum_squares / (run.cols - 1) + EPS) * w64
+    return models
+
+
+# (what the reader's kernel computed, the hint) for the arithmetic mistakes :func:`_models` knows
+ARITHMETIC_MISTAKES = {
+    "no_eps": ("leaving eps out of the square root",
+               "Add eps to the mean square before the square root: tl.rsqrt(mean_square + eps). "
+               "Without it an all-zero row divides by zero."),
+    "eps_outside": ("adding eps after the square root",
+                    "eps goes inside the square root, added to the mean square: "
+                    "tl.rsqrt(mean_square + eps), not tl.rsqrt(mean_square) + eps."),
+    "sqrt": ("multiplying by sqrt(mean_square + eps)",
+             "RMSNorm divides by the root mean square: multiply by tl.rsqrt(mean_square + eps) "
+             "(or divide by tl.sqrt(...)), not by tl.sqrt."),
+    "no_weight": ("leaving out the weight",
+                  "Multiply by the weight: y = x * r * w, with w = tl.load(w_ptr + offsets, "
+                  "mask=mask, other=0.0)."),
+    "cols_minus_1": ("dividing the sum of squares by cols - 1",
+                     "The mean square divides by cols, the real width; cols - 1 is the unbiased "
+                     "variance's correction, which RMSNorm does not use."),
+}
 
 
 def _grade_kernel(answer, focus: str) -> Feedback:
@@ -344,6 +374,17 @@ def _grade_kernel(answer, focus: str) -> Feedback:
             return wrong(f"On {rows}x{cols} row 0 is right but row i reads its weights further "
                          f"along w_ptr, as if w were a (rows, cols) matrix ({failed.message}).",
                          "w has one value per column, shared by every row: load w_ptr + offsets.")
+        for key, (what, hint) in ARITHMETIC_MISTAKES.items():
+            if key in models and checks.allclose(run.y, models[key]):
+                return wrong(f"On {rows}x{cols} the output is what {what} gives "
+                             f"({failed.message}).", hint)
+        unwritten = [i for i in range(rows) if bool((run.y[i] == SENTINEL).all())]
+        if unwritten:
+            return wrong(f"On {rows}x{cols} your kernel never wrote "
+                         f"{'row' if len(unwritten) == 1 else 'rows'} "
+                         f"{listed(unwritten)} of {rows}.",
+                         "Each program handles one row: row = tl.program_id(0), its x at "
+                         "x_ptr + row * x_row_stride and its output at y_ptr + row * y_row_stride.")
         if audit.outside_x:
             return wrong(f"On {rows}x{cols} your kernel reads x outside its rows ({audit.outside_x} "
                          f"loads of the padding after a row's {cols} columns), and those values "
@@ -356,9 +397,18 @@ def _grade_kernel(answer, focus: str) -> Feedback:
                          f"({failed.message}).",
                          "Give the x load other=0.0: the skipped lanes must add 0 to the sum of "
                          "squares. (For w it does not matter: those lanes are never stored.)")
-        if focus == "weight":
+        row0_right = bool(checks.allclose(run.y[:1], expected[:1]))
+        if focus == "weight" and row0_right:
             hint = ("Every row must use the same weights w[0..cols-1]: the weight pointer never "
                     "moves with the row.")
+        elif focus == "weight":
+            hint = ("Row 0 is wrong too, so the weight load is not the only problem: only that "
+                    "line needed a change. Compare every other line with the kernel you started "
+                    "from (the mean's denominator, eps, rsqrt, the masks).")
+        elif row0_right:
+            hint = ("Row 0 is right and the others are not: look at what changes with the row, "
+                    "the row strides (x_row_stride for x, y_row_stride for y) and the weight "
+                    "pointer, which must not move.")
         else:
             hint = ("Check the mean's denominator, the masks on the loads (other=0.0), and that "
                     "rows are x_row_stride (x) and y_row_stride (y) elements apart, not cols.")
@@ -440,7 +490,16 @@ def _read_warps_answer(answer) -> tuple[int, dict[int, float] | None]:
     if not isinstance(answer, dict) or "num_warps" not in answer:
         raise Malformed("write a dict: answer = {'num_warps': 8, 'timings_us': {4: ..., 8: ..., "
                         "16: ...}} with the medians you measured.")
-    nw = as_number(answer["num_warps"], "num_warps (a whole number)")
+    try:
+        nw = as_number(answer["num_warps"], "num_warps (a whole number)")
+    except Malformed:
+        raise Malformed(f"num_warps must be a whole number of warps, one of {ALLOWED_WARPS}, got "
+                        f"{answer['num_warps']!r}: e.g. answer = {{'num_warps': 8, 'timings_us': "
+                        f"{{4: ..., 8: ..., 16: ...}}}}.") from None
+    if (nw == int(nw) and int(nw) not in ALLOWED_WARPS and int(nw) % 32 == 0
+            and int(nw) // 32 in ALLOWED_WARPS):
+        raise Malformed(f"num_warps = {int(nw)} looks like threads: num_warps counts warps of 32 "
+                        f"threads ({int(nw)} threads = {int(nw) // 32} warps).")
     if nw != int(nw) or int(nw) not in ALLOWED_WARPS:
         raise Malformed(f"num_warps must be one of {ALLOWED_WARPS}, got {answer['num_warps']!r}.")
     timings = answer.get("timings_us")
@@ -490,12 +549,25 @@ def _grade_warps(answer) -> Feedback:
         measured, _doc = found
         missing = [k for k in timings if k not in measured]
         if missing:
-            return wrong(f"The recorded sweep has no {missing} warps for {shape}.",
+            return wrong(f"The recorded sweep has no {listed(missing, 'or')} warps for {shape}.",
                          f"Use the recorded settings: {sorted(measured)}.")
-        for k, t in timings.items():
-            if not math.isclose(t, measured[k], rel_tol=0.01):
-                return wrong(f"Your {k}-warp median {t} is not the recorded {measured[k]}.",
-                             "Copy the recorded medians of the table for this width.")
+        wrong_values = {k: t for k, t in timings.items()
+                        if not math.isclose(t, measured[k], rel_tol=0.01)}
+        if wrong_values:
+            k, t = next(iter(wrong_values.items()))
+            ratio = t / measured[k]
+            if all(any(math.isclose(t, v, rel_tol=0.01) for v in measured.values())
+                   for t in timings.values()):
+                hint = ("Those are recorded medians, but under the wrong settings: each key is a "
+                        "num_warps value and its value that setting's median.")
+            elif 5e-4 < ratio < 2e-3:
+                hint = ("That looks like milliseconds: timings_us takes microseconds "
+                        "(multiply by 1000).")
+            elif 500 < ratio < 2000:
+                hint = "That looks like nanoseconds: timings_us takes microseconds (divide by 1000)."
+            else:
+                hint = "Copy the recorded medians printed above, in microseconds."
+            return wrong(f"Your {k}-warp median {t:g} is not the recorded {measured[k]:g} µs.", hint)
         source = "the recorded H200 sweep"
     # the fastest of every setting measured, not only of those the answer lists: leaving out the
     # setting that wins is not a way to win
