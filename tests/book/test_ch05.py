@@ -142,3 +142,34 @@ def test_kernel_rows_list_the_failing_cases():
     assert ch05.kernel_rows(recs) == [{"kernel": "k", "checks": 3, "passed": 1,
                                        "failing cases": "1x1"}]
     assert ch05.kernel_rows([_rec("q", "3x13", "fp32", "pass")])[0]["failing cases"] == "none"
+
+
+def test_casts_on_gpu_sentence_in_every_state():
+    doc = {"provenance": {"gpu": "NVIDIA H200"}, "records": [
+        _rec("triton.row", "33x257", "bf16", "pass", rel=3.84e-3, rtol=7.81e-3),
+        _rec("fp8.fused", "3x13", "bf16", "pass", op="rmsnorm_fp8"),
+        _rec("fp8.naive", "3x13", "bf16", "pass", op="rmsnorm_fp8")]}
+    text = ch05.casts_on_gpu_sentence(doc, 0.99, "at worst here")
+    assert text == ("On the NVIDIA H200, the row kernel's 33x257 bf16 check used 0.49 of its "
+                    "tolerance (0.99 at worst here) and the FP8 kernels, which use Triton's cast "
+                    "where the GPU converts to FP8 in hardware, matched the reference code for "
+                    "code in all 2 of their checks.")
+    assert ch05.casts_on_gpu_sentence(doc, lead="There").startswith("There, the row kernel's")
+    one_bad = dict(doc, records=doc["records"][:2] + [
+        _rec("fp8.naive", "3x13", "bf16", "FAIL", op="rmsnorm_fp8")])
+    assert "code for code in 1 of their 2 checks." in ch05.casts_on_gpu_sentence(one_bad)
+    only_fp8 = dict(doc, records=doc["records"][1:])
+    assert ch05.casts_on_gpu_sentence(only_fp8).startswith("On the NVIDIA H200, the FP8 kernels")
+    assert ch05.casts_on_gpu_sentence(None) == "What the two casts do on a GPU is not recorded yet."
+
+
+def test_fp8_cast_phrase_in_every_state():
+    assert ch05.fp8_cast_phrase((1540, 65536)) == ("Triton's fp32 → fp8 cast got 1,540 of 65,536 "
+                                                   "random values wrong (2.35%)")
+    assert ch05.fp8_cast_phrase((0, 65536)) == ("Triton's fp32 → fp8 cast got every one of 65,536 "
+                                                "random values right")
+    assert "cannot convert" in ch05.fp8_cast_phrase(None)
+
+
+def test_the_matrix_key_names_every_short_dtype():
+    assert ch05.MATRIX_KEY == "32 = fp32, 16 = fp16, b16 = bf16"

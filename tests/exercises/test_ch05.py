@@ -43,7 +43,7 @@ def test_find_the_bug_rejects_every_other_mistake_with_a_hint(answer):
     assert not fb.ok and "Hint" in str(fb)
 
 
-@pytest.mark.parametrize("answer", ["z", 2, "padded"])
+@pytest.mark.parametrize("answer", ["z", 2, "ab", "b, c", "b or d", "something else entirely"])
 def test_find_the_bug_malformed_answers_get_a_message(answer):
     fb = ch05.find_the_bug.check(answer)
     assert not fb.ok and "could not be read" in str(fb)
@@ -92,7 +92,7 @@ def test_tolerance_in_the_range_with_the_wrong_reason_fails_with_a_hint(answer):
     assert not fb.ok and "reason" in fb.message and fb.hint
 
 
-@pytest.mark.parametrize("answer", [(1e-3, "rounding of the sum"), ("cast", 1e-3), "1e-3 cast"])
+@pytest.mark.parametrize("answer", [(1e-3, "rounding of the sum"), ("cast", "sum"), "1e-3 cast"])
 def test_tolerance_malformed_answers_get_a_message(answer):
     fb = ch05.fp16_tolerance.check(answer)
     assert not fb.ok and "could not be read" in fb.message and not fb.error
@@ -107,3 +107,34 @@ def test_find_the_bug_accepts_the_option_s_own_words(answer):
 def test_find_the_bug_wrong_option_text_fails_with_a_hint():
     fb = ch05.find_the_bug.check(ch05.BUGS["a"])
     assert not fb.ok and fb.message.startswith("(a)") and fb.hint
+
+
+@pytest.mark.parametrize("answer", ["cols - 1", "cols-1", "n - 1", "the unbiased variance",
+                                    "it divides by n-1 like LayerNorm's unbiased variance"])
+def test_find_the_bug_accepts_a_description_of_the_mistake(answer):
+    assert ch05.find_the_bug.check(answer).ok
+
+
+@pytest.mark.parametrize("answer,letter", [("padded", "a"), ("the padded block width", "a"),
+                                           ("missing eps", "c"), ("ignores the weight", "d"),
+                                           ("sums in fp16", "e")])
+def test_find_the_bug_a_description_of_another_mistake_fails_with_its_hint(answer, letter):
+    fb = ch05.find_the_bug.check(answer)
+    assert not fb.ok and f"({letter})" in fb.message and fb.hint
+
+
+def test_find_the_bug_a_description_naming_two_mistakes_is_malformed():
+    fb = ch05.find_the_bug.check("the padded width or the weight")
+    assert not fb.ok and "more than one mistake" in fb.message
+
+
+@pytest.mark.parametrize("answer", [("cast", 1e-3), ["cast", "1e-3"], ("rounding", 9.81e-4)])
+def test_tolerance_in_either_order(answer):
+    assert ch05.fp16_tolerance.check(answer).ok
+
+
+@pytest.mark.parametrize("answer,why", [(("reduction", 1e-3), "reason"), (("cast", 1e-5), "fp32"),
+                                        (("cast", 2.5e-3), "too loose")])
+def test_tolerance_swapped_wrong_answers_still_fail(answer, why):
+    fb = ch05.fp16_tolerance.check(answer)
+    assert not fb.ok and why in fb.message + fb.hint

@@ -140,6 +140,50 @@ def fp8_cast_mismatch(n: int = 1 << 16, seed: int = 0) -> tuple[int, int] | None
 # ---------------------------------------------------------------- sentences for the page
 # Good English whatever the recording holds (complete, partial, nothing yet); no measurements.
 
+MATRIX_KEY = ", ".join(f"{code} = {name}" for name, code in verify.SHORT_DTYPE.items())
+
+
+def _gpu_name(doc: dict | None) -> str:
+    return ((doc or {}).get("provenance") or {}).get("gpu") or "GPU"
+
+
+def casts_on_gpu_sentence(doc: dict | None, here_share: float | None = None,
+                          here: str = "here", lead: str | None = None) -> str:
+    """What the recorded GPU suite (``verify_gpu``) says about the two casts, as a sentence: the
+    share of its tolerance the row kernel's 33x257 bf16 check used (beside ``here_share``, the
+    same share measured ``here``) and whether the FP8 kernels matched the reference bit for bit.
+    ``lead`` opens the sentence (``"There"``); by default it names the recorded GPU."""
+    recs = (doc or {}).get("records", [])
+    bf16 = next((r for r in recs if r.get("kernel") == "triton.row" and r.get("case") == "33x257"
+                 and r.get("dtype") == "bf16" and r.get("status") == "pass" and r.get("rtol")),
+                None)
+    fp8 = [r for r in recs if r.get("op") == "rmsnorm_fp8" and r.get("status") != "skip"]
+    parts = []
+    if bf16 is not None:
+        beside = "" if here_share is None else f" ({here_share:.2f} {here})"
+        parts.append(f"the row kernel's 33x257 bf16 check used "
+                     f"{bf16['max_rel_err'] / bf16['rtol']:.2f} of its tolerance{beside}")
+    if fp8:
+        ok = sum(r.get("status") == "pass" for r in fp8)
+        how = (f"in all {len(fp8)} of their checks" if ok == len(fp8) else
+               f"in {ok} of their {page.counted(len(fp8), 'check')}")
+        parts.append("the FP8 kernels, which use Triton's cast where the GPU converts to FP8 in "
+                     f"hardware, matched the reference code for code {how}")
+    if not parts:
+        return "What the two casts do on a GPU is not recorded yet."
+    return f"{lead or 'On the ' + _gpu_name(doc)}, " + page.listed(parts) + "."
+
+
+def fp8_cast_phrase(mismatch: tuple[int, int] | None) -> str:
+    """:func:`fp8_cast_mismatch` as a sentence (without its full stop)."""
+    if mismatch is None:
+        return "Triton cannot convert to fp8 e4m3 on this GPU"
+    wrong, n = mismatch
+    if wrong == 0:
+        return f"Triton's fp32 → fp8 cast got every one of {n:,} random values right"
+    return (f"Triton's fp32 → fp8 cast got {wrong:,} of {n:,} random values wrong "
+            f"({100 * wrong / n:.2f}%)")
+
 def nan_rows_phrase(indices: list) -> str:
     """``row 1 is NaN``, ``rows 1 and 2 are NaN`` or ``no row is NaN``."""
     if not indices:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
@@ -70,10 +71,20 @@ def _dominant(text):
     return as_choice(text, DOMINANT)
 
 
+def _is_number(value) -> bool:
+    try:
+        as_number(value)
+    except Malformed:
+        return False
+    return True
+
+
 def _grade_tolerance(answer):
     if isinstance(answer, str) and answer.count(",") == 1:  # "1e-3, cast"
         answer = [part.strip(" ()'\"") for part in answer.split(",")]
     rtol, dominant = as_fields(answer, ("rtol", "dominant"), 'answer = (1e-3, "cast")')
+    if _is_number(dominant) and not _is_number(rtol):  # ("cast", 1e-3): either order
+        rtol, dominant = dominant, rtol
     rtol = as_number(rtol, "rtol (a number)")
     dominant = _dominant(dominant)
     if rtol <= 0:
@@ -139,9 +150,20 @@ _BUG_HINTS = {
 }
 
 
+# the words that name each mistake when a reader describes it instead of giving its letter
+_BUG_WORDS = {
+    "a": ("padded", "block width", "block_size", "power of two"),
+    "b": ("cols - 1", "cols-1", "n - 1", "n-1", "unbiased", "bessel"),
+    "c": ("eps", "epsilon"),
+    "d": ("weight", "gamma"),
+    "e": ("fp16", "float16", "half precision"),
+}
+
+
 def _letter(answer):
     """An option letter in any written form ("b", "(b)", "b.", "b) ..."), an option's own text,
-    or the mystery kernel's name -> its letter."""
+    the mystery kernel's name, or a description naming exactly one mistake ("cols - 1",
+    "the unbiased variance") -> its letter."""
     if isinstance(answer, str):
         text = " ".join(answer.strip().lower().split()).rstrip(".")
         if text.removeprefix("broken.") == MYSTERY.removeprefix("broken."):
@@ -151,6 +173,20 @@ def _letter(answer):
                 return letter
         if len(text) >= 2 and text[1] in ".:" and text[0] in BUGS:
             return text[0]
+        tokens = [t for t in re.split(r"[\s,;/()]+", text) if t and t not in ("and", "or")]
+        if len(tokens) > 1 and all(t in BUGS for t in tokens):
+            raise Malformed(f"{answer[:40]!r} gives {len(tokens)} letters: choose the one mistake "
+                            f"the evidence fits.")
+        if len(text) > 1 and option_letter(answer) == answer:  # not a letter: a description
+            named = [k for k, words in _BUG_WORDS.items() if any(w in text for w in words)]
+            if len(named) == 1:
+                return named[0]
+            if len(named) > 1:
+                raise Malformed(f"{answer[:40]!r} names more than one mistake "
+                                f"({', '.join(named)}): answer with one letter.")
+            if len(tokens) > 1:
+                raise Malformed(f"{answer[:40]!r} names none of the mistakes: answer with a "
+                                f"letter, {', '.join(repr(k) for k in BUGS)}.")
     return option_letter(answer)
 
 
