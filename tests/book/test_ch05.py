@@ -173,3 +173,8 @@ def test_fp8_cast_phrase_in_every_state():
 
 def test_the_matrix_key_names_every_short_dtype():
     assert ch05.MATRIX_KEY == "32 = fp32, 16 = fp16, b16 = bf16"
+
+
+def test_shrunk_phrase_lists_names_without_a_serial_comma():
+    text = ch05.shrunk_phrase(verify.CASES)
+    assert ", and " not in text and " and " in text

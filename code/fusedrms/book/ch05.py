@@ -199,7 +199,7 @@ def shrunk_phrase(cases) -> str:
     if not shrunk:
         return "no case shrinks"
     return (f"{page.counted(len(shrunk), 'case')} {'shrinks' if len(shrunk) == 1 else 'shrink'} "
-            f"({page.listed(shrunk, serial=True)})")
+            f"({page.listed(shrunk)})")
 
 
 def drawer_on_gpu(doc: dict | None, shown) -> dict | None:
