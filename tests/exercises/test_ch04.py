@@ -245,106 +245,68 @@ def test_leaving_out_the_fastest_setting_is_rejected(tmp_path, monkeypatch):
 
 # ---- arithmetic mistakes a reader makes while fixing a kernel: each is named, with its own hint ----
 
-@triton.jit
-def _no_eps(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    mask = offsets < cols
-    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(x * x, axis=0) / cols)
-    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
+_ROW_KERNEL = """
+import triton
+import triton.language as tl
 
 
 @triton.jit
-def _eps_outside(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    mask = offsets < cols
-    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(x * x, axis=0) / cols) + eps
-    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _sqrt(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    mask = offsets < cols
-    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
-    r = tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)
-    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _cols_minus_1(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    mask = offsets < cols
-    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(x * x, axis=0) / (cols - 1) + eps)
-    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _no_weight(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps, BLOCK_SIZE: tl.constexpr):
+def {name}(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps, BLOCK_SIZE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offsets = tl.arange(0, BLOCK_SIZE)
     mask = offsets < cols
     x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
     r = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)
-    tl.store(y_ptr + row * y_row_stride + offsets, (x * r).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _row_zero_only(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps, BLOCK_SIZE: tl.constexpr):
-    offsets = tl.arange(0, BLOCK_SIZE)
-    mask = offsets < cols
-    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)
-    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _weight_one_further_per_row(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
-                                BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    mask = offsets < cols
-    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)
-    w = tl.load(w_ptr + row + offsets, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _sum_of_x_squared(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
-                      BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offsets = tl.arange(0, BLOCK_SIZE)
-    mask = offsets < cols
-    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
-    total = tl.sum(x, axis=0)
-    r = tl.rsqrt(total * total / cols + eps)
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
+"""
+# each variant: the row kernel with these (old, new) line edits, as a reader might write it
+_VARIANTS = {
+    "_no_eps": [("/ cols + eps)", "/ cols)")],
+    "_eps_outside": [("/ cols + eps)", "/ cols) + eps")],
+    "_sqrt": [("tl.rsqrt(", "tl.sqrt(")],
+    "_cols_minus_1": [("/ cols + eps)", "/ (cols - 1) + eps)")],
+    "_no_weight": [("(x * r * w)", "(x * r)")],
+    "_row_zero_only": [("row = tl.program_id(0).to(tl.int64)", "row = 0")],
+    "_weight_one_further_per_row": [("tl.load(w_ptr + offsets", "tl.load(w_ptr + row + offsets")],
+    "_sum_of_x_squared": [("tl.sum(x * x, axis=0)", "tl.sum(x, axis=0) * tl.sum(x, axis=0)")],
+    "_right_in_other_words": [  # no int64, 1/sqrt, a multiply, w's other=1, no cast: all fine
+        ("tl.program_id(0).to(tl.int64)", "tl.program_id(0)"),
+        ("tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)",
+         "1.0 / tl.sqrt(tl.sum(tl.where(mask, x * x, 0.0), axis=0) * (1.0 / cols) + eps)"),
+        ("mask=mask, other=0.0).to(tl.float32)\n    tl.store", "mask=mask, other=1.0)\n    tl.store"),
+        ("(x * r * w).to(y_ptr.dtype.element_ty)", "x * r * w")],
+}
 
 
-@triton.jit
-def _right_in_other_words(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
-                          BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0)  # no int64: fine at these sizes
-    offsets = tl.arange(0, BLOCK_SIZE)
-    mask = offsets < cols
-    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
-    squares = tl.where(mask, x * x, 0.0)
-    r = 1.0 / tl.sqrt(tl.sum(squares, axis=0) * (1.0 / cols) + eps)
-    w = tl.load(w_ptr + offsets, mask=mask, other=1.0)  # masked lanes are never stored
-    tl.store(y_ptr + row * y_row_stride + offsets, x * r * w, mask=mask)
+def _reader_kernels():
+    """The variants as @triton.jit kernels of a real module (Triton reads a kernel's source)."""
+    import importlib.util
+    import tempfile
+    from pathlib import Path
+
+    source = []
+    for name, edits in _VARIANTS.items():
+        text = _ROW_KERNEL.format(name=name)
+        for old, new in edits:
+            assert text.count(old) == 1, (name, old)
+            text = text.replace(old, new)
+        source.append(text)
+    # one file, rewritten with the same text on every run (nothing accumulates in /tmp)
+    path = Path(tempfile.gettempdir()) / "fusedrms_test_ch04_reader_kernels.py"
+    if not path.exists() or path.read_text() != "\n".join(source):
+        path.write_text("\n".join(source))
+    spec = importlib.util.spec_from_file_location("reader_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+K = _reader_kernels()
+_no_eps, _eps_outside, _sqrt = K._no_eps, K._eps_outside, K._sqrt
+_cols_minus_1, _no_weight, _row_zero_only = K._cols_minus_1, K._no_weight, K._row_zero_only
+_weight_one_further_per_row, _sum_of_x_squared = K._weight_one_further_per_row, K._sum_of_x_squared
+_right_in_other_words = K._right_in_other_words
 
 
 NAMED_MISTAKES = [(_no_eps, "leaving eps out", "tl.rsqrt(mean_square + eps)"),
