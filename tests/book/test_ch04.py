@@ -128,6 +128,7 @@ def test_rounding_paragraph_in_every_state():
     assert text.startswith("Here (under the interpreter) every output equals the truncated value.")
     assert "at 1024×4096, 4,194,296 of 4,194,304 outputs equal the round-to-nearest-even" in text
     assert "one step off for 50% of them" in text and "left 8 of them one bf16 step" in text
+    assert "On the recorded H200, at" in ch04.rounding_paragraph(live, "here", gpu, "H200")
     assert text.endswith("and none further.")
     exact = ch04.rounding_paragraph(_census(39, 39, 17), "on this GPU", [_census(39, 39, 17)])
     assert "every output equals the round-to-nearest-even value" in exact

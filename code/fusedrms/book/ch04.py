@@ -496,9 +496,10 @@ def warps_sentences(sweep: dict, tie: float = 0.05) -> dict:
     return {"noise": noise, "answer": answer, "learned": learned, "ties": ties}
 
 
-def rounding_paragraph(live: dict, where: str, gpu_recs: list) -> str:
+def rounding_paragraph(live: dict, where: str, gpu_recs: list, gpu: str = "GPU") -> str:
     """Chapter 4's reading of the bf16 census: what the outputs here follow (``live``, from
-    :func:`bf16_rounding_census`; ``where`` says what ran them) and what the recorded GPU's do."""
+    :func:`bf16_rounding_census`; ``where`` says what ran them) and what the recorded ``gpu``'s
+    do."""
     n = live["elements"]
     if live["equal_to_truncation"] == n and live["equal_to_nearest_even"] < n:
         here = f"Here ({where}) every output equals the truncated value"
@@ -508,18 +509,18 @@ def rounding_paragraph(live: dict, where: str, gpu_recs: list) -> str:
         here = (f"Here ({where}) {live['equal_to_nearest_even']:,} of {n:,} outputs equal the "
                 f"round-to-nearest-even value and {live['equal_to_truncation']:,} the truncated one")
     if not gpu_recs:
-        return here + f". The GPU's census is {NOT_YET}."
+        return here + f". The {gpu}'s census is {NOT_YET}."
     big = max(gpu_recs, key=lambda r: r["elements"])
     total, one = big["elements"], big["one_step_from_nearest_even"]
     far = big["more_than_one_step_from_nearest_even"]
     off = 1 - big["equal_to_truncation"] / total
-    text = (here + f". On the recorded GPU, at {_shape_text(big['rows'], big['cols'])}, "
+    text = (here + f". On the recorded {gpu}, at {_shape_text(big['rows'], big['cols'])}, "
             f"{big['equal_to_nearest_even']:,} of {total:,} outputs equal the round-to-nearest-even "
             f"value, where truncation would have been one step off for {off:.0%} of them.")
     if one == 0 and far == 0:
         return text + " None of them is a step away."
     further = "none further" if far == 0 else f"{far:,} further"
-    return text + (f" Yet even the GPU left {one:,} of them one bf16 step from the rounded fp32 "
+    return text + (f" Yet even the {gpu} left {one:,} of them one bf16 step from the rounded fp32 "
                    f"result, and {further}.")
 
 

@@ -543,10 +543,10 @@ def _grade_warps(answer) -> Feedback:
         found = recorded_warps()
         if found is None:
             return NotCheckedHere(
-                False, f"choosing num_warps needs a GPU to measure {shape}, or the recorded H200 "
+                False, f"choosing num_warps needs a GPU to measure {shape}, or the recorded "
                        f"sweep (code/fusedrms/data/h200/triton_warps.json), and this machine has "
                        f"neither. Your answer is consistent with your own timings.")
-        measured, _doc = found
+        measured, doc = found
         missing = [k for k in timings if k not in measured]
         if missing:
             return wrong(f"The recorded sweep has no {listed(missing, 'or')} warps for {shape}.",
@@ -568,7 +568,8 @@ def _grade_warps(answer) -> Feedback:
             else:
                 hint = "Copy the recorded medians printed above, in microseconds."
             return wrong(f"Your {k}-warp median {t:g} is not the recorded {measured[k]:g} µs.", hint)
-        source = "the recorded H200 sweep"
+        gpu = ((doc.get("provenance") or {}).get("gpu") or "GPU").removeprefix("NVIDIA ")
+        source = f"the recorded {gpu.removeprefix('AMD ')} sweep"
     # the fastest of every setting measured, not only of those the answer lists: leaving out the
     # setting that wins is not a way to win
     other = min(measured, key=measured.get)
