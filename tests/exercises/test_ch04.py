@@ -263,6 +263,7 @@ def {name}(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps, BLOCK_SIZ
 # each variant: the row kernel with these (old, new) line edits, as a reader might write it
 _VARIANTS = {
     "_no_eps": [("/ cols + eps)", "/ cols)")],
+    "_fixed_eps": [("/ cols + eps)", "/ cols + 1e-5)")],
     "_eps_outside": [("/ cols + eps)", "/ cols) + eps")],
     "_sqrt": [("tl.rsqrt(", "tl.sqrt(")],
     "_cols_minus_1": [("/ cols + eps)", "/ (cols - 1) + eps)")],
@@ -306,10 +307,11 @@ K = _reader_kernels()
 _no_eps, _eps_outside, _sqrt = K._no_eps, K._eps_outside, K._sqrt
 _cols_minus_1, _no_weight, _row_zero_only = K._cols_minus_1, K._no_weight, K._row_zero_only
 _weight_one_further_per_row, _sum_of_x_squared = K._weight_one_further_per_row, K._sum_of_x_squared
-_right_in_other_words = K._right_in_other_words
+_right_in_other_words, _fixed_eps = K._right_in_other_words, K._fixed_eps
 
 
 NAMED_MISTAKES = [(_no_eps, "leaving eps out", "tl.rsqrt(mean_square + eps)"),
+                  (_fixed_eps, "a fixed eps of 1e-05", "eps argument"),
                   (_eps_outside, "adding eps after the square root", "inside the square root"),
                   (_sqrt, "sqrt(mean_square + eps)", "tl.rsqrt"),
                   (_cols_minus_1, "cols - 1", "divides by cols"),

@@ -41,6 +41,8 @@ from .core import Exercise, Feedback, Malformed, as_number, correct, wrong
 
 CASES = ((3, 13), (33, 257))
 EPS = 1e-5
+# the second case passes a large eps, so a kernel that ignores its eps argument shows
+CASE_EPS = {(33, 257): 0.25}
 X_PAD, Y_PAD = 3, 1  # row strides are cols + X_PAD (x) and cols + Y_PAD (y)
 X_FILL = 100.0  # what an unmasked x load past the row reads
 W_FILL = 7.0  # what a weight load past the weight vector reads
@@ -160,6 +162,7 @@ class KernelRun:
     audited: bool = False
     outside_x: int = 0  # unmasked x reads outside the rows' columns
     past_w: int = 0  # unmasked reads of w past its cols values
+    eps: float = EPS
 
 
 def _one_line(err: BaseException, limit: int = 300) -> str:
@@ -226,7 +229,7 @@ def _block_parameter(kernel) -> str:
 
 
 def run_reader_kernel(kernel, rows: int, cols: int, seed: int = 0, audit: bool = False,
-                      device=None) -> KernelRun:
+                      device=None, eps: float = EPS) -> KernelRun:
     """Launch ``kernel`` on one adversarial ``rows x cols`` fp32 case. Exceptions propagate.
 
     With ``audit`` the kernel runs in Triton's interpreter on CPU tensors and its loads are checked.
@@ -235,13 +238,14 @@ def run_reader_kernel(kernel, rows: int, cols: int, seed: int = 0, audit: bool =
         interpreted = _interpreted(kernel)
         if interpreted is not kernel:  # a GPU machine: the audit re-runs the kernel's source on CPU
             try:
-                return run_reader_kernel(interpreted, rows, cols, seed, audit=True)
+                return run_reader_kernel(interpreted, rows, cols, seed, audit=True, eps=eps)
             except Exception as e:  # noqa: BLE001
                 # helpers it calls were compiled for the GPU and the interpreter cannot call them:
                 # no audit here; the GPU run below still checks every output
                 if "outside of the scope of a kernel" not in str(e):
                     raise
-                return run_reader_kernel(kernel, rows, cols, seed, audit=False, device=device)
+                return run_reader_kernel(kernel, rows, cols, seed, audit=False, device=device,
+                                         eps=eps)
         device = torch.device("cpu")
     device = env.current().device if device is None else device
     block = triton.next_power_of_2(cols)
@@ -258,13 +262,13 @@ def run_reader_kernel(kernel, rows: int, cols: int, seed: int = 0, audit: bool =
     y_buf = torch.full((rows * ys + block,), SENTINEL)
     x_buf, w_buf, y_buf = x_buf.to(device), w_buf.to(device), y_buf.to(device)
     with _audited_loads() if audit else contextlib.nullcontext() as log:
-        kernel[(rows,)](x_buf, w_buf, y_buf, cols, xs, ys, EPS, **{_block_parameter(kernel): block})
+        kernel[(rows,)](x_buf, w_buf, y_buf, cols, xs, ys, eps, **{_block_parameter(kernel): block})
     y_buf = y_buf.cpu()
     y = y_buf[: rows * ys].view(rows, ys)[:, :cols].clone()
     outside = torch.ones_like(y_buf, dtype=torch.bool)
     outside[: rows * ys].view(rows, ys)[:, :cols] = False
     stray = int((outside & (y_buf != SENTINEL)).sum())
-    run = KernelRun(rows, cols, y, stray, x, w, w_buf.cpu())
+    run = KernelRun(rows, cols, y, stray, x, w, w_buf.cpu(), eps=eps)
     if log is not None and None not in log:
         run.loads, run.audited = log, True
         run.outside_x, run.past_w = _stray_reads(log, x_buf, w_buf, rows, cols, xs)
@@ -290,25 +294,31 @@ def _models(run: KernelRun) -> dict[str, torch.Tensor]:
     """What the typical mistakes produce on this case, to name the reader's one."""
     x64, w64 = run.x.double(), run.w.double()
     block = triton.next_power_of_2(run.cols)
-    r_block = torch.rsqrt((x64 * x64).sum(-1, keepdim=True) / block + EPS)
+    eps = run.eps
+    r_block = torch.rsqrt((x64 * x64).sum(-1, keepdim=True) / block + eps)
     xs = run.cols + X_PAD
     idx = torch.arange(run.rows)[:, None] * xs + torch.arange(run.cols)[None, :]
     w_matrix = run.w_buffer.double()[idx]
-    r = reference.row_scale(x64, EPS, torch.float64)
+    r = reference.row_scale(x64, eps, torch.float64)
     mean_square = (x64 * x64).sum(-1, keepdim=True) / run.cols
     models = {"block": x64 * r_block * w64, "matrix": x64 * r * w_matrix,
               "no_eps": x64 * torch.rsqrt(mean_square) * w64,
-              "eps_outside": x64 * (torch.rsqrt(mean_square) + EPS) * w64,
-              "sqrt": x64 * torch.sqrt(mean_square + EPS) * w64,
+              "eps_outside": x64 * (torch.rsqrt(mean_square) + eps) * w64,
+              "sqrt": x64 * torch.sqrt(mean_square + eps) * w64,
               "no_weight": x64 * r}
     if run.cols > 1:
         sum_squares = (x64 * x64).sum(-1, keepdim=True)
-        models["cols_minus_1"] = x64 * torch.rsqrt(sum_squares / (run.cols - 1) + EPS) * w64
+        models["cols_minus_1"] = x64 * torch.rsqrt(sum_squares / (run.cols - 1) + eps) * w64
+    if eps != EPS:
+        models["fixed_eps"] = x64 * torch.rsqrt(mean_square + EPS) * w64
     return models
 
 
 # (what the reader's kernel computed, the hint) for the arithmetic mistakes :func:`_models` knows
 ARITHMETIC_MISTAKES = {
+    "fixed_eps": (f"a fixed eps of {EPS:g} instead of the eps argument",
+                  "Use the kernel's eps argument: the caller chooses it (this case passes a "
+                  "different one)."),
     "no_eps": ("leaving eps out of the square root",
                "Add eps to the mean square before the square root: tl.rsqrt(mean_square + eps). "
                "Without it an all-zero row divides by zero."),
@@ -342,13 +352,15 @@ def _grade_kernel(answer, focus: str) -> Feedback:
     _block_parameter(answer)  # any name works (BLOCK_SIZE, BLOCK, ...), if it is a constexpr
     for rows, cols in CASES:
         try:
-            audit = run_reader_kernel(answer, rows, cols, audit=True)
-            run = audit if not env.current().on_gpu else run_reader_kernel(answer, rows, cols)
+            eps = CASE_EPS.get((rows, cols), EPS)
+            audit = run_reader_kernel(answer, rows, cols, audit=True, eps=eps)
+            run = audit if not env.current().on_gpu else run_reader_kernel(answer, rows, cols,
+                                                                           eps=eps)
         except Exception as err:  # the reader's kernel: anything can happen
             return wrong(f"On {rows}x{cols} your kernel raised {_one_line(err)}",
                          "Run it once by hand to see the whole error; compare each line with the "
                          "kernel you started from.")
-        expected = reference.rmsnorm(run.x, run.w, EPS, accum=torch.float64)
+        expected = reference.rmsnorm(run.x, run.w, eps, accum=torch.float64)
         if run.stray_stores:
             return wrong(f"On {rows}x{cols} your kernel wrote {run.stray_stores} values outside "
                          f"the rows' columns.",
