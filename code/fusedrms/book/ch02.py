@@ -229,6 +229,22 @@ def grid_sentence(pair: dict | None, slow: str = "torch.eager_chain",
             f"apart, with ranges that {'do not overlap' if apart else 'overlap'}.")
 
 
+def fusion_outlook(totals: dict, bounds: tuple) -> str:
+    """The chapter's closing recap of its measurement, a clause: whether the eager chain lost
+    more or less than its bytes against the two fused kernels (``bounds``: two Fractions)."""
+    need = ("torch.eager_chain", "capstone.fused", "capstone.fused_residual")
+    if any(n not in totals for n in need):
+        return "its measurement on a real GPU is " + NOT_RECORDED.format(7)
+    eager, fused, resid = (totals[n]["measured_us"] for n in need)
+    above = [eager / fused > float(bounds[0]), eager / resid > float(bounds[1])]
+    if all(above):
+        return "the measurement says that the eager chain loses more than its bytes"
+    if not any(above):
+        return "the measurement says that fusion bought less than the bytes promise"
+    return ("the measurement says that fusion bought more than the bytes promise against one "
+            "fused kernel and less against the other")
+
+
 def fusion_answer(totals: dict, census: list[dict], bounds: tuple, gpu: str) -> str:
     """The chapter's answer: the three designs' measured times, what fusion bought against each
     fused kernel, and why that is above or below the byte ratios ``bounds`` (two Fractions)."""

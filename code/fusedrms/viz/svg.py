@@ -74,6 +74,10 @@ class Canvas:
             self.box(x + i * cell, y, cell - 4, h, label, fills[i] if fills else fill)
         return [(x + i * cell + (cell - 4) / 2, y, y + h) for i in range(len(values))]
 
+    def line(self, x1, y1, x2, y2, color=STROKE, width=1.2):
+        self.parts.append(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{color}" '
+                          f'stroke-width="{width}"/>')
+
     def arrow(self, x1, y1, x2, y2, color=STROKE):
         self.parts.append(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{color}" '
                           f'stroke-width="1.5" marker-end="url(#arrowhead)"/>')
