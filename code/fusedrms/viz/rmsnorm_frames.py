@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .stepper import Frame
-from .svg import Canvas, fmt
+from .svg import Canvas, decimals, fmt
 from .traces import check_output, check_row, row_scale, row_values, tree_reduce_levels
 
 MAX_COLS = 8  # the picture stays readable up to 8 columns
@@ -41,14 +41,8 @@ def trace(x, w, eps: float = 1e-5) -> RMSNormTrace:
     return RMSNormTrace(x, w, eps, squares, levels, total, mean, r, y)
 
 
-def _dec(v: float) -> str:
-    """r and y to four decimals, or four significant digits where decimals would hide them
-    (r = 0.00001 is not "0.0000")."""
-    return f"{v:.4f}" if v == 0 or 1e-3 <= abs(v) < 1e4 else f"{v:.4g}"
-
-
-def _vec(values, decimals: bool = False) -> str:
-    return "[" + ", ".join(_dec(v) if decimals else fmt(v) for v in values) + "]"
+def _vec(values, rounded: bool = False) -> str:
+    return "[" + ", ".join(decimals(v) if rounded else fmt(v) for v in values) + "]"
 
 
 def frames(x=(3, 4, -3, -4), w=(1, 0.5, 2, 1), eps: float = 1e-5) -> list[Frame]:
@@ -117,30 +111,30 @@ def frames(x=(3, 4, -3, -4), w=(1, 0.5, 2, 1), eps: float = 1e-5) -> list[Frame]
                      f"width.", c.render()))
     # 5. broadcast r
     c = canvas(120)
-    c.text(left, 28, f"r = 1/sqrt({fmt(t.mean)} + {t.eps:g}) = {_dec(t.r)}", anchor="start", size=14)
+    c.text(left, 28, f"r = 1/sqrt({fmt(t.mean)} + {t.eps:g}) = {decimals(t.r)}", anchor="start", size=14)
     c.row(left, 50, [t.r] * n, fill="reduced", cell=cell, name="r",
-          labels=[f"{_dec(t.r)}"] * n)
+          labels=[f"{decimals(t.r)}"] * n)
     out.append(Frame("one scale for the whole row, broadcast to every position",
-                     f"r = 1/sqrt({fmt(t.mean)} + {t.eps:g}) ≈ {_dec(t.r)}; eps is added before the "
+                     f"r = 1/sqrt({fmt(t.mean)} + {t.eps:g}) ≈ {decimals(t.r)}; eps is added before the "
                      f"square root. Every column uses the same r.", c.render()))
     # 6. multiply
     c = canvas(170)
     base(c, x_fill="active", w_fill="active")
-    c.row(left, 120, t.y, fill="register", cell=cell, name="y", labels=[_dec(v) for v in t.y])
+    c.row(left, 120, t.y, fill="register", cell=cell, name="y", labels=[decimals(v) for v in t.y])
     k = next((i for i in range(n) if t.w[i] != 1), 0)  # show a column whose weight matters
     c.text(left, 108, "y_i = x_i · r · w_i", anchor="start")
     out.append(Frame("multiply by x and by each column's weight",
-                     f"y = {_vec(t.y, decimals=True)}; e.g. column {k}: {fmt(t.x[k])} × {_dec(t.r)} "
-                     f"× {fmt(t.w[k])} ≈ {_dec(t.y[k])}.", c.render()))
+                     f"y = {_vec(t.y, rounded=True)}; e.g. column {k}: {fmt(t.x[k])} × {decimals(t.r)} "
+                     f"× {fmt(t.w[k])} ≈ {decimals(t.y[k])}.", c.render()))
     # 7. only y is written
     c = canvas(120)
-    c.row(left, 14, t.y, fill="output", cell=cell, name="y", labels=[_dec(v) for v in t.y])
+    c.row(left, 14, t.y, fill="output", cell=cell, name="y", labels=[decimals(v) for v in t.y])
     c.text(left, 80, "written to memory: y only", anchor="start", weight="bold")
     c.text(left, 100, "x², the sum, the mean and r lived in registers", anchor="start")
     out.append(Frame("write y; nothing in between touches memory",
                      f"Only the {'output is' if n == 1 else f'{n} outputs are'} stored. The "
                      f"{'square' if n == 1 else 'squares'}, the sum {fmt(t.total)}, the "
-                     f"mean {fmt(t.mean)} and r ≈ {_dec(t.r)} never leave the chip.", c.render()))
+                     f"mean {fmt(t.mean)} and r ≈ {decimals(t.r)} never leave the chip.", c.render()))
     return out
 
 

@@ -33,6 +33,12 @@ def fmt(v: float, digits: int = 4) -> str:
     return f"{v:.{digits}g}"
 
 
+def decimals(v: float) -> str:
+    """r and y as the captions print them: four decimals, or four significant digits where
+    decimals would hide the value (r = 0.00001 is not "0.0000")."""
+    return f"{v:.4f}" if v == 0 or 1e-3 <= abs(v) < 1e4 else f"{v:.4g}"
+
+
 class Canvas:
     def __init__(self, width: int, height: int, title: str = ""):
         self.width, self.height = width, height
