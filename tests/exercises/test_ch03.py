@@ -208,3 +208,16 @@ def test_a_line_where_a_barrier_cannot_compile_is_explained_not_blamed_on_the_re
     fb = ch03.missing_barrier.check(last)
     assert not fb.ok and "does not even compile" in fb.message
     assert "compiler reports" not in fb.hint
+
+
+def test_block_sizes_reads_a_table_of_records():
+    class Frame:  # what a pandas DataFrame offers
+        columns = ["block_size", "rows", "cols", "correct", "time_us"]
+
+        def to_dict(self, orient):
+            assert orient == "records"
+            return [{"block_size": b, "rows": 33, "cols": 257, "correct": True, "time_us": 9.0}
+                    for b in (8, 16)]
+
+    fb = ch03.block_sizes.check(Frame())
+    assert not fb.ok and "only two block sizes" in fb.message

@@ -85,6 +85,8 @@ def _run_variant(text: str, variant: str, shapes, blocks, defines=None, device="
 # ---------------------------------------------------------------- (a) change only the block size
 
 def _entries(answer) -> list[dict]:
+    if hasattr(answer, "to_dict") and hasattr(answer, "columns"):  # a pandas DataFrame
+        answer = answer.to_dict("records")
     if isinstance(answer, Mapping) or isinstance(answer, (str, bytes)) or not isinstance(answer, Sequence):
         raise Malformed("expected a list of records, one per block size, e.g. [{'block_size': 64, "
                         "'rows': 33, 'cols': 257, 'correct': True, 'time_us': 850.0}, ...]")
