@@ -72,6 +72,12 @@ def test_best_pct_of_floor_ignores_wrong_results():
     assert ch02.best_pct_of_floor({"records": []}) is None
 
 
+def test_best_pct_of_floor_counts_only_calls_with_the_l2_flushed():
+    doc = {"records": [grid_record("a", 1, 1, 1, pct_of_floor=180.0, mode="warm"),
+                       grid_record("b", 1, 1, 1, pct_of_floor=95.0)]}
+    assert ch02.best_pct_of_floor(doc) == 95.0
+
+
 # ---- the page's sentences in every state of the recording
 
 COPY = {"kind": "bandwidth", "gpu": "NVIDIA H200", "measured_GBps": 4236.4,

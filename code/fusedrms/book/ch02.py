@@ -162,10 +162,12 @@ def grid_pair(grid_doc: dict, slow: str, fast: str, rows: int, cols: int, dtype:
             for name, r in found.items()}
 
 
-def best_pct_of_floor(grid_doc: dict) -> float | None:
-    """The highest % of its copy floor any correct, timed record of the grid reaches."""
+def best_pct_of_floor(grid_doc: dict, mode: str = "cold") -> float | None:
+    """The highest % of its copy floor any correct, timed record of the grid reaches, with the
+    L2 cache flushed before every call (``mode``: a warm L2 would pass the floor from cache)."""
     pcts = [r["pct_of_floor"] for r in grid_doc["records"]
-            if r.get("status") == "ok" and r.get("pct_of_floor") and r.get("correct", True)]
+            if r.get("status") == "ok" and r.get("pct_of_floor") and r.get("correct", True)
+            and r.get("mode", mode) == mode]
     return max(pcts) if pcts else None
 
 
