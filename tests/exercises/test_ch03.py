@@ -221,3 +221,8 @@ def test_block_sizes_reads_a_table_of_records():
 
     fb = ch03.block_sizes.check(Frame())
     assert not fb.ok and "only two block sizes" in fb.message
+
+
+def test_a_malformed_line_number_is_asked_for_as_a_line_number():
+    fb = ch03.missing_barrier.check("eleven")
+    assert not fb.ok and "12.5" not in fb.message and "start of the line" in fb.message

@@ -465,7 +465,12 @@ def _grade_missing_barrier(answer):
     if isinstance(answer, str):  # "4", "line 4", "after line 4"
         found = re.fullmatch(r"\s*(?:after\s+)?(?:line\s*)?(\S+)\s*", answer, flags=re.I)
         answer = found.group(1) if found else answer
-    value = as_number(answer, "a line number of the listing (a whole number)")  # 18, 18.0, "18", a 0-d tensor
+    try:  # 18, 18.0, "18", a 0-d tensor
+        value = as_number(answer, "a line number of the listing")
+    except Malformed as e:
+        said = str(e).split(". Write")[0].rstrip(".")
+        raise Malformed(f"{said}. Write the number the listing shows at the start of the line, "
+                        f"as a whole number.") from None
     if value != int(value):
         raise Malformed(f"a line number is a whole number; got {value:g}.")
     line = int(value)
