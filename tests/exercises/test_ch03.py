@@ -42,12 +42,11 @@ def test_listing_numbers_the_block_kernel_without_its_tree_barrier():
 
 # ---- 3.1: the measurements are checked, not only their form ----
 
-def test_block_sizes_solution_is_measured_here_and_fast():
-    import time
-
-    start = time.perf_counter()
+def test_block_sizes_solution_is_measured_here_and_small_on_the_cpu_runtime():
     solution = ch03.block_sizes_solution()
-    assert time.perf_counter() - start < 15  # the CPU runtime: a few seconds, not a minute
+    if not ch03._gpu_build_available():  # what keeps it a few seconds: a small shape, few threads
+        assert {(e["rows"], e["cols"]) for e in solution} == {(33, 257)}
+        assert max(e["block_size"] for e in solution) <= 64
     assert len({e["block_size"] for e in solution}) >= 3 and all(e["correct"] for e in solution)
     assert ch03.block_sizes.check(solution).ok
 
