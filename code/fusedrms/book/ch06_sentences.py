@@ -22,11 +22,12 @@ def _pct(x: float) -> str:
 
 
 def _change(new: float, old: float) -> str:
-    """How ``new`` compares with ``old``: "4% less", "10% more", "the same time"."""
+    """How a time ``new`` compares with ``old``: "4.0% less time", "10% longer", "the same
+    time"."""
     d = 100 * (new - old) / old
     if abs(d) < 0.5:
         return "the same time"
-    return f"{_pct(abs(d))} {'more' if d > 0 else 'less'}"
+    return f"{_pct(abs(d))} {'longer' if d > 0 else 'less time'}"
 
 
 def sync_sentence(sync: list[dict] | None, copy_GBps: float | None = None) -> str | None:
@@ -47,10 +48,12 @@ def sync_sentence(sync: list[dict] | None, copy_GBps: float | None = None) -> st
             f"from {us(lo['no_sync_us'])} to {us(hi['no_sync_us'])} "
             f"({times_in_words(clock)})")
     if copy_GBps:
-        below = sum(r["no_sync_us"] < r["bytes"] / (copy_GBps * 1e3) for r in sync if r["bytes"])
+        shares = [r["no_sync_us"] / (r["bytes"] / (copy_GBps * 1e3)) for r in sync if r["bytes"]]
+        below = sum(s < 1 for s in shares)
         if below:
             text += (f" and read below the copy floor at {below} of "
-                     f"{page.counted(len(sync), 'size')}")
+                     f"{page.counted(len(sync), 'size')}"
+                     + (f", down to {_pct(100 * min(shares))} of it" if below > 1 else ""))
     if clock < work / 2:
         text += ": it times the launch, not the work"
     return (text + f". The synchronized clock read {us(hi['sync_us'])} at the largest size, the "
@@ -89,7 +92,7 @@ def process_counts_sentence(grid: dict | None) -> str | None:
     parts = [f"{page.counted(n, 'cold case')} ran in {_SMALL.get(k, f'{k:,}')} "
              f"{'process' if k == 1 else 'processes'}" if i == 0 else
              f"{n:,} in {_SMALL.get(k, f'{k:,}')}" for i, (k, n) in enumerate(counts)]
-    text = "In the recorded grid " + page.listed(parts)
+    text = "In the recorded benchmark, " + page.listed(parts)
     if len(counts) == 1:
         return text
     why = []
@@ -191,8 +194,8 @@ def graph_sentences(rows: list[dict] | None) -> tuple[str, str] | None:
                else ": about the same")
     alone = [(r["cold_graph_us"] - r["cold_us"]) / r["cold_us"],
              (r["held_graph_us"] - r["held_us"]) / r["held_us"]]
-    change = (f"replayed, it took {_change(r['cold_graph_us'], r['cold_us'])} flushed and "
-              f"{_change(r['held_graph_us'], r['held_us'])} warm")
+    change = (f"replayed, a flushed call took {_change(r['cold_graph_us'], r['cold_us'])} and a "
+              f"warm one took {_change(r['held_graph_us'], r['held_us'])}")
     if all(a > -0.25 for a in alone):
         lesson = f"So a graph does not make a lone call much faster: {change}"
     else:
