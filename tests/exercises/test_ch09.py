@@ -72,3 +72,14 @@ def test_backward_bytes_reads_thousands_separators_and_says_what_a_fraction_mean
     feedback = ch09.backward_bytes.check(ch09.BACKWARD_BYTES / 1e6)
     assert not feedback.ok and "megabytes" in feedback.message
     assert not ch09.backward_bytes.check(f"{ch09.BACKWARD_BYTES + 2:,}").ok
+
+
+@pytest.mark.parametrize("answer", [-ch09.BACKWARD_BYTES, 0])
+def test_backward_bytes_calls_a_non_positive_count_malformed(answer):
+    fb = ch09.backward_bytes.check(answer)
+    assert not fb.ok and "could not be read" in fb.message and "positive" in fb.message
+
+
+def test_backward_bytes_partials_counted_once_says_how_often_they_cross():
+    fb = ch09.backward_bytes.check(3 * ch09.MATRIX + ch09._SMALL + ch09.PARTIALS)
+    assert not fb.ok and "once more" in fb.hint and str(ch09.PROGRAMS) in fb.hint

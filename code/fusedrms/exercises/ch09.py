@@ -133,8 +133,10 @@ _BYTES_MISTAKES = {
     "partials forgotten": (3 * MATRIX + _SMALL,
                            f"Each of the {PROGRAMS} programs writes one fp32 row of dw partials "
                            f"({COLS} x 4 B) and the second stage reads them back."),
-    "partials written but not read back": (3 * MATRIX + _SMALL + PARTIALS,
-                                           "The second kernel reads every partial once more."),
+    "the partials counted once": (3 * MATRIX + _SMALL + PARTIALS,
+                                  f"Each of the {PROGRAMS} programs writes its row of partials "
+                                  f"and the second kernel reads every partial once more: twice "
+                                  f"{PROGRAMS} x {COLS} x 4 B."),
     "saved r forgotten": (BACKWARD_BYTES - ROWS * 4,
                           "The backward reads the row scale the forward saved: 4 bytes per row."),
     "dx forgotten": (BACKWARD_BYTES - MATRIX, "dx is written: rows x cols in bf16."),
@@ -154,6 +156,8 @@ def _grade_bytes(answer):
     if value != int(value):
         raise Malformed(f"bytes are whole numbers, got {value} (for megabytes, multiply by "
                         f"1,000,000).")
+    if value <= 0:
+        raise Malformed(f"a number of bytes moved is positive, got {value:,.0f}.")
     if int(value) == BACKWARD_BYTES:
         return correct(f"{BACKWARD_BYTES:,} B: x and dy read and dx written ({3 * MATRIX:,}), the "
                        f"partials written and read ({2 * PARTIALS:,}), w, r and dw "
