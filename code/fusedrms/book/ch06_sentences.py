@@ -175,6 +175,17 @@ def dirty_sentence(view: dict | None) -> str | None:
             f"{abs(short) / 1e6:,.1f} MB {'fewer' if short > 0 else 'more'}")
 
 
+def implementations(rows: list[dict] | None) -> str:
+    """How many implementations a rule timed, in words: "the fused kernel alone", "two
+    implementations" (the fused kernel and its peers before anything is recorded)."""
+    names = {r["impl"] for r in rows or []}
+    if not names:
+        return "the fused kernel and a peer"
+    if len(names) == 1:
+        return "the fused kernel alone"
+    return f"{_SMALL.get(len(names), f'{len(names):,}')} implementations"
+
+
 def graph_sentences(rows: list[dict] | None) -> tuple[str, str] | None:
     """What a graph changed for the first implementation at its first one-row shape: a lone call
     (flushed and warm) and calls back to back; and the lesson the numbers support."""
@@ -295,8 +306,12 @@ def cooperation_sentence(timed: list[dict], historical_ratio: float | None = Non
                 f"(hip.serial) and {readable_us(by['hip.block'])} (hip.block), a factor of "
                 f"{ratio:,.1f}")
         if historical_ratio:
-            text += (": the same lesson, " + ("larger" if ratio > historical_ratio else "smaller")
-                     + " than on the RX 9070 XT")
+            then = f"{historical_ratio:,.1f}"
+            text += (f": the same lesson, with about the RX 9070 XT's factor ({then})"
+                     if abs(ratio / historical_ratio - 1) < 0.05 else
+                     ": the same lesson, with a "
+                     + ("larger" if ratio > historical_ratio else "smaller")
+                     + f" factor than the RX 9070 XT's {then}")
     if missing:
         it = "it is" if len(missing) == 1 else "they are"
         note = (f"The recording did not time {page.listed(missing)} at this shape: {it} missing "
