@@ -184,10 +184,10 @@ def test_not_timed_at_names_skipped_peers_but_not_declared_widths():
 def test_cooperation_sentence_compares_the_h200_and_names_who_was_not_timed():
     timed = [dict(impl="hip.serial", median_us=1048.5), dict(impl="hip.block", median_us=17.62)]
     text = _reads_well(said.cooperation_sentence(timed, 25.8, ["torch.compile"]))
-    assert "a factor of 59.5" in text and "a larger factor than the RX 9070 XT's 25.8" in text
+    assert "a factor of 59.5" in text and "stronger than on the RX 9070 XT (25.8)" in text
     assert "did not time torch.compile at this shape: it is missing" in text
-    assert "smaller" in said.cooperation_sentence(timed, 100.0)
-    assert "with about the RX 9070 XT's factor (60.0)" in said.cooperation_sentence(timed, 60.0)
+    assert "weaker" in said.cooperation_sentence(timed, 100.0)
+    assert "about as strong as on the RX 9070 XT (60.0)" in said.cooperation_sentence(timed, 60.0)
     both = _reads_well(said.cooperation_sentence([], None, ["a", "b"]))
     assert both.startswith("The recording did not time a and b") and "they are missing" in both
     assert said.cooperation_sentence([], None, []) is None

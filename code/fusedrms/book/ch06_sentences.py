@@ -306,12 +306,11 @@ def cooperation_sentence(timed: list[dict], historical_ratio: float | None = Non
                 f"(hip.serial) and {readable_us(by['hip.block'])} (hip.block), a factor of "
                 f"{ratio:,.1f}")
         if historical_ratio:
-            then = f"{historical_ratio:,.1f}"
-            text += (f": the same lesson, with about the RX 9070 XT's factor ({then})"
+            then = f"the RX 9070 XT ({historical_ratio:,.1f})"
+            text += (f": the same lesson, about as strong as on {then}"
                      if abs(ratio / historical_ratio - 1) < 0.05 else
-                     ": the same lesson, with a "
-                     + ("larger" if ratio > historical_ratio else "smaller")
-                     + f" factor than the RX 9070 XT's {then}")
+                     f": the same lesson, {'stronger' if ratio > historical_ratio else 'weaker'} "
+                     f"than on {then}")
     if missing:
         it = "it is" if len(missing) == 1 else "they are"
         note = (f"The recording did not time {page.listed(missing)} at this shape: {it} missing "
