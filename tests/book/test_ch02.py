@@ -72,6 +72,12 @@ def test_best_pct_of_floor_ignores_wrong_results():
     assert ch02.best_pct_of_floor({"records": []}) is None
 
 
+def test_best_pct_of_floor_counts_only_calls_with_the_l2_flushed():
+    doc = {"records": [grid_record("a", 1, 1, 1, pct_of_floor=180.0, mode="warm"),
+                       grid_record("b", 1, 1, 1, pct_of_floor=95.0)]}
+    assert ch02.best_pct_of_floor(doc) == 95.0
+
+
 # ---- the page's sentences in every state of the recording
 
 COPY = {"kind": "bandwidth", "gpu": "NVIDIA H200", "measured_GBps": 4236.4,
@@ -132,3 +138,13 @@ def test_fusion_answer_says_above_or_below_the_byte_ratios_as_the_data_does():
     assert "not recorded yet" in ch02.fusion_answer({}, [], BOUNDS, "GPU")
     partial = {k: v for k, v in totals.items() if k != "capstone.fused_residual"}
     assert "not recorded yet" in ch02.fusion_answer(partial, times, BOUNDS, "GPU")
+
+
+def test_fusion_outlook_follows_the_measurement_in_every_state():
+    totals, _ = _census((25.0, 20.0, 44.0), 26.5, 34.8)
+    assert ch02.fusion_outlook(totals, BOUNDS).endswith("loses more than its bytes")
+    slow, _ = _census((25.0, 16.0, 16.0), 60.0, 70.0)
+    assert "less than the bytes promise" in ch02.fusion_outlook(slow, BOUNDS)
+    mixed, _ = _census((25.0, 16.0, 16.0), 20.0, 70.0)  # 57/20 > 7/3, 57/70 < 7/4
+    assert "against one fused kernel" in ch02.fusion_outlook(mixed, BOUNDS)
+    assert "not recorded yet" in ch02.fusion_outlook({}, BOUNDS)

@@ -229,8 +229,8 @@ def test_sentences_with_part_of_the_recording():
     host = [{"variant": "serial", "rows": 1024, "block": 256, "grid_blocks": 4,
              "median_us": 2063.0}]
     text = ch03.host_sentence(host, [], 1047.0)
-    assert text == ("The recorded host program ran hip.serial on 4 blocks in 2,063 µs, "
-                    "against the ladder's 1,047 µs.")
+    assert text == ("The standalone host program (the last section) ran hip.serial on 4 blocks "
+                    "in 2,063 µs, against the ladder's 1,047 µs.")
     far = ch03.host_sentence(host, [{"block_size": 256, "median_us": 900.0}], None)
     assert "does not account for all of the difference" in far
 
@@ -244,3 +244,25 @@ def test_learned_sentence_is_short_in_every_state(tmp_path):
     only = [_point("hip.block", 20.0)]
     assert ch03.learned_sentence(only, [], []) == "The shuffle finish is not recorded yet."
     assert "not recorded yet" in ch03.learned_sentence([], [], [])
+
+
+def _sweep(kind_sizes):
+    return [{"block_size": b, "grid_blocks": -(-1024 // b), "median_us": us} for b, us in kind_sizes]
+
+
+def test_serial_lesson_and_answer_split_the_grid_from_one_thread_per_row():
+    default = ch03.serial_default_block()
+    blocks = _sweep([(32, 90.0), (256, 18.0), (1024, 22.0)])
+    serial = _sweep([(1, 300.0), (default, 1050.0)])
+    assert ch03.serial_lesson(blocks, serial) == (
+        f"One thread per row is slow twice over: its default grid of {-(-1024 // default)} blocks "
+        "leaves most of the GPU idle, and each row has one thread where hip.block has 256.")
+    answer = ch03.block_size_answer(blocks, serial)
+    assert "runs 3.5× faster, yet still takes 17× as long as hip.block at its best" in answer
+    grid_only = _sweep([(1, 20.0), (default, 1050.0)])
+    assert "mainly because its default grid" in ch03.serial_lesson(blocks, grid_only)
+    flat = _sweep([(1, 1000.0), (default, 1050.0)])
+    assert "the grid's size matters little" in ch03.serial_lesson(blocks, flat)
+    for missing in (ch03.serial_lesson([], serial), ch03.serial_lesson(blocks, [])):
+        assert missing.endswith("not recorded yet.") and "×" not in missing
+    assert "no faster on more blocks" in ch03.block_size_answer([], _sweep([(default, 9.0)]))

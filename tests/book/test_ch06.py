@@ -29,7 +29,8 @@ def test_historical_seed_table_is_labelled_and_in_microseconds():
 
 
 def test_readable_times_and_ratios():
-    assert ch06.readable_us(230637.56) == "230.6 ms"
+    assert ch06.readable_us(230637.56) == "231 ms"
+    assert ch06.readable_us(23063.7) == "23.1 ms"
     assert ch06.readable_us(7435373.07) == "7.44 s"
     assert ch06.readable_us(99.18) == "99.2 µs" and ch06.readable_us(1.579) == "1.58 µs"
     assert ch06.readable_us(2695.4) == "2.70 ms" and ch06.readable_us(208.2) == "208 µs"
@@ -94,6 +95,12 @@ def test_grid_summaries():
     # a case the recording skipped is missing, not an error
     assert h["skipped"] == 1 and h["skipped_impls"] == ["torch.compile"]
     assert [r["rows"] for r in ch06.grid_rows(grid)] == [1, 4096, 16384]
+    # the checks beside the grid count the grid's cases only, not the file's other sweeps
+    grid["records"].append(dict(sweep="l2", impl="k", rows=1, cols=8, dtype="bf16",
+                                mode="warm", status="skipped: time budget"))
+    assert ch06.grid_health(grid)["cases"] == 7 and ch06.grid_health(grid, "grid")["cases"] == 6
+    assert ch06.grid_health(grid, "grid")["skipped"] == 1
+    assert ch06.grid_health(grid, "no such sweep") is None
 
 
 def _fake_rules_clock(monkeypatch):

@@ -68,6 +68,9 @@ def test_sync_sentence_concludes_only_what_the_clocks_show():
 
     launch = _reads_well(said.sync_sentence([row(1024, 24, 15), row(65536, 78, 741)], 4000.0))
     assert "it times the launch" in launch and "below the copy floor at 1 of 2 sizes" in launch
+    assert "down to" not in launch  # one size below: no range to state
+    two = _reads_well(said.sync_sentence([row(1024, 8, 15), row(65536, 78, 741)], 4000.0))
+    assert "below the copy floor at 2 of 2 sizes, down to 9.7% of it" in two
     # a clock that grows with the work is not said to time the launch
     honest = _reads_well(said.sync_sentence([row(1024, 20, 15), row(65536, 850, 841)], 4000.0))
     assert "times the launch" not in honest and "below the copy floor" not in honest
@@ -78,7 +81,7 @@ def test_sync_sentence_concludes_only_what_the_clocks_show():
 def test_process_sentences_in_every_state():
     full = _grid(*[_grid_record("k", r) for r in (1, 16, 256)])
     assert _reads_well(said.process_counts_sentence(full)) == \
-        "In the recorded grid 3 cold cases ran in three processes"
+        "In the recorded benchmark, 3 cold cases ran in three processes"
     cut = _grid(_grid_record("k", 1),
                 _grid_record("k", 16, process_medians_us=[10.0, 10.1], processes=2),
                 _grid_record("torch.compile", 1, process_medians_us=[10.0], processes=1))
@@ -133,11 +136,11 @@ def test_graph_sentences_report_both_lone_calls():
     answer, lesson = said.graph_sentences([r])
     _reads_well(answer), _reads_well(lesson)
     assert "27 times as long" in answer
-    assert "10% more flushed" in lesson and "1.2% less warm" in lesson
+    assert "a flushed call took 10% longer" in lesson and "a warm one took 1.2% less time" in lesson
     faster = dict(r, cold_graph_us=2.0, held_graph_us=2.0)
     assert said.graph_sentences([faster])[1].startswith("Replaying made even a lone call faster")
     same = said.graph_sentences([dict(r, held_graph_us=4.24)])[1]
-    assert "the same time warm" in same
+    assert "a warm one took the same time" in same
 
 
 def test_l2_and_dirty_sentences_follow_the_numbers():
@@ -181,9 +184,17 @@ def test_not_timed_at_names_skipped_peers_but_not_declared_widths():
 def test_cooperation_sentence_compares_the_h200_and_names_who_was_not_timed():
     timed = [dict(impl="hip.serial", median_us=1048.5), dict(impl="hip.block", median_us=17.62)]
     text = _reads_well(said.cooperation_sentence(timed, 25.8, ["torch.compile"]))
-    assert "a factor of 59.5" in text and "larger than on the RX 9070 XT" in text
+    assert "a factor of 59.5" in text and "stronger than on the RX 9070 XT (25.8)" in text
     assert "did not time torch.compile at this shape: it is missing" in text
-    assert "smaller" in said.cooperation_sentence(timed, 100.0)
+    assert "weaker" in said.cooperation_sentence(timed, 100.0)
+    assert "about as strong as on the RX 9070 XT (60.0)" in said.cooperation_sentence(timed, 60.0)
     both = _reads_well(said.cooperation_sentence([], None, ["a", "b"]))
     assert both.startswith("The recording did not time a and b") and "they are missing" in both
     assert said.cooperation_sentence([], None, []) is None
+
+
+def test_implementations_counts_in_words_in_every_state():
+    assert said.implementations(None) == "the fused kernel and a peer"
+    assert said.implementations([{"impl": "capstone.fused"}] * 3) == "the fused kernel alone"
+    two = [{"impl": "capstone.fused"}, {"impl": "torch.eager_chain"}]
+    assert said.implementations(two) == "two implementations"

@@ -98,3 +98,33 @@ def test_exercise_row_is_not_the_animations():
     shown = " ".join(f.caption for f in rmsnorm_frames.frames())
     assert f" {ch01.sum_of_squares.solution:g}" not in shown
     assert f"{ch01.third_output.solution:.4f}" not in shown
+
+
+@pytest.mark.parametrize("written", ["sqrt(16)/sqrt(13)", "(16/13)**0.5", "(16/13)^0.5", "√(16/13)"])
+def test_padded_mean_reads_the_factor_written_as_arithmetic(written):
+    assert ch01.padded_mean.check(("larger", written)).ok
+
+
+@pytest.mark.parametrize("answer,needle", [
+    (("larger", 0.1094), "how much r grows"), (("larger", 10.94), "how much r grows"),
+    (("larger", "10.94%"), "percentage"), (("larger", "__import__('os')"), "could not read"),
+])
+def test_padded_mean_tells_growth_and_percentages_from_the_factor(answer, needle):
+    fb = ch01.padded_mean.check(answer)
+    assert not fb.ok and needle in fb.message
+
+
+def test_sum_of_squares_names_a_negative_square():
+    fb = ch01.sum_of_squares.check(17)
+    assert not fb.ok and "(-2)²" in fb.hint
+
+
+@pytest.mark.parametrize("answer,column", [(0.8, 1), (1.6, 3)])
+def test_third_output_names_another_columns_output(answer, column):
+    fb = ch01.third_output.check(answer)
+    assert not fb.ok and f"y[{column}]" in fb.message and "count from 0" in fb.hint
+
+
+def test_third_output_accepts_a_fraction():
+    assert ch01.third_output.check("-2/5").ok
+    assert not ch01.third_output.check("2/5").ok

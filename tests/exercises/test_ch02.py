@@ -103,3 +103,26 @@ def test_wrong_answers_with_a_unit_still_get_their_hint():
 def test_a_unit_alone_is_malformed(ex, answer):
     fb = ex.check(answer)
     assert not fb.ok and "could not be read" in fb.message and not fb.error
+
+
+@pytest.mark.parametrize("written", ["33.56 MB", "33562.624 kB", "32.0078 MiB", "0.03356 GB"])
+def test_residual_bytes_accepts_a_size_rounded_as_written(written):
+    assert ch02.residual_bytes.check(written).ok
+
+
+@pytest.mark.parametrize("written,needle", [
+    ("34 MB", "too rough"), ("32 MiB", "too rough"), ("33.55 MB", "weight left out"),
+    ("25.17 MB", "residual write forgotten"), (33.56, "looks like megabytes"),
+])
+def test_residual_bytes_rough_or_slipped_sizes_fail_with_a_reason(written, needle):
+    fb = ch02.residual_bytes.check(written)
+    assert not fb.ok and needle in fb.message and fb.hint
+
+
+def test_intensity_names_a_rounded_mistake():
+    assert "eager chain" in ch02.intensity.check(0.36).message
+
+
+def test_speedup_bound_percentage_is_malformed_with_a_message():
+    fb = ch02.speedup_bound.check("125%")
+    assert not fb.ok and "percentage" in fb.message

@@ -102,3 +102,27 @@ def test_percent_of_floor_accepts_the_share_rounded_as_written(answer):
 def test_percent_of_floor_rejects_wrong_roundings_with_a_hint(answer, label):
     fb = ch06.percent_of_floor.check(answer)
     assert not fb.ok and label in str(fb) and "Hint" in str(fb)
+
+
+def test_unit_slips_by_a_thousand_get_a_unit_hint_in_plain_digits():
+    for answer in (ch06.FLOOR_US * 1e3, f"{ch06.FLOOR_US:.2f} ms"):
+        fb = ch06.predict_floor.check(answer)
+        assert not fb.ok and "1,000 times the floor" in fb.hint
+        assert "e+" not in fb.message  # 51,624 µs, not 5.162e+04 µs
+
+
+def test_twice_the_floor_hint_names_both_ways_to_get_there():
+    fb = ch06.predict_floor.check(2 * ch06.FLOOR_US)
+    assert not fb.ok and "2 bytes" in fb.hint and "halve" in fb.hint
+
+
+def test_the_solution_does_not_claim_what_the_data_contradicts():
+    # recorded kernels reach slightly above 100% of the copy floor (chapter 6, section 6)
+    fb = ch06.predict_floor.check(ch06.FLOOR_US)
+    assert fb.ok and "can be faster" not in fb.message
+
+
+def test_the_achieved_bandwidth_is_not_a_percentage():
+    achieved = ch06.FUSED.bytes_total / (ch06.MEASURED_US * 1e3)
+    fb = ch06.percent_of_floor.check(round(achieved))
+    assert not fb.ok and "achieved bandwidth" in str(fb)

@@ -42,7 +42,7 @@ def test_missing_term_accepts_spellings_of_the_letter():
 
 def test_backward_bytes_is_the_models_number_and_exact():
     assert ch09.backward_bytes.solution == traffic.price(
-        "rmsnorm_backward", 4096, 4096, "bf16").bytes_total
+        "rmsnorm_backward", ch09.ROWS, ch09.COLS, "bf16").bytes_total
     assert ch09.backward_bytes.check(str(ch09.BACKWARD_BYTES)).ok
     assert not ch09.backward_bytes.check(ch09.BACKWARD_BYTES + 4).ok
     assert "whole numbers" in ch09.backward_bytes.check(1.5).message
@@ -72,3 +72,23 @@ def test_backward_bytes_reads_thousands_separators_and_says_what_a_fraction_mean
     feedback = ch09.backward_bytes.check(ch09.BACKWARD_BYTES / 1e6)
     assert not feedback.ok and "megabytes" in feedback.message
     assert not ch09.backward_bytes.check(f"{ch09.BACKWARD_BYTES + 2:,}").ok
+
+
+@pytest.mark.parametrize("answer", [-ch09.BACKWARD_BYTES, 0])
+def test_backward_bytes_calls_a_non_positive_count_malformed(answer):
+    fb = ch09.backward_bytes.check(answer)
+    assert not fb.ok and "could not be read" in fb.message and "positive" in fb.message
+
+
+def test_backward_bytes_partials_counted_once_says_how_often_they_cross():
+    fb = ch09.backward_bytes.check(3 * ch09.MATRIX + ch09._SMALL + ch09.PARTIALS)
+    assert not fb.ok and "once more" in fb.hint and str(ch09.PROGRAMS) in fb.hint
+
+
+def test_backward_bytes_is_not_the_chapters_priced_shape_and_a_rounded_total_is_close():
+    # the chapter's pricing table shows 4096 x 4096: the exercise asks for another shape
+    assert ch09.BACKWARD_BYTES != traffic.price("rmsnorm_backward", 4096, 4096,
+                                                "bf16").bytes_total
+    rounded = round(ch09.BACKWARD_BYTES, -4)
+    fb = ch09.backward_bytes.check(rounded)
+    assert not fb.ok and "close but not exact" in fb.message and fb.hint

@@ -129,3 +129,21 @@ def test_issue_17_reproducers_get_messages():
         feedback = exercise.check(answer)
         assert not feedback.ok and feedback.message and not feedback.error, (exercise.name, answer)
     assert ch05.fp16_tolerance.check({"rtol": ch05.TERMS["rtol"], "dominant": "cast"}).ok
+
+
+@pytest.mark.parametrize("text,value", [("16/13", 16 / 13), ("sqrt(16)/sqrt(13)", (16 / 13) ** 0.5),
+                                        ("(16/13)^0.5", (16 / 13) ** 0.5), ("-2/5", -0.4),
+                                        (" 5 / 4 ", 1.25), ("1.5", 1.5), (2, 2.0)])
+def test_as_expression_reads_arithmetic_a_reader_types(text, value):
+    from fusedrms.exercises.core import as_expression
+
+    assert as_expression(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["__import__('os').getcwd()", "5/0", "2**99999", "sqrt(-1)",
+                                  "(1", "x/2", "(" * 300 + "1" + ")" * 300, "(-1)**0.5"])
+def test_as_expression_refuses_anything_else_with_a_message(text):
+    from fusedrms.exercises.core import Malformed, as_expression
+
+    with pytest.raises(Malformed):
+        as_expression(text)

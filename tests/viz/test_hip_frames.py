@@ -58,3 +58,10 @@ def test_explorer_accepts_text_and_reports_bad_input():
     assert "commas" in status.value and holder.children == ()
     text_x.value = "1, 2, 3, 4"
     assert status.value == "" and "sqrt(30" in frames_for()
+
+
+def test_one_and_two_threads_read_as_english():
+    one = " ".join(f.caption for f in hip_frames.frames("5", "1", threads=1))
+    assert "1 threads" not in one and "1 dependent additions" not in one and "up.." not in one
+    two = hip_frames.frames("1, 2, 3", "1, 1, 1", threads=2)[5].caption
+    assert "single step" in two and "one thread" not in two

@@ -76,3 +76,25 @@ def test_explorer_recomputes_for_w_and_eps_and_applies_text_on_enter():
     assert "0.2000" in holder.children[0].children[1].children[4].value  # r = 1/sqrt(12.5 + 12.5)
     eps.value = -1.0
     assert "eps must be" in status.value and holder.children == ()
+
+
+def test_one_column_reads_as_english():
+    text = " ".join(f.caption for f in rmsnorm_frames.frames("5", "2"))
+    assert "1 columns" not in text and "1 outputs" not in text and "Tree order: ." not in text
+    assert "the one real column" in text and "Only the output is stored" in text
+
+
+def test_the_tree_frame_draws_every_padded_lane_inside_the_picture_with_its_pairs():
+    svg = rmsnorm_frames.frames("1, 2, 3, 4, 5", "1, 1, 1, 1, 1")[2].svg
+    root = ET.fromstring(svg)
+    width = float(root.get("width"))
+    ns = "{http://www.w3.org/2000/svg}"
+    rects = root.findall(f"{ns}rect")
+    assert len(rects) == 8 + 4 + 2 + 1  # the padded level 0, then the halves
+    assert all(float(r.get("x")) + float(r.get("width")) <= width for r in rects)
+    assert len(root.findall(f"{ns}line")) == 2 * (4 + 2 + 1)  # two inputs per sum
+
+
+def test_tiny_scales_are_not_printed_as_zero():
+    frames = rmsnorm_frames.frames("1e5, 2e5", "1, 1")
+    assert "6.325e-06" in frames[4].caption and "0.0000" not in frames[4].caption

@@ -162,10 +162,12 @@ def grid_pair(grid_doc: dict, slow: str, fast: str, rows: int, cols: int, dtype:
             for name, r in found.items()}
 
 
-def best_pct_of_floor(grid_doc: dict) -> float | None:
-    """The highest % of its copy floor any correct, timed record of the grid reaches."""
+def best_pct_of_floor(grid_doc: dict, mode: str = "cold") -> float | None:
+    """The highest % of its copy floor any correct, timed record of the grid reaches, with the
+    L2 cache flushed before every call (``mode``: a warm L2 would pass the floor from cache)."""
     pcts = [r["pct_of_floor"] for r in grid_doc["records"]
-            if r.get("status") == "ok" and r.get("pct_of_floor") and r.get("correct", True)]
+            if r.get("status") == "ok" and r.get("pct_of_floor") and r.get("correct", True)
+            and r.get("mode", mode) == mode]
     return max(pcts) if pcts else None
 
 
@@ -227,6 +229,22 @@ def grid_sentence(pair: dict | None, slow: str = "torch.eager_chain",
             f"{e['median_us']:.1f} µs (the processes' medians: {spread(e)}) and the fused kernel "
             f"{f['median_us']:.1f} µs ({spread(f)}), {e['median_us'] / f['median_us']:.2f}× "
             f"apart, with ranges that {'do not overlap' if apart else 'overlap'}.")
+
+
+def fusion_outlook(totals: dict, bounds: tuple) -> str:
+    """The chapter's closing recap of its measurement, a clause: whether the eager chain lost
+    more or less than its bytes against the two fused kernels (``bounds``: two Fractions)."""
+    need = ("torch.eager_chain", "capstone.fused", "capstone.fused_residual")
+    if any(n not in totals for n in need):
+        return "its measurement on a real GPU is " + NOT_RECORDED.format(7)
+    eager, fused, resid = (totals[n]["measured_us"] for n in need)
+    above = [eager / fused > float(bounds[0]), eager / resid > float(bounds[1])]
+    if all(above):
+        return "the measurement says that the eager chain loses more than its bytes"
+    if not any(above):
+        return "the measurement says that fusion bought less than the bytes promise"
+    return ("the measurement says that fusion bought more than the bytes promise against one "
+            "fused kernel and less against the other")
 
 
 def fusion_answer(totals: dict, census: list[dict], bounds: tuple, gpu: str) -> str:

@@ -570,8 +570,8 @@ def host_sentence(host: list[dict], serial_sweep: list[dict], ladder_serial_us) 
     h = next((r for r in host if r["variant"] == "serial" and r["rows"] == 1024), None)
     if h is None:
         return ""
-    text = (f"The recorded host program ran hip.serial on {h['grid_blocks']} blocks in "
-            f"{h['median_us']:,.0f} µs")
+    text = (f"The standalone host program (the last section) ran hip.serial on "
+            f"{h['grid_blocks']} blocks in {h['median_us']:,.0f} µs")
     if ladder_serial_us:
         text += f", against the ladder's {ladder_serial_us:,.0f} µs"
     same = {p["block_size"]: p["median_us"] for p in serial_sweep}.get(h["block"])
@@ -582,6 +582,40 @@ def host_sentence(host: list[dict], serial_sweep: list[dict], ladder_serial_us) 
                "the grid does not account for all of the difference")
     return (text + f"; the ladder's sweep on {h['grid_blocks']} blocks took {same:,.0f} µs: "
                    f"{verdict}.")
+
+
+def _serial_costs(blocks: list[dict], serial_sweep: list[dict]) -> dict | None:
+    """hip.serial's sweep split in two factors: ``grid_x``, its default grid's time over its best
+    grid's, and ``rest_x``, its best time over hip.block's best (None without a hip.block sweep);
+    None when the sweep lacks the default block size."""
+    at = {p["block_size"]: p for p in serial_sweep}
+    default = serial_default_block()
+    if default not in at:
+        return None
+    quick = min(serial_sweep, key=lambda p: p["median_us"])
+    best_block = min(blocks, key=lambda p: p["median_us"]) if blocks else None
+    return {"grid_x": at[default]["median_us"] / quick["median_us"],
+            "default_blocks": at[default]["grid_blocks"], "quick_blocks": quick["grid_blocks"],
+            "rest_x": quick["median_us"] / best_block["median_us"] if best_block else None,
+            "block_threads": best_block["block_size"] if best_block else None}
+
+
+def serial_lesson(blocks: list[dict], serial_sweep: list[dict]) -> str:
+    """Why one thread per row is slow, as far as the two sweeps show it: one sentence."""
+    found = _serial_costs(blocks, serial_sweep)
+    if found is None or found["rest_x"] is None:
+        return "One thread per row is slow; the block-size sweeps that say why are not recorded yet."
+    grid = found["grid_x"] >= 1.5
+    rest = found["rest_x"] >= 1.5
+    idle = f"its default grid of {found['default_blocks']:,} blocks leaves most of the GPU idle"
+    alone = f"each row has one thread where hip.block has {found['block_threads']}"
+    if grid and rest:
+        return f"One thread per row is slow twice over: {idle}, and {alone}."
+    if grid:
+        return f"One thread per row is slow mainly because {idle}."
+    if rest:
+        return f"One thread per row is slow mainly because {alone}; the grid's size matters little."
+    return "One thread per row is hardly slower than a block per row here."
 
 
 def block_size_answer(blocks: list[dict], serial_sweep: list[dict]) -> str:
@@ -598,14 +632,17 @@ def block_size_answer(blocks: list[dict], serial_sweep: list[dict]) -> str:
                 for b in sorted({min(by_size), max(by_size)}) if b != fastest["block_size"]]
         if ends:
             parts[-1] += ", while " + " and ".join(ends)
-    at = {p["block_size"]: p for p in serial_sweep}
-    default = serial_default_block()
-    quick = min(serial_sweep, key=lambda p: p["median_us"]) if serial_sweep else None
-    if quick and default in at and quick["block_size"] != default:
-        parts.append(f"hip.serial is slow because its grid leaves most of the GPU idle: spread "
-                     f"over {_rows(quick['grid_blocks'])} blocks it runs "
-                     f"{at[default]['median_us'] / quick['median_us']:.1f}× faster "
-                     f"than on the default {at[default]['grid_blocks']:,}")
+    found = _serial_costs(blocks, serial_sweep)
+    if found and found["grid_x"] > 1:
+        parts.append(f"spread over {_rows(found['quick_blocks'])} blocks instead of its default "
+                     f"{found['default_blocks']:,}, hip.serial runs {found['grid_x']:.1f}× faster")
+        if found["rest_x"] is not None:
+            parts[-1] += (f", yet still takes {found['rest_x']:.2g}× as long as hip.block at its "
+                          f"best, with one thread per row where hip.block has "
+                          f"{found['block_threads']}")
+    elif found:
+        parts.append(f"hip.serial is no faster on more blocks than on its default "
+                     f"{found['default_blocks']:,}")
     elif serial_sweep:
         parts.append("hip.serial's sweep does not include the default block size")
     else:

@@ -22,12 +22,14 @@ from ..measure.harness import (FloorUnavailable, _sync_wall_ms, floor_bytes, mak
 
 
 def readable_us(us: float | None) -> str:
-    """A time in the unit that reads: 0.85 µs, 99.2 µs, 208 µs, 2.70 ms, 230.6 ms, 7.44 s ("-" when
-    missing)."""
+    """A time in the unit that reads, to three figures: 0.85 µs, 99.2 µs, 208 µs, 2.70 ms, 231 ms,
+    7.44 s ("-" when missing)."""
     if us is None:
         return "-"
     if us >= 1e6:
         return f"{us / 1e6:.2f} s"
+    if us >= 1e5:
+        return f"{us / 1e3:.0f} ms"
     if us >= 1e4:
         return f"{us / 1e3:.1f} ms"
     if us >= 1e3:
@@ -125,13 +127,16 @@ def floor_summary(grid: dict | None, impl: str, min_bytes: float = 64e6,
                 share=share, min_bytes=min_bytes)
 
 
-def grid_health(grid: dict | None) -> dict | None:
+def grid_health(grid: dict | None, sweep: str | None = None) -> dict | None:
     """Counts a reader checks beside a speed table: measured, outside the tolerance, and not run,
     split into widths an implementation declares it cannot handle, cases the recording skipped
-    (its time ran out: missing, not failed) and errors."""
+    (its time ran out: missing, not failed) and errors. ``sweep``: only that sweep's cases (the
+    table beside it), else every case of the file."""
     if not grid:
         return None
-    recs = grid["records"]
+    recs = [r for r in grid["records"] if sweep is None or r.get("sweep") == sweep]
+    if not recs:
+        return None
     ok = [r for r in recs if r.get("status") == "ok"]
     wrong = [r for r in ok if r.get("correct") is False]
     not_run = [r for r in recs if r.get("status") != "ok"]

@@ -22,11 +22,12 @@ def _pct(x: float) -> str:
 
 
 def _change(new: float, old: float) -> str:
-    """How ``new`` compares with ``old``: "4% less", "10% more", "the same time"."""
+    """How a time ``new`` compares with ``old``: "4.0% less time", "10% longer", "the same
+    time"."""
     d = 100 * (new - old) / old
     if abs(d) < 0.5:
         return "the same time"
-    return f"{_pct(abs(d))} {'more' if d > 0 else 'less'}"
+    return f"{_pct(abs(d))} {'longer' if d > 0 else 'less time'}"
 
 
 def sync_sentence(sync: list[dict] | None, copy_GBps: float | None = None) -> str | None:
@@ -47,10 +48,12 @@ def sync_sentence(sync: list[dict] | None, copy_GBps: float | None = None) -> st
             f"from {us(lo['no_sync_us'])} to {us(hi['no_sync_us'])} "
             f"({times_in_words(clock)})")
     if copy_GBps:
-        below = sum(r["no_sync_us"] < r["bytes"] / (copy_GBps * 1e3) for r in sync if r["bytes"])
+        shares = [r["no_sync_us"] / (r["bytes"] / (copy_GBps * 1e3)) for r in sync if r["bytes"]]
+        below = sum(s < 1 for s in shares)
         if below:
             text += (f" and read below the copy floor at {below} of "
-                     f"{page.counted(len(sync), 'size')}")
+                     f"{page.counted(len(sync), 'size')}"
+                     + (f", down to {_pct(100 * min(shares))} of it" if below > 1 else ""))
     if clock < work / 2:
         text += ": it times the launch, not the work"
     return (text + f". The synchronized clock read {us(hi['sync_us'])} at the largest size, the "
@@ -89,7 +92,7 @@ def process_counts_sentence(grid: dict | None) -> str | None:
     parts = [f"{page.counted(n, 'cold case')} ran in {_SMALL.get(k, f'{k:,}')} "
              f"{'process' if k == 1 else 'processes'}" if i == 0 else
              f"{n:,} in {_SMALL.get(k, f'{k:,}')}" for i, (k, n) in enumerate(counts)]
-    text = "In the recorded grid " + page.listed(parts)
+    text = "In the recorded benchmark, " + page.listed(parts)
     if len(counts) == 1:
         return text
     why = []
@@ -172,6 +175,17 @@ def dirty_sentence(view: dict | None) -> str | None:
             f"{abs(short) / 1e6:,.1f} MB {'fewer' if short > 0 else 'more'}")
 
 
+def implementations(rows: list[dict] | None) -> str:
+    """How many implementations a rule timed, in words: "the fused kernel alone", "two
+    implementations" (the fused kernel and its peers before anything is recorded)."""
+    names = {r["impl"] for r in rows or []}
+    if not names:
+        return "the fused kernel and a peer"
+    if len(names) == 1:
+        return "the fused kernel alone"
+    return f"{_SMALL.get(len(names), f'{len(names):,}')} implementations"
+
+
 def graph_sentences(rows: list[dict] | None) -> tuple[str, str] | None:
     """What a graph changed for the first implementation at its first one-row shape: a lone call
     (flushed and warm) and calls back to back; and the lesson the numbers support."""
@@ -191,8 +205,8 @@ def graph_sentences(rows: list[dict] | None) -> tuple[str, str] | None:
                else ": about the same")
     alone = [(r["cold_graph_us"] - r["cold_us"]) / r["cold_us"],
              (r["held_graph_us"] - r["held_us"]) / r["held_us"]]
-    change = (f"replayed, it took {_change(r['cold_graph_us'], r['cold_us'])} flushed and "
-              f"{_change(r['held_graph_us'], r['held_us'])} warm")
+    change = (f"replayed, a flushed call took {_change(r['cold_graph_us'], r['cold_us'])} and a "
+              f"warm one took {_change(r['held_graph_us'], r['held_us'])}")
     if all(a > -0.25 for a in alone):
         lesson = f"So a graph does not make a lone call much faster: {change}"
     else:
@@ -292,8 +306,11 @@ def cooperation_sentence(timed: list[dict], historical_ratio: float | None = Non
                 f"(hip.serial) and {readable_us(by['hip.block'])} (hip.block), a factor of "
                 f"{ratio:,.1f}")
         if historical_ratio:
-            text += (": the same lesson, " + ("larger" if ratio > historical_ratio else "smaller")
-                     + " than on the RX 9070 XT")
+            then = f"the RX 9070 XT ({historical_ratio:,.1f})"
+            text += (f": the same lesson, about as strong as on {then}"
+                     if abs(ratio / historical_ratio - 1) < 0.05 else
+                     f": the same lesson, {'stronger' if ratio > historical_ratio else 'weaker'} "
+                     f"than on {then}")
     if missing:
         it = "it is" if len(missing) == 1 else "they are"
         note = (f"The recording did not time {page.listed(missing)} at this shape: {it} missing "

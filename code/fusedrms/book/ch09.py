@@ -27,6 +27,7 @@ from .. import env  # first
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -531,7 +532,7 @@ def backward_table(doc, kind: str = "backward") -> list[dict] | None:
         return None
     out = []
     for r in _select(doc, kind=kind):
-        if "us" in r:  # the atomic design stores no partials
+        if "us" in r:  # the atomic design stores no partials: 0% of its bytes, not a blank
             partials = 0 if r["impl"] == "atomic" else 2 * r["programs"] * r["cols"] * 4
             design = (r["impl"].split("/")[0] if kind == "programs"
                       else DESIGN_NAMES.get(r["impl"], r["impl"]))
@@ -539,7 +540,7 @@ def backward_table(doc, kind: str = "backward") -> list[dict] | None:
                         "shape": _shape(r["rows"], r["cols"], r["dtype"]),
                         "programs": r["programs"], "MB": r["bytes"] / 1e6,
                         "us": r["us"], "pct_floor": r["pct_floor"],
-                        "partials_pct": 100.0 * partials / r["bytes"] if partials else None})
+                        "partials_pct": 100.0 * partials / r["bytes"]})
     return out
 
 
@@ -605,11 +606,11 @@ def coverage_sentence(doc) -> str:
         [f"{page.listed(map(str, never['cols']), 'or')} columns"] if never["cols"] else []) + (
         [page.listed(never["dtypes"], "or")] if never["dtypes"] else [])
     if parts:
-        text += (f" Nothing with {page.listed(parts, 'or')} was measured, so nothing on this page "
-                 f"speaks for those steps.")
+        text += (f" No step with {page.listed(parts, 'or')} was timed, so no time on this page "
+                 f"speaks for those shapes.")
     else:
-        text += (f" The other {page.counted(len(c['absent']), 'shape')} were not measured, so "
-                 f"nothing on this page speaks for them.")
+        text += (f" The other {page.counted(len(c['absent']), 'shape')} were not timed, so no "
+                 f"time on this page speaks for them.")
     return text
 
 
@@ -697,6 +698,17 @@ def sweep_sentence(doc) -> str:
     each = page.listed(f"{r['design']} per SM at {shape}, {r['us']:.1f} µs with partials "
                 f"{r['partials_pct']:.0f}% of the bytes" for shape, r in best.items())
     return f"The fastest grid measured: {each}."
+
+
+def calls_per_replay(doc) -> str:
+    """How many calls one timed graph replay held, from the recorded methods ("20", "20 to 28"),
+    or "many" when the recording does not say."""
+    calls = sorted({int(m[1]) for r in _select(doc) if r.get("kind") in ("train", "backward",
+                                                                         "programs")
+                    for m in [re.match(r"(\d+) calls", str(r.get("method", "")))] if m})
+    if not calls:
+        return "many"
+    return f"{calls[0]:,}" if len(calls) == 1 else f"{calls[0]:,} to {calls[-1]:,}"
 
 
 def determinism_sentence(doc) -> str:

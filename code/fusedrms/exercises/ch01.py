@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import math
 import re
-from fractions import Fraction
 
-from .core import (Exercise, Malformed, as_choice, as_fields, as_number, close, correct,
-                   matches_as_written, wrong)
+from .core import (Exercise, Malformed, as_choice, as_expression, as_fields, as_number, close,
+                   correct, matches_as_written, wrong)
 
 X = [1.0, 2.0, -2.0, 4.0]
 W = [2.0, 1.0, 0.5, 1.0]
@@ -43,6 +42,9 @@ def _grade_sum(answer) -> object:
     if close(value, SUM_OF_SQUARES / len(X), abs_=1e-9):
         return wrong(f"{value:g} is the mean of the squares, one step further.",
                      "The question asks for the sum before dividing by the column count.")
+    if close(value, sum(v * abs(v) for v in X), abs_=1e-9):
+        return wrong(f"{value:g} keeps the sign of -2 on its square.",
+                     "A square is never negative: (-2)² = (-2)·(-2) = +4.")
     return wrong(f"{value:g} is not the sum of squares of {_row(X)}.",
                  "Square each of the four elements, then add the four squares.")
 
@@ -54,11 +56,12 @@ sum_of_squares = Exercise(
 
 
 # (a') the third output y[2]
-THIRD_OUTPUT = X[2] * _row_scale(X) * W[2]
+OUTPUTS = [xi * _row_scale(X) * wi for xi, wi in zip(X, W)]
+THIRD_OUTPUT = OUTPUTS[2]
 
 
 def _grade_third(answer) -> object:
-    value = as_number(answer, "the third output y[2] (a number)")
+    value = as_expression(answer, "the third output y[2] (a number)")
     if close(value, THIRD_OUTPUT, rel=2e-4):
         return correct(f"y[2] = {X[2]:g} × {_row_scale(X):.4f} × {W[2]:g} ≈ {THIRD_OUTPUT:.4f}.")
     if close(value, -THIRD_OUTPUT, rel=2e-4):
@@ -74,6 +77,11 @@ def _grade_third(answer) -> object:
     if close(value, X[2] * W[2] / (SUM_OF_SQUARES / len(X) + EPS), rel=2e-4):
         return wrong(f"{value:.4f} divides by the mean square, not by its square root.",
                      "r = 1/sqrt(mean + eps).")
+    other = [j for j, y in enumerate(OUTPUTS) if j != 2 and close(value, y, rel=2e-4)]
+    if other:
+        return wrong(f"{value:.4f} is y[{other[-1]}], another column's output.",
+                     f"The outputs count from 0: the third is y[2], with x[2] = {X[2]:g} and "
+                     f"w[2] = {W[2]:g}.")
     return wrong(f"{value:.4f} is not y[2].",
                  f"Compute r = 1/sqrt({SUM_OF_SQUARES:g}/{len(X)} + 1e-5), then y[2] = x[2]·r·w[2] "
                  f"with x[2] = {X[2]:g}, w[2] = {W[2]:g}.")
@@ -129,19 +137,11 @@ def _direction(word) -> str:
 
 
 def _factor(value) -> float:
-    """A number, or text: '1.1094', '16/13', 'sqrt(16/13)'."""
-    if isinstance(value, str):
-        text = value.strip().replace(" ", "").lower()
-        root = re.fullmatch(r"(?:sqrt|√)\((.+)\)", text)
-        try:
-            if root:
-                return math.sqrt(float(Fraction(root.group(1))))
-            if "/" in text:
-                return float(Fraction(text))
-        except (ValueError, ZeroDivisionError):
-            raise Malformed(f"could not read the factor {value!r}; write a number such as "
-                            f"1.05, or a fraction such as '21/20'") from None
-    return as_number(value, "the factor (a number)")
+    """A number, or text: '1.1094', '16/13', 'sqrt(16/13)', 'sqrt(16)/sqrt(13)', '(16/13)**0.5'."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        raise Malformed(f"{value.strip()!r} is a percentage; the question asks for the factor "
+                        f"r_wrong / r_right, e.g. 1.05 for an r 5% larger.")
+    return as_expression(value, "the factor (a number)")
 
 
 def _grade_padding(answer) -> object:
@@ -168,6 +168,10 @@ def _grade_padding(answer) -> object:
     if direction == "smaller":
         return wrong("dividing by 16 instead of 13 makes the mean smaller, so r = 1/sqrt(mean) "
                      "gets larger.", "A smaller denominator under the square root gives a larger r.")
+    if close(factor, PADDED_FACTOR - 1, rel=2e-3) or close(factor, 100 * (PADDED_FACTOR - 1),
+                                                            rel=2e-3):
+        return wrong(f"{factor:g} is how much r grows, not the factor it grows by.",
+                     "The factor is r_wrong / r_right: an r 10% larger has the factor 1.1.")
     if close(factor, 1 / PADDED_FACTOR, rel=2e-3):
         return wrong(f"{factor:.4f} is r_right / r_wrong: a larger r needs a factor above 1.",
                      "The factor is r_wrong / r_right: how many times the wrong r is the right one.")

@@ -5,10 +5,12 @@ priced with one convention broken (the weight per row, the write forgotten, the 
 """
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 from .. import traffic
-from .core import Exercise, Malformed, as_count, as_number, close, correct, matches_as_written, wrong
+from .core import (Exercise, Malformed, as_count, as_expression, close, correct,
+                   matches_as_written, wrong)
 
 ROWS, COLS, DTYPE = 1024, 4096, "bf16"
 ITEM = traffic.DTYPE_BYTES[DTYPE]
@@ -27,15 +29,36 @@ def _without_unit(answer, units: tuple[str, ...]):
 
 
 def _as_ratio(answer, what: str, units: tuple[str, ...] = ()) -> float:
-    """A number, a Fraction, or text like '7/4' (optionally followed by one of ``units``)."""
-    answer = _without_unit(answer, units)
-    if isinstance(answer, str) and "/" in answer:
-        try:
-            return float(Fraction(answer.replace(" ", "")))
-        except (ValueError, ZeroDivisionError):
-            raise Malformed(f"could not read {answer!r} as a number or a fraction; write e.g. "
-                            f"'7/4' or 1.75") from None
-    return as_number(answer, what)
+    """A number, a Fraction, or text like '7/4' or '5 / 4' (optionally followed by one of
+    ``units``)."""
+    if isinstance(answer, str) and answer.strip().endswith("%"):
+        raise Malformed(f"{answer.strip()!r} is a percentage; write {what}.")
+    return as_expression(_without_unit(answer, units), what)
+
+
+# a size written with a decimal or binary unit: "33.56 MB", "32 MiB", "33562.6 kB"
+_SIZE = re.compile(r"\s*([-+0-9.e_,]+)\s*(k|K|M|G)(i?)B\s*")
+_UNIT_SCALE = {"k": 1, "K": 1, "M": 2, "G": 3}
+
+
+def _as_bytes(answer) -> tuple[float, float]:
+    """A byte count and half a unit of its last written digit (0 for a plain count):
+    33562624, "33,562,624", "33562624 B" -> (33562624, 0); "33.56 MB" -> (33560000, 5000).
+    Sizes in kB/MB/GB/KiB/MiB/GiB."""
+    import decimal
+
+    if isinstance(answer, str):
+        size = _SIZE.fullmatch(answer)
+        if size:
+            scale = (1024 if size.group(3) else 1000) ** _UNIT_SCALE[size.group(2)]
+            number = as_count(size.group(1), "a number of bytes")
+            try:
+                exponent = decimal.Decimal(size.group(1).replace(",", "").replace("_", "")
+                                           ).as_tuple().exponent
+            except decimal.InvalidOperation:
+                exponent = 0
+            return number * scale, 0.5 * 10.0 ** min(exponent, 0) * scale
+    return as_count(_without_unit(answer, ("B", "bytes")), "a number of bytes"), 0.0
 
 
 # (1) bytes of the residual-writing variant --------------------------------------------------
@@ -59,16 +82,33 @@ _RESIDUAL_MISTAKES = {
 
 
 def _grade_residual(answer):
-    answer = _without_unit(answer, ("B", "bytes"))
-    value = as_count(answer, "a number of bytes")  # 33562624, "33,562,624" and "33 562 624" alike
+    value, half_unit = _as_bytes(answer)  # 33562624, "33,562,624", "33 562 624", "33.56 MB"
+    if half_unit:  # a size rounded as written ("33.56 MB"): which counts it fits
+        fits = [label for label, (b, _) in _RESIDUAL_MISTAKES.items()
+                if abs(value - b) <= half_unit]
+        right = abs(value - RESIDUAL_BYTES) <= half_unit
+        if right and fits:
+            return wrong(f"{answer.strip()} is too rough: it also fits a count with a typical "
+                         f"slip ({fits[0]}).",
+                         "Give the exact number of bytes (or more digits).")
+        if right:
+            value = RESIDUAL_BYTES
+        elif len(fits) == 1:
+            value = _RESIDUAL_MISTAKES[fits[0]][0]
     if value == RESIDUAL_BYTES:
         return correct(f"{RESIDUAL_BYTES:,} B: x, r read ({2 * MATRIX:,}), t and y written "
                        f"({2 * MATRIX:,}), and the weight once ({WEIGHT:,}).")
     for label, (bytes_, hint) in _RESIDUAL_MISTAKES.items():
         if value == bytes_:
-            return wrong(f"{value:,.0f} B ({label}).", hint)
+            shown = answer.strip() if half_unit else f"{value:,.0f} B"
+            return wrong(f"{shown} ({label}).", hint)
     nearest = min([RESIDUAL_BYTES, *(b for b, _ in _RESIDUAL_MISTAKES.values())],
                   key=lambda b: abs(value - b))
+    for unit, scale in (("megabytes", 1e6), ("mebibytes", 2 ** 20), ("kilobytes", 1e3)):
+        if abs(value * scale - RESIDUAL_BYTES) < 1e-3 * RESIDUAL_BYTES:
+            return wrong(f"{value:g} looks like {unit}: the question asks for the count of bytes.",
+                         f"Give the exact number of bytes, e.g. {MATRIX:,} for one {ROWS} x "
+                         f"{COLS} bf16 matrix.")
     if nearest == RESIDUAL_BYTES and abs(value - RESIDUAL_BYTES) < 1e-3 * RESIDUAL_BYTES:
         shown = f"{value:,.0f}" if value == int(value) else f"{value:,}"
         return wrong(f"{shown} B is close to the right traffic but not exact: the question "
@@ -168,7 +208,7 @@ def _grade_intensity(answer):
         return correct(f"{INTENSITY:.4f} FLOP/B: about 5 FLOPs per element over 6 bytes per element "
                        f"(x, r, y in bf16). Far left of any GPU's ridge point: memory-bound.")
     for label, (v, hint) in _INTENSITY_MISTAKES.items():
-        if close(value, v, rel=2e-3):
+        if close(value, v, rel=2e-3) or matches_as_written(answer, value, v):
             return wrong(f"{value:.4f} ({label}).", hint)
     if matches_as_written(answer, value, INTENSITY, min_significant=1):
         return wrong(f"{answer} is too rough to tell the intensity from its neighbours.",

@@ -43,8 +43,15 @@ def _replace_section(text: str, marker: str, new_body: str) -> str:
     return pattern.sub(lambda m: m.group(1) + new_body.rstrip() + "\n" + m.group(3), text, count=1)
 
 
+def _compiler_message(err) -> list[str]:
+    """The compiler's lines, file names without their folders (the reader's machine's paths
+    say nothing about the error)."""
+    text = re.sub(r"(?<![\w.])/(?:[^\s:/'\"]+/)+([^\s:/'\"]+)", r"\1", err.message.strip())
+    return [ln for ln in text.splitlines() if ln.strip()]
+
+
 def _compiler_feedback(err, what: str):
-    lines = [ln for ln in err.message.strip().splitlines() if ln.strip()]
+    lines = _compiler_message(err)
     shown = "\n".join(lines[:12]) + ("\n..." if len(lines) > 12 else "")
     return wrong(f"{what} does not compile. The compiler says:\n{shown}",
                  "Fix the first error the compiler reports; the line numbers refer to the whole "
@@ -78,6 +85,8 @@ def _run_variant(text: str, variant: str, shapes, blocks, defines=None, device="
 # ---------------------------------------------------------------- (a) change only the block size
 
 def _entries(answer) -> list[dict]:
+    if hasattr(answer, "to_dict") and hasattr(answer, "columns"):  # a pandas DataFrame
+        answer = answer.to_dict("records")
     if isinstance(answer, Mapping) or isinstance(answer, (str, bytes)) or not isinstance(answer, Sequence):
         raise Malformed("expected a list of records, one per block size, e.g. [{'block_size': 64, "
                         "'rows': 33, 'cols': 257, 'correct': True, 'time_us': 850.0}, ...]")
@@ -341,6 +350,25 @@ def _loop_bodies(text: str) -> list[str]:
     return bodies
 
 
+# Device code may call min and max, as HIP and CUDA provide them; the CPU runtime's C++ does not
+# have them unqualified. The checker adds them for the reader's text on the CPU build only.
+_CPU_MIN_MAX = ("#if !defined(__CUDACC__) && !defined(__HIP__)\n"
+                "using std::max;\nusing std::min;\n#endif\n")
+
+
+def _shuffle_hint(failure: str) -> str:
+    """What to look at, from what the run reported."""
+    if "race" in failure:
+        return ("Put a __syncthreads() that every thread reaches between writing the warp totals "
+                "to shared memory and reading them.")
+    if "divergent" in failure:
+        return ("Every thread must reach the same __syncthreads(): keep it outside "
+                "if (lane == 0) and outside anything only some threads run.")
+    return ("Use warpSize (32 on NVIDIA, 64 or 32 on AMD) and blockDim.x, not a fixed 32, and make "
+            "sure every lane ends with the whole block's total: __shfl_xor gives a warp's sum to "
+            "all its lanes, __shfl_down only to lane 0, and the warps' totals must be added too.")
+
+
 def _grade_shuffle(answer):
     if not isinstance(answer, str) or not answer.strip():
         raise Malformed("expected the HIP text of block_sum_shuffle (a string), e.g. "
@@ -358,7 +386,7 @@ def _grade_shuffle(answer):
                      "Let shuffles do the rounds inside each warp (no barrier needed there); "
                      "shared memory and one barrier only combine the warps' totals.")
     build, kernels = _hip()
-    text = _replace_section(build.source_text(), "shuffle_sum", answer)
+    text = _replace_section(build.source_text(), "shuffle_sum", _CPU_MIN_MAX + answer)
     # 64-lane wavefronts first: they catch a hard-coded 32. Then 32-lane warps.
     for lanes in (64, 32):
         defines = {"FUSEDRMS_CPU_WARP": lanes}
@@ -369,10 +397,7 @@ def _grade_shuffle(answer):
         failure = _run_variant(text, "shuffle", BOUNDARY_SHAPES, (16, 64, 256), defines)
         if failure:
             return wrong(f"on the CPU runtime with {lanes}-lane warps: {failure}",
-                         "Use warpSize (32 on NVIDIA, 64 or 32 on AMD) and blockDim.x, not a "
-                         "fixed 32; put a __syncthreads() that every thread reaches between "
-                         "writing the warp totals and reading them; make sure every lane ends with "
-                         "the total (__shfl_xor gives it to all lanes, __shfl_down only to lane 0).")
+                         _shuffle_hint(failure))
     if _gpu_build_available():
         try:
             failure = _run_variant(text, "shuffle", BOUNDARY_SHAPES + ((64, 4096),), (32, 256, 1024),
@@ -440,7 +465,12 @@ def _grade_missing_barrier(answer):
     if isinstance(answer, str):  # "4", "line 4", "after line 4"
         found = re.fullmatch(r"\s*(?:after\s+)?(?:line\s*)?(\S+)\s*", answer, flags=re.I)
         answer = found.group(1) if found else answer
-    value = as_number(answer, "a line number of the listing (a whole number)")  # 18, 18.0, "18", a 0-d tensor
+    try:  # 18, 18.0, "18", a 0-d tensor
+        value = as_number(answer, "a line number of the listing")
+    except Malformed as e:
+        said = str(e).split(". Write")[0].rstrip(".")
+        raise Malformed(f"{said}. Write the number the listing shows at the start of the line, "
+                        f"as a whole number.") from None
     if value != int(value):
         raise Malformed(f"a line number is a whole number; got {value:g}.")
     line = int(value)
@@ -452,8 +482,11 @@ def _grade_missing_barrier(answer):
     text = _replace_section(build.source_text(), "block_tree", "\n".join(fixed))
     try:
         kernels.library("cpu", text)
-    except build.CompileError as e:
-        return _compiler_feedback(e, f"the kernel with a barrier after line {line}")
+    except build.CompileError:  # the reader wrote no code: say why the place is impossible
+        return wrong(f"a barrier after line {line} does not even compile: there it splits a "
+                     f"statement, becomes the body of a loop, or falls outside the kernel.",
+                     "Choose a line that ends a complete statement inside the kernel. Then ask "
+                     "which shared-memory slot one round writes and the next round reads.")
     failure = _run_variant(text, "block", ((1, 4), (33, 257)), (4, 64))
     if failure:
         return wrong(f"with __syncthreads() after line {line} the CPU runtime still finds a "

@@ -34,6 +34,11 @@ def _us(nbytes: float, gbps: float = BANDWIDTH_GBPS) -> float:
 FLOOR_US = _us(FUSED.bytes_total)
 
 
+def _shown(value: float) -> str:
+    """A reader's number as feedback repeats it: 51.62, 0.05162, 51,624 (never 5.162e+04)."""
+    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+
+
 def _matches(value: float, target: float, rel: float = 0.01) -> bool:
     return math.isclose(value, target, rel_tol=rel)
 
@@ -76,11 +81,15 @@ _PREDICT_MISTAKES = {
         _us(2 * MATRIX + WEIGHT, DATASHEET_GBPS),
         f"Two slips: y is written too (three matrices cross the bus), and the floor is priced at "
         f"the measured copy ({BANDWIDTH_GBPS:,.0f} GB/s), not the data sheet's peak."),
-    "bf16 counted as 4 bytes": (_us(2 * FUSED.bytes_total),
-                                "bf16 is 2 bytes per element."),
+    "twice the floor": (_us(2 * FUSED.bytes_total),
+                        "That is twice the floor: bf16 is 2 bytes per element (not 4), and the "
+                        "copy bandwidth already counts read + write (do not halve it)."),
     "the eager chain's traffic": (_us(EAGER.bytes_total),
                                   "That is the unfused chain (t and n written and read back). The "
                                   "floor of the fused kernel counts x, r, w in and y out."),
+    "a factor of 1,000 too large": (FLOOR_US * 1e3,
+                                    "That is 1,000 times the floor: nanoseconds written as µs, "
+                                    "or a time in µs labelled ms (1 ms = 1000 µs)."),
     "milliseconds instead of µs": (FLOOR_US / 1e3,
                                    "The answer is asked in microseconds (1 ms = 1000 µs)."),
     "seconds instead of µs": (FLOOR_US / 1e6, "The answer is asked in microseconds."),
@@ -94,11 +103,12 @@ def _grade_predict(answer):
     if _matches(value, FLOOR_US):
         return correct(f"{FUSED.bytes_total:,} B / {BANDWIDTH_GBPS:,.0f} GB/s = {FLOOR_US:.2f} µs: "
                        f"three {ROWS} x {COLS} bf16 matrices ({MATRIX:,} B each) and the weight "
-                       f"once ({WEIGHT:,} B). No kernel that moves these bytes can be faster.")
+                       f"once ({WEIGHT:,} B). A kernel that moves these bytes comes within a "
+                       f"few percent of it at best (either side: the floor is priced at a copy).")
     for label, (target, hint) in _PREDICT_MISTAKES.items():
         if _matches(value, target):
-            return wrong(f"{value:.4g} µs ({label}).", hint)
-    return wrong(f"{value:.4g} µs is not the floor.",
+            return wrong(f"{_shown(value)} µs ({label}).", hint)
+    return wrong(f"{_shown(value)} µs is not the floor.",
                  "Bytes: x and the residual read, y written, w read once, at 2 bytes per bf16 "
                  "element. Time = bytes / (GB/s x 10^9), then x 10^6 for µs.")
 
@@ -108,7 +118,7 @@ predict_floor = Exercise(
     f"The fused add + RMSNorm runs at {ROWS} rows x {COLS} columns in bf16 on a GPU whose data "
     f"sheet promises {DATASHEET_GBPS:,.0f} GB/s and whose measured copy bandwidth is "
     f"{BANDWIDTH_GBPS:,.0f} GB/s (GB = 10^9 bytes, read + write counted). Using the traffic "
-    f"model and the book's floor, what is the shortest time the kernel can take, in µs?",
+    f"model and the book's floor, what is the kernel's floor time, in µs?",
     _grade_predict, solution=FLOOR_US,
     mistakes={label: v for label, (v, _) in _PREDICT_MISTAKES.items()})
 
@@ -123,6 +133,10 @@ _PCT_MISTAKES = {
     "a fraction, not a percent": (FLOOR_US / MEASURED_US, "Multiply by 100 for a percentage."),
     "the gap, not the share": (100 - PCT, "That is how far from the floor the kernel is; the "
                                           "question asks what share of the floor it reaches."),
+    "the achieved bandwidth": (FUSED.bytes_total / (MEASURED_US * 1e3),
+                               "That is the achieved bandwidth in GB/s (bytes / measured time). "
+                               "As a share: divide the floor time by the measured time, times "
+                               "100 (or the achieved GB/s by the copy's)."),
     "the data sheet's floor": (100 * _us(FUSED.bytes_total, DATASHEET_GBPS) / MEASURED_US,
                                f"That floor is priced at the data sheet's {DATASHEET_GBPS:,.0f} "
                                f"GB/s; the book's floor uses the measured copy "
@@ -141,8 +155,8 @@ def _grade_pct(answer):
                        f"achieved out of {BANDWIDTH_GBPS:,.0f}).")
     for label, (target, hint) in _PCT_MISTAKES.items():
         if _matches(value, target, rel=0.005) or matches_as_written(written, value, target):
-            return wrong(f"{value:.4g} ({label}).", hint)
-    return wrong(f"{value:.4g}% is not it.", "Divide the floor you predicted by the measured "
+            return wrong(f"{_shown(value)} ({label}).", hint)
+    return wrong(f"{_shown(value)}% is not it.", "Divide the floor you predicted by the measured "
                                              "time, times 100.")
 
 

@@ -122,7 +122,8 @@ missing_term = Exercise(
 
 
 # (3) the backward's bytes ------------------------------------------------------------------------
-ROWS, COLS, DTYPE, PROGRAMS = 4096, 4096, "bf16", traffic.BACKWARD_PROGRAMS
+# not the chapter's priced 4096 x 4096 (its table shows that total): the count is the reader's
+ROWS, COLS, DTYPE, PROGRAMS = 8192, 2048, "bf16", traffic.BACKWARD_PROGRAMS
 ITEM = traffic.DTYPE_BYTES[DTYPE]
 MATRIX = ROWS * COLS * ITEM
 BACKWARD = traffic.price("rmsnorm_backward", ROWS, COLS, DTYPE, programs=PROGRAMS)
@@ -133,8 +134,10 @@ _BYTES_MISTAKES = {
     "partials forgotten": (3 * MATRIX + _SMALL,
                            f"Each of the {PROGRAMS} programs writes one fp32 row of dw partials "
                            f"({COLS} x 4 B) and the second stage reads them back."),
-    "partials written but not read back": (3 * MATRIX + _SMALL + PARTIALS,
-                                           "The second kernel reads every partial once more."),
+    "the partials counted once": (3 * MATRIX + _SMALL + PARTIALS,
+                                  f"Each of the {PROGRAMS} programs writes its row of partials "
+                                  f"and the second kernel reads every partial once more: twice "
+                                  f"{PROGRAMS} x {COLS} x 4 B."),
     "saved r forgotten": (BACKWARD_BYTES - ROWS * 4,
                           "The backward reads the row scale the forward saved: 4 bytes per row."),
     "dx forgotten": (BACKWARD_BYTES - MATRIX, "dx is written: rows x cols in bf16."),
@@ -154,6 +157,8 @@ def _grade_bytes(answer):
     if value != int(value):
         raise Malformed(f"bytes are whole numbers, got {value} (for megabytes, multiply by "
                         f"1,000,000).")
+    if value <= 0:
+        raise Malformed(f"a number of bytes moved is positive, got {value:,.0f}.")
     if int(value) == BACKWARD_BYTES:
         return correct(f"{BACKWARD_BYTES:,} B: x and dy read and dx written ({3 * MATRIX:,}), the "
                        f"partials written and read ({2 * PARTIALS:,}), w, r and dw "
@@ -161,6 +166,10 @@ def _grade_bytes(answer):
     for label, (b, hint) in _BYTES_MISTAKES.items():
         if int(value) == b:
             return wrong(f"{value:,.0f} B ({label}).", hint)
+    if math.isclose(value, BACKWARD_BYTES, rel_tol=1e-3):
+        return wrong(f"{value:,.0f} B is close but not exact.",
+                     "The count is exact: add the tensors' bytes one by one (or ask "
+                     "traffic.price); a total rounded to MB is not it.")
     return wrong(f"{value:,.0f} B is not the fused backward's traffic.",
                  "List the tensors: reads x, dy, w, r; writes dx and the partials; the second "
                  "kernel reads the partials and writes dw.")

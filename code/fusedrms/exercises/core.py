@@ -234,3 +234,44 @@ def as_count(answer: Any, what: str = "a whole number") -> float:
         if grouped:
             answer = re.sub(r"[,\s_\u00a0\u2009\u202f]", "", text)
     return as_number(answer, what)
+
+
+def as_expression(answer: Any, what: str = "a number") -> float:
+    """A number, or arithmetic a reader may type for one: "16/13", "sqrt(16/13)",
+    "sqrt(16)/sqrt(13)", "(16/13)**0.5", "(16/13)^0.5", "-2/5". Numbers, + - * / ** ^,
+    parentheses and sqrt() only; anything else is Malformed (never evaluated as Python)."""
+    import ast
+    import operator
+
+    if not isinstance(answer, str) or not any(c in answer for c in "/*^()"):
+        return as_number(answer, what)
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.Div: operator.truediv, ast.Pow: operator.pow}
+
+    def value(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+                and not isinstance(node.value, bool):
+            return float(node.value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = value(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Pow) and abs(right) > 64:
+                raise ValueError("exponent too large")
+            return ops[type(node.op)](left, right)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("sqrt", "√") and len(node.args) == 1 and not node.keywords):
+            return math.sqrt(value(node.args[0]))
+        raise ValueError("not arithmetic")
+
+    if len(answer) > 200:
+        raise Malformed(f"expected {what}; the text is {len(answer)} characters long.")
+    text = answer.strip().replace("^", "**").replace("√", "sqrt").replace("math.sqrt", "sqrt")
+    try:
+        result = value(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, TypeError,
+            RecursionError, MemoryError):
+        raise Malformed(f"could not read {answer[:40]!r} as {what}; write a number such as 1.25, "
+                        f"or arithmetic such as '5/4' or 'sqrt(16/13)'.") from None
+    return as_number(result, what)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .stepper import Frame
-from .svg import Canvas, fmt
+from .svg import Canvas, decimals, fmt
 from .traces import check_output, check_row, row_scale, row_values, tree_reduce_levels
 
 MAX_COLS = 8
@@ -79,6 +79,10 @@ def _canvas(t: BlockTrace, title: str) -> Canvas:
     return c
 
 
+def _threads(n: int) -> str:
+    return "1 thread" if n == 1 else f"{n} threads"
+
+
 def frames(x=(3, 4, -3, -4), w=(1, 0.5, 2, 1), eps: float = 1e-5, threads: int = 4) -> list[Frame]:
     t = trace(x, w, eps, threads)
     n = len(t.x)
@@ -92,7 +96,7 @@ def frames(x=(3, 4, -3, -4), w=(1, 0.5, 2, 1), eps: float = 1e-5, threads: int =
     c.text(620, 160, f"thread t takes columns t, t+{t.threads}, ...", size=12)
     out.append(Frame("two kernels, one row",
                      f"x = {_vec(t.x)}, w = {_vec(t.w)}, eps = {t.eps:g}. Left: rmsnorm_serial, one "
-                     f"thread per row. Right: rmsnorm_block with {t.threads} threads for this row "
+                     f"thread per row. Right: rmsnorm_block with {_threads(t.threads)} for this row "
                      f"(the real kernel uses 256).", c.render()))
 
     c = _canvas(t, "serial: the sum of squares is a chain")
@@ -102,14 +106,15 @@ def frames(x=(3, 4, -3, -4), w=(1, 0.5, 2, 1), eps: float = 1e-5, threads: int =
         c.arrow(60 + cell * i - 6, 125, 60 + cell * i + 2, 125)
     out.append(Frame("serial: a chain of additions",
                      f"One thread adds the squares in order: running sum {_vec(t.serial_running)}. "
-                     f"{n} dependent additions: each waits for the one before.", c.render()))
+                     + (f"{n} dependent additions: each waits for the one before." if n > 1 else
+                        "With one column the chain is a single addition."), c.render()))
 
     c = _canvas(t, "serial: r, then a second pass over x")
     c.row(60, 110, t.serial_running[-1:], "reduced", cell=60, name="sum")
-    c.text(200, 170, f"r = rsqrt({fmt(t.total)}/{n} + eps) = {t.r:.4f}", size=12)
+    c.text(200, 170, f"r = rsqrt({fmt(t.total)}/{n} + eps) = {decimals(t.r)}", size=12)
     _y_row(c, 60, 200, t.y)
     out.append(Frame("serial: scale and write",
-                     f"r = 1/sqrt({fmt(t.total)}/{n} + {t.eps:g}) = {t.r:.4f}; a second loop over the "
+                     f"r = 1/sqrt({fmt(t.total)}/{n} + {t.eps:g}) = {decimals(t.r)}; a second loop over the "
                      f"row writes y = x*r*w = {_vec([round(v, 4) for v in t.y])}.", c.render()))
 
     c = _canvas(t, "block: each thread squares its own columns")
@@ -146,9 +151,12 @@ def frames(x=(3, 4, -3, -4), w=(1, 0.5, 2, 1), eps: float = 1e-5, threads: int =
     c.text(620, min(y0 + 20, 236), "__syncthreads() after every step", size=11)
     out.append(Frame("tree steps",
                      ("; ".join(f"stride {s}: {txt}" for (s, _), txt in zip(first_steps, sums))
-                      if sums else "With one thread there is nothing to pair up.")
-                     + ". Threads with tid >= stride add nothing this round but still reach the "
-                       "barrier.", c.render()))
+                      + ". Threads with tid >= stride add nothing this round but still reach the "
+                        "barrier." if sums else
+                      "With one thread there is nothing to pair up: its partial is the total."
+                      if last is None else
+                      "With two threads the tree is a single step, stride 1, shown next."),
+                     c.render()))
 
     c = _canvas(t, "block: the last step, then divide by cols")
     if last is not None:
@@ -162,14 +170,14 @@ def frames(x=(3, 4, -3, -4), w=(1, 0.5, 2, 1), eps: float = 1e-5, threads: int =
     out.append(Frame("total and mean",
                      f"shared[0] = {detail}, the same {fmt(t.serial_running[-1])} as the serial chain. "
                      f"Mean = {fmt(t.total)}/{n} = {fmt(t.mean)}: divided by cols ({n}), not by the "
-                     f"{t.threads} threads.", c.render()))
+                     f"{_threads(t.threads)}.", c.render()))
 
     c = _canvas(t, "block: r for everyone, each thread writes its columns")
-    c.text(620, 110, f"r = rsqrt({fmt(t.mean)} + eps) = {t.r:.4f}", size=12)
+    c.text(620, 110, f"r = rsqrt({fmt(t.mean)} + eps) = {decimals(t.r)}", size=12)
     _y_row(c, 480, 130, t.y)
     _y_row(c, 60, 130, t.y)
     out.append(Frame("broadcast and write",
-                     f"Every thread reads shared[0] and computes r = {t.r:.4f}; thread t writes columns "
+                     f"Every thread reads shared[0] and computes r = {decimals(t.r)}; thread t writes columns "
                      f"t, t+{t.threads}, ...: y = {_vec([round(v, 4) for v in t.y])}, the serial result. "
                      f"No barrier after the last read of shared[0]: nothing writes shared memory again.",
                      c.render()))

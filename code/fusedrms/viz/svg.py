@@ -33,6 +33,12 @@ def fmt(v: float, digits: int = 4) -> str:
     return f"{v:.{digits}g}"
 
 
+def decimals(v: float) -> str:
+    """r and y as the captions print them: four decimals, or four significant digits where
+    decimals would hide the value (r = 0.00001 is not "0.0000")."""
+    return f"{v:.4f}" if v == 0 or 1e-3 <= abs(v) < 1e4 else f"{v:.4g}"
+
+
 class Canvas:
     def __init__(self, width: int, height: int, title: str = ""):
         self.width, self.height = width, height
@@ -73,6 +79,10 @@ class Canvas:
             label = labels[i] if labels is not None else fmt(v)
             self.box(x + i * cell, y, cell - 4, h, label, fills[i] if fills else fill)
         return [(x + i * cell + (cell - 4) / 2, y, y + h) for i in range(len(values))]
+
+    def line(self, x1, y1, x2, y2, color=STROKE, width=1.2):
+        self.parts.append(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{color}" '
+                          f'stroke-width="{width}"/>')
 
     def arrow(self, x1, y1, x2, y2, color=STROKE):
         self.parts.append(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{color}" '
