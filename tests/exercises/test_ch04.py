@@ -293,10 +293,14 @@ def _reader_kernels():
             assert text.count(old) == 1, (name, old)
             text = text.replace(old, new)
         source.append(text)
-    # one file, rewritten with the same text on every run (nothing accumulates in /tmp)
-    path = Path(tempfile.gettempdir()) / "fusedrms_test_ch04_reader_kernels.py"
-    if not path.exists() or path.read_text() != "\n".join(source):
-        path.write_text("\n".join(source))
+    # one file per test process (xdist's workers import this module at the same time), removed
+    # when the process ends: Triton reads the kernels' source from it until then
+    import atexit
+    import os
+
+    path = Path(tempfile.gettempdir()) / f"fusedrms_test_ch04_reader_kernels_{os.getpid()}.py"
+    path.write_text("\n".join(source))
+    atexit.register(path.unlink, missing_ok=True)
     spec = importlib.util.spec_from_file_location("reader_kernels", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
