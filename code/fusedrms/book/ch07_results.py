@@ -428,15 +428,20 @@ def missing_note(s: dict) -> str:
     return page.listed(parts) + "; no shape counts as a win over a peer not timed there"
 
 
+def _counts(s: dict) -> tuple:
+    """(shapes compared, shapes where the capstone is not slower, " timed there" when a peer is
+    missing somewhere else "", the worst row) of a :func:`peer_summary`."""
+    return (s["compared"], s["not_slower_timed"], " timed there" if s.get("missing") else "",
+            s["worst"])
+
+
 def peer_verdict(s: dict, subject: str = "the capstone") -> str:
     """:func:`peer_summary` as a clause (no capital, no final period): at how many shapes
     ``subject`` is at least as fast as every peer timed there, and its worst ratio. The peers
     not timed are said once, by :func:`missing_note`."""
-    total = s.get("compared", 0)
-    if not total:
+    if not s.get("compared"):
         return f"the comparison of {subject} with its peers is not recorded yet"
-    n, there = s["not_slower_timed"], " timed there" if s.get("missing") else ""
-    w = s["worst"]
+    total, n, there, w = _counts(s)
     against = f"{display_name(w['peer'], True)} ({shape_text(w['rows'], w['cols'], w['dtype'])})"
     where = ("at the one shape compared," if total == 1 else
              f"at all {total} shapes" if n in (0, total) else f"at {n} of the {total} shapes")
@@ -471,11 +476,9 @@ def peer_list_text(plain, residual) -> str:
 
 
 def _headline_clause(s: dict, subject: str) -> str:
-    total = s.get("compared", 0)
-    if not total:
+    if not s.get("compared"):
         return f"the comparison of {subject} with its peers is not recorded yet"
-    n, there = s["not_slower_timed"], " timed there" if s.get("missing") else ""
-    w = s["worst"]
+    total, n, there, w = _counts(s)
     worst = f", taking at worst {ratio_text(w['ratio'])} the time of {display_name(w['peer'], True)}"
     if total == 1:
         return (f"at the one shape compared {subject} is "
