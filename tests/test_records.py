@@ -51,10 +51,24 @@ def test_the_readers_own_recording_is_preferred_and_says_so(tmp_path, monkeypatc
     doc = records.load("hip_ladder")
     assert doc["records"] == [{"name": "mine"}] and doc["source"]["own"]
     assert records.describe(doc).startswith("Your recording: on")
-    assert records.find("hip_host_run.txt") == folder / "hip_host_run.txt"
+    assert records.find("hip_ladder.json") == folder / "hip_ladder.json"
     assert records.badge_fields(doc) == {"own": True, "stale": None}
     committed = records.load("hip_ladder", machine="h200")  # asked for by name: the committed one
     assert not committed["source"]["own"] and committed["records"] != doc["records"]
+
+
+def test_what_the_own_recording_lacks_comes_from_the_committed_one(tmp_path, monkeypatch):
+    folder = _own_recording(tmp_path, monkeypatch)  # a recording of chapter 3's ladder only
+    assert records.load("bench_grid")["source"] == {
+        "folder": str(records.DATA_DIR / "h200"), "own": False, "chapter": "ch06"}
+    assert records.find("bench_grid.csv") == records.DATA_DIR / "h200" / "bench_grid.csv"
+    assert records.recording_dir(chapter="ch06") == records.DATA_DIR / "h200"
+    assert records.recording_dir(chapter="ch03") == records.DATA_DIR / "h200"  # not "ok" in it
+    manifest = records.read_manifest(folder)
+    manifest["chapters"]["ch03"] = {"status": "ok"}
+    records.write_manifest(folder, manifest)
+    assert records.recording_dir(chapter="ch03") == folder
+    assert records.load("hip_ladder")["source"]["own"]
 
 
 def test_without_an_own_recording_the_committed_one_is_read(tmp_path, monkeypatch):

@@ -9,7 +9,8 @@ chapter that produced it, and per chapter the sha256 of the sources it measured.
 are read:
 
 - the reader's own, ``recordings/<gpu-slug>/`` at the top of the repository (``FUSEDRMS_RECORDINGS``
-  moves it), used when it exists for the GPU this process runs on;
+  moves it), used when it exists for the GPU this process runs on (chapter by chapter: what it
+  did not record comes from the committed one);
 - the committed one, ``fusedrms/data/h200/``, otherwise.
 
 :func:`staleness` compares a chapter's recorded source hashes with the sources now: a chapter whose
@@ -115,17 +116,29 @@ def write(path: str | Path, records: list[dict], extra: dict | None = None) -> P
 
 # ---------------------------------------------------------------- which recording a reader sees
 
-def recording_dir(machine: str | None = None) -> Path:
-    """The folder :func:`load` reads: ``machine``'s committed folder when given, else the reader's
-    own recording for this GPU when there is one, else the committed H200 recording."""
+def recording_dir(machine: str | None = None, chapter: str | None = None,
+                  filename: str | None = None) -> Path:
+    """The folder a reader's page reads: ``machine``'s committed folder when given, else the
+    reader's own recording for this GPU when there is one, else the committed H200 recording.
+
+    With ``chapter`` (``"ch06"``) or ``filename``, the own recording counts only when it recorded
+    that chapter or holds that file: a reader who recorded chapters 3 and 4 still sees the other
+    chapters from the committed recording."""
     if machine is not None:
         return DATA_DIR / machine
-    return own_recording_dir() or DATA_DIR / COMMITTED
+    own = own_recording_dir()
+    if own is not None and chapter is not None:
+        entry = (read_manifest(own) or {}).get("chapters", {}).get(chapter) or {}
+        if entry.get("status") not in ("ok", "partial"):
+            own = None
+    if own is not None and filename is not None and not (own / filename).exists():
+        own = None
+    return own or DATA_DIR / COMMITTED
 
 
 def find(filename: str, machine: str | None = None) -> Path:
     """The path of a recorded file (any kind: JSON, text, image) in the recording a reader sees."""
-    return recording_dir(machine) / filename
+    return recording_dir(machine, filename=filename) / filename
 
 
 def load(name: str, machine: str | None = None) -> dict:
@@ -134,7 +147,7 @@ def load(name: str, machine: str | None = None) -> dict:
     The document gets a ``"source"`` entry: the folder, whether it is the reader's own recording,
     and the chapter that produced it (from the manifest). Raises FileNotFoundError naming the file.
     """
-    folder = recording_dir(machine)
+    folder = recording_dir(machine, filename=f"{name}.json")
     path = folder / f"{name}.json"
     if not path.exists():
         raise FileNotFoundError(f"no recorded results at {path}; record them on a GPU with "
@@ -273,7 +286,7 @@ class Staleness:
 
 def staleness(chapter: str, folder: Path | None = None, package_dir: Path | None = None) -> Staleness:
     """The state of ``chapter``'s records (``"ch07"``) in ``folder`` (default: what a reader sees)."""
-    folder = Path(folder) if folder is not None else recording_dir()
+    folder = Path(folder) if folder is not None else recording_dir(chapter=chapter)
     manifest = read_manifest(folder) or {}
     entry = manifest.get("chapters", {}).get(chapter)
     if not entry or entry.get("status") not in ("ok", "partial"):

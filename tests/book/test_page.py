@@ -226,10 +226,20 @@ def test_chapter_badge_for_the_readers_own_current_recording(tmp_path, monkeypat
 def test_chapter_badge_marks_a_smoke_recording_and_names_missing_chapters(tmp_path):
     _manifest(tmp_path, smoke=True)
     assert "smoke recording" in page.chapter_badge("ch07", tmp_path).stale_line()
-    with pytest.raises(KeyError, match="python -m fusedrms.record ch03"):
+    with pytest.raises(KeyError, match="python -m fusedrms.record --chapters 3`"):
         page.chapter_badge("ch03", tmp_path)
     with pytest.raises(FileNotFoundError, match="MANIFEST.json"):
         page.chapter_badge("ch07", tmp_path / "nowhere")
+
+
+def test_chapter_badge_falls_back_to_the_committed_recording_for_a_chapter_not_recorded(
+        tmp_path, monkeypatch):
+    from fusedrms import records
+
+    _manifest(tmp_path)  # the reader recorded chapter 7 only
+    monkeypatch.setattr(records, "own_recording_dir", lambda gpu_name=None: tmp_path)
+    assert page.chapter_badge("ch06").summary().startswith("Recorded: NVIDIA H200, 2026-")
+    assert page.chapter_badge("ch07").summary().startswith("Your recording: NVIDIA H100")
 
 
 def test_counts_and_lists_in_sentences():

@@ -314,15 +314,16 @@ def chapter_badge(chapter: str, folder=None) -> Badge:
 
     from .. import records
 
-    folder = Path(folder) if folder is not None else records.recording_dir()
+    folder = Path(folder) if folder is not None else records.recording_dir(chapter=chapter)
+    again = f"`python -m fusedrms.record --chapters {chapter.removeprefix('ch').lstrip('0')}`"
     manifest = records.read_manifest(folder)
     if manifest is None:
         raise FileNotFoundError(f"no {records.MANIFEST} in {folder}: record the chapter with "
-                                f"`python -m fusedrms.record {chapter}`")
+                                f"{again}")
     entry = manifest.get("chapters", {}).get(chapter)
     if not entry:
         raise KeyError(f"{chapter} has no recorded results in {folder / records.MANIFEST}; record "
-                       f"them with `python -m fusedrms.record {chapter}`")
+                       f"them with {again}")
     files = [manifest.get("files", {}).get(f) or {} for f in entry.get("files", [])]
     files = [f for f in files if f] or [{}]
     dates = sorted(entry.get("dates") or [f["date"] for f in files if f.get("date")])
