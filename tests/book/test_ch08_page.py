@@ -20,6 +20,10 @@ def test_lever_words_follow_the_levers_in_every_state():
     assert w["paragraph"].startswith("Both levers that remove work per element without "
                                      "touching a byte shortened the time, by 21% and 9%.")
     assert "going from 64 to 162; fewer warps then fit on an SM" in w["paragraph"]
+    assert "the weaker half of the evidence: it also cost occupancy" in w["paragraph"]
+    same_regs = ch08_page.lever_words(levers[:3] + [_lever("2 rows per program", 310.0, 320.0)])
+    assert "That is what the hypothesis predicts." in same_regs["paragraph"]
+    assert "weaker half" not in same_regs["paragraph"]
     assert "11% shorter from 16 to 8 warps" in w["paragraph"]
     worse = ch08_page.lever_words([_lever("one reciprocal per block", 300.0, 330.0)])
     assert worse["verdict"] == "That is not the pattern the hypothesis predicts"

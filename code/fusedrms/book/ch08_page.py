@@ -174,9 +174,13 @@ def lever_words(levers: list[dict]) -> dict:
     if rows2:
         fewer = ("; fewer warps then fit on an SM"
                  if (rows2["registers_after"] or 0) > (rows2["registers_before"] or 0) else "")
-        parts.append(f"The lever that only puts more loads in flight, two rows per program, "
+        parts.append(f"The lever meant only to put more loads in flight, two rows per program, "
                      f"changed it by {out['rows2']}{fewer}.")
-    parts.append(out["verdict"] + ".")
+    occupancy = bool(rows2) and (rows2["registers_after"] or 0) > (rows2["registers_before"] or 0)
+    parts.append(out["verdict"] + (
+        ", though the two-row lever is the weaker half of the evidence: it also cost "
+        "occupancy, which lengthens the time whatever limits the kernel."
+        if predicted and occupancy else "."))
     if warps:
         parts.append(f"Fewer warps per row changed the time as well ({out['warps']}), but that "
                      f"lever moves both explanations at once: it leaves more rows in flight and "
