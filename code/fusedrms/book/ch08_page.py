@@ -281,8 +281,8 @@ def candidates_sentence(cand_doc: dict | None, check_shapes, seeds: int = 2) -> 
     else:
         how = "checks on random inputs against the reference and on edge cases against the "\
               "untuned baseline kernel"
-    return (f"on the {gpu}, before it is timed, every candidate configuration is checked bit "
-            f"for bit in {how}; "
+    return (f"the recording times every candidate configuration on the {gpu}, and first checks "
+            f"it bit for bit in {how}; "
             + (f"all {exact} candidates passed" if exact == len(cands) > 1 else
                f"{exact} of the {len(cands)} candidates passed")
             + ", and only a candidate that passed may be used")
