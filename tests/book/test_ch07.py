@@ -369,6 +369,69 @@ def test_nothing_recorded_says_so():
     assert CR.peer_rows(CR.peer_points(None), "add_rmsnorm", CR.peer_attempts(None)) == []
 
 
+def residual_doc(times, skipped=()):
+    """peer_doc for the residual-writing op (its capstone is capstone.fused_residual)."""
+    doc = peer_doc(times, skipped)
+    for r in doc["records"]:
+        r["op"] = "add_rmsnorm_residual"
+    return doc
+
+
+def test_headline_names_both_variants_and_never_counts_a_missing_peer_as_a_win():
+    plain = peer_doc({s: {"capstone.fused": 10.0, "torch.rms_norm_add": 20.0} for s in SHAPES},
+                     skipped=[("torch.compile_add", r, c) for r, c in SHAPES])
+    times = {s: {"capstone.fused_residual": 10.0, "liger.fused_add_rms_norm": 9.0}
+             for s in SHAPES}
+    times[SHAPES[0]]["liger.fused_add_rms_norm"] = 12.0
+    times[SHAPES[1]]["flashinfer.fused_add_rmsnorm"] = 20.0
+    res = residual_doc(times)
+    s, sr = summary(plain), summary(res, "add_rmsnorm_residual")
+    text = reads_well(CR.headline(s, sr))
+    assert text.startswith("at all 3 shapes the fused kernel is at least as fast as every peer "
+                           "timed there; at 1 of the 3 shapes its residual-writing variant")
+    assert "taking at worst 1.11x the time of Liger-Kernel" in text
+    assert ("FlashInfer was timed at only some of the shapes and torch.compile was not timed "
+            "at all, and no shape counts as a win") in text
+    # each variant's peers, the untimed ones included
+    fu = CR.peers_of(CR.peer_rows(CR.peer_points(plain), "add_rmsnorm",
+                                  CR.peer_attempts(plain, "add_rmsnorm")),
+                     CR.peer_attempts(plain, "add_rmsnorm"))
+    rs = CR.peers_of(CR.peer_rows(CR.peer_points(res), "add_rmsnorm_residual"))
+    assert reads_well(CR.peer_list_text(fu, rs)) == (
+        "F.rms_norm(x + r) and torch.compile for the plain op, and Liger-Kernel and FlashInfer "
+        "for the residual-writing one")
+    assert CR.peer_list_text(fu, fu) == "F.rms_norm(x + r) and torch.compile"
+    assert CR.peer_list_text(set(), set()) == ""
+
+
+def test_headline_in_every_data_state():
+    empty = CR.peer_summary([])
+    assert reads_well(CR.headline(empty, empty)) == ("the comparison with the peers is not "
+                                                     "recorded yet")
+    one = summary(peer_doc({(1, 4096): {"capstone.fused": 10.0, "torch.compile_add": 5.0}}))
+    text = reads_well(CR.headline(one, empty))
+    assert text.startswith("at the one shape compared the fused kernel is slower than the "
+                           "fastest peer, taking at worst 2.00x the time of torch.compile;")
+    assert text.endswith("its residual-writing variant with its peers is not recorded yet")
+    slow = summary(peer_doc({s: {"capstone.fused": 10.0, "torch.eager_chain": 5.0}
+                             for s in SHAPES}))
+    assert reads_well(CR.headline(slow, slow)).startswith(
+        "at all 3 shapes the fused kernel is slower than the fastest peer, taking at worst "
+        "2.00x the time of the eager chain")
+
+
+def test_above_floor_clause_only_where_the_printed_share_passes_100():
+    rows = [{"rows": 16384, "cols": 8192, "pct_floor": 101.2},
+            {"rows": 4096, "cols": 8192, "pct_floor": 100.4}, {"rows": 1, "cols": 1,
+                                                               "pct_floor": None}]
+    assert CR.above_floor_clause(rows) == ", or beat it, as the capstone does at 16384x8192 " \
+                                          "(101% of it)"
+    rows[1]["pct_floor"] = 103.0
+    assert CR.above_floor_clause(rows) == ", or beat it, as the capstone does at 2 shapes " \
+                                          "(at most 103% of it)"
+    assert CR.above_floor_clause(rows[2:]) == "" and CR.above_floor_clause([]) == ""
+
+
 def test_words_for_numbers():
     assert CR.ratio_text(1.004) == "1.004x" and CR.ratio_text(1.0) == "1.00x"
     assert CR.ratio_text(0.996) == "0.996x" and CR.ratio_text(1.0897) == "1.09x"

@@ -160,3 +160,13 @@ def test_residual_names_an_ignored_eps_and_a_wrong_signature():
     assert not fb.ok and "could not be read" in fb.message and "fn(x, r, w, eps)" in fb.message
     # a launcher with eps as a keyword, or *args, is read fine
     assert ch07.residual_variant.check(lambda *a: ch07.solution_residual(*a)).ok
+
+
+def test_residual_rejects_a_function_that_ignores_its_eps():
+    """Graded with an eps no one hard-codes: a kernel that keeps the usual 1e-5 (or 1e-6) and
+    drops the argument is named, never accepted."""
+    assert ch07.GRADE_EPS not in (1e-5, 1e-6)
+    for mistake, constant in (("eps ignored, the usual default", "1e-05"),
+                              ("eps ignored", "1e-06")):
+        text = msg(mistake)
+        assert text.startswith("Not yet.") and f"eps = {constant}" in text, text

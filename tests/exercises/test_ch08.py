@@ -85,3 +85,26 @@ def test_fused_bytes_swapped_gets_its_own_hint():
     read, written = ch08.fused_bytes.solution
     feedback = ch08.fused_bytes.check([written, read])
     assert not feedback.ok and "swapped" in feedback.message and feedback.hint
+
+
+@pytest.mark.parametrize("written", [["129,024", "59,136"], {"read": 129024, "written": 59136},
+                                     {"bytes_read": 129024, "bytes_written": 59136},
+                                     ["126 KiB", "57.75 KiB"], ("129024 B", 59136)])
+def test_fused_bytes_accepts_other_reasonable_forms(written):
+    assert ch08.fused_bytes.check(written).ok, ch08.fused_bytes.check(written)
+
+
+@pytest.mark.parametrize("written", ["224 KiB", "229.376 kB", "229 376", "0.229376 MB"])
+def test_bytes_saved_accepts_text_with_a_unit(written):
+    assert ch08.bytes_saved.check(written).ok
+
+
+def test_numbers_in_another_unit_are_named_not_called_ratios():
+    saved = ch08.bytes_saved.check(0.229376)
+    assert not saved.ok and "in MB" in saved.message and "ratio" not in saved.message
+    assert "in KiB" in ch08.bytes_saved.check(224).message
+    read, written = ch08.fused_bytes.solution
+    fused = ch08.fused_bytes.check([read / 1024, written / 1024])
+    assert not fused.ok and "in KiB" in fused.message
+    keys = ch08.fused_bytes.check({"in": read, "out": written})
+    assert not keys.ok and "'read' and 'written'" in keys.message

@@ -428,15 +428,20 @@ def missing_note(s: dict) -> str:
     return page.listed(parts) + "; no shape counts as a win over a peer not timed there"
 
 
+def _counts(s: dict) -> tuple:
+    """(shapes compared, shapes where the capstone is not slower, " timed there" when a peer is
+    missing somewhere else "", the worst row) of a :func:`peer_summary`."""
+    return (s["compared"], s["not_slower_timed"], " timed there" if s.get("missing") else "",
+            s["worst"])
+
+
 def peer_verdict(s: dict, subject: str = "the capstone") -> str:
     """:func:`peer_summary` as a clause (no capital, no final period): at how many shapes
     ``subject`` is at least as fast as every peer timed there, and its worst ratio. The peers
     not timed are said once, by :func:`missing_note`."""
-    total = s.get("compared", 0)
-    if not total:
+    if not s.get("compared"):
         return f"the comparison of {subject} with its peers is not recorded yet"
-    n, there = s["not_slower_timed"], " timed there" if s.get("missing") else ""
-    w = s["worst"]
+    total, n, there, w = _counts(s)
     against = f"{display_name(w['peer'], True)} ({shape_text(w['rows'], w['cols'], w['dtype'])})"
     where = ("at the one shape compared," if total == 1 else
              f"at all {total} shapes" if n in (0, total) else f"at {n} of the {total} shapes")
@@ -448,6 +453,68 @@ def peer_verdict(s: dict, subject: str = "the capstone") -> str:
                 f"{ratio_text(w['ratio'])} the time of {against}")
     return (f"{where} {subject} is at least as fast as every peer{there}; at worst it takes "
             f"{ratio_text(w['ratio'])} the time of {against}")
+
+
+def peers_of(rows: list[dict], attempted: dict | None = None) -> set:
+    """Every peer :func:`peer_rows` compared with, or that the recording meant to time
+    (``attempted``, from :func:`peer_attempts`) although it was never timed."""
+    return ({k for r in rows for k in r["peers"]} | {k for r in rows for k in r["missing"]}
+            | {k for got in (attempted or {}).values() for k in got})
+
+
+def peer_list_text(plain, residual) -> str:
+    """The peers of each variant in prose: ``F.rms_norm(x + r) and the eager chain for the plain
+    op, and Liger-Kernel and FlashInfer for the residual-writing one``; one list when both
+    variants have the same peers; "" when neither has any."""
+    plain, residual = (display_names(p, prose=True) for p in (plain, residual))
+    if plain == residual or not residual:
+        return page.listed(plain)
+    if not plain:
+        return f"{page.listed(residual)} for the residual-writing variant"
+    return (f"{page.listed(plain)} for the plain op, and {page.listed(residual)} for the "
+            f"residual-writing one")
+
+
+def _headline_clause(s: dict, subject: str) -> str:
+    if not s.get("compared"):
+        return f"the comparison of {subject} with its peers is not recorded yet"
+    total, n, there, w = _counts(s)
+    worst = f", taking at worst {ratio_text(w['ratio'])} the time of {display_name(w['peer'], True)}"
+    if total == 1:
+        return (f"at the one shape compared {subject} is "
+                + (f"at least as fast as every peer{there}" if n else
+                   f"slower than the fastest peer{there}{worst}"))
+    if n == 0:
+        return f"at all {total} shapes {subject} is slower than the fastest peer{there}{worst}"
+    if n == total:
+        return f"at all {total} shapes {subject} is at least as fast as every peer{there}"
+    return f"at {n} of the {total} shapes {subject} is at least as fast as every peer{there}{worst}"
+
+
+def headline(plain: dict, residual: dict) -> str:
+    """Both variants' comparisons (:func:`peer_summary` of each) in one or two sentences (no
+    capital, no final period): at how many shapes each is at least as fast as every peer timed
+    there, the worst ratio where it is not, and which peers were not timed everywhere."""
+    if not plain.get("compared") and not residual.get("compared"):
+        return "the comparison with the peers is not recorded yet"
+    text = (_headline_clause(plain, "the fused kernel") + "; "
+            + _headline_clause(residual, "its residual-writing variant"))
+    missing, timed = {}, set()
+    for s in (plain, residual):
+        for impl, n in (s.get("missing") or {}).items():
+            missing[impl] = missing.get(impl, 0) + n
+        timed |= {display_name(p) for p in s.get("peers", [])}
+    names = display_names(missing)
+    if not names:
+        return text
+    nowhere = [n for n in names if n not in timed]
+    somewhere = [n for n in names if n in timed]
+    parts = [f"{page.listed(f'the {n}' if n in _ARTICLE else n for n in group)} "
+             f"{'was' if len(group) == 1 else 'were'} {words}"
+             for group, words in ((somewhere, "timed at only some of the shapes"),
+                                  (nowhere, "not timed at all")) if group]
+    return (f"{text}. {page.listed(parts)}, and no shape counts as a win over a peer not timed "
+            f"there")
 
 
 def large_shapes_clause(s: dict, large_MB: float = 64.0) -> str:
@@ -471,6 +538,22 @@ def large_shapes_clause(s: dict, large_MB: float = 64.0) -> str:
         parts.append(f"{who} was not timed there" if gone[name] >= s["large_shapes"] else
                      f"{who} was not timed at {gone[name]} of them")
     return text + (f"; {page.listed(parts)}" if parts else "")
+
+
+def above_floor_clause(rows: list[dict]) -> str:
+    """Where the capstone (rows of :func:`peer_rows`) ran faster than the copy floor, as a
+    clause to follow "within a few percent of it": ``, or beat it, as the capstone does at
+    16384x8192 (101% of it)``; "" where it never did."""
+    above = sorted((r for r in rows if round(r.get("pct_floor") or 0) > 100),  # as printed
+                   key=lambda r: -r["pct_floor"])
+    if not above:
+        return ""
+    top = above[0]
+    if len(above) == 1:
+        where = f"at {shape_text(top['rows'], top['cols'])} ({top['pct_floor']:.0f}% of it)"
+    else:
+        where = f"at {len(above)} shapes (at most {top['pct_floor']:.0f}% of it)"
+    return f", or beat it, as the capstone does {where}"
 
 
 def eager_clause(ratios: list[float], large_MB: float = 64.0) -> str:

@@ -174,9 +174,13 @@ def lever_words(levers: list[dict]) -> dict:
     if rows2:
         fewer = ("; fewer warps then fit on an SM"
                  if (rows2["registers_after"] or 0) > (rows2["registers_before"] or 0) else "")
-        parts.append(f"The lever that only puts more loads in flight, two rows per program, "
+        parts.append(f"The lever meant only to put more loads in flight, two rows per program, "
                      f"changed it by {out['rows2']}{fewer}.")
-    parts.append(out["verdict"] + ".")
+    occupancy = bool(rows2) and (rows2["registers_after"] or 0) > (rows2["registers_before"] or 0)
+    parts.append(out["verdict"] + (
+        ", though the two-row lever is the weaker half of the evidence: it also cost "
+        "occupancy, which lengthens the time whatever limits the kernel."
+        if predicted and occupancy else "."))
     if warps:
         parts.append(f"Fewer warps per row changed the time as well ({out['warps']}), but that "
                      f"lever moves both explanations at once: it leaves more rows in flight and "
@@ -234,3 +238,78 @@ def cost_words(cost_doc: dict | None, fused_label: str | None) -> dict:
         out["claim"] = ("what limits a kernel held bit for bit to its reference is not "
                         "measured yet")
     return out
+
+
+def exactness_sentence(rows: list[dict], gpu: str | None, config: str) -> str:
+    """What the recording compared on the GPU, in a sentence (no final period): ``fp8.fused``
+    (its row of :func:`exactness_rows`, run with ``config``, words from :func:`config_words`)
+    against the reference computed by PyTorch on the same GPU: checks, codes, scales."""
+    r = next((r for r in rows if r["version"] == "fp8.fused"), None)
+    if not r or not r["checks"]:
+        return "The comparison on the GPU is not recorded yet"
+    where = f"the {gpu}" if gpu else "the GPU"
+    head = (f"On {where}, fp8.fused, with {config}, was compared with the reference, which "
+            f"PyTorch computed on the same GPU from the same inputs: ")
+    codes, checks, exact = r["codes compared"], r["checks"], r["bit-exact"]
+    if exact == checks:
+        return (head + f"all {checks} checks were bit-exact, {codes:,} codes equal bit for bit "
+                f"and every scale within the comparison rule's relative 10⁻⁶")
+    differing = r["differing codes"]
+    return (head + f"{exact} of the {checks} checks were bit-exact; "
+            + (f"{differing:,} of the {codes:,} codes differed" if differing else
+               f"all {codes:,} codes were equal, but scales fell outside the comparison "
+               f"rule's relative 10⁻⁶"))
+
+
+def candidates_sentence(cand_doc: dict | None, check_shapes, seeds: int = 2) -> str:
+    """How the recording checked the launch candidates before timing them (no final period):
+    each on ``check_shapes`` x ``seeds`` random inputs against the reference and on the edge
+    cases against the untuned baseline kernel, and how many passed."""
+    cands = [r for r in (cand_doc or {}).get("records", [])
+             if isinstance(r, dict) and r.get("kind") == "candidate"]
+    if not cands:
+        return "The candidates' checks are not recorded yet"
+    per = sorted({r.get("exact_checks") for r in cands if r.get("exact_checks")})
+    exact = sum(r.get("bit_exact") is True for r in cands)
+    random_checks = len(check_shapes) * seeds
+    codes = sum(rows * cols for rows, cols in check_shapes) * seeds
+    gpu = (cand_doc.get("provenance") or {}).get("gpu") or "the GPU"
+    if len(per) == 1 and per[0] > random_checks:
+        how = (f"{per[0]} checks each: {random_checks} on random inputs ({codes:,} codes) "
+               f"against the reference and {per[0] - random_checks} edge cases (signed zeros, "
+               f"tiny, subnormal and infinite values) against the untuned baseline kernel")
+    else:
+        how = "checks on random inputs against the reference and on edge cases against the "\
+              "untuned baseline kernel"
+    return (f"the recording times every candidate configuration on the {gpu}, and first checks "
+            f"it bit for bit in {how}; "
+            + (f"all {exact} candidates passed" if exact == len(cands) > 1 else
+               f"{exact} of the {len(cands)} candidates passed")
+            + ", and only a candidate that passed may be used")
+
+
+def timing_paragraph(timing: list[dict]) -> str:
+    """The timing table (rows of :func:`fusedrms.book.ch08.timing_rows`) in two sentences:
+    where the fused kernel beats the naive pair, by how much against what the bytes allow, and
+    its share of the copy floor at the most rows, with what that share says."""
+    if not timing:
+        return "The timings are not recorded yet."
+    last, small = timing[-1], timing[0]
+    n, total = sum(r["speedup"] > 1 for r in timing), len(timing)
+    where = (f"is faster than the naive pair at all {total} timed shapes" if n == total > 1 else
+             "is faster than the naive pair at the one timed shape" if n == total == 1 else
+             f"is faster than the naive pair at {n} of the {total} timed shapes" if n else
+             "is not faster than the naive pair at the one timed shape" if total == 1 else
+             f"is not faster than the naive pair at any of the {total} timed shapes")
+    text = (f"The fused kernel {where}: at {last['rows']:,} rows "
+            f"the naive pair takes {last['naive_us']:.1f} µs and the fused kernel "
+            f"{last['fused_us']:.1f} µs, a speedup of {last['speedup']:.2f}x")
+    if last.get("bytes_ratio"):
+        text += f", where the bytes alone would allow {last['bytes_ratio']:.2f}x"
+    if total > 1:
+        text += (f", and at {small['rows']:,} rows, where both are a launch and a few loads, "
+                 f"{small['speedup']:.2f}x")
+    verdict = ("near the floor, so the bytes set its time" if last["pct_floor"] >= 85 else
+               "if the bytes set its time it would sit near the floor, so something else does")
+    return (text + f". At {last['rows']:,} rows the fused kernel runs at "
+            f"{last['pct_floor']:.0f}% of its copy floor ({last['floor_us']:.1f} µs): {verdict}.")

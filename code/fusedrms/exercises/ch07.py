@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from .. import checks, reference
-from .core import Exercise, Feedback, Malformed, as_number, correct, wrong
+from .core import Exercise, Feedback, Malformed, as_bytes, correct, wrong
 
 # ---------------------------------------------------------------- (a) write the residual variant
 
@@ -52,6 +52,9 @@ def solution_residual(x, r, w, eps=1e-5):
 
 
 SHAPES = ((3, 13), (33, 257), (1, 1), (4, 1024))
+# not a usual default: a function that ignores its eps argument (a constant 1e-5 or 1e-6 in the
+# kernel) computes something else, and fails
+GRADE_EPS = 1e-3
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -179,7 +182,7 @@ def _grade_residual(answer) -> Feedback:
                         f"signature is {name}{inspect.signature(answer)}.") from None
     except ValueError:  # no signature to read (a builtin): let the call decide
         pass
-    eps = 1e-5
+    eps = GRADE_EPS
     kernels, silent = [], []  # kernels launched; cases that launched none
     for i, (rows, cols) in enumerate(SHAPES):
         for dtype in DTYPES:
@@ -238,7 +241,7 @@ def _grade_residual(answer) -> Feedback:
             if checks.allclose(y, ref_x_only):
                 return wrong(f"y normalizes x alone {where}.",
                              "Normalize the sum s = x + r, not x.")
-            for other_eps in (1e-6, 1e-8, 0.0):
+            for other_eps in (1e-5, 1e-6, 1e-8, 0.0):
                 if checks.allclose(y, reference.rmsnorm(s, w, other_eps, accum=torch.float64)):
                     return wrong(f"y is computed with eps = {other_eps:g}, not the eps passed in "
                                  f"({eps:g}) {where}.", "Use the eps argument of your function "
@@ -382,6 +385,7 @@ residual_variant = Exercise(
               "normalizes the fp32 sum (the other convention)": _launcher(_fp32_sum_kernel),
               "masked loads without other=": _launcher(_no_other_kernel),
               "eps ignored": lambda x, r, w, eps=1e-5: solution_residual(x, r, w, 1e-6),
+              "eps ignored, the usual default": lambda x, r, w, eps: solution_residual(x, r, w),
               "three arguments": lambda x, r, w: solution_residual(x, r, w),
               "a string": "def f(x, r, w): ...",
               "the kernel instead of the wrapper": solution_kernel})
@@ -397,25 +401,6 @@ def residual_bytes_expected() -> int:
 
     return traffic.price("fused_add_rmsnorm_residual", BYTES_ROWS, BYTES_COLS,
                          BYTES_DTYPE).bytes_total
-
-
-BYTE_UNITS = {"b": 1, "byte": 1, "bytes": 1, "kb": 1e3, "kib": 2 ** 10, "mb": 1e6,
-              "mib": 2 ** 20}
-
-
-def as_bytes(answer) -> float:
-    """A number of bytes: a number, or text such as ``532,480``, ``532480 B`` or ``520 KiB``."""
-    import re
-
-    if isinstance(answer, str):
-        m = re.fullmatch(r"\s*([-+0-9.,_eE]+)\s*([A-Za-z]*)\s*", answer)
-        if m and m.group(2).lower() in BYTE_UNITS | {"": 1}:
-            number = m.group(1)
-            if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d*)?", number):  # 532,480
-                number = number.replace(",", "")
-            scale = BYTE_UNITS.get(m.group(2).lower(), 1)
-            return as_number(number, "a number of bytes") * scale
-    return as_number(answer, "a number of bytes")
 
 
 def _grade_bytes(answer) -> Feedback:

@@ -7,11 +7,12 @@ is that count with one convention broken (scales forgotten, codes counted as 2 b
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from .. import traffic
 from ..kernels import rmsnorm_fp8 as fp8_quant
-from .core import (Exercise, as_choice, as_count, as_number, as_vector, correct,
-                   matches_as_written, option_letter, wrong)
+from .core import (Exercise, Malformed, as_bytes, as_choice, as_count, as_number, as_vector,
+                   correct, matches_as_written, option_letter, wrong)
 
 ROWS, COLS, DTYPE = 8, fp8_quant.HIDDEN_SIZE, "bf16"  # not the chapter's 2 rows: compute, don't copy
 ITEM = traffic.DTYPE_BYTES[DTYPE]
@@ -93,14 +94,53 @@ def same_bytes(value: float, expected: float) -> bool:
     return abs(value - expected) <= 1e-6 * max(1.0, abs(expected))
 
 
+UNITS = (("kB", 1e3), ("KiB", 2 ** 10), ("MB", 1e6), ("MiB", 2 ** 20))
+
+
+def in_other_unit(values, expected) -> str | None:
+    """The unit (kB, KiB, MB, MiB) in which ``values`` are the ``expected`` bytes, or None."""
+    for unit, scale in UNITS:
+        if all(abs(v * scale - e) <= 0.005 * scale for v, e in zip(values, expected)):
+            return unit
+    return None
+
+
+def read_bytes(value, what: str = "a number of bytes") -> float:
+    """Bytes as a number or as text: "229,376", "229 376", "224 KiB", "229.376 kB"."""
+    if isinstance(value, str) and any(c.isalpha() for c in value):
+        return as_bytes(value)
+    return as_count(value, what)
+
+
+def _read_pair(answer):
+    """[bytes read, bytes written] from a list or tuple (numbers, or text such as "129,024") or
+    a dict with the keys read/written (or bytes_read/bytes_written)."""
+    if isinstance(answer, Mapping):
+        keys = {str(k).strip().lower().replace(" ", "_"): v for k, v in answer.items()}
+        pair = [next((keys[k] for k in (f"bytes_{n}", n) if k in keys), None)
+                for n in ("read", "written")]
+        if None in pair:
+            raise Malformed("a dict needs the keys 'read' and 'written', e.g. "
+                            "{'read': 1000, 'written': 500}; or write [bytes_read, bytes_written].")
+        answer = pair
+    if isinstance(answer, (list, tuple)):
+        answer = [read_bytes(v, "a number in the list") if isinstance(v, str) else v
+                  for v in answer]
+    return as_vector(answer, 2, "numbers: [bytes read, bytes written]")
+
+
 def _grade_fused(answer):
-    read, written = as_vector(answer, 2, "numbers: [bytes read, bytes written]")
+    read, written = _read_pair(answer)
     if same_bytes(read, FUSED_BYTES[0]) and same_bytes(written, FUSED_BYTES[1]):
         return correct(f"reads {FUSED.bytes_read:,} B (x {X:,} + gamma {W:,}), writes "
                        f"{FUSED.bytes_written:,} B (codes {CODES:,} + scales {SCALES:,}).")
     for label, (value, hint) in _FUSED_MISTAKES.items():
         if same_bytes(read, value[0]) and same_bytes(written, value[1]):
             return wrong(f"[{read:,.0f}, {written:,.0f}] ({label}).", hint)
+    unit = in_other_unit((read, written), FUSED_BYTES)
+    if unit:
+        return wrong(f"[{read:g}, {written:g}] is the right traffic in {unit}, but the answer is "
+                     f"read as bytes.", "Write both numbers in bytes.")
     if same_bytes(read, FUSED.bytes_read):
         return wrong(f"The bytes read are right; {written:,.0f} B written is not.",
                      "Writes: one byte per code, and one fp32 scale per block of 128 columns.")
@@ -117,7 +157,9 @@ fused_bytes = Exercise(
     f"How many bytes does the fused kernel read and write at {ROWS} x {COLS} bf16 (128-column "
     f"blocks)? Answer [bytes_read, bytes_written].",
     _grade_fused, solution=FUSED_BYTES,
-    mistakes={label: v for label, (v, _) in _FUSED_MISTAKES.items()})
+    mistakes={**{label: v for label, (v, _) in _FUSED_MISTAKES.items()},
+              "KiB read as bytes": [FUSED.bytes_read / 1024, FUSED.bytes_written / 1024],
+              "a dict without its keys": {"in": 1, "out": 2}})
 
 
 # (3) what fusing saves ------------------------------------------------------------------------
@@ -136,17 +178,22 @@ _SAVED_MISTAKES = {
 
 
 def _grade_saved(answer):
-    value = as_count(answer, "a number of bytes")
+    value = read_bytes(answer)
     if same_bytes(value, SAVED):
         return correct(f"{SAVED:,} B: the {ROWS} x {COLS} bf16 rows ({X:,} B) written once and "
                        f"read back once. Everything else is the same in both versions.")
     for label, (bytes_, hint) in _SAVED_MISTAKES.items():
         if same_bytes(value, bytes_):
             return wrong(f"{value:,.0f} B ({label}).", hint)
+    unit = in_other_unit((value,), (SAVED,))
+    if unit:
+        return wrong(f"{value:g} is the right saving in {unit}, but the answer is read as bytes.",
+                     f"Write it in bytes: {value:g} {unit} is {value:g} x "
+                     f"{dict(UNITS)[unit]:,.0f} B.")
     if 0 < value < 10:
         return wrong(f"{value} looks like a ratio.", "The question asks for bytes: naive total "
                                                      "minus fused total.")
-    return wrong(f"{value:,.2f} B is not the saving.",
+    return wrong(f"{value:,.{0 if value == int(value) else 2}f} B is not the saving.",
                  "Compare the two lists of tensors: which one appears only in the naive version, "
                  "and how many times does it cross the kernel boundary?")
 
@@ -155,7 +202,9 @@ bytes_saved = Exercise(
     "bytes_saved",
     f"How many bytes of global-memory traffic does fusing save at {ROWS} x {COLS} bf16 (naive "
     f"total minus fused total)?",
-    _grade_saved, solution=SAVED, mistakes={label: b for label, (b, _) in _SAVED_MISTAKES.items()})
+    _grade_saved, solution=SAVED,
+    mistakes={**{label: b for label, (b, _) in _SAVED_MISTAKES.items()},
+              "MB read as bytes": SAVED / 1e6, "KiB read as bytes": SAVED / 1024})
 
 
 # (4) the scale of an all-zero block ------------------------------------------------------------

@@ -275,3 +275,22 @@ def as_expression(answer: Any, what: str = "a number") -> float:
         raise Malformed(f"could not read {answer[:40]!r} as {what}; write a number such as 1.25, "
                         f"or arithmetic such as '5/4' or 'sqrt(16/13)'.") from None
     return as_number(result, what)
+
+
+BYTE_UNITS = {"b": 1, "byte": 1, "bytes": 1, "kb": 1e3, "kib": 2 ** 10, "mb": 1e6,
+              "mib": 2 ** 20}
+
+
+def as_bytes(answer) -> float:
+    """A number of bytes: a number, or text such as ``532,480``, ``532480 B`` or ``520 KiB``."""
+    import re
+
+    if isinstance(answer, str):
+        m = re.fullmatch(r"\s*([-+0-9.,_eE]+)\s*([A-Za-z]*)\s*", answer)
+        if m and m.group(2).lower() in BYTE_UNITS | {"": 1}:
+            number = m.group(1)
+            if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d*)?", number):  # 532,480
+                number = number.replace(",", "")
+            scale = BYTE_UNITS.get(m.group(2).lower(), 1)
+            return as_number(number, "a number of bytes") * scale
+    return as_number(answer, "a number of bytes")
