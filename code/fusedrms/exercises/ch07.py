@@ -17,7 +17,8 @@ import triton
 import triton.language as tl
 
 from .. import checks, reference
-from .core import Exercise, Feedback, Malformed, as_bytes, correct, wrong
+from .core import (BYTE_UNITS, Exercise, Feedback, Malformed, as_bytes, correct,
+                   in_other_unit, wrong)
 
 # ---------------------------------------------------------------- (a) write the residual variant
 
@@ -428,11 +429,12 @@ def _grade_bytes(answer) -> Feedback:
     for v, (msg, hint) in known.items():
         if abs(value - v) < 0.5:
             return wrong(f"{value:,.0f} B: {msg}", hint)
-    for unit, scale in (("kB", 1e3), ("KiB", 2 ** 10), ("MB", 1e6), ("MiB", 2 ** 20)):
-        if abs(value * scale - expected) < 0.5 * scale / 100:
-            return wrong(f"{value:g} is the right amount in {unit}, but the answer is read as "
-                         f"bytes.", f"Write it in bytes ({value:g} x {scale:,.0f}), or as text "
-                         f"with its unit: answer = \"{value:g} {unit}\".")
+    unit = in_other_unit((value,), (expected,))
+    if unit:
+        scale = BYTE_UNITS[unit.lower()]
+        return wrong(f"{value:g} is the right amount in {unit}, but the answer is read as "
+                     f"bytes.", f"Write it in bytes ({value:g} x {scale:,.0f}), or as text "
+                     f"with its unit: answer = \"{value:g} {unit}\".")
     return wrong(f"{value:,.0f} B is not it.",
                  f"Count the tensors with rows: x, r read; y, s written; each {BYTES_ROWS} x "
                  f"{BYTES_COLS} bf16. Then the weight once.")

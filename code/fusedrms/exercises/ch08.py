@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from .. import traffic
 from ..kernels import rmsnorm_fp8 as fp8_quant
-from .core import (Exercise, Malformed, as_bytes, as_choice, as_count, as_number, as_vector,
+from .core import (BYTE_UNITS, Exercise, Malformed, as_bytes, in_other_unit, as_choice, as_count, as_number, as_vector,
                    correct, matches_as_written, option_letter, wrong)
 
 ROWS, COLS, DTYPE = 8, fp8_quant.HIDDEN_SIZE, "bf16"  # not the chapter's 2 rows: compute, don't copy
@@ -92,17 +92,6 @@ _FUSED_MISTAKES = {
 def same_bytes(value: float, expected: float) -> bool:
     """A byte count as the reader computed it: exact up to float noise (229376.00000000003)."""
     return abs(value - expected) <= 1e-6 * max(1.0, abs(expected))
-
-
-UNITS = (("kB", 1e3), ("KiB", 2 ** 10), ("MB", 1e6), ("MiB", 2 ** 20))
-
-
-def in_other_unit(values, expected) -> str | None:
-    """The unit (kB, KiB, MB, MiB) in which ``values`` are the ``expected`` bytes, or None."""
-    for unit, scale in UNITS:
-        if all(abs(v * scale - e) <= 0.005 * scale for v, e in zip(values, expected)):
-            return unit
-    return None
 
 
 def read_bytes(value, what: str = "a number of bytes") -> float:
@@ -189,7 +178,7 @@ def _grade_saved(answer):
     if unit:
         return wrong(f"{value:g} is the right saving in {unit}, but the answer is read as bytes.",
                      f"Write it in bytes: {value:g} {unit} is {value:g} x "
-                     f"{dict(UNITS)[unit]:,.0f} B.")
+                     f"{BYTE_UNITS[unit.lower()]:,.0f} B.")
     if 0 < value < 10:
         return wrong(f"{value} looks like a ratio.", "The question asks for bytes: naive total "
                                                      "minus fused total.")

@@ -281,6 +281,15 @@ BYTE_UNITS = {"b": 1, "byte": 1, "bytes": 1, "kb": 1e3, "kib": 2 ** 10, "mb": 1e
               "mib": 2 ** 20}
 
 
+def in_other_unit(values, expected) -> str | None:
+    """The unit (kB, KiB, MB, MiB) in which ``values`` are the ``expected`` bytes, or None: an
+    answer with the right amount in the wrong unit is a unit slip, not a wrong count."""
+    for unit, scale in (("kB", 1e3), ("KiB", 2 ** 10), ("MB", 1e6), ("MiB", 2 ** 20)):
+        if all(abs(v * scale - e) <= 0.005 * scale for v, e in zip(values, expected)):
+            return unit
+    return None
+
+
 def as_bytes(answer) -> float:
     """A number of bytes: a number, or text such as ``532,480``, ``532480 B`` or ``520 KiB``."""
     import re
