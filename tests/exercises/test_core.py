@@ -147,3 +147,16 @@ def test_as_expression_refuses_anything_else_with_a_message(text):
 
     with pytest.raises(Malformed):
         as_expression(text)
+
+
+def test_a_quantity_is_read_with_its_unit_and_the_precision_it_was_written_with():
+    units = {"b": 1, "kb": 1e3, "mib": 2 ** 20}
+    assert core.as_quantity("532,480 B", units, "bytes") == (532480, 0.0)
+    assert core.as_quantity(532480, units, "bytes") == (532480, 0.0)
+    value, half = core.as_quantity("33.56 kB", units, "bytes")
+    assert value == pytest.approx(33560) and half == pytest.approx(5)
+    assert core.as_quantity("2 MiB", units, "bytes") == (2 ** 21, 0.5 * 2 ** 20)
+    assert core.as_bytes("520 KiB") == 532480 and core.as_bytes("532 480") == 532480
+    for bad in ("kB", "12 parsecs", "lots"):
+        with pytest.raises(core.Malformed):
+            core.as_quantity(bad, units, "bytes")

@@ -5,16 +5,16 @@ priced with one convention broken (the weight per row, the write forgotten, the 
 """
 from __future__ import annotations
 
-import re
 from fractions import Fraction
 
 from .. import traffic
-from .core import (Exercise, Malformed, as_count, as_expression, close, correct,
-                   matches_as_written, wrong)
+from .core import (BYTE_UNITS, Exercise, Malformed, as_expression, as_quantity, close,
+                   correct, matches_as_written, wrong)
 
 ROWS, COLS, DTYPE = 1024, 4096, "bf16"
 ITEM = traffic.DTYPE_BYTES[DTYPE]
 MATRIX = ROWS * COLS * ITEM  # one rows x cols activation in bytes
+SIZE_UNITS = {**BYTE_UNITS, "gb": 1e9, "gib": 2 ** 30}  # a size in tens of MB: GB are fair too
 WEIGHT = COLS * ITEM
 
 
@@ -34,31 +34,6 @@ def _as_ratio(answer, what: str, units: tuple[str, ...] = ()) -> float:
     if isinstance(answer, str) and answer.strip().endswith("%"):
         raise Malformed(f"{answer.strip()!r} is a percentage; write {what}.")
     return as_expression(_without_unit(answer, units), what)
-
-
-# a size written with a decimal or binary unit: "33.56 MB", "32 MiB", "33562.6 kB"
-_SIZE = re.compile(r"\s*([-+0-9.e_,]+)\s*(k|K|M|G)(i?)B\s*")
-_UNIT_SCALE = {"k": 1, "K": 1, "M": 2, "G": 3}
-
-
-def _as_bytes(answer) -> tuple[float, float]:
-    """A byte count and half a unit of its last written digit (0 for a plain count):
-    33562624, "33,562,624", "33562624 B" -> (33562624, 0); "33.56 MB" -> (33560000, 5000).
-    Sizes in kB/MB/GB/KiB/MiB/GiB."""
-    import decimal
-
-    if isinstance(answer, str):
-        size = _SIZE.fullmatch(answer)
-        if size:
-            scale = (1024 if size.group(3) else 1000) ** _UNIT_SCALE[size.group(2)]
-            number = as_count(size.group(1), "a number of bytes")
-            try:
-                exponent = decimal.Decimal(size.group(1).replace(",", "").replace("_", "")
-                                           ).as_tuple().exponent
-            except decimal.InvalidOperation:
-                exponent = 0
-            return number * scale, 0.5 * 10.0 ** min(exponent, 0) * scale
-    return as_count(_without_unit(answer, ("B", "bytes")), "a number of bytes"), 0.0
 
 
 # (1) bytes of the residual-writing variant --------------------------------------------------
@@ -82,7 +57,7 @@ _RESIDUAL_MISTAKES = {
 
 
 def _grade_residual(answer):
-    value, half_unit = _as_bytes(answer)  # 33562624, "33,562,624", "33 562 624", "33.56 MB"
+    value, half_unit = as_quantity(answer, SIZE_UNITS, "a number of bytes")  # 33562624, "33,562,624", "33 562 624", "33.56 MB"
     if half_unit:  # a size rounded as written ("33.56 MB"): which counts it fits
         fits = [label for label, (b, _) in _RESIDUAL_MISTAKES.items()
                 if abs(value - b) <= half_unit]

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 
 from .. import traffic
-from .core import (Exercise, Malformed, as_choice, as_number, correct, matches_as_written,
-                   option_letter, wrong)
+from .core import (Exercise, Malformed, as_choice, as_quantity, correct,
+                   matches_as_written, option_letter, wrong)
 
 # A hypothetical GPU: a round copy bandwidth so the arithmetic is the reader's, not a lookup.
 ROWS, COLS, DTYPE = 8192, 4096, "bf16"
@@ -42,17 +42,6 @@ def _shown(value: float) -> str:
 def _matches(value: float, target: float, rel: float = 0.01) -> bool:
     return math.isclose(value, target, rel_tol=rel)
 
-
-def _number_with_unit(answer, what: str, units: dict[str, float]):
-    """A number, also written as text with its unit ("62.9 µs", "0.0629 ms", "78.6%"), in the
-    answer's unit (each unit's factor converts to it); other units are Malformed with a message."""
-    if isinstance(answer, str):
-        text = answer.strip()
-        for unit in sorted(units, key=len, reverse=True):
-            if text.lower().endswith(unit):
-                return as_number(text[: -len(unit)].strip(), what) * units[unit]
-        answer = text
-    return as_number(answer, what)
 
 
 # The time units a reader may write (µs as the micro sign, the Greek mu or "u"), in µs.
@@ -97,7 +86,7 @@ _PREDICT_MISTAKES = {
 
 
 def _grade_predict(answer):
-    value = _number_with_unit(answer, "a time in microseconds", TIME_UNITS)
+    value = as_quantity(answer, TIME_UNITS, "a time in microseconds")[0]
     if value <= 0:
         raise Malformed("a time must be positive; write it in microseconds, e.g. answer = 12.5")
     if _matches(value, FLOOR_US):
@@ -145,7 +134,7 @@ _PCT_MISTAKES = {
 
 
 def _grade_pct(answer):
-    value = _number_with_unit(answer, "a percentage", PERCENT_UNITS)
+    value = as_quantity(answer, PERCENT_UNITS, "a percentage")[0]
     written = answer  # the digits as written: "79" is 78.6 rounded, "78" is not
     if isinstance(answer, str):
         written = answer.strip().lower().removesuffix("%").removesuffix("percent").strip()

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 
 from .. import traffic
 from ..kernels import rmsnorm_fp8 as fp8_quant
-from .core import (BYTE_UNITS, Exercise, Malformed, as_bytes, in_other_unit, as_choice, as_count, as_number, as_vector,
-                   correct, matches_as_written, option_letter, wrong)
+from .core import (BYTE_UNITS, Exercise, Malformed, as_bytes, as_choice, as_number,
+                   as_vector, correct, in_other_unit, matches_as_written, option_letter, wrong)
 
 ROWS, COLS, DTYPE = 8, fp8_quant.HIDDEN_SIZE, "bf16"  # not the chapter's 2 rows: compute, don't copy
 ITEM = traffic.DTYPE_BYTES[DTYPE]
@@ -94,12 +94,6 @@ def same_bytes(value: float, expected: float) -> bool:
     return abs(value - expected) <= 1e-6 * max(1.0, abs(expected))
 
 
-def read_bytes(value, what: str = "a number of bytes") -> float:
-    """Bytes as a number or as text: "229,376", "229 376", "224 KiB", "229.376 kB"."""
-    if isinstance(value, str) and any(c.isalpha() for c in value):
-        return as_bytes(value)
-    return as_count(value, what)
-
 
 def _read_pair(answer):
     """[bytes read, bytes written] from a list or tuple (numbers, or text such as "129,024") or
@@ -113,7 +107,7 @@ def _read_pair(answer):
                             "{'read': 1000, 'written': 500}; or write [bytes_read, bytes_written].")
         answer = pair
     if isinstance(answer, (list, tuple)):
-        answer = [read_bytes(v, "a number in the list") if isinstance(v, str) else v
+        answer = [as_bytes(v) if isinstance(v, str) else v
                   for v in answer]
     return as_vector(answer, 2, "numbers: [bytes read, bytes written]")
 
@@ -167,7 +161,7 @@ _SAVED_MISTAKES = {
 
 
 def _grade_saved(answer):
-    value = read_bytes(answer)
+    value = as_bytes(answer)
     if same_bytes(value, SAVED):
         return correct(f"{SAVED:,} B: the {ROWS} x {COLS} bf16 rows ({X:,} B) written once and "
                        f"read back once. Everything else is the same in both versions.")

@@ -9,7 +9,7 @@ import math
 
 from .. import traffic
 from ..viz import backward_frames as BF
-from .core import (Exercise, Malformed, as_choice, as_count, as_vector, correct,
+from .core import (BYTE_UNITS, Exercise, Malformed, as_choice, as_quantity, as_vector, correct,
                    matches_as_written, option_letter, wrong)
 
 EPS = 1e-5
@@ -153,8 +153,9 @@ _BYTES_MISTAKES = {
 
 
 def _grade_bytes(answer):
-    value = as_count(answer, "a number of bytes")
-    if value != int(value):
+    # "109,346,816", "109346816 B"; a size in MB is read too, and then only rounded
+    value, rounded = as_quantity(answer, BYTE_UNITS, "a number of bytes")
+    if value != int(value) and not rounded:
         raise Malformed(f"bytes are whole numbers, got {value} (for megabytes, multiply by "
                         f"1,000,000).")
     if value <= 0:

@@ -290,16 +290,33 @@ def in_other_unit(values, expected) -> str | None:
     return None
 
 
-def as_bytes(answer) -> float:
-    """A number of bytes: a number, or text such as ``532,480``, ``532480 B`` or ``520 KiB``."""
+def as_quantity(answer: Any, units: Mapping[str, float], what: str) -> tuple[float, float]:
+    """A number, or text with one of ``units`` after it ("62.9 µs", "33.56 MB", "532,480 B"),
+    in the base unit (each unit's factor converts to it); and half a unit of its last written
+    digit when a scaled unit rounds it ("33.56 MB": 5,000 bytes), else 0. The number may have
+    thousands separators (:func:`as_count`); units match in any case."""
+    import decimal
     import re
 
     if isinstance(answer, str):
-        m = re.fullmatch(r"\s*([-+0-9.,_eE]+)\s*([A-Za-z]*)\s*", answer)
-        if m and m.group(2).lower() in BYTE_UNITS | {"": 1}:
-            number = m.group(1)
-            if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d*)?", number):  # 532,480
-                number = number.replace(",", "")
-            scale = BYTE_UNITS.get(m.group(2).lower(), 1)
-            return as_number(number, "a number of bytes") * scale
-    return as_number(answer, "a number of bytes")
+        text = answer.strip()
+        for unit in sorted(units, key=len, reverse=True):
+            number = text[:-len(unit)].strip()
+            if text.lower().endswith(unit.lower()) and number:
+                scale = units[unit]
+                value = as_count(number, what) * scale
+                if scale == 1:
+                    return value, 0.0
+                try:
+                    exponent = decimal.Decimal(re.sub(r"[,\s_]", "", number)).as_tuple().exponent
+                except decimal.InvalidOperation:
+                    exponent = 0
+                exponent = exponent if isinstance(exponent, int) else 0  # NaN, Infinity
+                return value, 0.5 * 10.0 ** min(exponent, 0) * scale
+        answer = text
+    return as_count(answer, what), 0.0
+
+
+def as_bytes(answer) -> float:
+    """A number of bytes: a number, or text such as ``532,480``, ``532480 B`` or ``520 KiB``."""
+    return as_quantity(answer, BYTE_UNITS, "a number of bytes")[0]
