@@ -32,15 +32,6 @@ def load(name: str, machine: str | None = None, data_dir: Path | None = None) ->
         return None
 
 
-def tuning_table() -> dict | None:
-    """The capstone's tuning table the kernels use (this GPU's if installed, else the H200's)."""
-    from .. import tuning
-
-    doc = tuning.document("capstone")
-    if doc is None:
-        print("(no capstone tuning table is installed)")
-    return doc
-
 
 def provenance_line(doc: dict | None) -> str:
     if not doc:
@@ -139,16 +130,6 @@ def bytes_moved(op: str, rows: int, cols: int, dtype: str) -> int:
 def is_peer(impl: str) -> bool:
     return impl.startswith(("torch.", "liger.", "flashinfer.", "vllm."))
 
-
-def peers_by_shape(points: list[Point], op: str = "add_rmsnorm", mode: str = "cold") -> dict:
-    """{shape: {impl: µs}} for the capstone and every peer of ``op``, in one timing mode."""
-    table: dict = {}
-    for p in points:
-        if p.mode != mode or (p.op and p.op != op):
-            continue
-        if p.impl == CAPSTONE or is_peer(p.impl):
-            table.setdefault(p.shape, {})[p.impl] = p.median_us
-    return table
 
 
 def extra_records(doc: dict | None, kind: str) -> list[dict]:

@@ -485,8 +485,6 @@ def plain_name(impl: str) -> str:
     return PLAIN_NAMES.get(impl, impl)
 
 
-
-
 def _shape(rows: int, cols: int, dt: str) -> str:
     return f"{rows}x{cols} {dt}"
 
@@ -543,10 +541,6 @@ def backward_table(doc, kind: str = "backward") -> list[dict] | None:
                         "partials_pct": 100.0 * partials / r["bytes"]})
     return out
 
-
-def compared_rows(doc, op: str) -> list[dict]:
-    """The training table's shapes where ours and at least one checked peer were both timed."""
-    return [r for r in training_table(doc, op) or [] if r["vs_fastest"] is not None]
 
 
 def verdict(doc, op: str, large_only: bool = False) -> dict | None:
