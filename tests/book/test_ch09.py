@@ -80,7 +80,7 @@ def test_no_recording_means_none_everywhere(monkeypatch, tmp_path):
 
 @pytest.mark.gpu
 def test_record_smoke_writes_checked_records(tmp_path):
-    paths = ch09.record(tmp_path, smoke=True, budget_s=60)
+    paths = ch09.record(tmp_path, smoke=True)
     doc = json.loads(paths[0].read_text())
     train = [r for r in doc["records"] if r["kind"] == "train"]
     ours = [r for r in train if r["impl"] in ch09.OURS]

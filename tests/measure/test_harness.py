@@ -99,7 +99,7 @@ def test_floor_bytes_match_the_traffic_model_and_fail_clearly():
 
 def test_worker_and_aggregation_over_three_processes(monkeypatch, tmp_path):
     state = fake_clock(monkeypatch)
-    settings = harness.Settings(processes=3, compile_processes=0, warmup=2, reps=11, min_reps=11)
+    settings = harness.Settings(processes=3, warmup=2, reps=11, min_reps=11)
     out = tmp_path / "grid.json"
     doc = harness.run_sweeps(SMALL, settings, out, log=lambda m: None, runner=inprocess_runner(state))
     recs = [r for r in doc["records"] if r["status"] == "ok"]
@@ -140,7 +140,7 @@ def test_a_wrong_kernel_is_flagged_and_a_crashing_one_reported(monkeypatch):
     try:
         sweep = [harness.Sweep("t", "add_rmsnorm", (8,), (32,), ("fp32",),
                              impls=("test.*",))]
-        doc = harness.run_sweeps(sweep, harness.Settings(processes=1, compile_processes=0, reps=5,
+        doc = harness.run_sweeps(sweep, harness.Settings(processes=1, reps=5,
                                                      min_reps=5),
                                None, log=lambda m: None, runner=inprocess_runner(state))
     finally:
@@ -151,7 +151,7 @@ def test_a_wrong_kernel_is_flagged_and_a_crashing_one_reported(monkeypatch):
     assert by["test.broken"]["status"].startswith("error: RuntimeError: boom")
 
 
-def test_budget_skips_and_says_so(monkeypatch):
+def test_a_process_time_limit_reports_cases_not_timed(monkeypatch):
     state = fake_clock(monkeypatch)
     cases, _ = harness.expand(SMALL)
     buf = io.StringIO()
@@ -161,7 +161,11 @@ def test_budget_skips_and_says_so(monkeypatch):
     got, bw, failure = harness.consume(buf.getvalue().splitlines(True), 0, harness._progress(0, "x"),
                                      lambda m: None, {})
     assert bw == 1000.0 and failure is None
-    assert got and all(r["status"] == "skipped: time budget" for r in got)
+    assert got and all(r["status"] == "not run: the process's time limit" for r in got)
+    recs = harness.aggregate(got, [bw], expected=1)
+    assert len(harness.incomplete(recs)) == len(cases)
+    with pytest.raises(harness.Incomplete, match=f"{len(cases)} case"):
+        harness.require_complete({"records": recs}, "the grid")
 
 
 def test_a_crashed_worker_leaves_not_run_records():
@@ -188,7 +192,8 @@ def test_compile_peers_report_compile_time_separately():
                n=10, warmup=3, first_call_ms=1500.0, correct=True, check="", l2_method="m",
                process=0)
     out = harness.aggregate([rec], [1000.0])
-    assert out[0]["compile_s"] == [1.5] and out[0]["median_us"] == 2.0
+    # the timing process's first call loads from the warm cache; compile_s is the warm-up's
+    assert out[0]["first_call_ms"] == [1500.0] and out[0]["median_us"] == 2.0
 
 
 def test_select_filters_records():
@@ -263,7 +268,7 @@ def test_show_and_plot_a_written_file(tmp_path, capsys):
 def test_gpu_small_run_end_to_end(tmp_path):
     sweep = [harness.Sweep("t", "add_rmsnorm", (256, 4096), (4096,), ("bf16",), ("cold", "warm"),
                          impls=("torch.rms_norm_add", "capstone.*"))]
-    doc = harness.run_sweeps(sweep, harness.Settings(processes=2, compile_processes=0), tmp_path / "g.json")
+    doc = harness.run_sweeps(sweep, harness.Settings(processes=2), tmp_path / "g.json")
     ok = [r for r in doc["records"] if r["status"] == "ok"]
     assert ok and all(r["processes"] == 2 and r["median_us"] > 0 for r in ok)
     assert all(0 < r["pct_of_floor"] < 150 for r in ok)
@@ -327,24 +332,54 @@ def test_a_real_worker_process_without_gpu_reports_and_the_parent_keeps_going():
     assert len(got) == len(cases) and all(r["status"].startswith("not run: No GPU") for r in got)
 
 
-def test_budget_deadlines_favour_the_first_process_and_keep_a_compile_reserve(monkeypatch):
-    seen = []
+def test_every_case_is_timed_in_every_process_after_the_warm_up(monkeypatch):
+    seen, warmed = [], []
 
     def runner(cases, settings, deadline, index, bar, log, device_info):
-        seen.append((index, deadline - harness.time.time(), cases[0]["impl"]))
-        return [], 1000.0, None
+        seen.append((index, [c["impl"] for c in cases], deadline))
+        return [dict(c, process=index, status="ok", median_us=10.0 + index, p10_us=9.0,
+                     p90_us=11.0 + index, n=5, first_call_ms=1.0, correct=True, check="ok",
+                     l2_method="rotating") for c in cases], 1000.0, None
+
+    def warm(cases, workers, log):
+        warmed.append((len(cases), workers))
+        return {(c["op"], c["impl"], c["rows"], c["cols"], c["dtype"]): 9000.0 for c in cases}
 
     sweep = [harness.Sweep("t", "add_rmsnorm", (4,), (64,), ("fp32",),
                          impls=("torch.eager_chain", "torch.compile_add"))]
-    harness.run_sweeps(sweep, harness.Settings(processes=3, compile_processes=1, budget_s=100,
-                                           compile_share=0.3), None, log=lambda m: None,
-                     runner=runner)
-    (i0, d0, _), (i1, d1, _), (i2, d2, _), (i3, d3, impl3) = seen
-    assert impl3 == "torch.compile_add"
-    assert d0 == pytest.approx(70 * 2 / 4, abs=1)  # 70 s for kernels, the first gets 2 shares
-    assert d1 == pytest.approx(70 / 2, abs=1)  # instant runs: the others share what is left
-    assert d2 == pytest.approx(70, abs=1)
-    assert d3 == pytest.approx(100, abs=2)  # the rest of the budget goes to compile
+    doc = harness.run_sweeps(sweep, harness.Settings(processes=3, warm_workers=4, timeout_s=50),
+                             None, log=lambda m: None, runner=runner, warm=warm)
+    assert warmed == [(2, 4)]
+    # the compiled peer is timed beside the others, in every process, with a hard limit only
+    assert [impls for _, impls, _ in seen] == [["torch.eager_chain", "torch.compile_add"]] * 3
+    assert all(d - harness.time.time() == pytest.approx(50, abs=2) for _, _, d in seen)
+    by = {r["impl"]: r for r in doc["records"]}
+    assert by["torch.compile_add"]["compile_s"] == 9.0 and "compile_s" not in by["torch.eager_chain"]
+    assert by["torch.eager_chain"]["process_medians_us"] == [10.0, 11.0, 12.0]
+    assert by["torch.eager_chain"]["process_p10_us"] == pytest.approx(10.2)
+    assert by["torch.eager_chain"]["process_p90_us"] == pytest.approx(11.8)
+    assert doc["incomplete"] == []
+
+
+def test_a_case_timed_in_fewer_processes_is_incomplete():
+    rec = dict(sweep="t", op="add_rmsnorm", impl="a", rows=1, cols=64, dtype="fp32", mode="rotating",
+               status="ok", median_us=1.0, p10_us=1.0, p90_us=1.0, n=3, first_call_ms=1.0,
+               correct=True, check="ok", l2_method="rotating")
+    got = [dict(rec, process=0), dict(rec, process=1, status="error: RuntimeError: boom")]
+    (agg,) = harness.aggregate(got, [1000.0], expected=2)
+    assert agg["status"].startswith("timed in 1 of 2 processes") and "boom" in agg["status"]
+    assert harness.incomplete([agg]) == [agg]
+    unsupported = dict(rec, status="unsupported: dtype fp8 not supported")
+    assert harness.incomplete([unsupported]) == []
+
+
+def test_warm_ahead_spreads_shapes_over_processes_and_reads_compile_times(monkeypatch):
+    """The real process launcher, on the CPU: every shape goes to one process, all side by side."""
+    cases, _ = harness.expand([harness.Sweep("t", "add_rmsnorm", (2, 3, 4), (64,), ("fp32",),
+                                             impls=("torch.eager_chain", "torch.rms_norm_add"))])
+    got = harness.warm_ahead(cases, 2, log=lambda m: None, device="cpu")
+    assert set(got) == {(c["op"], c["impl"], c["rows"], c["cols"], c["dtype"]) for c in cases}
+    assert all(ms > 0 for ms in got.values())
 
 
 def test_rotating_mode_missing_and_in_place_peers(monkeypatch):
@@ -389,7 +424,7 @@ def test_rotating_mode_missing_and_in_place_peers(monkeypatch):
     try:
         sweep = [harness.Sweep("t", "add_rmsnorm_residual", (8,), (64,), ("fp32",),
                                ("rotating",), impls=("test.*",))]
-        doc = harness.run_sweeps(sweep, harness.Settings(processes=1, compile_processes=0),
+        doc = harness.run_sweeps(sweep, harness.Settings(processes=1),
                                  None, log=lambda m: None, runner=inprocess_runner(state))
     finally:
         for i in impls:
@@ -418,7 +453,7 @@ def test_python_mode_times_calls_back_to_back_on_the_wall_clock(monkeypatch):
     state = fake_clock(monkeypatch)
     sweep = [harness.Sweep("py", "add_rmsnorm", (1,), (64,), ("fp32",), ("python",),
                            impls=("torch.rms_norm_add",))]
-    doc = harness.run_sweeps(sweep, harness.Settings(processes=1, compile_processes=0,
+    doc = harness.run_sweeps(sweep, harness.Settings(processes=1,
                                                      min_reps=3),
                              None, log=lambda m: None, runner=inprocess_runner(state))
     rec = doc["records"][0]

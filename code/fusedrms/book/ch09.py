@@ -27,6 +27,7 @@ from .. import env  # first
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -55,7 +56,8 @@ OPS = ("rmsnorm", "add_rmsnorm")
 SHAPES = tuple((r, c, "bf16") for r in (1024, 4096, 16384) for c in (2048, 4096, 8192)) + (
     (4096, 4096, "fp32"), (16384, 4096, "fp32"))
 SMOKE_SHAPES = ((1024, 2048, "bf16"),)
-SMOKE_BUDGET_S = 25
+PROCESS_TIMEOUT_S = 240  # a hard limit per timing process (a hung case), far above its ~30 s
+WARM_TIMEOUT_S = 300
 # forward + backward, in the order they are timed (peers that may fail to capture come last)
 TRAIN_IMPLS = ("triton.two_stage", "triton.atomic", "torch.eager", "torch.rms_norm", "liger",
                "torch.compile")
@@ -106,20 +108,21 @@ def _torch_rms_norm_add(x, residual, w, eps):
 
 
 class _Compiled:
-    """``torch.compile`` of the eager function, one per (op, cols, dtype), rows dynamic: forward
-    and backward (AOTAutograd) are compiled once per width instead of once per shape."""
+    """``torch.compile(dynamic=False)`` of the eager function, one per (op, rows, cols, dtype):
+    forward and backward (AOTAutograd) specialized to the shape, as the book's other compiled
+    peers are; the recording compiles every shape ahead, side by side, into a shared cache."""
 
     def __init__(self):
         self.fns = {}
 
-    def get(self, op, cols, dtype):
+    def get(self, op, rows, cols, dtype):
         from ..kernels import peers
 
-        key = (op, cols, dtype)
+        key = (op, rows, cols, dtype)
         if key not in self.fns:
             peers._raise_recompile_limits()
             base = reference.rmsnorm if op == "rmsnorm" else _eager_add
-            self.fns[key] = torch.compile(peers._fresh_copy(base))
+            self.fns[key] = torch.compile(peers._fresh_copy(base), dynamic=False)
         return self.fns[key]
 
 
@@ -142,13 +145,7 @@ def forward_fn(impl: str, op: str, cols: int, dtype: torch.dtype):
         return (lambda x, w: _torch_rms_norm(x, w, EPS)) if op == "rmsnorm" else (
             lambda x, r, w: _torch_rms_norm_add(x, r, w, EPS))
     if impl == "torch.compile":
-        fn = _COMPILED.get(op, cols, dtype)
-
-        def compiled(*args):
-            for t in args[:-1]:
-                torch._dynamo.mark_dynamic(t, 0)
-            return fn(*args, EPS)
-        return compiled
+        return lambda *args: _COMPILED.get(op, args[0].shape[0], cols, dtype)(*args, EPS)
     if impl == "liger":
         rms, fused_add = _liger()
         if op == "rmsnorm":  # casting mode "llama", not in place (dy must survive the call)
@@ -226,24 +223,10 @@ def check_gradients(op: str, bundle: torch.Tensor, w: torch.Tensor, grads) -> tu
 # ---------------------------------------------------------------- timing (one timer)
 
 def time_rotating(step, bundle: torch.Tensor, bytes_per_call: int, reps: int) -> tuple[float, str]:
-    """µs per call of ``step(bundle_copy)`` by :mod:`fusedrms.measure.timer`'s rotating graph
-    replay (the timer's ``time_rotating_us`` when it has one)."""
+    """µs per call of ``step(bundle_copy)``: :func:`fusedrms.measure.timer.time_rotating_us`."""
     from ..measure import timer
 
-    if hasattr(timer, "time_rotating_us"):
-        return timer.time_rotating_us(lambda b, _w: step(b), bundle, None, bytes_per_call, reps=reps)
-    l2 = timer.l2_bytes() or (64 << 20)
-    copies = max(2, min(timer.GRAPH_CALLS, -(-3 * l2 // max(bytes_per_call, 1)) + 1))
-    bundles = [bundle] + [bundle.clone() for _ in range(copies - 1)]
-    state = {"i": 0}
-
-    def call():
-        state["i"] = (state["i"] + 1) % copies
-        return step(bundles[state["i"]])
-
-    samples = timer.time_gpu(call, warmup=2, reps=reps, l2="warm", graph=True)
-    return statistics.median(samples), (f"{timer.GRAPH_CALLS} calls per CUDA graph replay over "
-                                        f"{copies} rotating input copies, median of {reps}")
+    return timer.time_rotating_us(lambda b, _w: step(b), bundle, None, bytes_per_call, reps=reps)
 
 
 def _sync() -> None:
@@ -258,8 +241,9 @@ def _reps(wall_ms: float, smoke: bool) -> int:
 
 
 def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, copy_GBps: float,
-                 smoke: bool = False) -> dict:
-    """One (kind, op, implementation, shape): checked, then timed. Errors become records."""
+                 smoke: bool = False, warm_only: bool = False) -> dict:
+    """One (kind, op, implementation, shape): checked, then timed. Errors become records.
+    ``warm_only``: the first call alone (it compiles into the shared caches), nothing timed."""
     from ..kernels import rmsnorm_backward as B
 
     dtype = DTYPES[dt]
@@ -293,6 +277,8 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
         grads = step(bundle)
         _sync()
         rec["first_call_ms"] = (time.perf_counter() - t0) * 1e3
+        if warm_only:
+            return rec
         if check_bundle is not None:
             rec["check_ok"], rec["check"] = check_gradients(op, check_bundle, w.detach(), grads)
         t0 = time.perf_counter()
@@ -346,21 +332,22 @@ def cases(smoke: bool = False) -> list[dict]:
 
 
 def worker(spec: dict) -> dict:
-    """One process's sweep (``spec``: smoke, deadline as a time.time() value, liger_missing)."""
+    """One process's sweep (``spec``: smoke, liger_missing, and for the warm-up ``warm_only`` with
+    ``only``, the indices of :func:`cases` this process compiles)."""
     from ..measure import timer
 
     env.require_gpu("Chapter 9's measurement")
-    copy_GBps = timer.copy_bandwidth_GBps()
-    recs, skipped = [], 0
-    for c in cases(spec.get("smoke", False)):
+    warm_only = spec.get("warm_only", False)
+    copy_GBps = 1.0 if warm_only else timer.copy_bandwidth_GBps()
+    every = cases(spec.get("smoke", False))
+    picked = [every[i] for i in spec["only"]] if "only" in spec else every
+    recs = []
+    for c in picked:
         if c["impl"] == "liger" and spec.get("liger_missing"):
             continue
-        if time.time() > spec["deadline"]:
-            skipped += 1
-            continue
         recs.append(measure_case(c["kind"], c["op"], c["impl"], c["rows"], c["cols"], c["dt"],
-                                 copy_GBps, spec.get("smoke", False)))
-    return {"copy_GBps": copy_GBps, "records": recs, "skipped": skipped}
+                                 copy_GBps, spec.get("smoke", False), warm_only=warm_only))
+    return {"copy_GBps": copy_GBps, "records": recs}
 
 
 def aggregate(parts: list[dict]) -> list[dict]:
@@ -397,13 +384,18 @@ def aggregate(parts: list[dict]) -> list[dict]:
     return out
 
 
-def _run_process(spec: dict, index: int, log) -> dict | None:
+def _run_process(spec: dict, index: int, log, timeout_s: float | None = None) -> dict | None:
     with tempfile.TemporaryDirectory() as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
         spec_path.write_text(json.dumps(spec))
-        proc = subprocess.run([sys.executable, "-m", "fusedrms.book.ch09", "worker",
-                               "--spec", str(spec_path), "--out", str(out_path)],
-                              capture_output=True, text=True)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "fusedrms.book.ch09", "worker",
+                                   "--spec", str(spec_path), "--out", str(out_path)],
+                                  capture_output=True, text=True, timeout=timeout_s,
+                                  env={**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "1"})
+        except subprocess.TimeoutExpired:
+            log(f"[ch09] process {index + 1} passed its limit of {timeout_s:.0f} s")
+            return None
         if proc.returncode != 0 or not out_path.exists():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
             log(f"[ch09] process {index + 1} failed (exit {proc.returncode}): {' | '.join(tail)}")
@@ -411,41 +403,63 @@ def _run_process(spec: dict, index: int, log) -> dict | None:
         return json.loads(out_path.read_text())
 
 
+def warm_ahead(smoke: bool, liger_missing: bool, workers: int, log) -> dict:
+    """Every case's first call, the cases spread over ``workers`` processes side by side, so that
+    the timing processes find torch.compile's and Triton's kernels in the shared on-disk caches.
+    Returns the first call's ms per case key (for torch.compile: its cold compile)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    every = cases(smoke)
+    # torch.compile's cases first: they take longest, so each process gets its share of them
+    order = sorted(range(len(every)), key=lambda i: every[i]["impl"] != "torch.compile")
+    workers = max(1, min(workers, len(order)))
+    specs = [{"smoke": smoke, "liger_missing": liger_missing, "warm_only": True,
+              "only": order[i::workers]} for i in range(workers)]
+    t0 = time.time()
+    with ThreadPoolExecutor(workers) as pool:
+        parts = list(pool.map(lambda ix: _run_process(ix[1], ix[0], log, WARM_TIMEOUT_S),
+                              enumerate(specs)))
+    first = {(r["kind"], r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]): r["first_call_ms"]
+             for p in parts if p for r in p["records"] if "first_call_ms" in r}
+    log(f"[ch09] warm-up: {len(first)} of {len(every)} cases compiled in {workers} processes "
+        f"side by side, {time.time() - t0:.0f} s")
+    return first
+
+
 def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processes: int = 3,
-           budget_s: float | None = None) -> list[Path]:
+           timeout_s: float | None = None) -> list[Path]:
     """Measure and write ``out_dir/ch09_backward.json``; returns the files written.
 
+    Every case is compiled first, side by side (:func:`warm_ahead`), then timed in each of
+    ``processes`` processes, one after the other. A case not timed in every process fails the
+    recording (its file is still written, so the failure can be read).
     ``smoke``: one small shape, one process, few repetitions (the same code paths, in seconds).
-    ``budget_s`` (default :data:`ESTIMATE_S`, :data:`SMOKE_BUDGET_S` with ``smoke``) is shared by
-    the processes; cases a
-    process does not reach in its share are left to the others and counted in the file.
     ``tune`` is accepted for the record command and unused (nothing here is tuned)."""
+    from ..measure import harness
+
     env.require_gpu("Chapter 9's measurement")
     out_dir = Path(out_dir)
     if smoke:
         processes = 1
-    budget_s = (SMOKE_BUDGET_S if smoke else ESTIMATE_S) if budget_s is None else budget_s
+    timeout_s = timeout_s or PROCESS_TIMEOUT_S
     start = time.time()
     missing = liger_status()
+    first = warm_ahead(smoke, bool(missing), harness.warm_worker_count(harness.Settings()), log)
     parts = []
     for index in range(processes):
-        left = budget_s - (time.time() - start)
-        if left <= 5:
-            log(f"[ch09] budget spent after {index} process(es)")
-            break
-        share = left / (processes - index)
-        if index == 0 and processes > 1:  # the first process also compiles every kernel
-            share = max(share, 0.5 * left)
-        spec = {"smoke": smoke, "deadline": time.time() + share - 2, "liger_missing": bool(missing)}
-        log(f"[ch09] process {index + 1}/{processes}, {share:.0f} s")
-        part = _run_process(spec, index, log)
+        log(f"[ch09] process {index + 1}/{processes}")
+        part = _run_process({"smoke": smoke, "liger_missing": bool(missing)}, index, log, timeout_s)
         if part is not None:
             parts.append(part)
             log(f"[ch09] process {index + 1}: {len(part['records'])} cases, "
-                f"{part['skipped']} not reached, copy {part['copy_GBps']:.0f} GB/s")
+                f"copy {part['copy_GBps']:.0f} GB/s ({time.time() - start:.0f} s)")
     if not parts:
         raise RuntimeError("no measuring process finished; see the log above")
     recs = aggregate(parts)
+    for r in recs:
+        ms = first.get((r["kind"], r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]))
+        if ms is not None and r["impl"] == "torch.compile":
+            r["compile_s"] = round(ms / 1e3, 3)
     if missing:
         recs.append({"kind": "peer_missing", "impl": "liger", "reason": missing})
     try:
@@ -454,10 +468,17 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processe
         recs.append({"kind": "determinism", "error": f"{type(e).__name__}: {e}"[:300]})
     path = records.write(out_dir / next(iter(FILES)), recs, extra={
         "smoke": smoke, "processes": len(parts), "copy_GBps": [p["copy_GBps"] for p in parts],
-        "not_reached": [p["skipped"] for p in parts], "eps": EPS,
-        "timer": next((r["method"] for r in recs if "method" in r), None),
+        "eps": EPS, "timer": next((r["method"] for r in recs if "method" in r), None),
         "seconds": round(time.time() - start, 1)})
     log(f"[ch09] wrote {path} in {time.time() - start:.0f} s")
+    untimed = [r for r in recs if r.get("kind") in ("train", "backward", "programs")
+               and r.get("processes", 0) < processes]
+    problems = ([f"{len(untimed)} case(s) not timed in all {processes} processes ("
+                 + "; ".join(f"{r['impl']} {r['op']} {r['rows']}x{r['cols']} {r['dtype']}: "
+                             f"{r.get('error', 'not reached')}" for r in untimed[:6]) + ")"]
+                if untimed else []) + ([f"Liger is missing ({missing})"] if missing else [])
+    if problems:
+        raise harness.Incomplete("chapter 9: " + "; ".join(problems))
     return [path]
 
 
@@ -805,7 +826,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=".", help="folder for ch09_backward.json")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--processes", type=int, default=3)
-    p.add_argument("--budget", type=float, default=None)
+    p.add_argument("--timeout", type=float, default=None,
+                   help="a hard limit per timing process, in seconds")
     args = p.parse_args(argv)
     if args.cmd == "worker":
         spec = json.loads(Path(args.spec).read_text())
@@ -815,7 +837,7 @@ def main(argv=None) -> int:
         print("chapter 9's measurement needs a GPU; the chapter shows the recorded one.",
               file=sys.stderr)
         return 2
-    record(args.out, smoke=args.smoke, processes=args.processes, budget_s=args.budget)
+    record(args.out, smoke=args.smoke, processes=args.processes, timeout_s=args.timeout)
     return 0
 
 

@@ -22,8 +22,14 @@ How a number is made (see :mod:`fusedrms.measure.timer` for the details of one m
    percentage of that floor.
 
 Modes: ``cold`` (L2 flushed before every call), ``warm`` (back to back), ``graph`` (CUDA graph
-replay, back to back: launch overhead removed). ``torch.compile`` peers run in their own process
-(``--compile-processes``, default 1) because compiling one kernel per shape is slow.
+replay, back to back: launch overhead removed), ``rotating`` (a graph replays calls over input
+sets larger than 4x L2: the cost of a call in a stream) and ``python`` (calls from Python).
+
+Before any timing, every case runs once in several processes side by side (``--warm-workers``):
+Triton's and Inductor's on-disk caches are shared, so the timing processes load compiled kernels
+(``torch.compile`` included) instead of compiling them; ``compile_s`` is that first, cold compile.
+Every case is then timed in every process: a case that is not timed (an error, a missing peer, a
+time limit) makes the document incomplete (:func:`incomplete`), and the chapters' recordings fail.
 """
 from __future__ import annotations
 
@@ -51,9 +57,6 @@ COMPILED_PEERS = ("torch.compile", "torch.compile_add", "torch.compile_residual"
 L2_MULTIPLE = 4  # rotating mode: the input sets together hold more than this many L2s
 MAX_SETS = 200
 EPS = 1e-5
-MODES = ("cold", "warm", "graph")  # L2 cold (flushed), warm, and CUDA-graph replays
-
-
 MODES = ("rotating", "cold", "warm", "graph", "python")
 PYTHON_CALLS = 200  # python mode: calls back to back per sample
 
@@ -134,15 +137,25 @@ PLANS = {
 @dataclass
 class Settings:
     processes: int = 3
-    compile_processes: int = 1
     warmup: int = 10
     reps: int = 50
     time_cap_s: float = 0.1  # per timing: fewer reps (never below min_reps) for slow calls
     min_reps: int = 10
     rotating_reps: int = 9  # graph replays per rotating timing (each many calls long)
-    budget_s: float | None = None
-    compile_share: float = 0.3  # of the budget, kept for the torch.compile process
+    warm_workers: int = 0  # processes that compile every case side by side first (0: by CPU count)
+    timeout_s: float | None = None  # a hard limit per timing process: a hung case ends it
     allow_missing_floor: bool = False
+
+
+def warm_worker_count(settings: Settings) -> int:
+    """Compiling processes to run side by side: half the CPU cores, at most 8."""
+    if settings.warm_workers:
+        return settings.warm_workers
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
+class Incomplete(RuntimeError):
+    """A recording that did not time every case it lists: a failure, never a footnote."""
 
 
 def is_compiled_peer(name: str) -> bool:
@@ -308,6 +321,8 @@ def run_worker(spec: dict) -> int:
         return NO_GPU_EXIT
     s = Settings(**spec["settings"])
     deadline = spec.get("deadline")
+    if spec.get("warm_only"):
+        return warm_worker(spec["cases"], device)
     bw = timer.copy_bandwidth_GBps()
     _emit("copy", GBps=bw, l2_bytes=timer.l2_bytes(), flush_bytes=timer.flush_bytes())
     cases = spec["cases"]
@@ -317,7 +332,7 @@ def run_worker(spec: dict) -> int:
     for (op, rows, cols, dt), group in by_shape.items():
         if deadline and time.time() > deadline:
             for c in group:
-                _emit("record", **c, status="skipped: time budget")
+                _emit("record", **c, status="not run: the process's time limit")
             continue
         dtype = dtypes.torch_dtype(dt)
         args = make_inputs(op, rows, cols, dtype, device)
@@ -331,7 +346,7 @@ def run_worker(spec: dict) -> int:
             impl_cases = by_impl[name]
             if deadline and time.time() > deadline:
                 for c in impl_cases:
-                    _emit("record", **c, status="skipped: time budget")
+                    _emit("record", **c, status="not run: the process's time limit")
                 continue
             impl = registry.get(name)
             call = (lambda f=impl.fn: f(*args))
@@ -396,6 +411,114 @@ def run_worker(spec: dict) -> int:
             torch.cuda.empty_cache()
     _emit("done")
     return 0
+
+
+def warm_worker(cases: list[dict], device: str = "cuda") -> int:
+    """Call every implementation of ``cases`` once per shape (compiling it into the shared on-disk
+    caches) and emit its first call's wall time: the warm-up phase, not a measurement."""
+    import torch
+
+    from .. import registry
+
+    groups: dict = {}
+    for c in cases:
+        groups.setdefault((c["op"], c["rows"], c["cols"], c["dtype"]), {})[c["impl"]] = c
+    for (op, rows, cols, dt), by_impl in groups.items():
+        args = make_inputs(op, rows, cols, dtypes.torch_dtype(dt), device)
+        for name in sorted(by_impl, key=lambda n: registry.get(n).mutates):
+            impl = registry.get(name)
+            key = dict(op=op, impl=name, rows=rows, cols=cols, dtype=dt)
+            try:
+                call_args = tuple(a.clone() if i < 2 else a for i, a in enumerate(args)) \
+                    if impl.mutates else args
+                ms, out = _sync_wall_ms(lambda: impl.fn(*call_args), device)
+                del out
+                _emit("warm", **key, first_call_ms=ms, status="ok")
+            except Exception as e:  # noqa: BLE001 - the timing processes report it as the case's
+                _emit("warm", **key, status=f"error: {type(e).__name__}: {e}"[:300])
+                if "CUDA error" in str(e) or "illegal" in str(e).lower():
+                    return 1
+            if is_compiled_peer(name):
+                from ..kernels import peers
+
+                for sc in peers.COMPILED:
+                    sc.reset()
+        del args
+        if device != "cpu":
+            torch.cuda.empty_cache()
+    _emit("done")
+    return 0
+
+
+def warm_ahead(cases: list[dict], workers: int, log=print, device: str = "cuda") -> dict:
+    """Run every case once, its shapes spread over ``workers`` processes side by side: Triton's
+    and Inductor's caches (shared on disk) are then warm for the timing processes. Returns the
+    first call's time per (op, impl, rows, cols, dtype), in ms: with ``torch.compile``, the cold
+    compile (measured while the other processes compile too)."""
+    shapes = list(dict.fromkeys((c["op"], c["rows"], c["cols"], c["dtype"]) for c in cases))
+    if not shapes:
+        return {}
+    workers = max(1, min(workers, len(shapes)))
+    # the slowest shapes to compile (those with torch.compile) dealt first, round robin
+    compiled = {(c["op"], c["rows"], c["cols"], c["dtype"]) for c in cases
+                if is_compiled_peer(c["impl"])}
+    shapes.sort(key=lambda k: k not in compiled)
+    parts = [[c for c in cases if (c["op"], c["rows"], c["cols"], c["dtype"]) in set(shapes[i::workers])]
+             for i in range(workers)]
+    # one compile thread each: the processes are the parallelism (no pool to start per process)
+    env_vars = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    procs, spec_paths = [], []
+    t0 = time.time()
+    for part in parts:
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump({"cases": part, "settings": asdict(Settings()), "warm_only": True,
+                       "device": device}, f)
+            spec_paths.append(f.name)
+        procs.append(subprocess.Popen([sys.executable, "-m", "fusedrms.measure.harness", "worker",
+                                       spec_paths[-1]], stdout=subprocess.PIPE, text=True,
+                                      env=env_vars))
+    first: dict = {}
+    results = [[] for _ in procs]
+
+    def read(i, proc):
+        for line in proc.stdout:
+            if line.startswith(LINE_TAG):
+                results[i].append(json.loads(line[len(LINE_TAG):]))
+            else:
+                sys.stderr.write(line)
+
+    threads = [threading.Thread(target=read, args=(i, p)) for i, p in enumerate(procs)]
+    for t in threads:
+        t.start()
+    for t, p, path in zip(threads, procs, spec_paths):
+        t.join()
+        p.wait()
+        os.unlink(path)
+    for msgs in results:
+        for m in msgs:
+            if m.get("kind") == "warm" and m.get("status") == "ok":
+                first[(m["op"], m["impl"], m["rows"], m["cols"], m["dtype"])] = m["first_call_ms"]
+    failed = [p.returncode for p in procs if p.returncode not in (0, None)]
+    log(f"warm-up: {len(first)} of {len({(c['op'], c['impl'], c['rows'], c['cols'], c['dtype']) for c in cases})} "
+        f"implementation x shape pairs compiled in {workers} processes side by side, "
+        f"{time.time() - t0:.0f} s" + (f"; {len(failed)} process(es) failed" if failed else ""))
+    return first
+
+
+def incomplete(recs: list[dict]) -> list[dict]:
+    """The cases a document lists but did not time (an unsupported combination is not one)."""
+    return [r for r in recs if r.get("status") != "ok"
+            and not str(r.get("status", "")).startswith("unsupported")]
+
+
+def require_complete(doc: dict, what: str) -> None:
+    """Raise :class:`Incomplete` naming the cases ``doc`` did not time."""
+    missing = incomplete(doc.get("records", []))
+    if missing:
+        named = "; ".join(f"{r['impl']} {r['op']} {r['rows']}x{r['cols']} {r['dtype']} {r['mode']}: "
+                          f"{r.get('status')}" for r in missing[:8])
+        raise Incomplete(f"{what}: {len(missing)} case(s) not timed ({named}"
+                         + (" ..." if len(missing) > 8 else "") + ")")
 
 
 # ---------------------------------------------------------------- many processes (the parent)
@@ -488,9 +611,25 @@ def _all_correct(flags) -> bool | None:
     return None if any(f is None for f in flags) else True
 
 
-def aggregate(per_process: list[dict], copy_bw: list[float], allow_missing_floor: bool = True
-              ) -> list[dict]:
-    """One record per case: the median of process medians, their range, and % of floor."""
+def process_quantiles(meds: list[float]) -> tuple[float, float]:
+    """p10 and p90 of the process medians (linear interpolation; one process: that value)."""
+    s = sorted(meds)
+
+    def q(p):
+        pos = p * (len(s) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(s) - 1)
+        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+    return q(0.10), q(0.90)
+
+
+def aggregate(per_process: list[dict], copy_bw: list[float], allow_missing_floor: bool = True,
+              expected: int | None = None) -> list[dict]:
+    """One record per case: the median of process medians, their p10-p90 and range, % of floor.
+
+    With ``expected`` processes, a case that fewer of them timed is marked incomplete (its
+    numbers are kept; its status names the processes that did not time it)."""
     bw = statistics.median(copy_bw) if copy_bw else None
     groups: dict = {}
     for r in per_process:
@@ -506,8 +645,10 @@ def aggregate(per_process: list[dict], copy_bw: list[float], allow_missing_floor
             out.append(rec)
             continue
         meds = [r["median_us"] for r in sorted(ok, key=lambda r: r["process"])]
+        proc_p10, proc_p90 = process_quantiles(meds)
         rec.update(status="ok", median_us=statistics.median(meds), min_median_us=min(meds),
                    max_median_us=max(meds), process_medians_us=meds,
+                   process_p10_us=proc_p10, process_p90_us=proc_p90,
                    p10_us=statistics.median(r["p10_us"] for r in ok),
                    p90_us=statistics.median(r["p90_us"] for r in ok),
                    reps=ok[0]["n"], warmup=ok[0].get("warmup"),
@@ -516,8 +657,10 @@ def aggregate(per_process: list[dict], copy_bw: list[float], allow_missing_floor
                    l2_method=ok[0]["l2_method"])
         if ok[0].get("sets"):
             rec["sets"] = ok[0]["sets"]
-        if is_compiled_peer(c["impl"]):
-            rec["compile_s"] = [round(r["first_call_ms"] / 1e3, 3) for r in ok]
+        if expected and len(ok) < expected:
+            others = sorted({r.get("status", "?") for r in rs if r.get("status") != "ok"})
+            rec["status"] = (f"timed in {len(ok)} of {expected} processes"
+                             + (f" ({'; '.join(others)})" if others else ""))
         try:
             nbytes = floor_bytes(c["op"], c["rows"], c["cols"], c["dtype"])
             rec["bytes"] = nbytes
@@ -546,11 +689,10 @@ def check_floors(sweeps: list[Sweep]) -> list[str]:
 
 
 def run_sweeps(sweeps: list[Sweep], settings: Settings, out: str | Path | None = None,
-               log=print, runner=None) -> dict:
-    """Run every case of ``sweeps`` in separate processes; write and return the result document.
-
-    Kernels and library peers run in ``settings.processes`` processes; the ``torch.compile`` peers
-    in ``settings.compile_processes`` more, last, with whatever time budget is left.
+               log=print, runner=None, warm=None) -> dict:
+    """Run every case of ``sweeps`` in ``settings.processes`` separate processes, one after the
+    other, after compiling every case side by side (:func:`warm_ahead`); write and return the
+    result document. ``doc["incomplete"]`` lists the cases not timed (see :func:`require_complete`).
     """
     runner = runner or _run_process
     if runner is _run_process and not env.current().on_gpu:
@@ -562,51 +704,32 @@ def run_sweeps(sweeps: list[Sweep], settings: Settings, out: str | Path | None =
     for p in problems:
         log(f"warning: {p}")
     cases, not_run = expand(sweeps)
-    kernels = [c for c in cases if not is_compiled_peer(c["impl"])]
-    # Compiling is slow and may not all fit the budget: bf16 first, then fp32, fp16 last (the
-    # 16-bit formats behave alike), so what is skipped is the least informative.
-    rank = {"bf16": 0, "fp32": 1, "fp16": 2}
-    compiled = sorted((c for c in cases if is_compiled_peer(c["impl"])),
-                      key=lambda c: rank.get(c["dtype"], 3))
-    runs = [kernels] * settings.processes + ([compiled] * settings.compile_processes
-                                              if compiled else [])
     start = time.time()
-    end = start + settings.budget_s if settings.budget_s else None
-    compile_reserve = settings.compile_share if compiled and settings.compile_processes else 0.0
-    log(f"{len(kernels)} kernel/peer cases x {settings.processes} processes, {len(compiled)} "
-        f"torch.compile cases x {settings.compile_processes if compiled else 0} processes; "
-        f"{len(not_run)} combinations unsupported"
-        + (f"; budget {settings.budget_s:.0f} s" if end else ""))
-    bar = _progress(sum(len(r) for r in runs), "bench")
+    workers = warm_worker_count(settings)
+    if warm is None:
+        warm = warm_ahead if runner is _run_process else (lambda *a, **k: {})
+    first_calls = warm(cases, workers, log=log)
+    log(f"{len(cases)} cases x {settings.processes} processes; {len(not_run)} combinations "
+        f"unsupported")
+    bar = _progress(len(cases) * settings.processes, "bench")
     per_process, bws, failures, device_info = [], [], [], {}
     from ..kernels import peers
 
-    extra = {"settings": asdict(settings), "sweeps": [asdict(s) for s in sweeps],
-             "liger": peers.liger_status(),
+    extra = {"settings": asdict(settings), "warm_workers": workers,
+             "sweeps": [asdict(s) for s in sweeps], "liger": peers.liger_status(),
              "method": "median of per-process medians of device-event timings; range = min-max "
-                       "of process medians; p10/p90 = median over processes"}
+                       "of process medians; p10/p90 = median over processes; compile_s = the "
+                       f"first call while {workers} processes compiled side by side"}
     doc = {}
-    for i, run in enumerate(runs):
-        deadline = None
-        if end:
-            remaining_kernel_runs = max(settings.processes - i, 0)
-            if remaining_kernel_runs:  # kernels share what is left above the compile reserve;
-                # the first process counts double: it pays the JIT compilation of every kernel
-                reserve = compile_reserve * settings.budget_s
-                weight = 2.0 if i == 0 else 1.0
-                shares = weight + (remaining_kernel_runs - 1)
-                deadline = time.time() + max(end - reserve - time.time(), 0) * weight / shares
-            else:
-                share = (end - time.time()) / (len(runs) - i)
-                deadline = time.time() + share
-        kind = "kernels and peers" if i < settings.processes else "torch.compile peers"
+    for i in range(settings.processes):
+        deadline = time.time() + settings.timeout_s if settings.timeout_s else None
         t0 = time.time()
-        log(f"process {i + 1}/{len(runs)} ({kind}, {len(run)} cases) starting at "
-            f"+{t0 - start:.0f} s" + (f", deadline +{deadline - start:.0f} s" if deadline else ""))
-        got, bw, failure = runner(run, settings, deadline, i, bar, log, device_info)
-        skipped = sum(1 for r in got if str(r.get("status", "")).startswith("skipped"))
-        log(f"process {i + 1}/{len(runs)} finished in {time.time() - t0:.0f} s: "
-            f"{len(got) - skipped} run, {skipped} skipped" + (f"; {failure}" if failure else ""))
+        log(f"process {i + 1}/{settings.processes} ({len(cases)} cases) starting at "
+            f"+{t0 - start:.0f} s")
+        got, bw, failure = runner(cases, settings, deadline, i, bar, log, device_info)
+        timed = sum(1 for r in got if r.get("status") == "ok")
+        log(f"process {i + 1}/{settings.processes} finished in {time.time() - t0:.0f} s: "
+            f"{timed} of {len(cases)} timed" + (f"; {failure}" if failure else ""))
         per_process += got
         if bw:
             bws.append(bw)
@@ -614,10 +737,16 @@ def run_sweeps(sweeps: list[Sweep], settings: Settings, out: str | Path | None =
             failures.append(f"process {i}: {failure}")
         if failure and failure.startswith("No GPU"):
             raise NoGPU(failure)
-        recs = aggregate(per_process, bws, allow_missing_floor=True) + not_run
+        recs = aggregate(per_process, bws, allow_missing_floor=True, expected=settings.processes)
+        for r in recs:
+            ms = first_calls.get((r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]))
+            if ms is not None and is_compiled_peer(r["impl"]):
+                r["compile_s"] = round(ms / 1e3, 3)
+        recs += not_run
         run_extra = {**extra, **device_info, "copy_GBps_per_process": bws,
                      "failures": failures, "elapsed_s": round(time.time() - start, 1)}
-        doc = {"provenance": {**records.provenance(), **run_extra}, "records": recs}
+        doc = {"provenance": {**records.provenance(), **run_extra}, "records": recs,
+               "incomplete": incomplete(recs)}
         if out:
             write_results(out, recs, run_extra)
     bar.close()
@@ -734,18 +863,17 @@ def _modes(text: str) -> tuple:
 
 def _add_settings(p):
     p.add_argument("--processes", type=cli.whole(1, 64), default=3,
-                   help="separate processes (default 3)")
-    p.add_argument("--compile-processes", type=cli.whole(0, 64), default=1,
-                   help="processes for the torch.compile peers (default 1)")
+                   help="separate timing processes, one after the other (default 3)")
+    p.add_argument("--warm-workers", type=cli.whole(0, 64), default=0,
+                   help="processes that compile every case side by side first (default: half "
+                        "the CPU cores, at most 8)")
     p.add_argument("--warmup", type=cli.whole(0), default=10)
     p.add_argument("--reps", type=cli.whole(1), default=50)
     p.add_argument("--time-cap", type=cli.number(0.0, above=True), default=0.1,
                    help="seconds per timing; slow calls get fewer reps (at least 10)")
-    p.add_argument("--budget-s", type=cli.number(0.0, above=True), default=None,
-                   help="stop starting new cases after this many seconds (skipped ones are "
-                        "recorded as skipped)")
-    p.add_argument("--compile-share", type=cli.number(0.0, 1.0), default=0.3,
-                   help="share of --budget-s kept for the torch.compile process (default 0.3)")
+    p.add_argument("--timeout-s", type=cli.number(0.0, above=True), default=None,
+                   help="a hard limit per timing process; cases it does not reach are reported "
+                        "as not timed and the command exits 1")
     p.add_argument("--allow-missing-floor", action="store_true",
                    help="record times even if the traffic model cannot price an op")
     p.add_argument("--out", default="bench_results.json", type=cli.output_file,
@@ -753,9 +881,8 @@ def _add_settings(p):
 
 
 def _settings(a) -> Settings:
-    return Settings(processes=a.processes, compile_processes=a.compile_processes,
-                    warmup=a.warmup, reps=a.reps, time_cap_s=a.time_cap, budget_s=a.budget_s,
-                    compile_share=a.compile_share,
+    return Settings(processes=a.processes, warm_workers=a.warm_workers, warmup=a.warmup,
+                    reps=a.reps, time_cap_s=a.time_cap, timeout_s=a.timeout_s,
                     allow_missing_floor=a.allow_missing_floor)
 
 
@@ -797,6 +924,11 @@ def main(argv: list[str] | None = None) -> int:
                 Sweep("run", a.op, a.rows, a.cols, a.dtypes, a.modes, a.impls)]
             doc = run_sweeps(sweeps, _settings(a), a.out)
             print(format_table([r for r in doc["records"] if r.get("status") == "ok"]))
+            try:
+                require_complete(doc, "the sweep")
+            except Incomplete as e:
+                print(f"fusedrms.measure.harness: {e}", file=sys.stderr)
+                return 1
             return 0
     except (NoGPU, FloorUnavailable) as e:
         print(f"fusedrms.measure.harness: {e}", file=sys.stderr)
