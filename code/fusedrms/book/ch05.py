@@ -26,7 +26,8 @@ FILES = {
     "verify_broken_gpu.txt": "its printed report",
     "verify_configs_gpu.json": "every tuned configuration in use, through the wrappers at its width",
 }
-ESTIMATE_S = 150
+ESTIMATE_S = 90
+VERIFY_JOBS = 6
 SOURCES = ("verify.py", "checks.py", "reference.py", "registry.py", "kernels/rmsnorm.py",
            "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rounding.py",
            "kernels/peers.py", "kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py",
@@ -305,13 +306,15 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[
     env.require_gpu("recording chapter 5")
     out_dir = Path(out_dir)
     problems = []
-    suite = _verify(["--kernel", SMOKE_KERNELS if smoke else "all", "--device", "gpu", "--json",
-                     str(out_dir / "verify_gpu.json")], 420)
+    jobs = ["--jobs", str(VERIFY_JOBS)]  # correctness, not timing: processes side by side
+    suite = _verify(["--kernel", SMOKE_KERNELS if smoke else "all", "--device", "gpu", *jobs,
+                     "--json", str(out_dir / "verify_gpu.json")], 420)
     log(suite.stdout[-4000:] + suite.stderr[-2000:])
     if suite.returncode != 0:
         problems.append(f"the suite failed (exit {suite.returncode})")
     caught = broken.CAUGHT[:2] if smoke else broken.CAUGHT
-    neg = _verify(["--kernel", ",".join(caught) if smoke else "broken.*", "--device", "gpu", "--json",
+    neg = _verify(["--kernel", ",".join(caught) if smoke else "broken.*", "--device", "gpu", *jobs,
+                   "--json",
                    str(out_dir / "verify_broken_gpu.json")], 240)
     (out_dir / "verify_broken_gpu.txt").write_text(neg.stdout + neg.stderr)
     try:

@@ -6,6 +6,9 @@
 #   bash code/scripts/gpu/run.sh tests [PYTEST]   every gpu-marked test (junit in $OUT/logs/)
 #   bash code/scripts/gpu/run.sh notebooks [NB]   chapters under nbval (default: all of them)
 #   bash code/scripts/gpu/run.sh env              what runs where (python -m fusedrms.env)
+#   bash code/scripts/gpu/run.sh check            the GPU check of every change: nbval of every
+#                                                 chapter, every gpu-marked test, record --smoke;
+#                                                 logs in $OUT/logs/, one summary line at the end
 #
 # from the repository root. RESULTS (default: a fresh folder) is the recording's folder: pass the
 # same one to add chapters to a recording (same commit only, see python -m fusedrms.record --help).
@@ -39,6 +42,25 @@ case "$what" in
     python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env "$@" ;;
   env)
     python3 -m fusedrms.env ;;
+  check)
+    t0=$(date +%s); logs="$OUT/logs"
+    python3 -m fusedrms.env | tee "$logs/check_env.log"
+    # the notebooks side by side (their pass/fail does not depend on timing), the tests alone
+    python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env -n 4 \
+      --dist loadscope chapters > "$logs/check_notebooks.log" 2>&1; nb=$?
+    python3 -m pytest -q -p no:cacheprovider -m "gpu and not browser" tests -rfE \
+      --junitxml="$logs/gpu_tests_junit.xml" > "$logs/check_gpu_tests.log" 2>&1; gt=$?
+    smoke=$(mktemp -d)
+    python3 -m fusedrms.record --smoke --out "$smoke" > "$logs/check_smoke.log" 2>&1; sm=$?
+    last() { grep -E '(passed|failed|error)' "$1" | tail -n 1 | sed 's/=//g; s/^ *//; s/ *$//'; }
+    recorded=$(grep -E '^done: ' "$logs/check_smoke.log" | tail -n 1 | sed 's/^done: //')
+    verdict=PASS; [ $nb -eq 0 ] && [ $gt -eq 0 ] && [ $sm -eq 0 ] || verdict=FAIL
+    line="GPU check $verdict at ${FUSEDRMS_COMMIT:0:10} on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1): notebooks: $(last "$logs/check_notebooks.log"); gpu tests: $(last "$logs/check_gpu_tests.log"); smoke recording: ${recorded:-none} ($(( $(date +%s) - t0 )) s)"
+    for f in check_notebooks check_gpu_tests check_smoke; do
+      [ "$verdict" = PASS ] || { echo "--- tail of $f.log"; tail -n 25 "$logs/$f.log"; }
+    done
+    echo "$line" | tee "$logs/check_summary.txt"
+    [ "$verdict" = PASS ] ;;
   *)
-    echo "usage: bash code/scripts/gpu/run.sh record|tests|notebooks|env [ARGS]" >&2; exit 2 ;;
+    echo "usage: bash code/scripts/gpu/run.sh record|tests|notebooks|env|check [ARGS]" >&2; exit 2 ;;
 esac
