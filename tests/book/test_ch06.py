@@ -6,7 +6,7 @@ import torch
 
 from fusedrms import env, registry
 from fusedrms.book import ch06
-from fusedrms.measure import harness
+from fusedrms.measure import harness, worker
 
 from measure.test_harness import fake_clock
 
@@ -118,11 +118,11 @@ def _fake_rules_clock(monkeypatch):
         return [base + v for v in range(reps)]
 
     monkeypatch.setattr(timer, "time_gpu", time_gpu)
-    original = harness.make_inputs
+    original = worker.make_inputs
     monkeypatch.setattr(ch06, "make_inputs",
                         lambda op, rows, cols, dtype, device="cuda", seed=0:
                         original(op, 4, 64, dtype, "cpu"))
-    monkeypatch.setattr(harness, "_sync", lambda device="cuda": None)
+    monkeypatch.setattr(worker, "_sync", lambda device="cuda": None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     monkeypatch.setattr(ch06.env, "require_gpu", lambda what: None)
     monkeypatch.setattr(ch06, "pick_target", lambda op="add_rmsnorm": "torch.rms_norm_add")

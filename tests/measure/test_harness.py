@@ -12,11 +12,7 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from fusedrms.measure import harness, ncu, plots, timer
-from fusedrms import dtypes, env, records, registry
-
-
-from fusedrms.measure import harness, ncu, timer
+from fusedrms.measure import harness, ncu, plots, timer, worker
 from fusedrms import dtypes, env, records, reference, registry
 
 ENV = env.current()
@@ -44,7 +40,7 @@ def inprocess_runner(state):
         state["process"] = index
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            harness.run_worker({"cases": cases, "settings": asdict(settings), "deadline": deadline,
+            worker.run_worker({"cases": cases, "settings": asdict(settings), "deadline": deadline,
                               "device": "cpu"})
         got, bw, failure = harness.consume(buf.getvalue().splitlines(keepends=True), index, bar,
                                          log, device_info)
@@ -156,7 +152,7 @@ def test_a_process_time_limit_reports_cases_not_timed(monkeypatch):
     cases, _ = harness.expand(SMALL)
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        harness.run_worker({"cases": cases, "settings": asdict(harness.Settings()),
+        worker.run_worker({"cases": cases, "settings": asdict(harness.Settings()),
                           "deadline": 1.0, "device": "cpu"})
     got, bw, failure = harness.consume(buf.getvalue().splitlines(True), 0, harness._progress(0, "x"),
                                      lambda m: None, {})
@@ -203,8 +199,8 @@ def test_select_filters_records():
 
 
 def test_sample_rows_cover_first_middle_last():
-    assert harness.sample_rows(1) == [0]
-    rows = harness.sample_rows(1000)
+    assert worker.sample_rows(1) == [0]
+    rows = worker.sample_rows(1000)
     assert rows[0] == 0 and rows[-1] == 999 and 500 in rows and len(rows) <= 19
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from .. import dtypes, env, records
 from ..measure import harness, ncu, plots
-from ..measure.harness import (FloorUnavailable, _sync_wall_ms, floor_bytes, make_inputs,
-                               pick_target)
+from ..measure.harness import FloorUnavailable, floor_bytes, pick_target
+from ..measure.worker import _sync_wall_ms, make_inputs
 
 
 def readable_us(us: float | None) -> str:
@@ -466,7 +466,7 @@ ESTIMATE_S = 150 + 50 + 60 + 10  # grid (warm-up + 3 processes), rules, ncu, plo
 SOURCES = ("tuning/h200/capstone.json", "tuning/h200/fp8.json", "kernels/rmsnorm.py",
            "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rounding.py",
            "kernels/peers.py", "kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py",
-           "measure/timer.py", "measure/harness.py", "measure/ncu.py", "measure/plots.py",
+           "measure/timer.py", "measure/harness.py", "measure/worker.py", "measure/ncu.py", "measure/plots.py",
            "traffic.py", "registry.py", "book/ch06.py::record")
 NCU_SHAPE = ("add_rmsnorm", 16384, 8192, "bf16")  # the capstone at its tuned configuration
 

@@ -674,7 +674,9 @@ ESTIMATE_S = (EXTRAS_BUDGET_S + CONFIRM_BUDGET_S + PEERS_ESTIMATE_S + 60
               + 40)  # + start-up, compiles
 TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
 SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/rounding.py",
-           "kernels/peers.py", "measure/timer.py", "traffic.py", "book/ch07.py::record",
+           "kernels/peers.py", "kernels/peers_flashinfer.py", "measure/timer.py",
+           "measure/harness.py", "measure/worker.py", "traffic.py", "book/ch07.py::record",
+           "book/study.py",
            "book/seed_capstone.py")
 
 

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from .. import cli, dtypes, env, records
-from .harness import FloorUnavailable, floor_bytes, make_inputs, pick_target
+from .harness import FloorUnavailable, floor_bytes, pick_target
+from .worker import make_inputs
 
 # ---------------------------------------------------------------- Nsight Compute
 

@@ -1,0 +1,274 @@
+"""One timing process of the harness (:mod:`fusedrms.measure.harness` starts it):
+
+    python -m fusedrms.measure.worker SPEC.json
+
+It times the cases of its spec and writes one JSON line per result (lines starting with
+:data:`~fusedrms.measure.harness.LINE_TAG`); with ``warm_only`` it calls each case once instead,
+compiling it into the shared on-disk caches (:func:`warm_worker`).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from .. import dtypes, env
+from .harness import (EPS, L2_MULTIPLE, LINE_TAG, MAX_SETS, NO_GPU_EXIT, PYTHON_CALLS, Settings,
+                      _no_gpu_message, is_compiled_peer)
+
+
+def _emit(kind: str, **payload) -> None:
+    sys.stdout.write(LINE_TAG + json.dumps({"kind": kind, **payload}, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def make_inputs(op: str, rows: int, cols: int, dtype, device="cuda", seed: int = 0) -> tuple:
+    """Arguments for an implementation of ``op`` (see :mod:`fusedrms.registry` for signatures)."""
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(rows, cols, device=device, dtype=torch.float32, generator=g).to(dtype)
+    w = (1 + 0.1 * torch.randn(cols, device=device, generator=g)).to(dtype)
+    if op.startswith("add_"):
+        r = torch.randn(rows, cols, device=device, dtype=torch.float32, generator=g).to(dtype)
+        return (x, r, w, EPS)
+    return (x, w, EPS)
+
+
+def python_call_us(call, device: str = "cuda", reps: int = 10,
+                   calls: int = PYTHON_CALLS) -> list[float]:
+    """What a caller pays per call from Python, back to back (a decode step's situation): wall
+    clock over ``calls`` calls, synchronized at the end; one sample per batch of calls."""
+    for _ in range(20):
+        call()
+    _sync(device)
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            call()
+        _sync(device)
+        out.append((time.perf_counter() - t0) * 1e6 / calls)
+    return out
+
+
+def rotating_inputs(op: str, rows: int, cols: int, dtype, device, first: tuple) -> list[tuple]:
+    """Input sets for the rotating timer: ``first`` plus fresh ones (other seeds) until they
+    hold more than ``L2_MULTIPLE`` L2s (at least 2 sets, at most ``MAX_SETS``)."""
+    import math
+
+    from . import timer
+
+    l2 = (timer.l2_bytes() if device != "cpu" else None) or (50 << 20)
+    per_set = sum(a.numel() * a.element_size() for a in first if hasattr(a, "numel")
+                  and a.dim() == 2)
+    k = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2 / max(per_set, 1))))
+    return [first] + [make_inputs(op, rows, cols, dtype, device, seed=i) for i in range(1, k)]
+
+
+def sample_rows(rows: int, k: int = 16) -> list[int]:
+    """A few rows spread over the matrix (first, last, middle): enough to catch a wrong kernel."""
+    picks = {0, rows - 1, rows // 2} | {round(i * (rows - 1) / (k - 1)) for i in range(k)}
+    return sorted(p for p in picks if 0 <= p < rows)
+
+
+def check_output(op: str, out, args: tuple) -> tuple[bool | None, str]:
+    """Compare sampled rows of ``out`` with the float64 reference; (ok, message)."""
+    from .. import checks, reference
+    import torch
+
+    idx = torch.tensor(sample_rows(args[0].shape[0]), device=args[0].device)
+    f64 = torch.float64
+    if op == "rmsnorm":
+        x, w, eps = args
+        expected = reference.rmsnorm(x[idx], w, eps, accum=f64, out_dtype=f64)
+        report = checks.allclose(out[idx], expected)
+    elif op == "add_rmsnorm":
+        x, r, w, eps = args
+        expected = reference.add_rmsnorm(x[idx], r[idx], w, eps, accum=f64, out_dtype=f64)
+        report = checks.allclose(out[idx], expected)
+    elif op == "add_rmsnorm_residual":
+        x, r, w, eps = args
+        y_exp, s_exp = reference.add_rmsnorm_residual(x[idx], r[idx], w, eps, accum=f64)
+        y, s = out
+        report = checks.allclose(y[idx], y_exp)
+        if report.ok:
+            report = checks.allclose(s[idx], s_exp.to(f64))
+    else:
+        return None, f"not checked by the harness (op {op}); see python -m fusedrms.verify"
+    return bool(report.ok), str(report)
+
+
+def _adapt(t_est_us: float, mode: str, s: Settings) -> tuple[int, int]:
+    """(warmup, reps) so that one timing stays near ``time_cap_s``."""
+    from . import timer
+
+    per_call = t_est_us * (timer.GRAPH_CALLS if mode == "graph" else 1) / 1e6
+    if mode == "cold":
+        per_call += 1e-4  # the flush
+    reps = max(s.min_reps, min(s.reps, int(s.time_cap_s / max(per_call, 1e-7))))
+    warmup = max(3, min(s.warmup, reps // 2))
+    return warmup, reps
+
+
+def _sync(device: str = "cuda") -> None:
+    import torch
+
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
+def _sync_wall_ms(fn, device: str = "cuda") -> tuple[float, object]:
+    _sync(device)
+    t0 = time.perf_counter()
+    out = fn()
+    _sync(device)
+    return (time.perf_counter() - t0) * 1e3, out
+
+
+def run_worker(spec: dict) -> int:
+    """Run ``spec['cases']`` in this process, emitting one JSON line per result."""
+    import torch
+
+    from .. import registry
+    from . import timer
+
+    device = spec.get("device", "cuda")  # "cpu" only in the harness's own tests
+    if device != "cpu" and not env.current().on_gpu:
+        _emit("fatal", error=_no_gpu_message())
+        return NO_GPU_EXIT
+    s = Settings(**spec["settings"])
+    deadline = spec.get("deadline")
+    if spec.get("warm_only"):
+        return warm_worker(spec["cases"], device)
+    bw = timer.copy_bandwidth_GBps()
+    _emit("copy", GBps=bw, l2_bytes=timer.l2_bytes(), flush_bytes=timer.flush_bytes())
+    cases = spec["cases"]
+    by_shape: dict = {}
+    for c in cases:
+        by_shape.setdefault((c["op"], c["rows"], c["cols"], c["dtype"]), []).append(c)
+    for (op, rows, cols, dt), group in by_shape.items():
+        if deadline and time.time() > deadline:
+            for c in group:
+                _emit("record", **c, status="not run: the process's time limit")
+            continue
+        dtype = dtypes.torch_dtype(dt)
+        args = make_inputs(op, rows, cols, dtype, device)
+        rotating_sets: list = []
+        by_impl: dict = {}
+        for c in group:
+            by_impl.setdefault(c["impl"], []).append(c)
+        # in-place peers overwrite the inputs: they run last, and are checked on copies
+        order = sorted(by_impl, key=lambda n: registry.get(n).mutates)
+        for name in order:
+            impl_cases = by_impl[name]
+            if deadline and time.time() > deadline:
+                for c in impl_cases:
+                    _emit("record", **c, status="not run: the process's time limit")
+                continue
+            impl = registry.get(name)
+            call = (lambda f=impl.fn: f(*args))
+            try:
+                if impl.mutates:
+                    copies = tuple(a.clone() if i < 2 else a for i, a in enumerate(args))
+                    first_ms, out = _sync_wall_ms(lambda: impl.fn(*copies), device)
+                    del copies
+                else:
+                    first_ms, out = _sync_wall_ms(call, device)
+                ok, message = check_output(op, out, args)
+                del out
+                est = None
+                if any(c["mode"] not in ("rotating", "python") for c in impl_cases):
+                    est = statistics.median(timer.time_gpu(call, warmup=2, reps=5, l2="warm"))
+            except Exception as e:  # noqa: BLE001 - report and go on with the next case
+                from ..kernels import peers
+
+                missing = isinstance(e, peers.PeerMissing)
+                for c in impl_cases:
+                    _emit("record", **c, status=(f"missing: {e}" if missing else
+                                                 f"error: {type(e).__name__}: {e}")[:500])
+                if "CUDA error" in str(e) or "illegal" in str(e).lower():
+                    _emit("fatal", error=f"CUDA context lost after {name}: {e}"[:500])
+                    return 1
+                continue
+            for c in impl_cases:
+                mode = c["mode"]
+                base = dict(c, first_call_ms=first_ms, correct=ok, check=message, copy_GBps=bw)
+                try:
+                    if mode == "python":
+                        samples = python_call_us(call, device, reps=s.min_reps)
+                        base.update(warmup=20, l2_method=f"python: {PYTHON_CALLS} calls back to "
+                                    f"back from Python, no graph; wall clock to the last "
+                                    f"kernel's end, per call")
+                    elif mode == "rotating":
+                        if not rotating_sets:
+                            rotating_sets = rotating_inputs(op, rows, cols, dtype, device, args)
+                        calls = [(lambda f=impl.fn, a=a: f(*a)) for a in rotating_sets]
+                        samples = timer.time_rotating(calls, reps=s.rotating_reps)
+                        base.update(warmup=2, l2_method=f"rotating: a graph replays calls over "
+                                              f"{len(rotating_sets)} input sets (> "
+                                              f"{L2_MULTIPLE}x L2 where memory allows)",
+                                    sets=len(rotating_sets))
+                    else:
+                        warmup, reps = _adapt(est, mode, s)
+                        l2 = "cold" if mode == "cold" else "warm"
+                        base.update(warmup=warmup,
+                                    l2_method=timer.l2_method(l2, graph=mode == "graph"))
+                        samples = timer.time_gpu(call, warmup=warmup, reps=reps, l2=l2,
+                                                  graph=mode == "graph")
+                    _emit("record", **base, status="ok", **timer.summarize(samples))
+                except Exception as e:  # noqa: BLE001
+                    _emit("record", **base, status=f"error: {type(e).__name__}: {e}"[:500])
+            if is_compiled_peer(name):
+                from ..kernels import peers
+
+                for sc in peers.COMPILED:
+                    sc.reset()  # free the compiled graphs of this shape
+        del args, rotating_sets
+        if device != "cpu":
+            torch.cuda.empty_cache()
+    _emit("done")
+    return 0
+
+
+def warm_worker(cases: list[dict], device: str = "cuda") -> int:
+    """Call every implementation of ``cases`` once per shape (compiling it into the shared on-disk
+    caches) and emit its first call's wall time: the warm-up phase, not a measurement."""
+    import torch
+
+    from .. import registry
+
+    groups: dict = {}
+    for c in cases:
+        groups.setdefault((c["op"], c["rows"], c["cols"], c["dtype"]), {})[c["impl"]] = c
+    for (op, rows, cols, dt), by_impl in groups.items():
+        args = make_inputs(op, rows, cols, dtypes.torch_dtype(dt), device)
+        for name in sorted(by_impl, key=lambda n: registry.get(n).mutates):
+            impl = registry.get(name)
+            key = dict(op=op, impl=name, rows=rows, cols=cols, dtype=dt)
+            try:
+                call_args = tuple(a.clone() if i < 2 else a for i, a in enumerate(args)) \
+                    if impl.mutates else args
+                ms, out = _sync_wall_ms(lambda: impl.fn(*call_args), device)
+                del out
+                _emit("warm", **key, first_call_ms=ms, status="ok")
+            except Exception as e:  # noqa: BLE001 - the timing processes report it as the case's
+                _emit("warm", **key, status=f"error: {type(e).__name__}: {e}"[:300])
+                if "CUDA error" in str(e) or "illegal" in str(e).lower():
+                    return 1
+            if is_compiled_peer(name):
+                from ..kernels import peers
+
+                for sc in peers.COMPILED:
+                    sc.reset()
+        del args
+        if device != "cpu":
+            torch.cuda.empty_cache()
+    _emit("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_worker(json.loads(Path(sys.argv[1]).read_text())))
