@@ -15,7 +15,7 @@
 # FUSEDRMS_COMMIT names the commit where the tree has no .git (default: git, else ./.commit).
 # Install the recording into the book with: bash code/scripts/install_recording.sh TARBALL
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 what=${1:-record}; shift || true
 export PYTHONPATH="$PWD/code${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export FUSEDRMS_COMMIT=${FUSEDRMS_COMMIT:-$(git rev-parse HEAD 2>/dev/null || cat .commit 2>/dev/null || echo unknown)}
