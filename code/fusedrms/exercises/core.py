@@ -394,7 +394,8 @@ def interpreter_here() -> bool:
 def in_interpreter(kernel, function: Callable, *args):
     """``function(kernel, *args)`` where Triton runs its interpreter on the CPU: in this process
     when it does, else in a child process on a copy of ``kernel`` made from its source. The
-    function must be a module-level function of this package; arguments and result must pickle.
+    function must be a module-level function (the child imports it by name); its arguments and
+    result must pickle.
     An exception the function raises comes back raised; :class:`NotAudited` when the kernel
     cannot be copied or the child fails."""
     if interpreter_here():
