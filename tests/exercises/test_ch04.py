@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from fusedrms import env, records
-from fusedrms.exercises import ch04
+from fusedrms.exercises import ch04, core
 from fusedrms.exercises.core import Feedback
 
 ENV = env.current()
@@ -134,6 +134,30 @@ def test_a_compiled_kernel_is_audited_in_the_interpreter():
     assert run.audited and run.past_w == 9
 
 
+@pytest.mark.parametrize("exercise,kernel", [
+    (ch04.fix_block_denominator, ch04.kernel_x_without_other),
+    (ch04.fix_weight_load, _kernel_that_raises)], ids=["no other=", "raises"])
+def test_a_gpu_machine_gets_the_interpreter_verdict_from_a_child_process(exercise, kernel,
+                                                                         monkeypatch):
+    """On a GPU the audit runs in a child process that runs the interpreter: forced here, it gives
+    the verdict, message and hint this process gives (a GPU run alone accepts a masked load without
+    other=: it reads 0 there)."""
+    here = exercise.check(kernel)
+    monkeypatch.setattr(core, "interpreter_here", lambda: False)
+    monkeypatch.setattr(core, "_CHILD_RESULTS", {})
+    child = exercise.check(kernel)
+    assert not here.ok and (child.ok, child.message, child.hint) == (here.ok, here.message, here.hint)
+    assert len(core._CHILD_RESULTS) == 1  # both cases in one child process
+
+
+def test_a_kernel_that_cannot_be_copied_is_never_called_correct(monkeypatch):
+    monkeypatch.setattr(core, "interpreter_here", lambda: False)
+    monkeypatch.setattr(core, "kernel_source", lambda kernel: (_ for _ in ()).throw(
+        core.NotAudited("its source cannot be read")))
+    fb = ch04.fix_block_denominator.check(ch04.rmsnorm_row_kernel)
+    assert not fb.ok and "its source cannot be read" in fb.message
+
+
 def test_run_reader_kernel_layout():
     run = ch04.run_reader_kernel(ch04.rmsnorm_row_kernel, 3, 13)
     assert run.y.shape == (3, 13) and run.stray_stores == 0
@@ -223,10 +247,42 @@ def test_medians_that_are_not_the_recorded_ones_are_rejected():
 @pytest.mark.parametrize("exercise", ch04.KERNEL_EXERCISES, ids=lambda e: e.name)
 def test_kernel_checkers_on_the_gpu(exercise):
     """Compiled on the GPU for the output, re-run in the interpreter for the load audit."""
-    assert exercise.check(exercise.solution).ok
+    fb = exercise.check(exercise.solution)
+    assert fb.ok and "interpreter and compiled for the GPU" in fb.message, fb.message
     assert exercise.check(_kernel_named_block).ok
     for label, kernel in exercise.mistakes.items():
         assert not exercise.check(kernel).ok, label
+
+
+@pytest.mark.gpu
+def test_kernel_verdicts_on_the_gpu_are_the_cpu_verdicts():
+    """Every typical mistake gets, word for word, the feedback a machine without a GPU gives."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = """
+import json
+from fusedrms.exercises import ch04
+verdicts = []
+for e in ch04.KERNEL_EXERCISES:
+    for label, kernel in e.mistakes.items():
+        fb = e.check(kernel)
+        verdicts.append([e.name, label, fb.ok, fb.message, fb.hint])
+print(json.dumps(verdicts))
+"""
+    cpu_env = {**os.environ, "FUSEDRMS_FORCE_CPU": "1", "TRITON_INTERPRET": "1",
+               "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600, env=cpu_env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    on_cpu = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(on_cpu) == sum(len(e.mistakes) for e in ch04.KERNEL_EXERCISES)
+    for name, label, ok, message, hint in on_cpu:
+        exercise = next(e for e in ch04.KERNEL_EXERCISES if e.name == name)
+        fb = exercise.check(exercise.mistakes[label])
+        assert [fb.ok, fb.message, fb.hint] == [ok, message, hint], (name, label)
 
 
 @pytest.mark.skipif(ENV.on_gpu, reason="on a GPU the checker measures instead of reading records")

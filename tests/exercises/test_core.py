@@ -160,3 +160,72 @@ def test_a_quantity_is_read_with_its_unit_and_the_precision_it_was_written_with(
     for bad in ("kB", "12 parsecs", "lots"):
         with pytest.raises(core.Malformed):
             core.as_quantity(bad, units, "bytes")
+
+
+# ---- a reader's Triton kernel copied for the interpreter's child process ----
+
+import threading  # noqa: E402
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from fusedrms import env  # noqa: E402
+
+SCALE = tl.constexpr(2.0)
+_LOCK = threading.Lock()
+
+
+@triton.jit
+def _doubled(v, scale):
+    return v * scale
+
+
+times_scale = _doubled  # a helper known under another name
+
+
+@triton.jit
+def _scaled_copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets, mask=offsets < n, other=0.0)
+    tl.store(y_ptr + offsets, times_scale(x, SCALE) + tl.sum(x, axis=0), mask=offsets < n)
+
+
+@triton.jit
+def _reads_a_lock(x_ptr, BLOCK: tl.constexpr):
+    if _LOCK:
+        pass
+
+
+@pytest.mark.skipif(env.current().on_gpu, reason="runs the copy in this process's interpreter")
+def test_a_kernel_copy_computes_what_the_kernel_computes(tmp_path):
+    """A helper under another name, a constexpr global and the tl module travel with the copy."""
+    kernel = _scaled_copy
+    copy = core.kernel_source(kernel)
+    assert copy["imports"]["tl"] == ("triton.language", None)
+    rebuilt = core.rebuild_kernel(copy, tmp_path)
+    assert rebuilt is not kernel and rebuilt.fn.__module__ == "fusedrms_reader_kernel"
+    x = torch.arange(5, dtype=torch.float32)
+    y, y_copy = torch.zeros(5), torch.zeros(5)
+    kernel[(1,)](x, y, 5, BLOCK=8)
+    rebuilt[(1,)](x, y_copy, 5, BLOCK=8)
+    assert torch.equal(y, y_copy) and not torch.equal(y, torch.zeros(5))
+
+
+def test_a_global_the_copy_cannot_carry_is_named():
+    with pytest.raises(core.NotAudited, match="_LOCK"):
+        core.kernel_source(_reads_a_lock)
+    with pytest.raises(core.NotAudited, match="not a @triton.jit"):
+        core.kernel_source(42)
+
+
+def test_an_error_that_cannot_travel_reads_the_same():
+    class LocalError(Exception):  # a local class: pickle cannot find it by name
+        pass
+
+    original = LocalError("row 3 out of range " * 30)
+    portable = core.portable_error(original)
+    assert isinstance(portable, core.RaisedElsewhere)
+    assert core.one_line(portable) == core.one_line(original)
+    assert core.one_line(original).startswith("LocalError: row 3") and core.one_line(original).endswith("...")
+    picklable = ValueError("bad")
+    assert core.portable_error(picklable) is picklable

@@ -5,17 +5,19 @@ the signature of :func:`fusedrms.kernels.rmsnorm.rmsnorm_row_kernel`::
 
     (x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps, BLOCK_SIZE: tl.constexpr)
 
-:func:`run_reader_kernel` launches it (GPU, or the interpreter on a CPU) on 3x13 and 33x257 rows
+:func:`run_reader_kernel` launches it (GPU, or the interpreter) on 3x13 and 33x257 rows
 whose buffers are laid out adversarially: rows ``cols + 3`` elements apart in x and ``cols + 1``
 apart in y, padding filled with values that spoil any unmasked load, a weight buffer followed by
 garbage, and a sentinel around every output row to catch stores outside the mask. A kernel that
 raises gets its error in one readable line.
 
-Loads are also audited in Triton's interpreter (on any machine): every address a load reads without
-a mask must lie inside x's rows or w's ``cols`` values (an unmasked weight load reads past ``w``,
-out of bounds on a GPU, even though no wrong value reaches a stored lane), and lanes a masked load
-skips without ``other=`` read NaN, as undefined values would, so they fail the check exactly where
-they reach the output (the sum of squares) and nowhere else.
+Every case first runs in Triton's interpreter on CPU tensors, where its loads are audited: every
+address a load reads without a mask must lie inside x's rows or w's ``cols`` values (an unmasked
+weight load reads past ``w``, out of bounds on a GPU, even though no wrong value reaches a stored
+lane), and lanes a masked load skips without ``other=`` read NaN, as undefined values would, so
+they fail the check exactly where they reach the output (the sum of squares) and nowhere else. On
+a GPU machine that run happens in a child process (:func:`core.in_interpreter`), so the verdict is
+the one a machine without a GPU gives; then the kernel also runs compiled for the GPU.
 """
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ from .. import checks, reference, records
 from ..book.ch04 import measure_num_warps
 from ..book.page import listed
 from ..kernels.rmsnorm import num_warps_for, rmsnorm_row_kernel
-from .core import Exercise, Feedback, Malformed, as_number, correct, wrong
+from .core import (Exercise, Feedback, Malformed, NotAudited, as_number, correct, in_interpreter,
+                   one_line, portable_error, wrong)
 
 CASES = ((3, 13), (33, 257))
 EPS = 1e-5
@@ -165,11 +168,6 @@ class KernelRun:
     eps: float = EPS
 
 
-def _one_line(err: BaseException, limit: int = 300) -> str:
-    text = " ".join(str(err).split())
-    return f"{type(err).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
-
-
 @contextlib.contextmanager
 def _audited_loads():
     """Inside: the interpreter's loads are logged, and lanes skipped without ``other=`` read NaN.
@@ -210,7 +208,8 @@ def _audited_loads():
 
 
 def _interpreted(kernel):
-    """The reader's kernel as the interpreter runs it (it already is one on a machine with no GPU)."""
+    """The reader's kernel as the interpreter runs it (it already is one in a process that runs
+    the interpreter, unless it was built as a JITFunction by hand)."""
     from triton.runtime import interpreter as interp
 
     if isinstance(kernel, interp.InterpretedFunction):
@@ -232,22 +231,33 @@ def run_reader_kernel(kernel, rows: int, cols: int, seed: int = 0, audit: bool =
                       device=None, eps: float = EPS) -> KernelRun:
     """Launch ``kernel`` on one adversarial ``rows x cols`` fp32 case. Exceptions propagate.
 
-    With ``audit`` the kernel runs in Triton's interpreter on CPU tensors and its loads are checked.
+    With ``audit`` the kernel runs in Triton's interpreter on CPU tensors and its loads are checked
+    (in a child process on a machine that compiles for a GPU: :func:`core.in_interpreter`).
     """
     if audit:
-        interpreted = _interpreted(kernel)
-        if interpreted is not kernel:  # a GPU machine: the audit re-runs the kernel's source on CPU
-            try:
-                return run_reader_kernel(interpreted, rows, cols, seed, audit=True, eps=eps)
-            except Exception as e:  # noqa: BLE001
-                # helpers it calls were compiled for the GPU and the interpreter cannot call them:
-                # no audit here; the GPU run below still checks every output
-                if "outside of the scope of a kernel" not in str(e):
-                    raise
-                return run_reader_kernel(kernel, rows, cols, seed, audit=False, device=device,
-                                         eps=eps)
-        device = torch.device("cpu")
-    device = env.current().device if device is None else device
+        return in_interpreter(kernel, _audited_run, rows, cols, seed, eps)
+    return _launch(kernel, rows, cols, seed, False, env.current().device if device is None else device,
+                   eps)
+
+
+def _audited_run(kernel, rows: int, cols: int, seed: int, eps: float) -> KernelRun:
+    return _launch(_interpreted(kernel), rows, cols, seed, True, torch.device("cpu"), eps)
+
+
+def _audited_runs(kernel, cases) -> list:
+    """Each case audited in the interpreter: its KernelRun, or what the kernel raised there (and
+    then no further case). One call, so a GPU machine starts one child process per check."""
+    runs = []
+    for rows, cols in cases:
+        try:
+            runs.append(_audited_run(kernel, rows, cols, 0, CASE_EPS.get((rows, cols), EPS)))
+        except Exception as err:  # noqa: BLE001 - the reader's kernel: anything can happen
+            runs.append(portable_error(err))
+            break
+    return runs
+
+
+def _launch(kernel, rows: int, cols: int, seed: int, audit: bool, device, eps: float) -> KernelRun:
     block = triton.next_power_of_2(cols)
     g = torch.Generator().manual_seed(seed)
     xs, ys = cols + X_PAD, cols + Y_PAD
@@ -337,6 +347,75 @@ ARITHMETIC_MISTAKES = {
 }
 
 
+def _diagnose(run: KernelRun, audit: KernelRun, focus: str, where: str) -> Feedback | None:
+    """What is wrong with ``run`` (its loads audited in ``audit``), or None. ``where`` starts each
+    message ("On 3x13")."""
+    rows, cols, eps = run.rows, run.cols, run.eps
+    expected = reference.rmsnorm(run.x, run.w, eps, accum=torch.float64)
+    if run.stray_stores:
+        return wrong(f"{where} your kernel wrote {run.stray_stores} values outside the rows' "
+                     f"columns.",
+                     "Store with mask=mask, and place row i at y_ptr + i * y_row_stride.")
+    report = checks.allclose(run.y, expected)
+    audited = checks.allclose(audit.y, expected)
+    if report and audited:
+        if audit.past_w:
+            return wrong(f"{where} the output is right, but your kernel loads the weight past "
+                         f"its {cols} values ({audit.past_w} reads without a mask): on a GPU "
+                         f"those lanes read memory w does not own.",
+                         "Load w with the same mask as x: tl.load(w_ptr + offsets, mask=mask, "
+                         "other=0.0).")
+        return None
+    failed = report if not report else audited
+    models = _models(run)
+    if checks.allclose(run.y, models["block"]):
+        return wrong(f"{where} the output is what dividing the sum of squares by "
+                     f"BLOCK_SIZE = {triton.next_power_of_2(cols)} gives ({failed.message}).",
+                     f"The masked lanes add 0 to the sum but are not columns: divide by the "
+                     f"real column count cols = {cols}.")
+    if checks.allclose(run.y, models["matrix"]):
+        return wrong(f"{where} row 0 is right but row i reads its weights further "
+                     f"along w_ptr, as if w were a (rows, cols) matrix ({failed.message}).",
+                     "w has one value per column, shared by every row: load w_ptr + offsets.")
+    for key, (what, hint) in ARITHMETIC_MISTAKES.items():
+        if key in models and checks.allclose(run.y, models[key]):
+            return wrong(f"{where} the output is what {what} gives ({failed.message}).", hint)
+    unwritten = [i for i in range(rows) if bool((run.y[i] == SENTINEL).all())]
+    if unwritten:
+        return wrong(f"{where} your kernel never wrote {'row' if len(unwritten) == 1 else 'rows'} "
+                     f"{listed(unwritten)} of {rows}.",
+                     "Each program handles one row: row = tl.program_id(0), its x at "
+                     "x_ptr + row * x_row_stride and its output at y_ptr + row * y_row_stride.")
+    if audit.outside_x:
+        return wrong(f"{where} your kernel reads x outside its rows ({audit.outside_x} "
+                     f"loads of the padding after a row's {cols} columns), and those values "
+                     f"reach the sum of squares ({failed.message}).",
+                     "Load x with mask=offsets < cols and other=0.0, so lanes past the last "
+                     "column read nothing and add 0.")
+    if any(load.undefined_lanes for load in audit.loads) and not torch.isfinite(audit.y).all():
+        return wrong(f"{where} a masked load without other= leaves the lanes it skips "
+                     f"undefined (the checker fills them with NaN), and they reach the output "
+                     f"({failed.message}).",
+                     "Give the x load other=0.0: the skipped lanes must add 0 to the sum of "
+                     "squares. (For w it does not matter: those lanes are never stored.)")
+    row0_right = bool(checks.allclose(run.y[:1], expected[:1]))
+    if focus == "weight" and row0_right:
+        hint = ("Every row must use the same weights w[0..cols-1]: the weight pointer never "
+                "moves with the row.")
+    elif focus == "weight":
+        hint = ("Row 0 is wrong too, so the weight load is not the only problem: only that "
+                "line needed a change. Compare every other line with the kernel you started "
+                "from (the mean's denominator, eps, rsqrt, the masks).")
+    elif row0_right:
+        hint = ("Row 0 is right and the others are not: look at what changes with the row, "
+                "the row strides (x_row_stride for x, y_row_stride for y) and the weight "
+                "pointer, which must not move.")
+    else:
+        hint = ("Check the mean's denominator, the masks on the loads (other=0.0), and that "
+                "rows are x_row_stride (x) and y_row_stride (y) elements apart, not cols.")
+    return wrong(f"{where} the output differs from the reference: {failed.message}", hint)
+
+
 def _grade_kernel(answer, focus: str) -> Feedback:
     jit_types = tuple(t for t in (getattr(triton.runtime.jit, "JITFunction", None),
                                   getattr(triton.runtime.jit, "KernelInterface", None)) if t)
@@ -350,85 +429,42 @@ def _grade_kernel(answer, focus: str) -> Feedback:
                         f"take {len(ARG_NAMES)}: ({', '.join(ARG_NAMES)}), like the kernel you "
                         f"started from.")
     _block_parameter(answer)  # any name works (BLOCK_SIZE, BLOCK, ...), if it is a constexpr
-    for rows, cols in CASES:
+    try:  # the interpreter's verdict, the same on every machine (core.in_interpreter)
+        audits, unaudited = in_interpreter(answer, _audited_runs, CASES), ""
+    except NotAudited as err:
+        audits, unaudited = None, str(err)
+    for i, (rows, cols) in enumerate(CASES if audits is not None else ()):
+        if isinstance(audits[i], BaseException):
+            return _raised(audits[i], f"On {rows}x{cols}")
+        verdict = _diagnose(audits[i], audits[i], focus, f"On {rows}x{cols}")
+        if verdict is not None:
+            return verdict
+    on_gpu = env.current().on_gpu
+    if audits is None and not on_gpu:  # no verdict at all: never "correct"
+        raise RuntimeError(f"the kernel could not be run in the interpreter: {unaudited}")
+    for i, (rows, cols) in enumerate(CASES if on_gpu else ()):  # the compiled kernel, too
+        where = f"On {rows}x{cols}" + (" on the GPU" if audits is not None else "")
         try:
-            eps = CASE_EPS.get((rows, cols), EPS)
-            audit = run_reader_kernel(answer, rows, cols, audit=True, eps=eps)
-            run = audit if not env.current().on_gpu else run_reader_kernel(answer, rows, cols,
-                                                                           eps=eps)
-        except Exception as err:  # the reader's kernel: anything can happen
-            return wrong(f"On {rows}x{cols} your kernel raised {_one_line(err)}",
-                         "Run it once by hand to see the whole error; compare each line with the "
-                         "kernel you started from.")
-        expected = reference.rmsnorm(run.x, run.w, eps, accum=torch.float64)
-        if run.stray_stores:
-            return wrong(f"On {rows}x{cols} your kernel wrote {run.stray_stores} values outside "
-                         f"the rows' columns.",
-                         "Store with mask=mask, and place row i at y_ptr + i * y_row_stride.")
-        report = checks.allclose(run.y, expected)
-        audited = checks.allclose(audit.y, expected)
-        if report and audited:
-            if audit.past_w:
-                return wrong(f"On {rows}x{cols} the output is right, but your kernel loads the "
-                             f"weight past its {cols} values ({audit.past_w} reads without a mask): "
-                             f"on a GPU those lanes read memory w does not own.",
-                             "Load w with the same mask as x: tl.load(w_ptr + offsets, mask=mask, "
-                             "other=0.0).")
-            continue
-        failed = report if not report else audited
-        models = _models(run)
-        if checks.allclose(run.y, models["block"]):
-            return wrong(f"On {rows}x{cols} the output is what dividing the sum of squares by "
-                         f"BLOCK_SIZE = {triton.next_power_of_2(cols)} gives ({failed.message}).",
-                         f"The masked lanes add 0 to the sum but are not columns: divide by the "
-                         f"real column count cols = {cols}.")
-        if checks.allclose(run.y, models["matrix"]):
-            return wrong(f"On {rows}x{cols} row 0 is right but row i reads its weights further "
-                         f"along w_ptr, as if w were a (rows, cols) matrix ({failed.message}).",
-                         "w has one value per column, shared by every row: load w_ptr + offsets.")
-        for key, (what, hint) in ARITHMETIC_MISTAKES.items():
-            if key in models and checks.allclose(run.y, models[key]):
-                return wrong(f"On {rows}x{cols} the output is what {what} gives "
-                             f"({failed.message}).", hint)
-        unwritten = [i for i in range(rows) if bool((run.y[i] == SENTINEL).all())]
-        if unwritten:
-            return wrong(f"On {rows}x{cols} your kernel never wrote "
-                         f"{'row' if len(unwritten) == 1 else 'rows'} "
-                         f"{listed(unwritten)} of {rows}.",
-                         "Each program handles one row: row = tl.program_id(0), its x at "
-                         "x_ptr + row * x_row_stride and its output at y_ptr + row * y_row_stride.")
-        if audit.outside_x:
-            return wrong(f"On {rows}x{cols} your kernel reads x outside its rows ({audit.outside_x} "
-                         f"loads of the padding after a row's {cols} columns), and those values "
-                         f"reach the sum of squares ({failed.message}).",
-                         "Load x with mask=offsets < cols and other=0.0, so lanes past the last "
-                         "column read nothing and add 0.")
-        if any(load.undefined_lanes for load in audit.loads) and not torch.isfinite(audit.y).all():
-            return wrong(f"On {rows}x{cols} a masked load without other= leaves the lanes it skips "
-                         f"undefined (the checker fills them with NaN), and they reach the output "
-                         f"({failed.message}).",
-                         "Give the x load other=0.0: the skipped lanes must add 0 to the sum of "
-                         "squares. (For w it does not matter: those lanes are never stored.)")
-        row0_right = bool(checks.allclose(run.y[:1], expected[:1]))
-        if focus == "weight" and row0_right:
-            hint = ("Every row must use the same weights w[0..cols-1]: the weight pointer never "
-                    "moves with the row.")
-        elif focus == "weight":
-            hint = ("Row 0 is wrong too, so the weight load is not the only problem: only that "
-                    "line needed a change. Compare every other line with the kernel you started "
-                    "from (the mean's denominator, eps, rsqrt, the masks).")
-        elif row0_right:
-            hint = ("Row 0 is right and the others are not: look at what changes with the row, "
-                    "the row strides (x_row_stride for x, y_row_stride for y) and the weight "
-                    "pointer, which must not move.")
-        else:
-            hint = ("Check the mean's denominator, the masks on the loads (other=0.0), and that "
-                    "rows are x_row_stride (x) and y_row_stride (y) elements apart, not cols.")
-        return wrong(f"On {rows}x{cols} the output differs from the reference: {failed.message}",
-                     hint)
-    return correct(f"Your kernel matches the float64 reference on {' and '.join(f'{r}x{c}' for r, c in CASES)}"
-                   f" (row strides cols+{X_PAD} and cols+{Y_PAD}, every load inside x's rows and w's "
-                   f"values, padding never read, no stray stores), run {env.current().triton_mode}.")
+            run = run_reader_kernel(answer, rows, cols, eps=CASE_EPS.get((rows, cols), EPS))
+        except Exception as err:  # noqa: BLE001 - the reader's kernel: anything can happen
+            return _raised(err, where)
+        verdict = _diagnose(run, run if audits is None else audits[i], focus, where)
+        if verdict is not None:
+            return verdict
+    shapes = " and ".join(f"{r}x{c}" for r, c in CASES)
+    layout = f"row strides cols+{X_PAD} and cols+{Y_PAD}"
+    if audits is None:
+        return correct(f"Your kernel matches the float64 reference on {shapes} ({layout}, no stray "
+                       f"stores), compiled for the GPU. Its loads were not audited: {unaudited}.")
+    return correct(f"Your kernel matches the float64 reference on {shapes} ({layout}, every load "
+                   f"inside x's rows and w's values, padding never read, no stray stores), run in "
+                   f"Triton's interpreter{' and compiled for the GPU' if on_gpu else ''}.")
+
+
+def _raised(err: BaseException, where: str) -> Feedback:
+    return wrong(f"{where} your kernel raised {one_line(err)}",
+                 "Run it once by hand to see the whole error; compare each line with the kernel "
+                 "you started from.")
 
 
 fix_block_denominator = Exercise(

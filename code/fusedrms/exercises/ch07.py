@@ -18,7 +18,7 @@ import triton.language as tl
 
 from .. import checks, reference
 from .core import (BYTE_UNITS, Exercise, Feedback, Malformed, as_bytes, correct,
-                   in_other_unit, wrong)
+                   in_other_unit, kernel_function, one_line, wrong)
 
 # ---------------------------------------------------------------- (a) write the residual variant
 
@@ -59,11 +59,6 @@ GRADE_EPS = 1e-3
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _one_line(err: BaseException, limit: int = 300) -> str:
-    text = " ".join(str(err).split())
-    return f"{type(err).__name__}: {text[:limit]}"
-
-
 def _inputs(rows, cols, dtype, seed):
     g = torch.Generator().manual_seed(seed)
     dev = env.current().device
@@ -74,17 +69,6 @@ INTERPRETER_BF16_ADD = ("Under Triton's interpreter (no GPU) adding two bf16 val
                         "garbage (about 1e37, or NaN) in Triton 3.9: upcast with .to(tl.float32) "
                         "right after each load, which a GPU kernel should do anyway (fp32 "
                         "accumulation).")
-
-
-def _innermost(kernel):
-    """The Python function under a @triton.jit / autotune / heuristics wrapper (or None)."""
-    seen = 0
-    while not callable(kernel) or isinstance(kernel, triton.runtime.jit.KernelInterface):
-        kernel = getattr(kernel, "fn", None)
-        seen += 1
-        if kernel is None or seen > 8:
-            return None
-    return kernel
 
 
 @contextlib.contextmanager
@@ -128,7 +112,7 @@ def masked_loads_without_other(fn) -> list[int]:
 
 
 def _launched_functions(launched) -> list:
-    return [f for f in dict.fromkeys(_innermost(k) for k in launched) if f is not None]
+    return [f for f in dict.fromkeys(kernel_function(k) for k in launched) if f is not None]
 
 
 def _convention_case():
@@ -194,7 +178,7 @@ def _grade_residual(answer) -> Feedback:
                 with _recording_launches() as launched:
                     out = answer(x, r, w, eps)
             except Exception as e:  # noqa: BLE001  (the reader's code: report, never raise)
-                return wrong(f"your function raised {_one_line(e)} {where}.",
+                return wrong(f"your function raised {one_line(e)} {where}.",
                              "Run it on that shape in a cell to see the full traceback.")
             kernels += _launched_functions(launched)
             silent.extend([where] if not launched else [])

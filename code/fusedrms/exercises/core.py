@@ -9,6 +9,9 @@ A checker is a function ``grade(answer) -> Feedback``. Converters (:func:`as_num
 :class:`Malformed` with a message saying what to write instead; :meth:`Exercise.check` turns that
 into feedback. Each exercise lists its ``mistakes`` (typical wrong answers), and the test suite
 checks that every one is rejected and that ``solution`` is accepted.
+
+A checker that runs a reader's Triton kernel in the interpreter (to audit its loads, which a GPU
+run cannot show) calls :func:`in_interpreter`: the same verdict on a machine with a GPU.
 """
 from __future__ import annotations
 
@@ -320,3 +323,273 @@ def as_quantity(answer: Any, units: Mapping[str, float], what: str) -> tuple[flo
 def as_bytes(answer) -> float:
     """A number of bytes: a number, or text such as ``532,480``, ``532480 B`` or ``520 KiB``."""
     return as_quantity(answer, BYTE_UNITS, "a number of bytes")[0]
+
+
+# ---- a reader's Triton kernel in Triton's interpreter, on any machine ----
+#
+# A checker that audits a kernel's loads and stores needs the interpreter: on a GPU an unmasked
+# load usually reads harmless memory and a masked load without other= reads 0, so the output
+# alone cannot show them. The interpreter mode is fixed when @triton.jit decorates (fusedrms.env),
+# so a process that compiles for a GPU re-creates the reader's kernel from its source in a child
+# Python that runs the interpreter on the CPU, as a machine without a GPU does: the same verdict.
+
+CHILD_TIMEOUT_S = 300
+_CHILD_RESULTS: dict[bytes, bytes] = {}  # request -> result (the interpreter is deterministic)
+
+
+class NotAudited(RuntimeError):
+    """The reader's kernel could not be run in the interpreter here; the message says why."""
+
+
+class RaisedElsewhere(Exception):
+    """An exception from the interpreter's process that could not travel whole: its type's name
+    and its message."""
+
+    def __init__(self, type_name: str, text: str):
+        super().__init__(text)
+        self.type_name = type_name
+
+    def __reduce__(self):
+        return RaisedElsewhere, (self.type_name, str(self))
+
+
+def portable_error(err: BaseException) -> BaseException:
+    """``err`` if it survives pickling, else a :class:`RaisedElsewhere` that reads the same."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:  # noqa: BLE001 - any exception class may refuse
+        return RaisedElsewhere(type(err).__name__, str(err))
+
+
+def one_line(err: BaseException, limit: int = 300) -> str:
+    """An exception as one readable line: its type's name and its message, shortened."""
+    text = " ".join(str(err).split())
+    name = getattr(err, "type_name", None) or type(err).__name__
+    return f"{name}: {text[:limit]}{'...' if len(text) > limit else ''}"
+
+
+def kernel_function(kernel):
+    """The Python function under a @triton.jit / autotune / heuristics wrapper (or None)."""
+    import triton
+
+    seen = 0
+    while not callable(kernel) or isinstance(kernel, triton.runtime.jit.KernelInterface):
+        kernel = getattr(kernel, "fn", None)
+        seen += 1
+        if kernel is None or seen > 8:
+            return None
+    return kernel
+
+
+def interpreter_here() -> bool:
+    """True when this process runs Triton kernels in the interpreter (no GPU)."""
+    from .. import env
+
+    return not env.current().on_gpu
+
+
+def in_interpreter(kernel, function: Callable, *args):
+    """``function(kernel, *args)`` where Triton runs its interpreter on the CPU: in this process
+    when it does, else in a child process on a copy of ``kernel`` made from its source. The
+    function must be a module-level function (the child imports it by name); its arguments and
+    result must pickle.
+    An exception the function raises comes back raised; :class:`NotAudited` when the kernel
+    cannot be copied or the child fails."""
+    if interpreter_here():
+        return function(kernel, *args)
+    import pickle
+
+    try:
+        copy = kernel_source(kernel)
+    except NotAudited:
+        raise
+    except Exception as err:  # noqa: BLE001 - a kernel shape the copy did not foresee
+        raise NotAudited(f"its source could not be copied ({one_line(err)})") from None
+    try:
+        request = pickle.dumps({**copy, "function": function, "args": args})
+    except Exception as err:  # noqa: BLE001
+        raise NotAudited(f"its arguments cannot be sent to the interpreter ({one_line(err)})") from None
+    if request not in _CHILD_RESULTS:
+        _CHILD_RESULTS[request] = _run_child(request)
+        while len(_CHILD_RESULTS) > 32:
+            _CHILD_RESULTS.pop(next(iter(_CHILD_RESULTS)))
+    status, value = pickle.loads(_CHILD_RESULTS[request])
+    if status == "raised":
+        raise value
+    if status == "broken":
+        raise NotAudited(value)
+    return value
+
+
+def _global_names(code) -> list[str]:
+    """Names ``code`` (and the functions nested in it) reads as globals. Not its closure: the
+    interpreter does not see closures either, and the copy must fail where it fails."""
+    import dis
+    import types
+
+    names = [i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += _global_names(const)
+    return list(dict.fromkeys(names))
+
+
+def _jit_source(fn) -> str:
+    import inspect
+    import re
+    import textwrap
+
+    try:
+        text = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        raise NotAudited(f"the source of {fn.__name__} cannot be read") from None
+    found = re.search(r"^def\s+\w+\s*\(", text, re.MULTILINE)
+    if not found:
+        raise NotAudited(f"the source of {fn.__name__} is not a plain def")
+    return "@_fusedrms_triton.jit\n" + text[found.start():]
+
+
+def kernel_source(kernel) -> dict:
+    """A copy of ``kernel`` that another process can rebuild: the source of a module that defines
+    it and the @triton.jit helpers it calls (``source``), the modules and objects it names
+    (``imports``: name -> (module, attribute or None)), other values it reads (``values``:
+    name -> picklable value), helpers it knows under another name (``aliases``) and the kernel's
+    name in the module (``name``). :class:`NotAudited` when a part cannot be copied."""
+    import inspect
+    import pickle
+
+    import triton
+
+    top = kernel_function(kernel)
+    if top is None:
+        raise NotAudited("it is not a @triton.jit function")
+    parts, defined = [], {}  # defined: function -> its def name in the copy
+    bound: dict[str, Any] = {}  # every module-level name of the copy -> the object it stands for
+    imports, values, aliases = {}, {}, {}
+
+    def bind(name, value):
+        if name in bound and bound[name] is not value:
+            raise NotAudited(f"two functions it calls read different values named {name}")
+        bound[name] = value
+
+    def place(name, value):
+        if inspect.ismodule(value):
+            bind(name, value)
+            imports[name] = (value.__name__, None)
+        elif isinstance(value, triton.runtime.jit.KernelInterface):
+            fn = kernel_function(value)
+            if fn is None:
+                raise NotAudited(f"{name} is a Triton object the checker cannot copy")
+            inline(fn)
+            if defined[fn] != name:
+                bind(name, value)
+                aliases[name] = defined[fn]
+        else:
+            try:
+                pickle.dumps(value)
+            except Exception:  # noqa: BLE001
+                raise NotAudited(f"it reads {name}, a {type(value).__name__}, which the checker "
+                                 f"cannot copy") from None
+            bind(name, value)
+            values[name] = value
+
+    def inline(fn):
+        if fn in defined:
+            return
+        bind(fn.__name__, fn)
+        defined[fn] = fn.__name__
+        source = _jit_source(fn)
+        for name in _global_names(fn.__code__):
+            if name in fn.__globals__:  # else a builtin, or undefined: the copy fails the same way
+                place(name, fn.__globals__[name])
+        parts.append(source)
+
+    inline(top)
+    # annotations stay text (tl.constexpr as "tl.constexpr", which Triton reads), so a name that
+    # only an annotation uses need not exist in the copy
+    header = "from __future__ import annotations\n\nimport triton as _fusedrms_triton\n\n\n"
+    return {"source": header + "\n\n".join(parts),
+            "imports": imports, "values": values, "aliases": aliases, "name": top.__name__}
+
+
+_CHILD = "import sys; from fusedrms.exercises.core import _child_main; _child_main(sys.argv[1])"
+
+
+def _run_child(request: bytes) -> bytes:
+    """Run one request in a child process that runs Triton's interpreter; its pickled result."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    here = os.getcwd()
+    path = os.pathsep.join(dict.fromkeys(p or here for p in sys.path))
+    child_env = {**os.environ, "FUSEDRMS_FORCE_CPU": "1", "TRITON_INTERPRET": "1",
+                 "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
+    with tempfile.TemporaryDirectory(prefix="fusedrms-interpreter-") as folder:
+        Path(folder, "request.pkl").write_bytes(request)
+        try:
+            done = subprocess.run([sys.executable, "-c", _CHILD, folder], env=child_env, cwd=here,
+                                  capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return pickle.dumps(("broken", f"the interpreter took more than {CHILD_TIMEOUT_S} s"))
+        result = Path(folder, "result.pkl")
+        if result.exists():
+            return result.read_bytes()
+    last = (done.stderr.strip().splitlines() or ["no message"])[-1][:300]
+    return pickle.dumps(("broken", f"the interpreter's process failed ({last})"))
+
+
+def rebuild_kernel(copy: dict, folder):
+    """The kernel :func:`kernel_source` copied, defined again from a module file in ``folder``
+    (Triton reads a kernel's source from its file)."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(folder, "reader_kernel.py")
+    path.write_text(copy["source"])
+    spec = importlib.util.spec_from_file_location("fusedrms_reader_kernel", path)
+    module = importlib.util.module_from_spec(spec)
+    for name, (module_name, attribute) in copy["imports"].items():
+        value = importlib.import_module(module_name)
+        for part in (attribute.split(".") if attribute else ()):
+            value = getattr(value, part)
+        setattr(module, name, value)
+    for name, value in copy["values"].items():
+        setattr(module, name, value)
+    spec.loader.exec_module(module)
+    for name, target in copy["aliases"].items():
+        setattr(module, name, getattr(module, target))
+    return getattr(module, copy["name"])
+
+
+def _child_main(folder: str) -> None:
+    """The child: rebuild the kernel from its source in the interpreter, call the function."""
+    import pickle
+    from pathlib import Path
+
+    from .. import env  # noqa: F401 - the interpreter, before anything decorates a kernel
+
+    def write(status, value):
+        try:
+            data = pickle.dumps((status, value))
+        except Exception as err:  # noqa: BLE001
+            data = pickle.dumps(("broken", f"its result cannot be sent back ({one_line(err)})"))
+        Path(folder, "result.pkl").write_bytes(data)
+
+    try:
+        request = pickle.loads(Path(folder, "request.pkl").read_bytes())
+        kernel = rebuild_kernel(request, folder)
+    except Exception as err:  # noqa: BLE001
+        write("broken", f"the copy of the kernel could not be built ({one_line(err)})")
+        return
+    try:
+        write("ok", request["function"](kernel, *request["args"]))
+    except Exception as err:  # noqa: BLE001 - the reader's kernel: anything can happen
+        write("raised", portable_error(err))
