@@ -62,6 +62,7 @@ E4M3_FNUZ = Fp8Format("e4m3fnuz", "float8_e4m3fnuz", 240.0)
 class Target:
     arch: str
     gpu: str
+    short: str  # the GPU's name in a narrow table
     family: str
     wavefront: int  # lanes per wavefront
     max_vgprs: int  # per lane: 256 on RDNA; 512 on CDNA3/4 (256 vector + 256 accumulation)
@@ -75,9 +76,9 @@ class Target:
 
 
 TARGETS = {
-    "gfx1201": Target("gfx1201", "Radeon RX 9070 XT", "RDNA4", 32, 256, 108, 65536, OCP_E4M3),
-    "gfx942": Target("gfx942", "Instinct MI300X", "CDNA3", 64, 512, 108, 65536, E4M3_FNUZ),
-    "gfx950": Target("gfx950", "Instinct MI355X", "CDNA4", 64, 512, 108, 163840, OCP_E4M3),
+    "gfx1201": Target("gfx1201", "Radeon RX 9070 XT", "RX 9070 XT", "RDNA4", 32, 256, 108, 65536, OCP_E4M3),
+    "gfx942": Target("gfx942", "Instinct MI300X", "MI300X", "CDNA3", 64, 512, 108, 65536, E4M3_FNUZ),
+    "gfx950": Target("gfx950", "Instinct MI355X", "MI355X", "CDNA4", 64, 512, 108, 163840, OCP_E4M3),
 }
 DEFAULT_TARGETS = ("gfx1201", "gfx942")
 
