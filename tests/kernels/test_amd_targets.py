@@ -88,7 +88,8 @@ def test_fp8_format_per_target():
 
 
 def test_resources_read_the_code_object_metadata():
-    asm = ("; Occupancy: 6\n  - .agpr_count: 0\n  v_cvt_pk_fp8_f32 v1, v2, v3\n  ; v_cvt_pk_fp8_f32 in a comment\n"
+    asm = ("; Occupancy: 6\n  v_cvt_pk_fp8_f32 v1, v2, v3\n  ; v_cvt_pk_fp8_f32 in a comment\n"
+           "  - .agpr_count: 0\n"
            "    .group_segment_fixed_size: 0\n    .private_segment_fixed_size: 16\n"
            "    .sgpr_count:     22\n    .sgpr_spill_count: 0\n    .vgpr_count:     54\n"
            "    .vgpr_spill_count: 3\n    .wavefront_size: 32\n")

@@ -8,7 +8,8 @@ from ..kernels import amd_targets
 from ..kernels.rmsnorm import ROW_MAX_COLS, num_warps_for
 from . import page
 
-WIDTHS = (4096, ROW_MAX_COLS, 2 * ROW_MAX_COLS)  # fp32 columns: the compiler section's, the limit, past it
+# fp32 columns: the compiler section's width, the row kernel's limit, one step past it
+WIDTHS = (4096, ROW_MAX_COLS, 2 * ROW_MAX_COLS)
 TARGETS = amd_targets.DEFAULT_TARGETS
 
 
@@ -30,7 +31,8 @@ def nvidia_counts(*record_lists) -> dict:
             try:
                 if r.get("dtype", "float32") != "float32" or r.get("registers_per_thread") is None:
                     continue
-                out.setdefault(int(r["cols"]), (int(r["registers_per_thread"]), int(r["spills"] or 0)))
+                counts = (int(r["registers_per_thread"]), int(r["spills"] or 0))
+                out.setdefault(int(r["cols"]), counts)
             except (AttributeError, KeyError, TypeError, ValueError):
                 continue
     return out
@@ -79,7 +81,7 @@ def answer(nvidia: dict, nvidia_gpu: str, results, targets=TARGETS) -> str:
             else f"At {cols:,} columns ")
     spilling = [(t, r) for t, r in got if r.spills]
     if not spilling:
-        first = lead + ("neither AMD target spills: " if len(got) == 2 else "no AMD target spills: ")
+        first = lead + ("neither" if len(got) == 2 else "no") + " AMD target spills: "
         first += page.listed([f"the {t.short} takes {r.vgprs} of a lane's {t.max_vgprs} VGPRs"
                               if i == 0 else f"the {t.short} {r.vgprs}"
                               for i, (t, r) in enumerate(got)]) + "."

@@ -66,7 +66,7 @@ class Target:
     family: str
     wavefront: int  # lanes per wavefront
     max_vgprs: int  # per lane: 256 on RDNA; 512 on CDNA3/4 (256 vector + 256 accumulation)
-    max_sgprs: int  # what .sgpr_count can reach: addressable SGPRs plus VCC (and XNACK/FLAT_SCRATCH)
+    max_sgprs: int  # what .sgpr_count can reach: addressable SGPRs + VCC (+ XNACK, FLAT_SCRATCH)
     max_lds_bytes: int  # LDS one workgroup may allocate
     fp8: Fp8Format  # the e4m3 the hardware converts to
 
@@ -76,9 +76,12 @@ class Target:
 
 
 TARGETS = {
-    "gfx1201": Target("gfx1201", "Radeon RX 9070 XT", "RX 9070 XT", "RDNA4", 32, 256, 108, 65536, OCP_E4M3),
-    "gfx942": Target("gfx942", "Instinct MI300X", "MI300X", "CDNA3", 64, 512, 108, 65536, E4M3_FNUZ),
-    "gfx950": Target("gfx950", "Instinct MI355X", "MI355X", "CDNA4", 64, 512, 108, 163840, OCP_E4M3),
+    "gfx1201": Target("gfx1201", "Radeon RX 9070 XT", "RX 9070 XT", "RDNA4", wavefront=32,
+                      max_vgprs=256, max_sgprs=108, max_lds_bytes=65536, fp8=OCP_E4M3),
+    "gfx942": Target("gfx942", "Instinct MI300X", "MI300X", "CDNA3", wavefront=64,
+                     max_vgprs=512, max_sgprs=108, max_lds_bytes=65536, fp8=E4M3_FNUZ),
+    "gfx950": Target("gfx950", "Instinct MI355X", "MI355X", "CDNA4", wavefront=64,
+                     max_vgprs=512, max_sgprs=108, max_lds_bytes=163840, fp8=OCP_E4M3),
 }
 DEFAULT_TARGETS = ("gfx1201", "gfx942")
 
@@ -134,7 +137,8 @@ def _book_launches() -> tuple:
                    cols=4096, dtype=bf16),
            _launch("multirow", 4, "rmsnorm_multirow_kernel", "1024 bf16", "multirow",
                    cols=1024, dtype=bf16)]
-    for design, kernel in (("whole", "add_rmsnorm_kernel"), ("chunked", "add_rmsnorm_chunked_kernel")):
+    for design, kernel in (("whole", "add_rmsnorm_kernel"),
+                           ("chunked", "add_rmsnorm_chunked_kernel")):
         for write_sum in (False, True):
             out.append(_launch(f"add {design}{' +sum' if write_sum else ''}", 7, kernel,
                                "4096 bf16", "add_rmsnorm", cols=4096, dtype=bf16, design=design,
@@ -245,33 +249,37 @@ def compile_launches(launches: Sequence[Launch] | None = None,
         running = []
         for arch in targets:
             request, answer = Path(tmp, f"{arch}.in.json"), Path(tmp, f"{arch}.out.json")
-            request.write_text(json.dumps({"arch": arch, "launches": [asdict(x) for x in launches]}))
+            request.write_text(json.dumps({"arch": arch,
+                                           "launches": [asdict(x) for x in launches]}))
             child_env = dict(os.environ)
             child_env.pop("TRITON_INTERPRET", None)
             child_env["TRITON_CACHE_DIR"] = str(Path(tmp, f"cache-{arch}"))
             child_env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (_package_root(), os.environ.get("PYTHONPATH")) if p)
+            log = Path(tmp, f"{arch}.log").open("w")  # a file, not a pipe: nothing can block
             proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(request), str(answer)],
-                                    env=child_env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
-            running.append((arch, proc, answer))
-        for arch, proc, answer in running:
+                                    env=child_env, stdout=log, stderr=subprocess.STDOUT)
+            running.append((arch, proc, answer, log))
+        for arch, proc, answer, log in running:
             try:
-                _, err = proc.communicate(timeout=timeout)
+                proc.wait(timeout=timeout)
+                why = None
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.communicate()
-                err = f"the compile did not finish within {timeout:g} s"
-            by_target[arch] = _read_answer(answer, launches, arch, err)
+                proc.wait()
+                why = f"the compile did not finish within {timeout:g} s"
+            log.close()
+            output = Path(log.name).read_text(errors="replace")
+            by_target[arch] = _read_answer(answer, launches, arch, why or output)
     return [r for x in launches for arch in targets for r in by_target[arch] if r.key == x.key]
 
 
-def _read_answer(answer: Path, launches, arch: str, stderr: str) -> list[Compiled]:
+def _read_answer(answer: Path, launches, arch: str, output: str) -> list[Compiled]:
     try:
         rows = json.loads(answer.read_text())
         return [Compiled(**r) for r in rows]
     except (OSError, ValueError, TypeError):
-        tail = [line for line in (stderr or "").strip().splitlines() if line.strip()][-3:]
+        tail = [line for line in (output or "").strip().splitlines() if line.strip()][-3:]
         why = "the compiler process failed: " + (" | ".join(tail) or "no message")
         return [Compiled(x.key, arch, False, why) for x in launches]
 
