@@ -4,5 +4,6 @@
 chapter 7), ``rmsnorm_fp8`` (RMSNorm + FP8 block quantization, chapter 8), ``rmsnorm_backward`` (the
 backward of RMSNorm and of the fused add, with autograd wrappers, chapter 9), ``peers`` (the PyTorch
 routes they are measured against) and ``hip/`` (the HIP source and its wrappers, chapter 3). Each
-registers its wrappers in :mod:`fusedrms.registry` when imported.
+registers its wrappers in :mod:`fusedrms.registry` when imported. ``amd_targets`` compiles the
+Triton kernels for AMD GPUs (RDNA4, CDNA3) without one and reads their register counts.
 """
