@@ -28,9 +28,13 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 case "$what" in
   record)
+    # Stopped at RECORD_LIMIT_S (default 540 s, inside a 10-minute device call) so that what was
+    # recorded is still packed: the manifest says which chapters finished.
     RESULTS=${RESULTS:-$(mktemp -d)}; mkdir -p "$RESULTS"
-    python3 -m fusedrms.record "$@" --out "$RESULTS"
+    timeout --signal=INT --kill-after=20 "${RECORD_LIMIT_S:-540}" \
+      python3 -m fusedrms.record "$@" --out "$RESULTS"
     rc=$?
+    [ $rc -eq 124 ] && echo "record: stopped at its limit of ${RECORD_LIMIT_S:-540} s"
     tar czf "$OUT/recording.tar.gz" -C "$RESULTS" .
     echo "packed $(du -h "$OUT/recording.tar.gz" | cut -f1) into $OUT/recording.tar.gz (from $RESULTS)"
     exit $rc ;;
@@ -46,12 +50,13 @@ case "$what" in
     t0=$(date +%s); logs="$OUT/logs"
     python3 -m fusedrms.env | tee "$logs/check_env.log"
     # the notebooks side by side (their pass/fail does not depend on timing), the tests alone
-    python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env -n 4 \
-      --dist loadscope chapters > "$logs/check_notebooks.log" 2>&1; nb=$?
-    python3 -m pytest -q -p no:cacheprovider -m "gpu and not browser" tests -rfE \
-      --junitxml="$logs/gpu_tests_junit.xml" > "$logs/check_gpu_tests.log" 2>&1; gt=$?
+    # each part has a limit, so that the summary line comes inside one 10-minute device call
+    timeout -k 10 210 python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
+      -n 4 --dist loadscope chapters > "$logs/check_notebooks.log" 2>&1; nb=$?
+    timeout -k 10 180 python3 -m pytest -q -p no:cacheprovider -m "gpu and not browser" tests \
+      -rfE --junitxml="$logs/gpu_tests_junit.xml" > "$logs/check_gpu_tests.log" 2>&1; gt=$?
     smoke=$(mktemp -d)
-    python3 -m fusedrms.record --smoke --out "$smoke" > "$logs/check_smoke.log" 2>&1; sm=$?
+    timeout -k 10 170 python3 -m fusedrms.record --smoke --out "$smoke" > "$logs/check_smoke.log" 2>&1; sm=$?
     last() { grep -E '(passed|failed|error)' "$1" | tail -n 1 | sed 's/=//g; s/^ *//; s/ *$//'; }
     recorded=$(grep -E '^done: ' "$logs/check_smoke.log" | tail -n 1 | sed 's/^done: //')
     verdict=PASS; [ $nb -eq 0 ] && [ $gt -eq 0 ] && [ $sm -eq 0 ] || verdict=FAIL
