@@ -250,3 +250,16 @@ def test_a_copy_that_was_not_measured_is_no_floor(tmp_path, monkeypatch):
     with pytest.raises(records.FloorMissing):
         records.copy_floor(beside=records.load("hip_ladder"))
     assert records.copy_floor().gpu == "NVIDIA H200"
+
+
+def test_a_page_shows_no_floor_rather_than_a_files_own(tmp_path, monkeypatch):
+    folder = _own_recording(tmp_path, monkeypatch)
+    records.write(folder / "hip_ladder.json", [{"name": "mine", "median_us": 2.0, "bytes": 8e6,
+                                                "floor_us": 1.0, "fraction_of_floor": 0.5}])
+    shown = records.at_copy_floor(records.load("hip_ladder"), share="fraction_of_floor", per=1)
+    assert shown["records"][0]["floor_us"] is None and shown["records"][0]["fraction_of_floor"] is None
+    grid = records.at_copy_floor(records.load("bench_grid"))
+    floor = records.copy_floor(records.COMMITTED)
+    case = next(r for r in grid["records"] if r.get("status") == "ok" and r.get("bytes"))
+    assert case["pct_of_floor"] == pytest.approx(floor.pct(case["bytes"], case["median_us"]))
+    assert records.at_copy_floor(None) is None

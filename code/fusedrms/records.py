@@ -228,21 +228,39 @@ class CopyFloor:
         was priced at, ``copy_GBps``), ``share`` = ``per`` x floor / ``time``, and ``copy_GBps``
         this floor's. A floor that cannot be repriced becomes None, never another copy's. The
         provenance stays as recorded."""
-        if doc is None:
-            return None
-        out = dict(doc)
-        out["records"] = [self._repriced(r, time, share, per) for r in doc.get("records", [])]
-        return out
+        return _repriced(doc, self, time, share, per)
 
-    def _repriced(self, rec, time: str, share: str, per: float):
+
+def _repriced(doc: dict | None, floor: CopyFloor | None, time: str, share: str,
+              per: float) -> dict | None:
+    if doc is None:
+        return None
+
+    def one(rec):
         if not isinstance(rec, dict) or ("floor_us" not in rec and share not in rec):
             return rec
         nbytes = rec.get("bytes")
         if not nbytes and rec.get("floor_us") and rec.get("copy_GBps"):
             nbytes = rec["floor_us"] * rec["copy_GBps"] * 1e3  # the bytes its own floor priced
-        rec = dict(rec, floor_us=self.us(nbytes) if nbytes else None, copy_GBps=self.GBps)
-        rec[share] = per * rec["floor_us"] / rec[time] if nbytes and rec.get(time) else None
+        if floor is None or not nbytes:
+            return dict(rec, floor_us=None, copy_GBps=None, **{share: None})
+        rec = dict(rec, floor_us=floor.us(nbytes), copy_GBps=floor.GBps)
+        rec[share] = per * rec["floor_us"] / rec[time] if rec.get(time) else None
         return rec
+
+    return {**doc, "records": [one(r) for r in doc.get("records", [])]}
+
+
+def at_copy_floor(doc: dict | None, time: str = "median_us", share: str = "pct_of_floor",
+                  per: float = 100.0) -> dict | None:
+    """A loaded record file as a page shows it: every floor at the copy floor of the same
+    recording (:func:`copy_floor` beside it, :meth:`CopyFloor.reprice`); where that recording
+    measured no copy, with no floors at all (None), never the file's own."""
+    try:
+        floor = copy_floor(beside=doc) if doc is not None else None
+    except FloorMissing:
+        floor = None
+    return _repriced(doc, floor, time, share, per)
 
 
 def copy_floor(machine: str | None = None, beside: dict | None = None) -> CopyFloor:
