@@ -256,11 +256,7 @@ def at_copy_floor(doc: dict | None, time: str = "median_us", share: str = "pct_o
     """A loaded record file as a page shows it: every floor at the copy floor of the same
     recording (:func:`copy_floor` beside it, :meth:`CopyFloor.reprice`); where that recording
     measured no copy, with no floors at all (None), never the file's own."""
-    try:
-        floor = copy_floor(beside=doc) if doc is not None else None
-    except FloorMissing:
-        floor = None
-    return _repriced(doc, floor, time, share, per)
+    return _repriced(doc, copy_floor_beside(doc), time, share, per)
 
 
 def copy_floor(machine: str | None = None, beside: dict | None = None) -> CopyFloor:
@@ -287,6 +283,15 @@ def copy_floor(machine: str | None = None, beside: dict | None = None) -> CopyFl
     published = rec.get("published_GBps")
     return CopyFloor(float(rec["measured_GBps"]), rec.get("gpu") or doc["provenance"]["gpu"],
                      float(published) if published else None, doc)
+
+
+def copy_floor_beside(doc: dict | None) -> CopyFloor | None:
+    """:func:`copy_floor` beside a loaded record file, or None when there is no file or its
+    recording measured no copy (a page then draws and says no floor)."""
+    try:
+        return copy_floor(beside=doc) if doc is not None else None
+    except FloorMissing:
+        return None
 
 
 def copy_floor_GBps(machine: str | None = None) -> float:
