@@ -310,3 +310,14 @@ def test_calls_per_replay_comes_from_the_recorded_methods():
     both = {"records": [rec("20 calls back to back"), rec("28 calls back to back"),
                         {"kind": "determinism", "method": "99 calls"}]}
     assert ch09.calls_per_replay(both) == "20 to 28"
+
+
+def test_the_page_prices_every_floor_at_the_books_copy():
+    from fusedrms import records
+
+    doc, floor = ch09.load(), records.copy_floor()
+    timed = [r for r in doc["records"] if "us" in r and r.get("bytes")]
+    assert timed
+    for r in timed:  # not the median of the copies the measuring processes saw
+        assert r["floor_us"] == pytest.approx(floor.us(r["bytes"]))
+        assert r["pct_floor"] == pytest.approx(floor.pct(r["bytes"], r["us"]))

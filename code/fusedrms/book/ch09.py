@@ -465,11 +465,14 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processe
 
 def load(machine: str | None = None) -> dict | None:
     """The recorded file (the reader's own recording for their GPU when there is one, else the
-    committed one: :func:`fusedrms.records.load`), or None when there is none (the page says so)."""
+    committed one: :func:`fusedrms.records.load`) with every floor at the book's copy floor
+    (:func:`fusedrms.records.at_copy_floor`), not at the copies its processes measured; None when
+    there is none (the page says so)."""
     try:
-        return records.load(RECORD_NAME, machine)
+        doc = records.load(RECORD_NAME, machine)
     except FileNotFoundError:
         return None
+    return records.at_copy_floor(doc, time="us", share="pct_floor")
 
 
 # what a reader calls each implementation and design (the registry's names stay in the records)
@@ -620,13 +623,13 @@ def _op_sentence(doc, op: str) -> str:
                 + f"at {r['shape']}" for k, r in enumerate(v["rows"])]
         floors = page.listed(f"{r['pct_floor']:.0f}%" for r in v["rows"] if r["pct_floor"] is not None)
         text = (f"For {name}, forward + backward, ours took {page.listed(each)}, running at {floors} "
-                f"of its traffic floor.")
+                f"of its copy floor.")
     else:
         text = (f"For {name}, forward + backward, ours is at or below the fastest checked peer's "
                 f"time at {v['at_or_below_1']} of {v['shapes']} shapes: median "
                 f"{v['median_ratio']:.2f}x, worst {v['worst_ratio']:.2f}x against "
                 f"{plain_name(v['worst_peer'])} at {v['worst_shape']}; its median share of the "
-                f"traffic floor is {v['median_pct_floor']:.0f}%.")
+                f"copy floor is {v['median_pct_floor']:.0f}%.")
         large = verdict(doc, op, large_only=True)
         if large and 2 <= large["shapes"] < v["shapes"]:
             text += (f" At the {large['shapes']} shapes moving 64 MB or more, where fixed costs "
