@@ -321,3 +321,13 @@ def test_the_page_prices_every_floor_at_the_books_copy():
     for r in timed:  # not the median of the copies the measuring processes saw
         assert r["floor_us"] == pytest.approx(floor.us(r["bytes"]))
         assert r["pct_floor"] == pytest.approx(floor.pct(r["bytes"], r["us"]))
+
+
+def test_without_a_copy_measured_the_answer_says_no_share_of_a_floor(monkeypatch):
+    from fusedrms import records
+
+    monkeypatch.setattr(records, "copy_floor_beside", lambda doc: None)
+    doc = ch09.load()
+    assert all(r.get("pct_floor") is None for r in doc["records"])
+    text = ch09.answer(doc)
+    assert "floor" not in text and "None" not in text and "For RMSNorm" in text

@@ -562,11 +562,11 @@ def verdict(doc, op: str, large_only: bool = False) -> dict | None:
     worst = max(rows, key=lambda r: r["vs_fastest"])
     peers = [i for i in TRAIN_IMPLS if i not in OURS]
     missing = {i: sum(not (r[i] is not None and r[f"{i} checked"]) for r in rows) for i in peers}
+    floors = [r["pct_floor"] for r in rows if r["pct_floor"] is not None]
     return {"op": op, "shapes": len(rows), "at_or_below_1": sum(x <= 1.0 for x in ratios),
             "median_ratio": statistics.median(ratios), "worst_ratio": worst["vs_fastest"],
             "worst_shape": worst["shape"], "worst_peer": worst["fastest_peer"],
-            "median_pct_floor": statistics.median(r["pct_floor"] for r in rows
-                                                  if r["pct_floor"] is not None),
+            "median_pct_floor": statistics.median(floors) if floors else None,
             "rows": rows, "missing": {i: n for i, n in missing.items() if n},
             "no_peer_shapes": alone}
 
@@ -622,14 +622,15 @@ def _op_sentence(doc, op: str) -> str:
                    if k == 0 else f"that of {plain_name(r['fastest_peer'])} ")
                 + f"at {r['shape']}" for k, r in enumerate(v["rows"])]
         floors = page.listed(f"{r['pct_floor']:.0f}%" for r in v["rows"] if r["pct_floor"] is not None)
-        text = (f"For {name}, forward + backward, ours took {page.listed(each)}, running at {floors} "
-                f"of its copy floor.")
+        text = (f"For {name}, forward + backward, ours took {page.listed(each)}"
+                + (f", running at {floors} of its copy floor." if floors else "."))
     else:
         text = (f"For {name}, forward + backward, ours is at or below the fastest checked peer's "
                 f"time at {v['at_or_below_1']} of {v['shapes']} shapes: median "
                 f"{v['median_ratio']:.2f}x, worst {v['worst_ratio']:.2f}x against "
-                f"{plain_name(v['worst_peer'])} at {v['worst_shape']}; its median share of the "
-                f"copy floor is {v['median_pct_floor']:.0f}%.")
+                f"{plain_name(v['worst_peer'])} at {v['worst_shape']}"
+                + (f"; its median share of the copy floor is {v['median_pct_floor']:.0f}%."
+                   if v["median_pct_floor"] is not None else "."))
         large = verdict(doc, op, large_only=True)
         if large and 2 <= large["shapes"] < v["shapes"]:
             text += (f" At the {large['shapes']} shapes moving 64 MB or more, where fixed costs "
