@@ -17,6 +17,10 @@ are read:
 kernels changed since it was recorded is ``"stale"`` (a test fails and names it), unless the
 manifest lists it under ``"stale"`` with a reason (``"acknowledged"``: the badge then says the
 numbers were measured on an earlier version of the kernel).
+
+:func:`copy_floor` is the book's one floor: the device-to-device copy bandwidth chapter 2 recorded
+(``traffic_bandwidth.json``). Files that priced floors at the copy their own processes measured
+are shown through :func:`at_copy_floor`, which reprices them at it.
 """
 from __future__ import annotations
 
