@@ -1,4 +1,6 @@
-"""Chapter notebooks: committed clean, and each starts by saying what runs where."""
+"""Chapter notebooks: committed clean, each starts by saying what runs where, and every floor is
+the one copy bandwidth the recording measured."""
+import re
 import sys
 from pathlib import Path
 
@@ -80,3 +82,58 @@ def test_tags_moves_the_marker_line_into_the_tag(tmp_path):
     assert back.cells[1].source.startswith("# NBVAL_CHECK_OUTPUT_LATER")
     assert notebooks.main(["tags", str(path)]) == 0  # a second run changes nothing
     assert nbformat.read(path, as_version=4).cells[0].metadata["tags"] == [notebooks.CHECK_TAG]
+
+
+# The data sheet's bandwidth is no floor. A chapter names it only where it says why: chapter 2's
+# published table and the ridge points read from it, and chapter 8's reproduction of tilefoundry's
+# ideal times, which assume it. Everything else is priced at records.copy_floor(), and no page
+# reads the copy a recorded file measured for itself (its copy_GBps).
+DATA_SHEET = re.compile(r"traffic\.PUBLISHED|published_for|reader_bandwidth_GBps|reader_ceilings"
+                        r"|\b4,?800(\.0)?\b|\b4\.8 ?TB/s")
+OWN_COPY = re.compile(r"copy_GBps")
+DATA_SHEET_ALLOWED = {  # notebook -> text that marks a cell allowed to name the data sheet
+    "02_fusion_boundary.ipynb": ("lowest_ridge = ", 'caption="Published memory bandwidth'),
+    "08_fp8_quant.ipynb": ("THEIR_GBPS = traffic.PUBLISHED",),
+}
+
+
+def _texts(cell):
+    """A cell's source and, for a checked cell, the text of its stored outputs."""
+    yield cell.source
+    for out in cell.get("outputs", []):
+        yield out.get("text", "")
+        for mime in ("text/plain", "text/html", "text/markdown"):
+            yield "".join(out.get("data", {}).get(mime, ""))
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_no_chapter_prices_at_the_data_sheet(path):
+    nb = nbformat.read(path, as_version=4)
+    allowed = DATA_SHEET_ALLOWED.get(path.name, ())
+    for i, cell in enumerate(nb.cells):
+        if any(marker in cell.source for marker in allowed):
+            continue
+        for text in _texts(cell):
+            hit = DATA_SHEET.search(text)
+            assert not hit, (f"{path.name}, cell {i}: {hit.group(0)!r} prices at the data sheet; "
+                             f"price at records.copy_floor() (chapter 2's measured copy)")
+            if cell.cell_type == "code":
+                assert not OWN_COPY.search(text), (
+                    f"{path.name}, cell {i} reads a file's own copy bandwidth; use "
+                    f"records.copy_floor(beside=doc) or records.at_copy_floor(doc)")
+
+
+def test_the_data_sheet_lint_catches_what_it_is_for():
+    for text in ("bw = traffic.PUBLISHED[traffic.H200][0]", "at 4,800 GB/s", "at 4.8 TB/s",
+                 "bandwidth_GBps=4800.0", "--bandwidth 4800", "traffic.reader_ceilings()"):
+        assert DATA_SHEET.search(text), text
+    for text in ("4,236 GB/s", "48.0 µs", "14800 rows", "copy floor at 4236"):
+        assert not DATA_SHEET.search(text), text
+
+
+def test_the_command_line_example_passes_the_recorded_copy():
+    from fusedrms import records
+
+    text = nbformat.read(ROOT / "chapters" / "02_fusion_boundary.ipynb", as_version=4)
+    given = re.findall(r"--bandwidth (\d+)", "\n".join(c.source for c in text.cells))
+    assert given == [str(round(records.copy_floor_GBps(records.COMMITTED)))]

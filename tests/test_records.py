@@ -192,3 +192,74 @@ def test_a_record_closure_ignores_readers_but_not_what_record_uses(tmp_path):
     module.write_text(base.replace("(1, 2)", "(1, 2, 4)"))
     assert records.source_hash("book/chxx.py::record", tmp_path) != first  # its constants
     assert records.source_hash("book/missing.py::record", tmp_path) is None
+
+
+# ---- the copy floor: one measured copy bandwidth, chapter 2's
+
+def test_the_copy_floor_is_chapter_2s_measured_copy():
+    doc = records.load(records.COPY_FLOOR_FILE, machine=records.COMMITTED)
+    measured = next(r for r in doc["records"] if r["kind"] == "bandwidth")
+    floor = records.copy_floor()
+    assert floor.GBps == measured["measured_GBps"] == records.copy_floor_GBps()
+    assert floor.published_GBps == measured["published_GBps"] > floor.GBps
+    assert floor.doc["source"]["chapter"] == "ch02"
+    assert floor.us(4236e3 * 10) == pytest.approx(10 * 4236e3 / (floor.GBps * 1e3))
+    assert floor.pct(floor.GBps * 1e3 * 5, 4.0) == pytest.approx(125.0)  # past it: allowed
+
+
+def test_reprice_puts_every_floor_at_the_one_copy_and_drops_what_it_cannot():
+    floor = records.CopyFloor(4000.0, "GPU")
+    doc = {"provenance": {"copy_GBps": 4200.0}, "records": [
+        {"median_us": 10.0, "bytes": 40e6, "floor_us": 9.5, "pct_of_floor": 95.0,
+         "copy_GBps": 4210.0},
+        {"median_us": 10.0, "floor_us": 9.0, "copy_GBps": 4400.0, "pct_of_floor": 90.0},
+        {"median_us": 10.0, "floor_us": 9.0, "pct_of_floor": 90.0},  # priced at no known copy
+        {"kind": "other", "median_us": 3.0}]}
+    out = floor.reprice(doc)
+    first, second, third, other = out["records"]
+    assert first["floor_us"] == pytest.approx(10.0) and first["pct_of_floor"] == pytest.approx(100)
+    assert second["floor_us"] == pytest.approx(9.0 * 4400 / 4000) and second["copy_GBps"] == 4000
+    assert third["floor_us"] is None and third["pct_of_floor"] is None
+    assert other == {"kind": "other", "median_us": 3.0}
+    assert doc["records"][0]["pct_of_floor"] == 95.0  # the loaded document is left alone
+    ladder = floor.reprice({"records": [{"us": 20.0, "bytes": 40e6, "fraction_of_floor": 0.4}]},
+                           time="us", share="fraction_of_floor", per=1.0)
+    assert ladder["records"][0]["fraction_of_floor"] == pytest.approx(0.5)
+    assert floor.reprice(None) is None
+
+
+def test_the_floor_beside_a_file_comes_from_the_same_recording(tmp_path, monkeypatch):
+    folder = _own_recording(tmp_path, monkeypatch)  # chapter 3 only: no copy measured there
+    ladder = records.load("hip_ladder")
+    with pytest.raises(records.FloorMissing, match="--chapters 2"):
+        records.copy_floor(beside=ladder)  # never the H200's copy for this GPU's times
+    assert records.copy_floor() == records.copy_floor(records.COMMITTED)  # predictions: H200's
+    records.write(folder / "traffic_bandwidth.json", [
+        {"kind": "bandwidth", "gpu": "NVIDIA H100 80GB HBM3", "measured_GBps": 2900.0,
+         "source": "measured", "published_GBps": 3350.0}])
+    assert records.copy_floor(beside=ladder).GBps == 2900.0 == records.copy_floor().GBps
+    grid = records.load("bench_grid")  # the committed H200 grid: the committed H200 copy
+    assert records.copy_floor(beside=grid) == records.copy_floor(records.COMMITTED)
+
+
+def test_a_copy_that_was_not_measured_is_no_floor(tmp_path, monkeypatch):
+    folder = _own_recording(tmp_path, monkeypatch)
+    records.write(folder / "traffic_bandwidth.json", [
+        {"kind": "bandwidth", "gpu": "NVIDIA H100 80GB HBM3", "measured_GBps": 3350.0,
+         "source": "published H100 SXM figure"}])
+    with pytest.raises(records.FloorMissing):
+        records.copy_floor(beside=records.load("hip_ladder"))
+    assert records.copy_floor().gpu == "NVIDIA H200"
+
+
+def test_a_page_shows_no_floor_rather_than_a_files_own(tmp_path, monkeypatch):
+    folder = _own_recording(tmp_path, monkeypatch)
+    records.write(folder / "hip_ladder.json", [{"name": "mine", "median_us": 2.0, "bytes": 8e6,
+                                                "floor_us": 1.0, "fraction_of_floor": 0.5}])
+    shown = records.at_copy_floor(records.load("hip_ladder"), share="fraction_of_floor", per=1)
+    assert shown["records"][0]["floor_us"] is None and shown["records"][0]["fraction_of_floor"] is None
+    grid = records.at_copy_floor(records.load("bench_grid"))
+    floor = records.copy_floor(records.COMMITTED)
+    case = next(r for r in grid["records"] if r.get("status") == "ok" and r.get("bytes"))
+    assert case["pct_of_floor"] == pytest.approx(floor.pct(case["bytes"], case["median_us"]))
+    assert records.at_copy_floor(None) is None

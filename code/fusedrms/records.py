@@ -17,6 +17,10 @@ are read:
 kernels changed since it was recorded is ``"stale"`` (a test fails and names it), unless the
 manifest lists it under ``"stale"`` with a reason (``"acknowledged"``: the badge then says the
 numbers were measured on an earlier version of the kernel).
+
+:func:`copy_floor` is the book's one floor: the device-to-device copy bandwidth chapter 2 recorded
+(``traffic_bandwidth.json``). Files that priced floors at the copy their own processes measured
+are shown through :func:`at_copy_floor`, which reprices them at it.
 """
 from __future__ import annotations
 
@@ -152,9 +156,14 @@ def load(name: str, machine: str | None = None) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"no recorded results at {path}; record them on a GPU with "
                                 f"'python -m fusedrms.record' (see CONTRIBUTING.md)")
+    return _read(path, machine)
+
+
+def _read(path: Path, machine: str | None = None) -> dict:
+    """A record file with its ``"source"`` entry (see :func:`load`)."""
     doc = json.loads(path.read_text())
-    manifest = read_manifest(folder)
-    entry = (manifest or {}).get("files", {}).get(path.name, {})
+    folder = path.parent
+    entry = (read_manifest(folder) or {}).get("files", {}).get(path.name, {})
     doc["source"] = {"folder": str(folder), "own": folder != DATA_DIR / (machine or COMMITTED),
                      "chapter": entry.get("chapter")}
     return doc
@@ -185,6 +194,113 @@ def badge_fields(doc: dict) -> dict:
     state = staleness(chapter, Path(source["folder"])) if chapter and source.get("folder") else None
     return {"own": bool(source.get("own")),
             "stale": state.badge if state and state.state in ("stale", "acknowledged") else None}
+
+
+# ---------------------------------------------------------------- the copy floor
+
+COPY_FLOOR_FILE = "traffic_bandwidth"  # chapter 2's recording holds the one measured copy
+
+
+class FloorMissing(FileNotFoundError):
+    """No measured copy bandwidth in the recording a page reads (a page says "not recorded")."""
+
+
+@dataclass(frozen=True)
+class CopyFloor:
+    """The book's one floor: the device-to-device copy bandwidth chapter 2 measured, in GB/s
+    (10^9 bytes, read + write counted), on ``gpu``. A design's copy floor is its bytes at this
+    rate. It is a reference, not a limit: a kernel that reads more than it writes can pass it.
+    ``published_GBps`` is the data sheet's figure for that GPU (None when the table lacks it),
+    kept for the page that explains why it is the wrong floor."""
+    GBps: float
+    gpu: str
+    published_GBps: float | None = None
+    doc: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def us(self, nbytes: float) -> float:
+        """The time ``nbytes`` take at the copy's rate, in µs."""
+        return nbytes / (self.GBps * 1e3)
+
+    def pct(self, nbytes: float, time_us: float) -> float:
+        """A measured time as a percentage of its floor (100: the copy's rate; above: faster)."""
+        return 100.0 * self.us(nbytes) / time_us
+
+    def reprice(self, doc: dict | None, time: str = "median_us", share: str = "pct_of_floor",
+                per: float = 100.0) -> dict | None:
+        """``doc`` (a loaded record file) with every priced record at this floor: ``floor_us``
+        from the record's ``bytes`` (or, where it has none, from its own floor and the copy it
+        was priced at, ``copy_GBps``), ``share`` = ``per`` x floor / ``time``, and ``copy_GBps``
+        this floor's. A floor that cannot be repriced becomes None, never another copy's. The
+        provenance stays as recorded."""
+        return _repriced(doc, self, time, share, per)
+
+
+def _repriced(doc: dict | None, floor: CopyFloor | None, time: str, share: str,
+              per: float) -> dict | None:
+    if doc is None:
+        return None
+
+    def one(rec):
+        if not isinstance(rec, dict) or ("floor_us" not in rec and share not in rec):
+            return rec
+        nbytes = rec.get("bytes")
+        if not nbytes and rec.get("floor_us") and rec.get("copy_GBps"):
+            nbytes = rec["floor_us"] * rec["copy_GBps"] * 1e3  # the bytes its own floor priced
+        if floor is None or not nbytes:
+            return dict(rec, floor_us=None, copy_GBps=None, **{share: None})
+        rec = dict(rec, floor_us=floor.us(nbytes), copy_GBps=floor.GBps)
+        rec[share] = per * rec["floor_us"] / rec[time] if rec.get(time) else None
+        return rec
+
+    return {**doc, "records": [one(r) for r in doc.get("records", [])]}
+
+
+def at_copy_floor(doc: dict | None, time: str = "median_us", share: str = "pct_of_floor",
+                  per: float = 100.0) -> dict | None:
+    """A loaded record file as a page shows it: every floor at the copy floor of the same
+    recording (:func:`copy_floor` beside it, :meth:`CopyFloor.reprice`); where that recording
+    measured no copy, with no floors at all (None), never the file's own."""
+    return _repriced(doc, copy_floor_beside(doc), time, share, per)
+
+
+def copy_floor(machine: str | None = None, beside: dict | None = None) -> CopyFloor:
+    """The copy floor of the recording a reader sees (``machine``'s committed one when given).
+
+    ``beside``: a loaded record file whose numbers the floor will price; the floor then comes from
+    the same recording (the reader's own, or the committed one), so a GPU's times are never
+    priced at another GPU's copy. Raises :class:`FloorMissing` when that recording has no
+    measured copy bandwidth (chapter 2 not recorded there, or its copy failed); without
+    ``beside`` the committed recording's floor stands in for a reader's recording that lacks
+    one."""
+    source = (beside or {}).get("source") or {}
+    folder = (Path(source["folder"]) if source.get("folder")
+              else recording_dir(machine, filename=f"{COPY_FLOOR_FILE}.json"))
+    path = folder / f"{COPY_FLOOR_FILE}.json"
+    doc = _read(path, machine) if path.exists() else {"records": []}
+    rec = next((r for r in doc["records"] if r.get("kind") == "bandwidth"
+                and r.get("source") == "measured" and r.get("measured_GBps")), None)
+    if rec is None and not source and machine is None and folder != DATA_DIR / COMMITTED:
+        return copy_floor(COMMITTED)  # the reader's recording has no copy: the committed one's
+    if rec is None:
+        raise FloorMissing("the copy bandwidth is not measured in this recording: record chapter 2 "
+                           "on the same GPU ('python -m fusedrms.record --chapters 2')")
+    published = rec.get("published_GBps")
+    return CopyFloor(float(rec["measured_GBps"]), rec.get("gpu") or doc["provenance"]["gpu"],
+                     float(published) if published else None, doc)
+
+
+def copy_floor_beside(doc: dict | None) -> CopyFloor | None:
+    """:func:`copy_floor` beside a loaded record file, or None when there is no file or its
+    recording measured no copy (a page then draws and says no floor)."""
+    try:
+        return copy_floor(beside=doc) if doc is not None else None
+    except FloorMissing:
+        return None
+
+
+def copy_floor_GBps(machine: str | None = None) -> float:
+    """The book's one floor in GB/s: :func:`copy_floor`'s rate."""
+    return copy_floor(machine).GBps
 
 
 # ---------------------------------------------------------------- manifest and staleness

@@ -1,11 +1,12 @@
 """Chapter 2's readers: the kernel census against the traffic model, the grid's pairs."""
 import pytest
 
-from fusedrms import traffic
+from fusedrms import records, traffic
 from fusedrms.book import ch02
 
 ROWS, COLS = 4096, 4096
 ROW_TRIP = ROWS * COLS * 2  # bf16 bytes of one activation matrix
+FLOOR = records.CopyFloor(4000.0, "GPU")  # a copy at 4,000 GB/s
 
 
 def census(impl, kernels):
@@ -25,7 +26,7 @@ DOC = {"records": [EAGER, FUSED, {"kind": "copy_bandwidth", "GBps": 4000.0},
 
 
 def test_kernel_times_maps_each_profiled_kernel_to_the_models_kernel():
-    times = ch02.kernel_times(DOC, 4000.0)
+    times = ch02.kernel_times(DOC, FLOOR)
     assert [(t["design"], t["kernel"]) for t in times] == [
         ("torch.eager_chain", "add"), ("torch.eager_chain", "rmsnorm"),
         ("torch.eager_chain", "scale"), ("capstone.fused", "fused_add_rmsnorm")]
@@ -36,7 +37,7 @@ def test_kernel_times_maps_each_profiled_kernel_to_the_models_kernel():
 
 
 def test_design_totals_sum_the_kernels_and_their_floors():
-    totals = ch02.design_totals(ch02.kernel_times(DOC, 4000.0))
+    totals = ch02.design_totals(ch02.kernel_times(DOC, FLOOR))
     eager = totals["torch.eager_chain"]
     assert eager["measured_us"] == pytest.approx(84.0) and eager["kernels"] == 3
     expected = traffic.price("eager_add_rmsnorm", ROWS, COLS, "bf16").bytes_total / 4000e3
@@ -46,13 +47,15 @@ def test_design_totals_sum_the_kernels_and_their_floors():
 def test_a_census_that_splits_the_chain_differently_is_named():
     odd = census("torch.eager_chain", [("some_fused_triton_kernel", 30.0)])
     with pytest.raises(ValueError, match="some_fused_triton_kernel"):
-        ch02.kernel_times({"records": [odd]}, 4000.0)
+        ch02.kernel_times({"records": [odd]}, FLOOR)
 
 
-def grid_record(impl, median, lo, hi, **kw):
+def grid_record(impl, median, lo, hi, pct_of_floor=None, **kw):
+    """A grid case; ``pct_of_floor``: its bytes, as the share of :data:`FLOOR` they make."""
+    nbytes = pct_of_floor and pct_of_floor / 100 * median * 4000e3
     return {"impl": impl, "status": "ok", "rows": ROWS, "cols": COLS, "dtype": "bf16",
             "mode": "cold", "median_us": median, "min_median_us": lo, "max_median_us": hi,
-            "processes": 3, **kw}
+            "processes": 3, "bytes": nbytes, "floor_us": 0.0, "pct_of_floor": 0.0, **kw}
 
 
 def test_grid_pair_returns_both_medians_with_their_ranges_or_none():
@@ -62,26 +65,25 @@ def test_grid_pair_returns_both_medians_with_their_ranges_or_none():
     assert pair["capstone.fused"] == {"median_us": 27, "min_us": 26.5, "max_us": 27.5,
                                       "processes": 3}
     assert ch02.grid_pair(doc, "torch.eager_chain", "capstone.fused", 1, COLS, "bf16") is None
-    assert ch02.best_pct_of_floor(doc) == 101.5
+    assert ch02.best_pct_of_floor(doc, FLOOR) == pytest.approx(101.5)
 
 
 def test_best_pct_of_floor_ignores_wrong_results():
     doc = {"records": [grid_record("a", 1, 1, 1, pct_of_floor=150.0, correct=False),
                        grid_record("b", 1, 1, 1, pct_of_floor=90.0)]}
-    assert ch02.best_pct_of_floor(doc) == 90.0
-    assert ch02.best_pct_of_floor({"records": []}) is None
+    assert ch02.best_pct_of_floor(doc, FLOOR) == pytest.approx(90.0)
+    assert ch02.best_pct_of_floor({"records": []}, FLOOR) is None
 
 
 def test_best_pct_of_floor_counts_only_calls_with_the_l2_flushed():
     doc = {"records": [grid_record("a", 1, 1, 1, pct_of_floor=180.0, mode="warm"),
                        grid_record("b", 1, 1, 1, pct_of_floor=95.0)]}
-    assert ch02.best_pct_of_floor(doc) == 95.0
+    assert ch02.best_pct_of_floor(doc, FLOOR) == pytest.approx(95.0)
 
 
 # ---- the page's sentences in every state of the recording
 
-COPY = {"kind": "bandwidth", "gpu": "NVIDIA H200", "measured_GBps": 4236.4,
-        "published_GBps": 4800.0, "fraction_of_published": 0.883}
+COPY = records.CopyFloor(4236.4, "NVIDIA H200", 4800.0)
 BOUNDS = (traffic.speedup_bound("eager_add_rmsnorm", "fused_add_rmsnorm"),
           traffic.speedup_bound("eager_add_rmsnorm", "fused_add_rmsnorm_residual"))
 
@@ -92,7 +94,7 @@ def test_copy_sentence_with_and_without_the_published_figure_or_the_grid():
     assert "the best kernel of chapter 6's grid passes it, at 105% of its copy floor's" in full
     below = ch02.copy_sentence(COPY, 97.0)
     assert "no kernel of chapter 6's grid passes it here: the best runs at 97%" in below
-    unknown = ch02.copy_sentence({**COPY, "published_GBps": None}, None)
+    unknown = ch02.copy_sentence(records.CopyFloor(4236.4, "GPU"), None)
     assert "not in the published table" in unknown and "0%" not in unknown
     assert unknown.endswith("hard limit.")
     assert "not recorded yet" in ch02.copy_sentence(None)
@@ -122,7 +124,7 @@ def _census(eager_us, fused_us, resid_us):
                                      ("elementwise_kernel<MulFunctor>", eager_us[2])]),
         census("capstone.fused", [("add_rmsnorm_kernel", fused_us)]),
         census("capstone.fused_residual", [("add_rmsnorm_residual_kernel", resid_us)])]}
-    times = ch02.kernel_times(doc, 4000.0)
+    times = ch02.kernel_times(doc, FLOOR)
     return ch02.design_totals(times), times
 
 
@@ -148,3 +150,19 @@ def test_fusion_outlook_follows_the_measurement_in_every_state():
     mixed, _ = _census((25.0, 16.0, 16.0), 20.0, 70.0)  # 57/20 > 7/3, 57/70 < 7/4
     assert "against one fused kernel" in ch02.fusion_outlook(mixed, BOUNDS)
     assert "not recorded yet" in ch02.fusion_outlook({}, BOUNDS)
+
+
+def test_the_best_share_of_the_floor_is_priced_at_the_floor_given_not_the_grids_own():
+    own = {**grid_record("a", 10.0, 10, 10), "bytes": 40e6, "copy_GBps": 4444.4,
+           "floor_us": 9.0, "pct_of_floor": 90.0}  # as the grid priced it, at its own copy
+    doc = {"records": [own]}
+    assert ch02.best_pct_of_floor(doc, FLOOR) == pytest.approx(100.0)  # 40 MB at 4,000 GB/s
+
+
+def test_the_page_ceilings_are_the_measured_copy_and_the_data_sheets_peak():
+    floor = records.copy_floor()
+    ceilings = ch02.ceilings(floor)
+    assert ceilings["bandwidth_GBps"] == floor.GBps
+    assert ceilings["peak_tflops"] == traffic.PUBLISHED[ceilings["gpu"]][1]
+    unlisted = records.CopyFloor(999.0, "Some GPU no table lists")
+    assert ch02.ceilings(unlisted) == ch02.ceilings(records.copy_floor(records.COMMITTED))

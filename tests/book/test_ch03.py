@@ -1,6 +1,8 @@
 """The ladder's reading side: table and verdict from a recorded file (written here, not measured)."""
 import json
 
+import pytest
+
 from fusedrms import records
 from fusedrms.book import ch03
 
@@ -266,3 +268,12 @@ def test_serial_lesson_and_answer_split_the_grid_from_one_thread_per_row():
     for missing in (ch03.serial_lesson([], serial), ch03.serial_lesson(blocks, [])):
         assert missing.endswith("not recorded yet.") and "×" not in missing
     assert "no faster on more blocks" in ch03.block_size_answer([], _sweep([(default, 9.0)]))
+
+
+def test_the_page_reads_the_ladder_at_the_books_copy_floor():
+    doc, floor = ch03.load(), records.copy_floor()
+    measured = [r for r in doc["records"] if "median_us" in r]
+    assert measured
+    for r in measured:
+        assert 100 * r["fraction_of_floor"] == pytest.approx(floor.pct(r["bytes"], r["median_us"]))
+        assert r["floor_us"] == pytest.approx(floor.us(r["bytes"])) and r["copy_GBps"] == floor.GBps

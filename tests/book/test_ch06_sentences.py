@@ -2,9 +2,11 @@
 data (all timed, some missing, none recorded), and never a claim the numbers do not support."""
 import pytest
 
+from fusedrms import records
 from fusedrms.book import ch06
 from fusedrms.book import ch06_sentences as said
 
+FLOOR = records.CopyFloor(4000.0, "GPU")  # a copy at 4,000 GB/s
 BAD_ENGLISH = ("1 cases", "1 shapes", "1 sizes", "-0", "((", "))", " ,", "..", "  ",
                "None", "nan", "shapes shapes", "cases cases")
 
@@ -40,16 +42,14 @@ def test_every_sentence_says_nothing_when_nothing_is_recorded():
 
 
 def test_sentences_on_the_committed_recording_read_well():
-    import statistics
-
     from fusedrms.measure import harness as h
 
     rules, grid, ncu = (h.recorded(n) for n in ("timing_rules", "bench_grid", "ncu_summary"))
     if not (rules and grid and ncu):
         pytest.skip("no committed chapter 6 recording")
-    bw = statistics.median(grid["provenance"]["copy_GBps_per_process"])
     view = ch06.ncu_view(ncu)
-    for text in (said.sync_sentence(ch06.sync_rows(rules), bw),
+    grid = records.at_copy_floor(grid)
+    for text in (said.sync_sentence(ch06.sync_rows(rules), records.copy_floor_beside(rules)),
                  said.warmup_sentence(ch06.warmup_view(rules)),
                  said.process_counts_sentence(grid),
                  said.process_sentence(ch06.process_view(grid)),
@@ -66,13 +66,13 @@ def test_sync_sentence_concludes_only_what_the_clocks_show():
         return dict(rows=rows, cols=8192, bytes=rows * 3 * 8192 * 2, no_sync_us=no_sync,
                     sync_us=events + 20, events_us=events)
 
-    launch = _reads_well(said.sync_sentence([row(1024, 24, 15), row(65536, 78, 741)], 4000.0))
+    launch = _reads_well(said.sync_sentence([row(1024, 24, 15), row(65536, 78, 741)], FLOOR))
     assert "it times the launch" in launch and "below the copy floor at 1 of 2 sizes" in launch
     assert "down to" not in launch  # one size below: no range to state
-    two = _reads_well(said.sync_sentence([row(1024, 8, 15), row(65536, 78, 741)], 4000.0))
+    two = _reads_well(said.sync_sentence([row(1024, 8, 15), row(65536, 78, 741)], FLOOR))
     assert "below the copy floor at 2 of 2 sizes, down to 9.7% of it" in two
     # a clock that grows with the work is not said to time the launch
-    honest = _reads_well(said.sync_sentence([row(1024, 20, 15), row(65536, 850, 841)], 4000.0))
+    honest = _reads_well(said.sync_sentence([row(1024, 20, 15), row(65536, 850, 841)], FLOOR))
     assert "times the launch" not in honest and "below the copy floor" not in honest
     one = _reads_well(said.sync_sentence([row(1024, 24, 15)], None))
     assert one.startswith("At 1,024 rows")

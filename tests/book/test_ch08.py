@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from fusedrms import env, records, tuning
+from fusedrms import env, records, traffic, tuning
 from fusedrms.book import ch08
 from fusedrms.kernels import rmsnorm_fp8 as q
 
@@ -143,7 +143,11 @@ def test_exactness_cost_readers(tmp_path):
         {"status": "ok", "impl": "fp8.fused", "rows": 2, "cols": 7168, "differing_codes": 0,
          "median_us": 3.0, "floor_us": 0.01, "pct_of_floor": 0.3},
         {"status": "error: x", "impl": "fp8.approx_w8", "rows": 2, "cols": 7168}]}
-    rows = {(r["impl"], r["rows"]): r for r in ch08.exactness_cost_rows(doc)}
+    floor = records.CopyFloor(4236.0, "GPU")
+    rows = {(r["impl"], r["rows"]): r for r in ch08.exactness_cost_rows(doc, floor)}
+    fused = rows[("fp8.fused", 16384)]  # its bytes at the floor given, not the file's 84.3 µs
+    assert fused["floor_us"] == pytest.approx(floor.us(fused["bytes"]))
+    assert fused["bytes"] == traffic.price("rmsnorm_fp8_fused", 16384, 7168, "bf16").bytes_total
     assert rows[("fp8.fused", 16384)]["exact"] and rows[("fp8.fused", 16384)]["reaches_target"] is False
     assert rows[("fp8.approx_w4", 16384)]["reaches_target"] is True  # 89.5 % >= 85 %
     assert rows[("fp8.fused", 2)]["reaches_target"] is None  # under 64 MB: no check

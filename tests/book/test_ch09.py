@@ -310,3 +310,24 @@ def test_calls_per_replay_comes_from_the_recorded_methods():
     both = {"records": [rec("20 calls back to back"), rec("28 calls back to back"),
                         {"kind": "determinism", "method": "99 calls"}]}
     assert ch09.calls_per_replay(both) == "20 to 28"
+
+
+def test_the_page_prices_every_floor_at_the_books_copy():
+    from fusedrms import records
+
+    doc, floor = ch09.load(), records.copy_floor()
+    timed = [r for r in doc["records"] if "us" in r and r.get("bytes")]
+    assert timed
+    for r in timed:  # not the median of the copies the measuring processes saw
+        assert r["floor_us"] == pytest.approx(floor.us(r["bytes"]))
+        assert r["pct_floor"] == pytest.approx(floor.pct(r["bytes"], r["us"]))
+
+
+def test_without_a_copy_measured_the_answer_says_no_share_of_a_floor(monkeypatch):
+    from fusedrms import records
+
+    monkeypatch.setattr(records, "copy_floor_beside", lambda doc: None)
+    doc = ch09.load()
+    assert all(r.get("pct_floor") is None for r in doc["records"])
+    text = ch09.answer(doc)
+    assert "floor" not in text and "None" not in text and "For RMSNorm" in text

@@ -2,6 +2,7 @@
 book/ch08.py), on documents shaped like the recorded files."""
 import pytest
 
+from fusedrms import records
 from fusedrms.book import ch07_results as R
 from fusedrms.book import ch08
 
@@ -66,12 +67,21 @@ def fp8_doc():
 
 
 def test_fp8_timing_rows_skip_failed_shapes():
-    rows = ch08.timing_rows(fp8_doc())
+    floor = records.CopyFloor(356005888 / 84.0 / 1e3, "GPU")  # the fused bytes in 84 µs
+    rows = ch08.timing_rows(fp8_doc(), floor)
     assert len(rows) == 1
     r = rows[0]
     assert r["speedup"] == 2.0 and r["pct_floor"] == pytest.approx(56.0)
     assert r["bytes_ratio"] == pytest.approx(2.3196, rel=1e-3)
     assert ch08.timing_rows(None) == []
+
+
+def test_fp8_timing_rows_price_the_floor_at_the_books_copy_not_the_files():
+    r = ch08.timing_rows(fp8_doc())[0]  # the file's own floors (84 and 194 µs) are ignored
+    floor = records.copy_floor()
+    assert r["floor_us"] == pytest.approx(floor.us(356005888))
+    assert r["naive_floor_us"] == pytest.approx(floor.us(825767936))
+    assert r["pct_floor"] == pytest.approx(floor.pct(356005888, 150.0))
 
 
 def cand(warps, maxnreg, division, rows=1, tile="padded", us=100.0, exact=True):

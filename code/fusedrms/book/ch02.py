@@ -88,9 +88,24 @@ _EAGER_ROLES = (("add", "add"), ("layer_norm", "rmsnorm"), ("rms_norm", "rmsnorm
                 ("mul", "scale"))
 
 
-def copy_bandwidth(doc: dict) -> dict:
-    """The measured copy bandwidth record of ``traffic_bandwidth.json``."""
-    return next(r for r in doc["records"] if r.get("kind") == "bandwidth")
+def ceilings(floor: records.CopyFloor) -> dict:
+    """A roofline's two ceilings for the recorded GPU: the measured copy ``floor`` and the fp32
+    peak of the GPU's data sheet, with the table's name for it (``"H200 SXM"``). A GPU the
+    published table lacks has no peak: the committed recording's GPU stands in."""
+    key = traffic.published_for(floor.gpu)
+    if key is None:
+        floor = records.copy_floor(records.COMMITTED)
+        key = traffic.published_for(floor.gpu)
+    return {"gpu": key, "bandwidth_GBps": floor.GBps,
+            "bandwidth_source": f"{key.split()[0]} copy, measured",
+            "peak_tflops": traffic.PUBLISHED[key][1], "peak_source": traffic.PUBLISHED[key][2]}
+
+
+def calculator_ceilings(floor: records.CopyFloor) -> dict:
+    """What the calculator starts from: on a GPU, its copy measured on the spot and its data
+    sheet's fp32 peak (:func:`fusedrms.traffic.reader_ceilings`); without one, :func:`ceilings`
+    of the recorded ``floor``."""
+    return traffic.reader_ceilings() if env.current().on_gpu else ceilings(floor)
 
 
 def _eager_role(kernel_name: str) -> str | None:
@@ -98,10 +113,10 @@ def _eager_role(kernel_name: str) -> str | None:
     return next((role for key, role in _EAGER_ROLES if key in lowered), None)
 
 
-def kernel_times(extra_doc: dict, bandwidth_GBps: float) -> list[dict]:
+def kernel_times(extra_doc: dict, floor: records.CopyFloor) -> list[dict]:
     """Each profiled kernel of the eager chain and of the fused kernels (chapter 7's kernel
-    census), next to its bytes in the traffic model and the time those bytes take at
-    ``bandwidth_GBps``: design, kernel, row_trips, measured_us, floor_us, pct_of_copy.
+    census), next to its bytes in the traffic model and their copy ``floor``: design, kernel,
+    row_trips, measured_us, floor_us, pct_of_copy.
 
     A census whose kernels do not match the model's (another PyTorch splitting the chain
     differently) raises ValueError naming them."""
@@ -110,7 +125,7 @@ def kernel_times(extra_doc: dict, bandwidth_GBps: float) -> list[dict]:
         step = CENSUS_DESIGNS.get(rec.get("impl"))
         if rec.get("kind") != "kernel_census" or step is None or "kernels" not in rec:
             continue
-        est = traffic.price(step, rec["rows"], rec["cols"], rec["dtype"], bandwidth_GBps)
+        est = traffic.price(step, rec["rows"], rec["cols"], rec["dtype"])
         unit = rec["rows"] * rec["cols"] * traffic.DTYPE_BYTES[est.dtype]
         model = {k.name: k for k in est.kernels}
         for k in rec["kernels"]:
@@ -119,14 +134,14 @@ def kernel_times(extra_doc: dict, bandwidth_GBps: float) -> list[dict]:
                 raise ValueError(f"{rec['impl']}: profiled kernel {k['name'][:60]!r} is none "
                                  f"of the model's kernels {sorted(model)}")
             cost = model[name]
-            floor = cost.bytes_total / (bandwidth_GBps * 1e3)  # bytes / (bytes per us)
             out.append({"design": rec["impl"], "kernel": name, "rows": rec["rows"],
                         "cols": rec["cols"], "dtype": est.dtype,
                         "row_trips": cost.bytes_total / unit,
                         "count_per_call": k["count_per_call"],
-                        "measured_us": k["device_us_per_call"], "floor_us": floor,
-                        "pct_of_copy": 100 * floor * k["count_per_call"]
-                        / k["device_us_per_call"]})
+                        "measured_us": k["device_us_per_call"],
+                        "floor_us": floor.us(cost.bytes_total),
+                        "pct_of_copy": floor.pct(cost.bytes_total * k["count_per_call"],
+                                                 k["device_us_per_call"])})
     order = {s: i for i, s in enumerate(CENSUS_DESIGNS)}
     kernel_order = {"add": 0, "rmsnorm": 1, "scale": 2}
     return sorted(out, key=lambda r: (order[r["design"]], kernel_order.get(r["kernel"], 0)))
@@ -162,10 +177,12 @@ def grid_pair(grid_doc: dict, slow: str, fast: str, rows: int, cols: int, dtype:
             for name, r in found.items()}
 
 
-def best_pct_of_floor(grid_doc: dict, mode: str = "cold") -> float | None:
-    """The highest % of its copy floor any correct, timed record of the grid reaches, with the
-    L2 cache flushed before every call (``mode``: a warm L2 would pass the floor from cache)."""
-    pcts = [r["pct_of_floor"] for r in grid_doc["records"]
+def best_pct_of_floor(grid_doc: dict, floor: records.CopyFloor,
+                      mode: str = "cold") -> float | None:
+    """The highest % of its copy ``floor`` any correct, timed record of the grid reaches, with
+    the L2 cache flushed before every call (``mode``: a warm L2 would pass the floor from
+    cache)."""
+    pcts = [r["pct_of_floor"] for r in floor.reprice(grid_doc)["records"]
             if r.get("status") == "ok" and r.get("pct_of_floor") and r.get("correct", True)
             and r.get("mode", mode) == mode]
     return max(pcts) if pcts else None
@@ -184,16 +201,17 @@ def _pct(fraction: float) -> str:
     return f"{100 * fraction:.0f}%"
 
 
-def copy_sentence(copy: dict | None, best_pct_of_floor: float | None = None) -> str:
-    """The measured copy rate against the data sheet (when the GPU is in the published table),
-    and how far past its copy floor the fastest kernel of chapter 6's grid went."""
-    if not copy:
+def copy_sentence(floor: records.CopyFloor | None, best_pct_of_floor: float | None = None) -> str:
+    """The measured copy rate (the book's one ``floor``) against the data sheet (when the GPU is
+    in the published table), and how far past its copy floor the fastest kernel of chapter 6's
+    grid went."""
+    if not floor:
         return "The copy bandwidth is " + NOT_RECORDED.format(2) + "."
     text = ("A large device-to-device copy, which reads and writes its data once, reached "
-            f"{copy['measured_GBps']:,.0f} GB/s")
-    if copy.get("published_GBps"):
-        text += (f", {_pct(copy['measured_GBps'] / copy['published_GBps'])} of the data "
-                 f"sheet's {copy['published_GBps']:,.0f} GB/s")
+            f"{floor.GBps:,.0f} GB/s")
+    if floor.published_GBps:
+        text += (f", {_pct(floor.GBps / floor.published_GBps)} of the data "
+                 f"sheet's {floor.published_GBps:,.0f} GB/s")
     else:
         text += " (this GPU is not in the published table)"
     text += (". That rate, not the data sheet's, is the reference for the rest of the book: a "

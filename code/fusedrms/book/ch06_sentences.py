@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .. import dtypes, traffic
+from .. import dtypes, records, traffic
 from .ch06 import NCU_SHAPE, readable_us, times_in_words
 from . import page
 
@@ -30,8 +30,9 @@ def _change(new: float, old: float) -> str:
     return f"{_pct(abs(d))} {'longer' if d > 0 else 'less time'}"
 
 
-def sync_sentence(sync: list[dict] | None, copy_GBps: float | None = None) -> str | None:
-    """What the three clocks of the synchronize rule say across its sizes."""
+def sync_sentence(sync: list[dict] | None, floor: records.CopyFloor | None = None) -> str | None:
+    """What the three clocks of the synchronize rule say across its sizes, and (with the copy
+    ``floor``) how often the clock read without a synchronize fell below it."""
     if not sync:
         return None
     us = readable_us
@@ -47,8 +48,8 @@ def sync_sentence(sync: list[dict] | None, copy_GBps: float | None = None) -> st
             f"({times_in_words(work)} as long), while the clock read without a synchronize went "
             f"from {us(lo['no_sync_us'])} to {us(hi['no_sync_us'])} "
             f"({times_in_words(clock)})")
-    if copy_GBps:
-        shares = [r["no_sync_us"] / (r["bytes"] / (copy_GBps * 1e3)) for r in sync if r["bytes"]]
+    if floor:
+        shares = [r["no_sync_us"] / floor.us(r["bytes"]) for r in sync if r["bytes"]]
         below = sum(s < 1 for s in shares)
         if below:
             text += (f" and read below the copy floor at {below} of "

@@ -754,9 +754,10 @@ SEED_PREDICTIONS = {"speedup_over_eager": 2.3, "dram_pct": "mid-80s"}  # seed 00
 
 def normalized(doc: dict) -> list[dict]:
     """Measured records of a study or a harness file in one shape: op, impl (registry names;
-    study candidates as ``capstone[<name>]``), rows, cols, dtype, median_us, floor_us, bytes."""
+    study candidates as ``capstone[<name>]``), rows, cols, dtype, median_us, floor_us (at the
+    book's copy floor, :func:`fusedrms.records.at_copy_floor`), bytes."""
     out = []
-    for r in doc["records"]:
+    for r in records.at_copy_floor(doc)["records"]:
         if r.get("status") != "ok" or not r.get("median_us"):
             continue
         if r.get("mode") not in (None, "rotating"):

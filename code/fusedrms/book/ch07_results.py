@@ -182,11 +182,12 @@ PEER_SWEEPS = ("grid", "graph", "peers")  # the harness sweeps that time shapes 
 
 def peers_doc() -> tuple[dict | None, str | None]:
     """The recorded comparison of the capstone with every peer: ``capstone_peers`` (chapter 7's
-    own run, every peer, one timer) when recorded, else the harness grid of chapter 6. Returns
-    ``(doc, name)``; ``(None, None)`` when neither is recorded."""
+    own run, every peer, one timer) when recorded, else the harness grid of chapter 6, with every
+    floor at the book's copy floor (:func:`fusedrms.records.at_copy_floor`), not at the copy each
+    process measured. Returns ``(doc, name)``; ``(None, None)`` when neither is recorded."""
     for name in ("capstone_peers", "bench_grid"):
         try:
-            return records.load(name), name
+            return records.at_copy_floor(records.load(name)), name
         except FileNotFoundError:
             continue
         except (json.JSONDecodeError, OSError):

@@ -525,23 +525,32 @@ def candidate_table(doc: dict) -> list[dict]:
 EXACTNESS_FLOOR_PCT, DIAGNOSTIC_FLOOR_PCT, MIN_BYTES = 80.0, 85.0, 64 << 20
 
 
-def exactness_cost_rows(doc: dict) -> list[dict]:
-    """The exact fused kernel and the diagnostic one per shape: time, percent of the copy floor,
-    codes that differ from the specification, bytes moved, and the two floor checks as booleans
-    (None for shapes moving less than 64 MB). ``doc``: a recording's ``fp8_exactness_cost.json``."""
-    recs = doc["records"]
+def _fused_bytes(rows: int, cols: int) -> int:
+    """What the fused kernel moves (chapter 2's model): x and gamma in, codes and scales out."""
+    from .. import traffic
+
+    return traffic.price("rmsnorm_fp8_fused", rows, cols, "bf16").bytes_total
+
+
+def exactness_cost_rows(doc: dict, floor: records.CopyFloor | None = None) -> list[dict]:
+    """The exact fused kernel and the diagnostic one per shape: time, percent of the copy
+    ``floor`` (by default the book's, beside ``doc``; None where no copy was measured), codes that
+    differ from the specification, bytes moved, and the two floor checks as booleans (None for
+    shapes moving less than 64 MB). ``doc``: a recording's ``fp8_exactness_cost.json``."""
+    floor = floor or records.copy_floor_beside(doc)
     out = []
-    for r in recs:
+    for r in doc["records"]:
         if r.get("status") != "ok":
             continue
-        nbytes = r["rows"] * r["cols"] * 3 + r["rows"] * math.ceil(r["cols"] / 128) * 4
+        nbytes = _fused_bytes(r["rows"], r["cols"])
+        pct = floor.pct(nbytes, r["median_us"]) if floor else None
         exact = r["differing_codes"] == 0
         target = EXACTNESS_FLOOR_PCT if exact else DIAGNOSTIC_FLOOR_PCT
         out.append({"impl": r["impl"], "rows": r["rows"], "cols": r["cols"], "exact": exact,
                     "differing_codes": r["differing_codes"], "median_us": r["median_us"],
-                    "floor_us": r["floor_us"], "pct_of_floor": r["pct_of_floor"], "bytes": nbytes,
-                    "reaches_target": (r["pct_of_floor"] >= target) if nbytes >= MIN_BYTES
-                    else None, "target_pct": target})
+                    "floor_us": floor.us(nbytes) if floor else None, "pct_of_floor": pct,
+                    "bytes": nbytes, "reaches_target": (pct >= target)
+                    if nbytes >= MIN_BYTES and pct is not None else None, "target_pct": target})
     return out
 
 
@@ -599,19 +608,24 @@ def pipe_utilization(folder) -> list[dict]:
 # ---------------------------------------------------------------- page readers (chapter 8's page)
 # What the page shows, computed from the recorded files (and, for the seed's twin, on the CPU).
 
-def timing_rows(doc: dict | None) -> list[dict]:
+def timing_rows(doc: dict | None, floor: records.CopyFloor | None = None) -> list[dict]:
     """Per timed shape: the naive pair and ``fp8.fused`` (CUDA-graph times, cold L2: the kernels'
-    own time), the copy floor of the fused kernel's bytes, the speedup and the share of the floor.
-    Shapes whose timing failed are left out."""
+    own time), the copy floor of each design's bytes at ``floor`` (by default the book's, beside
+    ``doc``; None where no copy was measured), the speedup and the fused kernel's share of its
+    floor. Shapes whose timing failed are left out."""
+    floor = floor or records.copy_floor_beside(doc)
     out = []
     for r in timing_table(doc) if doc else []:
-        naive, fused, floor = (r.get(k) for k in ("naive_graph_us", "fused_graph_us",
-                                                  "fused_floor_us"))
-        if not (naive and fused and floor):
+        naive, fused = r.get("naive_graph_us"), r.get("fused_graph_us")
+        if not (naive and fused):
             continue
+        nbytes = r.get("fused_bytes") or _fused_bytes(r["rows"], r["cols"])
+        naive_bytes = r.get("naive_bytes")
         out.append({"rows": r["rows"], "cols": r["cols"], "naive_us": naive, "fused_us": fused,
-                    "floor_us": floor, "naive_floor_us": r.get("naive_floor_us"),
-                    "speedup": naive / fused, "pct_floor": 100 * floor / fused,
+                    "floor_us": floor.us(nbytes) if floor else None,
+                    "naive_floor_us": floor.us(naive_bytes) if floor and naive_bytes else None,
+                    "speedup": naive / fused,
+                    "pct_floor": floor.pct(nbytes, fused) if floor else None,
                     "fused_MB": r.get("fused_bytes", 0) / 1e6,
                     "bytes_ratio": r["naive_bytes"] / r["fused_bytes"]
                     if r.get("naive_bytes") and r.get("fused_bytes") else None})

@@ -202,8 +202,8 @@ def cost_words(cost_doc: dict | None, fused_label: str | None) -> dict:
     if rows:
         big = max(rows, key=lambda r: r["bytes"])
         at = next(r for r in cost_table(rows) if r["shape"] == f"{big['rows']}x{big['cols']}")
-        if not (at["exact µs"] and at["diagnostic µs"]):
-            at = None
+        if not (at["exact µs"] and at["diagnostic µs"]) or at["exact % of floor"] is None:
+            at = None  # not timed, or no copy measured to price it
     out = {"cost": "The diagnostic kernel is not recorded yet"}
     if at:
         n_rows, n_cols = map(int, at["shape"].split("x"))
@@ -309,6 +309,8 @@ def timing_paragraph(timing: list[dict]) -> str:
     if total > 1:
         text += (f", and at {small['rows']:,} rows, where both are a launch and a few loads, "
                  f"{small['speedup']:.2f}x")
+    if last["pct_floor"] is None:  # no copy measured beside the timings: no floor to say
+        return text + "."
     verdict = ("near the floor, so the bytes set its time" if last["pct_floor"] >= 85 else
                "if the bytes set its time it would sit near the floor, so something else does")
     return (text + f". At {last['rows']:,} rows the fused kernel runs at "

@@ -486,11 +486,14 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processe
 
 def load(machine: str | None = None) -> dict | None:
     """The recorded file (the reader's own recording for their GPU when there is one, else the
-    committed one: :func:`fusedrms.records.load`), or None when there is none (the page says so)."""
+    committed one: :func:`fusedrms.records.load`) with every floor at the book's copy floor
+    (:func:`fusedrms.records.at_copy_floor`), not at the copies its processes measured; None when
+    there is none (the page says so)."""
     try:
-        return records.load(RECORD_NAME, machine)
+        doc = records.load(RECORD_NAME, machine)
     except FileNotFoundError:
         return None
+    return records.at_copy_floor(doc, time="us", share="pct_floor")
 
 
 # what a reader calls each implementation and design (the registry's names stay in the records)
@@ -580,11 +583,11 @@ def verdict(doc, op: str, large_only: bool = False) -> dict | None:
     worst = max(rows, key=lambda r: r["vs_fastest"])
     peers = [i for i in TRAIN_IMPLS if i not in OURS]
     missing = {i: sum(not (r[i] is not None and r[f"{i} checked"]) for r in rows) for i in peers}
+    floors = [r["pct_floor"] for r in rows if r["pct_floor"] is not None]
     return {"op": op, "shapes": len(rows), "at_or_below_1": sum(x <= 1.0 for x in ratios),
             "median_ratio": statistics.median(ratios), "worst_ratio": worst["vs_fastest"],
             "worst_shape": worst["shape"], "worst_peer": worst["fastest_peer"],
-            "median_pct_floor": statistics.median(r["pct_floor"] for r in rows
-                                                  if r["pct_floor"] is not None),
+            "median_pct_floor": statistics.median(floors) if floors else None,
             "rows": rows, "missing": {i: n for i, n in missing.items() if n},
             "no_peer_shapes": alone}
 
@@ -640,14 +643,15 @@ def _op_sentence(doc, op: str) -> str:
                    if k == 0 else f"that of {plain_name(r['fastest_peer'])} ")
                 + f"at {r['shape']}" for k, r in enumerate(v["rows"])]
         floors = page.listed(f"{r['pct_floor']:.0f}%" for r in v["rows"] if r["pct_floor"] is not None)
-        text = (f"For {name}, forward + backward, ours took {page.listed(each)}, running at {floors} "
-                f"of its traffic floor.")
+        text = (f"For {name}, forward + backward, ours took {page.listed(each)}"
+                + (f", running at {floors} of its copy floor." if floors else "."))
     else:
         text = (f"For {name}, forward + backward, ours is at or below the fastest checked peer's "
                 f"time at {v['at_or_below_1']} of {v['shapes']} shapes: median "
                 f"{v['median_ratio']:.2f}x, worst {v['worst_ratio']:.2f}x against "
-                f"{plain_name(v['worst_peer'])} at {v['worst_shape']}; its median share of the "
-                f"traffic floor is {v['median_pct_floor']:.0f}%.")
+                f"{plain_name(v['worst_peer'])} at {v['worst_shape']}"
+                + (f"; its median share of the copy floor is {v['median_pct_floor']:.0f}%."
+                   if v["median_pct_floor"] is not None else "."))
         large = verdict(doc, op, large_only=True)
         if large and 2 <= large["shapes"] < v["shapes"]:
             text += (f" At the {large['shapes']} shapes moving 64 MB or more, where fixed costs "

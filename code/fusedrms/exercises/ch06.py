@@ -4,22 +4,26 @@ against that prediction, and recognize which timing rule a suspicious number bro
 Every byte count comes from :func:`fusedrms.traffic.price`; each typical mistake is that count (or
 that division) with one convention broken: the write forgotten, the weight counted per row,
 GiB/s taken for GB/s, the data sheet's peak taken for the measured copy, the wrong element size,
-the eager chain's traffic, the wrong unit. The copy bandwidth is chosen so that no two mistakes
-give the same number (at 3,200 GB/s, three matrices at the 4,800 GB/s data sheet would equal two
-at the copy: the write forgotten).
+the eager chain's traffic, the wrong unit. The two bandwidths are the H200's in the committed
+recording: the copy chapter 2 measured (the book's one floor, rounded to whole GB/s as the pages
+print it) and its data sheet's. No two mistakes give the same number at them (a test checks: at a
+copy of 3,200 GB/s, three matrices at the 4,800 GB/s data sheet would equal two at the copy, the
+write forgotten).
 """
 from __future__ import annotations
 
 import math
 
-from .. import traffic
+from .. import records, traffic
 from .core import (Exercise, Malformed, as_choice, as_quantity, correct,
                    matches_as_written, option_letter, wrong)
 
-# A hypothetical GPU: a round copy bandwidth so the arithmetic is the reader's, not a lookup.
+# The H200 of the committed recording (never a reader's own: every reader grades the same
+# numbers), at a shape of the exercise's own so the arithmetic is the reader's, not a lookup.
 ROWS, COLS, DTYPE = 8192, 4096, "bf16"
-BANDWIDTH_GBPS = 3900.0  # GB/s, GB = 10^9 bytes, read + write counted (timer.copy_bandwidth_GBps)
-DATASHEET_GBPS = 4800.0  # the memory's peak as a data sheet states it: no kernel reaches it
+_H200 = records.copy_floor(records.COMMITTED)
+BANDWIDTH_GBPS = float(round(_H200.GBps))  # GB/s, GB = 10^9 bytes, read + write counted
+DATASHEET_GBPS = _H200.published_GBps  # the memory's peak as a data sheet states it: no kernel reaches it
 ITEM = traffic.DTYPE_BYTES[DTYPE]
 MATRIX = ROWS * COLS * ITEM  # one activation matrix in bytes
 WEIGHT = COLS * ITEM
@@ -35,7 +39,7 @@ FLOOR_US = _us(FUSED.bytes_total)
 
 
 def _shown(value: float) -> str:
-    """A reader's number as feedback repeats it: 51.62, 0.05162, 51,624 (never 5.162e+04)."""
+    """A reader's number as feedback repeats it: 47.53, 0.04753, 47,529 (never 4.753e+04)."""
     return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
 
 
@@ -104,16 +108,17 @@ def _grade_predict(answer):
 
 predict_floor = Exercise(
     "predict_floor",
-    f"The fused add + RMSNorm runs at {ROWS} rows x {COLS} columns in bf16 on a GPU whose data "
-    f"sheet promises {DATASHEET_GBPS:,.0f} GB/s and whose measured copy bandwidth is "
-    f"{BANDWIDTH_GBPS:,.0f} GB/s (GB = 10^9 bytes, read + write counted). Using the traffic "
+    f"The fused add + RMSNorm runs at {ROWS} rows x {COLS} columns in bf16 on the "
+    f"{_H200.gpu.removeprefix('NVIDIA ')}, whose data sheet promises {DATASHEET_GBPS:,.0f} GB/s "
+    f"and whose copy chapter 2 measured at {BANDWIDTH_GBPS:,.0f} GB/s (GB = 10^9 bytes, read + "
+    f"write counted). Using the traffic "
     f"model and the book's floor, what is the kernel's floor time, in µs?",
     _grade_predict, solution=FLOOR_US,
     mistakes={label: v for label, (v, _) in _PREDICT_MISTAKES.items()})
 
 
 # (2) grade a measurement against the prediction ------------------------------------------------
-MEASURED_US = 65.7  # a hypothetical measurement (median of process medians)
+MEASURED_US = 60.5  # a hypothetical measurement (median of process medians)
 PCT = 100 * FLOOR_US / MEASURED_US
 _PCT_MISTAKES = {
     "the ratio inverted": (100 * MEASURED_US / FLOOR_US,

@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 
 from matplotlib.figure import Figure
 
-from .. import traffic
+from .. import records, traffic
 
 
 def _figure(figsize) -> Figure:
@@ -66,7 +66,7 @@ def roofline(estimates: Sequence[traffic.Estimate], bandwidth_GBps: float, peak_
     ax.axvline(ridge, color="grey", ls=":", lw=1)
     ax.annotate(f"ridge {ridge:.1f} flop/B", (ridge, peak_tflops), textcoords="offset points",
                 xytext=(4, -14), fontsize="small", color="grey")
-    ax.annotate(f"{bandwidth_GBps:g} GB/s", (lo * 4, lo * 4 * bandwidth_GBps / 1000),
+    ax.annotate(f"{bandwidth_GBps:,.0f} GB/s", (lo * 4, lo * 4 * bandwidth_GBps / 1000),
                 textcoords="offset points", xytext=(-6, 6), fontsize="small", ha="right")
     ax.annotate(f"{peak_tflops:g} TFLOP/s (fp32)", (hi / 30, peak_tflops),
                 textcoords="offset points", xytext=(0, 4), fontsize="small")
@@ -121,9 +121,11 @@ def traffic_bars(estimates: Sequence[traffic.Estimate], title: str = "",
 
 
 def width_table(steps: Iterable[str], widths: dict | None = None, rows: int = 4096,
-                dtype="bf16", bandwidth_GBps: float = traffic.PUBLISHED[traffic.H200][0]) -> list[dict]:
-    """One record per (model width, step): bytes, launches, row-trips, ideal µs."""
+                dtype="bf16", bandwidth_GBps: float | None = None) -> list[dict]:
+    """One record per (model width, step): bytes, launches, row-trips, ideal µs (at
+    ``bandwidth_GBps``, by default the book's copy floor)."""
     widths = widths or MODEL_WIDTHS
+    bandwidth_GBps = bandwidth_GBps or records.copy_floor_GBps()
     out = []
     for model, (cols, _) in widths.items():
         for step in steps:
@@ -148,11 +150,13 @@ def format_width_table(records: list[dict]) -> str:
 
 
 def time_by_width(steps: Sequence[str], rows: int = 4096, dtype="bf16",
-                  bandwidth_GBps: float = traffic.PUBLISHED[traffic.H200][0],
+                  bandwidth_GBps: float | None = None,
                   widths: dict | None = None, bandwidth_label: str = "",
                   figsize=(7.5, 4.2), ax=None) -> Figure:
-    """Ideal µs of each step across model widths (the static page's calculator)."""
+    """Ideal µs of each step across model widths (the static page's calculator), at
+    ``bandwidth_GBps``, by default the book's copy floor."""
     widths = widths or MODEL_WIDTHS
+    bandwidth_GBps = bandwidth_GBps or records.copy_floor_GBps()
     ax, own = _axes(ax, figsize)
     fig, colours = ax.figure, _colours()
     cols = [c for c, _ in widths.values()]
@@ -165,7 +169,7 @@ def time_by_width(steps: Sequence[str], rows: int = 4096, dtype="bf16",
                        rotation=35, ha="right")
     ax.set_xlabel("row width (hidden size)")
     ax.set_ylabel("ideal time (µs)")
-    ax.set_title(f"{rows} rows, {traffic.dtype_name(dtype)}, at {bandwidth_GBps:g} GB/s"
+    ax.set_title(f"{rows} rows, {traffic.dtype_name(dtype)}, at {bandwidth_GBps:,.0f} GB/s"
                  + (f" ({bandwidth_label})" if bandwidth_label else ""))
     ax.legend(fontsize="small")
     ax.grid(True, alpha=0.25)
@@ -187,7 +191,7 @@ def estimate_html(e: traffic.Estimate) -> str:
             f"<tr><td><b>total</b></td><td>{e.bytes_read:,}</td><td>{e.bytes_written:,}</td>"
             f"<td>{e.flops:,}</td><td>{e.intensity:.3f}</td></tr></table></div>"
             f"<p>launches <b>{e.launches}</b> · row-trips <b>{float(e.row_trips):.3f}</b> · "
-            f"ideal <b>{ideal}</b> at {e.bandwidth_GBps:g} GB/s"
+            f"ideal <b>{ideal}</b> at {e.bandwidth_GBps:,.0f} GB/s"
             + (f" · {e.bound}-bound" if e.bound else "") + "</p>")
 
 
