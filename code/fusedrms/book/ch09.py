@@ -444,7 +444,8 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processe
     timeout_s = timeout_s or PROCESS_TIMEOUT_S
     start = time.time()
     missing = liger_status()
-    first = warm_ahead(smoke, bool(missing), harness.warm_worker_count(harness.Settings()), log)
+    first = (warm_ahead(smoke, bool(missing), harness.warm_worker_count(harness.Settings()), log)
+             if processes > 1 else {})  # one process compiles as it goes: nothing to share
     parts = []
     for index in range(processes):
         log(f"[ch09] process {index + 1}/{processes}")

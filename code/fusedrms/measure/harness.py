@@ -455,8 +455,9 @@ def run_sweeps(sweeps: list[Sweep], settings: Settings, out: str | Path | None =
     cases, not_run = expand(sweeps)
     start = time.time()
     workers = warm_worker_count(settings)
-    if warm is None:
-        warm = warm_ahead if runner is _run_process else (lambda *a, **k: {})
+    if warm is None:  # one timing process compiles as it goes: nothing to share ahead of it
+        warm = (warm_ahead if runner is _run_process and settings.processes > 1
+                else (lambda *a, **k: {}))
     first_calls = warm(cases, workers, log=log)
     log(f"{len(cases)} cases x {settings.processes} processes; {len(not_run)} combinations "
         f"unsupported")
