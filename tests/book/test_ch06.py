@@ -207,3 +207,24 @@ def test_timing_rules_on_the_gpu_at_smoke_sizes():
     assert r["graph_back_to_back_us"] < r["back_to_back_us"]  # a graph removes the CPU's path
     cfg = ch06.config_in_use(harness.pick_target("add_rmsnorm"), 16384, 8192, "bf16")
     assert cfg is None or (cfg["num_warps"] >= 1 and cfg["programs"] >= 1)
+
+
+def test_two_questions_pairs_one_call_with_a_call_in_a_stream():
+    def rec(sweep, mode, rows, us, **extra):
+        return dict(sweep=sweep, mode=mode, impl="capstone.fused", rows=rows, cols=4096,
+                    dtype="bf16", status="ok", median_us=us, bytes=rows * 4096 * 6, **extra)
+
+    grid = {"records": [rec("grid", "cold", 1, 5.0, process_p10_us=4.9, process_p90_us=5.2),
+                        rec("grid", "cold", 1024, 10.3, min_median_us=10.1, max_median_us=10.6),
+                        rec("grid", "cold", 16384, 96.0)]}
+    peers = {"records": [rec("peers", "rotating", 1, 1.8), rec("peers", "rotating", 1024, 7.2),
+                         rec("peers", "rotating", 2, 1.0)]}
+    rows = ch06.two_questions(grid, peers, "capstone.fused")
+    assert [(r["rows"], r["one_call_us"], r["stream_us"]) for r in rows] == [(1, 5.0, 1.8),
+                                                                           (1024, 10.3, 7.2)]
+    assert rows[0]["one_call"] == "5 (4.9-5.2)" and rows[1]["one_call"] == "10.3 (10.1-10.6)"
+    assert rows[1]["ratio"] == pytest.approx(10.3 / 7.2)
+    # a grid that times the stream itself is read first
+    grid["records"].append(rec("stream", "rotating", 16384, 90.0))
+    assert [r["rows"] for r in ch06.two_questions(grid, peers, "capstone.fused")] == [16384]
+    assert ch06.two_questions(None, None, "capstone.fused") == []

@@ -113,6 +113,37 @@ def grid_rows(grid: dict | None, dtype: str = "bf16", sweep: str = "grid") -> li
     return sorted(recs, key=lambda r: (r["impl"], r["bytes"]))
 
 
+def spread_text(rec: dict) -> str:
+    """A median with its run-to-run spread: "10.3 (10.1-10.6)" µs, p10-p90 of process medians."""
+    lo, hi = rec.get("process_p10_us"), rec.get("process_p90_us")
+    if lo is None or hi is None:  # a recording before the spread was stored: min-max
+        lo, hi = rec.get("min_median_us"), rec.get("max_median_us")
+    text = f"{rec['median_us']:.3g}"
+    return text + (f" ({lo:.3g}-{hi:.3g})" if lo is not None and hi is not None else "")
+
+
+def two_questions(grid: dict | None, stream: dict | None, impl: str, dtype: str = "bf16"
+                  ) -> list[dict]:
+    """``impl`` at every shape timed both ways: one isolated call (the grid's cold L2) and a
+    call in a stream (rotating inputs in a graph: the grid's ``stream`` sweep, else ``stream``,
+    another file of the same recording, such as chapter 7's peers). Sorted by bytes moved."""
+    def pick(doc, sweep, mode):
+        return {(r["rows"], r["cols"]): r for r in (doc or {}).get("records", [])
+                if r.get("impl") == impl and r.get("dtype") == dtype and r.get("status") == "ok"
+                and r.get("mode") == mode and (sweep is None or r.get("sweep") == sweep)}
+
+    cold = pick(grid, "grid", "cold")
+    rotating = pick(grid, "stream", "rotating") or pick(stream, None, "rotating")
+    rows = []
+    for shape in sorted(set(cold) & set(rotating), key=lambda k: cold[k].get("bytes") or 0):
+        one, flow = cold[shape], rotating[shape]
+        rows.append({"rows": shape[0], "cols": shape[1], "bytes": one.get("bytes"),
+                     "one_call_us": one["median_us"], "stream_us": flow["median_us"],
+                     "one_call": spread_text(one), "stream": spread_text(flow),
+                     "ratio": one["median_us"] / flow["median_us"]})
+    return rows
+
+
 def floor_summary(grid: dict | None, impl: str, min_bytes: float = 64e6,
                   share: float = 85.0) -> dict | None:
     """How close ``impl`` comes to the copy floor on the grid's large shapes (every dtype)."""

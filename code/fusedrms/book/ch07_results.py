@@ -291,6 +291,29 @@ def peer_summary(rows: list[dict], large_MB: float = 64.0) -> dict:
             "peers": sorted({k for r in rows for k in r["peers"]})}
 
 
+def tie_counts(rows: list[dict], band: float | None) -> dict | None:
+    """Shapes where every peer was timed, sorted by :func:`fusedrms.measure.compare.verdict`
+    against the fastest peer with the recording's tie band: {"faster", "tie", "slower"}."""
+    from ..measure import compare
+
+    complete = [r for r in rows if not r.get("missing")]
+    if band is None or not complete:
+        return None
+    out = {"faster": 0, "tie": 0, "slower": 0, "band": band, "shapes": len(complete)}
+    for r in complete:
+        out[compare.verdict(r["capstone_us"], r["peer_us"], band)] += 1
+    return out
+
+
+def tie_sentence(counts: dict | None, what: str) -> str:
+    """"the capstone is faster than every peer at 9, ties at 20 and is slower at 1 of 30 shapes"."""
+    if not counts:
+        return f"how often {what} wins outside the noise is not recorded yet"
+    return (f"{what} is faster than every peer at {counts['faster']}, ties with the fastest at "
+            f"{counts['tie']} and is slower at {counts['slower']} of the "
+            f"{page.counted(counts['shapes'], 'shape')} where every peer was timed")
+
+
 def eager_ratios(points: list[Point], large_MB: float = 64.0) -> list[float]:
     """Eager chain time / capstone time at the shapes moving ``large_MB`` or more (sorted)."""
     eager = {p.shape: p.median_us for p in points if p.impl == "torch.eager_chain"
