@@ -222,7 +222,7 @@ def test_two_questions_pairs_one_call_with_a_call_in_a_stream():
     rows = ch06.two_questions(grid, peers, "capstone.fused")
     assert [(r["rows"], r["one_call_us"], r["stream_us"]) for r in rows] == [(1, 5.0, 1.8),
                                                                            (1024, 10.3, 7.2)]
-    assert rows[0]["one_call"] == "5 (4.9-5.2)" and rows[1]["one_call"] == "10.3 (10.1-10.6)"
+    assert rows[0]["one_call"] == "5.00 (4.90-5.20)" and rows[1]["one_call"] == "10.3 (10.1-10.6)"
     assert rows[1]["ratio"] == pytest.approx(10.3 / 7.2)
     # a grid that times the stream itself is read first
     grid["records"].append(rec("stream", "rotating", 16384, 90.0))

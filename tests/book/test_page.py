@@ -251,3 +251,13 @@ def test_counts_and_lists_in_sentences():
         "a, b and c"
     assert page.listed(["x", "y", "z"], "or") == "x, y or z"
     assert page.listed(["a", "b", "c"], serial=True) == "a, b, and c"
+
+
+def test_a_median_with_its_spread_reads_without_exponents():
+    from fusedrms.book import page as P
+
+    assert P.median_with_spread({"median_us": 1190.4, "process_p10_us": 1180.0,
+                                 "process_p90_us": 1194.0}) == "1,190 (1,180-1,194)"
+    assert P.median_with_spread({"median_us": 7.171, "min_median_us": 7.1,
+                                 "max_median_us": 7.18}) == "7.17 (7.10-7.18)"
+    assert P.median_with_spread({"median_us": 42.0}) == "42.0"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .. import dtypes, env, records
 from ..measure import harness, ncu, plots
+from . import page
 from ..measure.harness import FloorUnavailable, floor_bytes, pick_target
 from ..measure.worker import _sync_wall_ms, make_inputs
 
@@ -113,15 +114,6 @@ def grid_rows(grid: dict | None, dtype: str = "bf16", sweep: str = "grid") -> li
     return sorted(recs, key=lambda r: (r["impl"], r["bytes"]))
 
 
-def spread_text(rec: dict) -> str:
-    """A median with its run-to-run spread: "10.3 (10.1-10.6)" µs, p10-p90 of process medians."""
-    lo, hi = rec.get("process_p10_us"), rec.get("process_p90_us")
-    if lo is None or hi is None:  # a recording before the spread was stored: min-max
-        lo, hi = rec.get("min_median_us"), rec.get("max_median_us")
-    text = f"{rec['median_us']:.3g}"
-    return text + (f" ({lo:.3g}-{hi:.3g})" if lo is not None and hi is not None else "")
-
-
 def two_questions(grid: dict | None, stream: dict | None, impl: str, dtype: str = "bf16"
                   ) -> list[dict]:
     """``impl`` at every shape timed both ways: one isolated call (the grid's cold L2) and a
@@ -139,7 +131,8 @@ def two_questions(grid: dict | None, stream: dict | None, impl: str, dtype: str 
         one, flow = cold[shape], rotating[shape]
         rows.append({"rows": shape[0], "cols": shape[1], "bytes": one.get("bytes"),
                      "one_call_us": one["median_us"], "stream_us": flow["median_us"],
-                     "one_call": spread_text(one), "stream": spread_text(flow),
+                     "one_call": page.median_with_spread(one),
+                     "stream": page.median_with_spread(flow),
                      "ratio": one["median_us"] / flow["median_us"]})
     return rows
 

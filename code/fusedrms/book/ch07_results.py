@@ -250,9 +250,15 @@ def peer_rows(points: list[Point], op: str = "add_rmsnorm",
                      "pct_floor": me.pct_floor, "peer": best.impl, "peer_us": best.median_us,
                      "peer_pct_floor": best.pct_floor, "ratio": me.median_us / best.median_us,
                      "peers": {k: v.median_us for k, v in peers.items()},
+                     # each median with its p10-p90 across processes, as the tables show it
+                     "capstone_spread": _with_spread(me), "peer_spread": _with_spread(best),
                      # peers not timed here: never counted as a win
                      "missing": sorted(expected - set(peers))})
     return sorted(rows, key=lambda r: (r["MB"], r["dtype"]))
+
+
+def _with_spread(p: Point) -> str:
+    return page.median_with_spread({**p.raw, "median_us": p.median_us})
 
 
 def _count_missing(rows: list[dict]) -> dict:

@@ -40,6 +40,19 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
+def median_with_spread(rec: dict) -> str:
+    """A harness record's median with its run-to-run spread, ``"10.3 (10.1-10.6)"`` (µs): the
+    p10-p90 of its process medians (min-max in recordings made before the p10-p90 was kept)."""
+    lo, hi = rec.get("process_p10_us"), rec.get("process_p90_us")
+    if lo is None or hi is None:
+        lo, hi = rec.get("min_median_us"), rec.get("max_median_us")
+    def us(v: float) -> str:  # three significant digits, never an exponent
+        return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+    text = us(rec["median_us"])
+    return text + (f" ({us(lo)}-{us(hi)})" if lo is not None and hi is not None else "")
+
+
 def listed(items, word: str = "and", serial: bool = False) -> str:
     """``a``, ``a and b``, ``a, b and c`` (``word`` for "or"; ``serial``: ``a, b, and c``, for
     lists of clauses); empty items are left out."""
