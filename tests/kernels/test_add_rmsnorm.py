@@ -514,3 +514,26 @@ def test_every_configuration_in_use_computes_both_ops(key, cfg):
     y2, s2 = A.add_rmsnorm_residual(x, r, w, config=cfg)
     y_ref, s_ref = reference.add_rmsnorm_residual(x, r, w, 1e-5, accum=torch.float64)
     assert torch.equal(s2, s_ref) and checks.allclose(y2, y_ref).ok
+
+
+def test_in_place_never_gives_autograd_a_changed_tensor():
+    """Issue 26: in_place=True wrote through pointers behind autograd's back (a silent wrong
+    gradient). A tensor that requires grad is refused; one autograd saved is caught at backward."""
+    from fusedrms import validation
+    from fusedrms.kernels import add_rmsnorm as A
+
+    x = torch.randn(2, 8, requires_grad=True)
+    h = x * 1.0
+    loss = (h * h).sum()
+    with pytest.raises(validation.InputError, match="in_place=True overwrites x, which requires grad"):
+        A.add_rmsnorm_residual(h, torch.randn(2, 8), torch.ones(8), in_place=True)
+    w = torch.randn(8, requires_grad=True)
+    saved = torch.randn(2, 8)  # no grad of its own, but saved by w * saved for dw
+    loss = (w * saved).sum()
+    A.add_rmsnorm_residual(saved, torch.randn(2, 8), torch.ones(8), in_place=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    with torch.inference_mode():  # vLLM's setting: no versions to bump, still works
+        xi, ri = torch.randn(2, 8), torch.randn(2, 8)
+        y, s = A.add_rmsnorm_residual(xi, ri, torch.ones(8), in_place=True)
+        assert y.data_ptr() == xi.data_ptr() and s.data_ptr() == ri.data_ptr()

@@ -223,3 +223,33 @@ def test_grid_rule_on_a_gpu_sized_machine(monkeypatch):
     assert B.programs_for(1024, 2048, torch.bfloat16, gpu) == 132  # at least one per SM
     assert B.programs_for(16384, 8192, torch.bfloat16, gpu) == 132
     assert B.programs_for(16384, 4096, torch.bfloat16, gpu, per_sm=8) == 132 * 8
+
+
+def test_a_gradient_of_the_gradient_raises_instead_of_being_dropped():
+    """Issue 26: create_graph=True returned a gradient with no graph (a gradient penalty silently
+    lost its own gradient)."""
+    from fusedrms.kernels import rmsnorm_backward as B
+
+    x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(RuntimeError, match="cannot be differentiated again"):
+        torch.autograd.grad(B.rmsnorm(x, w).sum(), x, create_graph=True)
+    r = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    y, s = B.add_rmsnorm(x, r, w)
+    with pytest.raises(RuntimeError, match="cannot be differentiated again"):
+        torch.autograd.grad((y.sum(), s.sum()), (x, r), create_graph=True)
+    (gx,) = torch.autograd.grad(B.rmsnorm(x, w).sum(), x)  # a plain backward still works
+    assert gx.shape == x.shape
+
+
+def test_float64_rows_with_a_bf16_weight_get_the_right_dw():
+    """Issue 26: float64 partials stored into a bf16 pointer gave dw = 0, 9e-41 or NaN."""
+    from fusedrms.kernels import rmsnorm_backward as B
+
+    x = torch.tensor([[1.0, 2.0, 3.0, 4.0]], dtype=torch.float64)
+    w = torch.ones(4, dtype=torch.bfloat16)
+    dy = torch.ones(1, 4, dtype=torch.float64)
+    _, dw = B.backward(x, w, dy, dw_mode="two_stage")
+    expected = (x / x.pow(2).mean().add(1e-5).sqrt()).squeeze(0)
+    assert dw.dtype == torch.bfloat16
+    torch.testing.assert_close(dw.double(), expected, rtol=1e-2, atol=0)

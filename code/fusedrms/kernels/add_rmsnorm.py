@@ -592,6 +592,26 @@ def add_rmsnorm(x, residual, w, eps: float = 1e-5, *, config=None) -> torch.Tens
     return y2.reshape(shape)
 
 
+def _refuse_autograd_in_place(x, residual) -> None:
+    """``in_place=True`` overwrites x and residual, which autograd may need for a gradient."""
+    if not torch.is_grad_enabled():
+        return
+    for t, name in ((x, "x"), (residual, "residual")):
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            raise validation.InputError(
+                f"in_place=True overwrites {name}, which requires grad: autograd would compute "
+                f"its gradients from values that are no longer there. Use in_place=False, or "
+                f"rmsnorm_backward.add_rmsnorm for a differentiable fused add.")
+
+
+def _bump_versions(*tensors) -> None:
+    """Written through pointers: tell autograd, so that a saved copy is refused, not reused
+    (inference tensors keep no version)."""
+    for t in tensors:
+        if not t.is_inference():
+            torch.autograd.graph.increment_version(t)
+
+
 def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = False,
                          config=None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(y, s)`` with ``s = x + residual`` stored in x's dtype and ``y = rmsnorm(s) * w``.
@@ -599,6 +619,8 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
     ``in_place=True`` writes ``s`` into ``residual`` and ``y`` into ``x`` and returns them (vLLM's
     layout); both must then be contiguous, or the writes would land in a temporary copy.
     """
+    if in_place is True:
+        _refuse_autograd_in_place(x, residual)
     op = "residual_in_place" if in_place is True else "residual"
     key = (_call_key(op, x, residual, w, eps)
            if FAST_PATH and config is None and type(in_place) is bool else None)  # noqa: E721
@@ -609,6 +631,7 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
             validation.check_no_overlap({"x": x, "residual": residual},
                                         {"x": x, "residual": residual, "w": w})
             plan.run(x, residual, w, x, residual, eps)
+            _bump_versions(x, residual)
             return x, residual
         y, s = torch.empty_like(x), torch.empty_like(x)
         plan.run(x, residual, w, y, s, eps)
@@ -628,6 +651,7 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
                                     {"x": x2, "residual": r2, "w": w2})
         direct = launch(x2, r2, w2, x2, r2, eps, config)
         _remember(key, x, residual, w, x2, config, direct)
+        _bump_versions(x, residual)
         return x, residual
     y2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
     s2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)

@@ -312,14 +312,28 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
     if atomic:
         dw = dw_buffer if w.dtype == acc else dw_buffer.to(w.dtype)
     else:
-        dw = torch.empty((cols,), dtype=w.dtype, device=x2.device)
+        # float64 sums are stored into a float64 vector and cast by torch: a float64 -> 16-bit
+        # store inside the kernel is not a conversion everywhere (the interpreter stores the bits)
+        direct = not (acc == torch.float64 and w.dtype != acc)
+        dw = torch.empty((cols,), dtype=w.dtype if direct else acc, device=x2.device)
         dw_reduce_kernel[(triton.cdiv(cols, REDUCE_BLOCK_COLS),)](
             dw_buffer, dw, programs, cols, BLOCK_P=REDUCE_BLOCK_P, BLOCK_COLS=REDUCE_BLOCK_COLS,
             num_warps=4)
+        dw = dw if direct else dw.to(w.dtype)
     return dx2.reshape(x.shape), dw
 
 
 # ---------------------------------------------------------------- autograd
+
+def _refuse_double_backward() -> None:
+    """Under ``create_graph=True`` autograd records the backward to differentiate it again; these
+    kernels have no backward of their own, so a gradient of the gradient would silently be zero."""
+    if torch.is_grad_enabled():
+        raise RuntimeError(
+            "fusedrms's RMSNorm backward cannot be differentiated again (create_graph=True, as in "
+            "a gradient penalty): use the reference (fusedrms.reference.rmsnorm) or "
+            "torch.nn.functional.rms_norm where a gradient of the gradient is needed.")
+
 
 class RMSNormFunction(torch.autograd.Function):
     """``y = rmsnorm(x) * w``; saves x, w and r; backward by the fused kernel."""
@@ -334,6 +348,7 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        _refuse_double_backward()
         x, w, rstd = ctx.saved_tensors
         dx, dw = backward(x, w, dy, ctx.eps, rstd=rstd, dw_mode=ctx.dw_mode)
         return dx, dw, None, None
@@ -356,6 +371,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, d_s):
+        _refuse_double_backward()
         s, w, rstd = ctx.saved_tensors
         if dy is None:
             dy = torch.zeros_like(s)
