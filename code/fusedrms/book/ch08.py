@@ -325,6 +325,7 @@ def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int 
     from ..measure import timer
 
     out = []
+    start = time.time()
     inputs = {shape: make_inputs(*shape, 0) for shape in shapes}
 
     def med(fn, graph):
@@ -366,7 +367,8 @@ def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int 
             progress(out)  # written after every candidate: a timeout keeps what was measured
         log(f"  candidate {cfg.label}: exact {rec.get('bit_exact')} "
             f"({rec.get('differing_codes')} codes differ), registers {rec.get('registers')}, "
-            + ", ".join(f"{k} {v:.1f}" for k, v in rec.items() if k.startswith("fused")))
+            + ", ".join(f"{k} {v:.1f}" for k, v in rec.items() if k.startswith("fused"))
+            + f" (+{time.time() - start:.0f} s)")
     return out
 
 
