@@ -1,4 +1,5 @@
-"""Chapter 7: the tuner's choice rule, the profiler summary and the page's sentences in every data state (pure functions, CPU), plus GPU smoke tests."""
+"""Chapter 7: the profiler summary, the extras and the confirmation run on the CPU (a stand-in
+timer), the peer sweeps, and the page's sentences in every data state."""
 import json
 import re
 import statistics
@@ -6,37 +7,8 @@ import statistics
 import pytest
 import torch
 
-from fusedrms.kernels import add_rmsnorm as A
 from fusedrms.book import ch07 as G, ch07_results as CR
 from fusedrms import env, tuning
-
-
-def cfg(rpp, warps, stages=1, pps=None):
-    return A.LaunchConfig(rpp, warps, stages, pps)
-
-
-def test_winner_minimizes_the_worst_ratio_not_the_sum():
-    fast_big = cfg(1, 16)  # best at 16384 rows, terrible at 256
-    balanced = cfg(2, 8)
-    times = {fast_big: {256: 10.0, 16384: 100.0}, balanced: {256: 4.0, 16384: 104.0},
-             cfg(4, 8): {256: 5.0, 16384: 120.0}}
-    winner, regret = G.select_winner(times)
-    assert winner == balanced
-    assert regret[fast_big] == pytest.approx(2.5) and regret[balanced] == pytest.approx(1.04)
-    assert G.top(regret, 2) == [balanced, cfg(4, 8)]
-
-
-def test_winner_ignores_failed_configs_and_needs_data():
-    times = {cfg(1, 4): {}, cfg(1, 8): {256: 3.0}}
-    assert G.select_winner(times)[0] == cfg(1, 8)
-    with pytest.raises(ValueError):
-        G.select_winner({cfg(1, 4): {}})
-
-
-def test_baseline_is_one_row_per_program():
-    assert G.baseline_config(4096) == cfg(1, 16)
-    assert G.baseline_config(2048) == cfg(1, 8)
-    assert G.baseline_config(16384) == cfg(1, 16)
 
 
 def test_kernel_census_counts_launches():
@@ -51,90 +23,6 @@ def test_kernel_census_counts_launches():
 def test_cli_explains_itself_without_a_gpu(tmp_path, capsys):
     assert G.main(["tune", "--out", str(tmp_path)]) == 2
     assert "need a GPU" in capsys.readouterr().err
-
-
-@pytest.mark.gpu
-def test_gpu_tune_one_key_small(tmp_path):
-    import time
-
-    trials = []
-    result = G.tune_key(2048, torch.bfloat16, (64, 512), time.time() + 60, trials,
-                        candidates=[cfg(1, 4), cfg(2, 8)])
-    assert result is not None and result["configs_timed"] >= 2
-    assert all(t["error"] is None for t in trials)
-
-
-class FakeTiming:
-    """Stands in for fusedrms.measure.timer on the CPU: runs fn once, returns made-up microseconds."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def time_gpu(self, fn, warmup=25, reps=100, l2="cold", graph=False):
-        assert l2 in ("cold", "warm")
-        fn()
-        self.calls += 1
-        return [1.0 + (self.calls % 7) / 10] * 3
-
-    def copy_bandwidth_GBps(self):
-        return 4000.0
-
-
-@pytest.fixture
-def cpu_as_gpu(monkeypatch):
-    fake = FakeTiming()
-    monkeypatch.setattr(G, "_timing", lambda: fake)
-    monkeypatch.setattr(G.env, "require_gpu", lambda what: None)
-    return fake
-
-
-def test_tune_end_to_end_writes_a_table_the_wrapper_reads(cpu_as_gpu, tmp_path, monkeypatch):
-    import time
-
-    monkeypatch.setattr(G, "SEARCH_DTYPES", (torch.bfloat16,))
-    no_table = tmp_path / "no_previous_table.json"
-    path = G.tune_table(tmp_path, budget_s=120, cols_list=(64,), rows_list=(2, 5), previous_path=no_table)
-    table = tuning.load("capstone", path)
-    assert set(table["configs"]) == {(64, "bfloat16"), (64, "float16")}
-    trials = json.loads((tmp_path / "capstone_tuning_trials.json").read_text())["records"]
-    assert trials and all(t["error"] is None for t in trials)
-    doc = json.loads(path.read_text())
-    assert doc["provenance"]["rows"] == [2, 5] and "worst ratio" in doc["provenance"]["objective"]
-    # an exhausted budget leaves a valid (empty) table rather than a crash
-    empty = G.tune_table(tmp_path / "none", budget_s=0, cols_list=(64,), rows_list=(2,),
-                   previous_path=no_table)
-    assert tuning.load("capstone", empty)["configs"] == {}
-
-
-def _previous_table(tmp_path, records):
-    path = tmp_path / "previous.json"
-    path.write_text(json.dumps({"provenance": {"gpu": env.current().gpu_name}, "records": records}))
-    return path
-
-
-def test_tune_times_the_previous_winner_and_keeps_unreached_keys(cpu_as_gpu, tmp_path, monkeypatch):
-    monkeypatch.setattr(G, "SEARCH_DTYPES", (torch.bfloat16,))
-    old = {"rows_per_program": 1, "num_warps": 2, "num_stages": 1, "programs_per_sm": 3,
-           "chunk": 16}
-    previous = _previous_table(tmp_path, [{"cols": 64, "dtype": "bfloat16", **old},
-                                          {"cols": 128, "dtype": "float32", **old}])
-    path = G.tune_table(tmp_path, budget_s=120, cols_list=(64,), rows_list=(2,), previous_path=previous)
-    trials = json.loads((tmp_path / "capstone_tuning_trials.json").read_text())["records"]
-    assert any(t["programs_per_sm"] == 3 and t["chunk"] == 16 and t["cols"] == 64 for t in trials)
-    table = tuning.load("capstone", path)["configs"]
-    assert table[(128, "float32")] == A.LaunchConfig(1, 2, 1, 3, 16)  # not reached: carried over
-    doc = json.loads(path.read_text())["records"]
-    assert "not re-tuned" in next(r for r in doc if r["cols"] == 128)["source"]
-    assert next(r for r in doc if r["cols"] == 64)["source"] == "searched"
-
-
-def test_persistent_variants_go_to_the_best_of_each_design():
-    whole = [cfg(1, 16), cfg(2, 8), cfg(1, 8)]
-    chunked = [A.LaunchConfig(1, 8, 1, None, 2048), A.LaunchConfig(1, 4, 1, None, 1024),
-               A.LaunchConfig(1, 16, 1, None, 4096)]
-    regret = {c: 1.0 + i / 10 for i, c in enumerate(chunked + whole)}  # chunked all rank first
-    assert G._best_per_design(regret) == whole[:2] + chunked[:1]
-    assert G._best_per_design(regret, 1, 2) == whole[:1] + chunked[:2]
 
 
 def test_extras_end_to_end_on_small_shapes(cpu_as_gpu, tmp_path, monkeypatch):
@@ -171,17 +59,6 @@ def test_confirm_end_to_end_writes_harness_shaped_records(cpu_as_gpu, tmp_path, 
     assert len(recs) == 2 * 3 and all(r["status"] == "ok" for r in recs)
     points = CR.grid_points(json.loads(path.read_text()))
     assert len(points) == 6 and all(p.mode == "cold" and p.pct_floor for p in points)
-
-
-def test_check_table_passes_two_pass_entries_and_catches_a_wrong_kernel(cpu_as_gpu, tmp_path,
-                                                                      monkeypatch):
-    entry = {"cols": 64, "dtype": "bfloat16", "rows_per_program": 1, "num_warps": 1,
-             "num_stages": 1, "programs_per_sm": 2, "chunk": 16}
-    table = _previous_table(tmp_path, [entry, {**entry, "dtype": "float32", "chunk": None}])
-    monkeypatch.setattr(G, "CHECK_SHAPES", ((1, 0, False), (3, 3, True)))
-    assert G.check_table(tmp_path, budget_s=60, table_path=table)
-    monkeypatch.setattr(A, "add_rmsnorm", lambda x, r, w, eps, config: torch.zeros_like(x))
-    assert not G.check_table(tmp_path, budget_s=60, table_path=table)
 
 
 def test_peer_sweeps_cover_the_goal_grid_and_every_peer():

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from .. import env, records, tuning, verify
-from . import broken, ch07, page
+from . import broken, ch07_tuning, page
 
 FILES = {
     "verify_gpu.json": "the boundary suite, every registered kernel x dtype x case",
@@ -31,7 +31,8 @@ VERIFY_JOBS = 6
 SOURCES = ("verify.py", "checks.py", "reference.py", "registry.py", "kernels/rmsnorm.py",
            "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rounding.py",
            "kernels/peers.py", "kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py",
-           "book/broken.py", "book/ch05.py::record", "tuning/h200/capstone.json", "tuning/h200/fp8.json")
+           "book/broken.py", "book/ch05.py::record", "book/ch07_tuning.py::check_table",
+           "tuning/h200/capstone.json", "tuning/h200/fp8.json")
 FP8_ROWS = (1, 3, 64)
 
 
@@ -326,8 +327,9 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[
     except (OSError, ValueError, KeyError) as e:
         problems.append(f"no negative-test results ({type(e).__name__}: {e})")
     results = []
-    capstone_ok = ch07.check_table(out_dir, 120, every_entry=True, results=results,
-                                   shapes=ch07.CHECK_SHAPES[:1] if smoke else ch07.CHECK_SHAPES)
+    capstone_ok = ch07_tuning.check_table(out_dir, 120, every_entry=True, results=results,
+                                          shapes=ch07_tuning.CHECK_SHAPES[:1] if smoke
+                                          else ch07_tuning.CHECK_SHAPES)
     fp8_ok = fp8_configs_in_use(results, log, FP8_ROWS[:1] if smoke else FP8_ROWS)
     records.write(out_dir / "verify_configs_gpu.json", results,
                   extra={"tables": {k: tuning.active(k)["path"] for k in tuning.KINDS}})

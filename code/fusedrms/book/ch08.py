@@ -415,7 +415,8 @@ FILES = {
 TUNING_FILES = {"tuning/fp8.json": "the fastest bit-exact candidate (written with --tune)"}
 ESTIMATE_S = 200  # H200: exactness ~15 s, timings ~25 s, sweep ~15 s, candidates ~70 s, cost ~50 s
 SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/rounding.py",
-           "measure/timer.py", "traffic.py", "book/ch08.py::record", "book/study.py")
+           "measure/timer.py", "traffic.py", "book/ch08.py::record", "book/study.py",
+           "book/study_timing.py", "book/study_fp8.py")
 
 
 SMOKE_CANDIDATE_SHAPES = ((1024, 7168),)

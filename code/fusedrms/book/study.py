@@ -13,6 +13,10 @@ deadline stops what is left (its records say "skipped: time budget"):
 2. ``python``: microseconds per call back to back from Python (no graph) at 1x4096 bf16.
 3. ``fp8``: the exact fused FP8 kernel beside the diagnostic one that drops exactness.
 4. ``ncu``: Nsight Compute on ours, Inductor's and Liger's kernel at 16384x8192 bf16.
+
+This module is the parent and the command line; the child processes run
+:mod:`fusedrms.book.study_timing` (steps 1, 2 and what ncu profiles) and
+:mod:`fusedrms.book.study_fp8` (step 3).
 """
 from __future__ import annotations
 
@@ -28,441 +32,13 @@ import threading
 import time
 from pathlib import Path
 
-TAG = "@@"
-DEFAULT_BUDGET_S = 360.0
-L2_MULTIPLE = 4  # rotating input sets hold more than this many L2s
-MAX_SETS = 200
-EPS = 1e-5
+from .study_fp8 import run_fp8_worker
+from .study_timing import (DTYPES, LEVER_SHAPES, TAG, candidates, run_ncu_target,
+                           run_python_worker, run_timing_worker)
 
-# (rows, cols, dtype): the most informative first, so a deadline cuts the least useful tail.
-SHAPES = ([(16384, 8192, "bf16"), (4096, 8192, "bf16"), (16384, 16384, "bf16"),
-           (1024, 16384, "bf16"), (4096, 16384, "bf16"), (16384, 2048, "bf16"),
-           (16384, 4096, "bf16"), (4096, 4096, "bf16"), (1, 4096, "bf16"), (1, 8192, "bf16")]
-          + [(r, c, "bf16") for r in (1024, 128, 4096, 1, 16384) for c in (2048, 4096, 8192, 16384)]
-          + [(16384, 8192, "fp16"), (4096, 4096, "fp16"), (16384, 8192, "fp32"),
-             (4096, 4096, "fp32")])
-SHAPES = list(dict.fromkeys(SHAPES))
-# chapter 7's lever -> effect: the shapes that carry the story (large, mid, wide small batches)
-LEVER_SHAPES = [(16384, 8192, "bf16"), (4096, 8192, "bf16"), (1024, 16384, "bf16"),
-                (128, 16384, "bf16")]
-DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+DEFAULT_BUDGET_S = 360.0
 PROCESS_SHARES = (0.5, 0.25, 0.25)  # of the timing step; the first process compiles everything
 STEP_SHARES = {"timing": 0.60, "python": 0.08, "fp8": 0.10, "ncu": 0.22}
-
-
-def emit(kind: str, **payload) -> None:
-    print(TAG + json.dumps({"kind": kind, **payload}, default=str), flush=True)
-
-
-# ---------------------------------------------------------------- the candidates
-
-def candidates(cols: int, dtype) -> dict:
-    """name -> LaunchConfig: each a hypothesis from reading Inductor's and Liger's kernels.
-
-    - ``liger``: one row per program, the whole row in registers, Liger's warps rule
-      (4; 8 from 2048 columns; 16 from 8192; 32 from 32768);
-    - ``whole_r1_w{2x}``: the same with twice the threads (fewer registers, more loads in flight);
-    - ``inductor_c{chunk}_w16``: Inductor's shape: two loops over column chunks, one row per
-      program, 512 threads, pass 1 evict_last, pass 2 evict_first, w evict_last;
-    - ``two_pass_c4096_w16``: the same with wider chunks (the current 16384 winner);
-    - ``whole_r2_w16``: two rows per program (more bytes in flight per program).
-    """
-    import triton
-
-    from ..kernels import add_rmsnorm as A
-
-    block = triton.next_power_of_2(cols)
-    liger_warps = 32 if block >= 32768 else 16 if block >= 8192 else 8 if block >= 2048 else 4
-    out = {f"liger_w{liger_warps}": A.LaunchConfig(1, liger_warps)}
-    if liger_warps * 2 <= 32:
-        out[f"whole_r1_w{liger_warps * 2}"] = A.LaunchConfig(1, liger_warps * 2)
-    if block <= 8192:
-        out["whole_r2_w16"] = A.LaunchConfig(2, 16)
-    for chunk in (2048, 4096):
-        if chunk < block:
-            out[f"two_pass_c{chunk}_w16"] = A.LaunchConfig(1, 16, 1, None, chunk)
-    if block >= 4096:
-        out["two_pass_c1024_w8"] = A.LaunchConfig(1, 8, 1, None, 1024)
-    return out
-
-
-def impls(op: str, cols: int, dtype) -> dict:
-    """name -> (callable(x, r, w, eps), mutates_inputs)."""
-    import torch.nn.functional as F
-
-    from ..kernels import add_rmsnorm as A
-    from ..kernels import peers
-
-    out = {}
-    if op == "fused":
-        out["ours.current"] = (lambda x, r, w, e: A.add_rmsnorm(x, r, w, e), False)
-        for name, cfg in candidates(cols, dtype).items():
-            out[f"ours.{name}"] = (lambda x, r, w, e, c=cfg: A.add_rmsnorm(x, r, w, e, config=c),
-                                   False)
-        out["torch.compile"] = (peers.compiled_add_rmsnorm, False)
-        out["torch.rms_norm_add"] = (lambda x, r, w, e: F.rms_norm(x + r, (cols,), w, e), False)
-        out["torch.eager_chain"] = (peers.eager_chain, False)
-        return out
-    out["ours.current"] = (lambda x, r, w, e: A.add_rmsnorm_residual(x, r, w, e), False)
-    for name, cfg in candidates(cols, dtype).items():
-        out[f"ours.{name}"] = (lambda x, r, w, e, c=cfg:
-                               A.add_rmsnorm_residual(x, r, w, e, config=c), False)
-    out["torch.compile"] = (compiled_residual, False)
-    out["liger.fused_add_rms_norm"] = (liger_fused_add, False)
-    out["ours.current_in_place"] = (lambda x, r, w, e:
-                                    A.add_rmsnorm_residual(x, r, w, e, in_place=True), True)
-    out["flashinfer.fused_add_rmsnorm"] = (flashinfer_fused_add, True)
-    return out
-
-
-_COMPILED_RES = {}
-
-
-def compiled_residual(x, r, w, eps):
-    from .. import reference
-    from ..kernels import peers
-
-    if "sc" not in _COMPILED_RES:
-        _COMPILED_RES["sc"] = peers.StaticCompiled(reference.add_rmsnorm_residual,
-                                                   "torch.compile_residual")
-    return _COMPILED_RES["sc"].get(x, r, w, eps=eps)(x, r, w, eps)
-
-
-def liger_fused_add(x, r, w, eps):
-    from liger_kernel.ops.fused_add_rms_norm import fused_add_rms_norm_forward
-
-    out = fused_add_rms_norm_forward(x, r, w, eps, 0.0, "llama")
-    return out[0], out[1]
-
-
-_FI_BUILD: dict = {}
-
-
-def start_flashinfer_build() -> None:
-    """Build FlashInfer's library in a thread (nvcc takes ~10-20 s; the timing goes on)."""
-    from ..kernels import peers_flashinfer
-
-    def build():
-        try:
-            t = time.time()
-            _FI_BUILD["path"] = str(peers_flashinfer.build())
-            _FI_BUILD["seconds"] = time.time() - t
-        except Exception as e:  # noqa: BLE001 - reported as missing by the peer itself
-            _FI_BUILD["error"] = f"{type(e).__name__}: {e}"[:2000]
-
-    _FI_BUILD["thread"] = threading.Thread(target=build, daemon=True)
-    _FI_BUILD["thread"].start()
-
-
-def flashinfer_fused_add(x, r, w, eps):
-    from ..kernels import peers_flashinfer
-
-    if "thread" in _FI_BUILD:
-        _FI_BUILD["thread"].join(timeout=180)
-    return peers_flashinfer.fused_add_rmsnorm(x, r, w, eps)
-
-
-def check(op: str, out, x, r, w) -> tuple[bool, str]:
-    from .. import checks, reference
-    import torch
-
-    idx = torch.tensor(sorted({0, x.shape[0] // 2, x.shape[0] - 1}), device=x.device)
-    f64 = torch.float64
-    if op == "fused":
-        expected = reference.add_rmsnorm(x[idx], r[idx], w, EPS, accum=f64, out_dtype=f64)
-        rep = checks.allclose(out[idx], expected)
-    else:
-        y_exp, s_exp = reference.add_rmsnorm_residual(x[idx], r[idx], w, EPS, accum=f64)
-        y, s = out
-        rep = checks.allclose(y[idx], y_exp)
-        if rep.ok:
-            rep = checks.allclose(s[idx], s_exp.to(f64))
-    return bool(rep.ok), str(rep)[:300]
-
-
-def input_sets(rows: int, cols: int, dtype, l2: int, device="cuda", seed: int = 0) -> list:
-    """Enough (x, r) sets that together they exceed L2_MULTIPLE x L2 (at least 2, at most
-    MAX_SETS), plus one shared weight."""
-    import torch
-
-    size = torch.empty((), dtype=dtype).element_size()
-    per_set = 2 * rows * cols * size
-    k = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2 / per_set)))
-    g = torch.Generator(device=device).manual_seed(seed)
-    w = (1 + 0.1 * torch.randn(cols, device=device, generator=g)).to(dtype)
-    sets = [(torch.randn(rows, cols, device=device, generator=g).to(dtype),
-             torch.randn(rows, cols, device=device, generator=g).to(dtype)) for _ in range(k)]
-    return sets, w
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device != "cpu":
-        torch.cuda.synchronize()
-
-
-def _time_calls(calls, device: str, reps: int = 9) -> list[float]:
-    """The one timer on a GPU; on the CPU (the study's own tests) a wall clock over the calls."""
-    from ..measure import timer
-
-    if device != "cpu":
-        return timer.time_rotating(calls, reps=reps)
-    out = []
-    for _ in range(2):
-        t0 = time.perf_counter()
-        for c in calls:
-            c()
-        out.append((time.perf_counter() - t0) * 1e6 / len(calls))
-    return out
-
-
-def run_timing_worker(out_dir: Path, deadline: float, index: int, device: str = "cuda",
-                      shapes=None) -> None:
-    import torch
-
-    from .. import env
-    from ..kernels import peers, peers_flashinfer
-    from ..measure import timer
-
-    shapes = SHAPES if shapes is None else shapes
-    start_flashinfer_build()
-    if device == "cpu":
-        bw, l2, gpu = None, 1 << 10, None  # two input sets: the interpreter is slow
-    else:
-        bw, l2, gpu = timer.copy_bandwidth_GBps(), timer.l2_bytes() or (50 << 20), env.current().gpu_name
-    emit("copy", GBps=bw, l2_bytes=l2, process=index, gpu=gpu, torch=torch.__version__)
-    for rows, cols, dt in shapes:
-        dtype = getattr(torch, DTYPES[dt])
-        if time.time() > deadline:
-            emit("skipped", rows=rows, cols=cols, dtype=dt, process=index)
-            continue
-        try:
-            sets, w = input_sets(rows, cols, dtype, l2, device)
-        except Exception as e:  # noqa: BLE001
-            emit("record", rows=rows, cols=cols, dtype=dt, op="*", impl="*", process=index,
-                 status=f"error: {type(e).__name__}: {e}"[:300])
-            continue
-        for op in ("fused", "residual"):
-            for name, (fn, mutates) in impls(op, cols, dtype).items():
-                if time.time() > deadline:
-                    break
-                rec = dict(rows=rows, cols=cols, dtype=dt, op=op, impl=name, process=index,
-                           sets=len(sets))
-                if device == "cpu" and name == "torch.compile":
-                    continue  # tens of seconds per shape on a CPU
-                try:
-                    x0, r0 = sets[0]
-                    xc, rc = (x0.clone(), r0.clone()) if mutates else (x0, r0)
-                    t0 = time.perf_counter()
-                    out = fn(xc, rc, w, EPS)
-                    _sync(device)
-                    rec["first_call_ms"] = (time.perf_counter() - t0) * 1e3
-                    rec["correct"], rec["check"] = check(op, out, x0, r0, w)
-                    del out, xc, rc
-                    calls = [(lambda f=fn, x=x, r=r: f(x, r, w, EPS)) for x, r in sets]
-                    samples = _time_calls(calls, device)
-                    rec.update(status="ok", median_us=statistics.median(samples),
-                               min_us=min(samples), max_us=max(samples))
-                except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
-                    rec["status"] = f"error: {type(e).__name__}: {e}"[:400]
-                    if "illegal" in str(e).lower() or "CUDA error" in str(e):
-                        emit("record", **rec)
-                        emit("fatal", error=rec["status"])
-                        return
-                emit("record", **rec)
-            peers.COMPILED_ADD_RMSNORM.reset()
-            if "sc" in _COMPILED_RES:
-                _COMPILED_RES["sc"].reset()
-        del sets, w
-        if device != "cpu":
-            torch.cuda.empty_cache()
-    emit("flashinfer", status=peers_flashinfer.status(),
-         build={k: v for k, v in _FI_BUILD.items() if k != "thread"})
-    emit("done", process=index)
-
-
-# ---------------------------------------------------------------- python per-call cost
-
-def run_python_worker(out_dir: Path, deadline: float, device: str = "cuda",
-                      calls: int = 200) -> None:
-    import cProfile
-    import io
-    import pstats
-
-    import torch
-    import torch.nn.functional as F
-
-    from ..kernels import add_rmsnorm as A
-    from ..kernels import peers, peers_flashinfer
-
-    rows, cols = 1, 4096
-    g = torch.Generator(device=device).manual_seed(0)
-    x = torch.randn(rows, cols, device=device, generator=g).to(torch.bfloat16)
-    r = torch.randn(rows, cols, device=device, generator=g).to(torch.bfloat16)
-    w = (1 + 0.1 * torch.randn(cols, device=device, generator=g)).to(torch.bfloat16)
-
-    def full_path(fn):  # every check and Triton's own launch path, on every call
-        def call(*a):
-            A.FAST_PATH = False
-            try:
-                return fn(*a)
-            finally:
-                A.FAST_PATH = True
-        return call
-
-    cases = {
-        ("fused", "ours.current"): lambda: A.add_rmsnorm(x, r, w, EPS),
-        ("fused", "ours.full_path"): lambda: full_path(A.add_rmsnorm)(x, r, w, EPS),
-        ("fused", "torch.rms_norm_add"): lambda: F.rms_norm(x + r, (cols,), w, EPS),
-        ("fused", "torch.eager_chain"): lambda: peers.eager_chain(x, r, w, EPS),
-        ("fused", "torch.compile"): lambda: peers.compiled_add_rmsnorm(x, r, w, EPS),
-        ("residual", "ours.current"): lambda: A.add_rmsnorm_residual(x, r, w, EPS),
-        ("residual", "ours.full_path"): lambda: full_path(A.add_rmsnorm_residual)(x, r, w, EPS),
-        ("residual", "torch.compile"): lambda: compiled_residual(x, r, w, EPS),
-        ("residual", "liger.fused_add_rms_norm"): lambda: liger_fused_add(x, r, w, EPS),
-        ("residual", "flashinfer.fused_add_rmsnorm"):
-            lambda: peers_flashinfer.fused_add_rmsnorm(x, r, w, EPS),
-    }
-    for (op, name), fn in cases.items():
-        if time.time() > deadline:
-            emit("py", op=op, impl=name, status="skipped: time budget")
-            continue
-        if device == "cpu" and name == "torch.compile":
-            continue
-        try:
-            for _ in range(min(20, calls)):
-                fn()
-            _sync(device)
-            per = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                for _ in range(calls):
-                    fn()
-                _sync(device)
-                per.append((time.perf_counter() - t0) * 1e6 / calls)
-            emit("py", op=op, impl=name, status="ok", us_per_call=statistics.median(per),
-                 samples=per)
-        except Exception as e:  # noqa: BLE001
-            emit("py", op=op, impl=name, status=f"error: {type(e).__name__}: {e}"[:300])
-    # where the microseconds of the current wrapper go
-    try:
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(calls + 100):
-            full_path(A.add_rmsnorm)(x, r, w, EPS)
-        prof.disable()
-        _sync(device)
-        buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(30)
-        (out_dir / "python_profile_capstone_fused.txt").write_text(buf.getvalue())
-    except Exception as e:  # noqa: BLE001
-        emit("py", op="profile", impl="cProfile", status=f"error: {e}"[:300])
-
-
-# ---------------------------------------------------------------- FP8: exactness's price
-
-FP8_SHAPES = ((16384, 7168), (4096, 7168), (16384, 4096))
-
-
-def run_fp8_worker(out_dir: Path, deadline: float, device: str = "cuda",
-                   shapes=FP8_SHAPES) -> None:
-    import torch
-
-    from ..kernels import rmsnorm_fp8 as Q
-    from ..measure import timer
-
-    if device == "cpu":
-        bw, l2 = 1.0, 1 << 10
-    else:
-        bw, l2 = timer.copy_bandwidth_GBps(), timer.l2_bytes() or (50 << 20)
-    variants = {"fp8.fused": lambda x, w: Q.rmsnorm_fp8_fused(x, w),
-                "fp8.fused_baseline": lambda x, w: Q.rmsnorm_fp8_fused(x, w,
-                                                                       config=Q.baseline_config(x.shape[1])),
-                "fp8.approx_w4": lambda x, w: Q.rmsnorm_fp8_approx(x, w, num_warps=4),
-                "fp8.approx_w8": lambda x, w: Q.rmsnorm_fp8_approx(x, w, num_warps=8),
-                "fp8.approx_w16": lambda x, w: Q.rmsnorm_fp8_approx(x, w, num_warps=16)}
-    for rows, cols in shapes:
-        floor_bytes = rows * cols * 2 + rows * cols + rows * math.ceil(cols / 128) * 4 + cols * 2
-        floor_us = floor_bytes / (bw * 1e3)
-        per_set = rows * cols * 2
-        k = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2 / per_set)))
-        xs = [Q.make_inputs(rows, cols, seed=i, device=device) for i in range(k)]
-        ref_codes, ref_scales = Q.reference(*xs[0])
-        for name, fn in variants.items():
-            if time.time() > deadline:
-                emit("fp8", rows=rows, cols=cols, impl=name, status="skipped: time budget")
-                continue
-            rec = dict(rows=rows, cols=cols, impl=name, floor_us=floor_us, copy_GBps=bw)
-            try:
-                codes, scales = fn(*xs[0])
-                _sync(device)
-                rec["differing_codes"] = int(Q.differing_codes(codes, ref_codes))
-                rec["scale_max_rel_diff"] = float(((scales - ref_scales).abs()
-                                                   / ref_scales.abs().clamp_min(1e-30)).max())
-                calls = [(lambda f=fn, x=x, w=w: f(x, w)) for x, w in xs]
-                samples = _time_calls(calls, device)
-                med = statistics.median(samples)
-                rec.update(status="ok", median_us=med, pct_of_floor=100 * floor_us / med)
-            except Exception as e:  # noqa: BLE001
-                rec["status"] = f"error: {type(e).__name__}: {e}"[:300]
-            emit("fp8", **rec)
-        del xs
-        if device != "cpu":
-            torch.cuda.empty_cache()
-    if device == "cpu":
-        return
-    # SASS of the exact and the diagnostic kernel (instruction mix per element)
-    try:
-        x, w = Q.make_inputs(4, 7168, device="cuda")
-        Q.rmsnorm_fp8_fused(x, w)
-        Q.rmsnorm_fp8_approx(x, w)
-        for name, kernel in (("fused", Q.rmsnorm_fp8_fused_kernel),
-                             ("fused_split", Q.rmsnorm_fp8_fused_split_kernel),
-                             ("fused_rows", Q.rmsnorm_fp8_fused_rows_kernel),
-                             ("approx", Q.rmsnorm_fp8_approx_kernel)):
-            sass_dump(kernel, out_dir / f"fp8_{name}")
-    except Exception as e:  # noqa: BLE001
-        emit("fp8", impl="sass", status=f"error: {type(e).__name__}: {e}"[:300])
-
-
-def sass_dump(kernel, stem: Path) -> None:
-    """Write each compiled variant's SASS (cuobjdump) and an opcode histogram as JSON."""
-    import collections
-    import re
-
-    cuobjdump = shutil.which("cuobjdump")
-    cache = getattr(kernel, "device_caches", None) or getattr(kernel, "cache", None)
-    found = []
-    if cache is None:
-        return
-    for dev_cache in (cache.values() if isinstance(cache, dict) else [cache]):
-        entries = dev_cache[0] if isinstance(dev_cache, tuple) else dev_cache
-        for compiled in entries.values():
-            asm = getattr(compiled, "asm", {})
-            if "cubin" in asm:
-                found.append(compiled)
-    hist_all = []
-    for i, compiled in enumerate(found):
-        sass = compiled.asm.get("sass")
-        if not sass and cuobjdump:
-            cubin = stem.with_suffix(f".{i}.cubin")
-            cubin.write_bytes(compiled.asm["cubin"])
-            sass = subprocess.run([cuobjdump, "--dump-sass", str(cubin)], capture_output=True,
-                                  text=True, timeout=60).stdout
-            cubin.unlink()
-        if not sass:
-            continue
-        stem.with_suffix(f".{i}.sass.txt").write_text(sass)
-        ops = collections.Counter(m.group(1).split(".")[0] for m in
-                                  re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass))
-        hist_all.append({"variant": i, "n_regs": getattr(compiled, "n_regs", None),
-                         "n_spills": getattr(compiled, "n_spills", None),
-                         "metadata": {k: str(v) for k, v in
-                                      getattr(compiled.metadata, "_asdict", lambda: {})().items()
-                                      if k in ("num_warps", "name", "shared")},
-                         "opcodes": dict(ops.most_common())})
-    stem.with_suffix(".sass_hist.json").write_text(json.dumps(hist_all, indent=1))
 
 
 # ---------------------------------------------------------------- Nsight Compute
@@ -470,46 +46,10 @@ def sass_dump(kernel, stem: Path) -> None:
 NCU_SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats",
                 "MemoryWorkloadAnalysis")
 NCU_METRICS = "dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum"
-
-
-def run_ncu_target(which: str) -> None:
-    """The process ncu profiles: a few calls of one implementation at 16384x8192 bf16."""
-    import torch
-
-    from ..kernels import add_rmsnorm as A
-    from ..kernels import peers
-
-    if which.startswith("fp8"):
-        from ..kernels import rmsnorm_fp8 as Q
-
-        xq, wq = Q.make_inputs(16384, 7168, device="cuda")
-        fn = (lambda: Q.rmsnorm_fp8_fused(xq, wq)) if which == "fp8_fused" else (
-            lambda: Q.rmsnorm_fp8_approx(xq, wq, num_warps=4))
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        return
-    rows, cols = 16384, 8192
-    x = torch.randn(rows, cols, device="cuda").to(torch.bfloat16)
-    r = torch.randn(rows, cols, device="cuda").to(torch.bfloat16)
-    w = (1 + 0.1 * torch.randn(cols, device="cuda")).to(torch.bfloat16)
-    fn = {"ours": lambda: A.add_rmsnorm(x, r, w, EPS),
-          "ours_residual": lambda: A.add_rmsnorm_residual(x, r, w, EPS),
-          "ours_two_pass": lambda: A.add_rmsnorm(x, r, w, EPS,
-                                                  config=A.LaunchConfig(1, 16, 1, None, 2048)),
-          "inductor": lambda: peers.compiled_add_rmsnorm(x, r, w, EPS),
-          "liger": lambda: liger_fused_add(x, r, w, EPS)}[which]
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-
-
 NCU_TARGETS = {"fp8_fused": "regex:rmsnorm_fp8_fused", "fp8_approx": "regex:rmsnorm_fp8_approx",
                "ours": "regex:add_rmsnorm_kernel", "ours_two_pass": "regex:add_rmsnorm_chunked",
                "inductor": "regex:triton_", "liger": "regex:_fused_add_rms_norm",
                "ours_residual": "regex:add_rmsnorm"}
-
-
 FP8_NCU_SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "InstructionStats", "Occupancy")
 
 
@@ -546,8 +86,8 @@ def run_ncu(out_dir: Path, deadline: float, env_vars: dict,
 
 def _run_child(args: list[str], deadline: float, log_path: Path, env_vars: dict,
                stderr_path: Path | None = None) -> list[dict]:
-    out_dir = log_path.parent
     """Run ``python -m fusedrms.book.study ARGS``; collect its @@ lines; kill it at the deadline."""
+    out_dir = log_path.parent
     cmd = [sys.executable, "-m", "fusedrms.book.study", *args, "--deadline", str(deadline),
            "--out", str(out_dir)]
     err = open(stderr_path, "w") if stderr_path else subprocess.STDOUT
@@ -710,42 +250,6 @@ def _keep_inductor_kernels(cache: Path, out_dir: Path) -> None:
         if "@triton.jit" in text and "16384" in text and "8192" in text and n < 20:
             shutil.copy(path, dest / path.name)
             n += 1
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fusedrms.book.study", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", nargs="?", default="study",
-                   choices=("study", "timing", "python", "fp8", "ncu-target"))
-    p.add_argument("target", nargs="?", default=None)
-    p.add_argument("--out", type=Path, default=Path("study_out"))
-    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S)
-    p.add_argument("--deadline", type=float, default=None)
-    p.add_argument("--index", type=int, default=0)
-    p.add_argument("--shapes", choices=("study", "levers"), default="study")
-    a = p.parse_args(argv)
-    from .. import env
-
-    if not env.current().on_gpu:
-        print("the study times kernels on a GPU; this machine has none.", file=sys.stderr)
-        return 2
-    deadline = a.deadline or (time.time() + a.budget)
-    if a.what == "study":
-        study(a.out, a.budget)
-    elif a.what == "timing":
-        run_timing_worker(a.out, deadline, a.index,
-                          shapes=LEVER_SHAPES if a.shapes == "levers" else None)
-    elif a.what == "python":
-        run_python_worker(a.out, deadline)
-    elif a.what == "fp8":
-        run_fp8_worker(a.out, deadline)
-    elif a.what == "ncu-target":
-        run_ncu_target(a.target)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 # ---------------------------------------------------------------- a tuning table from the study
@@ -922,9 +426,10 @@ def inductor_kernel_text(log_text: str, graph: int) -> str:
 
 
 def lever_bench(out_dir: Path, budget_s: float = 90.0) -> Path:
-    """``capstone_levers.json``: every candidate launch (:func:`candidates`) and every peer at
-    :data:`LEVER_SHAPES`, both ops, the same rotating-input graph timer, 3 processes one after
-    another (the first compiles), median over processes (:func:`aggregate_timing`)."""
+    """``capstone_levers.json``: every candidate launch (:func:`study_timing.candidates`) and
+    every peer at :data:`study_timing.LEVER_SHAPES`, both ops, the same rotating-input graph
+    timer, 3 processes one after another (the first compiles), median over processes
+    (:func:`aggregate_timing`)."""
     from .. import records
 
     out_dir = Path(out_dir)
@@ -962,3 +467,39 @@ def lever_bench(out_dir: Path, budget_s: float = 90.0) -> Path:
         raise harness.Incomplete(f"the lever study: {len(skipped)} shape(s) past the time "
                                  f"limit ({shapes})")
     return path
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fusedrms.book.study", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", nargs="?", default="study",
+                   choices=("study", "timing", "python", "fp8", "ncu-target"))
+    p.add_argument("target", nargs="?", default=None)
+    p.add_argument("--out", type=Path, default=Path("study_out"))
+    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S)
+    p.add_argument("--deadline", type=float, default=None)
+    p.add_argument("--index", type=int, default=0)
+    p.add_argument("--shapes", choices=("study", "levers"), default="study")
+    a = p.parse_args(argv)
+    from .. import env
+
+    if not env.current().on_gpu:
+        print("the study times kernels on a GPU; this machine has none.", file=sys.stderr)
+        return 2
+    deadline = a.deadline or (time.time() + a.budget)
+    if a.what == "study":
+        study(a.out, a.budget)
+    elif a.what == "timing":
+        run_timing_worker(a.out, deadline, a.index,
+                          shapes=LEVER_SHAPES if a.shapes == "levers" else None)
+    elif a.what == "python":
+        run_python_worker(a.out, deadline)
+    elif a.what == "fp8":
+        run_fp8_worker(a.out, deadline)
+    elif a.what == "ncu-target":
+        run_ncu_target(a.target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

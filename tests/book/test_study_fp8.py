@@ -1,0 +1,21 @@
+"""The study's FP8 step on the CPU: the exact kernel reproduces the reference codes, and every
+variant reports a result."""
+import json
+
+from fusedrms.book import study_fp8, study_timing
+
+
+def _messages(capsys):
+    return [json.loads(line[2:]) for line in capsys.readouterr().out.splitlines()
+            if line.startswith(study_timing.TAG)]
+
+
+def test_fp8_worker_on_cpu(capsys, tmp_path):
+    import time
+
+    study_fp8.run_fp8_worker(tmp_path, time.time() + 300, device="cpu", shapes=((3, 256),))
+    got = {m["impl"]: m for m in _messages(capsys) if m["kind"] == "fp8"}
+    assert got["fp8.fused"]["status"] == "ok" and got["fp8.fused"]["differing_codes"] == 0
+    for name in ("fp8.fused_baseline", "fp8.approx_w8"):
+        assert got[name]["status"] == "ok", got[name]
+
