@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from fusedrms import checks, reference
+from fusedrms import checks, reference, validation
 from fusedrms.book.ch04 import bf16_truncate
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -139,8 +139,100 @@ def test_inf_must_match_sign_and_place():
 
 def test_scalars_and_unsupported_dtypes():
     assert checks.allclose(torch.tensor(1.0), torch.tensor(1.0, dtype=torch.float64))
-    with pytest.raises(ValueError, match="no unit roundoff"):
+    with pytest.raises(validation.InputError, match="actual has dtype int32.*checks.equal"):
         checks.allclose(torch.ones(2, dtype=torch.int32), torch.ones(2, dtype=torch.float64))
+    codes = torch.ones(2).to(torch.float8_e4m3fn)
+    with pytest.raises(validation.InputError, match="float8_e4m3fn.*checks.equal"):
+        checks.allclose(codes, codes.double(), rtol=0.1, atol=0.0)
+    with pytest.raises(validation.InputError, match="expected must hold real numbers"):
+        checks.allclose(torch.ones(2), torch.ones(2, dtype=torch.complex64))
+    with pytest.raises(validation.InputError, match="actual must be a torch.Tensor"):
+        checks.allclose([1.0, 2.0], torch.ones(2))
+
+
+def test_integer_tensors_get_a_message_even_with_explicit_tolerances():
+    """Issue 26: integers ended in a KeyError inside the ulp count."""
+    ints = torch.arange(4, dtype=torch.int32)
+    with pytest.raises(validation.InputError, match="actual has dtype int32"):
+        checks.allclose(ints, ints.clone(), rtol=0.0, atol=0.0)
+    assert checks.equal(ints, ints.clone())  # the route the message names
+    assert checks.allclose(ints.double(), ints)  # and the conversion; an integer reference is fine
+
+
+# ---------------------------------------------------------------- allclose: tolerances refused
+
+@pytest.mark.parametrize("name, value", [("rtol", math.nan), ("rtol", math.inf), ("rtol", -1e-3),
+                                         ("atol", math.nan), ("atol", math.inf), ("atol", -1.0),
+                                         ("rtol", "1e-3"), ("atol", True),
+                                         pytest.param("rtol", 10**400, id="rtol-10**400")])
+def test_a_tolerance_that_decides_nothing_is_refused(name, value):
+    """Issue 26: rtol=nan or atol=inf passed any output (NaN compares false, Inf exceeds all)."""
+    with pytest.raises(validation.InputError, match=f"^{name} must be"):
+        checks.allclose(torch.ones(4), torch.full((4,), 2.0, dtype=torch.float64),
+                        **{name: value})
+
+
+@pytest.mark.parametrize("n", [math.nan, -3, 2.5, True, "13"])
+def test_a_reduction_length_that_is_not_a_count_is_refused(n):
+    with pytest.raises(validation.InputError, match="^n \\(the reduction length\\)"):
+        checks.allclose(torch.ones(4), torch.ones(4, dtype=torch.float64), n=n)
+    assert checks.allclose(torch.zeros(4), torch.zeros(4, dtype=torch.float64), n=0)  # no rows
+
+
+def test_scale_must_be_finite_and_non_negative_where_the_reference_is_finite():
+    a, e = torch.ones(4), torch.full((4,), 2.0, dtype=torch.float64)
+    for bad in (math.inf, math.nan, -1.0):
+        scale = torch.ones(4, dtype=torch.float64)
+        scale[2] = bad
+        with pytest.raises(validation.InputError, match="scale must be .* first at \\(2,\\)"):
+            checks.allclose(a, e, scale=scale)
+    with pytest.raises(validation.InputError, match="scale has shape"):
+        checks.allclose(a, e, scale=torch.ones(2, 2, dtype=torch.float64))
+    with pytest.raises(validation.InputError, match="scale must be a torch.Tensor"):
+        checks.allclose(a, e, scale=1.0)
+    # a gradient's reference is NaN where its input was: its scale may be NaN there too
+    e_nan = torch.tensor([1.0, math.nan], dtype=torch.float64)
+    scale = torch.tensor([1.0, math.nan], dtype=torch.float64)
+    assert checks.allclose(torch.tensor([1.0, math.nan]), e_nan, nan="match", scale=scale)
+
+
+# ---------------------------------------------------------------- allclose: the pass message
+
+def test_pass_names_the_worst_elements_share_of_its_bound():
+    e = torch.tensor([[1.0, 2.0, 4.0], [8.0, 16.0, 32.0]], dtype=torch.float64)
+    a = e.clone()
+    a[1, 2] += 32.0 * 0.37e-3  # 37% of rtol = 1e-3 relative, atol 0
+    a[0, 1] += 2.0 * 0.2e-3
+    report = checks.allclose(a, e, rtol=1e-3, atol=0.0)
+    assert str(report).startswith("PASS")
+    assert "worst element at 37% of its bound (row 1, col 2)" in report.message
+    assert report.worst_index == (1, 2) and report.worst_share == pytest.approx(0.37)
+
+
+def test_pass_share_counts_atol_and_scale_not_just_rtol():
+    """The old wording "max rel err <= rtol" was false near atol: here the relative error is 100x
+    rtol, yet the element is at 50% of its bound (atol decides)."""
+    e = torch.tensor([1e-6, 1.0], dtype=torch.float64)
+    a = torch.tensor([1e-6 + 1e-7, 1.0], dtype=torch.float64)
+    report = checks.allclose(a, e, rtol=1e-3, atol=2e-7)
+    assert report and report.max_rel_err > 1e-3 and "<= rtol" not in report.message
+    assert "worst element at 50% of its bound (element 0)" in report.message
+    # with a scale the bound is rtol * scale: an error of 1 on 0 passes at 25% of rtol * 4000
+    zero = torch.zeros(1, dtype=torch.float64)
+    scaled = checks.allclose(zero + 1.0, zero, rtol=1e-3, atol=0.0,
+                             scale=torch.full((1,), 4000.0, dtype=torch.float64))
+    assert scaled and "at 25% of its bound" in scaled.message and scaled.max_rel_err == 0.0
+
+
+def test_pass_message_for_exact_and_for_all_nan_outputs():
+    e = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    assert checks.allclose(e.float(), e).message == "no element differs from the reference"
+    nan = torch.tensor([math.nan])
+    assert "NaN or Inf where the reference has them" in checks.allclose(
+        nan, nan.double(), nan="match").message
+    tiny = checks.allclose(torch.tensor(1.0 + 2**-23), torch.tensor(1.0, dtype=torch.float64),
+                           rtol=1.0, atol=0.0)
+    assert tiny.message.startswith("worst element at under 0.1% of its bound,")  # a scalar: no index
 
 
 def test_shape_mismatch_and_empty():

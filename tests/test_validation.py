@@ -75,6 +75,20 @@ def test_check_eps_refuses_what_the_kernels_cannot_use(eps, match):
         v.check_eps(eps)
 
 
+@pytest.mark.parametrize("bad, match", [(float("nan"), "finite number >= 0, got nan"),
+                                        (float("inf"), "got inf"), (-1e-9, "got -1e-09"),
+                                        (10**400, "got inf"), ("1e-3", "a number such as"),
+                                        (None, "a number such as"), (False, "a number such as")])
+def test_check_tolerance_refuses_what_would_fix_the_verdict(bad, match):
+    with pytest.raises(v.InputError, match=f"^my_tol must be .*{match}"):
+        v.check_tolerance(bad, "my_tol")
+
+
+def test_check_tolerance_accepts_zero_and_finite_numbers():
+    assert v.check_tolerance(0, "rtol") == 0.0 and v.check_tolerance(1e-6, "rtol") == 1e-6
+    assert isinstance(v.check_tolerance(2, "atol"), float)
+
+
 def test_check_eps_accepts_zero_and_fp32_normal_numbers():
     assert v.check_eps(0) == 0.0 and v.check_eps(1e-6) == 1e-6
     assert v.check_eps(v.FP32_TINY) == v.FP32_TINY and v.check_eps(v.FP32_MAX) == v.FP32_MAX

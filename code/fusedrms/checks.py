@@ -24,9 +24,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
+
+from .validation import InputError, check_tolerance
 
 # Unit roundoff u = 2^-(p) with p the significand precision including the hidden bit.
 UNIT_ROUNDOFF = {
@@ -74,7 +77,11 @@ def tolerance_for(dtype: torch.dtype, n: int) -> tuple[float, float]:
 
 @dataclass
 class Report:
-    """What a comparison found. ``ok`` is the verdict; ``message`` says why in one line."""
+    """What a comparison found. ``ok`` is the verdict; ``message`` says why in one line.
+
+    ``worst_share`` is the largest ``|a - e| / bound`` over the elements (1 is at the bound) and
+    ``worst_index`` where it is; ``max_rel_err`` alone says little near ``atol`` or with a ``scale``.
+    """
 
     ok: bool
     message: str
@@ -85,6 +92,7 @@ class Report:
     worst_index: tuple | None = None
     rel_l2: float = 0.0
     unwritten: int = 0  # elements that still hold the poison value
+    worst_share: float = 0.0
 
     def __bool__(self) -> bool:
         return self.ok
@@ -218,6 +226,69 @@ def _nan_inf_report(actual, expected, nan: str) -> Report | None:
     return None
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _check_operands(actual, expected) -> None:
+    """``actual`` in a format with a unit roundoff (tolerances and ulps are defined for it),
+    ``expected`` any real tensor (it is compared in float64)."""
+    for name, t in (("actual", actual), ("expected", expected)):
+        if not isinstance(t, torch.Tensor):
+            raise InputError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
+    if actual.dtype not in UNIT_ROUNDOFF:
+        formats = ", ".join(_dtype_name(d) for d in UNIT_ROUNDOFF)
+        raise InputError(f"actual has dtype {_dtype_name(actual.dtype)}, but allclose compares "
+                         f"{formats} outputs, whose format sets the tolerance. Compare integers "
+                         f"or fp8 codes bit for bit with checks.equal, or convert with "
+                         f"actual.double().")
+    if expected.is_complex() or expected.dtype == torch.bool:
+        raise InputError(f"expected must hold real numbers, got dtype "
+                         f"{_dtype_name(expected.dtype)}.")
+
+
+def _check_length(n) -> int:
+    """0 is allowed: dw of a batch with no rows sums nothing (tolerance_for counts it as 1)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+        raise InputError(f"n (the reduction length) must be a whole number >= 0, got {n!r}.")
+    return int(n)
+
+
+def _check_scale(scale, expected: torch.Tensor) -> torch.Tensor:
+    """``scale`` as float64 on the CPU; it must be >= 0 and finite wherever ``expected`` is."""
+    if not isinstance(scale, torch.Tensor):
+        raise InputError(f"scale must be a torch.Tensor shaped like expected, got "
+                         f"{type(scale).__name__}.")
+    if scale.shape != expected.shape:
+        raise InputError(f"scale has shape {tuple(scale.shape)} but expected has "
+                         f"{tuple(expected.shape)}; they must match.")
+    if scale.is_complex() or scale.dtype == torch.bool:
+        raise InputError(f"scale must hold real magnitudes, got dtype "
+                         f"{_dtype_name(scale.dtype)}.")
+    s = scale.detach().cpu().double()
+    bad = torch.isfinite(expected) & ~(torch.isfinite(s) & (s >= 0))
+    if bad.any():
+        idx = tuple(torch.nonzero(bad)[0].tolist())
+        raise InputError(f"scale must be a finite number >= 0 wherever expected is finite; "
+                         f"{int(bad.sum())} element(s) are not, first at {idx}: {s[idx].item()}.")
+    return s
+
+
+def _where(idx: tuple, shape) -> str:
+    if len(shape) == 2:
+        return f" (row {idx[0]}, col {idx[1]})"
+    if len(shape) == 1:
+        return f" (element {idx[0]})"
+    return f" (at {idx})" if idx else ""
+
+
+def _percent(share: float) -> str:
+    pct = 100 * share
+    if pct >= 9.95:
+        return f"{pct:.0f}%"
+    return f"{pct:.1f}%" if pct >= 0.05 else "under 0.1%"
+
+
 def allclose(actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = None,
              atol: float | None = None, n: int | None = None, nan: str = "never",
              scale: torch.Tensor | None = None) -> Report:
@@ -228,18 +299,28 @@ def allclose(actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = 
     where the reference has them). ``scale`` (same shape, float64) replaces ``|e|`` in the bound
     where an element is a difference or a sum of terms that cancel (a gradient): rounding errors
     are proportional to the terms' magnitudes, not to what is left after they cancel.
+
+    A pass reports the element closest to its bound, as a share of that bound. Tolerances must be
+    finite and >= 0 (:class:`~fusedrms.validation.InputError` otherwise); ``actual`` must be
+    float32, float16, bfloat16 or float64 (integers and fp8 codes: :func:`equal`).
     """
     if nan not in ("never", "match"):
-        raise ValueError("nan must be 'never' or 'match'")
+        raise InputError(f"nan must be 'never' or 'match', got {nan!r}.")
+    rtol = None if rtol is None else check_tolerance(rtol, "rtol")
+    atol = None if atol is None else check_tolerance(atol, "atol")
+    n = None if n is None else _check_length(n)
+    _check_operands(actual, expected)
     if actual.shape != expected.shape:
         return Report(False, f"shape {tuple(actual.shape)} != expected {tuple(expected.shape)}")
+    a, e = actual.detach().cpu(), expected.detach().cpu()
+    scale = None if scale is None else _check_scale(scale, e)
     if actual.numel() == 0:
         return Report(True, "empty tensors")
-    n = n if n is not None else (actual.shape[-1] if actual.dim() else 1)
-    d_rtol, d_atol = tolerance_for(actual.dtype, n)
-    rtol = d_rtol if rtol is None else rtol
-    atol = d_atol if atol is None else atol
-    a, e = actual.detach().cpu(), expected.detach().cpu()
+    if rtol is None or atol is None:
+        n = n if n is not None else (actual.shape[-1] if actual.dim() else 1)
+        d_rtol, d_atol = tolerance_for(actual.dtype, n)
+        rtol = d_rtol if rtol is None else rtol
+        atol = d_atol if atol is None else atol
     unwritten = _unwritten_report(a)
     if unwritten is not None:
         return unwritten
@@ -250,25 +331,34 @@ def allclose(actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = 
     a64, e64 = a.double(), e.double()
     err = torch.where(finite, (a64 - e64).abs(), torch.zeros((), dtype=torch.float64))
     magnitude = e64.abs() if scale is None else torch.maximum(
-        e64.abs(), scale.detach().cpu().double().nan_to_num(0.0, posinf=0.0, neginf=0.0))
+        e64.abs(), scale.nan_to_num(0.0, posinf=0.0, neginf=0.0))  # non-finite only where e is
     bound = atol + rtol * magnitude
     over = finite & (err > bound)
+    # each element's share of its bound; a zero bound leaves only a zero error in (share 0)
+    share = torch.where(err == 0, torch.zeros((), dtype=torch.float64),
+                        err / bound.clamp_min(torch.finfo(torch.float64).tiny))
     # relative error where it means something: below atol the absolute bound decides
     rel = torch.where(finite & (e64.abs() > atol), err / e64.abs(),
                       torch.zeros((), dtype=torch.float64))
     ulp = ulp_distance(torch.where(finite, a, torch.zeros((), dtype=a.dtype)),
                        torch.where(finite, e, torch.zeros((), dtype=e.dtype)))
-    worst = tuple(torch.nonzero(err == err.max())[0].tolist())
+    worst = tuple(torch.nonzero(share == share.max())[0].tolist())
     stats = dict(max_abs_err=err.max().item(), max_rel_err=rel.max().item(),
                  max_ulp=int(ulp.max().item()), mismatches=int(over.sum()), worst_index=worst,
-                 rel_l2=relative_l2(torch.where(finite, a64, 0.0), torch.where(finite, e64, 0.0)))
+                 rel_l2=relative_l2(torch.where(finite, a64, 0.0), torch.where(finite, e64, 0.0)),
+                 worst_share=share.max().item())
     if over.any():
         idx = tuple(torch.nonzero(over)[0].tolist())
         return Report(False, f"{stats['mismatches']} of {a.numel()} elements outside "
                              f"rtol={rtol:.2e}, atol={atol:.1e}; first at {idx}: got "
                              f"{a[idx].item():.7g}, expected {e[idx].item():.7g}", **stats)
-    return Report(True, f"max rel err {stats['max_rel_err']:.2e} <= rtol {rtol:.2e}, "
-                        f"max {stats['max_ulp']} ulp", **stats)
+    if not finite.any():
+        return Report(True, f"all {a.numel()} elements NaN or Inf where the reference has them",
+                      **stats)
+    if stats["worst_share"] == 0:
+        return Report(True, "no element differs from the reference", **stats)
+    return Report(True, f"worst element at {_percent(stats['worst_share'])} of its bound"
+                        f"{_where(worst, a.shape)}, max {stats['max_ulp']} ulp", **stats)
 
 
 def equal(actual: torch.Tensor, expected: torch.Tensor) -> Report:

@@ -130,6 +130,25 @@ def check_eps(eps, name: str = "eps") -> float:
     return value
 
 
+def check_tolerance(value, name: str) -> float:
+    """A comparison tolerance as a float: a finite number >= 0.
+
+    A NaN bound compares false with every error, an infinite one exceeds every error, and a negative
+    one can only fail: each would turn a check into a fixed answer, so they are refused here.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InputError(f"{name} must be a number such as 1e-3, got {value!r} "
+                         f"({type(value).__name__}).")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float's range
+        number = math.inf if value > 0 else -math.inf
+    if not (math.isfinite(number) and number >= 0.0):
+        raise InputError(f"{name} must be a finite number >= 0, got {number}: a NaN or infinite "
+                         f"tolerance would pass any output, a negative one fail every output.")
+    return number
+
+
 def check_flag(value, name: str) -> bool:
     """A switch must be True or False: a string such as "no" would otherwise count as True."""
     if not isinstance(value, bool):

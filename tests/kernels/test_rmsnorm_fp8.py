@@ -244,6 +244,17 @@ def test_compare_rejects_one_flipped_code_and_a_drifted_scale():
     assert not q.compare(codes, scales.double(), codes, scales).ok
 
 
+@pytest.mark.parametrize("scale_rtol", [math.nan, math.inf, -1e-6, "1e-6"])
+def test_compare_refuses_a_scale_tolerance_that_decides_nothing(scale_rtol):
+    """Issue 26: scale_rtol=nan passed any scales (NaN compares false)."""
+    x, w = q.make_inputs(2, 256, seed=0, device="cpu")
+    codes, scales = q.reference(x, w)
+    with pytest.raises(validation.InputError, match="^scale_rtol must be"):
+        q.compare(codes, scales * 2, codes, scales, scale_rtol=scale_rtol)
+    with pytest.raises(validation.InputError, match="^scale_rtol must be"):  # no scales to compare
+        q.compare(codes[:0], scales[:0], codes[:0], scales[:0], scale_rtol=scale_rtol)
+
+
 def test_compare_matches_nan_codes_by_position_not_sign():
     a = torch.tensor([0x7F, 0x01], dtype=torch.uint8).view(torch.float8_e4m3fn)
     b = torch.tensor([0xFF, 0x01], dtype=torch.uint8).view(torch.float8_e4m3fn)

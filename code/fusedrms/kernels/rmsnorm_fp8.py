@@ -205,6 +205,7 @@ def compare(codes, scales, ref_codes, ref_scales, scale_rtol: float = 1e-6) -> c
     Scales use ``rtol=1e-6`` and no absolute tolerance (a floored scale is 2.2e-7, so an absolute
     1e-6 would accept anything); NaN scales must sit where the reference has them.
     """
+    scale_rtol = validation.check_tolerance(scale_rtol, "scale_rtol")
     if codes.shape != ref_codes.shape or codes.dtype != ref_codes.dtype:
         return checks.Report(False, f"codes: got {tuple(codes.shape)} {codes.dtype}, expected "
                                     f"{tuple(ref_codes.shape)} {ref_codes.dtype}")
