@@ -54,31 +54,38 @@ ROUNDINGS = ("auto", "cast", "software")
 # ---------------------------------------------------------------- Triton: rounding helpers
 
 # [book:software-rounding]
-# fp32 -> bf16 to nearest even on the bit pattern is chapter 7's round_to_bf16 (rounding.py):
-# add 0x7FFF plus the lowest kept bit, clear the 16 dropped bits; a carry bumps the exponent.
+# fp32 -> bf16 to nearest even on the bit pattern is chapter 7's round_to_bf16
+# (rounding.py): add 0x7FFF plus the lowest kept bit, clear the 16 dropped
+# bits; a carry bumps the exponent.
 @triton.jit
 def e4m3_bits(q):
-    """fp32 with |q| <= 448 (or NaN) -> the e4m3fn bit pattern (uint8), rounded to nearest even.
+    """fp32 with |q| <= 448 (or NaN) -> the e4m3fn bit pattern (uint8),
+    rounded to nearest even.
 
-    Normal codes (|q| >= 2^-6): round the 23-bit fp32 mantissa to 3 bits as above (a carry bumps
-    the exponent: 127.09 -> 128), then rebias the exponent from 127 to 7. Subnormal codes
-    (|q| < 2^-6) count steps of 2^-9: the 24-bit significand shifted right, rounded to nearest even
-    by its remainder; a result of 8 is the smallest normal code, which is what it should be.
+    Normal codes (|q| >= 2^-6): round the 23-bit fp32 mantissa to 3 bits as
+    above (a carry bumps the exponent: 127.09 -> 128), then rebias the
+    exponent from 127 to 7. Subnormal codes (|q| < 2^-6) count steps of 2^-9:
+    the 24-bit significand shifted right, rounded to nearest even by its
+    remainder; a result of 8 is the smallest normal code, which is what it
+    should be.
     """
     bits = q.to(tl.uint32, bitcast=True)
     sign = (bits >> 31) << 7
     mag = bits & 0x7FFFFFFF
     biased_exp = (mag >> 23).to(tl.int32)
     rounded = mag + 0x7FFFF + ((mag >> 20) & 1)
-    normal = (rounded >> 20) - (120 << 3)  # (exponent - 127 + 7) << 3 | mantissa
+    # (exponent - 127 + 7) << 3 | mantissa
+    normal = (rounded >> 20) - (120 << 3)
     significand = (mag & 0x7FFFFF) | 0x800000
-    shift = tl.minimum(141 - biased_exp, 31).to(tl.uint32)  # 141 = 127 + 9 + 5 (q * 2^9)
+    # 141 = 127 + 9 + 5 (q * 2^9)
+    shift = tl.minimum(141 - biased_exp, 31).to(tl.uint32)
     kept = significand >> shift
     rest = significand & ((1 << shift) - 1)
     half = 1 << (shift - 1)
     up = (rest > half) | ((rest == half) & ((kept & 1) == 1))
     subnormal = kept + up.to(tl.uint32)
-    code = tl.where(biased_exp >= 121, normal, subnormal)  # 2^-6 has biased exponent 121
+    # 2^-6 has biased exponent 121
+    code = tl.where(biased_exp >= 121, normal, subnormal)
     code = tl.where(mag > 0x7F800000, 0x7F, code)  # NaN stays NaN
     return (sign | code).to(tl.uint8)
 # [/book:software-rounding]
@@ -88,42 +95,54 @@ def e4m3_bits(q):
 @triton.jit
 def to_bf16_value(v, SOFTWARE_ROUNDING: tl.constexpr):
     if SOFTWARE_ROUNDING:
-        return round_to_bf16(v).to(tl.float32)  # exact: a bf16 value widened back to fp32
+        # exact: a bf16 value widened back to fp32
+        return round_to_bf16(v).to(tl.float32)
     else:
-        return v.to(tl.bfloat16).to(tl.float32)  # the hardware rounds to nearest even
+        # the hardware rounds to nearest even
+        return v.to(tl.bfloat16).to(tl.float32)
 
 
 @triton.jit
 def row_rscale_tile(x, cols_f, eps):
-    """Steps 1-2 on a (blocks, 128) tile of fp32 x (masked lanes 0): r = 1 / sqrt(mean + eps)."""
-    squares = (x * x).to(tl.float64)  # exact for bf16 x; summed in float64, so order-free
+    """Steps 1-2 on a (blocks, 128) tile of fp32 x (masked lanes 0):
+    r = 1 / sqrt(mean + eps)."""
+    # exact for bf16 x; summed in float64, so order-free
+    squares = (x * x).to(tl.float64)
     sum_sq = tl.sum(tl.sum(squares, axis=1), axis=0).to(tl.float32)
     denominator = tl.div_rn(sum_sq, cols_f) + eps
-    return loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)  # correctly rounded
+    # correctly rounded
+    return loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)
 
 
 @triton.jit
 def normalize_bf16(x, r, w, SOFTWARE_ROUNDING: tl.constexpr):
-    """Step 3: returns the bf16 values of the normalized, weighted row (held in fp32)."""
-    normed = to_bf16_value(x * r, SOFTWARE_ROUNDING)  # cast the normalized row to bf16 ...
-    return to_bf16_value(normed * w, SOFTWARE_ROUNDING)  # ... then gamma, rounded once more
+    """Step 3: returns the bf16 values of the normalized, weighted row (held
+    in fp32)."""
+    # cast the normalized row to bf16 ...
+    normed = to_bf16_value(x * r, SOFTWARE_ROUNDING)
+    # ... then gamma, rounded once more
+    return to_bf16_value(normed * w, SOFTWARE_ROUNDING)
 
 
 @triton.jit
 def divide_by_block_scale(y, scale):
-    """``y / scale`` correctly rounded, with one true division per block instead of per element.
+    """``y / scale`` correctly rounded, with one true division per block
+    instead of per element.
 
-    ``inv = 1 / scale`` (correctly rounded) once per block; per element ``q = y * inv`` is within
-    about 2 ulps of the quotient; two fma corrections ``q += (y - q * scale) * inv`` make it the
-    correctly rounded one (Markstein's theorem: the residual is exact, and a correction from a
-    quotient within 1 ulp with a correctly rounded reciprocal rounds to ``RN(y / scale)``).
-    The theorem needs the residual above fp32's underflow, so blocks with a scale below 2^-90
-    (only possible with a floor below ~4e-25) are scaled by 2^64 first: exact, same quotient.
-    ``y == 0`` and an infinite scale take ``y * inv``, which is then exactly ``y / scale`` (signed
-    zeros, NaN for inf / inf and for 0 / 0).
+    ``inv = 1 / scale`` (correctly rounded) once per block; per element
+    ``q = y * inv`` is within about 2 ulps of the quotient; two fma
+    corrections ``q += (y - q * scale) * inv`` make it the correctly rounded
+    one (Markstein's theorem: the residual is exact, and a correction from a
+    quotient within 1 ulp with a correctly rounded reciprocal rounds to
+    ``RN(y / scale)``). The theorem needs the residual above fp32's
+    underflow, so blocks with a scale below 2^-90 (only possible with a floor
+    below ~4e-25) are scaled by 2^64 first: exact, same quotient. ``y == 0``
+    and an infinite scale take ``y * inv``, which is then exactly
+    ``y / scale`` (signed zeros, NaN for inf / inf and for 0 / 0).
     """
     tiny = scale < 8.077935669463161e-28  # 2^-90
-    lift = tl.where(tiny, 18446744073709551616.0, 1.0)  # 2^64, a power of two: exact
+    # 2^64, a power of two: exact
+    lift = tl.where(tiny, 18446744073709551616.0, 1.0)
     s = (scale * lift)[:, None]
     inv = tl.div_rn(1.0, s)
     y_s = y * lift[:, None]
@@ -136,25 +155,32 @@ def divide_by_block_scale(y, scale):
 
 @triton.jit
 def max_keeping_nan(a, b):
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)  # tl.max would drop a NaN
+    # tl.max would drop a NaN
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit
-def quantize_tile(y, absmax_floor, FP8_MAX: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+def quantize_tile(y, absmax_floor, FP8_MAX: tl.constexpr,
+                  SOFTWARE_ROUNDING: tl.constexpr,
                   BLOCK_RECIPROCAL: tl.constexpr):
-    """Steps 4-5 on a (blocks, 128) tile: returns (codes, one scale per block).
-    A block holding a NaN or an Inf gets a NaN scale, so all its codes are NaN too."""
+    """Steps 4-5 on a (blocks, 128) tile: returns (codes, one scale per
+    block). A block holding a NaN or an Inf gets a NaN scale, so all its
+    codes are NaN too."""
     absmax = tl.reduce(tl.abs(y), 1, max_keeping_nan)
-    finite = absmax <= 3.4028234663852886e38  # False for NaN and Inf: one compare per block
+    # False for NaN and Inf: one compare per block
+    finite = absmax <= 3.4028234663852886e38
     absmax = tl.maximum(absmax, absmax_floor)  # floor 0: no floor
     scale = tl.where(finite, tl.div_rn(absmax, FP8_MAX), float("nan"))
     if BLOCK_RECIPROCAL:
-        q = divide_by_block_scale(y, scale)  # the same quotient, bit for bit, cheaper
+        # the same quotient, bit for bit, cheaper
+        q = divide_by_block_scale(y, scale)
     else:
-        q = tl.div_rn(y, scale[:, None])  # y * (1 / scale) alone would differ by a code now and then
+        # y * (1 / scale) alone would differ by a code now and then
+        q = tl.div_rn(y, scale[:, None])
     q = tl.clamp(q, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
     if SOFTWARE_ROUNDING:
-        codes = e4m3_bits(q)  # uint8 bit patterns, stored through a uint8 view
+        # uint8 bit patterns, stored through a uint8 view
+        codes = e4m3_bits(q)
     else:
         codes = q.to(tl.float8e4nv, fp_downcast_rounding="rtne")
     return codes, scale
@@ -224,45 +250,60 @@ def _piece_offsets(START_BLOCK: tl.constexpr, NB: tl.constexpr, BLOCK_COLS: tl.c
 
 
 @triton.jit
-def _quantize_piece(x, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks, offsets,
-                    FP8_MAX: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+def _quantize_piece(x, r, w_ptr, codes_ptr, scales_ptr, row, cols,
+                    absmax_floor, blocks, offsets, FP8_MAX: tl.constexpr,
+                    SOFTWARE_ROUNDING: tl.constexpr,
                     BLOCK_RECIPROCAL: tl.constexpr, BLOCK_COLS: tl.constexpr):
     mask = offsets < cols
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)
-    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL)
+    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING,
+                                 BLOCK_RECIPROCAL)
     tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
     n_blocks = tl.cdiv(cols, BLOCK_COLS)
-    tl.store(scales_ptr + row * n_blocks + blocks, scale, mask=blocks < n_blocks)
+    tl.store(scales_ptr + row * n_blocks + blocks, scale,
+             mask=blocks < n_blocks)
 
 
 @triton.jit
-def rmsnorm_fp8_fused_split_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, cols_f,
-                                   x_row_stride, eps, absmax_floor, FP8_MAX: tl.constexpr,
-                                   BLOCK_COLS: tl.constexpr, B0: tl.constexpr, B1: tl.constexpr,
-                                   B2: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+def rmsnorm_fp8_fused_split_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols,
+                                   cols_f, x_row_stride, eps, absmax_floor,
+                                   FP8_MAX: tl.constexpr,
+                                   BLOCK_COLS: tl.constexpr,
+                                   B0: tl.constexpr, B1: tl.constexpr,
+                                   B2: tl.constexpr,
+                                   SOFTWARE_ROUNDING: tl.constexpr,
                                    BLOCK_RECIPROCAL: tl.constexpr):
-    """The fused kernel without padding: the row's blocks as three power-of-two pieces (56 blocks
-    = 32 + 16 + 8), so no lane works on a padded block."""
+    """The fused kernel without padding: the row's blocks as three
+    power-of-two pieces (56 blocks = 32 + 16 + 8), so no lane works on a
+    padded block."""
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_row_stride
     blocks0, offsets0 = _piece_offsets(0, B0, BLOCK_COLS)
     blocks1, offsets1 = _piece_offsets(B0, B1, BLOCK_COLS)
     blocks2, offsets2 = _piece_offsets(B0 + B1, B2, BLOCK_COLS)
-    x0 = tl.load(x_row + offsets0, mask=offsets0 < cols, other=0.0).to(tl.float32)
-    x1 = tl.load(x_row + offsets1, mask=offsets1 < cols, other=0.0).to(tl.float32)
-    x2 = tl.load(x_row + offsets2, mask=offsets2 < cols, other=0.0).to(tl.float32)
-    sum_sq = (tl.sum(tl.sum((x0 * x0).to(tl.float64), axis=1), axis=0)  # float64: order-free
+    x0 = tl.load(x_row + offsets0, mask=offsets0 < cols,
+                 other=0.0).to(tl.float32)
+    x1 = tl.load(x_row + offsets1, mask=offsets1 < cols,
+                 other=0.0).to(tl.float32)
+    x2 = tl.load(x_row + offsets2, mask=offsets2 < cols,
+                 other=0.0).to(tl.float32)
+    # float64: order-free
+    sum_sq = (tl.sum(tl.sum((x0 * x0).to(tl.float64), axis=1), axis=0)
               + tl.sum(tl.sum((x1 * x1).to(tl.float64), axis=1), axis=0)
-              + tl.sum(tl.sum((x2 * x2).to(tl.float64), axis=1), axis=0)).to(tl.float32)
+              + tl.sum(tl.sum((x2 * x2).to(tl.float64), axis=1), axis=0)
+              ).to(tl.float32)
     denominator = tl.div_rn(sum_sq, cols_f) + eps
     r = loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)
-    _quantize_piece(x0, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks0,
-                    offsets0, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
-    _quantize_piece(x1, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks1,
-                    offsets1, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
-    _quantize_piece(x2, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks2,
-                    offsets2, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+    _quantize_piece(x0, r, w_ptr, codes_ptr, scales_ptr, row, cols,
+                    absmax_floor, blocks0, offsets0, FP8_MAX,
+                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+    _quantize_piece(x1, r, w_ptr, codes_ptr, scales_ptr, row, cols,
+                    absmax_floor, blocks1, offsets1, FP8_MAX,
+                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+    _quantize_piece(x2, r, w_ptr, codes_ptr, scales_ptr, row, cols,
+                    absmax_floor, blocks2, offsets2, FP8_MAX,
+                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
 
 
 # [book:approx-kernel]
@@ -322,28 +363,36 @@ def rmsnorm_bf16_kernel(x_ptr, w_ptr, y_ptr, cols, cols_f, x_row_stride, eps,
                         BLOCK_COLS: tl.constexpr, BLOCKS: tl.constexpr,
                         SOFTWARE_ROUNDING: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    offsets = tl.arange(0, BLOCKS)[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
+    offsets = (tl.arange(0, BLOCKS)[:, None] * BLOCK_COLS
+               + tl.arange(0, BLOCK_COLS)[None, :])
     mask = offsets < cols
-    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask,
+                other=0.0).to(tl.float32)
     r = row_rscale_tile(x, cols_f, eps)
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)
-    tl.store(y_ptr + row * cols + offsets, y.to(tl.bfloat16), mask=mask)  # exact: y is bf16 already
+    # exact: y is bf16 already
+    tl.store(y_ptr + row * cols + offsets, y.to(tl.bfloat16), mask=mask)
 
 
 @triton.jit
-def quantize_fp8_kernel(y_ptr, codes_ptr, scales_ptr, cols, absmax_floor, FP8_MAX: tl.constexpr,
-                        BLOCK_COLS: tl.constexpr, BLOCKS: tl.constexpr,
-                        SOFTWARE_ROUNDING: tl.constexpr, BLOCK_RECIPROCAL: tl.constexpr):
+def quantize_fp8_kernel(y_ptr, codes_ptr, scales_ptr, cols, absmax_floor,
+                        FP8_MAX: tl.constexpr, BLOCK_COLS: tl.constexpr,
+                        BLOCKS: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+                        BLOCK_RECIPROCAL: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     blocks = tl.arange(0, BLOCKS)
     offsets = blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
     mask = offsets < cols
-    y = tl.load(y_ptr + row * cols + offsets, mask=mask, other=0.0).to(tl.float32)  # read back
-    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL)
+    # read back
+    y = tl.load(y_ptr + row * cols + offsets, mask=mask,
+                other=0.0).to(tl.float32)
+    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING,
+                                 BLOCK_RECIPROCAL)
     tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
     n_blocks = tl.cdiv(cols, BLOCK_COLS)
-    tl.store(scales_ptr + row * n_blocks + blocks, scale, mask=blocks < n_blocks)
+    tl.store(scales_ptr + row * n_blocks + blocks, scale,
+             mask=blocks < n_blocks)
 # [/book:naive-kernels]
 
 

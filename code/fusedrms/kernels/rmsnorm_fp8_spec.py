@@ -86,27 +86,35 @@ def _full(like: torch.Tensor, value: float) -> torch.Tensor:
 
 
 def row_rscale(x2: torch.Tensor, eps: float) -> torch.Tensor:
-    """r = 1 / sqrt(mean(x^2) + eps) per row, fp32, in the specified order (steps 1-2)."""
+    """r = 1 / sqrt(mean(x^2) + eps) per row, fp32, in the specified order
+    (steps 1-2)."""
     xf = x2.to(FP32)
-    sum_sq = (xf * xf).to(torch.float64).sum(dim=-1, keepdim=True)  # order-free up to 2^-53
+    # order-free up to 2^-53
+    sum_sq = (xf * xf).to(torch.float64).sum(dim=-1, keepdim=True)
     sum_sq = sum_sq.to(FP32)
     denominator = sum_sq / _full(xf, x2.shape[-1]) + _full(xf, eps)
-    return reference_module.loud(torch.reciprocal(torch.sqrt(denominator)), sum_sq, denominator)
+    return reference_module.loud(torch.reciprocal(torch.sqrt(denominator)),
+                                 sum_sq, denominator)
 
 
 def quantize_blocks(y: torch.Tensor, absmax_floor: float = ABSMAX_FLOOR,
-                    block_cols: int = BLOCK_COLS) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-block scales and e4m3 codes of the (rows, cols) values ``y`` (steps 4-5)."""
+                    block_cols: int = BLOCK_COLS
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-block scales and e4m3 codes of the (rows, cols) values ``y``
+    (steps 4-5)."""
     rows, cols = y.shape
     nb = n_blocks(cols, block_cols)
-    held = F.pad(y.to(FP32), (0, nb * block_cols - cols))  # a partial last block: zeros
+    # a partial last block: zeros
+    held = F.pad(y.to(FP32), (0, nb * block_cols - cols))
     blocks = held.reshape(rows, nb, block_cols)
     absmax = blocks.abs().amax(dim=-1)  # NaN if the block holds one
     finite = torch.isfinite(absmax)
     if absmax_floor > 0:
         absmax = torch.maximum(absmax, _full(absmax, absmax_floor))
-    scales = torch.where(finite, absmax / _full(absmax, FP8_MAX), _full(absmax, float("nan")))
-    q = (blocks / scales[..., None]).clamp(-FP8_MAX, FP8_MAX)  # clamp first: the cast does not saturate
+    scales = torch.where(finite, absmax / _full(absmax, FP8_MAX),
+                         _full(absmax, float("nan")))
+    # clamp first: the cast does not saturate
+    q = (blocks / scales[..., None]).clamp(-FP8_MAX, FP8_MAX)
     codes = q.to(FP8_DTYPE).reshape(rows, nb * block_cols)[:, :cols]
     return codes.contiguous(), scales
 
@@ -135,14 +143,18 @@ def check_inputs(x, w, eps, absmax_floor, device=None):
     return x2, w, validation.check_eps(eps), check_floor(absmax_floor), shape
 
 
-def reference(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR
+def reference(x, w, eps: float = RMS_NORM_EPS,
+              absmax_floor: float = ABSMAX_FLOOR
               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The specification, in PyTorch: ``(codes e4m3 of x's shape, scales fp32 (..., blocks))``."""
+    """The specification, in PyTorch: ``(codes e4m3 of x's shape,
+    scales fp32 (..., blocks))``."""
     x2, w, eps, floor, shape = check_inputs(x, w, eps, absmax_floor)
-    normed = (x2.to(FP32) * row_rscale(x2, eps)).to(BF16)  # step 3: one rounding to bf16 ...
+    # step 3: one rounding to bf16 ...
+    normed = (x2.to(FP32) * row_rscale(x2, eps)).to(BF16)
     y = normed * w  # ... then gamma in bf16 (exact product, rounded once)
     codes, scales = quantize_blocks(y, floor)
-    return codes.reshape(shape), scales.reshape(shape[:-1] + (scales.shape[-1],))
+    return (codes.reshape(shape),
+            scales.reshape(shape[:-1] + (scales.shape[-1],)))
 
 
 def reference_reordered(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR
