@@ -187,3 +187,53 @@ def test_every_library_call_uses_keywords_the_library_has(path):
         except ValueError:  # no signature to read (a builtin)
             pass
     assert not wrong, f"{path.name}: " + "; ".join(wrong)
+
+
+LISTING_COLUMNS = 80  # a listing wider than this wraps mid-line on the page
+GENERATED_LISTINGS = {  # listings made while the chapter runs, not a region of our sources
+    ("07_capstone.ipynb", "inductor[inductor.index('@triton.jit'):]"),
+}
+
+
+def _listings(path):
+    """``(argument as written, the text show_listing puts on the page)`` for every show_listing
+    call in a notebook's code (None for an argument that is not a region of the package)."""
+    from fusedrms.viz.source import listing_text
+
+    source = "\n".join(
+        "\n".join(line for line in "".join(c["source"]).splitlines() if not line.startswith(("%", "!")))
+        for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+    tree = ast.parse(source)
+    aliases = _library_aliases(tree)
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+                == "show_listing"):
+            continue
+        arg = node.args[0]
+        marker = next((ast.literal_eval(k.value) for k in node.keywords if k.arg == "marker"), None)
+        if not (isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name)
+                and arg.value.id in aliases):
+            yield ast.unparse(arg), None
+            continue
+        yield ast.unparse(arg), listing_text(getattr(aliases[arg.value.id], arg.attr), marker)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_every_listing_fits_the_page_width(path):
+    """Every source region a chapter shows with viz.show_listing has lines of at most
+    LISTING_COLUMNS columns, so no listing line wraps on the page."""
+    wide = []
+    for arg, text in _listings(path):
+        if text is None:
+            assert (path.name, arg) in GENERATED_LISTINGS, f"{path.name}: cannot resolve {arg}"
+            continue
+        wide += [f"{arg}: {len(line.expandtabs())} columns: {line.strip()[:60]}"
+                 for line in text.splitlines() if len(line.expandtabs()) > LISTING_COLUMNS]
+    assert not wide, f"{path.name}: {len(wide)} listing lines wrap:\n" + "\n".join(wide)
+
+
+def test_the_listing_scan_finds_the_kernels_the_chapters_show():
+    found = {(p.name, arg) for p in CHAPTERS for arg, _ in _listings(p)}
+    assert ("08_fp8_quant.ipynb", "F.__file__") in found
+    assert ("07_capstone.ipynb", "A.launch") in found
+    assert GENERATED_LISTINGS <= found  # an exemption that no longer exists is dropped

@@ -232,9 +232,9 @@ def _poisoned_outputs(op: str, x: torch.Tensor):
         return (checks.poisoned(rows_shape, x.dtype, x.device),
                 checks.poisoned(rows_shape, x.dtype, x.device))
     if op == "rmsnorm_fp8":
-        from .kernels import rmsnorm_fp8  # the block layout is chapter 8's
+        from .kernels import rmsnorm_fp8_spec  # the block layout is chapter 8's
 
-        scales_shape = rows_shape[:-1] + (rmsnorm_fp8.n_blocks(rows_shape[-1]),)
+        scales_shape = rows_shape[:-1] + (rmsnorm_fp8_spec.n_blocks(rows_shape[-1]),)
         return (checks.poisoned(rows_shape, torch.float8_e4m3fn, x.device),
                 checks.poisoned(scales_shape, torch.float32, x.device))
     raise ValueError(f"unknown op {op!r}")
@@ -376,12 +376,12 @@ def _stats(r: checks.Report) -> dict:
 
 def _compare_fp8(inputs: dict, result, nan: str) -> tuple[checks.Report, dict]:
     """FP8 codes compare exactly and scales with a tolerance, by chapter 8's own rule."""
-    from .kernels import rmsnorm_fp8
+    from .kernels import rmsnorm_fp8_spec
 
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
         return checks.Report(False, f"expected (codes, scales), got {type(result).__name__}"), {}
     codes, scales = result
-    ref_codes, ref_scales = rmsnorm_fp8.reference(inputs["x"], inputs["w"], inputs["eps"])
+    ref_codes, ref_scales = rmsnorm_fp8_spec.reference(inputs["x"], inputs["w"], inputs["eps"])
     # e4m3's poison is also a NaN code (which compare() matches with any NaN): unwritten means
     # poison where the reference is not NaN
     for name, got, ref in (("codes", codes, ref_codes), ("scales", scales, ref_scales)):
@@ -394,7 +394,7 @@ def _compare_fp8(inputs: dict, result, nan: str) -> tuple[checks.Report, dict]:
             return checks.Report(False, f"{name}: {count} of {got.numel()} elements never written; "
                                         f"first at {idx} (still the poison value)",
                                  mismatches=count, worst_index=idx, unwritten=count), {}
-    return rmsnorm_fp8.compare(codes, scales, ref_codes, ref_scales), {}
+    return rmsnorm_fp8_spec.compare(codes, scales, ref_codes, ref_scales), {}
 
 
 def seed_for(base: int, kernel: str, case_name: str, dtype: torch.dtype) -> int:

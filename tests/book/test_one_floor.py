@@ -4,7 +4,7 @@ data sheet. Each reader is read on the committed recording and its floors recomp
 import pytest
 
 from fusedrms import records, traffic
-from fusedrms.book import ch02, ch03, ch07, ch08, ch09
+from fusedrms.book import ch02, ch03, ch07, ch08, ch09_page
 from fusedrms.book import ch07_results as CR
 from fusedrms.viz import roofline
 
@@ -93,7 +93,7 @@ def test_chapter_8_timings_and_cost_at_the_floor():
 
 
 def test_chapter_9_at_the_floor():
-    timed = [r for r in ch09.load()["records"] if "us" in r and r.get("bytes")]
+    timed = [r for r in ch09_page.load()["records"] if "us" in r and r.get("bytes")]
     assert timed
     for r in timed:
         _at_the_floor(r["floor_us"], r["bytes"], r["pct_floor"], r["us"])

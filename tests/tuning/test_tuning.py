@@ -7,7 +7,7 @@ import torch
 
 from fusedrms import env, records, tuning, validation
 from fusedrms.kernels import add_rmsnorm as A
-from fusedrms.kernels import rmsnorm_fp8 as Q
+from fusedrms.kernels import rmsnorm_fp8_spec as spec
 
 ENTRY = {"cols": 4096, "dtype": "bfloat16", "rows_per_program": 2, "num_warps": 8,
          "num_stages": 1, "programs_per_sm": None, "chunk": None}
@@ -55,7 +55,7 @@ def test_zero_widths_are_refused_not_divided_by():
     with pytest.raises(validation.InputError, match="cols must be a positive"):
         A.heuristic_config(0, torch.bfloat16)
     with pytest.raises(validation.InputError, match="block_cols must be a whole number >= 1"):
-        Q.n_blocks(128, 0)
+        spec.n_blocks(128, 0)
     from fusedrms.kernels import rmsnorm as T
 
     with pytest.raises(validation.InputError, match="block_size must be a positive"):

@@ -29,10 +29,11 @@ FILES = {
 ESTIMATE_S = 90
 VERIFY_JOBS = 6
 SOURCES = ("verify.py", "checks.py", "reference.py", "registry.py", "kernels/rmsnorm.py",
-           "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rounding.py",
-           "kernels/peers.py", "kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py",
-           "book/broken.py", "book/ch05.py::record", "book/ch07_tuning.py::check_table",
-           "tuning/h200/capstone.json", "tuning/h200/fp8.json")
+           "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rmsnorm_fp8_spec.py",
+           "kernels/rounding.py", "kernels/peers.py", "kernels/hip/rmsnorm.hip",
+           "kernels/hip/kernels.py", "book/broken.py", "book/ch05.py::record",
+           "book/ch07_tuning.py::check_table", "tuning/h200/capstone.json",
+           "tuning/h200/fp8.json")
 FP8_ROWS = (1, 3, 64)
 
 
@@ -45,12 +46,13 @@ def _verify(args: list[str], timeout: int) -> subprocess.CompletedProcess:
 def fp8_configs_in_use(results: list, log=print, rows_list=FP8_ROWS) -> bool:
     """Every tuned FP8 entry for this GPU, bit for bit against the reference at its width."""
     from ..kernels import rmsnorm_fp8 as Q
+    from ..kernels import rmsnorm_fp8_spec as spec
 
     ok_all = True
     for cols, cfg in sorted(tuning.active("fp8")["configs"].items()):
         for rows in rows_list:
-            x, w = Q.make_inputs(rows, cols, seed=rows)
-            report = Q.compare(*Q.rmsnorm_fp8_fused(x, w, config=cfg), *Q.reference(x, w))
+            x, w = spec.make_inputs(rows, cols, seed=rows)
+            report = spec.compare(*Q.rmsnorm_fp8_fused(x, w, config=cfg), *spec.reference(x, w))
             results.append({"kind": "fp8_config", "cols": cols, "config": cfg.label, "rows": rows,
                             "ok": bool(report.ok), "message": str(report)[:300]})
             ok_all &= bool(report.ok)
@@ -127,7 +129,8 @@ def fp8_cast_mismatch(n: int = 1 << 16, seed: int = 0) -> tuple[int, int] | None
     +-448): (codes that differ, values), on ``n`` values ``randn * 64``. Chapter 8 measures the
     same thing; under the interpreter about 2 % differ, on a GPU with FP8 conversions none.
     None on a GPU whose Triton cannot convert to e4m3 (before compute capability 8.9, ROCm)."""
-    from ..kernels.rmsnorm_fp8 import FP8_DTYPE, code_bits, hardware_fp8_support
+    from ..kernels.rmsnorm_fp8 import hardware_fp8_support
+    from ..kernels.rmsnorm_fp8_spec import FP8_DTYPE, code_bits
     from .ch08 import triton_cast_to_fp8
 
     if env.current().on_gpu and not hardware_fp8_support()[0]:

@@ -488,8 +488,8 @@ FILES = {
 GRID_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far above its ~60 s
 ESTIMATE_S = 150 + 50 + 60 + 10  # grid (warm-up + 3 processes), rules, ncu, plot
 SOURCES = ("tuning/h200/capstone.json", "tuning/h200/fp8.json", "kernels/rmsnorm.py",
-           "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rounding.py",
-           "kernels/peers.py", "kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py",
+           "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rmsnorm_fp8_spec.py",
+           "kernels/rounding.py", "kernels/peers.py", "kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py",
            "measure/timer.py", "measure/harness.py", "measure/worker.py", "measure/ncu.py", "measure/plots.py",
            "traffic.py", "registry.py", "book/ch06.py::record")
 NCU_SHAPE = ("add_rmsnorm", 16384, 8192, "bf16")  # the capstone at its tuned configuration

@@ -23,11 +23,13 @@ import triton.language as tl
 
 from .. import checks, records, validation
 from ..kernels.rmsnorm_fp8 import (
-    ABSMAX_FLOOR, BF16, CANDIDATES, DIVISIONS, FP32, FP8_DTYPE, FP8_MAX, FusedConfig, HIDDEN_SIZE,
-    RMS_NORM_EPS, _launch_fused, _launch_setup, baseline_config, choose_config, code_bits,
-    compare, differing_codes, e4m3_bits, hardware_fp8_support, kernel_resources, make_inputs,
-    n_blocks, reference, split_pieces,
-    reference_reordered, resolve_rounding, rmsnorm_fp8_fused, rmsnorm_fp8_naive, to_bf16_value,
+    CANDIDATES, DIVISIONS, FusedConfig, _launch_fused, _launch_setup, baseline_config,
+    choose_config, e4m3_bits, hardware_fp8_support, kernel_resources, resolve_rounding,
+    rmsnorm_fp8_fused, rmsnorm_fp8_naive, split_pieces, to_bf16_value,
+)
+from ..kernels.rmsnorm_fp8_spec import (
+    ABSMAX_FLOOR, BF16, FP8_DTYPE, FP8_MAX, FP32, HIDDEN_SIZE, RMS_NORM_EPS, code_bits, compare,
+    differing_codes, make_inputs, n_blocks, reference, reference_reordered,
 )
 
 # ---------------------------------------------------------------- the cast, in isolation
@@ -414,9 +416,9 @@ FILES = {
 }
 TUNING_FILES = {"tuning/fp8.json": "the fastest bit-exact candidate (written with --tune)"}
 ESTIMATE_S = 200  # H200: exactness ~15 s, timings ~25 s, sweep ~15 s, candidates ~70 s, cost ~50 s
-SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/rounding.py",
-           "measure/timer.py", "traffic.py", "book/ch08.py::record", "book/study.py",
-           "book/study_timing.py", "book/study_fp8.py")
+SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/rmsnorm_fp8_spec.py",
+           "kernels/rounding.py", "measure/timer.py", "traffic.py", "book/ch08.py::record",
+           "book/study.py", "book/study_timing.py", "book/study_fp8.py")
 
 
 SMOKE_CANDIDATE_SHAPES = ((1024, 7168),)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..kernels.rmsnorm_fp8 import HIDDEN_SIZE, n_blocks
+from ..kernels.rmsnorm_fp8_spec import HIDDEN_SIZE, n_blocks
 from .ch08 import exactness_cost_rows, exactness_summary, instructions_per_element
 
 

@@ -22,6 +22,7 @@ def run_fp8_worker(out_dir: Path, deadline: float, device: str = "cuda",
     import torch
 
     from ..kernels import rmsnorm_fp8 as Q
+    from ..kernels import rmsnorm_fp8_spec as spec
     from ..measure import timer
 
     if device == "cpu":
@@ -39,8 +40,8 @@ def run_fp8_worker(out_dir: Path, deadline: float, device: str = "cuda",
         floor_us = floor_bytes / (bw * 1e3)
         per_set = rows * cols * 2
         k = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2 / per_set)))
-        xs = [Q.make_inputs(rows, cols, seed=i, device=device) for i in range(k)]
-        ref_codes, ref_scales = Q.reference(*xs[0])
+        xs = [spec.make_inputs(rows, cols, seed=i, device=device) for i in range(k)]
+        ref_codes, ref_scales = spec.reference(*xs[0])
         for name, fn in variants.items():
             if time.time() > deadline:
                 emit("fp8", rows=rows, cols=cols, impl=name, status="skipped: time budget")
@@ -49,7 +50,7 @@ def run_fp8_worker(out_dir: Path, deadline: float, device: str = "cuda",
             try:
                 codes, scales = fn(*xs[0])
                 _sync(device)
-                rec["differing_codes"] = int(Q.differing_codes(codes, ref_codes))
+                rec["differing_codes"] = int(spec.differing_codes(codes, ref_codes))
                 rec["scale_max_rel_diff"] = float(((scales - ref_scales).abs()
                                                    / ref_scales.abs().clamp_min(1e-30)).max())
                 calls = [(lambda f=fn, x=x, w=w: f(x, w)) for x, w in xs]
@@ -66,7 +67,7 @@ def run_fp8_worker(out_dir: Path, deadline: float, device: str = "cuda",
         return
     # SASS of the exact and the diagnostic kernel (instruction mix per element)
     try:
-        x, w = Q.make_inputs(4, 7168, device="cuda")
+        x, w = spec.make_inputs(4, 7168, device="cuda")
         Q.rmsnorm_fp8_fused(x, w)
         Q.rmsnorm_fp8_approx(x, w)
         for name, kernel in (("fused", Q.rmsnorm_fp8_fused_kernel),

@@ -351,8 +351,9 @@ def run_ncu_target(which: str) -> None:
 
     if which.startswith("fp8"):
         from ..kernels import rmsnorm_fp8 as Q
+        from ..kernels import rmsnorm_fp8_spec as spec
 
-        xq, wq = Q.make_inputs(16384, 7168, device="cuda")
+        xq, wq = spec.make_inputs(16384, 7168, device="cuda")
         fn = (lambda: Q.rmsnorm_fp8_fused(xq, wq)) if which == "fp8_fused" else (
             lambda: Q.rmsnorm_fp8_approx(xq, wq, num_warps=4))
         for _ in range(3):

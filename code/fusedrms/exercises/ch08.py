@@ -10,13 +10,13 @@ import math
 from collections.abc import Mapping
 
 from .. import traffic
-from ..kernels import rmsnorm_fp8 as fp8_quant
+from ..kernels import rmsnorm_fp8_spec as fp8_spec
 from .core import (BYTE_UNITS, Exercise, Malformed, as_bytes, as_choice, as_number,
                    as_vector, correct, in_other_unit, matches_as_written, option_letter, wrong)
 
-ROWS, COLS, DTYPE = 8, fp8_quant.HIDDEN_SIZE, "bf16"  # not the chapter's 2 rows: compute, don't copy
+ROWS, COLS, DTYPE = 8, fp8_spec.HIDDEN_SIZE, "bf16"  # not the chapter's 2 rows: compute, don't copy
 ITEM = traffic.DTYPE_BYTES[DTYPE]
-BLOCKS = fp8_quant.n_blocks(COLS)
+BLOCKS = fp8_spec.n_blocks(COLS)
 X = ROWS * COLS * ITEM  # the bf16 activations
 W = COLS * ITEM  # gamma, read once
 CODES = ROWS * COLS  # one byte per e4m3 code
@@ -191,8 +191,8 @@ bytes_saved = Exercise(
 
 
 # (4) the scale of an all-zero block ------------------------------------------------------------
-FLOOR = fp8_quant.ABSMAX_FLOOR
-ZERO_SCALE = float(fp8_quant.reference(*fp8_quant.make_inputs(1, 128, 0, device="cpu", zero_block=True))[1])
+FLOOR = fp8_spec.ABSMAX_FLOOR
+ZERO_SCALE = float(fp8_spec.reference(*fp8_spec.make_inputs(1, 128, 0, device="cpu", zero_block=True))[1])
 _ZERO_MISTAKES = {
     "no floor": (0.0, "Without a floor the scale would be 0 (and every code 0/0 = NaN); this "
                       f"chapter's default floors the absmax at {FLOOR:g}."),

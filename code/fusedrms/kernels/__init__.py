@@ -1,7 +1,8 @@
 """The kernels: one module per route, each readable on its own like a Triton tutorial.
 
 ``rmsnorm`` (Triton RMSNorm, chapter 4), ``add_rmsnorm`` (the fused residual-add capstone,
-chapter 7), ``rmsnorm_fp8`` (RMSNorm + FP8 block quantization, chapter 8), ``rmsnorm_backward`` (the
+chapter 7), ``rmsnorm_fp8`` (RMSNorm + FP8 block quantization, chapter 8; ``rmsnorm_fp8_spec`` is
+its bit-exact specification in PyTorch and the comparison rule), ``rmsnorm_backward`` (the
 backward of RMSNorm and of the fused add, with autograd wrappers, chapter 9), ``peers`` (the PyTorch
 routes they are measured against) and ``hip/`` (the HIP source and its wrappers, chapter 3). Each
 registers its wrappers in :mod:`fusedrms.registry` when imported. ``amd_targets`` compiles the

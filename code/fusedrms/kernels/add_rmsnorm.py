@@ -73,129 +73,164 @@ def _store_cast(v, dtype: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
 
 # [book:kernel]
 @triton.jit
-def _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows, COLS: tl.constexpr,
-                      x_stride, r_stride, y_stride, s_stride, eps,
-                      BLOCK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
-                      WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
-    """One tile of ROWS_PER_PROGRAM whole rows: load, add, reduce, scale, store."""
+def _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
+                      COLS: tl.constexpr, x_stride, r_stride, y_stride,
+                      s_stride, eps, BLOCK: tl.constexpr,
+                      ROWS_PER_PROGRAM: tl.constexpr, WRITE_SUM: tl.constexpr,
+                      SOFTWARE_BF16: tl.constexpr):
+    """One tile of ROWS_PER_PROGRAM whole rows: load, add, reduce, scale,
+    store."""
     col = tl.arange(0, BLOCK)
-    col_ok = col < COLS  # COLS is a compile-time constant: all true, and gone, when COLS == BLOCK
-    row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
+    # COLS is a compile-time constant: all true, and gone, when COLS == BLOCK
+    col_ok = col < COLS
+    row = (tile * ROWS_PER_PROGRAM
+           + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
     mask = (row < rows)[:, None] & col_ok[None, :]
-    x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
-                eviction_policy="evict_first").to(tl.float32)
-    r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
-                eviction_policy="evict_first").to(tl.float32)
+    x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask,
+                other=0.0, eviction_policy="evict_first").to(tl.float32)
+    r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask,
+                other=0.0, eviction_policy="evict_first").to(tl.float32)
     s = x + r  # the residual add: registers only
     if WRITE_SUM:
-        # the next layer's residual, in x's dtype; y is computed from s as stored
+        # the next layer's residual, in x's dtype;
+        # y is computed from s as stored
         s_stored = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
-        tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
+        tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored,
+                 mask=mask)
         s = s_stored.to(tl.float32)
-    denominator = tl.sum(s * s, axis=1) / COLS + eps  # masked lanes added 0; real width
-    rstd = loud_scale(tl.rsqrt(denominator), denominator)  # NaN, not 0, on overflow
-    # The weight only now: loaded earlier it would hold registers through the reduction, and
-    # registers per thread decide how many programs an SM keeps in flight. Every program reads
-    # the same bytes, so ask L2 to keep them (and to let the streamed rows go first).
-    w = tl.load(w_ptr + col, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    # masked lanes added 0; real width
+    denominator = tl.sum(s * s, axis=1) / COLS + eps
+    # NaN, not 0, on overflow
+    rstd = loud_scale(tl.rsqrt(denominator), denominator)
+    # The weight only now: loaded earlier it would hold registers through
+    # the reduction, and registers per thread decide how many programs an SM
+    # keeps in flight. Every program reads the same bytes, so ask L2 to keep
+    # them (and to let the streamed rows go first).
+    w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
+                eviction_policy="evict_last").to(tl.float32)
     y = s * rstd[:, None] * w[None, :]
     tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
              _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
 
 
 @triton.jit
-def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, COLS: tl.constexpr,
-                       x_stride, r_stride, y_stride, s_stride, eps,
-                       BLOCK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows,
+                       COLS: tl.constexpr, x_stride, r_stride, y_stride,
+                       s_stride, eps, BLOCK: tl.constexpr,
+                       ROWS_PER_PROGRAM: tl.constexpr,
                        WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
                        PERSISTENT: tl.constexpr):
     if PERSISTENT:
-        # a few programs per SM walk the tiles (the loads pipelined num_stages deep)
-        for tile in tl.range(tl.program_id(0), tl.cdiv(rows, ROWS_PER_PROGRAM), tl.num_programs(0)):
-            _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows, COLS, x_stride,
-                              r_stride, y_stride, s_stride, eps, BLOCK, ROWS_PER_PROGRAM,
-                              WRITE_SUM, SOFTWARE_BF16)
+        # a few programs per SM walk the tiles (the loads pipelined
+        # num_stages deep)
+        for tile in tl.range(tl.program_id(0),
+                             tl.cdiv(rows, ROWS_PER_PROGRAM),
+                             tl.num_programs(0)):
+            _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
+                              COLS, x_stride, r_stride, y_stride, s_stride,
+                              eps, BLOCK, ROWS_PER_PROGRAM, WRITE_SUM,
+                              SOFTWARE_BF16)
     else:
-        # one tile per program, no loop: nothing for the compiler to keep live across iterations
-        _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tl.program_id(0), rows, COLS,
-                          x_stride, r_stride, y_stride, s_stride, eps, BLOCK, ROWS_PER_PROGRAM,
-                          WRITE_SUM, SOFTWARE_BF16)
+        # one tile per program, no loop: nothing for the compiler to keep
+        # live across iterations
+        _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tl.program_id(0),
+                          rows, COLS, x_stride, r_stride, y_stride, s_stride,
+                          eps, BLOCK, ROWS_PER_PROGRAM, WRITE_SUM,
+                          SOFTWARE_BF16)
 # [/book:kernel]
 
 
 # [book:chunked-kernel]
 @triton.jit
-def _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows, COLS: tl.constexpr,
-                   x_stride, r_stride, y_stride, s_stride, eps,
-                   CHUNK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+def _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
+                   COLS: tl.constexpr, x_stride, r_stride, y_stride, s_stride,
+                   eps, CHUNK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
                    WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
-    row = (tile * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
+    row = (tile * ROWS_PER_PROGRAM
+           + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
     row_ok = row < rows
-    # pass 1: per-lane partial sums of squares. COLS is a compile-time constant, so the loop's
-    # trip count is too: the compiler unrolls it and drops the masks (Inductor's kernel bakes
-    # the shape in the same way).
+    # pass 1: per-lane partial sums of squares. COLS is a compile-time
+    # constant, so the loop's trip count is too: the compiler unrolls it and
+    # drops the masks (Inductor's kernel bakes the shape in the same way).
     partial = tl.zeros([ROWS_PER_PROGRAM, CHUNK], dtype=tl.float32)
     for start in tl.range(0, COLS, CHUNK):
         col = start + tl.arange(0, CHUNK)
         mask = row_ok[:, None] & (col < COLS)[None, :]
         if WRITE_SUM:
-            # x and r are read once: pass 1 writes s, which pass 2 reads back (half the bytes of
-            # reading x and r again, and from L2: it was just written)
-            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+            # x and r are read once: pass 1 writes s, which pass 2 reads
+            # back (half the bytes of reading x and r again, and from L2:
+            # it was just written)
+            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :],
+                        mask=mask, other=0.0,
                         eviction_policy="evict_first").to(tl.float32)
-            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :],
+                        mask=mask, other=0.0,
                         eviction_policy="evict_first").to(tl.float32)
-            s_stored = _store_cast(x + r, s_ptr.dtype.element_ty, SOFTWARE_BF16)
-            tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored, mask=mask)
+            s_stored = _store_cast(x + r, s_ptr.dtype.element_ty,
+                                   SOFTWARE_BF16)
+            tl.store(s_ptr + row[:, None] * s_stride + col[None, :],
+                     s_stored, mask=mask)
             s = s_stored.to(tl.float32)
         else:
             # ask L2 to keep x and r for pass 2
-            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :],
+                        mask=mask, other=0.0,
                         eviction_policy="evict_last").to(tl.float32)
-            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :],
+                        mask=mask, other=0.0,
                         eviction_policy="evict_last").to(tl.float32)
             s = x + r
         partial += s * s
     denominator = tl.sum(partial, axis=1) / COLS + eps
     rstd = loud_scale(tl.rsqrt(denominator), denominator)
-    # pass 2: s again (x + r, or the stored s), from L2 mostly, last use; write y
+    # pass 2: s again (x + r, or the stored s), from L2 mostly, last use;
+    # write y
     for start in tl.range(0, COLS, CHUNK):
         col = start + tl.arange(0, CHUNK)
         col_ok = col < COLS
         mask = row_ok[:, None] & col_ok[None, :]
         if WRITE_SUM:
-            s = tl.load(s_ptr + row[:, None] * s_stride + col[None, :], mask=mask, other=0.0,
+            s = tl.load(s_ptr + row[:, None] * s_stride + col[None, :],
+                        mask=mask, other=0.0,
                         eviction_policy="evict_first").to(tl.float32)
         else:
-            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask, other=0.0,
+            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :],
+                        mask=mask, other=0.0,
                         eviction_policy="evict_first").to(tl.float32)
-            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask, other=0.0,
+            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :],
+                        mask=mask, other=0.0,
                         eviction_policy="evict_first").to(tl.float32)
             s = x + r
         w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
                     eviction_policy="evict_last").to(tl.float32)
         y = s * rstd[:, None] * w[None, :]
         tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
-                 _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
+                 _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16),
+                 mask=mask)
 
 
 @triton.jit
-def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows, COLS: tl.constexpr,
-                               x_stride, r_stride, y_stride, s_stride, eps,
-                               CHUNK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
-                               WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
+def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows,
+                               COLS: tl.constexpr, x_stride, r_stride,
+                               y_stride, s_stride, eps, CHUNK: tl.constexpr,
+                               ROWS_PER_PROGRAM: tl.constexpr,
+                               WRITE_SUM: tl.constexpr,
+                               SOFTWARE_BF16: tl.constexpr,
                                PERSISTENT: tl.constexpr):
-    """The same op for wide rows, in two passes over column chunks: few registers per thread, so
-    many programs share an SM and hide each other's memory latency."""
+    """The same op for wide rows, in two passes over column chunks: few
+    registers per thread, so many programs share an SM and hide each other's
+    memory latency."""
     if PERSISTENT:
-        for tile in tl.range(tl.program_id(0), tl.cdiv(rows, ROWS_PER_PROGRAM), tl.num_programs(0)):
-            _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows, COLS, x_stride,
-                           r_stride, y_stride, s_stride, eps, CHUNK, ROWS_PER_PROGRAM,
-                           WRITE_SUM, SOFTWARE_BF16)
+        for tile in tl.range(tl.program_id(0),
+                             tl.cdiv(rows, ROWS_PER_PROGRAM),
+                             tl.num_programs(0)):
+            _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
+                           COLS, x_stride, r_stride, y_stride, s_stride, eps,
+                           CHUNK, ROWS_PER_PROGRAM, WRITE_SUM, SOFTWARE_BF16)
     else:
-        _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tl.program_id(0), rows, COLS,
-                       x_stride, r_stride, y_stride, s_stride, eps, CHUNK, ROWS_PER_PROGRAM,
-                       WRITE_SUM, SOFTWARE_BF16)
+        _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tl.program_id(0),
+                       rows, COLS, x_stride, r_stride, y_stride, s_stride,
+                       eps, CHUNK, ROWS_PER_PROGRAM, WRITE_SUM, SOFTWARE_BF16)
 # [/book:chunked-kernel]
 
 
@@ -475,11 +510,13 @@ TILE_LOOP_ALWAYS = False
 
 
 def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
-    """Launch the kernel on validated 2-D tensors (``s2`` None: don't write the sum).
+    """Launch the kernel on validated 2-D tensors (``s2`` None: don't write
+    the sum).
 
-    A config with a ``chunk`` narrower than the row's BLOCK runs the two-pass kernel; otherwise
-    (no chunk, or the whole row fits in one chunk) the row lives in registers.
-    Returns a :class:`_DirectLaunch` for calls with the same shapes (on a GPU), else None."""
+    A config with a ``chunk`` narrower than the row's BLOCK runs the two-pass
+    kernel; otherwise (no chunk, or the whole row fits in one chunk) the row
+    lives in registers. Returns a :class:`_DirectLaunch` for calls with the
+    same shapes (on a GPU), else None."""
     rows, cols = x2.shape
     if rows == 0:
         return None
@@ -495,11 +532,14 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
         kernel, width = add_rmsnorm_chunked_kernel, {"CHUNK": config.chunk}
     else:
         kernel, width = add_rmsnorm_kernel, {"BLOCK": block}
-    constants = (*width.values(), rpp, write_sum, software_bf16, persistent)  # the kernel's order
+    # in the kernel's order
+    constants = (*width.values(), rpp, write_sum, software_bf16, persistent)
     compiled = kernel[(programs,)](
-        *args, **width, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum, SOFTWARE_BF16=software_bf16,
-        PERSISTENT=persistent, num_warps=config.num_warps, num_stages=config.num_stages)
-    if x2.device.type == "cuda" and hasattr(compiled, "run") and hasattr(compiled, "__getitem__"):
+        *args, **width, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum,
+        SOFTWARE_BF16=software_bf16, PERSISTENT=persistent,
+        num_warps=config.num_warps, num_stages=config.num_stages)
+    if (x2.device.type == "cuda" and hasattr(compiled, "run")
+            and hasattr(compiled, "__getitem__")):
         return _DirectLaunch(compiled[(programs, 1, 1)], constants)
     return None
 

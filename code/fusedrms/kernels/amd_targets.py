@@ -431,42 +431,43 @@ def _build_fp8(cols: int, variant: str, rounding: str):
     import triton
 
     from . import rmsnorm_fp8 as m
+    from . import rmsnorm_fp8_spec as spec
 
     x, w = _rows_and_weight(cols, "bfloat16")
     if variant == "approx":  # rmsnorm_fp8_approx: its own launch, the cast only
-        nb = m.n_blocks(cols)
-        codes = torch.empty(x.shape, dtype=m.FP8_DTYPE)
+        nb = spec.n_blocks(cols)
+        codes = torch.empty(x.shape, dtype=spec.FP8_DTYPE)
         scales = torch.empty((ROWS, nb), dtype=torch.float32)
         return (m.rmsnorm_fp8_approx_kernel,
-                (x, w, codes, scales, cols, x.stride(0), m.RMS_NORM_EPS, m.ABSMAX_FLOOR),
-                dict(FP8_MAX=m.FP8_MAX, BLOCK_COLS=m.BLOCK_COLS,
+                (x, w, codes, scales, cols, x.stride(0), spec.RMS_NORM_EPS, spec.ABSMAX_FLOOR),
+                dict(FP8_MAX=spec.FP8_MAX, BLOCK_COLS=spec.BLOCK_COLS,
                      BLOCKS=triton.next_power_of_2(nb), num_warps=8))
     candidates = {"rows": next(c for c in m.CANDIDATES if c.rows_per_program > 1),
                   "split": next(c for c in m.CANDIDATES if c.tile == "split")}
     config = candidates.get(variant, m.baseline_config(cols))
     x2, w, eps, floor, _, _, codes_out, scales, meta = m._launch_setup(
-        x, w, m.RMS_NORM_EPS, m.ABSMAX_FLOOR, rounding, None, True, None, config)
+        x, w, spec.RMS_NORM_EPS, spec.ABSMAX_FLOOR, rounding, None, True, None, config)
     common = (x2, w, codes_out, scales)
     if variant == "split":
         b0, b1, b2 = meta.pop("PIECES")
         meta.pop("BLOCKS")
         return (m.rmsnorm_fp8_fused_split_kernel,
                 (*common, cols, float(cols), x2.stride(0), eps, floor),
-                dict(FP8_MAX=m.FP8_MAX, B0=b0, B1=b1, B2=b2, **meta))
+                dict(FP8_MAX=spec.FP8_MAX, B0=b0, B1=b1, B2=b2, **meta))
     if variant == "rows":
         return (m.rmsnorm_fp8_fused_rows_kernel,
                 (*common, ROWS, cols, float(cols), x2.stride(0), eps, floor),
-                dict(FP8_MAX=m.FP8_MAX, **meta))
+                dict(FP8_MAX=spec.FP8_MAX, **meta))
     if variant == "fused":
         return (m.rmsnorm_fp8_fused_kernel, (*common, cols, float(cols), x2.stride(0), eps, floor),
-                dict(FP8_MAX=m.FP8_MAX, **meta))
+                dict(FP8_MAX=spec.FP8_MAX, **meta))
     y = torch.empty((ROWS, cols), dtype=torch.bfloat16)
     if variant == "norm":
         return (m.rmsnorm_bf16_kernel, (x2, w, y, cols, float(cols), x2.stride(0), eps),
                 m.norm_meta(meta))
     if variant == "quantize":
         return (m.quantize_fp8_kernel, (y, codes_out, scales, cols, floor),
-                dict(FP8_MAX=m.FP8_MAX, **meta))
+                dict(FP8_MAX=spec.FP8_MAX, **meta))
     raise ValueError(f"unknown fp8 variant {variant!r}")
 
 

@@ -1,49 +1,20 @@
-"""RMSNorm + FP8 block quantization (chapter 8): the step that feeds an FP8 GEMM.
+"""RMSNorm + FP8 block quantization (chapter 8): the Triton kernels of the step that feeds an FP8
+GEMM, their launch rules and validated wrappers.
 
 Each row is normalized, multiplied by the weight ``gamma`` and quantized in blocks of 128 columns to
-fp8 e4m3 codes, with one fp32 scale per block (``value ~= code * scale``). Where the numbers come
-from (DeepSeek-V3's ``config.json``, excerpt in :data:`DEEPSEEK_V3_CONFIG`): ``hidden_size`` 7168
-is the row width, ``quantization_config.weight_block_size`` ``[128, 128]`` the block, ``fmt``
-``"e4m3"`` the code format (largest finite value 448), ``rms_norm_eps`` 1e-6 the epsilon.
+fp8 e4m3 codes, with one fp32 scale per block. The codes must equal the specification's bit for bit:
+:mod:`fusedrms.kernels.rmsnorm_fp8_spec` holds the constants, the operation order, the PyTorch
+reference and the comparison rule, and the decisions on zero blocks, NaN and Inf, partial blocks
+and input formats.
 
-The operation order is part of the specification, because the codes are checked bit for bit
-(:func:`reference`):
-
-1. upcast x (bf16) to fp32; square (exact for bf16 inputs) and sum the squares in **float64**, so
-   the sum does not depend on the order of additions (torch and Triton add in different orders;
-   an fp32 sum would move about one normalized value in 10^5 by a bf16 step); round the sum to
-   fp32 and divide by the column count in fp32;
-2. ``r = 1 / sqrt(mean + eps)`` with a correctly rounded square root and division (the hardware
-   ``rsqrt`` of torch and Triton on a GPU is approximate and the two differ);
-3. cast ``x * r`` to bf16 (round to nearest even), multiply by gamma in bf16 (one rounding);
-4. upcast; per 128-column block ``absmax``, floored at ``absmax_floor``; ``scale = absmax / 448``;
-5. ``q = y / scale`` (correctly rounded division, never ``y * (1/scale)`` alone; the kernels may get
-   the same quotient from one reciprocal per block and two fma corrections,
-   :func:`divide_by_block_scale`), clamp to +-448 (torch's ``.to(float8_e4m3fn)`` does not
-   saturate: 464 and above become NaN), cast to e4m3, nearest even.
-
-Decisions (documented in the chapter):
-
-- **Zero blocks.** With no floor an all-zero block has scale 0 and ``0 / 0`` gives NaN codes. The
-  default floors absmax at ``1e-4`` (DeepSeek-V3's reference code; SGLang uses 1e-10), so scales
-  are never 0. Pass ``absmax_floor=0.0`` for the unprotected behaviour.
-- **NaN and Inf.** NaN in, NaN out: a block whose values hold a NaN or an Inf gets a NaN scale and
-  NaN codes throughout (absmax keeps a NaN, where ``tl.max`` would drop it; a non-finite absmax
-  makes the scale NaN, one compare per block). A NaN or Inf in x, or a row whose fp32 sum of
-  squares overflows (rms above about 1.8e19 / sqrt(cols)), makes ``r`` NaN and so every block of
-  the row; a NaN or Inf in gamma (or a product past bf16's range) poisons only its own block.
-- **Widths that are not a multiple of 128** are accepted: the last block is partial (its missing
-  columns count as zeros for the absmax and are not stored), and there are ``ceil(cols / 128)``
-  scales per row. Rows of up to :data:`MAX_COLS` columns (the fused kernel keeps a row on chip).
-- **Inputs** are bf16 x and bf16 gamma, the format of the models this step serves.
-- **Rounding paths.** ``rounding="cast"`` uses Triton's casts (``.to(tl.bfloat16)``,
-  ``.to(tl.float8e4nv)``): hardware conversions on a GPU of compute capability >= 8.9 (Ada,
-  Hopper and later). ``rounding="software"`` rounds with integer arithmetic on the fp32 bits
-  (nearest even, bf16 and e4m3, subnormals included) and writes the e4m3 bit patterns itself: it is
-  bit-exact everywhere, on older GPUs (A100, T4) and in the Triton interpreter, whose casts are
-  wrong (fp32->bf16 truncates; fp32->fp8e4nv rounds ties up, loses the exponent carry, does not
-  saturate and flushes subnormals: triton issue 8322). ``"auto"`` picks ``"cast"`` on a CUDA GPU of
-  capability >= 8.9 and ``"software"`` everywhere else.
+**Rounding paths.** ``rounding="cast"`` uses Triton's casts (``.to(tl.bfloat16)``,
+``.to(tl.float8e4nv)``): hardware conversions on a GPU of compute capability >= 8.9 (Ada, Hopper
+and later). ``rounding="software"`` rounds with integer arithmetic on the fp32 bits (nearest even,
+bf16 and e4m3, subnormals included) and writes the e4m3 bit patterns itself: it is bit-exact
+everywhere, on older GPUs (A100, T4) and in the Triton interpreter, whose casts are wrong
+(fp32->bf16 truncates; fp32->fp8e4nv rounds ties up, loses the exponent carry, does not saturate and
+flushes subnormals: triton issue 8322). ``"auto"`` picks ``"cast"`` on a CUDA GPU of capability
+>= 8.9 and ``"software"`` everywhere else.
 
 Registered as ``fp8.naive`` (two kernels: the norm writes bf16 rows to memory, the quantizer reads
 them back) and ``fp8.fused`` (one kernel, the rows never leave the chip), op ``"rmsnorm_fp8"``.
@@ -62,203 +33,58 @@ from .. import env  # first: decides GPU or interpreter before any @triton.jit b
 import argparse
 import contextlib
 import dataclasses
-import math
-import numbers
 import sys
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from .. import checks, cli, registry, tuning, validation
-from .. import reference as reference_module  # `reference` below is this module's specification
+from .. import cli, registry, tuning, validation
 from .rmsnorm import loud_scale  # chapter 4's guard: NaN, never 0, for an overflowed row
+from .rmsnorm_fp8_spec import (  # the specification these kernels match bit for bit
+    ABSMAX_FLOOR, BF16, BLOCK_COLS, FP8_DTYPE, FP8_MAX, FP32, HIDDEN_SIZE, RMS_NORM_EPS,
+    check_inputs, compare, make_inputs, n_blocks, reference)
 from .rounding import round_to_bf16  # chapter 7's bit-level rounding, shared
 
-# Excerpt of DeepSeek-V3's config.json: the fields this step's constants come from.
-DEEPSEEK_V3_CONFIG = {
-    "hidden_size": 7168,
-    "rms_norm_eps": 1e-06,
-    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
-                            "quant_method": "fp8", "weight_block_size": [128, 128]},
-}
-HIDDEN_SIZE = DEEPSEEK_V3_CONFIG["hidden_size"]
-BLOCK_COLS = DEEPSEEK_V3_CONFIG["quantization_config"]["weight_block_size"][1]
-RMS_NORM_EPS = DEEPSEEK_V3_CONFIG["rms_norm_eps"]
-FP8_DTYPE = torch.float8_e4m3fn  # "e4m3": 4 exponent bits, 3 mantissa bits, no infinities
-FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448.0
-ABSMAX_FLOOR = 1e-4  # DeepSeek-V3's floor; SGLang uses 1e-10; 0.0 means none
 MAX_COLS = 16384  # the fused kernel keeps a whole row in registers
 ROUNDINGS = ("auto", "cast", "software")
-
-FP32 = torch.float32
-BF16 = torch.bfloat16
-
-
-# ---------------------------------------------------------------- reference
-
-def n_blocks(cols: int, block_cols: int = BLOCK_COLS) -> int:
-    """Scales per row: ``ceil(cols / block_cols)``."""
-    for name, value, least in (("cols", cols, 0), ("block_cols", block_cols, 1)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-            raise validation.InputError(f"{name} must be a whole number >= {least}, got {value!r}.")
-    return -(-cols // block_cols)
-
-
-def _full(like: torch.Tensor, value: float) -> torch.Tensor:
-    # A 0-d tensor on the same device, not a Python number: torch on CUDA divides by a Python
-    # number as "multiply by its reciprocal", which is not a correctly rounded division.
-    return torch.tensor(value, dtype=FP32, device=like.device)
-
-
-def row_rscale(x2: torch.Tensor, eps: float) -> torch.Tensor:
-    """r = 1 / sqrt(mean(x^2) + eps) per row, fp32, in the specified order (steps 1-2)."""
-    xf = x2.to(FP32)
-    sum_sq = (xf * xf).to(torch.float64).sum(dim=-1, keepdim=True)  # order-free up to 2^-53
-    sum_sq = sum_sq.to(FP32)
-    denominator = sum_sq / _full(xf, x2.shape[-1]) + _full(xf, eps)
-    return reference_module.loud(torch.reciprocal(torch.sqrt(denominator)), sum_sq, denominator)
-
-
-def quantize_blocks(y: torch.Tensor, absmax_floor: float = ABSMAX_FLOOR,
-                    block_cols: int = BLOCK_COLS) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-block scales and e4m3 codes of the (rows, cols) values ``y`` (steps 4-5)."""
-    rows, cols = y.shape
-    nb = n_blocks(cols, block_cols)
-    held = F.pad(y.to(FP32), (0, nb * block_cols - cols))  # a partial last block: zeros
-    blocks = held.reshape(rows, nb, block_cols)
-    absmax = blocks.abs().amax(dim=-1)  # NaN if the block holds one
-    finite = torch.isfinite(absmax)
-    if absmax_floor > 0:
-        absmax = torch.maximum(absmax, _full(absmax, absmax_floor))
-    scales = torch.where(finite, absmax / _full(absmax, FP8_MAX), _full(absmax, float("nan")))
-    q = (blocks / scales[..., None]).clamp(-FP8_MAX, FP8_MAX)  # clamp first: the cast does not saturate
-    codes = q.to(FP8_DTYPE).reshape(rows, nb * block_cols)[:, :cols]
-    return codes.contiguous(), scales
-
-
-def _check_floor(absmax_floor) -> float:
-    try:
-        value = float(absmax_floor)
-    except (TypeError, ValueError):
-        raise validation.InputError(f"absmax_floor must be a number, got {absmax_floor!r}.") from None
-    if not (value >= 0.0 and math.isfinite(value)):
-        raise validation.InputError(f"absmax_floor must be a finite number >= 0 (0 means no floor), "
-                                    f"got {value}.")
-    return value
-
-
-def _check_inputs(x, w, eps, absmax_floor, device=None):
-    """Validate; returns (x2 rows x cols, w, eps, floor, out_shape)."""
-    validation.check_tensor(x, "x", dtypes=(BF16,))
-    if device is not None:
-        validation.check_device(x, device, "x")
-    shape = tuple(x.shape)
-    x2 = validation.as_rows(x, "x")
-    cols = x2.shape[1]
-    validation.check_tensor(w, "w", dtypes=(BF16,))
-    w = validation.check_weight(w, cols, x2.device, "w")
-    return x2, w, validation.check_eps(eps), _check_floor(absmax_floor), shape
-
-
-def reference(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The specification, in PyTorch: ``(codes e4m3 of x's shape, scales fp32 (..., blocks))``."""
-    x2, w, eps, floor, shape = _check_inputs(x, w, eps, absmax_floor)
-    normed = (x2.to(FP32) * row_rscale(x2, eps)).to(BF16)  # step 3: one rounding to bf16 ...
-    y = normed * w  # ... then gamma in bf16 (exact product, rounded once)
-    codes, scales = quantize_blocks(y, floor)
-    return codes.reshape(shape), scales.reshape(shape[:-1] + (scales.shape[-1],))
-
-
-def reference_reordered(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same formula in another order: ``x * r * gamma`` in fp32, one cast to bf16 at the end
-    (the book's RMSNorm convention of chapter 1). Mathematically equal; not bit-equal."""
-    x2, w, eps, floor, shape = _check_inputs(x, w, eps, absmax_floor)
-    y = (x2.to(FP32) * row_rscale(x2, eps) * w.to(FP32)).to(BF16)
-    codes, scales = quantize_blocks(y, floor)
-    return codes.reshape(shape), scales.reshape(shape[:-1] + (scales.shape[-1],))
-
-
-# ---------------------------------------------------------------- comparison rule
-
-def code_bits(codes: torch.Tensor) -> torch.Tensor:
-    return codes.detach().cpu().contiguous().view(torch.uint8)
-
-
-def differing_codes(codes: torch.Tensor, ref_codes: torch.Tensor) -> int:
-    """How many codes differ bit for bit, except that a NaN code matches any NaN code.
-
-    NaN codes appear only without an absmax floor (an all-zero block: 0 / 0); the sign of that NaN
-    is the platform's (x86 CPUs give a negative NaN, CUDA a positive one), so it is not compared.
-    """
-    a, e = code_bits(codes).to(torch.int16), code_bits(ref_codes).to(torch.int16)
-    a_nan, e_nan = (a & 0x7F) == 0x7F, (e & 0x7F) == 0x7F
-    return int(((a != e) & ~(a_nan & e_nan)).sum())
-
-
-def compare(codes, scales, ref_codes, ref_scales, scale_rtol: float = 1e-6) -> checks.Report:
-    """The chapter's rule: codes equal bit for bit (NaN codes by position), scales allclose.
-
-    Scales use ``rtol=1e-6`` and no absolute tolerance (a floored scale is 2.2e-7, so an absolute
-    1e-6 would accept anything); NaN scales must sit where the reference has them.
-    """
-    scale_rtol = validation.check_tolerance(scale_rtol, "scale_rtol")
-    if codes.shape != ref_codes.shape or codes.dtype != ref_codes.dtype:
-        return checks.Report(False, f"codes: got {tuple(codes.shape)} {codes.dtype}, expected "
-                                    f"{tuple(ref_codes.shape)} {ref_codes.dtype}")
-    if scales.shape != ref_scales.shape or scales.dtype != ref_scales.dtype:
-        return checks.Report(False, f"scales: got {tuple(scales.shape)} {scales.dtype}, expected "
-                                    f"{tuple(ref_scales.shape)} {ref_scales.dtype}")
-    n_diff = differing_codes(codes, ref_codes)
-    if scales.numel():
-        scale_report = checks.allclose(scales.float().cpu(), ref_scales.float().cpu(),
-                                       rtol=scale_rtol, atol=0.0, nan="match")
-    else:
-        scale_report = checks.Report(True, "no scales")
-    codes_msg = (f"all {codes.numel()} codes equal bit for bit" if n_diff == 0 else
-                 f"{n_diff} of {codes.numel()} codes differ")
-    ok = n_diff == 0 and scale_report.ok
-    if n_diff:
-        diff = code_bits(codes) != code_bits(ref_codes)
-        where = tuple(torch.nonzero(diff)[0].tolist())
-        codes_msg += (f" (first at {where}: got {float(codes.float().cpu()[where])}, expected "
-                      f"{float(ref_codes.float().cpu()[where])})")
-    return checks.Report(ok, f"{codes_msg}; scales: {scale_report}", mismatches=n_diff,
-                         max_abs_err=scale_report.max_abs_err,
-                         max_rel_err=scale_report.max_rel_err)
 
 
 # ---------------------------------------------------------------- Triton: rounding helpers
 
 # [book:software-rounding]
-# fp32 -> bf16 to nearest even on the bit pattern is chapter 7's round_to_bf16 (rounding.py):
-# add 0x7FFF plus the lowest kept bit, clear the 16 dropped bits; a carry bumps the exponent.
+# fp32 -> bf16 to nearest even on the bit pattern is chapter 7's round_to_bf16
+# (rounding.py): add 0x7FFF plus the lowest kept bit, clear the 16 dropped
+# bits; a carry bumps the exponent.
 @triton.jit
 def e4m3_bits(q):
-    """fp32 with |q| <= 448 (or NaN) -> the e4m3fn bit pattern (uint8), rounded to nearest even.
+    """fp32 with |q| <= 448 (or NaN) -> the e4m3fn bit pattern (uint8),
+    rounded to nearest even.
 
-    Normal codes (|q| >= 2^-6): round the 23-bit fp32 mantissa to 3 bits as above (a carry bumps
-    the exponent: 127.09 -> 128), then rebias the exponent from 127 to 7. Subnormal codes
-    (|q| < 2^-6) count steps of 2^-9: the 24-bit significand shifted right, rounded to nearest even
-    by its remainder; a result of 8 is the smallest normal code, which is what it should be.
+    Normal codes (|q| >= 2^-6): round the 23-bit fp32 mantissa to 3 bits as
+    above (a carry bumps the exponent: 127.09 -> 128), then rebias the
+    exponent from 127 to 7. Subnormal codes (|q| < 2^-6) count steps of 2^-9:
+    the 24-bit significand shifted right, rounded to nearest even by its
+    remainder; a result of 8 is the smallest normal code, which is what it
+    should be.
     """
     bits = q.to(tl.uint32, bitcast=True)
     sign = (bits >> 31) << 7
     mag = bits & 0x7FFFFFFF
     biased_exp = (mag >> 23).to(tl.int32)
     rounded = mag + 0x7FFFF + ((mag >> 20) & 1)
-    normal = (rounded >> 20) - (120 << 3)  # (exponent - 127 + 7) << 3 | mantissa
+    # (exponent - 127 + 7) << 3 | mantissa
+    normal = (rounded >> 20) - (120 << 3)
     significand = (mag & 0x7FFFFF) | 0x800000
-    shift = tl.minimum(141 - biased_exp, 31).to(tl.uint32)  # 141 = 127 + 9 + 5 (q * 2^9)
+    # 141 = 127 + 9 + 5 (q * 2^9)
+    shift = tl.minimum(141 - biased_exp, 31).to(tl.uint32)
     kept = significand >> shift
     rest = significand & ((1 << shift) - 1)
     half = 1 << (shift - 1)
     up = (rest > half) | ((rest == half) & ((kept & 1) == 1))
     subnormal = kept + up.to(tl.uint32)
-    code = tl.where(biased_exp >= 121, normal, subnormal)  # 2^-6 has biased exponent 121
+    # 2^-6 has biased exponent 121
+    code = tl.where(biased_exp >= 121, normal, subnormal)
     code = tl.where(mag > 0x7F800000, 0x7F, code)  # NaN stays NaN
     return (sign | code).to(tl.uint8)
 # [/book:software-rounding]
@@ -268,42 +94,54 @@ def e4m3_bits(q):
 @triton.jit
 def to_bf16_value(v, SOFTWARE_ROUNDING: tl.constexpr):
     if SOFTWARE_ROUNDING:
-        return round_to_bf16(v).to(tl.float32)  # exact: a bf16 value widened back to fp32
+        # exact: a bf16 value widened back to fp32
+        return round_to_bf16(v).to(tl.float32)
     else:
-        return v.to(tl.bfloat16).to(tl.float32)  # the hardware rounds to nearest even
+        # the hardware rounds to nearest even
+        return v.to(tl.bfloat16).to(tl.float32)
 
 
 @triton.jit
 def row_rscale_tile(x, cols_f, eps):
-    """Steps 1-2 on a (blocks, 128) tile of fp32 x (masked lanes 0): r = 1 / sqrt(mean + eps)."""
-    squares = (x * x).to(tl.float64)  # exact for bf16 x; summed in float64, so order-free
+    """Steps 1-2 on a (blocks, 128) tile of fp32 x (masked lanes 0):
+    r = 1 / sqrt(mean + eps)."""
+    # exact for bf16 x; summed in float64, so order-free
+    squares = (x * x).to(tl.float64)
     sum_sq = tl.sum(tl.sum(squares, axis=1), axis=0).to(tl.float32)
     denominator = tl.div_rn(sum_sq, cols_f) + eps
-    return loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)  # correctly rounded
+    # correctly rounded
+    return loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)
 
 
 @triton.jit
 def normalize_bf16(x, r, w, SOFTWARE_ROUNDING: tl.constexpr):
-    """Step 3: returns the bf16 values of the normalized, weighted row (held in fp32)."""
-    normed = to_bf16_value(x * r, SOFTWARE_ROUNDING)  # cast the normalized row to bf16 ...
-    return to_bf16_value(normed * w, SOFTWARE_ROUNDING)  # ... then gamma, rounded once more
+    """Step 3: returns the bf16 values of the normalized, weighted row (held
+    in fp32)."""
+    # cast the normalized row to bf16 ...
+    normed = to_bf16_value(x * r, SOFTWARE_ROUNDING)
+    # ... then gamma, rounded once more
+    return to_bf16_value(normed * w, SOFTWARE_ROUNDING)
 
 
 @triton.jit
 def divide_by_block_scale(y, scale):
-    """``y / scale`` correctly rounded, with one true division per block instead of per element.
+    """``y / scale`` correctly rounded, with one true division per block
+    instead of per element.
 
-    ``inv = 1 / scale`` (correctly rounded) once per block; per element ``q = y * inv`` is within
-    about 2 ulps of the quotient; two fma corrections ``q += (y - q * scale) * inv`` make it the
-    correctly rounded one (Markstein's theorem: the residual is exact, and a correction from a
-    quotient within 1 ulp with a correctly rounded reciprocal rounds to ``RN(y / scale)``).
-    The theorem needs the residual above fp32's underflow, so blocks with a scale below 2^-90
-    (only possible with a floor below ~4e-25) are scaled by 2^64 first: exact, same quotient.
-    ``y == 0`` and an infinite scale take ``y * inv``, which is then exactly ``y / scale`` (signed
-    zeros, NaN for inf / inf and for 0 / 0).
+    ``inv = 1 / scale`` (correctly rounded) once per block; per element
+    ``q = y * inv`` is within about 2 ulps of the quotient; two fma
+    corrections ``q += (y - q * scale) * inv`` make it the correctly rounded
+    one (Markstein's theorem: the residual is exact, and a correction from a
+    quotient within 1 ulp with a correctly rounded reciprocal rounds to
+    ``RN(y / scale)``). The theorem needs the residual above fp32's
+    underflow, so blocks with a scale below 2^-90 (only possible with a floor
+    below ~4e-25) are scaled by 2^64 first: exact, same quotient. ``y == 0``
+    and an infinite scale take ``y * inv``, which is then exactly
+    ``y / scale`` (signed zeros, NaN for inf / inf and for 0 / 0).
     """
     tiny = scale < 8.077935669463161e-28  # 2^-90
-    lift = tl.where(tiny, 18446744073709551616.0, 1.0)  # 2^64, a power of two: exact
+    # 2^64, a power of two: exact
+    lift = tl.where(tiny, 18446744073709551616.0, 1.0)
     s = (scale * lift)[:, None]
     inv = tl.div_rn(1.0, s)
     y_s = y * lift[:, None]
@@ -316,25 +154,32 @@ def divide_by_block_scale(y, scale):
 
 @triton.jit
 def max_keeping_nan(a, b):
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)  # tl.max would drop a NaN
+    # tl.max would drop a NaN
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit
-def quantize_tile(y, absmax_floor, FP8_MAX: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+def quantize_tile(y, absmax_floor, FP8_MAX: tl.constexpr,
+                  SOFTWARE_ROUNDING: tl.constexpr,
                   BLOCK_RECIPROCAL: tl.constexpr):
-    """Steps 4-5 on a (blocks, 128) tile: returns (codes, one scale per block).
-    A block holding a NaN or an Inf gets a NaN scale, so all its codes are NaN too."""
+    """Steps 4-5 on a (blocks, 128) tile: returns (codes, one scale per
+    block). A block holding a NaN or an Inf gets a NaN scale, so all its
+    codes are NaN too."""
     absmax = tl.reduce(tl.abs(y), 1, max_keeping_nan)
-    finite = absmax <= 3.4028234663852886e38  # False for NaN and Inf: one compare per block
+    # False for NaN and Inf: one compare per block
+    finite = absmax <= 3.4028234663852886e38
     absmax = tl.maximum(absmax, absmax_floor)  # floor 0: no floor
     scale = tl.where(finite, tl.div_rn(absmax, FP8_MAX), float("nan"))
     if BLOCK_RECIPROCAL:
-        q = divide_by_block_scale(y, scale)  # the same quotient, bit for bit, cheaper
+        # the same quotient, bit for bit, cheaper
+        q = divide_by_block_scale(y, scale)
     else:
-        q = tl.div_rn(y, scale[:, None])  # y * (1 / scale) alone would differ by a code now and then
+        # y * (1 / scale) alone would differ by a code now and then
+        q = tl.div_rn(y, scale[:, None])
     q = tl.clamp(q, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
     if SOFTWARE_ROUNDING:
-        codes = e4m3_bits(q)  # uint8 bit patterns, stored through a uint8 view
+        # uint8 bit patterns, stored through a uint8 view
+        codes = e4m3_bits(q)
     else:
         codes = q.to(tl.float8e4nv, fp_downcast_rounding="rtne")
     return codes, scale
@@ -404,45 +249,60 @@ def _piece_offsets(START_BLOCK: tl.constexpr, NB: tl.constexpr, BLOCK_COLS: tl.c
 
 
 @triton.jit
-def _quantize_piece(x, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks, offsets,
-                    FP8_MAX: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+def _quantize_piece(x, r, w_ptr, codes_ptr, scales_ptr, row, cols,
+                    absmax_floor, blocks, offsets, FP8_MAX: tl.constexpr,
+                    SOFTWARE_ROUNDING: tl.constexpr,
                     BLOCK_RECIPROCAL: tl.constexpr, BLOCK_COLS: tl.constexpr):
     mask = offsets < cols
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)
-    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL)
+    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING,
+                                 BLOCK_RECIPROCAL)
     tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
     n_blocks = tl.cdiv(cols, BLOCK_COLS)
-    tl.store(scales_ptr + row * n_blocks + blocks, scale, mask=blocks < n_blocks)
+    tl.store(scales_ptr + row * n_blocks + blocks, scale,
+             mask=blocks < n_blocks)
 
 
 @triton.jit
-def rmsnorm_fp8_fused_split_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, cols_f,
-                                   x_row_stride, eps, absmax_floor, FP8_MAX: tl.constexpr,
-                                   BLOCK_COLS: tl.constexpr, B0: tl.constexpr, B1: tl.constexpr,
-                                   B2: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+def rmsnorm_fp8_fused_split_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols,
+                                   cols_f, x_row_stride, eps, absmax_floor,
+                                   FP8_MAX: tl.constexpr,
+                                   BLOCK_COLS: tl.constexpr,
+                                   B0: tl.constexpr, B1: tl.constexpr,
+                                   B2: tl.constexpr,
+                                   SOFTWARE_ROUNDING: tl.constexpr,
                                    BLOCK_RECIPROCAL: tl.constexpr):
-    """The fused kernel without padding: the row's blocks as three power-of-two pieces (56 blocks
-    = 32 + 16 + 8), so no lane works on a padded block."""
+    """The fused kernel without padding: the row's blocks as three
+    power-of-two pieces (56 blocks = 32 + 16 + 8), so no lane works on a
+    padded block."""
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_row_stride
     blocks0, offsets0 = _piece_offsets(0, B0, BLOCK_COLS)
     blocks1, offsets1 = _piece_offsets(B0, B1, BLOCK_COLS)
     blocks2, offsets2 = _piece_offsets(B0 + B1, B2, BLOCK_COLS)
-    x0 = tl.load(x_row + offsets0, mask=offsets0 < cols, other=0.0).to(tl.float32)
-    x1 = tl.load(x_row + offsets1, mask=offsets1 < cols, other=0.0).to(tl.float32)
-    x2 = tl.load(x_row + offsets2, mask=offsets2 < cols, other=0.0).to(tl.float32)
-    sum_sq = (tl.sum(tl.sum((x0 * x0).to(tl.float64), axis=1), axis=0)  # float64: order-free
+    x0 = tl.load(x_row + offsets0, mask=offsets0 < cols,
+                 other=0.0).to(tl.float32)
+    x1 = tl.load(x_row + offsets1, mask=offsets1 < cols,
+                 other=0.0).to(tl.float32)
+    x2 = tl.load(x_row + offsets2, mask=offsets2 < cols,
+                 other=0.0).to(tl.float32)
+    # float64: order-free
+    sum_sq = (tl.sum(tl.sum((x0 * x0).to(tl.float64), axis=1), axis=0)
               + tl.sum(tl.sum((x1 * x1).to(tl.float64), axis=1), axis=0)
-              + tl.sum(tl.sum((x2 * x2).to(tl.float64), axis=1), axis=0)).to(tl.float32)
+              + tl.sum(tl.sum((x2 * x2).to(tl.float64), axis=1), axis=0)
+              ).to(tl.float32)
     denominator = tl.div_rn(sum_sq, cols_f) + eps
     r = loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)
-    _quantize_piece(x0, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks0,
-                    offsets0, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
-    _quantize_piece(x1, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks1,
-                    offsets1, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
-    _quantize_piece(x2, r, w_ptr, codes_ptr, scales_ptr, row, cols, absmax_floor, blocks2,
-                    offsets2, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+    _quantize_piece(x0, r, w_ptr, codes_ptr, scales_ptr, row, cols,
+                    absmax_floor, blocks0, offsets0, FP8_MAX,
+                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+    _quantize_piece(x1, r, w_ptr, codes_ptr, scales_ptr, row, cols,
+                    absmax_floor, blocks1, offsets1, FP8_MAX,
+                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+    _quantize_piece(x2, r, w_ptr, codes_ptr, scales_ptr, row, cols,
+                    absmax_floor, blocks2, offsets2, FP8_MAX,
+                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
 
 
 # [book:approx-kernel]
@@ -477,7 +337,7 @@ def rmsnorm_fp8_approx_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, x_row_s
 def rmsnorm_fp8_approx(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR,
                        num_warps: int = 8):
     """The diagnostic kernel above (GPU with fp8 support only): ``(codes, scales)``, not bit-exact."""
-    x2, w, eps, floor, shape = _check_inputs(x, w, eps, absmax_floor, env.current().device)
+    x2, w, eps, floor, shape = check_inputs(x, w, eps, absmax_floor, env.current().device)
     cols = x2.shape[1]
     validation.check_width(cols, MAX_COLS, "fp8 approx (one row per program)")
     nb = n_blocks(cols)
@@ -502,28 +362,36 @@ def rmsnorm_bf16_kernel(x_ptr, w_ptr, y_ptr, cols, cols_f, x_row_stride, eps,
                         BLOCK_COLS: tl.constexpr, BLOCKS: tl.constexpr,
                         SOFTWARE_ROUNDING: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    offsets = tl.arange(0, BLOCKS)[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
+    offsets = (tl.arange(0, BLOCKS)[:, None] * BLOCK_COLS
+               + tl.arange(0, BLOCK_COLS)[None, :])
     mask = offsets < cols
-    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask,
+                other=0.0).to(tl.float32)
     r = row_rscale_tile(x, cols_f, eps)
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)
-    tl.store(y_ptr + row * cols + offsets, y.to(tl.bfloat16), mask=mask)  # exact: y is bf16 already
+    # exact: y is bf16 already
+    tl.store(y_ptr + row * cols + offsets, y.to(tl.bfloat16), mask=mask)
 
 
 @triton.jit
-def quantize_fp8_kernel(y_ptr, codes_ptr, scales_ptr, cols, absmax_floor, FP8_MAX: tl.constexpr,
-                        BLOCK_COLS: tl.constexpr, BLOCKS: tl.constexpr,
-                        SOFTWARE_ROUNDING: tl.constexpr, BLOCK_RECIPROCAL: tl.constexpr):
+def quantize_fp8_kernel(y_ptr, codes_ptr, scales_ptr, cols, absmax_floor,
+                        FP8_MAX: tl.constexpr, BLOCK_COLS: tl.constexpr,
+                        BLOCKS: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
+                        BLOCK_RECIPROCAL: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     blocks = tl.arange(0, BLOCKS)
     offsets = blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
     mask = offsets < cols
-    y = tl.load(y_ptr + row * cols + offsets, mask=mask, other=0.0).to(tl.float32)  # read back
-    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL)
+    # read back
+    y = tl.load(y_ptr + row * cols + offsets, mask=mask,
+                other=0.0).to(tl.float32)
+    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING,
+                                 BLOCK_RECIPROCAL)
     tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
     n_blocks = tl.cdiv(cols, BLOCK_COLS)
-    tl.store(scales_ptr + row * n_blocks + blocks, scale, mask=blocks < n_blocks)
+    tl.store(scales_ptr + row * n_blocks + blocks, scale,
+             mask=blocks < n_blocks)
 # [/book:naive-kernels]
 
 
@@ -684,7 +552,7 @@ def _resolve_config(cols, num_warps, cap_registers, division, config) -> FusedCo
 def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=True,
                   division=None, config=None):
     validation.check_flag(cap_registers, "cap_registers")
-    x2, w, eps, floor, shape = _check_inputs(x, w, eps, absmax_floor, env.current().device)
+    x2, w, eps, floor, shape = check_inputs(x, w, eps, absmax_floor, env.current().device)
     cols = x2.shape[1]
     validation.check_width(cols, MAX_COLS, "fp8_quant (one row per program)")
     rounding = resolve_rounding(rounding, x2.device)
@@ -823,24 +691,6 @@ registry.register(registry.Impl(
     max_cols=MAX_COLS,
     description="RMSNorm + fp8 e4m3 block quantization in one kernel, one row per program "
                 "(chapter 8)"))
-
-
-# ---------------------------------------------------------------- inputs for checks
-
-def make_inputs(rows: int, cols: int, seed: int = 0, device=None, zero_block: bool = False):
-    """Random bf16 x (N(0,1) with a few large outliers per row, as activations have) and gamma
-    (around 1). Drawn on the CPU so every machine gets the same numbers. ``zero_block`` zeroes
-    columns 0..127 of row 0 (an all-zero block, the 0/0 case)."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(rows, cols, generator=g)
-    if cols >= 8:
-        spikes = torch.randint(0, cols, (rows, max(1, cols // 512)), generator=g)
-        x.scatter_(1, spikes, 20.0 * torch.randn(spikes.shape, generator=g))
-    if zero_block and rows:
-        x[0, :BLOCK_COLS] = 0.0
-    w = 1.0 + 0.1 * torch.randn(cols, generator=g)
-    device = device or env.current().device
-    return x.to(BF16).to(device), w.to(BF16).to(device)
 
 
 # ---------------------------------------------------------------- command line

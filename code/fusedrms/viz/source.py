@@ -68,20 +68,25 @@ def split_listing(text: str, max_lines: int = 20) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
+def listing_text(obj, marker: str | None = None) -> str:
+    """What :func:`show_listing` shows: a file's ``[book:marker]`` section when ``marker`` is
+    given (``obj`` then being the path), ``obj`` itself when it is a string, else the source of
+    the function or ``@triton.jit`` kernel ``obj``."""
+    if marker is not None:
+        return file_section(obj, marker)
+    if isinstance(obj, str):  # the listing itself
+        return obj
+    fn = getattr(obj, "fn", obj)
+    while hasattr(fn, "fn"):
+        fn = fn.fn
+    return inspect.getsource(fn)
+
+
 def show_listing(obj, max_lines: int = 20, language: str = "python", marker: str | None = None):
-    """Display a function's source (a file's ``[book:marker]`` section when ``marker`` is given,
-    ``obj`` then being the path; or ``obj`` itself when it is a string) as consecutive blocks of at most ``max_lines`` lines, so a
-    long kernel reads as a few short listings. Returns None (the blocks are displayed)."""
+    """Display :func:`listing_text` of ``obj`` (and ``marker``) as consecutive blocks of at most
+    ``max_lines`` lines, so a long kernel reads as a few short listings. Returns None (the blocks
+    are displayed)."""
     from IPython.display import display
 
-    if marker is not None:
-        text = file_section(obj, marker)
-    elif isinstance(obj, str):  # the listing itself
-        text = obj
-    else:
-        fn = getattr(obj, "fn", obj)
-        while hasattr(fn, "fn"):
-            fn = fn.fn
-        text = inspect.getsource(fn)
-    for part in split_listing(text, max_lines):
+    for part in split_listing(listing_text(obj, marker), max_lines):
         display(Code(part, language=language))
