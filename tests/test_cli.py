@@ -61,6 +61,11 @@ USAGE_ERRORS = [
     (verify.main, ["--jobs", "0"]),
     (traffic.main, ["rmsnorm", "--rows", "0"]), (traffic.main, ["rmsnorm", "--cols", "-4"]),
     (traffic.main, ["rmsnorm", "--dtype", "fp64"]), (traffic.main, ["rmsnorm", "--bandwidth", "nan"]),
+    (traffic.main, ["rmsnorm", "--bandwidth", "1e-320"]), (traffic.main, ["rmsnorm", "--peak", "inf"]),
+    (traffic.main, ["rmsnorm", "--peak", "1e-320"]), (traffic.main, ["rmsnorm", "--bandwidth", "1e400"]),
+    (traffic.main, ["rmsnorm", "--rows", str(10 ** 400)]),
+    (traffic.main, ["rmsnorm", "--rows", str(2 ** 62), "--cols", "4"]),
+    (verify.main, ["--kernel", "fp8.fused", "--dtype", "fp16"]),
     (rmsnorm.main, ["--rows", "0", "--cols", "8"]), (rmsnorm.main, ["--eps", "-1"]),
     (rmsnorm.main, ["--eps", "nan"]), (rmsnorm.main, ["--seed", "99999999999999999999"]),
     (rmsnorm_fp8._main, ["check", "--rows", "-1"]), (rmsnorm_fp8._main, ["check", "--cols", "0"]),
@@ -99,9 +104,15 @@ def test_output_paths(tmp_path):
         cli.output_dir(str(tmp_path / "f"))
     with pytest.raises(argparse.ArgumentTypeError, match="cannot write"):
         cli.output_file(str(tmp_path / "f" / "x.json"))  # a folder that is a file
+    # tried, not asked: as root os.access says yes to /proc, where no file can be made
+    with pytest.raises(argparse.ArgumentTypeError, match="cannot write"):
+        cli.output_file("/proc/fusedrms/r.json")
+    assert not list(tmp_path.glob("tmp*"))  # the probe leaves nothing behind
 
 
 @pytest.mark.parametrize("main,argv", [(verify.main, ["--json", "FILE/x.json"]),
+                                       (verify.main, ["--json", "/proc/fusedrms/x.json"]),
+                                       (verify.main, ["--json", "/proc/x.json"]),
                                        (plots.main, ["--out", "FILE/p"]),
                                        (plots.main, ["--op", "softmax"]),
                                        (harness.main, ["run", "--out", "FILE/r.json"])])

@@ -6,6 +6,8 @@ form) and must answer in one of three documented ways (``validation.INPUT_POLICY
 ``InputError`` exactly when the input is invalid, otherwise an answer within tolerance of the
 float64 reference, NaN exactly where the policy is loud. In-place overlaps are generated too. Every
 exercise checker is fed generated malformed answers and must answer with a message, never raise.
+The autograd entry points (chapter 9) pass gradcheck in float64 on generated shapes, refuse
+``create_graph=True``, and their bf16/fp16/fp32 gradients match torch autograd of the reference.
 
 Bounded for CI (2 cores, Triton interpreter): tiny shapes, modest ``max_examples``, derandomized.
 """
@@ -18,9 +20,10 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from fusedrms import env, registry, validation, verify
+from fusedrms import checks, env, reference, registry, validation, verify
 from fusedrms.exercises.core import Feedback
 from fusedrms.kernels import add_rmsnorm as A
+from fusedrms.kernels import rmsnorm_backward as B
 
 ENV = env.current()
 DEVICE_KEY = "cuda" if ENV.on_gpu else "cpu"
@@ -204,6 +207,85 @@ def test_in_place_refuses_every_overlap_and_is_right_otherwise(case):
         return
     y, s = A.add_rmsnorm_residual(x, r, w, in_place=True)
     assert torch.equal(y, expected_y) and torch.equal(s, expected_s)
+
+
+# ---------------------------------------------------------------- autograd (chapter 9)
+
+F64 = torch.float64
+
+
+@st.composite
+def autograd_cases(draw, dtypes=(F64,), max_rows=3, max_cols=9):
+    """A small problem for the autograd entry points: shape, dtype, dw mode, with or without the
+    fused add, and the output gradients' seed."""
+    return (draw(st.integers(1, max_rows)), draw(st.integers(1, max_cols)),
+            draw(st.sampled_from(dtypes)), draw(st.sampled_from(B.DW_MODES)),
+            draw(st.booleans()), draw(st.integers(0, 2 ** 16)))
+
+
+def _autograd_inputs(rows, cols, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    x, residual, dy, ds = (torch.randn(rows, cols, generator=g) for _ in range(4))
+    w = torch.rand(cols, generator=g) + 0.5
+    return [t.to(dtype).to(ENV.device) for t in (x, residual, w, dy, ds)]
+
+
+# gradcheck's fast mode compares one random projection of the Jacobian (numerical against the
+# kernels' backward) per call: a few launches instead of one per element, so generated shapes stay
+# cheap under the interpreter; tests/kernels/test_rmsnorm_backward.py checks the full Jacobian.
+@settings(CI, max_examples=max(10, EXAMPLES // 40))
+@given(autograd_cases())
+def test_gradcheck_float64_on_generated_shapes(case):
+    rows, cols, dtype, mode, add, seed = case
+    x, residual, w, _, _ = _autograd_inputs(rows, cols, dtype, seed)
+    if add:
+        leaves = [t.clone().requires_grad_() for t in (x, residual, w)]
+
+        def fn(a, r, b):
+            return B.add_rmsnorm(a, r, b, 1e-5, mode)
+    else:
+        leaves = [t.clone().requires_grad_() for t in (x, w)]
+
+        def fn(a, b):
+            return B.rmsnorm(a, b, 1e-5, mode)
+    assert torch.autograd.gradcheck(fn, leaves, fast_mode=True)
+    out = fn(*leaves)
+    total = sum(o.sum() for o in out) if add else out.sum()
+    with pytest.raises(RuntimeError, match="cannot be differentiated again"):
+        torch.autograd.grad(total, leaves, create_graph=True)  # never a gradient with no graph
+
+
+@settings(CI, max_examples=max(20, EXAMPLES // 15))
+@given(autograd_cases(dtypes=FLOATS, max_rows=4, max_cols=40))
+def test_low_precision_gradients_match_torch_autograd_of_the_reference(case):
+    """The kernels' gradients in x's dtype against torch autograd through the float64 reference,
+    within the dtype's tolerance (``checks.tolerance_for``) scaled by the terms' magnitudes, as
+    tests/kernels/test_rmsnorm_backward.py and verify compare them."""
+    rows, cols, dtype, mode, add, seed = case
+    x, residual, w, dy, ds = _autograd_inputs(rows, cols, dtype, seed)
+    xg, rg, wg = (t.clone().requires_grad_() for t in (x, residual, w))
+    if add:
+        y, s = B.add_rmsnorm(xg, rg, wg, 1e-5, mode)
+        dx, dr, dw = torch.autograd.grad((y, s), (xg, rg, wg), (dy, ds))
+        assert torch.equal(dx, dr)  # x and residual get the same gradient
+        normalized = s.detach()  # the kernels normalize s as stored in x's dtype
+    else:
+        y = B.rmsnorm(xg, wg, 1e-5, mode)
+        dx, dw = torch.autograd.grad(y, (xg, wg), dy)
+        normalized = x
+    s64 = normalized.to(F64).requires_grad_()
+    w64 = w.to(F64).requires_grad_()
+    y64 = reference.rmsnorm(s64, w64, 1e-5, accum=F64, out_dtype=F64)
+    ref_dx, ref_dw = torch.autograd.grad(y64, (s64, w64), dy.to(F64))
+    if add:
+        ref_dx = ref_dx + ds.to(F64)  # s is also an output: its gradient passes straight through
+    scale = reference.rmsnorm_backward(normalized, w, dy, accum=F64, d_sum=ds if add else None)
+    fin = torch.finfo(dtype)
+    for name, got, ref, n in (("dx", dx, ref_dx, cols), ("dw", dw, ref_dw, rows)):
+        assert got.dtype == dtype and got.shape == ref.shape
+        report = checks.allclose(got, ref, n=n, atol=2 * fin.tiny * fin.eps,
+                                 scale=scale[f"{name}_scale"])
+        assert report.ok, f"{name} {dtype} {rows}x{cols} {mode} add={add}: {report}"
 
 
 # ---------------------------------------------------------------- every exercise checker

@@ -152,6 +152,17 @@ def test_a_custom_step_is_priced_by_the_same_rules():
     (dict(cols=2.5), "cols must be a whole number"),
     (dict(bandwidth_GBps=-1), "bandwidth_GBps must be positive"),
     (dict(bandwidth_GBps="fast"), "must be a number"),
+    # issue 26: OverflowError, or accepted
+    (dict(rows=float("inf")), "rows must be a whole number"),
+    (dict(rows=10 ** 400), "rows must be at most .* 401 digits"),
+    (dict(rows="3"), r"rows must be a whole number such as 4096, got '3' \(str\)"),
+    (dict(cols=True), r"cols must be a whole number such as 4096, got True \(bool\)"),
+    (dict(rows=2 ** 62, cols=4), "a tensor holds at most"),
+    (dict(bandwidth_GBps=float("inf")), "bandwidth_GBps must be from 1e-06 to 1e\\+12"),
+    (dict(bandwidth_GBps=1e-320), "bandwidth_GBps must be from"),
+    (dict(bandwidth_GBps=10 ** 400), "bandwidth_GBps must be from .* 401 digits"),
+    (dict(bandwidth_GBps=True), "bandwidth_GBps must be a number, got True"),
+    (dict(bandwidth_GBps=4800, peak_tflops=1e-320), "peak_tflops must be from"),
 ])
 def test_errors_say_what_to_do(kwargs, match):
     args = dict(step="rmsnorm", rows=4, cols=8, dtype="bf16")
@@ -160,6 +171,13 @@ def test_errors_say_what_to_do(kwargs, match):
         price(args.pop("step"), **args)
     with pytest.raises(TrafficError, match="known ops"):
         traffic.floor_us("layernorm", 1, 1, "bf16", 1.0)
+
+
+def test_the_largest_accepted_sizes_and_rates_still_print_finite_numbers():
+    e = price("rmsnorm_backward", 2 ** 31, 2 ** 31, "fp32", bandwidth_GBps=traffic.RATE_RANGE[0],
+              peak_tflops=traffic.RATE_RANGE[0])
+    assert math.isfinite(e.ideal_us) and "ideal" in str(e)
+    assert price("rmsnorm", 4.0, 8).rows == 4  # a whole-number float is still a whole number
 
 
 # ---- bandwidths ----

@@ -29,6 +29,7 @@ def test_as_rows_keeps_a_padded_row_stride():
     (torch.ones(3, dtype=torch.int32), "dtype int32"),
     (torch.tensor(1.0), "scalar"),
     (torch.ones(3, 0), "zero columns"),
+    (torch.eye(3).to_sparse(), r"sparse_coo tensor.*x.to_dense\(\)"),  # issue 26: a traceback
 ])
 def test_bad_inputs_say_what_to_do(bad, match):
     with pytest.raises(v.InputError, match=match):
@@ -42,6 +43,20 @@ def test_weight_checks():
     with pytest.raises(v.InputError, match="one weight per column"):
         v.check_weight(torch.ones(2, 4), 8, dev)
     assert v.check_weight(torch.ones(16)[::2], 8, dev).is_contiguous()
+    with pytest.raises(v.InputError, match="w is a sparse_coo tensor"):
+        v.check_weight(torch.ones(8).to_sparse(), 8, dev)
+
+
+def test_forward_only_refuses_inputs_that_require_grad_while_autograd_records():
+    x, w = torch.ones(2, 4), torch.nn.Parameter(torch.ones(4))
+    v.check_forward_only({"x": x, "w": w.detach()}, "triton.row")
+    with pytest.raises(v.InputError, match="w requires grad, but triton.row is forward only.*"
+                                           "rmsnorm_backward.rmsnorm.*torch.no_grad"):
+        v.check_forward_only({"x": x, "w": w}, "triton.row")
+    with torch.no_grad():
+        v.check_forward_only({"x": x, "w": w}, "triton.row")
+    with torch.inference_mode():
+        v.check_forward_only({"x": x.requires_grad_(), "w": w}, "triton.row")
 
 
 def test_same_shape_dtype_device():

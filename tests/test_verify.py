@@ -291,6 +291,36 @@ def test_cli_errors_are_messages(capsys):
         assert verify.main(["--device", "gpu"]) == 2
 
 
+def test_a_selection_that_runs_no_check_says_why_and_exits_2(capsys):
+    """Issue 26: --kernel fp8.fused --dtype fp16 ran 0 checks and exited 0."""
+    with pytest.raises(SystemExit) as e:
+        verify.main(["--kernel", "fp8.fused", "--dtype", "fp16"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "usage:" in err
+    assert "runs no check" in err and "fp8.fused: takes bf16 only, not fp16" in err
+    wide = torch_impl("test.narrow", fp32_rmsnorm, max_cols=8)
+    gpu_only = torch_impl("test.gpu", fp32_rmsnorm, devices=("cuda",), gpu_only_reason="needs nvcc")
+    assert "test.narrow: rows wider than 8 columns" in verify.why_nothing_runs(
+        [wide], cases=[verify.case("33x257")])
+    assert verify.why_nothing_runs([gpu_only], on_gpu=False) == "test.gpu: needs nvcc"
+    assert verify.why_nothing_runs([wide, gpu_only], cases=[verify.case("1x1")]) == ""
+
+
+def test_a_json_file_that_cannot_be_written_mid_run_is_an_error_not_a_traceback(
+        tmp_path, monkeypatch, capsys):
+    from fusedrms import records
+
+    def refuse(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(records, "write", refuse)
+    rc = verify.main(["--kernel", "triton.row", "--case", "1x1", "--dtype", "fp32",
+                      "--json", str(tmp_path / "v.json")])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "No space left on device" in err and "Traceback" not in err
+    assert out.strip().splitlines()[-1] == "1 passed, 0 failed" and "wrote" not in out
+
+
 # ---------------------------------------------------------------- GPU
 
 @pytest.mark.gpu

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import tempfile
 from pathlib import Path
 
 SEED_MAX = 2 ** 63 - 1  # torch.manual_seed takes 64-bit seeds
@@ -144,12 +145,19 @@ def existing_file(text: str) -> Path:
 
 
 def _writable_from(path: Path) -> bool:
-    """Whether the folders up to ``path`` exist or can be made (the nearest existing one is a
-    writable folder)."""
+    """Whether the folders up to ``path`` exist or can be made: the nearest existing one is a
+    folder that accepts a new file. Tried, not asked of ``os.access``: as root it says yes to
+    everything, including /proc."""
     parent = path.parent if str(path.parent) else Path(".")
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
-    return parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
+    if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
+        return False
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            return True
+    except OSError:
+        return False
 
 
 def output_file(text: str) -> Path:
@@ -157,6 +165,9 @@ def output_file(text: str) -> Path:
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file path")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: the file is read-only; pick "
+                                         f"another path")
     if not _writable_from(path):
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: its folder cannot be created "
                                          f"or written; pick another path")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import numbers
 import sys
 from dataclasses import dataclass
 from fractions import Fraction
@@ -477,29 +478,49 @@ def _fmt_trips(trips: Fraction) -> str:
     return str(trips.numerator) if trips.denominator == 1 else f"{float(trips):.3f}"
 
 
+# A tensor holds at most 2**63 - 1 elements (torch counts them in int64); rates outside
+# RATE_RANGE (GB/s, TFLOP/s) are no machine's, and past them the ideal times leave float's range.
+MAX_ELEMENTS = 2 ** 63 - 1
+RATE_RANGE = (1e-6, 1e12)
+
+
 def _positive_int(value, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            if float(value) != int(value):
-                raise ValueError
-            value = int(value)
-        except (TypeError, ValueError):
-            raise TrafficError(f"{what} must be a whole number, got {value!r}") from None
+    """A whole number from 1 to ``most``: an int (or a float with no fraction), never a string or
+    a bool (True would count as 1)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TrafficError(f"{what} must be a whole number such as 4096, got {value!r} "
+                           f"({type(value).__name__})")
+    if not isinstance(value, numbers.Integral):
+        if not (math.isfinite(value) and float(value) == int(value)):
+            raise TrafficError(f"{what} must be a whole number, got {value!r}")
+    value = int(value)
     if value < 1:
         raise TrafficError(f"{what} must be at least 1, got {value}")
+    if value > MAX_ELEMENTS:
+        raise TrafficError(f"{what} must be at most {MAX_ELEMENTS:,} (2**63 - 1, a tensor's "
+                           f"largest element count), got a number of {len(str(value))} digits")
     return value
 
 
 def _rate(value, what: str) -> Fraction | None:
     if value is None:
         return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TrafficError(f"{what} must be a number, got {value!r} ({type(value).__name__})")
     try:
-        rate = Fraction(str(float(value)))
-    except (TypeError, ValueError):
-        raise TrafficError(f"{what} must be a number, got {value!r}") from None
-    if rate <= 0:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if math.isnan(number):
+        raise TrafficError(f"{what} must be a number, got {value!r}")
+    if number <= 0:
         raise TrafficError(f"{what} must be positive, got {value}")
-    return rate
+    low, high = RATE_RANGE
+    if not low <= number <= high:
+        shown = (f"{number:g}" if math.isfinite(number) or not isinstance(value, numbers.Integral)
+                 else f"a number of {len(str(value))} digits")
+        raise TrafficError(f"{what} must be from {low:g} to {high:g}, got {shown}")
+    return Fraction(str(number))
 
 
 def price(step: str | Step, rows: int, cols: int, dtype: Any = "bf16",
@@ -515,6 +536,9 @@ def price(step: str | Step, rows: int, cols: int, dtype: Any = "bf16",
     s = get_step(step)
     rows = _positive_int(rows, "rows")
     cols = _positive_int(cols, "cols")
+    if rows * cols > MAX_ELEMENTS:
+        raise TrafficError(f"rows x cols = {rows * cols:.3e} elements; a tensor holds at most "
+                           f"{MAX_ELEMENTS:,} (2**63 - 1)")
     block = _positive_int(block, "block")
     chunk_cols = _positive_int(chunk_cols, "chunk_cols")
     programs = min(_positive_int(programs, "programs"), rows)  # a program never has no rows
@@ -675,17 +699,18 @@ def main(argv: list[str] | None = None) -> int:
                     "2 x 7168 bf16 example and the published H200 bandwidth.")
     parser.add_argument("steps", nargs="*", metavar="STEP", help="one or more steps (see --list)")
     parser.add_argument("--list", action="store_true", help="list the steps and exit")
-    parser.add_argument("--rows", type=cli.whole(1), default=2, help="rows (tokens); default 2")
-    parser.add_argument("--cols", type=cli.whole(1), default=7168,
+    parser.add_argument("--rows", type=cli.whole(1, MAX_ELEMENTS), default=2,
+                        help="rows (tokens); default 2")
+    parser.add_argument("--cols", type=cli.whole(1, MAX_ELEMENTS), default=7168,
                         help="row width (hidden size); default 7168")
     parser.add_argument("--dtype", type=cli.dtype_name, default="bf16", help="bf16, fp16 or fp32")
-    parser.add_argument("--bandwidth", type=cli.number(0.0, above=True), default=None,
+    parser.add_argument("--bandwidth", type=cli.number(*RATE_RANGE), default=None,
                         help="GB/s (default: the --gpu's published figure)")
     parser.add_argument("--gpu", default=H200,
                         help=f"published figures to use: {', '.join(PUBLISHED)}")
-    parser.add_argument("--peak", type=cli.number(0.0, above=True), default=None,
+    parser.add_argument("--peak", type=cli.number(*RATE_RANGE), default=None,
                         help="TFLOP/s (default: the --gpu's)")
-    parser.add_argument("--block", type=cli.whole(1), default=128,
+    parser.add_argument("--block", type=cli.whole(1, MAX_ELEMENTS), default=128,
                         help="FP8 block width in columns")
     args = parser.parse_args(argv)
     if args.list:
@@ -707,8 +732,7 @@ def main(argv: list[str] | None = None) -> int:
         estimates = [price(s, args.rows, args.cols, args.dtype, bandwidth, peak, args.block)
                      for s in args.steps]
     except TrafficError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        parser.error(str(e))
     source = "given" if args.bandwidth is not None else f"published {gpu}"
     print(f"# bandwidth {bandwidth:g} GB/s ({source}), peak {peak:g} TFLOP/s")
     for e in estimates:

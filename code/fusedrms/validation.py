@@ -27,6 +27,10 @@ def check_tensor(t, name: str, dtypes=SUPPORTED_DTYPES) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise InputError(f"{name} must be a torch.Tensor, got {type(t).__name__}. "
                          f"Convert it with torch.as_tensor({name}, dtype=torch.float32).")
+    if t.layout != torch.strided:
+        layout = str(t.layout).replace("torch.", "")
+        raise InputError(f"{name} is a {layout} tensor; the kernels read dense rows. Convert it "
+                         f"with {name}.to_dense().")
     if t.dtype not in dtypes:
         allowed = ", ".join(_name(d) for d in dtypes)
         rest = sorted(dtypes[1:], key=lambda d: d != torch.bfloat16)  # bfloat16 first
@@ -154,6 +158,23 @@ def check_flag(value, name: str) -> bool:
     if not isinstance(value, bool):
         raise InputError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
     return value
+
+
+AUTOGRAD_ENTRY_POINTS = ("fusedrms.kernels.rmsnorm_backward.rmsnorm, add_rmsnorm or the "
+                         "RMSNorm module")
+
+
+def check_forward_only(tensors: dict, kernel: str) -> None:
+    """Refuse inputs that require grad while autograd records: ``kernel`` is forward only, so its
+    output would have no ``grad_fn`` and ``backward()`` would silently skip it."""
+    if not torch.is_grad_enabled():
+        return
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            raise InputError(
+                f"{name} requires grad, but {kernel} is forward only: its output would have no "
+                f"gradient. To train through RMSNorm use {AUTOGRAD_ENTRY_POINTS}; to run this "
+                f"kernel alone pass {name}.detach() or call it under torch.no_grad().")
 
 
 def _byte_range(t: torch.Tensor) -> tuple[int, int] | None:

@@ -402,6 +402,40 @@ def seed_for(base: int, kernel: str, case_name: str, dtype: torch.dtype) -> int:
     return zlib.crc32(f"{base}|{kernel}|{case_name}|{dtype}".encode())
 
 
+def _label(dtype: torch.dtype) -> str:
+    return DTYPE_NAMES.get(dtype) or str(dtype).replace("torch.", "")
+
+
+def skip_reason(impl: registry.Impl, c: Case, dtype: torch.dtype, on_gpu: bool) -> str:
+    """Why ``impl`` does not run case ``c`` in ``dtype`` on this device; empty when it runs."""
+    dev_key = "cuda" if on_gpu else "cpu"
+    if dev_key not in impl.devices:
+        return impl.gpu_only_reason or f"does not run on the {'GPU' if on_gpu else 'CPU'}"
+    if dtype not in impl.dtypes:
+        return f"takes {', '.join(_label(d) for d in impl.dtypes)} only, not {_label(dtype)}"
+    if impl.max_cols is not None and c.shape(on_gpu)[1] > impl.max_cols:
+        return f"rows wider than {impl.max_cols} columns are not supported"
+    if not impl.kernel and c.kind in LOUD_KINDS:
+        return ("a library peer computes what PyTorch does here (zeros for an overflowed row); "
+                "the loud policy is the book's kernels'")
+    return ""
+
+
+def why_nothing_runs(impls: list[registry.Impl], dtypes=None, cases=None,
+                     on_gpu: bool = False) -> str:
+    """Empty when the selection runs at least one check; else one line per implementation saying
+    why none of its checks would run (a dtype it does not take, the device, the widths)."""
+    lines = []
+    for impl in impls:
+        reasons = {skip_reason(impl, c, d, on_gpu)
+                   for d in (impl.dtypes if dtypes is None else dtypes)
+                   for c in (CASES if cases is None else cases)}
+        if "" in reasons:
+            return ""
+        lines.append(f"{impl.name}: {'; '.join(sorted(reasons))}")
+    return "\n".join(lines) or "no implementation selected"
+
+
 def run_check(impl: registry.Impl, c: Case, dtype: torch.dtype, device=None,
               seed: int = 0) -> Check:
     """One check of ``impl`` on case ``c`` in ``dtype`` (on the environment's device by default)."""
@@ -410,14 +444,9 @@ def run_check(impl: registry.Impl, c: Case, dtype: torch.dtype, device=None,
     rows, cols = c.shape(on_gpu)
     name = DTYPE_NAMES.get(dtype, str(dtype))
     base = dict(kernel=impl.name, op=impl.op, dtype=name, case=c.name, shape=(rows, cols))
-    dev_key = "cuda" if on_gpu else "cpu"
-    if not impl.supports(dev_key, dtype, cols):
-        why = impl.gpu_only_reason if dev_key not in impl.devices else "not supported"
-        return Check(**base, status="skip", message=why or "not supported")
-    if not impl.kernel and c.kind in LOUD_KINDS:
-        return Check(**base, status="skip", message="a library peer computes what PyTorch does here "
-                                                     "(zeros for an overflowed row); the loud policy "
-                                                     "is the book's kernels'")
+    why = skip_reason(impl, c, dtype, on_gpu)
+    if why:
+        return Check(**base, status="skip", message=why)
     inputs = make_inputs(c, impl.op, dtype, device, seed_for(seed, impl.name, c.name, dtype))
     rtol = checks.tolerance_for(dtype, cols)[0]
     start = time.perf_counter()
@@ -665,6 +694,10 @@ def main(argv=None) -> int:
         impls = lookup(args.kernel, peers=args.peers)
     except KeyError as err:
         parser.error(str(err.args[0]))
+    nothing = why_nothing_runs(impls, dtypes, cases, e.on_gpu)
+    if nothing:
+        parser.error("this selection runs no check:\n  " + nothing.replace("\n", "\n  ")
+                     + "\nchoose another --kernel, --dtype or --case")
     print(e.describe())
     print(f"verifying {len(impls)} implementation(s): {', '.join(i.name for i in impls)}")
     start = time.perf_counter()
@@ -673,16 +706,22 @@ def main(argv=None) -> int:
         if check.status == "FAIL":
             print(f"  FAIL {check.kernel} {check.dtype} {check.case}: {check.message}", flush=True)
 
+    unsaved = []  # why --json could not be written, once
+
     def save(results, complete):
-        if not args.json:
+        if not args.json or unsaved:
             return
         from . import records
 
-        records.write(args.json, [r.record() for r in results],
-                      extra={"table": table(results), "matrix": matrix(results),
-                             "summary": summary(results), "complete": complete,
-                             "seconds": round(time.perf_counter() - start, 2),
-                             "cases": [asdict(c) for c in CASES]})
+        try:
+            records.write(args.json, [r.record() for r in results],
+                          extra={"table": table(results), "matrix": matrix(results),
+                                 "summary": summary(results), "complete": complete,
+                                 "seconds": round(time.perf_counter() - start, 2),
+                                 "cases": [asdict(c) for c in CASES]})
+        except OSError as err:
+            unsaved.append(f"--json {args.json}: cannot write it ({err.strerror or err})")
+            print(f"error: {unsaved[0]}; the results are printed only", file=sys.stderr)
 
     order = {impl.name: i for i, impl in enumerate(impls)}
     results: list[Check] = []
@@ -710,9 +749,12 @@ def main(argv=None) -> int:
     skipped = sum(r.status == "skip" for r in results)
     print(f"\n{len(results)} checks in {elapsed:.1f} s ({skipped} skipped: unsupported dtype, "
           f"width or device)")
-    if args.json:
+    if args.json and not unsaved:
         print(f"wrote {args.json}")
     print(summary(results))
+    if unsaved:
+        print(f"error: {unsaved[0]}", file=sys.stderr)
+        return 2
     return 0 if all(r.status != "FAIL" for r in results) else 1
 
 

@@ -260,6 +260,61 @@ def test_cli_bad_arguments(argv, match, capsys):
     assert match in capsys.readouterr().err
 
 
+@pytest.mark.skipif(ENV.on_gpu, reason="the interpreter's limit; a GPU has the memory limit")
+@pytest.mark.parametrize("rows,cols,match", [
+    (1, 268435456, "at most 4,194,304 columns"),  # issue 26: ran for minutes
+    (16384, 1, "--rows 1024 or fewer"),  # narrow rows cost as much: one program each
+    (2, 4096 * 1024, "--rows 1 or fewer"),
+])
+def test_cli_refuses_sizes_the_interpreter_would_take_minutes_on(rows, cols, match, capsys):
+    with pytest.raises(SystemExit) as e:
+        T.main(["--rows", str(rows), "--cols", str(cols)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "usage:" in err and match in err and "10 ms" in err
+
+
+def test_cli_size_limits_fit_the_interpreter_and_the_device():
+    assert T.cli_size_problem(1024, 4096, torch.float32, on_gpu=False) == ""  # the default fits
+    assert T.cli_size_problem(1, 4096 * 1024, torch.float32, on_gpu=False) == ""
+    assert "1,025 rows" in T.cli_size_problem(1025, 4096, torch.float32, on_gpu=False)
+    gib = 1 << 30
+    # fp32 on a GPU: 32 + 6 x 4 = 56 bytes per element on the device, 72 + 2 x 4 on the host
+    fits = dict(device_free=56 * (1 << 28), host_free=80 * (1 << 28))
+    assert T.cli_size_problem(1, 1 << 28, torch.float32, on_gpu=True, **fits) == ""
+    short = T.cli_size_problem(1, 1 << 28, torch.float32, True, device_free=8 * gib,
+                               host_free=64 * gib)
+    assert "14.0 GiB on the GPU" in short and "8.0 GiB is free" in short
+    host = T.cli_size_problem(1, 1 << 28, torch.bfloat16, True, device_free=80 * gib,
+                              host_free=4 * gib)
+    assert "19.0 GiB of host memory" in host
+
+
+def test_launch_configurations_past_triton_s_largest_block_are_refused():
+    """Issue 26: they passed validation and failed deep inside Triton."""
+    x, w = _inputs(2, 4096)
+    with pytest.raises(InputError, match="chunk=2097152 .* at most 1048576"):
+        T.rmsnorm_looped(x, w, chunk=2 ** 21)
+    with pytest.raises(InputError, match="rows_per_program=512 .* at most 256"):
+        T.rmsnorm_multirow(x, w, rows_per_program=512)
+    with pytest.raises(InputError, match="rows_per_program"):  # refused before the empty return
+        T.rmsnorm_multirow(x[:0], w, rows_per_program=512)
+    x, w = _inputs(3, 13)
+    _check(T.rmsnorm_looped(x, w, chunk=2 ** 20), x, w)  # the largest block still runs
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_forward_only_wrappers_refuse_inputs_that_require_grad(variant):
+    """Issue 26: the output had no grad_fn, so backward() silently skipped the norm."""
+    x, w = _inputs(3, 13)
+    for xg, wg, name in ((x.clone().requires_grad_(), w, "x"),
+                         (x, torch.nn.Parameter(w.clone()), "w")):
+        with pytest.raises(InputError, match=f"{name} requires grad.*rmsnorm_backward.rmsnorm"):
+            VARIANTS[variant](xg, wg)
+        with torch.no_grad():  # forward only, as asked
+            _check(VARIANTS[variant](xg, wg), x, w)
+    _check(VARIANTS[variant](x.clone().requires_grad_().detach(), w), x, w)
+
+
 # ---- on the GPU (skipped elsewhere) ----
 
 @pytest.mark.gpu

@@ -253,3 +253,35 @@ def test_float64_rows_with_a_bf16_weight_get_the_right_dw():
     expected = (x / x.pow(2).mean().add(1e-5).sqrt()).squeeze(0)
     assert dw.dtype == torch.bfloat16
     torch.testing.assert_close(dw.double(), expected, rtol=1e-2, atol=0)
+
+
+@pytest.mark.parametrize("cols,match", [(-1, "got -1"), ("4", "got '4'"), (True, "got True"),
+                                        (0, "got 0"), (4.0, "got 4.0")])
+def test_the_module_refuses_a_width_that_is_not_a_whole_number(cols, match):
+    """Issue 26: RMSNorm(-1) and RMSNorm("4") ended in tracebacks from torch.ones."""
+    with pytest.raises(InputError, match=f"cols .* whole number >= 1, {match}"):
+        B.RMSNorm(cols)
+    with pytest.raises(InputError, match="dtype must be one of"):
+        B.RMSNorm(4, dtype=torch.int32)
+    assert B.RMSNorm(torch.tensor(4).item()).weight.shape == (4,)
+
+
+def test_a_none_residual_is_refused_not_dropped():
+    """Issue 26: add_rmsnorm(x, None, w) returned (y, None), the add silently skipped."""
+    x, _, w, dy, _ = _inputs(3, 8)
+    for call in (lambda: B.add_rmsnorm(x, None, w),
+                 lambda: B.add_rmsnorm(x.clone().requires_grad_(), None, w),
+                 lambda: B.add_rmsnorm_residual_forward(x, None, w),
+                 lambda: B.add_rmsnorm_backward(x, None, w, dy),
+                 lambda: B.add_rmsnorm_backward_atomic(x, None, w, dy)):
+        with pytest.raises(InputError, match="residual is None.*rmsnorm\\(x, w\\)"):
+            call()
+    assert B.RMSNorm(8)(x).shape == x.shape  # the module's residual=None means no add
+
+
+def test_sparse_inputs_are_refused_naming_the_argument():
+    x, res, w, _, _ = _inputs(3, 8)
+    with pytest.raises(InputError, match="x is a sparse_coo tensor"):
+        B.rmsnorm(x.to_sparse(), w)
+    with pytest.raises(InputError, match="residual is a sparse_coo tensor"):
+        B.add_rmsnorm(x, res.to_sparse(), w)

@@ -120,6 +120,26 @@ def test_install_refuses_tables_that_would_do_nothing_or_part(tmp_path, monkeypa
     assert match in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("text,match", [
+    # issue 26: json reads Infinity as a float; int(inf) raised OverflowError through install
+    ('{"provenance": {"gpu": "NVIDIA H200"}, "records": [{"cols": 4096, "dtype": "bfloat16", '
+     '"rows_per_program": Infinity, "num_warps": 8, "num_stages": 1}]}',
+     "no usable entry (1 malformed; entry 0: OverflowError"),
+    ('{"provenance": {"gpu": 123}, "records": []}', "provenance 'gpu' must be the GPU's name"),
+    ('{"provenance": {"gpu": ["H200"]}, "records": []}', "got ['H200'] (list)"),
+])
+def test_install_explains_non_finite_numbers_and_a_gpu_that_is_not_a_name(
+        tmp_path, monkeypatch, text, match, capsys):
+    monkeypatch.setattr(tuning, "TUNING_DIR", tmp_path / "pkg")
+    path = tmp_path / "rec" / "tuning" / "capstone.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    assert tuning.main(["install", str(tmp_path / "rec")]) == 2
+    err = capsys.readouterr().err
+    assert match in err and "Traceback" not in err
+    assert not (tmp_path / "pkg").exists()
+
+
 def test_document_prefers_this_gpu_then_the_h200(monkeypatch):
     doc = tuning.document("fp8")
     assert doc["provenance"]["gpu"] == "NVIDIA H200"

@@ -47,6 +47,8 @@ LOOP_CHUNK = 4096
 MULTIROW_MAX_COLS = 4096
 # Elements one multirow program aims to cover (rows x padded width).
 MULTIROW_ELEMENTS = 2048
+# Triton refuses a block (tl.arange, a 2-D tile) of more elements than this, deep in compilation.
+MAX_BLOCK_ELEMENTS = getattr(tl, "TRITON_MAX_TENSOR_NUMEL", 1 << 20)
 
 
 def num_warps_for(block_size: int) -> int:
@@ -140,6 +142,7 @@ def _prepare(x, w, eps, kernel: str, max_cols: int | None, alternative: str | No
     """Validate, flatten to (rows, cols) and allocate the output. Returns (x2, w, eps, y2, shape)."""
     validation.check_tensor(x, "x")
     validation.check_device(x, env.current().device, "x")
+    validation.check_forward_only({"x": x, "w": w}, kernel)
     shape = tuple(x.shape)
     x2 = validation.as_rows(x, "x")
     cols = x2.shape[1]
@@ -188,6 +191,10 @@ def rmsnorm_looped(x, w, eps: float = 1e-5, num_warps: int | None = None,
         chunk = min(triton.next_power_of_2(cols), LOOP_CHUNK)
     elif isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1 or chunk & (chunk - 1):
         raise validation.InputError(f"chunk must be a power of two >= 1, got {chunk!r}.")
+    elif chunk > MAX_BLOCK_ELEMENTS:
+        raise validation.InputError(f"chunk={chunk} is more than the {MAX_BLOCK_ELEMENTS:,} "
+                                    f"elements Triton allows in one block; pass a chunk of at "
+                                    f"most {MAX_BLOCK_ELEMENTS} (or None: {LOOP_CHUNK}).")
     if rows == 0:
         return y2.reshape(shape)
     rmsnorm_looped_kernel[(rows,)](x2, w, y2, cols, x2.stride(0), y2.stride(0), eps,
@@ -216,6 +223,12 @@ def rmsnorm_multirow(x, w, eps: float = 1e-5, num_warps: int | None = None,
           or rows_per_program < 1 or rows_per_program & (rows_per_program - 1)):
         raise validation.InputError(f"rows_per_program must be a power of two >= 1, got "
                                     f"{rows_per_program!r}.")
+    elif rows_per_program * block > MAX_BLOCK_ELEMENTS:
+        raise validation.InputError(
+            f"rows_per_program={rows_per_program} at {cols} columns (a block of {block} lanes) "
+            f"makes a tile of {rows_per_program * block:,} elements, more than the "
+            f"{MAX_BLOCK_ELEMENTS:,} Triton allows in one block; pass rows_per_program of at "
+            f"most {MAX_BLOCK_ELEMENTS // block} (or None for the book's rule).")
     if rows == 0:
         return y2.reshape(shape)
     grid = (triton.cdiv(rows, rows_per_program),)
@@ -261,6 +274,64 @@ def bytes_moved(rows: int, cols: int, dtype: torch.dtype, w_dtype: torch.dtype |
 
 # ---------------------------------------------------------------- command line
 
+# Under the interpreter a program runs each block of up to LOOP_CHUNK columns as a few NumPy
+# operations; their fixed cost (about 10 ms per row and per chunk, for each version) dominates,
+# whatever the width. The command line stops at 1024 such row-chunks: the default 1024 x 4096
+# takes about a minute for the three versions.
+INTERPRETER_MAX_ROW_CHUNKS = 1024
+# Bytes per element a check holds at once (measured on 2**24 fp32 elements): the float64
+# reference's temporaries (32) where x lives, and checks.allclose's float64 copies (72) on the host.
+REFERENCE_BYTES_PER_ELEMENT = 32
+COMPARE_BYTES_PER_ELEMENT = 72
+
+
+def _host_available_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def cli_size_problem(rows: int, cols: int, dtype: torch.dtype, on_gpu: bool,
+                     device_free: int | None = None, host_free: int | None = None) -> str:
+    """Why the command line refuses ``rows x cols`` here (empty when it fits): under the
+    interpreter, the time its row-chunks take; on a GPU, the memory a check holds at once on the
+    device (x, y, the previous y, the timer's copies, the float64 reference) and on the host
+    (the comparison). ``device_free``/``host_free`` default to what is free now."""
+    shape = f"--rows {rows} x --cols {cols}"
+    if not on_gpu:
+        per_row = -(-cols // LOOP_CHUNK)
+        if rows * per_row > INTERPRETER_MAX_ROW_CHUNKS:
+            fits = INTERPRETER_MAX_ROW_CHUNKS // per_row
+            hint = (f"--rows {fits} or fewer at this width" if fits else
+                    f"at most {INTERPRETER_MAX_ROW_CHUNKS * LOOP_CHUNK:,} columns")
+            return (f"{shape} is {rows * per_row:,} rows of up to {LOOP_CHUNK} columns; with no "
+                    f"GPU the Triton interpreter takes about 10 ms for each, per version, so this "
+                    f"check stops at {INTERPRETER_MAX_ROW_CHUNKS:,} (1024 x 4096 takes about a "
+                    f"minute). Use {hint}.")
+        return ""
+    elements = rows * cols
+    size = torch.empty((), dtype=dtype).element_size()
+    gib = 1 << 30
+    if device_free is None:
+        device_free = torch.cuda.mem_get_info()[0]
+    device_need = elements * (REFERENCE_BYTES_PER_ELEMENT + 6 * size)
+    if device_need > device_free:
+        return (f"{shape} needs about {device_need / gib:.1f} GiB on the GPU (x, outputs, the "
+                f"timer's copies and a float64 reference: {REFERENCE_BYTES_PER_ELEMENT + 6 * size} "
+                f"bytes per element); {device_free / gib:.1f} GiB is free. Use fewer rows.")
+    if host_free is None:
+        host_free = _host_available_bytes()
+    host_need = elements * (COMPARE_BYTES_PER_ELEMENT + 2 * size)
+    if host_free is not None and host_need > host_free:
+        return (f"{shape} needs about {host_need / gib:.1f} GiB of host memory to compare the "
+                f"outputs in float64 ({COMPARE_BYTES_PER_ELEMENT + 2 * size} bytes per element); "
+                f"{host_free / gib:.1f} GiB is available. Use fewer rows.")
+    return ""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -291,14 +362,17 @@ def main(argv=None) -> int:
         parser.error(f"--version must be one of: {', '.join(VERSIONS)}, all (got {args.version!r})")
     cli.check_elements(parser, args.rows, args.cols)
     dtype = args.dtype
-
     e = env.current()
+    too_big = cli_size_problem(args.rows, args.cols, dtype, e.on_gpu)
+    if too_big:
+        parser.error(too_big)
+
     print(e.describe())
     if not e.on_gpu:
         print("no GPU: checking correctness only (the interpreter's speed says nothing about a GPU)")
-        if args.rows * args.cols > 1 << 20:
-            print(f"note: {args.rows}x{args.cols} takes a few seconds per version in the "
-                  f"interpreter; try --rows 64 for a quick check")
+        if args.rows * -(-args.cols // LOOP_CHUNK) > 64:
+            print(f"note: {args.rows}x{args.cols} takes up to a minute in the interpreter; try "
+                  f"--rows 64 for a quick check")
     torch.manual_seed(args.seed)
     x = torch.randn(args.rows, args.cols, device=e.device, dtype=dtype)
     w = torch.randn(args.cols, device=e.device, dtype=dtype)

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from .. import env  # first: decides GPU or interpreter before any @triton.jit below
 
+import numbers
+
 import torch
 import triton
 import triton.language as tl
@@ -231,6 +233,14 @@ def _rows(t, name: str, like: torch.Tensor | None = None) -> torch.Tensor:
     return validation.as_rows(t, name, DTYPES)
 
 
+def _check_residual(residual) -> None:
+    """The fused add's residual is a tensor: None would quietly drop the add."""
+    if residual is None:
+        raise validation.InputError("residual is None, but the fused add normalizes x + "
+                                    "residual: pass a tensor shaped like x, or call rmsnorm(x, w) "
+                                    "when there is no residual.")
+
+
 def _prepare(x, w, eps, residual=None):
     validation.check_tensor(x, "x", DTYPES)
     validation.check_device(x, env.current().device, "x")
@@ -364,6 +374,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, residual, w, eps=1e-5, dw_mode="two_stage"):
         _check_mode(dw_mode)
+        _check_residual(residual)
         y, s, rstd = forward(x, w, eps, residual=residual)
         ctx.save_for_backward(s, w, rstd)
         ctx.eps, ctx.dw_mode = eps, dw_mode
@@ -395,8 +406,15 @@ class RMSNorm(torch.nn.Module):
     def __init__(self, cols: int, eps: float = 1e-5, dw_mode: str = "two_stage",
                  dtype: torch.dtype | None = None, device=None):
         super().__init__()
-        self.weight = torch.nn.Parameter(torch.ones(cols, dtype=dtype, device=device))
+        if isinstance(cols, bool) or not isinstance(cols, numbers.Integral) or cols < 1:
+            raise validation.InputError(f"cols (the width of the rows, one weight each) must be a "
+                                        f"whole number >= 1, got {cols!r}.")
+        if dtype is not None and dtype not in DTYPES:
+            raise validation.InputError(f"dtype must be one of "
+                                        f"{', '.join(str(d) for d in DTYPES)} (or None for the "
+                                        f"default), got {dtype!r}.")
         self.eps, self.dw_mode = validation.check_eps(eps), _check_mode(dw_mode)
+        self.weight = torch.nn.Parameter(torch.ones(int(cols), dtype=dtype, device=device))
 
     def forward(self, x, residual=None):
         if residual is None:
@@ -419,10 +437,12 @@ def rmsnorm_backward_atomic(x, w, dy, eps: float = 1e-5):
 def add_rmsnorm_backward(x, residual, w, dy, eps: float = 1e-5, d_sum=None):
     """``(d_input, dw)`` of ``rmsnorm(x + residual) * w``: d_input is the gradient of x and of
     residual (plus ``d_sum``, the gradient of the residual output, when given)."""
+    _check_residual(residual)
     return backward(x, w, dy, eps, residual=residual, d_sum=d_sum)
 
 
 def add_rmsnorm_backward_atomic(x, residual, w, dy, eps: float = 1e-5, d_sum=None):
+    _check_residual(residual)
     return backward(x, w, dy, eps, residual=residual, d_sum=d_sum, dw_mode="atomic")
 
 
@@ -432,6 +452,7 @@ def rmsnorm_forward(x, w, eps: float = 1e-5):
 
 
 def add_rmsnorm_residual_forward(x, residual, w, eps: float = 1e-5):
+    _check_residual(residual)
     y, s, _ = forward(x, w, eps, residual=residual)
     return y, s
 

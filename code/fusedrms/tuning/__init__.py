@@ -56,7 +56,8 @@ def _parser(kind: str):
 
 
 def empty(kind: str, why: str) -> dict:
-    return {"kind": kind, "gpu": None, "configs": {}, "path": why, "skipped": 0, "doc": None}
+    return {"kind": kind, "gpu": None, "configs": {}, "path": why, "skipped": 0, "first_skip": "",
+            "doc": None}
 
 
 def read_document(path) -> dict | None:
@@ -91,17 +92,23 @@ def load(kind: str, path) -> dict:
     doc = read_document(path)
     if doc is None:
         return {**empty(kind, str(path)), "path": str(path)}
-    configs, skipped = {}, 0
-    for rec in doc["records"]:
+    provenance = doc.get("provenance") if isinstance(doc.get("provenance"), dict) else {}
+    gpu = provenance.get("gpu")
+    if gpu is not None and not isinstance(gpu, str):
+        raise TuningError(f"{path}: provenance 'gpu' must be the GPU's name as text (such as "
+                          f"\"NVIDIA H200\"), got {gpu!r} ({type(gpu).__name__}).")
+    configs, skipped, first_skip = {}, 0, ""
+    for i, rec in enumerate(doc["records"]):
         try:
             key, cfg = parse(rec)
-        except (KeyError, TypeError, ValueError, AttributeError, validation.InputError):
+        except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError,
+                validation.InputError) as e:  # ArithmeticError: int(Infinity) in a record
             skipped += 1
+            first_skip = first_skip or f"entry {i}: {type(e).__name__}: {e}"[:200]
             continue
         configs[key] = cfg
-    provenance = doc.get("provenance") if isinstance(doc.get("provenance"), dict) else {}
-    return {"kind": kind, "gpu": provenance.get("gpu"), "configs": configs, "path": str(path),
-            "skipped": skipped, "doc": doc}
+    return {"kind": kind, "gpu": gpu, "configs": configs, "path": str(path),
+            "skipped": skipped, "first_skip": first_skip, "doc": doc}
 
 
 def installed_path(kind: str, slug: str) -> Path:
@@ -170,10 +177,12 @@ def check_table(kind: str, path) -> dict:
         raise TuningError(f"{path} names no GPU in its provenance; only a GPU recording's table "
                           f"can be installed.")
     if not table["configs"]:
-        raise TuningError(f"{path} has no usable entry ({table['skipped']} malformed).")
+        raise TuningError(f"{path} has no usable entry ({table['skipped']} malformed"
+                          + (f"; {table['first_skip']}" if table["first_skip"] else "") + ").")
     if table["skipped"]:
         raise TuningError(f"{path}: {table['skipped']} of {len(table['doc']['records'])} entries "
-                          f"are malformed; re-run the tuning rather than install part of it.")
+                          f"are malformed (first, {table['first_skip']}); re-run the tuning "
+                          f"rather than install part of it.")
     return table
 
 

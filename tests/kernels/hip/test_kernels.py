@@ -142,6 +142,33 @@ def test_inputs_are_validated_with_clear_messages():
         kernels.rmsnorm(torch.zeros(1, 32769), torch.ones(32769), variant="vectorized")
 
 
+@pytest.mark.parametrize("defines,match", [
+    ([1], "defines must be a dict"), ({1: 2}, "not a macro name"),
+    ({"A B": 1}, "not a macro name"), ({"FUSEDRMS_CPU_WARP": [64]}, "must be a number"),
+    ({"FUSEDRMS_CPU_WARP": True}, "write 1 or 0"), ({"X": "1\n#include"}, "one line"),
+])
+def test_build_options_are_validated_naming_the_argument(defines, match):
+    """Issue 26: defines=[1] ended in an AttributeError deep in the build."""
+    x, w = _inputs(3, 13, torch.float32)
+    with pytest.raises(validation.InputError, match=match):
+        kernels.rmsnorm(x, w, defines=defines)
+    with pytest.raises(validation.InputError, match=match):
+        kernels.warp_lanes("cpu", defines=defines)
+    with pytest.raises(validation.InputError, match="text must be the kernel source"):
+        kernels.rmsnorm(x, w, text=b"__global__")
+
+
+def test_forward_only_kernels_refuse_inputs_that_require_grad():
+    x, w = _inputs(3, 13, torch.float32)
+    with pytest.raises(validation.InputError, match="x requires grad, but hip.block is forward "
+                                                    "only.*rmsnorm_backward"):
+        kernels.rmsnorm(x.clone().requires_grad_(), w)
+    with pytest.raises(validation.InputError, match="w requires grad"):
+        kernels.rmsnorm_shuffle(x, torch.nn.Parameter(w.clone()))
+    with torch.no_grad():
+        _check(kernels.rmsnorm(x.clone().requires_grad_(), w), x, w)
+
+
 def test_registered_for_verify_and_bench():
     names = {i.name for i in registry.impls("rmsnorm") if i.route == "hip"}
     assert names == {f"hip.{v}" for v in kernels.VARIANTS}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import re
 
 import torch
 
@@ -51,11 +52,36 @@ def _library(toolchain: str, text: str | None, defines: tuple) -> ctypes.CDLL:
     return build.load(text, toolchain, defines=dict(defines) or None)
 
 
+def check_build_options(text, defines) -> dict:
+    """``text`` (kernel source) a string or None; ``defines`` a dict of preprocessor macros,
+    ``{"NAME": value}`` with a C identifier as NAME and a number, a string or None as value."""
+    if text is not None and not isinstance(text, str):
+        raise validation.InputError(f"text must be the kernel source as a string (or None for "
+                                    f"rmsnorm.hip), got {type(text).__name__}.")
+    if defines is None:
+        return {}
+    if not isinstance(defines, dict):
+        raise validation.InputError(f"defines must be a dict of preprocessor macros such as "
+                                    f"{{'FUSEDRMS_CPU_WARP': 64}}, got {defines!r} "
+                                    f"({type(defines).__name__}).")
+    for key, value in defines.items():
+        if not (isinstance(key, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)):
+            raise validation.InputError(f"defines: {key!r} is not a macro name (letters, digits "
+                                        f"and _, not starting with a digit).")
+        if isinstance(value, bool) or not (value is None or isinstance(value, (int, float, str))):
+            raise validation.InputError(f"defines[{key!r}] must be a number, a string or None "
+                                        f"(a bare -D{key}), got {value!r} "
+                                        f"({type(value).__name__}); write 1 or 0 for a switch.")
+        if isinstance(value, str) and any(c in value for c in "\n\r\0"):
+            raise validation.InputError(f"defines[{key!r}] must be one line, got {value!r}.")
+    return defines
+
+
 def library(device: torch.device | str = "cpu", text: str | None = None,
             defines: dict | None = None) -> ctypes.CDLL:
     """The compiled library for ``device`` (cached on disk and in this process)."""
-    return _library(toolchain_for(torch.device(device)), text,
-                    tuple(sorted((defines or {}).items())))
+    defines = check_build_options(text, defines)
+    return _library(toolchain_for(torch.device(device)), text, tuple(sorted(defines.items())))
 
 
 def is_power_of_two(n: int) -> bool:
@@ -106,7 +132,9 @@ def rmsnorm(x, w, eps: float = 1e-5, variant: str = "block", block_size: int | N
     """
     if variant not in VARIANTS:
         raise validation.InputError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}.")
+    check_build_options(text, defines)
     validation.check_tensor(x, "x", DTYPES)
+    validation.check_forward_only({"x": x, "w": w}, f"hip.{variant}")
     if x.device.type not in ("cpu", "cuda"):
         raise validation.InputError(f"x is on {x.device}; HIP kernels run on a GPU ('cuda', which "
                                     f"also means ROCm) or on the CPU runtime ('cpu').")
