@@ -237,3 +237,14 @@ def test_the_listing_scan_finds_the_kernels_the_chapters_show():
     assert ("08_fp8_quant.ipynb", "F.__file__") in found
     assert ("07_capstone.ipynb", "A.launch") in found
     assert GENERATED_LISTINGS <= found  # an exemption that no longer exists is dropped
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_code_a_reader_sees_fits_80_columns(path):
+    """The page lint (in the browser) flags code that scrolls sideways; this finds it without one."""
+    hidden = {"remove-input", "remove-cell"}
+    long = [f"cell {i} line {j + 1}: {len(line)} columns"
+            for i, c in enumerate(json.loads(path.read_text())["cells"])
+            if c["cell_type"] == "code" and not hidden & set(c.get("metadata", {}).get("tags", []))
+            for j, line in enumerate("".join(c["source"]).splitlines()) if len(line) > 80]
+    assert not long, f"{path.name}: " + "; ".join(long)
