@@ -11,7 +11,8 @@ from __future__ import annotations
 TIE_QUANTILE = 0.9  # the band covers the run-to-run spread of nine cases in ten
 
 
-def _quantile(values: list[float], q: float) -> float:
+def quantile_of(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values``, linear between order statistics (one value: itself)."""
     s = sorted(values)
     pos = q * (len(s) - 1)
     lo = int(pos)
@@ -25,7 +26,7 @@ def relative_spread(rec: dict) -> float | None:
     median = rec.get("median_us")
     if len(meds) < 2 or not median:
         return None
-    return (_quantile(meds, 0.9) - _quantile(meds, 0.1)) / median
+    return (quantile_of(meds, 0.9) - quantile_of(meds, 0.1)) / median
 
 
 def tie_band(recs: list[dict], quantile: float = TIE_QUANTILE) -> float | None:
@@ -36,7 +37,7 @@ def tie_band(recs: list[dict], quantile: float = TIE_QUANTILE) -> float | None:
         raise ValueError(f"quantile must be within [0, 1], got {quantile!r}")
     spreads = [s for s in (relative_spread(r) for r in recs if r.get("status") == "ok")
                if s is not None]
-    return _quantile(spreads, quantile) if spreads else None
+    return quantile_of(spreads, quantile) if spreads else None
 
 
 def verdict(ours_us: float, peer_us: float, band: float) -> str:

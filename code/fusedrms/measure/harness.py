@@ -361,16 +361,10 @@ def _all_correct(flags) -> bool | None:
 
 
 def process_quantiles(meds: list[float]) -> tuple[float, float]:
-    """p10 and p90 of the process medians (linear interpolation; one process: that value)."""
-    s = sorted(meds)
+    """p10 and p90 of the process medians (one process: that value)."""
+    from .compare import quantile_of
 
-    def q(p):
-        pos = p * (len(s) - 1)
-        lo = int(pos)
-        hi = min(lo + 1, len(s) - 1)
-        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-    return q(0.10), q(0.90)
+    return quantile_of(meds, 0.10), quantile_of(meds, 0.90)
 
 
 def aggregate(per_process: list[dict], copy_bw: list[float], allow_missing_floor: bool = True,

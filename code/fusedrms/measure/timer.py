@@ -297,13 +297,8 @@ def summarize(samples: list[float]) -> dict:
     """Median, p10, p90, mean, min, max and count of a list of timings (µs)."""
     if not samples:
         raise ValueError("no samples to summarize")
+    from .compare import quantile_of
+
     s = sorted(samples)
-
-    def pct(q: float) -> float:  # linear interpolation between order statistics
-        pos = q * (len(s) - 1)
-        lo = int(pos)
-        hi = min(lo + 1, len(s) - 1)
-        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-    return {"median_us": statistics.median(s), "p10_us": pct(0.10), "p90_us": pct(0.90),
+    return {"median_us": statistics.median(s), "p10_us": quantile_of(s, 0.10), "p90_us": quantile_of(s, 0.90),
             "mean_us": statistics.fmean(s), "min_us": s[0], "max_us": s[-1], "n": len(s)}
