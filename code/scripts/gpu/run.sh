@@ -49,18 +49,16 @@ case "$what" in
   check)
     t0=$(date +%s); logs="$OUT/logs"
     python3 -m fusedrms.env | tee "$logs/check_env.log"
-    # the three parts side by side: none of them times anything it judges (the tests check
-    # results and loose bounds, the smoke recording runs every chapter at minimal sizes), so
-    # contention slows them but cannot change a verdict; each has a limit inside one device call
-    timeout -k 10 420 python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
-      -n 4 --dist loadscope chapters > "$logs/check_notebooks.log" 2>&1 & nb_pid=$!
-    timeout -k 10 420 python3 -m pytest -q -p no:cacheprovider -m "gpu and not browser" tests \
+    # one part after another: run side by side (tried on the H200) they starved each other,
+    # and a notebook kernel died waiting to start; each part has a limit, so that the summary
+    # line comes inside one 10-minute device call (H200: notebooks ~85 s, smoke ~200 s)
+    timeout -k 10 140 python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
+      -n 4 --dist loadscope chapters > "$logs/check_notebooks.log" 2>&1; nb=$?
+    timeout -k 10 200 python3 -m pytest -q -p no:cacheprovider -m "gpu and not browser" tests \
       -n 4 --dist loadfile -rfE --junitxml="$logs/gpu_tests_junit.xml" \
-      > "$logs/check_gpu_tests.log" 2>&1 & gt_pid=$!
+      > "$logs/check_gpu_tests.log" 2>&1; gt=$?
     smoke=$(mktemp -d)
-    timeout -k 10 420 python3 -m fusedrms.record --smoke --out "$smoke" \
-      > "$logs/check_smoke.log" 2>&1 & sm_pid=$!
-    wait $nb_pid; nb=$?; wait $gt_pid; gt=$?; wait $sm_pid; sm=$?
+    timeout -k 10 220 python3 -m fusedrms.record --smoke --out "$smoke" > "$logs/check_smoke.log" 2>&1; sm=$?
     last() {
       local l; l=$(grep -E '(passed|failed|error)' "$1" | tail -n 1 | sed 's/=//g; s/^ *//; s/ *$//')
       echo "${l:-no summary line (stopped at its limit)}"
