@@ -97,3 +97,44 @@ def test_tie_counts_decide_only_outside_the_recorded_band():
     assert "faster than every peer at 1, ties with the fastest at 1 and is slower at 1 of the 3" \
         in R.tie_sentence(counts, "the capstone")
     assert R.tie_counts(rows, None) is None and "not recorded" in R.tie_sentence(None, "it")
+
+
+def _committed_rows():
+    from fusedrms import records
+    from fusedrms.measure import compare
+
+    doc, _ = R.peers_doc(machine=records.COMMITTED)
+    points = R.peer_points(doc)
+    band = compare.tie_band([r for r in doc["records"] if r.get("mode") == "rotating"])
+    return (points, band,
+            R.peer_rows(points, "add_rmsnorm", R.peer_attempts(doc, "add_rmsnorm")),
+            R.peer_rows(points, "add_rmsnorm_residual",
+                        R.peer_attempts(doc, "add_rmsnorm_residual")), doc)
+
+
+def test_chapter_7_prose_holds_on_the_committed_recording():
+    """What chapter 7's Markdown says in words, checked against the recording it tells."""
+    points, band, fused, residual, doc = _committed_rows()
+    assert all(not r["missing"] for r in fused + residual)  # every peer at every shape
+    # "its large losses sit in one corner": wide rows at large batches, to torch.compile
+    assert R.losses_are_wide(fused, band)
+    assert {r["peer"] for r in fused if R.is_wide(r)} == {"torch.compile_add"}
+    # "everywhere else it loses by at most ..., at a single row"
+    worst_other = max((r for r in fused if not R.is_wide(r)), key=lambda r: r["ratio"])
+    assert worst_other["rows"] == 1
+    # "Liger-Kernel is its strongest peer" where a call moves 64 MB or more
+    big = [r for r in residual if r["MB"] >= 64]
+    assert sum(r["peer"] == "liger.fused_add_rms_norm" for r in big) > len(big) / 2
+    # "in place ... at 1024 rows or fewer it is up to ... slower", and slower from Python
+    assert R.in_place_ratios(points, max_rows=1024)[-1] > 1 + band
+    calls = R.python_calls(doc, "add_rmsnorm_residual")
+    assert calls["capstone.fused_residual_in_place"] > calls["capstone.fused_residual"]
+
+
+def test_the_wide_loss_rule_fails_when_a_narrow_shape_loses_more():
+    rows = [dict(rows=4096, cols=16384, ratio=1.2, missing=[]),
+            dict(rows=1, cols=2048, ratio=1.05, missing=[])]
+    assert R.losses_are_wide(rows, 0.01)
+    rows[1]["ratio"] = 1.3
+    assert not R.losses_are_wide(rows, 0.01)
+    assert R.losses_are_wide(rows, None) is None

@@ -171,7 +171,9 @@ def grid_health(grid: dict | None, sweep: str | None = None) -> dict | None:
     unsupported = [r for r in not_run if status_is(r, "unsupported")]
     skipped = [r for r in not_run if status_is(r, "skipped")]
     errors = [r for r in not_run if r not in unsupported and r not in skipped]
-    comp = [s for r in ok for s in (r.get("compile_s") or [])]
+    # compile_s: the one cold compile of the warm-up (a number); older recordings kept a list
+    comp = [s for r in ok if r.get("compile_s") is not None
+            for s in (r["compile_s"] if isinstance(r["compile_s"], list) else [r["compile_s"]])]
 
     def impls(group):
         return sorted({r["impl"] for r in group})

@@ -180,14 +180,15 @@ def tuning_rows(doc: dict | None) -> list[dict]:
 PEER_SWEEPS = ("grid", "graph", "peers")  # the harness sweeps that time shapes (not "python")
 
 
-def peers_doc() -> tuple[dict | None, str | None]:
+def peers_doc(machine: str | None = None) -> tuple[dict | None, str | None]:
     """The recorded comparison of the capstone with every peer: ``capstone_peers`` (chapter 7's
     own run, every peer, one timer) when recorded, else the harness grid of chapter 6, with every
     floor at the book's copy floor (:func:`fusedrms.records.at_copy_floor`), not at the copy each
-    process measured. Returns ``(doc, name)``; ``(None, None)`` when neither is recorded."""
+    process measured. Returns ``(doc, name)``; ``(None, None)`` when neither is recorded.
+    ``machine`` names a committed recording (the prose's); default: the one a reader sees."""
     for name in ("capstone_peers", "bench_grid"):
         try:
-            return records.at_copy_floor(records.load(name)), name
+            return records.at_copy_floor(records.load(name, machine)), name
         except FileNotFoundError:
             continue
         except (json.JSONDecodeError, OSError):
@@ -719,3 +720,44 @@ def processes_phrase(doc: dict | None) -> str:
     if low == high:
         return "the median of one process" if low == "one" else f"medians over {low} processes"
     return f"medians over {low} to {high} processes"
+
+
+# ---------------------------------------------------------------- where the capstone loses
+
+WIDE_ROWS, WIDE_COLS = 4096, 16384  # "wide rows at a large batch": the two-pass design's region
+
+
+def is_wide(r: dict) -> bool:
+    """A shape of at least :data:`WIDE_ROWS` rows of at least :data:`WIDE_COLS` columns."""
+    return r["rows"] >= WIDE_ROWS and r["cols"] >= WIDE_COLS
+
+
+def ratio_span(rows: list[dict], where=lambda r: True) -> tuple[float, float] | None:
+    """(lowest, highest) capstone/fastest-peer ratio over the complete rows ``where`` holds."""
+    ratios = [r["ratio"] for r in rows if not r.get("missing") and where(r)]
+    return (min(ratios), max(ratios)) if ratios else None
+
+
+def losses_are_wide(rows: list[dict], band: float | None) -> bool | None:
+    """Whether every loss outside the tie band at a non-wide shape is smaller than the smallest
+    ratio at a wide shape: the sentence "the large losses are all at wide rows" holds."""
+    wide, other = ratio_span(rows, is_wide), ratio_span(rows, lambda r: not is_wide(r))
+    if band is None or wide is None or other is None:
+        return None
+    return other[1] < wide[0] and wide[0] > 1 + band
+
+
+def in_place_ratios(points: list[Point], max_rows: int | None = None,
+                    min_rows: int | None = None) -> list[float]:
+    """In-place time over out-of-place time of the residual-writing capstone, per shape (sorted),
+    for shapes with at most ``max_rows`` / at least ``min_rows`` rows."""
+    by = {}
+    for p in points:
+        if p.impl in ("capstone.fused_residual", "capstone.fused_residual_in_place"):
+            by.setdefault((p.rows, p.cols, p.dtype), {})[p.impl] = p.median_us
+    out = []
+    for (rows, _, _), t in by.items():
+        if len(t) < 2 or (max_rows and rows > max_rows) or (min_rows and rows < min_rows):
+            continue
+        out.append(t["capstone.fused_residual_in_place"] / t["capstone.fused_residual"])
+    return sorted(out)
