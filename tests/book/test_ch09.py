@@ -120,3 +120,20 @@ def test_a_failing_implementation_becomes_an_error_record(monkeypatch):
     monkeypatch.setattr(ch09, "train_step", lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
     rec = ch09.measure_case("train", "rmsnorm", "torch.eager", 8, 16, "fp32", 1000.0)
     assert rec["error"] == "RuntimeError: boom" and "us" not in rec
+
+
+def test_the_warm_up_checks_and_the_timing_processes_only_time(monkeypatch):
+    """The float64 check runs on the host (seconds at the largest shapes): once per case, in the
+    warm-up, never again in each timing process."""
+    monkeypatch.setattr(ch09, "time_rotating", lambda step, bundle, nbytes, reps: (10.0, "fake"))
+    checked = []
+    real = ch09.check_gradients
+    monkeypatch.setattr(ch09, "check_gradients",
+                        lambda *a: checked.append(1) or real(*a))
+    warm = ch09.measure_case("train", "rmsnorm", "torch.eager", 8, 16, "fp32", 1000.0,
+                             warm_only=True)
+    assert warm["check_ok"] and "us" not in warm and checked == [1]
+    timed = ch09.measure_case("train", "rmsnorm", "torch.eager", 8, 16, "fp32", 1000.0,
+                              check=False)
+    assert "check_ok" not in timed and timed["us"] == 10.0 and checked == [1]
+    assert timed["case_s"] >= 0

@@ -45,7 +45,7 @@ SOURCES = ("kernels/rmsnorm_backward.py", "kernels/rmsnorm.py::loud_scale",
            "kernels/rmsnorm.py::num_warps_for", "reference.py::rmsnorm_backward",
            "reference.py::add_rmsnorm_residual", "measure/timer.py", "book/ch09.py::record",
            "traffic.py", "kernels/peers.py")
-ESTIMATE_S = 100
+ESTIMATE_S = 300  # warm-up and checks ~60 s, then three timing processes
 EPS = 1e-5
 F64 = torch.float64
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
@@ -237,9 +237,11 @@ def _reps(wall_ms: float, smoke: bool) -> int:
 
 
 def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, copy_GBps: float,
-                 smoke: bool = False, warm_only: bool = False) -> dict:
+                 smoke: bool = False, warm_only: bool = False, check: bool = True) -> dict:
     """One (kind, op, implementation, shape): checked, then timed. Errors become records.
-    ``warm_only``: the first call alone (it compiles into the shared caches), nothing timed."""
+    ``warm_only``: the first call (it compiles into the shared caches) and the check, nothing
+    timed. ``check``: compare the gradients with the float64 formula (on the host: seconds at
+    the largest shapes, so the warm-up does it once, side by side, not every timing process)."""
     from ..kernels import rmsnorm_backward as B
 
     dtype = DTYPES[dt]
@@ -253,6 +255,7 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
         step_name = "rmsnorm_backward" if kind == "programs" else BACKWARD_IMPLS[(op, impl)]
         nbytes = traffic.price(step_name, rows, cols, dt, programs=programs).bytes_total
     rec.update(bytes=nbytes, floor_us=nbytes / (copy_GBps * 1e3), programs=programs)
+    started = time.perf_counter()
     try:
         w = torch.randn(cols, generator=torch.Generator(device=device).manual_seed(1),
                         device=device).to(dtype).requires_grad_(kind == "train")
@@ -273,16 +276,18 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
         grads = step(bundle)
         _sync()
         rec["first_call_ms"] = (time.perf_counter() - t0) * 1e3
-        if warm_only:
-            return rec
-        if check_bundle is not None:
+        if check and check_bundle is not None:
             rec["check_ok"], rec["check"] = check_gradients(op, check_bundle, w.detach(), grads)
+        if warm_only:
+            rec["case_s"] = round(time.perf_counter() - started, 2)
+            return rec
         t0 = time.perf_counter()
         step(bundle)
         _sync()
         wall_ms = (time.perf_counter() - t0) * 1e3
         us, how = time_rotating(step, bundle, nbytes, _reps(wall_ms, smoke))
         rec.update(us=us, method=how, pct_floor=100.0 * rec["floor_us"] / us)
+        rec["case_s"] = round(time.perf_counter() - started, 2)  # where a process's time goes
     except Exception as e:  # noqa: BLE001 - a failing peer is a result, the sweep goes on
         rec.update(error=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300])
     return rec
@@ -342,7 +347,8 @@ def worker(spec: dict) -> dict:
         if c["impl"] == "liger" and spec.get("liger_missing"):
             continue
         recs.append(measure_case(c["kind"], c["op"], c["impl"], c["rows"], c["cols"], c["dt"],
-                                 copy_GBps, spec.get("smoke", False), warm_only=warm_only))
+                                 copy_GBps, spec.get("smoke", False), warm_only=warm_only,
+                                 check=spec.get("check", True)))
     return {"copy_GBps": copy_GBps, "records": recs}
 
 
@@ -402,7 +408,8 @@ def _run_process(spec: dict, index: int, log, timeout_s: float | None = None) ->
 def warm_ahead(smoke: bool, liger_missing: bool, workers: int, log) -> dict:
     """Every case's first call, the cases spread over ``workers`` processes side by side, so that
     the timing processes find torch.compile's and Triton's kernels in the shared on-disk caches.
-    Returns the first call's ms per case key (for torch.compile: its cold compile)."""
+    Each case's gradients are checked there too. Returns the warm-up's record per case key
+    (``first_call_ms``: for torch.compile, its cold compile; ``check_ok``, ``check``)."""
     from concurrent.futures import ThreadPoolExecutor
 
     every = cases(smoke)
@@ -415,10 +422,10 @@ def warm_ahead(smoke: bool, liger_missing: bool, workers: int, log) -> dict:
     with ThreadPoolExecutor(workers) as pool:
         parts = list(pool.map(lambda ix: _run_process(ix[1], ix[0], log, WARM_TIMEOUT_S),
                               enumerate(specs)))
-    first = {(r["kind"], r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]): r["first_call_ms"]
+    first = {(r["kind"], r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]): r
              for p in parts if p for r in p["records"] if "first_call_ms" in r}
-    log(f"[ch09] warm-up: {len(first)} of {len(every)} cases compiled in {workers} processes "
-        f"side by side, {time.time() - t0:.0f} s")
+    log(f"[ch09] warm-up: {len(first)} of {len(every)} cases compiled and checked in {workers} "
+        f"processes side by side, {time.time() - t0:.0f} s")
     return first
 
 
@@ -445,18 +452,27 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processe
     parts = []
     for index in range(processes):
         log(f"[ch09] process {index + 1}/{processes}")
-        part = _run_process({"smoke": smoke, "liger_missing": bool(missing)}, index, log, timeout_s)
+        # the warm-up checked every case: the timing processes only time (unless none ran)
+        part = _run_process({"smoke": smoke, "liger_missing": bool(missing), "check": not first},
+                            index, log, timeout_s)
         if part is not None:
             parts.append(part)
+            slow = sorted((r for r in part["records"] if "case_s" in r),
+                          key=lambda r: -r["case_s"])[:3]
             log(f"[ch09] process {index + 1}: {len(part['records'])} cases, "
-                f"copy {part['copy_GBps']:.0f} GB/s ({time.time() - start:.0f} s)")
+                f"copy {part['copy_GBps']:.0f} GB/s ({time.time() - start:.0f} s); slowest: "
+                + ", ".join(f"{r['impl']} {r['op']} {r['rows']}x{r['cols']} {r['case_s']} s"
+                            for r in slow))
     if not parts:
         raise RuntimeError("no measuring process finished; see the log above")
     recs = aggregate(parts)
     for r in recs:
-        ms = first.get((r["kind"], r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]))
-        if ms is not None and r["impl"] == "torch.compile":
-            r["compile_s"] = round(ms / 1e3, 3)
+        warm = first.get((r["kind"], r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]), {})
+        if "first_call_ms" in warm and r["impl"] == "torch.compile":
+            r["compile_s"] = round(warm["first_call_ms"] / 1e3, 3)
+        for k in ("check_ok", "check"):  # checked once, in the warm-up
+            if k in warm and k not in r:
+                r[k] = warm[k]
     if missing:
         recs.append({"kind": "peer_missing", "impl": "liger", "reason": missing})
     try:
