@@ -470,7 +470,12 @@ def measure_timing_rules(grid: dict | None = None, log=print, smoke: bool = Fals
 
     step("synchronize", synchronize)
     step("warm-up", warmup)
-    step("processes", lambda: process_spreads(grid))
+    if smoke:  # one process per case: there is no spread across processes to show
+        out.append({"rule": "processes", "status": "skipped: a smoke run times each case in one "
+                    "process", "seconds": 0.0})
+        log("rule processes: skipped (a smoke run times each case in one process)")
+    else:
+        step("processes", lambda: process_spreads(grid))
     step("L2", l2)
     step("graph", graph)
     return out
