@@ -61,7 +61,7 @@ def test_intensity_rejects_wrong_or_rough_values(bad, needle):
 @pytest.mark.parametrize("bad,needle", [("7/4", "three-kernel chain"), (5 / 3, "4 row-trips"),
                                         (2, "Launches"), ("4/5", "slow time"),
                                         (1.5, "no row dimension"), ("7/3", "7/3"),
-                                        (1.3, "not the bound")])
+                                        (1.4, "not the bound"), (1.3, "too rough")])
 def test_speedup_bound_rejects_each_mistake_with_a_hint(bad, needle):
     fb = ch02.speedup_bound.check(bad)
     assert not fb.ok and needle in (fb.message + fb.hint)

@@ -439,10 +439,6 @@ def match(reading: Reading, target: float, mistakes: Mapping[str, float] | None 
     is that value; so is a value rounded as written when ``rounded``: right when it has at least
     ``min_significant`` significant digits and its rounding fits no mistake, else ``rough``."""
     mistakes = mistakes or {}
-
-    def near(v: float) -> bool:
-        return close(reading.value, v, rel, abs_) or (rounded and reading.fits(v))
-
     if close(reading.value, target, rel, abs_):
         return Match(right=True)
     if rounded and reading.fits(target):
@@ -450,10 +446,18 @@ def match(reading: Reading, target: float, mistakes: Mapping[str, float] | None 
         if fits or reading.significant < min_significant:
             return Match(rough=True, also_fits=fits)
         return Match(right=True)
-    for label, v in mistakes.items():
-        if near(v):
-            return Match(mistake=label)
-    return Match()
+    near = [label for label, v in mistakes.items() if close(reading.value, v, rel, abs_)]
+    if rounded and not near:  # the mistake nearest to the value, among those its rounding fits
+        near = sorted((label for label, v in mistakes.items() if reading.fits(v)),
+                      key=lambda label: abs(reading.value - mistakes[label]))
+    return Match(mistake=near[0]) if near else Match()
+
+
+def match_count(reading: Reading, target: float,
+                mistakes: Mapping[str, float] | None = None) -> Match:
+    """:func:`match` for a count (of bytes): exact up to float noise when written without a
+    scaled unit ("229,376", "229376 B", arithmetic); rounded as written with one ("229.4 kB")."""
+    return match(reading, target, mistakes, rel=1e-9, abs_=1e-6, rounded=reading.scaled)
 
 
 def more_digits(shown: str, fits: Sequence[str] = (), example: str = "") -> tuple[str, str]:
