@@ -382,7 +382,9 @@ def _list_items(answer: Any, length: int, what: str) -> list:
     example = f"write e.g. answer = [{', '.join(['1.0'] * min(length, 4))}]"
     if hasattr(answer, "tolist") and not isinstance(answer, (str, bytes)):
         if hasattr(answer, "dim") and answer.dim() == 1 or getattr(answer, "ndim", None) == 1:
-            return [answer[i] for i in range(len(answer))]
+            if len(answer) != length:
+                raise Malformed(f"expected {length} {what}, got {len(answer)}; {example}.")
+            return [answer[i] for i in range(len(answer))]  # scalars of its dtype: its digits
         try:
             answer = answer.tolist()
         except Exception:  # noqa: BLE001
