@@ -72,11 +72,16 @@ def _grade_residual(answer):
                          f"Give the exact number of bytes, e.g. {MATRIX:,} for one {ROWS} x "
                          f"{COLS} bf16 matrix.")
     if nearest == RESIDUAL_BYTES and abs(value - RESIDUAL_BYTES) < 1e-3 * RESIDUAL_BYTES:
+        if half_unit:
+            return wrong(f"{reading.shown()} is close to the right traffic, but the right count "
+                         f"does not round to it.",
+                         "Add up the bytes exactly: every tensor's elements x 2, the weight once.")
         shown = f"{value:,.0f}" if value == int(value) else f"{value:,}"
         return wrong(f"{shown} B is close to the right traffic but not exact: the question "
                      f"asks for the count of bytes.",
                      "Add up the bytes exactly: every tensor's elements x 2, the weight once.")
-    return wrong(f"{value:,.0f} B is not the traffic of this kernel.",
+    shown = reading.shown() if half_unit else f"{value:,.0f} B"
+    return wrong(f"{shown} is not the traffic of this kernel.",
                  "List the tensors it touches in global memory: reads x, r, w; writes t, y. "
                  "Bytes = elements x 2 for bf16; the weight has cols elements.")
 
