@@ -128,3 +128,34 @@ def test_third_output_names_another_columns_output(answer, column):
 def test_third_output_accepts_a_fraction():
     assert ch01.third_output.check("-2/5").ok
     assert not ch01.third_output.check("2/5").ok
+
+
+# ---- issue 25: forms a reader copies or types (the shared reader, exercises.answers)
+
+@pytest.mark.parametrize("answer", ["\u22120.4", "\u2212 0.4000", "\u20130.4", "-2/5", "\u22122\u00f75"])
+def test_third_output_accepts_a_minus_as_copied_from_rendered_math(answer):
+    assert ch01.third_output.check(answer).ok
+
+
+def test_third_output_names_a_decimal_comma():
+    fb = ch01.third_output.check("\u22120,4")
+    assert not fb.ok and "decimal point" in fb.message and not fb.error
+
+
+@pytest.mark.parametrize("answer", ["1+4+4+16", "1 + 4 + 4 + 16", "1\u00b2+2\u00b2+(\u22122)\u00b2+4\u00b2",
+                                    "1**2 + 2**2 + (-2)**2 + 4**2", "25.0"])
+def test_sum_of_squares_accepts_the_sum_written_out(answer):
+    assert ch01.sum_of_squares.check(answer).ok
+
+
+@pytest.mark.parametrize("answer,needle", [("1+4-4+16", "(-2)²"), ("1+2-2+4", "Square each"),
+                                           ("(1+4+4+16)/4", "before dividing")])
+def test_sum_of_squares_written_out_wrong_gets_its_hint(answer, needle):
+    fb = ch01.sum_of_squares.check(answer)
+    assert not fb.ok and needle in fb.hint
+
+
+def test_padded_mean_reads_a_factor_with_a_unicode_root():
+    assert ch01.padded_mean.check(("larger", "\u221a16/\u221a13")).ok
+    fb = ch01.padded_mean.check(("larger", "1"))
+    assert not fb.ok and "too rough" in fb.message

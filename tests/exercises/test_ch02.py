@@ -61,7 +61,7 @@ def test_intensity_rejects_wrong_or_rough_values(bad, needle):
 @pytest.mark.parametrize("bad,needle", [("7/4", "three-kernel chain"), (5 / 3, "4 row-trips"),
                                         (2, "Launches"), ("4/5", "slow time"),
                                         (1.5, "no row dimension"), ("7/3", "7/3"),
-                                        (1.3, "not the bound")])
+                                        (1.4, "not the bound"), (1.3, "too rough")])
 def test_speedup_bound_rejects_each_mistake_with_a_hint(bad, needle):
     fb = ch02.speedup_bound.check(bad)
     assert not fb.ok and needle in (fb.message + fb.hint)
@@ -126,3 +126,33 @@ def test_intensity_names_a_rounded_mistake():
 def test_speedup_bound_percentage_is_malformed_with_a_message():
     fb = ch02.speedup_bound.check("125%")
     assert not fb.ok and "percentage" in fb.message
+
+
+# ---- issue 25: forms a reader copies or types (the shared reader, exercises.answers)
+
+@pytest.mark.parametrize("answer", ["4*1024*4096*2 + 4096*2", "33\u2009562\u2009624 B", "33.56 MB",
+                                    "33,562.624 kB", "32.008 MiB"])
+def test_residual_bytes_accepts_arithmetic_and_sizes_rounded_in_a_unit(answer):
+    assert ch02.residual_bytes.check(answer).ok
+
+
+@pytest.mark.parametrize("answer,needle", [("33.6 MB", "too rough"), ("3.4e1 MB", "too rough"),
+                                           ("3*1024*4096*2 + 4096*2", "residual write forgotten")])
+def test_residual_bytes_rough_sizes_are_asked_for_more_digits(answer, needle):
+    fb = ch02.residual_bytes.check(answer)
+    assert not fb.ok and needle in fb.message and fb.hint and "List the tensors" not in fb.hint
+
+
+@pytest.mark.parametrize("answer", ["1.25\u00d7", "5/4 times", "\u2248 1.25"])
+def test_speedup_bound_accepts_a_ratio_sign(answer):
+    assert ch02.speedup_bound.check(answer).ok
+
+
+def test_speedup_bound_right_to_two_digits_is_asked_for_more():
+    fb = ch02.speedup_bound.check("1.3")
+    assert not fb.ok and "too rough" in fb.message and "more digits" in fb.hint
+
+
+def test_residual_bytes_a_size_in_a_unit_that_does_not_round_from_the_count_says_so():
+    fb = ch02.residual_bytes.check("33.57 MB")
+    assert not fb.ok and "33.57 MB" in fb.message and "does not round" in fb.message

@@ -135,3 +135,49 @@ def test_the_exercise_bandwidths_are_the_recorded_h200s():
     assert ch06.BANDWIDTH_GBPS == round(h200.GBps)  # the book's one floor, as the pages print it
     assert ch06.DATASHEET_GBPS == h200.published_GBps  # the data sheet: the wrong floor
     assert f"{ch06.BANDWIDTH_GBPS:,.0f} GB/s" in ch06.predict_floor.question
+
+
+# ---- issue 25: forms a reader copies or types (the shared reader, exercises.answers)
+
+def test_predict_floor_accepts_the_arithmetic_of_the_floor():
+    typed = f"{ch06.FUSED.bytes_total}/{ch06.BANDWIDTH_GBPS:g}e9*1e6"
+    assert ch06.predict_floor.check(typed).ok
+    assert ch06.predict_floor.check(f"{ch06.FUSED.bytes_total:,}/{ch06.BANDWIDTH_GBPS:,.0f}e9*1e6").ok
+    peak = ch06.predict_floor.check(f"{ch06.FUSED.bytes_total}/{ch06.DATASHEET_GBPS:g}e9*1e6")
+    assert not peak.ok and "data sheet" in peak.message
+
+
+def test_predict_floor_right_to_one_digit_is_asked_for_more_digits():
+    fb = ch06.predict_floor.check("0.05 ms")
+    assert not fb.ok and "too rough" in fb.message and "more digits" in fb.hint
+
+
+def test_predict_floor_given_bytes_says_a_time_is_asked():
+    fb = ch06.predict_floor.check(f"{ch06.FUSED.bytes_total} B")
+    assert not fb.ok and "a size in bytes" in fb.message and "µs" in fb.message
+
+
+@pytest.mark.parametrize("answer", [1, "1", "option a", ch06.RULE_CHOICES["a"],
+                                    ch06.RULE_CHOICES["a"].upper(), "it timed the launch"])
+def test_broken_rule_accepts_the_option_number_and_text(answer):
+    assert ch06.broken_rule.check(answer).ok
+
+
+@pytest.mark.parametrize("answer,letter", [(2, "(b)"), ("the l2 was warm", "(b)"),
+                                           (ch06.RULE_CHOICES["e"], "(e)")])
+def test_broken_rule_wrong_option_by_text_or_number_gets_its_hint(answer, letter):
+    fb = ch06.broken_rule.check(answer)
+    assert not fb.ok and letter in fb.message and fb.hint
+
+
+@pytest.mark.parametrize("answer", ["47.53/60.5*100", "78.6 %", "\u2248 79%"])
+def test_percent_of_floor_accepts_arithmetic(answer):
+    assert ch06.percent_of_floor.check(answer).ok
+
+
+def test_percent_of_floor_names_a_bandwidth_given_with_its_unit():
+    achieved = ch06.FUSED.bytes_total / (ch06.MEASURED_US * 1e3)
+    fb = ch06.percent_of_floor.check(f"{achieved / 1e3:.2f} TB/s")
+    assert not fb.ok and "achieved bandwidth" in fb.message and fb.hint
+    other = ch06.percent_of_floor.check("1 TB/s")
+    assert not other.ok and "bandwidth, not a share" in other.message

@@ -108,3 +108,41 @@ def test_numbers_in_another_unit_are_named_not_called_ratios():
     assert not fused.ok and "in KiB" in fused.message
     keys = ch08.fused_bytes.check({"in": read, "out": written})
     assert not keys.ok and "'read' and 'written'" in keys.message
+
+
+# ---- issue 25: forms a reader copies or types (the shared reader, exercises.answers)
+
+@pytest.mark.parametrize("written", ["1e-4/448", "1e\u22124/448", "2.23\u00d710\u207b\u2077", "2.232e\u22127"])
+def test_zero_block_scale_accepts_arithmetic_and_copied_notation(written):
+    assert ch08.zero_block_scale.check(written).ok
+
+
+def test_zero_block_scale_right_to_one_digit_is_asked_for_more():
+    fb = ch08.zero_block_scale.check("2e-7")
+    assert not fb.ok and "too rough" in fb.message and "more digits" in fb.hint
+
+
+@pytest.mark.parametrize("written", ["229.4 kB", "0.229 MB", "2*8*7168*2", "229\u2009376 B"])
+def test_bytes_saved_accepts_a_size_rounded_in_a_unit_and_arithmetic(written):
+    assert ch08.bytes_saved.check(written).ok
+
+
+def test_bytes_saved_rounded_to_where_a_slip_fits_is_asked_for_more_digits():
+    fb = ch08.bytes_saved.check("0.23 MB")  # also 2 x 114,688 + the scales, rounded
+    assert not fb.ok and "too rough" in fb.message and "scales counted as saved" in fb.message
+
+
+@pytest.mark.parametrize("written", [["129 kB", "59.14 kB"], "129,024, 59,136",
+                                     ["8*7168*2 + 7168*2", "8*7168 + 8*56*4"]])
+def test_fused_bytes_accepts_rounded_sizes_text_and_arithmetic(written):
+    assert ch08.fused_bytes.check(written).ok
+
+
+def test_fused_bytes_too_rough_is_asked_for_more_digits():
+    fb = ch08.fused_bytes.check(["0.13 MB", "0.06 MB"])
+    assert not fb.ok and "too rough" in fb.message
+
+
+@pytest.mark.parametrize("spelling", [2, "2", ch08.REORDER_CHOICES["b"], "each cast rounds"])
+def test_reorder_accepts_the_option_number_and_text(spelling):
+    assert ch08.reorder_failure.check(spelling).ok

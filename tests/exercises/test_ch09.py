@@ -92,3 +92,39 @@ def test_backward_bytes_is_not_the_chapters_priced_shape_and_a_rounded_total_is_
     rounded = round(ch09.BACKWARD_BYTES, -4)
     fb = ch09.backward_bytes.check(rounded)
     assert not fb.ok and "close but not exact" in fb.message and fb.hint
+
+
+# ---- issue 25: forms a reader copies or types (the shared reader, exercises.answers)
+
+def test_hand_dx_right_to_two_decimals_is_asked_for_more_digits_not_called_wrong():
+    fb = ch09.dx_hand.check([round(v, 2) for v in ch09.DX])
+    assert not fb.ok and "too few digits" in fb.message and "3 decimals" in fb.hint
+    assert "not dx" not in fb.message
+
+
+@pytest.mark.parametrize("answer", [
+    [f"{v:.4f}".replace("-", "\u2212") for v in ch09.DX],
+    "[" + ", ".join(f"{v:.4f}".replace("-", "\u2212") for v in ch09.DX) + "]",
+])
+def test_hand_dx_accepts_entries_copied_with_a_unicode_minus(answer):
+    assert ch09.dx_hand.check(answer).ok
+
+
+@pytest.mark.parametrize("answer", [1, "1", ch09.MISSING_CHOICES["a"], "the term through r"])
+def test_missing_term_accepts_the_option_number_and_text(answer):
+    assert ch09.missing_term.check(answer).ok
+
+
+def test_missing_term_wrong_option_by_number_gets_its_hint():
+    fb = ch09.missing_term.check(2)
+    assert not fb.ok and "(b)" in fb.message and fb.hint
+
+
+@pytest.mark.parametrize("answer", ["105.03 MB", "100.16 MiB", "105029632 B", "105,029,632 bytes"])
+def test_backward_bytes_accepts_a_size_rounded_in_a_unit(answer):
+    assert ch09.backward_bytes.check(answer).ok
+
+
+def test_backward_bytes_too_rough_is_asked_for_more_digits():
+    fb = ch09.backward_bytes.check("105 MB")
+    assert not fb.ok and "too rough" in fb.message and "saved r forgotten" in fb.message

@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 import re
 
-from .core import (Exercise, Malformed, as_choice, as_expression, as_fields, as_number, close,
-                   correct, matches_as_written, wrong)
+from . import answers
+from .core import Exercise, Malformed, as_choice, as_fields, close, correct, wrong
 
 X = [1.0, 2.0, -2.0, 4.0]
 W = [2.0, 1.0, 0.5, 1.0]
@@ -30,7 +30,7 @@ SUM_OF_SQUARES = sum(v * v for v in X)
 
 
 def _grade_sum(answer) -> object:
-    value = as_number(answer, "the sum of squares (a number)")
+    value = answers.number(answer, "the sum of squares (a number)")  # 25, "1+4+4+16", "4²+..."
     if close(value, SUM_OF_SQUARES, rel=0, abs_=1e-9):
         return correct(f"{value:g}: {' + '.join(f'{v * v:g}' for v in X)}, the signs gone after "
                        f"squaring.")
@@ -61,7 +61,7 @@ THIRD_OUTPUT = OUTPUTS[2]
 
 
 def _grade_third(answer) -> object:
-    value = as_expression(answer, "the third output y[2] (a number)")
+    value = answers.number(answer, "the third output y[2] (a number)")  # "−0.4" as copied, "-2/5"
     if close(value, THIRD_OUTPUT, rel=2e-4):
         return correct(f"y[2] = {X[2]:g} × {_row_scale(X):.4f} × {W[2]:g} ≈ {THIRD_OUTPUT:.4f}.")
     if close(value, -THIRD_OUTPUT, rel=2e-4):
@@ -136,12 +136,12 @@ def _direction(word) -> str:
     return as_choice(word, ["larger", "smaller"])
 
 
-def _factor(value) -> float:
+def _factor(value) -> answers.Reading:
     """A number, or text: '1.1094', '16/13', 'sqrt(16/13)', 'sqrt(16)/sqrt(13)', '(16/13)**0.5'."""
     if isinstance(value, str) and value.strip().endswith("%"):
         raise Malformed(f"{value.strip()!r} is a percentage; the question asks for the factor "
                         f"r_wrong / r_right, e.g. 1.05 for an r 5% larger.")
-    return as_expression(value, "the factor (a number)")
+    return answers.read(value, "the factor (a number)")
 
 
 def _grade_padding(answer) -> object:
@@ -152,13 +152,13 @@ def _grade_padding(answer) -> object:
     if not isinstance(first, str) and isinstance(second, str):  # (1.1, 'larger'): either order
         first, second = second, first
     direction = _direction(first)
-    factor = _factor(second)
-    answer = (first, second)
+    reading = _factor(second)
+    factor = reading.value
     if factor <= 0:
         return wrong(f"a factor of {factor:g} cannot scale a positive r.",
                      "The factor compares r computed both ways: r_wrong / r_right > 0.")
-    right_factor = close(factor, PADDED_FACTOR, rel=2e-3) or matches_as_written(answer[1], factor, PADDED_FACTOR)
-    if direction == "larger" and right_factor:
+    as_written = answers.match(reading, PADDED_FACTOR, rel=2e-3)  # 1.1 fits, 1.10 does not
+    if direction == "larger" and as_written.right:
         return correct(f"larger by sqrt(16/13) ≈ {PADDED_FACTOR:.4f} (when eps is negligible): the "
                        f"mean shrinks by 13/16, and r = 1/sqrt(mean) grows by the square root of "
                        f"the inverse.")
@@ -175,9 +175,10 @@ def _grade_padding(answer) -> object:
     if close(factor, 1 / PADDED_FACTOR, rel=2e-3):
         return wrong(f"{factor:.4f} is r_right / r_wrong: a larger r needs a factor above 1.",
                      "The factor is r_wrong / r_right: how many times the wrong r is the right one.")
-    if matches_as_written(answer[1], factor, PADDED_FACTOR, min_significant=1):
-        return wrong(f"the direction is right, but {answer[1]} is too rough to tell the factor from "
-                     f"1 (no change).", "Give the factor with at least two significant digits.")
+    if as_written.rough:
+        return wrong(f"the direction is right, but {reading.shown()} is too rough to tell the "
+                     f"factor from 1 (no change).",
+                     "Give the factor with at least two significant digits.")
     return wrong(f"the direction is right but {factor:.4f} is not the factor.",
                  "Compare 1/sqrt(S/16) with 1/sqrt(S/13) for the same sum S.")
 

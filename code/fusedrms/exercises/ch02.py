@@ -8,32 +8,20 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .. import traffic
-from .core import (BYTE_UNITS, Exercise, Malformed, as_expression, as_quantity, close,
-                   correct, matches_as_written, wrong)
+from . import answers
+from .core import Exercise, Malformed, correct, wrong
 
 ROWS, COLS, DTYPE = 1024, 4096, "bf16"
 ITEM = traffic.DTYPE_BYTES[DTYPE]
 MATRIX = ROWS * COLS * ITEM  # one rows x cols activation in bytes
-SIZE_UNITS = {**BYTE_UNITS, "gb": 1e9, "gib": 2 ** 30}  # a size in tens of MB: GB are fair too
 WEIGHT = COLS * ITEM
 
 
-def _without_unit(answer, units: tuple[str, ...]):
-    """'1.25x', '0.83 FLOP/B', '33562624 bytes' -> the text before the unit (else unchanged)."""
-    if isinstance(answer, str):
-        text = answer.strip()
-        for unit in sorted(units, key=len, reverse=True):
-            if text.lower().endswith(unit.lower()) and text[:-len(unit)].strip():
-                return text[:-len(unit)].strip()
-    return answer
-
-
-def _as_ratio(answer, what: str, units: tuple[str, ...] = ()) -> float:
-    """A number, a Fraction, or text like '7/4' or '5 / 4' (optionally followed by one of
-    ``units``)."""
+def _as_ratio(answer, what: str, units: answers.Units) -> answers.Reading:
+    """A number, a Fraction, or text like '7/4' or '5 / 4', optionally with its unit."""
     if isinstance(answer, str) and answer.strip().endswith("%"):
         raise Malformed(f"{answer.strip()!r} is a percentage; write {what}.")
-    return as_expression(_without_unit(answer, units), what)
+    return answers.read(answer, what, units)
 
 
 # (1) bytes of the residual-writing variant --------------------------------------------------
@@ -57,25 +45,24 @@ _RESIDUAL_MISTAKES = {
 
 
 def _grade_residual(answer):
-    value, half_unit = as_quantity(answer, SIZE_UNITS, "a number of bytes")  # 33562624, "33,562,624", "33 562 624", "33.56 MB"
-    if half_unit:  # a size rounded as written ("33.56 MB"): which counts it fits
-        fits = [label for label, (b, _) in _RESIDUAL_MISTAKES.items()
-                if abs(value - b) <= half_unit]
-        right = abs(value - RESIDUAL_BYTES) <= half_unit
-        if right and fits:
-            return wrong(f"{answer.strip()} is too rough: it also fits a count with a typical "
-                         f"slip ({fits[0]}).",
-                         "Give the exact number of bytes (or more digits).")
-        if right:
-            value = RESIDUAL_BYTES
-        elif len(fits) == 1:
-            value = _RESIDUAL_MISTAKES[fits[0]][0]
+    # 33562624, "33,562,624", "33 562 624", "4*1024*4096*2 + 4096*2"; "33.56 MB" as rounded
+    reading = answers.read(answer, "a number of bytes", answers.BYTES)
+    value, half_unit = reading.value, reading.half_unit if reading.scaled else 0.0
+    found = answers.match_count(reading, RESIDUAL_BYTES,
+                                {label: b for label, (b, _) in _RESIDUAL_MISTAKES.items()})
+    if found.rough:
+        return wrong(*answers.more_digits(reading.shown(), found.also_fits,
+                                          "the exact number of bytes"))
+    if found.right:
+        value = RESIDUAL_BYTES
+    elif found.mistake and half_unit:
+        value = _RESIDUAL_MISTAKES[found.mistake][0]
     if value == RESIDUAL_BYTES:
         return correct(f"{RESIDUAL_BYTES:,} B: x, r read ({2 * MATRIX:,}), t and y written "
                        f"({2 * MATRIX:,}), and the weight once ({WEIGHT:,}).")
     for label, (bytes_, hint) in _RESIDUAL_MISTAKES.items():
         if value == bytes_:
-            shown = answer.strip() if half_unit else f"{value:,.0f} B"
+            shown = reading.shown() if half_unit else f"{value:,.0f} B"
             return wrong(f"{shown} ({label}).", hint)
     nearest = min([RESIDUAL_BYTES, *(b for b, _ in _RESIDUAL_MISTAKES.values())],
                   key=lambda b: abs(value - b))
@@ -85,11 +72,16 @@ def _grade_residual(answer):
                          f"Give the exact number of bytes, e.g. {MATRIX:,} for one {ROWS} x "
                          f"{COLS} bf16 matrix.")
     if nearest == RESIDUAL_BYTES and abs(value - RESIDUAL_BYTES) < 1e-3 * RESIDUAL_BYTES:
+        if half_unit:
+            return wrong(f"{reading.shown()} is close to the right traffic, but the right count "
+                         f"does not round to it.",
+                         "Add up the bytes exactly: every tensor's elements x 2, the weight once.")
         shown = f"{value:,.0f}" if value == int(value) else f"{value:,}"
         return wrong(f"{shown} B is close to the right traffic but not exact: the question "
                      f"asks for the count of bytes.",
                      "Add up the bytes exactly: every tensor's elements x 2, the weight once.")
-    return wrong(f"{value:,.0f} B is not the traffic of this kernel.",
+    shown = reading.shown() if half_unit else f"{value:,.0f} B"
+    return wrong(f"{shown} is not the traffic of this kernel.",
                  "List the tensors it touches in global memory: reads x, r, w; writes t, y. "
                  "Bytes = elements x 2 for bf16; the weight has cols elements.")
 
@@ -130,14 +122,18 @@ _BOUND_MISTAKES = {
 
 
 def _grade_bound(answer):
-    value = _as_ratio(answer, "a speedup (a number such as 1.5, or a fraction '3/2')",
-                      units=("x", "×", "times"))
-    if close(value, float(BOUND), rel=2e-3):
+    reading = _as_ratio(answer, "a speedup (a number such as 1.5, or a fraction '3/2')",
+                        answers.RATIO)
+    value = reading.value
+    found = answers.match(reading, float(BOUND), {k: float(r) for k, (r, _) in
+                                                  _BOUND_MISTAKES.items()}, rel=2e-3, min_significant=3)
+    if found.rough:
+        return wrong(*answers.more_digits(reading.shown(), found.also_fits, "the fraction"))
+    if found.right:
         return correct(f"{float(BOUND):.3f} = 5/4: the add moves 3 row-trips and the norm 2, "
                        f"against the fused kernel's 4 (x and r read, t and y written).")
-    for label, (ratio, hint) in _BOUND_MISTAKES.items():
-        if close(value, float(ratio), rel=2e-3):
-            return wrong(f"{value:.3f} ({label}).", hint)
+    if found.mistake:
+        return wrong(f"{value:.3f} ({found.mistake}).", _BOUND_MISTAKES[found.mistake][1])
     return wrong(f"{value:.3f} is not the bound.",
                  "For a memory-bound step, the bound is the ratio of bytes moved; at many rows the "
                  "weight's share vanishes and it is the ratio of row-trips. Count each kernel's "
@@ -174,20 +170,19 @@ _INTENSITY_MISTAKES = {
 
 
 def _grade_intensity(answer):
-    value = _as_ratio(answer, "an intensity in FLOP per byte (a number such as 0.5, or a fraction "
-                              "'1/2')", units=("FLOP/B", "FLOPs/B", "FLOP/byte", "FLOPs/byte",
-                                               "FLOP per byte", "FLOPs per byte"))
-    answer = _without_unit(answer, ("FLOP/B", "FLOPs/B", "FLOP/byte", "FLOPs/byte",
-                                    "FLOP per byte", "FLOPs per byte"))
-    if close(value, INTENSITY, rel=2e-3) or matches_as_written(answer, value, INTENSITY):
+    reading = _as_ratio(answer, "an intensity in FLOP per byte (a number such as 0.5, or a "
+                                "fraction '1/2')", answers.INTENSITY)
+    value = reading.value
+    found = answers.match(reading, INTENSITY, {k: v for k, (v, _) in _INTENSITY_MISTAKES.items()},
+                          rel=2e-3)
+    if found.right:
         return correct(f"{INTENSITY:.4f} FLOP/B: about 5 FLOPs per element over 6 bytes per element "
                        f"(x, r, y in bf16). Far left of any GPU's ridge point: memory-bound.")
-    for label, (v, hint) in _INTENSITY_MISTAKES.items():
-        if close(value, v, rel=2e-3) or matches_as_written(answer, value, v):
-            return wrong(f"{value:.4f} ({label}).", hint)
-    if matches_as_written(answer, value, INTENSITY, min_significant=1):
-        return wrong(f"{answer} is too rough to tell the intensity from its neighbours.",
+    if found.rough:
+        return wrong(f"{reading.shown()} is too rough to tell the intensity from its neighbours.",
                      "Give at least two significant digits (or the fraction).")
+    if found.mistake:
+        return wrong(f"{value:.4f} ({found.mistake}).", _INTENSITY_MISTAKES[found.mistake][1])
     return wrong(f"{value:.4f} is not the intensity.",
                  f"FLOPs: 5 per element + 3 per row. Bytes: x and r read, y written "
                  f"({DTYPE}), the weight once. Divide.")

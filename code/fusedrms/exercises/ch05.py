@@ -11,13 +11,12 @@
 from __future__ import annotations
 
 import math
-import re
 
 import torch
 
 from .. import checks
-from .core import (Exercise, Malformed, as_choice, as_fields, as_number, correct, option_letter,
-                   wrong)
+from . import answers
+from .core import Exercise, Malformed, as_choice, as_fields, correct, wrong
 
 # ---------------------------------------------------------------- (1) a tolerance for fp16
 
@@ -73,7 +72,7 @@ def _dominant(text):
 
 def _is_number(value) -> bool:
     try:
-        as_number(value)
+        answers.number(value)
     except Malformed:
         return False
     return True
@@ -85,7 +84,7 @@ def _grade_tolerance(answer):
     rtol, dominant = as_fields(answer, ("rtol", "dominant"), 'answer = (1e-3, "cast")')
     if _is_number(dominant) and not _is_number(rtol):  # ("cast", 1e-3): either order
         rtol, dominant = dominant, rtol
-    rtol = as_number(rtol, "rtol (a number)")
+    rtol = answers.number(rtol, "rtol (a number)")  # 1e-3, "9.8e−4", "2^-10"
     dominant = _dominant(dominant)
     if rtol <= 0:
         return wrong(f"rtol = {rtol:g} must be positive.", "A tolerance of zero asks for bit-exact "
@@ -153,45 +152,17 @@ _BUG_HINTS = {
 # the words that name each mistake when a reader describes it instead of giving its letter
 _BUG_WORDS = {
     "a": ("padded", "block width", "block_size", "power of two"),
-    "b": ("cols - 1", "cols-1", "n - 1", "n-1", "unbiased", "bessel"),
+    "b": ("cols - 1", "n - 1", "unbiased", "bessel"),
     "c": ("eps", "epsilon"),
     "d": ("weight", "gamma"),
     "e": ("fp16", "float16", "half precision"),
 }
 
 
-def _letter(answer):
-    """An option letter in any written form ("b", "(b)", "b.", "b) ..."), an option's own text,
-    the mystery kernel's name, or a description naming exactly one mistake ("cols - 1",
-    "the unbiased variance") -> its letter."""
-    if isinstance(answer, str):
-        text = " ".join(answer.strip().lower().split()).rstrip(".")
-        if text.removeprefix("broken.") == MYSTERY.removeprefix("broken."):
-            return ANSWER
-        for letter, option in BUGS.items():
-            if text in (option, option.removeprefix("it "), letter):
-                return letter
-        if len(text) >= 2 and text[1] in ".:" and text[0] in BUGS:
-            return text[0]
-        tokens = [t for t in re.split(r"[\s,;/()]+", text) if t and t not in ("and", "or")]
-        if len(tokens) > 1 and all(t in BUGS for t in tokens):
-            raise Malformed(f"{answer[:40]!r} gives {len(tokens)} letters: choose the one mistake "
-                            f"the evidence fits.")
-        if len(text) > 1 and option_letter(answer) == answer:  # not a letter: a description
-            named = [k for k, words in _BUG_WORDS.items() if any(w in text for w in words)]
-            if len(named) == 1:
-                return named[0]
-            if len(named) > 1:
-                raise Malformed(f"{answer[:40]!r} names more than one mistake "
-                                f"({', '.join(named)}): answer with one letter.")
-            if len(tokens) > 1:
-                raise Malformed(f"{answer[:40]!r} names none of the mistakes: answer with a "
-                                f"letter, {', '.join(repr(k) for k in BUGS)}.")
-    return option_letter(answer)
-
-
 def _grade_bug(answer):
-    choice = as_choice(_letter(answer), list(BUGS))
+    # "b", "(b)", "2", the option's words, a description ("the unbiased variance"), the name
+    choice = answers.read_option(answer, BUGS, keywords=_BUG_WORDS,
+                                 aliases={MYSTERY: ANSWER, MYSTERY.removeprefix("broken."): ANSWER})
     if choice == ANSWER:
         return correct("cols - 1: got/expected is sqrt((n-1)/n) whatever the data, 0.961 at 13 "
                        "columns, 0.998 at 257, 0.99988 at 4096 (so fp16, with a tolerance of "

@@ -12,11 +12,9 @@ write forgotten).
 """
 from __future__ import annotations
 
-import math
-
 from .. import records, traffic
-from .core import (Exercise, Malformed, as_choice, as_quantity, correct,
-                   matches_as_written, option_letter, wrong)
+from . import answers
+from .core import Exercise, Malformed, correct, wrong
 
 # The H200 of the committed recording (never a reader's own: every reader grades the same
 # numbers), at a shape of the exercise's own so the arithmetic is the reader's, not a lookup.
@@ -42,16 +40,6 @@ def _shown(value: float) -> str:
     """A reader's number as feedback repeats it: 47.53, 0.04753, 47,529 (never 4.753e+04)."""
     return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
 
-
-def _matches(value: float, target: float, rel: float = 0.01) -> bool:
-    return math.isclose(value, target, rel_tol=rel)
-
-
-
-# The time units a reader may write (µs as the micro sign, the Greek mu or "u"), in µs.
-TIME_UNITS = {"µs": 1.0, "μs": 1.0, "us": 1.0, "microseconds": 1.0, "microsecond": 1.0,
-              "ns": 1e-3, "ms": 1e3, "milliseconds": 1e3, "s": 1e6, "seconds": 1e6}
-PERCENT_UNITS = {"%": 1.0, "percent": 1.0}
 
 
 # (1) predict the floor time -------------------------------------------------------------------
@@ -90,17 +78,23 @@ _PREDICT_MISTAKES = {
 
 
 def _grade_predict(answer):
-    value = as_quantity(answer, TIME_UNITS, "a time in microseconds")[0]
+    # 47.53, "47.5 µs", "0.0475 ms", "201334784/4236e9*1e6" (arithmetic is read, never run)
+    reading = answers.read(answer, "a time in microseconds", answers.TIME_US)
+    value = reading.value
     if value <= 0:
         raise Malformed("a time must be positive; write it in microseconds, e.g. answer = 12.5")
-    if _matches(value, FLOOR_US):
+    found = answers.match(reading, FLOOR_US, {k: v for k, (v, _) in _PREDICT_MISTAKES.items()},
+                          rel=0.01)
+    if found.rough:
+        return wrong(*answers.more_digits(reading.shown(), found.also_fits,
+                                          "the floor in µs to three digits"))
+    if found.right:
         return correct(f"{FUSED.bytes_total:,} B / {BANDWIDTH_GBPS:,.0f} GB/s = {FLOOR_US:.2f} µs: "
                        f"three {ROWS} x {COLS} bf16 matrices ({MATRIX:,} B each) and the weight "
                        f"once ({WEIGHT:,} B). A kernel that moves these bytes comes within a "
                        f"few percent of it at best (either side: the floor is priced at a copy).")
-    for label, (target, hint) in _PREDICT_MISTAKES.items():
-        if _matches(value, target):
-            return wrong(f"{_shown(value)} µs ({label}).", hint)
+    if found.mistake:
+        return wrong(f"{_shown(value)} µs ({found.mistake}).", _PREDICT_MISTAKES[found.mistake][1])
     return wrong(f"{_shown(value)} µs is not the floor.",
                  "Bytes: x and the residual read, y written, w read once, at 2 bytes per bf16 "
                  "element. Time = bytes / (GB/s x 10^9), then x 10^6 for µs.")
@@ -139,17 +133,29 @@ _PCT_MISTAKES = {
 
 
 def _grade_pct(answer):
-    value = as_quantity(answer, PERCENT_UNITS, "a percentage")[0]
-    written = answer  # the digits as written: "79" is 78.6 rounded, "78" is not
-    if isinstance(answer, str):
-        written = answer.strip().lower().removesuffix("%").removesuffix("percent").strip()
-    if _matches(value, PCT, rel=0.005) or matches_as_written(written, value, PCT):
+    # "78.6%", 79 (78.6 rounded as written: "78" is not), "47.53/60.5*100"; a bandwidth is read
+    # to say what it is
+    reading = answers.read(answer, "a percentage", answers.PERCENT,
+                           also=(answers.BANDWIDTH_GBPS,))
+    value = reading.value
+    if reading.units is answers.BANDWIDTH_GBPS:
+        reading = answers.Reading(value, reading.half_unit, reading.significant)
+        achieved = FUSED.bytes_total / (MEASURED_US * 1e3)
+        if answers.match(reading, achieved, rel=0.01).right:
+            return wrong(f"{_shown(value)} GB/s (the achieved bandwidth).",
+                         _PCT_MISTAKES["the achieved bandwidth"][1])
+        return wrong(f"{_shown(value)} GB/s is a bandwidth, not a share of the floor.",
+                     "Divide the floor time by the measured time, times 100.")
+    found = answers.match(reading, PCT, {k: v for k, (v, _) in _PCT_MISTAKES.items()}, rel=0.005)
+    if found.rough:
+        return wrong(*answers.more_digits(reading.shown(), found.also_fits,
+                                          "the percentage to two digits"))
+    if found.right:
         return correct(f"{FLOOR_US:.2f} / {MEASURED_US:g} = {PCT:.1f}% of the floor "
                        f"(equivalently {FUSED.bytes_total / (MEASURED_US * 1e3):,.0f} GB/s "
                        f"achieved out of {BANDWIDTH_GBPS:,.0f}).")
-    for label, (target, hint) in _PCT_MISTAKES.items():
-        if _matches(value, target, rel=0.005) or matches_as_written(written, value, target):
-            return wrong(f"{_shown(value)} ({label}).", hint)
+    if found.mistake:
+        return wrong(f"{_shown(value)} ({found.mistake}).", _PCT_MISTAKES[found.mistake][1])
     return wrong(f"{_shown(value)}% is not it.", "Divide the floor you predicted by the measured "
                                              "time, times 100.")
 
@@ -189,7 +195,7 @@ _RULE_HINTS = {
 
 
 def _grade_rule(answer):
-    choice = as_choice(option_letter(answer), list(RULE_CHOICES))
+    choice = answers.read_option(answer, RULE_CHOICES)  # "a", "(A)", 1, the option's text
     if choice == "a":
         return correct(f"{SUSPICIOUS_US:.0f} µs is about {BIG_FLOOR_US / SUSPICIOUS_US:.0f}x below "
                        f"the floor ({BIG_FLOOR_US:.0f} µs): impossible for the kernel. A clock "

@@ -6,13 +6,12 @@ is that count with one convention broken (scales forgotten, codes counted as 2 b
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from .. import traffic
 from ..kernels import rmsnorm_fp8_spec as fp8_spec
-from .core import (BYTE_UNITS, Exercise, Malformed, as_bytes, as_choice, as_number,
-                   as_vector, correct, in_other_unit, matches_as_written, option_letter, wrong)
+from . import answers
+from .core import BYTE_UNITS, Exercise, Malformed, correct, in_other_unit, wrong
 
 ROWS, COLS, DTYPE = 8, fp8_spec.HIDDEN_SIZE, "bf16"  # not the chapter's 2 rows: compute, don't copy
 ITEM = traffic.DTYPE_BYTES[DTYPE]
@@ -51,7 +50,7 @@ _REORDER_HINTS = {
 
 
 def _grade_reorder(answer):
-    choice = as_choice(option_letter(answer), list(REORDER_CHOICES))
+    choice = answers.read_option(answer, REORDER_CHOICES)  # "b", "(B)", 2, the option's text
     if choice == "b":
         return correct("Rounding is part of each operation, so where the casts sit changes the "
                        "bf16 values; an fp8 code is a discrete function of them, so equality "
@@ -95,9 +94,9 @@ def same_bytes(value: float, expected: float) -> bool:
 
 
 
-def _read_pair(answer):
-    """[bytes read, bytes written] from a list or tuple (numbers, or text such as "129,024") or
-    a dict with the keys read/written (or bytes_read/bytes_written)."""
+def _read_pair(answer) -> list[answers.Reading]:
+    """[bytes read, bytes written] from a list or tuple (numbers, arithmetic, or text such as
+    "129,024" or "126 KiB") or a dict with the keys read/written (or bytes_read/bytes_written)."""
     if isinstance(answer, Mapping):
         keys = {str(k).strip().lower().replace(" ", "_"): v for k, v in answer.items()}
         pair = [next((keys[k] for k in (f"bytes_{n}", n) if k in keys), None)
@@ -106,28 +105,35 @@ def _read_pair(answer):
             raise Malformed("a dict needs the keys 'read' and 'written', e.g. "
                             "{'read': 1000, 'written': 500}; or write [bytes_read, bytes_written].")
         answer = pair
-    if isinstance(answer, (list, tuple)):
-        answer = [as_bytes(v) if isinstance(v, str) else v
-                  for v in answer]
-    return as_vector(answer, 2, "numbers: [bytes read, bytes written]")
+    return answers.read_list(answer, 2, "numbers: [bytes read, bytes written]", answers.BYTES)
+
+
+def _fits(readings, counts) -> bool:
+    """Each count exact up to float noise, or rounded as written in a unit ("126 kB")."""
+    return all(same_bytes(r.value, c) or (r.scaled and r.fits(c)) for r, c in zip(readings, counts))
 
 
 def _grade_fused(answer):
-    read, written = _read_pair(answer)
-    if same_bytes(read, FUSED_BYTES[0]) and same_bytes(written, FUSED_BYTES[1]):
+    pair = _read_pair(answer)
+    read, written = (r.value for r in pair)
+    if _fits(pair, FUSED_BYTES):
+        slips = [label for label, (v, _) in _FUSED_MISTAKES.items() if _fits(pair, v)]
+        if slips:
+            return wrong(*answers.more_digits(f"[{', '.join(r.shown() for r in pair)}]", slips,
+                                              "both counts in bytes"))
         return correct(f"reads {FUSED.bytes_read:,} B (x {X:,} + gamma {W:,}), writes "
                        f"{FUSED.bytes_written:,} B (codes {CODES:,} + scales {SCALES:,}).")
     for label, (value, hint) in _FUSED_MISTAKES.items():
-        if same_bytes(read, value[0]) and same_bytes(written, value[1]):
+        if _fits(pair, value):
             return wrong(f"[{read:,.0f}, {written:,.0f}] ({label}).", hint)
     unit = in_other_unit((read, written), FUSED_BYTES)
     if unit:
         return wrong(f"[{read:g}, {written:g}] is the right traffic in {unit}, but the answer is "
                      f"read as bytes.", "Write both numbers in bytes.")
-    if same_bytes(read, FUSED.bytes_read):
+    if _fits(pair[:1], FUSED_BYTES[:1]):
         return wrong(f"The bytes read are right; {written:,.0f} B written is not.",
                      "Writes: one byte per code, and one fp32 scale per block of 128 columns.")
-    if same_bytes(written, FUSED.bytes_written):
+    if _fits(pair[1:], FUSED_BYTES[1:]):
         return wrong(f"The bytes written are right; {read:,.0f} B read is not.",
                      "Reads: x (bf16, 2 B per element) and gamma once.")
     return wrong(f"[{read:,.0f}, {written:,.0f}] is not the fused kernel's traffic.",
@@ -161,13 +167,17 @@ _SAVED_MISTAKES = {
 
 
 def _grade_saved(answer):
-    value = as_bytes(answer)
-    if same_bytes(value, SAVED):
+    reading = answers.read(answer, "a number of bytes", answers.BYTES)  # "229,376", "229.4 kB"
+    value = reading.value
+    found = answers.match_count(reading, SAVED, {k: b for k, (b, _) in _SAVED_MISTAKES.items()})
+    if found.rough:
+        return wrong(*answers.more_digits(reading.shown(), found.also_fits,
+                                          "the exact number of bytes"))
+    if found.right:
         return correct(f"{SAVED:,} B: the {ROWS} x {COLS} bf16 rows ({X:,} B) written once and "
                        f"read back once. Everything else is the same in both versions.")
-    for label, (bytes_, hint) in _SAVED_MISTAKES.items():
-        if same_bytes(value, bytes_):
-            return wrong(f"{value:,.0f} B ({label}).", hint)
+    if found.mistake:
+        return wrong(f"{value:,.0f} B ({found.mistake}).", _SAVED_MISTAKES[found.mistake][1])
     unit = in_other_unit((value,), (SAVED,))
     if unit:
         return wrong(f"{value:g} is the right saving in {unit}, but the answer is read as bytes.",
@@ -206,15 +216,18 @@ _ZERO_MISTAKES = {
 
 
 def _grade_zero(answer):
-    value = as_number(answer, "a scale (a small positive number)")
-    if math.isclose(value, ZERO_SCALE, rel_tol=1e-4) or matches_as_written(answer, value,
-                                                                           ZERO_SCALE):
+    # 2.23e-7, "2.23×10⁻⁷", "1e-4/448"; a value rounded to two digits or more ("2.2e-7")
+    reading = answers.read(answer, "a scale (a small positive number)")
+    value = reading.value
+    found = answers.match(reading, ZERO_SCALE, {k: v for k, (v, _) in _ZERO_MISTAKES.items()},
+                          rel=1e-4)
+    if found.rough:
+        return wrong(*answers.more_digits(reading.shown(), found.also_fits, "three digits"))
+    if found.right:
         return correct(f"{ZERO_SCALE:.6g} = {FLOOR:g} / 448: the floor stands in for the absmax, "
                        f"every code is 0, and the block dequantizes to zeros as it should.")
-    for label, (v, hint) in _ZERO_MISTAKES.items():
-        if math.isclose(value, v, rel_tol=1e-4, abs_tol=1e-30) or (
-                v and matches_as_written(answer, value, v)):
-            return wrong(f"{value:g} ({label}).", hint)
+    if found.mistake:
+        return wrong(f"{value:g} ({found.mistake}).", _ZERO_MISTAKES[found.mistake][1])
     return wrong(f"{value:g} is not the stored scale.",
                  "Follow the reference: absmax of the block, floored, divided by 448.")
 

@@ -9,8 +9,8 @@ import math
 
 from .. import traffic
 from ..viz import backward_frames as BF
-from .core import (BYTE_UNITS, Exercise, Malformed, as_choice, as_quantity, as_vector, correct,
-                   matches_as_written, option_letter, wrong)
+from . import answers
+from .core import Exercise, Malformed, correct, wrong
 
 EPS = 1e-5
 
@@ -58,25 +58,27 @@ _DX_MISTAKES = {
 }
 
 
-def _as_written(answer) -> list:
-    """The four entries as the reader wrote them, for matching the digits written (a tensor's
-    or array's entries stay scalars of their dtype, so float32 noise is not read as digits)."""
-    try:
-        return list(answer)
-    except TypeError:
-        return [None] * 4
+def _fits(readings, vector, digits: int = 0) -> bool:
+    """Each entry within 1e-3 (relative) or 1e-4 of the vector's, or the vector's rounded to the
+    digits written (with at least ``digits`` significant digits)."""
+    return all(math.isclose(r.value, d, rel_tol=1e-3, abs_tol=1e-4)
+               or (r.fits(d) and r.significant >= digits) for r, d in zip(readings, vector))
 
 
 def _grade_dx(answer):
-    values = as_vector(answer, 4, "gradients (one per column)")
-    written = _as_written(answer)
-    if all(math.isclose(v, d, rel_tol=1e-3, abs_tol=1e-4) or matches_as_written(a, v, d)
-           for a, v, d in zip(written, values, DX)):
+    # a list, tuple, array or tensor; entries as numbers or text ("−0.0339" copied from the page)
+    readings = answers.read_list(answer, 4, "gradients (one per column)")
+    slips = [label for label, (vec, _) in _DX_MISTAKES.items() if _fits(readings, vec)]
+    if _fits(readings, DX, digits=2) and not slips:
         return correct(f"dx = [{', '.join(f'{v:.4f}' for v in DX)}]: r·(g − xhat·mean(g·xhat)) "
                        f"with r = {HAND.r:.5f}, mean(g·xhat) = {HAND.mean:.4f}.")
-    for label, (vec, hint) in _DX_MISTAKES.items():
-        if all(math.isclose(v, d, rel_tol=1e-3, abs_tol=1e-4) for v, d in zip(values, vec)):
-            return wrong(f"that is the answer with {label}.", hint)
+    if _fits(readings, DX):  # right as far as the digits go: -0.03 for -0.0339
+        return wrong("each entry is dx rounded to the digits written, but too few digits to "
+                     "tell it from " + (f"a typical slip ({slips[0]})" if slips else
+                                        "its neighbours") + ".",
+                     "Give each entry to at least 3 decimals (or 2 significant digits).")
+    for label in slips:
+        return wrong(f"that is the answer with {label}.", _DX_MISTAKES[label][1])
     return wrong("that is not dx for this row.",
                  "Compute r = 1/sqrt(mean(x²) + eps), xhat = x·r, g = dy·w, m = mean(g·xhat), "
                  "then dx = r·(g − xhat·m), column by column.")
@@ -106,7 +108,7 @@ _MISSING_HINTS = {
 
 
 def _grade_missing(answer):
-    choice = as_choice(option_letter(answer), list(MISSING_CHOICES))
+    choice = answers.read_option(answer, MISSING_CHOICES)  # "a", "(A)", 1, the option's text
     if choice == "a":
         return correct("The kernel computes dx = r·g, as if r were a constant. The suite catches "
                        "it wherever the missing term is larger than the tolerance; it passes on "
@@ -153,20 +155,25 @@ _BYTES_MISTAKES = {
 
 
 def _grade_bytes(answer):
-    # "109,346,816", "109346816 B"; a size in MB is read too, and then only rounded
-    value, rounded = as_quantity(answer, BYTE_UNITS, "a number of bytes")
+    # "105,029,632", "105029632 B", arithmetic; a size in MB is read as rounded ("105.03 MB")
+    reading = answers.read(answer, "a number of bytes", answers.BYTES)
+    value, rounded = reading.value, reading.scaled
     if value != int(value) and not rounded:
         raise Malformed(f"bytes are whole numbers, got {value} (for megabytes, multiply by "
                         f"1,000,000).")
     if value <= 0:
         raise Malformed(f"a number of bytes moved is positive, got {value:,.0f}.")
-    if int(value) == BACKWARD_BYTES:
+    found = answers.match_count(reading, BACKWARD_BYTES,
+                                {k: b for k, (b, _) in _BYTES_MISTAKES.items()})
+    if found.rough:
+        return wrong(*answers.more_digits(reading.shown(), found.also_fits,
+                                          "the exact number of bytes"))
+    if found.right:
         return correct(f"{BACKWARD_BYTES:,} B: x and dy read and dx written ({3 * MATRIX:,}), the "
                        f"partials written and read ({2 * PARTIALS:,}), w, r and dw "
                        f"({_SMALL:,}).")
-    for label, (b, hint) in _BYTES_MISTAKES.items():
-        if int(value) == b:
-            return wrong(f"{value:,.0f} B ({label}).", hint)
+    if found.mistake:
+        return wrong(f"{value:,.0f} B ({found.mistake}).", _BYTES_MISTAKES[found.mistake][1])
     if math.isclose(value, BACKWARD_BYTES, rel_tol=1e-3):
         return wrong(f"{value:,.0f} B is close but not exact.",
                      "The count is exact: add the tensors' bytes one by one (or ask "
