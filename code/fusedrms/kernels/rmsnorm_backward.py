@@ -202,12 +202,18 @@ def programs_for(rows: int, cols: int, dtype: torch.dtype, device: torch.device,
     if rows < 1:
         return 0
     if device.type == "cpu":
-        wanted = INTERPRETER_PROGRAMS
-    else:
-        sms = sm_count(device)
-        wanted = sms * (per_sm or programs_per_sm(cols, dtype))
-        if per_sm is None:
-            wanted = min(wanted, max(sms, rows // MIN_ROWS_PER_PROGRAM))
+        return max(1, min(rows, INTERPRETER_PROGRAMS))
+    return programs_on_gpu(rows, cols, dtype, sm_count(device), per_sm)
+
+
+def programs_on_gpu(rows: int, cols: int, dtype: torch.dtype, sms: int,
+                    per_sm: int | None = None) -> int:
+    """:func:`programs_for` on a GPU of ``sms`` SMs (a page prices the H200's grid anywhere)."""
+    if rows < 1:
+        return 0
+    wanted = sms * (per_sm or programs_per_sm(cols, dtype))
+    if per_sm is None:
+        wanted = min(wanted, max(sms, rows // MIN_ROWS_PER_PROGRAM))
     return max(1, min(rows, wanted))
 
 
