@@ -42,10 +42,22 @@ for ch in keep:
         shutil.copy2(old / f, new / f)
     mn["files"] = {f: e for f, e in mn["files"].items() if e.get("chapter") != ch} | files
     mn["chapters"][ch] = entry
-    mn.setdefault("stale", {})[ch] = (
-        f"kept from the recording of commit {str(entry.get('commit'))[:10]}: the new recording "
-        "did not finish this chapter; re-recorded in the next GPU run")
     print(f"kept {ch} ({len(files)} files) from commit {str(entry.get('commit'))[:10]}")
+(new / "MANIFEST.json").write_text(json.dumps(mn, indent=1) + "\n")
+# a kept chapter whose sources changed since it was measured is acknowledged, with the reason;
+# one whose sources did not change stays current (no note that would hide a later change)
+sys.path.insert(0, "code")
+from fusedrms import records  # noqa: E402
+for ch in keep:
+    state = records.staleness(ch, new)
+    if state.state != "current":
+        mn["stale"] = {**mn.get("stale", {}), ch: (
+            f"kept from the recording of commit {str(mn['chapters'][ch].get('commit'))[:10]}: "
+            "its sources changed since, and the new recording did not include it; re-recorded "
+            "in the next GPU run")}
+    else:
+        mn.get("stale", {}).pop(ch, None)
+    print(f"{ch}: {state.state}")
 (new / "MANIFEST.json").write_text(json.dumps(mn, indent=1) + "\n")
 PY
 fi
