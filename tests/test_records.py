@@ -263,3 +263,10 @@ def test_a_page_shows_no_floor_rather_than_a_files_own(tmp_path, monkeypatch):
     case = next(r for r in grid["records"] if r.get("status") == "ok" and r.get("bytes"))
     assert case["pct_of_floor"] == pytest.approx(floor.pct(case["bytes"], case["median_us"]))
     assert records.at_copy_floor(None) is None
+
+
+def test_an_acknowledged_change_to_recording_steps_alone_says_the_kernels_did_not_change():
+    steps = records.Staleness("ch06", "acknowledged", ["book/ch06.py::record"], "why", "abc")
+    assert "recording steps" in steps.badge and "kernels they time have not changed" in steps.badge
+    kernel = records.Staleness("ch06", "acknowledged", ["book/ch06.py::record", "kernels/k.py"])
+    assert "earlier version of the kernel" in kernel.badge

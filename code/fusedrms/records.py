@@ -389,6 +389,10 @@ class Staleness:
     def badge(self) -> str:
         """The sentence a chapter's provenance badge adds (empty when the numbers are current)."""
         at = f" (commit {str(self.commit)[:10]})" if self.commit else ""
+        if self.state == "acknowledged" and self.changed and all(
+                c.startswith("book/") for c in self.changed):
+            return (f"These numbers were measured by an earlier version of this chapter's "
+                    f"recording steps{at}; the kernels they time have not changed since.")
         if self.state == "acknowledged":
             return (f"These numbers were measured on an earlier version of the kernel{at}; "
                     f"they have not been re-recorded since it changed.")
