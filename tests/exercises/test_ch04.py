@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from fusedrms import env, records
-from fusedrms.exercises import ch04, core
+from fusedrms.exercises import ch04, grader, reader_code
 from fusedrms.exercises.core import Feedback
 
 ENV = env.current()
@@ -134,28 +134,26 @@ def test_a_compiled_kernel_is_audited_in_the_interpreter():
     assert run.audited and run.past_w == 9
 
 
-@pytest.mark.parametrize("exercise,kernel", [
-    (ch04.fix_block_denominator, ch04.kernel_x_without_other),
-    (ch04.fix_weight_load, _kernel_that_raises)], ids=["no other=", "raises"])
-def test_a_gpu_machine_gets_the_interpreter_verdict_from_a_child_process(exercise, kernel,
-                                                                         monkeypatch):
-    """On a GPU the audit runs in a child process that runs the interpreter: forced here, it gives
-    the verdict, message and hint this process gives (a GPU run alone accepts a masked load without
-    other=: it reads 0 there)."""
-    here = exercise.check(kernel)
-    monkeypatch.setattr(core, "interpreter_here", lambda: False)
-    monkeypatch.setattr(core, "_CHILD_RESULTS", {})
-    child = exercise.check(kernel)
-    assert not here.ok and (child.ok, child.message, child.hint) == (here.ok, here.message, here.hint)
-    assert len(core._CHILD_RESULTS) == 1  # both cases in one child process
+def test_both_exercises_share_one_child_per_kernel(monkeypatch):
+    """The interpreter's verdict comes from a child process (the same on a GPU machine); the two
+    exercises run the same cases, so a kernel checked by both starts one child, not two."""
+    calls = []
+    monkeypatch.setattr(grader, "_CACHE", {})
+    original = grader._run_request
+    monkeypatch.setattr(grader, "_run_request", lambda *a, **k: calls.append(1) or original(*a, **k))
+    first = ch04.fix_block_denominator.check(ch04.kernel_x_without_other)
+    second = ch04.fix_weight_load.check(ch04.kernel_x_without_other)
+    assert not first.ok and not second.ok and first.message == second.message
+    assert len(calls) == 1
 
 
 def test_a_kernel_that_cannot_be_copied_is_never_called_correct(monkeypatch):
-    monkeypatch.setattr(core, "interpreter_here", lambda: False)
-    monkeypatch.setattr(core, "kernel_source", lambda kernel: (_ for _ in ()).throw(
-        core.NotAudited("its source cannot be read")))
+    def refuse(answer):
+        raise reader_code.NotCopied("its source cannot be read")
+
+    monkeypatch.setattr(reader_code, "copy_answer", refuse)
     fb = ch04.fix_block_denominator.check(ch04.rmsnorm_row_kernel)
-    assert not fb.ok and "its source cannot be read" in fb.message
+    assert not fb.ok and "its source cannot be read" in fb.message and fb.hint
 
 
 def test_run_reader_kernel_layout():
