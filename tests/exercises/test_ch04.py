@@ -419,3 +419,37 @@ def test_warps_answers_in_the_wrong_units_or_order_get_a_hint(tmp_path, monkeypa
     fb = ch04.choose_num_warps.check({"num_warps": [4], "timings_us": {4: 9.05, 8: 10.36}})
     assert not fb.ok and "whole number of warps" in fb.message and "12.5" not in fb.message
     assert ch04.choose_num_warps.check({"num_warps": 4.0, "timings_us": {4: 9.1, 8: 10.4}}).ok
+
+
+# ---- what the interpreter's in-order programs hide, and stores no buffer owns ----
+
+@triton.jit
+def _kernel_clears_the_next_row(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
+                                BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    mask = offsets < cols
+    below = (row + 1) * y_row_stride + offsets  # "clear the next row first": a race on a GPU
+    tl.store(y_ptr + below, tl.zeros([BLOCK_SIZE], tl.float32),
+             mask=mask & (below < tl.num_programs(0) * y_row_stride))
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)
+    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _kernel_stores_far_away(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
+                            BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    tl.store(y_ptr + row * 100_000_000 + offsets, tl.zeros([BLOCK_SIZE], tl.float32))
+
+
+@pytest.mark.parametrize("exercise", ch04.KERNEL_EXERCISES, ids=lambda e: e.name)
+def test_a_race_and_a_store_far_outside_are_refused(exercise):
+    fb = exercise.check(_kernel_clears_the_next_row)
+    assert not fb.ok and "programs 0 and 1" in fb.message and "race" in fb.message
+    assert "own row" in fb.hint
+    fb = exercise.check(_kernel_stores_far_away)  # skipped by the audit: no corrupted heap
+    assert not fb.ok and "outside" in fb.message and fb.hint

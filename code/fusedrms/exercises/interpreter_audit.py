@@ -68,7 +68,8 @@ class Launch:
         past = [t for t in self.tensors if address >= t.end]
         if past:
             t = max(past, key=lambda t: t.end)
-            return f"{(address - t.end) // t.itemsize + 1} elements past the end of {t.name}"
+            count = (address - t.end) // t.itemsize + 1
+            return f"{count} element{'s' if count > 1 else ''} past the end of {t.name}"
         return "memory no argument owns"
 
     def races(self) -> list[str]:
