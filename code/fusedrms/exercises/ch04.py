@@ -32,8 +32,6 @@ import math
 from dataclasses import dataclass, field
 from html import escape
 
-import numpy as np
-
 import torch
 import triton
 import triton.language as tl

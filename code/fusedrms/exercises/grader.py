@@ -105,9 +105,7 @@ def _remember(key: bytes, entry: tuple) -> None:
 def _unwrap(status: str, value):
     if status == "ok":
         return value
-    if status == "raised":
-        raise value
-    if status == "failed":
+    if status in ("raised", "failed"):
         raise value
     raise Failed("copy", value)  # "broken": the copy could not be rebuilt there
 
@@ -178,7 +176,8 @@ def _deadline(folder: Path, submitted: float, limit: float) -> float:
 
 def _child_env(device: str, tool: str | None = None) -> dict:
     here = os.getcwd()
-    found = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(p or here for p in sys.path))}
+    path = os.pathsep.join(dict.fromkeys(p or here for p in sys.path))
+    found = {**os.environ, "PYTHONPATH": path}
     if device == "cpu":
         found.update(FUSEDRMS_FORCE_CPU="1", TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="",
                      HIP_VISIBLE_DEVICES="")
@@ -254,7 +253,7 @@ def _fork_server_run(folder: Path, limit: float, function) -> tuple:
         except OSError:
             server.close()
             continue
-        submitted, pid, timed_out = time.time(), None, False
+        submitted, pid, timed_out, killed = time.time(), None, False, 0.0
         try:
             while True:
                 message = server.message(POLL_S)
@@ -274,7 +273,10 @@ def _fork_server_run(folder: Path, limit: float, function) -> tuple:
                 if pid is not None and not timed_out and time.time() > _deadline(
                         folder, submitted, limit):
                     _kill(pid)
-                    timed_out = True
+                    timed_out, killed = True, time.time()
+                elif timed_out and time.time() > killed + 30:  # the kill did not take
+                    server.close()
+                    return (signal.SIGKILL, None), True
                 elif pid is None and time.time() > submitted + START_LIMIT_S:
                     server.close()
                     raise Failed("start", f"the checker's server did not answer in "
@@ -340,7 +342,8 @@ def _die_with_parent() -> None:
 
 # ---- GPU children (and compute-sanitizer): a fresh process each ----
 
-_ONE_SHOT_MAIN = "import sys; from fusedrms.exercises.grader import _one_shot_main; _one_shot_main(sys.argv[1])"
+_ONE_SHOT_MAIN = ("import sys; from fusedrms.exercises.grader import _one_shot_main; "
+                  "_one_shot_main(sys.argv[1])")
 
 
 def _one_shot(folder: Path, device: str, limit: float, tool: str | None) -> tuple:

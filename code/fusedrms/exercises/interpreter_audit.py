@@ -93,7 +93,8 @@ class Launch:
         loads = [a for a in self.accesses if a.kind == "load" and a.addresses.size]
         if loads:
             read = np.concatenate([a.addresses for a in loads])
-            reader = np.concatenate([np.full(a.addresses.size, a.program, np.uint64) for a in loads])
+            reader = np.concatenate([np.full(a.addresses.size, a.program, np.uint64)
+                                     for a in loads])
             at = np.clip(np.searchsorted(stored, read), 0, stored.size - 1)
             crossing = np.flatnonzero((stored[at] == read) & (owner[at] != reader))
             if crossing.size:
