@@ -337,14 +337,14 @@ def _memory_verdict(audit, where: str) -> Feedback | None:
     outside = audit.outside()
     if outside is not None and outside.outside_stores:
         return wrong(f"{outside.kernel} stores outside the tensors it was given {where} "
-                     f"({outside.outside_stores} lanes; the first at {outside.first_outside}). "
+                     f"({outside.outside_stores} lanes; the first lands {outside.first_outside}). "
                      f"The checker skipped them; in a process they corrupt memory, and on a GPU "
                      f"they write into memory no tensor owns.",
                      "Store with mask=mask: lanes past the last column belong to the next row, "
                      "or to no tensor at all after the last row.")
     if outside is not None:
         return wrong(f"{outside.kernel} loads outside the tensors it was given {where} "
-                     f"({outside.outside_loads} lanes; the first at {outside.first_outside}): on "
+                     f"({outside.outside_loads} lanes; the first lands {outside.first_outside}): on "
                      f"a GPU those lanes read memory no tensor owns.",
                      "Load with mask=mask, other=0.0, so lanes past the last column read nothing.")
     races = audit.races()

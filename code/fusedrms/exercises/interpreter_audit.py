@@ -70,7 +70,7 @@ class Launch:
             t = max(past, key=lambda t: t.end)
             count = (address - t.end) // t.itemsize + 1
             return f"{count} element{'s' if count > 1 else ''} past the end of {t.name}"
-        return "memory no argument owns"
+        return "in memory no argument owns"
 
     def races(self) -> list[str]:
         """Each kind of cross-program conflict found, in words (empty when the programs keep to
