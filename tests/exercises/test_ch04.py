@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from fusedrms import env, records
-from fusedrms.exercises import ch04, core
+from fusedrms.exercises import ch04, grader, reader_code
 from fusedrms.exercises.core import Feedback
 
 ENV = env.current()
@@ -134,28 +134,26 @@ def test_a_compiled_kernel_is_audited_in_the_interpreter():
     assert run.audited and run.past_w == 9
 
 
-@pytest.mark.parametrize("exercise,kernel", [
-    (ch04.fix_block_denominator, ch04.kernel_x_without_other),
-    (ch04.fix_weight_load, _kernel_that_raises)], ids=["no other=", "raises"])
-def test_a_gpu_machine_gets_the_interpreter_verdict_from_a_child_process(exercise, kernel,
-                                                                         monkeypatch):
-    """On a GPU the audit runs in a child process that runs the interpreter: forced here, it gives
-    the verdict, message and hint this process gives (a GPU run alone accepts a masked load without
-    other=: it reads 0 there)."""
-    here = exercise.check(kernel)
-    monkeypatch.setattr(core, "interpreter_here", lambda: False)
-    monkeypatch.setattr(core, "_CHILD_RESULTS", {})
-    child = exercise.check(kernel)
-    assert not here.ok and (child.ok, child.message, child.hint) == (here.ok, here.message, here.hint)
-    assert len(core._CHILD_RESULTS) == 1  # both cases in one child process
+def test_both_exercises_share_one_child_per_kernel(monkeypatch):
+    """The interpreter's verdict comes from a child process (the same on a GPU machine); the two
+    exercises run the same cases, so a kernel checked by both starts one child, not two."""
+    calls = []
+    monkeypatch.setattr(grader, "_CACHE", {})
+    original = grader._run_request
+    monkeypatch.setattr(grader, "_run_request", lambda *a, **k: calls.append(1) or original(*a, **k))
+    first = ch04.fix_block_denominator.check(ch04.kernel_x_without_other)
+    second = ch04.fix_weight_load.check(ch04.kernel_x_without_other)
+    assert not first.ok and not second.ok and first.message == second.message
+    assert len(calls) == 1
 
 
 def test_a_kernel_that_cannot_be_copied_is_never_called_correct(monkeypatch):
-    monkeypatch.setattr(core, "interpreter_here", lambda: False)
-    monkeypatch.setattr(core, "kernel_source", lambda kernel: (_ for _ in ()).throw(
-        core.NotAudited("its source cannot be read")))
+    def refuse(answer):
+        raise reader_code.NotCopied("its source cannot be read")
+
+    monkeypatch.setattr(reader_code, "copy_answer", refuse)
     fb = ch04.fix_block_denominator.check(ch04.rmsnorm_row_kernel)
-    assert not fb.ok and "its source cannot be read" in fb.message
+    assert not fb.ok and "its source cannot be read" in fb.message and fb.hint
 
 
 def test_run_reader_kernel_layout():
@@ -421,3 +419,37 @@ def test_warps_answers_in_the_wrong_units_or_order_get_a_hint(tmp_path, monkeypa
     fb = ch04.choose_num_warps.check({"num_warps": [4], "timings_us": {4: 9.05, 8: 10.36}})
     assert not fb.ok and "whole number of warps" in fb.message and "12.5" not in fb.message
     assert ch04.choose_num_warps.check({"num_warps": 4.0, "timings_us": {4: 9.1, 8: 10.4}}).ok
+
+
+# ---- what the interpreter's in-order programs hide, and stores no buffer owns ----
+
+@triton.jit
+def _kernel_clears_the_next_row(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
+                                BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    mask = offsets < cols
+    below = (row + 1) * y_row_stride + offsets  # "clear the next row first": a race on a GPU
+    tl.store(y_ptr + below, tl.zeros([BLOCK_SIZE], tl.float32),
+             mask=mask & (below < tl.num_programs(0) * y_row_stride))
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)
+    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _kernel_stores_far_away(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
+                            BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    tl.store(y_ptr + row * 100_000_000 + offsets, tl.zeros([BLOCK_SIZE], tl.float32))
+
+
+@pytest.mark.parametrize("exercise", ch04.KERNEL_EXERCISES, ids=lambda e: e.name)
+def test_a_race_and_a_store_far_outside_are_refused(exercise):
+    fb = exercise.check(_kernel_clears_the_next_row)
+    assert not fb.ok and "programs 0 and 1" in fb.message and "race" in fb.message
+    assert "own row" in fb.hint
+    fb = exercise.check(_kernel_stores_far_away)  # skipped by the audit: no corrupted heap
+    assert not fb.ok and "outside" in fb.message and fb.hint

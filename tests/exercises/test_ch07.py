@@ -170,3 +170,43 @@ def test_residual_rejects_a_function_that_ignores_its_eps():
                               ("eps ignored", "1e-06")):
         text = msg(mistake)
         assert text.startswith("Not yet.") and f"eps = {constant}" in text, text
+
+
+def test_residual_refuses_a_race_the_interpreter_hides_and_unmasked_stores():
+    """Program i clearing row i+1 gives the right output in the interpreter's in-order programs
+    and a race on a GPU; unmasked stores past the last row would corrupt the process's heap:
+    both are refused with what happened, and the notebook's process never runs them."""
+    race = ch07.residual_variant.check(ch07.residual_variant.mistakes["program i clears row i+1 (a race)"])
+    assert not race.ok and "programs 0 and 1" in race.message and "race" in race.message
+    assert "only row i" in race.hint
+    unmasked = ch07.residual_variant.check(ch07.residual_variant.mistakes["unmasked stores"])
+    assert not unmasked.ok and "stores outside the tensors" in unmasked.message
+    assert "past the end of s_ptr" in unmasked.message and "mask=mask" in unmasked.hint
+
+
+@triton.jit
+def _row_times_cols_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.arange(0, BLOCK)
+    mask = col < cols
+    x = tl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    s = (x + r).to(s_ptr.dtype.element_ty)
+    tl.store(s_ptr + row * cols + col, s, mask=mask)
+    s = s.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(s * s, axis=0) / cols + eps)
+    w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _launch_without_contiguous(x, r, w, eps):
+    y, s = torch.empty_like(x), torch.empty_like(x)
+    cols = x.shape[-1]
+    _row_times_cols_kernel[(x.numel() // cols,)](x, r, w, y, s, cols, eps,
+                                                 BLOCK=triton.next_power_of_2(cols))
+    return y, s
+
+
+def test_residual_checks_rows_that_are_a_view_of_a_wider_tensor():
+    fb = ch07.residual_variant.check(_launch_without_contiguous)
+    assert not fb.ok and "16 elements apart" in fb.message and "contiguous()" in fb.hint

@@ -1,8 +1,14 @@
 """Chapter 3 exercises: block size, the shuffle finish, the missing barrier.
 
-The two code exercises compile the reader's HIP text into a copy of rmsnorm.hip and run it on the
-CPU runtime (which reports races and divergent barriers) and, when there is one, on the GPU. A
-compile error comes back as the compiler's message.
+The two code exercises compile HIP text into a copy of rmsnorm.hip and run it on the CPU runtime
+(which reports races and divergent barriers) and, when there is one, on the GPU. A compile error
+comes back as the compiler's message. Every case reads x through rows further apart than their
+width (NaN between them) and writes y between sentinels, which catch stores outside it.
+
+The reader's block_sum_shuffle runs through the grader (:mod:`.grader`), in a child process with
+a time limit: a finish that crashes the process or never returns gets a verdict. On a GPU it then
+runs compiled for the GPU, and under compute-sanitizer's memcheck and racecheck where this
+machine has it.
 """
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import re
 from typing import Mapping, Sequence
 
 from ..viz.source import file_section
+from . import grader
 from .core import Exercise, Malformed, as_number, correct, wrong
 
 EPS = 1e-5
@@ -58,6 +65,33 @@ def _compiler_feedback(err, what: str):
                  "kernel file with your text in place.")
 
 
+X_PAD = 3  # x's rows lie cols + X_PAD elements apart
+GUARD = 64  # sentinel elements on each side of y
+SENTINEL = -12345.0
+
+
+def guarded_run(text: str, variant: str, x, w, block: int, defines=None):
+    """``variant`` of ``text`` on ``x`` (any row stride), into a y with sentinels on both
+    sides: (y on the CPU, how many sentinels a store changed). KernelError when it fails."""
+    import torch
+
+    _, kernels = _hip()
+    lib = kernels.library(x.device, text, defines)
+    rows, cols = x.shape
+    y_buf = torch.full((rows * cols + 2 * GUARD,), SENTINEL, dtype=x.dtype, device=x.device)
+    y = y_buf[GUARD:GUARD + rows * cols]
+    stream = None if x.device.type == "cpu" else torch.cuda.current_stream(x.device).cuda_stream
+    status = getattr(lib, f"fusedrms_rmsnorm_{variant}")(
+        kernels.DTYPE_CODES[x.dtype], x.data_ptr(), w.data_ptr(), y.data_ptr(), rows, cols,
+        x.stride(0), EPS, block, stream)
+    if status != 0:
+        message = lib.fusedrms_error_message().decode(errors="replace")
+        raise kernels.KernelError(f"hip.{variant} failed: {message}")
+    y_buf = y_buf.cpu()
+    stray = int((y_buf[:GUARD] != SENTINEL).sum() + (y_buf[GUARD + rows * cols:] != SENTINEL).sum())
+    return y_buf[GUARD:GUARD + rows * cols].view(rows, cols), stray
+
+
 def _run_variant(text: str, variant: str, shapes, blocks, defines=None, device="cpu"):
     """Run ``variant`` from ``text`` on every shape and block; return a failure message or None."""
     import torch
@@ -70,12 +104,17 @@ def _run_variant(text: str, variant: str, shapes, blocks, defines=None, device="
         x = torch.randn(rows, cols, generator=g) * 2
         w = torch.randn(cols, generator=g)
         expected = reference.rmsnorm(x, w, EPS, accum=torch.float64)
+        wide = torch.full((rows, cols + X_PAD), float("nan"))
+        wide[:, :cols] = x
+        x_rows, w_dev = wide.to(device)[:, :cols], w.to(device)
         for block in blocks:
+            grader.progress(f"On {rows}x{cols} with {block} threads")
             try:
-                y = kernels.rmsnorm(x.to(device), w.to(device), EPS, variant=variant,
-                                    block_size=block, text=text, defines=defines).cpu()
+                y, stray = guarded_run(text, variant, x_rows, w_dev, block, defines)
             except kernels.KernelError as e:
                 return f"{rows}x{cols}, block {block}: {e}"
+            if stray:
+                return f"{rows}x{cols}, block {block}: {stray} stores outside y"
             report = checks.allclose(y, expected)
             if not report.ok:
                 return f"{rows}x{cols}, block {block}: wrong output ({report.message})"
@@ -385,30 +424,73 @@ def _grade_shuffle(answer):
                      "round by round.",
                      "Let shuffles do the rounds inside each warp (no barrier needed there); "
                      "shared memory and one barrier only combine the warps' totals.")
+    try:  # in a child process: the CPU runtime's verdict, the same on every machine
+        verdict = grader.run(answer, shuffle_verdict, "cpu")
+        if not verdict or not _gpu_build_available():
+            return verdict
+        on_gpu = grader.run(answer, shuffle_verdict, "cuda", device="gpu")
+        if not on_gpu:
+            return on_gpu
+        findings = {tool: grader.sanitizer_findings(answer, shuffle_verdict, "sanitizer",
+                                                    tool=tool)
+                    for tool in ("memcheck", "racecheck")}
+    except grader.Failed as failed:
+        return grader.failure_feedback(failed, "hip")
+    for tool, found in findings.items():
+        if found is not None and found[0]:
+            return wrong(f"on the GPU, compute-sanitizer's {tool} reports {found[0]} error"
+                         f"{'s' if found[0] > 1 else ''}: {found[1] or 'see its log'}",
+                         _SANITIZER_HINTS[tool])
+    checked = ("compute-sanitizer's memcheck and racecheck found nothing"
+               if all(f is not None for f in findings.values()) else
+               "compute-sanitizer was not found here, so the GPU run was not checked for "
+               "out-of-bounds accesses or shared-memory races")
+    return correct(f"{verdict.message.rstrip('.')}; on the GPU too ({checked}).")
+
+
+_SANITIZER_HINTS = {
+    "memcheck": "An access outside an allocation: check every index into shared memory (one "
+                "slot per warp) and every pointer.",
+    "racecheck": "Two threads touch one shared-memory word, one writing, with no barrier "
+                 "between: put a __syncthreads() that every thread reaches between the writes "
+                 "of the warp totals and their reads.",
+}
+SHUFFLE_SHAPES = BOUNDARY_SHAPES + ((4, 1),)
+
+
+def shuffle_verdict(answer: str, device: str):
+    """(In the grader's child) the verdict on the reader's block_sum_shuffle: on the CPU runtime
+    with 64- and 32-lane warps (``device`` "cpu"), compiled for the GPU ("cuda"), or a short run
+    for compute-sanitizer ("sanitizer")."""
     build, kernels = _hip()
+    cpu = device == "cpu"
     text = _replace_section(build.source_text(), "shuffle_sum", _CPU_MIN_MAX + answer)
     # 64-lane wavefronts first: they catch a hard-coded 32. Then 32-lane warps.
-    for lanes in (64, 32):
-        defines = {"FUSEDRMS_CPU_WARP": lanes}
+    builds = [{"FUSEDRMS_CPU_WARP": lanes} for lanes in (64, 32)] if cpu else [None]
+    for defines in builds:
         try:
-            kernels.library("cpu", text, defines)
+            with grader.clock_paused():  # compiling is not the reader's code running
+                kernels.library("cpu" if cpu else "cuda", text, defines)
         except build.CompileError as e:
-            return _compiler_feedback(e, "your block_sum_shuffle")
-        failure = _run_variant(text, "shuffle", BOUNDARY_SHAPES, (16, 64, 256), defines)
+            return _compiler_feedback(e, "your block_sum_shuffle" + ("" if cpu else
+                                                                     " (GPU build)"))
+        if cpu:
+            failure = _run_variant(text, "shuffle", SHUFFLE_SHAPES, (16, 64, 256), defines)
+            where = f"on the CPU runtime with {defines['FUSEDRMS_CPU_WARP']}-lane warps"
+        elif device == "cuda":
+            failure = _run_variant(text, "shuffle", SHUFFLE_SHAPES + ((64, 4096),),
+                                   (32, 256, 1024), device="cuda")
+            where = "on the GPU"
+        else:
+            failure = _run_variant(text, "shuffle", BOUNDARY_SHAPES, (32, 256), device="cuda")
+            where = "on the GPU under compute-sanitizer"
         if failure:
-            return wrong(f"on the CPU runtime with {lanes}-lane warps: {failure}",
-                         _shuffle_hint(failure))
-    if _gpu_build_available():
-        try:
-            failure = _run_variant(text, "shuffle", BOUNDARY_SHAPES + ((64, 4096),), (32, 256, 1024),
-                                   device="cuda")
-        except build.CompileError as e:
-            return _compiler_feedback(e, "your block_sum_shuffle (GPU build)")
-        if failure:
-            return wrong(f"on the GPU: {failure}", "It passed on the CPU runtime: look for lanes "
-                         "that read a shuffle from a lane that does not take part.")
-    return correct("your shuffle finish gives the right RMSNorm on 3x13 and 33x257, with 16 to 256 "
-                   "threads, on 32- and 64-lane warps, with no race and no divergent barrier.")
+            return wrong(f"{where}: {failure}", _shuffle_hint(failure) if cpu else
+                         "It passed on the CPU runtime: look for lanes that read a shuffle from a "
+                         "lane that does not take part.")
+    return correct("your shuffle finish gives the right RMSNorm on 3x13, 33x257 and 4x1 (rows "
+                   "read at a stride, y between sentinels), with 16 to 256 threads, on 32- and "
+                   "64-lane warps, with no race and no divergent barrier.")
 
 
 def _shuffle_mistakes() -> dict:

@@ -5,19 +5,22 @@ the signature of :func:`fusedrms.kernels.rmsnorm.rmsnorm_row_kernel`::
 
     (x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps, BLOCK_SIZE: tl.constexpr)
 
-:func:`run_reader_kernel` launches it (GPU, or the interpreter) on 3x13 and 33x257 rows
-whose buffers are laid out adversarially: rows ``cols + 3`` elements apart in x and ``cols + 1``
-apart in y, padding filled with values that spoil any unmasked load, a weight buffer followed by
-garbage, and a sentinel around every output row to catch stores outside the mask. A kernel that
-raises gets its error in one readable line.
+:func:`run_reader_kernel` launches it on 3x13, 33x257 and 5x1 rows (the last with a block wider
+than the row) whose buffers are laid out adversarially: rows ``cols + 3`` elements apart in x and
+``cols + 1`` apart in y, x's padding NaN, a weight buffer followed by garbage, and a sentinel
+around every output row to catch stores outside the mask. A kernel that raises gets its error in
+one readable line.
 
-Every case first runs in Triton's interpreter on CPU tensors, where its loads are audited: every
-address a load reads without a mask must lie inside x's rows or w's ``cols`` values (an unmasked
-weight load reads past ``w``, out of bounds on a GPU, even though no wrong value reaches a stored
-lane), and lanes a masked load skips without ``other=`` read NaN, as undefined values would, so
-they fail the check exactly where they reach the output (the sum of squares) and nowhere else. On
-a GPU machine that run happens in a child process (:func:`core.in_interpreter`), so the verdict is
-the one a machine without a GPU gives; then the kernel also runs compiled for the GPU.
+The grader (:mod:`.grader`) runs every case in a child process, in Triton's interpreter on CPU
+tensors, on every machine: a kernel that crashes the process or never ends gets a verdict, and a
+GPU gets the verdict a machine without one gives. There the loads and stores are audited
+(:mod:`.interpreter_audit`): every address a load reads without a mask must lie inside x's rows or
+w's ``cols`` values (an unmasked weight load reads past ``w``, out of bounds on a GPU, even though
+no wrong value reaches a stored lane); lanes a masked load skips without ``other=`` read NaN, as
+undefined values would, so they fail the check exactly where they reach the output (the sum of
+squares) and nowhere else; and no program may store what another stores or load what another
+stores (a race on a GPU, hidden by the interpreter's in-order programs). On a GPU the kernel then
+also runs compiled for it, in another child.
 """
 from __future__ import annotations
 
@@ -29,8 +32,6 @@ import math
 from dataclasses import dataclass, field
 from html import escape
 
-import numpy as np
-
 import torch
 import triton
 import triton.language as tl
@@ -39,15 +40,17 @@ from .. import checks, reference, records
 from ..book.ch04 import measure_num_warps
 from ..book.page import listed
 from ..kernels.rmsnorm import num_warps_for, rmsnorm_row_kernel
-from .core import (Exercise, Feedback, Malformed, NotAudited, as_number, correct, in_interpreter,
-                   one_line, portable_error, wrong)
+from . import grader, interpreter_audit
+from .core import Exercise, Feedback, Malformed, as_number, correct, one_line, portable_error, wrong
 
-CASES = ((3, 13), (33, 257))
+CASES = ((3, 13), (33, 257), (5, 1))
 EPS = 1e-5
 # the second case passes a large eps, so a kernel that ignores its eps argument shows
 CASE_EPS = {(33, 257): 0.25}
+# launched with a block wider than the row needs (the others get the next power of two)
+CASE_BLOCK = {(5, 1): 16}
 X_PAD, Y_PAD = 3, 1  # row strides are cols + X_PAD (x) and cols + Y_PAD (y)
-X_FILL = 100.0  # what an unmasked x load past the row reads
+X_FILL = math.nan  # what an unmasked x load past the row reads: poison
 W_FILL = 7.0  # what a weight load past the weight vector reads
 SENTINEL = -12345.0  # output cells no store may touch
 ARG_NAMES = ("x_ptr", "w_ptr", "y_ptr", "cols", "x_row_stride", "y_row_stride", "eps", "BLOCK_SIZE")
@@ -144,67 +147,21 @@ def kernel_x_without_other(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride
 # ---- running a reader's kernel ----
 
 @dataclass
-class Load:
-    """One load the interpreter executed: the addresses it read (masked-off lanes excluded) and
-    whether it skipped lanes without ``other=`` (those lanes read NaN here)."""
-    addresses: np.ndarray
-    itemsize: int
-    undefined_lanes: bool
-
-
-@dataclass
 class KernelRun:
     rows: int
     cols: int
     y: torch.Tensor  # (rows, cols) as the kernel wrote it
-    stray_stores: int  # output cells outside the rows that changed
+    stray_stores: int  # output cells outside the rows that changed, or stores outside every buffer
     x: torch.Tensor
     w: torch.Tensor
     w_buffer: torch.Tensor
-    loads: list = field(default_factory=list)  # [Load], when the run was audited
+    loads: list = field(default_factory=list)  # [interpreter_audit.Access], when audited
     audited: bool = False
     outside_x: int = 0  # unmasked x reads outside the rows' columns
     past_w: int = 0  # unmasked reads of w past its cols values
     eps: float = EPS
-
-
-@contextlib.contextmanager
-def _audited_loads():
-    """Inside: the interpreter's loads are logged, and lanes skipped without ``other=`` read NaN.
-    Yields the log, or None when this Triton's interpreter does not have the expected shape."""
-    try:
-        from triton.runtime import interpreter as interp
-
-        builder, original = interp.InterpreterBuilder, interp.InterpreterBuilder.create_masked_load
-        handle = interp.TensorHandle
-    except (ImportError, AttributeError):
-        yield None
-        return
-    log: list[Load] = []
-    broken: list[Exception] = []
-
-    def audited(self, ptrs, mask, other, *rest):
-        try:  # the interpreter's internals differ between Triton versions: never fail the kernel
-            element = ptrs.get_element_ty() if hasattr(ptrs, "get_element_ty") else ptrs.dtype.element_ty
-            dtype = interp._get_np_dtype(element) if hasattr(interp, "_get_np_dtype") else self.np_dtype(element)
-            addresses = np.asarray(ptrs.data).astype(np.uint64)
-            taken = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
-            undefined = other is None and not taken.all()
-            log.append(Load(addresses[taken], np.dtype(dtype).itemsize, undefined))
-            if undefined and np.issubdtype(dtype, np.floating):
-                other = handle(np.full(addresses.shape, np.nan, dtype=dtype), element)
-        except Exception as err:  # noqa: BLE001
-            broken.append(err)
-        return original(self, ptrs, mask, other, *rest)
-
-    builder.create_masked_load = audited
-    try:
-        yield log
-    finally:
-        builder.create_masked_load = original
-        if broken:
-            log.clear()
-            log.append(None)  # marks the audit as unusable
+    block: int = 0
+    races: list = field(default_factory=list)  # programs storing or loading each other's elements
 
 
 def _interpreted(kernel):
@@ -231,11 +188,11 @@ def run_reader_kernel(kernel, rows: int, cols: int, seed: int = 0, audit: bool =
                       device=None, eps: float = EPS) -> KernelRun:
     """Launch ``kernel`` on one adversarial ``rows x cols`` fp32 case. Exceptions propagate.
 
-    With ``audit`` the kernel runs in Triton's interpreter on CPU tensors and its loads are checked
-    (in a child process on a machine that compiles for a GPU: :func:`core.in_interpreter`).
+    With ``audit`` the kernel runs in Triton's interpreter on CPU tensors, in a child process
+    (:func:`grader.run`), and its loads and stores are audited; without, in this process.
     """
     if audit:
-        return in_interpreter(kernel, _audited_run, rows, cols, seed, eps)
+        return grader.run(kernel, _audited_run, rows, cols, seed, eps, cache=True)
     return _launch(kernel, rows, cols, seed, False, env.current().device if device is None else device,
                    eps)
 
@@ -245,10 +202,11 @@ def _audited_run(kernel, rows: int, cols: int, seed: int, eps: float) -> KernelR
 
 
 def _audited_runs(kernel, cases) -> list:
-    """Each case audited in the interpreter: its KernelRun, or what the kernel raised there (and
-    then no further case). One call, so a GPU machine starts one child process per check."""
+    """(In the grader's child) each case audited in the interpreter: its KernelRun, or what the
+    kernel raised there (and then no further case)."""
     runs = []
     for rows, cols in cases:
+        grader.progress(f"On {rows}x{cols}")
         try:
             runs.append(_audited_run(kernel, rows, cols, 0, CASE_EPS.get((rows, cols), EPS)))
         except Exception as err:  # noqa: BLE001 - the reader's kernel: anything can happen
@@ -257,8 +215,23 @@ def _audited_runs(kernel, cases) -> list:
     return runs
 
 
+def _compiled_runs(kernel, cases) -> list:
+    """(In the grader's GPU child) each case compiled for the GPU, as :func:`_audited_runs`."""
+    runs = []
+    for rows, cols in cases:
+        grader.progress(f"On {rows}x{cols} on the GPU")
+        try:
+            runs.append(_launch(kernel, rows, cols, 0, False, torch.device("cuda"),
+                                CASE_EPS.get((rows, cols), EPS)))
+            torch.cuda.synchronize()
+        except Exception as err:  # noqa: BLE001
+            runs.append(portable_error(err))
+            break
+    return runs
+
+
 def _launch(kernel, rows: int, cols: int, seed: int, audit: bool, device, eps: float) -> KernelRun:
-    block = triton.next_power_of_2(cols)
+    block = CASE_BLOCK.get((rows, cols), triton.next_power_of_2(cols))
     g = torch.Generator().manual_seed(seed)
     xs, ys = cols + X_PAD, cols + Y_PAD
     # every buffer has a block of slack at the end, so even an unmasked or mis-indexed load of a
@@ -271,17 +244,21 @@ def _launch(kernel, rows: int, cols: int, seed: int, audit: bool, device, eps: f
     w_buf[:cols] = w
     y_buf = torch.full((rows * ys + block,), SENTINEL)
     x_buf, w_buf, y_buf = x_buf.to(device), w_buf.to(device), y_buf.to(device)
-    with _audited_loads() if audit else contextlib.nullcontext() as log:
+    with interpreter_audit.audited() if audit else contextlib.nullcontext() as log:
         kernel[(rows,)](x_buf, w_buf, y_buf, cols, xs, ys, eps, **{_block_parameter(kernel): block})
     y_buf = y_buf.cpu()
     y = y_buf[: rows * ys].view(rows, ys)[:, :cols].clone()
     outside = torch.ones_like(y_buf, dtype=torch.bool)
     outside[: rows * ys].view(rows, ys)[:, :cols] = False
     stray = int((outside & (y_buf != SENTINEL)).sum())
-    run = KernelRun(rows, cols, y, stray, x, w, w_buf.cpu(), eps=eps)
-    if log is not None and None not in log:
-        run.loads, run.audited = log, True
-        run.outside_x, run.past_w = _stray_reads(log, x_buf, w_buf, rows, cols, xs)
+    run = KernelRun(rows, cols, y, stray, x, w, w_buf.cpu(), eps=eps, block=block)
+    if log is not None and log.usable and log.launches:
+        launch = log.launches[-1]
+        run.loads, run.audited = launch.loads(), True
+        run.outside_x, run.past_w = _stray_reads(run.loads, x_buf, w_buf, rows, cols, xs)
+        run.outside_x += launch.outside_loads  # reads outside every buffer (skipped)
+        run.stray_stores += launch.outside_stores
+        run.races = launch.races()
     return run
 
 
@@ -303,7 +280,7 @@ def _stray_reads(log, x_buf, w_buf, rows, cols, xs) -> tuple[int, int]:
 def _models(run: KernelRun) -> dict[str, torch.Tensor]:
     """What the typical mistakes produce on this case, to name the reader's one."""
     x64, w64 = run.x.double(), run.w.double()
-    block = triton.next_power_of_2(run.cols)
+    block = run.block or triton.next_power_of_2(run.cols)
     eps = run.eps
     r_block = torch.rsqrt((x64 * x64).sum(-1, keepdim=True) / block + eps)
     xs = run.cols + X_PAD
@@ -356,6 +333,18 @@ def _diagnose(run: KernelRun, audit: KernelRun, focus: str, where: str) -> Feedb
         return wrong(f"{where} your kernel wrote {run.stray_stores} values outside the rows' "
                      f"columns.",
                      "Store with mask=mask, and place row i at y_ptr + i * y_row_stride.")
+    unwritten = [i for i in range(rows) if bool((run.y[i] == SENTINEL).all())]
+    if unwritten:
+        return wrong(f"{where} your kernel never wrote {'row' if len(unwritten) == 1 else 'rows'} "
+                     f"{listed(unwritten)} of {rows}.",
+                     "Each program handles one row: row = tl.program_id(0), its x at "
+                     "x_ptr + row * x_row_stride and its output at y_ptr + row * y_row_stride.")
+    if audit.races:
+        return wrong(f"{where} {audit.races[0]}. On a GPU the programs run at the same time, in "
+                     f"any order, so which value stays is a race; the interpreter runs them one "
+                     f"by one, in order, which hides it.",
+                     "Each program stores only its own row (y_ptr + row * y_row_stride) and "
+                     "loads only x and w, never what another program stores.")
     report = checks.allclose(run.y, expected)
     audited = checks.allclose(audit.y, expected)
     if report and audited:
@@ -370,7 +359,7 @@ def _diagnose(run: KernelRun, audit: KernelRun, focus: str, where: str) -> Feedb
     models = _models(run)
     if checks.allclose(run.y, models["block"]):
         return wrong(f"{where} the output is what dividing the sum of squares by "
-                     f"BLOCK_SIZE = {triton.next_power_of_2(cols)} gives ({failed.message}).",
+                     f"BLOCK_SIZE = {run.block} gives ({failed.message}).",
                      f"The masked lanes add 0 to the sum but are not columns: divide by the "
                      f"real column count cols = {cols}.")
     if checks.allclose(run.y, models["matrix"]):
@@ -380,12 +369,6 @@ def _diagnose(run: KernelRun, audit: KernelRun, focus: str, where: str) -> Feedb
     for key, (what, hint) in ARITHMETIC_MISTAKES.items():
         if key in models and checks.allclose(run.y, models[key]):
             return wrong(f"{where} the output is what {what} gives ({failed.message}).", hint)
-    unwritten = [i for i in range(rows) if bool((run.y[i] == SENTINEL).all())]
-    if unwritten:
-        return wrong(f"{where} your kernel never wrote {'row' if len(unwritten) == 1 else 'rows'} "
-                     f"{listed(unwritten)} of {rows}.",
-                     "Each program handles one row: row = tl.program_id(0), its x at "
-                     "x_ptr + row * x_row_stride and its output at y_ptr + row * y_row_stride.")
     if audit.outside_x:
         return wrong(f"{where} your kernel reads x outside its rows ({audit.outside_x} "
                      f"loads of the padding after a row's {cols} columns), and those values "
@@ -429,36 +412,36 @@ def _grade_kernel(answer, focus: str) -> Feedback:
                         f"take {len(ARG_NAMES)}: ({', '.join(ARG_NAMES)}), like the kernel you "
                         f"started from.")
     _block_parameter(answer)  # any name works (BLOCK_SIZE, BLOCK, ...), if it is a constexpr
-    try:  # the interpreter's verdict, the same on every machine (core.in_interpreter)
-        audits, unaudited = in_interpreter(answer, _audited_runs, CASES), ""
-    except NotAudited as err:
-        audits, unaudited = None, str(err)
-    for i, (rows, cols) in enumerate(CASES if audits is not None else ()):
+    try:  # the interpreter's verdict, in a child process: the same on every machine
+        audits = grader.run(answer, _audited_runs, CASES, cache=True)
+    except grader.Failed as failed:
+        return grader.failure_feedback(failed, "triton")
+    for i, (rows, cols) in enumerate(CASES):
         if isinstance(audits[i], BaseException):
             return _raised(audits[i], f"On {rows}x{cols}")
         verdict = _diagnose(audits[i], audits[i], focus, f"On {rows}x{cols}")
         if verdict is not None:
             return verdict
     on_gpu = env.current().on_gpu
-    if audits is None and not on_gpu:  # no verdict at all: never "correct"
-        raise RuntimeError(f"the kernel could not be run in the interpreter: {unaudited}")
-    for i, (rows, cols) in enumerate(CASES if on_gpu else ()):  # the compiled kernel, too
-        where = f"On {rows}x{cols}" + (" on the GPU" if audits is not None else "")
+    if on_gpu:  # the compiled kernel, too
         try:
-            run = run_reader_kernel(answer, rows, cols, eps=CASE_EPS.get((rows, cols), EPS))
-        except Exception as err:  # noqa: BLE001 - the reader's kernel: anything can happen
-            return _raised(err, where)
-        verdict = _diagnose(run, run if audits is None else audits[i], focus, where)
-        if verdict is not None:
-            return verdict
-    shapes = " and ".join(f"{r}x{c}" for r, c in CASES)
-    layout = f"row strides cols+{X_PAD} and cols+{Y_PAD}"
-    if audits is None:
-        return correct(f"Your kernel matches the float64 reference on {shapes} ({layout}, no stray "
-                       f"stores), compiled for the GPU. Its loads were not audited: {unaudited}.")
-    return correct(f"Your kernel matches the float64 reference on {shapes} ({layout}, every load "
-                   f"inside x's rows and w's values, padding never read, no stray stores), run in "
-                   f"Triton's interpreter{' and compiled for the GPU' if on_gpu else ''}.")
+            runs = grader.run(answer, _compiled_runs, CASES, device="gpu")
+        except grader.Failed as failed:
+            return grader.failure_feedback(failed, "triton")
+        for i, (rows, cols) in enumerate(CASES):
+            where = f"On {rows}x{cols} on the GPU"
+            if isinstance(runs[i], BaseException):
+                return _raised(runs[i], where)
+            verdict = _diagnose(runs[i], audits[i], focus, where)
+            if verdict is not None:
+                return verdict
+    shapes = ", ".join(f"{r}x{c}" for r, c in CASES)
+    layout = f"row strides cols+{X_PAD} and cols+{Y_PAD}, a block wider than the row"
+    audited = ("every load inside x's rows and w's values, padding never read, no stray stores, "
+               "no program touching another's row" if all(a.audited for a in audits) else
+               "no stray stores; this Triton's interpreter could not audit the loads")
+    return correct(f"Your kernel matches the float64 reference on {shapes} ({layout}; {audited}), "
+                   f"run in Triton's interpreter{' and compiled for the GPU' if on_gpu else ''}.")
 
 
 def _raised(err: BaseException, where: str) -> Feedback:

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from .. import checks, reference
+from . import grader, interpreter_audit
 from .core import (BYTE_UNITS, Exercise, Feedback, Malformed, as_bytes, correct,
                    in_other_unit, kernel_function, one_line, wrong)
 
@@ -53,6 +54,10 @@ def solution_residual(x, r, w, eps=1e-5):
 
 
 SHAPES = ((3, 13), (33, 257), (1, 1), (4, 1024))
+STRIDED, STRIDE_PAD = (3, 13), 3  # a view whose rows are 16 elements apart
+STRIDE_HINT = ("x and r may be views whose rows lie further apart than cols elements (x.stride(0) > "
+               "cols): call x.contiguous() and r.contiguous() before the launch, or pass the row "
+               "stride to the kernel.")
 # not a usual default: a function that ignores its eps argument (a constant 1e-5 or 1e-6 in the
 # kernel) computes something else, and fails
 GRADE_EPS = 1e-3
@@ -167,76 +172,129 @@ def _grade_residual(answer) -> Feedback:
                         f"signature is {name}{inspect.signature(answer)}.") from None
     except ValueError:  # no signature to read (a builtin): let the call decide
         pass
-    eps = GRADE_EPS
-    kernels, silent = [], []  # kernels launched; cases that launched none
+    try:  # in a child process, Triton's interpreter: the verdict of a machine without a GPU
+        verdict = grader.run(answer, _grade_here, cache=True)
+        if not verdict or not env.current().on_gpu:
+            return verdict
+        on_gpu = grader.run(answer, _grade_here, device="gpu")
+    except grader.Failed as failed:
+        return grader.failure_feedback(failed, "python")
+    if not on_gpu:
+        return wrong(f"On the GPU: {on_gpu.message}", on_gpu.hint)
+    return correct(verdict.message.rstrip(".") + ", in Triton's interpreter and compiled for the "
+                                                  "GPU.")
+
+
+def _cases():
+    """(rows, cols, dtype, seed, strided): the shapes in every dtype, then rows that are a view
+    of a wider tensor (their row stride is not cols; the padding between them is NaN)."""
     for i, (rows, cols) in enumerate(SHAPES):
         for dtype in DTYPES:
-            where = f"on {rows}x{cols} {str(dtype).replace('torch.', '')}"
-            x, r, w = _inputs(rows, cols, dtype, seed=100 + i)
-            x0, r0 = x.clone(), r.clone()
+            yield rows, cols, dtype, 100 + i, False
+    yield STRIDED + (torch.float32, 99, True)
+
+
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in a view whose rows are STRIDE_PAD elements further apart, NaN between."""
+    rows, cols = t.shape
+    wider = torch.full((rows, cols + STRIDE_PAD), float("nan"), dtype=t.dtype, device=t.device)
+    wider[:, :cols] = t
+    return wider[:, :cols]
+
+
+def _grade_here(answer) -> Feedback:
+    """(In the grader's child) the verdict on ``answer``: every case, and under the interpreter
+    its memory accesses (outside its tensors, races between programs)."""
+    eps = GRADE_EPS
+    interpreting = not env.current().on_gpu
+    kernels, silent = [], []  # kernels launched; cases that launched none
+    for rows, cols, dtype, seed, strided in _cases():
+        where = f"on {rows}x{cols} {str(dtype).replace('torch.', '')}" + (
+            f" rows {cols + STRIDE_PAD} elements apart" if strided else "")
+        grader.progress(where[0].upper() + where[1:])
+        x, r, w = _inputs(rows, cols, dtype, seed=seed)
+        if strided:
+            x, r = _strided(x), _strided(r)
+        x0, r0 = x.clone(), r.clone()
+        raised = None
+        with (interpreter_audit.audited() if interpreting else contextlib.nullcontext()) as audit, \
+                _recording_launches() as launched:
             try:
-                with _recording_launches() as launched:
-                    out = answer(x, r, w, eps)
+                out = answer(x, r, w, eps)
             except Exception as e:  # noqa: BLE001  (the reader's code: report, never raise)
-                return wrong(f"your function raised {one_line(e)} {where}.",
-                             "Run it on that shape in a cell to see the full traceback.")
-            kernels += _launched_functions(launched)
-            silent.extend([where] if not launched else [])
-            if not isinstance(out, (tuple, list)) or len(out) != 2:
-                raise Malformed(f"your function returned {type(out).__name__}"
-                                + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else "")
-                                + "; it must return a pair (y, s): the output and x + residual.")
-            y, s = out
-            if not all(isinstance(t, torch.Tensor) for t in (y, s)):
-                raise Malformed("both y and s must be torch tensors.")
-            if not (torch.equal(x, x0) and torch.equal(r, r0)):
-                return wrong(f"your function changed its inputs {where}.",
-                             "This exercise is out of place: write y and s into new tensors.")
-            for name, t in (("y", y), ("s", s)):
-                if tuple(t.shape) != (rows, cols) or t.dtype != dtype:
-                    return wrong(f"{name} is {tuple(t.shape)} {t.dtype} {where}; expected "
-                                 f"{(rows, cols)} {dtype}.",
-                                 "Allocate outputs like x (torch.empty_like(x)) and cast once at "
-                                 "the store.")
-            if (dtype == torch.bfloat16 and not env.current().on_gpu
-                    and not all(bool(torch.isfinite(t).all()) and float(t.float().abs().max()) < 1e30
-                                for t in (y, s))):
-                return wrong(f"NaN or values near 1e37 in the output {where}.",
-                             INTERPRETER_BF16_ADD)
-            ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, eps, accum=torch.float64)
-            s_ok = checks.allclose(s, ref_s)
-            # y against the reader's own stored s: the interpreter truncates bf16 casts, and a
-            # one-step difference in s must not be counted twice
-            y_ok = checks.allclose(y, reference.rmsnorm(s, w, eps, accum=torch.float64))
-            if s_ok and y_ok:
-                continue
-            if checks.allclose(y, ref_s) and checks.allclose(s, ref_y):
-                return wrong(f"y and s are swapped {where}.", "Return (y, s): the normalized "
-                             "output first, then the residual sum.")
-            if not s_ok:
-                if checks.allclose(s, x):
-                    return wrong(f"s equals x {where}: the residual sum is not stored.",
-                                 "Store x + r (in x's dtype) into s.")
-                return wrong(f"s is not x + residual {where}: {s_ok.message}.",
-                             "s = (x + r) computed in fp32 and cast to x's dtype at the store.")
-            if checks.allclose(y, reference.add_rmsnorm(x, r, w, eps, accum=torch.float64)):
-                return wrong(f"y normalizes the fp32 sum x + r, not the s you stored {where} "
-                             f"(FlashInfer's convention).", CONVENTION_HINT)
-            ref_x_only = reference.rmsnorm(x, w, eps, accum=torch.float64)
-            if checks.allclose(y, ref_x_only):
-                return wrong(f"y normalizes x alone {where}.",
-                             "Normalize the sum s = x + r, not x.")
-            for other_eps in (1e-5, 1e-6, 1e-8, 0.0):
-                if checks.allclose(y, reference.rmsnorm(s, w, other_eps, accum=torch.float64)):
-                    return wrong(f"y is computed with eps = {other_eps:g}, not the eps passed in "
-                                 f"({eps:g}) {where}.", "Use the eps argument of your function "
-                                 "(pass it to the kernel) instead of a constant.")
-            unweighted = reference.rmsnorm(ref_s, torch.ones_like(w), eps, accum=torch.float64)
-            if checks.allclose(y, unweighted):
-                return wrong(f"y is missing the weight {where}.", "Multiply by w[col].")
-            return wrong(f"y is wrong {where}: {y_ok.message}.",
-                         "Check the mean: divide the sum of squares by cols (not BLOCK), add eps, "
-                         "take rsqrt; mask the padded lanes.")
+                raised = e
+        memory = _memory_verdict(audit, where) if audit is not None else None
+        if memory is not None:
+            return memory
+        if raised is not None:
+            return wrong(f"your function raised {one_line(raised)} {where}.",
+                         "Run it on that shape in a cell to see the full traceback.")
+        kernels += _launched_functions(launched)
+        silent.extend([where] if not launched else [])
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise Malformed(f"your function returned {type(out).__name__}"
+                            + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else "")
+                            + "; it must return a pair (y, s): the output and x + residual.")
+        y, s = out
+        if not all(isinstance(t, torch.Tensor) for t in (y, s)):
+            raise Malformed("both y and s must be torch tensors.")
+        if not (torch.equal(x, x0) and torch.equal(r, r0)):
+            return wrong(f"your function changed its inputs {where}.",
+                         "This exercise is out of place: write y and s into new tensors.")
+        for name, t in (("y", y), ("s", s)):
+            if tuple(t.shape) != (rows, cols) or t.dtype != dtype:
+                return wrong(f"{name} is {tuple(t.shape)} {t.dtype} {where}; expected "
+                             f"{(rows, cols)} {dtype}.",
+                             "Allocate outputs like x (torch.empty_like(x)) and cast once at "
+                             "the store.")
+        if (dtype == torch.bfloat16 and not env.current().on_gpu
+                and not all(bool(torch.isfinite(t).all()) and float(t.float().abs().max()) < 1e30
+                            for t in (y, s))):
+            return wrong(f"NaN or values near 1e37 in the output {where}.",
+                         INTERPRETER_BF16_ADD)
+        ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, eps, accum=torch.float64)
+        s_ok = checks.allclose(s, ref_s)
+        # y against the reader's own stored s: the interpreter truncates bf16 casts, and a
+        # one-step difference in s must not be counted twice
+        y_ok = checks.allclose(y, reference.rmsnorm(s, w, eps, accum=torch.float64))
+        if s_ok and y_ok:
+            continue
+        undefined = audit is not None and any(a.undefined_lanes for launch in audit.launches
+                                              for a in launch.loads())
+        if undefined and not all(bool(torch.isfinite(t).all()) for t in (y, s)):
+            verdict = _without_other(_launched_functions(launched), where)
+            if verdict is not None:
+                return verdict
+        if checks.allclose(y, ref_s) and checks.allclose(s, ref_y):
+            return wrong(f"y and s are swapped {where}.", "Return (y, s): the normalized "
+                         "output first, then the residual sum.")
+        if not s_ok:
+            if checks.allclose(s, x):
+                return wrong(f"s equals x {where}: the residual sum is not stored.",
+                             "Store x + r (in x's dtype) into s.")
+            return wrong(f"s is not x + residual {where}: {s_ok.message}.",
+                         STRIDE_HINT if strided else
+                         "s = (x + r) computed in fp32 and cast to x's dtype at the store.")
+        if checks.allclose(y, reference.add_rmsnorm(x, r, w, eps, accum=torch.float64)):
+            return wrong(f"y normalizes the fp32 sum x + r, not the s you stored {where} "
+                         f"(FlashInfer's convention).", CONVENTION_HINT)
+        ref_x_only = reference.rmsnorm(x, w, eps, accum=torch.float64)
+        if checks.allclose(y, ref_x_only):
+            return wrong(f"y normalizes x alone {where}.",
+                         "Normalize the sum s = x + r, not x.")
+        for other_eps in (1e-5, 1e-6, 1e-8, 0.0):
+            if checks.allclose(y, reference.rmsnorm(s, w, other_eps, accum=torch.float64)):
+                return wrong(f"y is computed with eps = {other_eps:g}, not the eps passed in "
+                             f"({eps:g}) {where}.", "Use the eps argument of your function "
+                             "(pass it to the kernel) instead of a constant.")
+        unweighted = reference.rmsnorm(ref_s, torch.ones_like(w), eps, accum=torch.float64)
+        if checks.allclose(y, unweighted):
+            return wrong(f"y is missing the weight {where}.", "Multiply by w[col].")
+        if strided:
+            return wrong(f"y is wrong {where}: {y_ok.message}.", STRIDE_HINT)
+        return wrong(f"y is wrong {where}: {y_ok.message}.",
+                     "Check the mean: divide the sum of squares by cols (not BLOCK), add eps, "
+                     "take rsqrt; mask the padded lanes.")
     if silent:
         return wrong(f"the values are right, but your function launched no Triton kernel "
                      f"({silent[0]}): it computes with PyTorch (passing "
@@ -250,18 +308,53 @@ def _grade_residual(answer) -> Feedback:
     other = _other_convention(answer, eps)
     if other is not None:
         return other
+    verdict = _without_other(kernels)
+    if verdict is not None:
+        return verdict
+    return correct(f"both outputs match the reference on {len(SHAPES)} shapes x {len(DTYPES)} "
+                   f"dtypes (incl. 3x13 and 1x1) and on rows that are a view of a wider tensor, "
+                   f"y normalizes the stored s, and the inputs are untouched"
+                   + (", with every load and store inside its tensors and no program touching "
+                      "another's elements." if interpreting else "."))
+
+
+def _without_other(kernels, where: str = "") -> Feedback | None:
+    """The verdict on masked loads without other= in the launched kernels, or None."""
     for fn in dict.fromkeys(kernels):
         lines = masked_loads_without_other(fn)
         if lines:
             return wrong(f"{fn.__name__} loads with a mask but no other= (line "
-                         f"{', '.join(map(str, lines))} of the kernel): the masked lanes are "
-                         f"undefined. The interpreter happens to give 0, a GPU need not, and "
-                         f"those lanes enter the sum of squares.",
+                         f"{', '.join(map(str, lines))} of the kernel){' ' + where if where else ''}"
+                         f": the masked lanes are undefined (the checker fills them with NaN; a GPU "
+                         f"may give anything), and they enter the sum of squares.",
                          "Give every masked load a value for the masked lanes: "
                          "tl.load(ptr, mask=mask, other=0.0).")
-    return correct(f"both outputs match the reference on {len(SHAPES)} shapes x {len(DTYPES)} "
-                   f"dtypes (incl. 3x13 and 1x1), y normalizes the stored s, and the inputs are "
-                   f"untouched.")
+    return None
+
+
+def _memory_verdict(audit, where: str) -> Feedback | None:
+    """What the interpreter's audit of the answer's launches found, or None."""
+    outside = audit.outside()
+    if outside is not None and outside.outside_stores:
+        return wrong(f"{outside.kernel} stores outside the tensors it was given {where} "
+                     f"({outside.outside_stores} lanes; the first lands {outside.first_outside}). "
+                     f"The checker skipped them; in a process they corrupt memory, and on a GPU "
+                     f"they write into memory no tensor owns.",
+                     "Store with mask=mask: lanes past the last column belong to the next row, "
+                     "or to no tensor at all after the last row.")
+    if outside is not None:
+        return wrong(f"{outside.kernel} loads outside the tensors it was given {where} "
+                     f"({outside.outside_loads} lanes; the first lands {outside.first_outside}): on "
+                     f"a GPU those lanes read memory no tensor owns.",
+                     "Load with mask=mask, other=0.0, so lanes past the last column read nothing.")
+    races = audit.races()
+    if races:
+        return wrong(f"{races[0]} {where}. On a GPU the programs run at the same time, in any "
+                     f"order, so which value stays is a race; the interpreter runs them one by "
+                     f"one, in order, which hides it.",
+                     "Let program i store only row i of y and s, and load only x, r and w, never "
+                     "what another program stores.")
+    return None
 
 
 def _mistake_returns_y_only(x, r, w, eps=1e-5):
@@ -343,6 +436,40 @@ def _no_other_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.con
     tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _clears_next_row_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.arange(0, BLOCK)
+    mask = col < cols
+    # "clear the next row first": a race on a GPU, where program row + 1 may already be done
+    zeros = tl.zeros([BLOCK], tl.float32).to(y_ptr.dtype.element_ty)
+    below = (row + 1) * cols + col
+    tl.store(y_ptr + below, zeros, mask=mask & (below < tl.num_programs(0) * cols))
+    x = tl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    s = (x + r).to(s_ptr.dtype.element_ty)
+    tl.store(s_ptr + row * cols + col, s, mask=mask)
+    s = s.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(s * s, axis=0) / cols + eps)
+    w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _unmasked_stores_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.arange(0, BLOCK)
+    mask = col < cols
+    x = tl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    s = (x + r).to(s_ptr.dtype.element_ty)
+    tl.store(s_ptr + row * cols + col, s)  # no mask: the last row's tail lies past s
+    s = s.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(s * s, axis=0) / cols + eps)
+    w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty))
+
+
 def _launcher(kernel):
     def launch(x, r, w, eps=1e-5):
         x, r = x.contiguous(), r.contiguous()
@@ -369,6 +496,8 @@ residual_variant = Exercise(
               "the book's kernel": _mistake_book_kernel,
               "normalizes the fp32 sum (the other convention)": _launcher(_fp32_sum_kernel),
               "masked loads without other=": _launcher(_no_other_kernel),
+              "program i clears row i+1 (a race)": _launcher(_clears_next_row_kernel),
+              "unmasked stores": _launcher(_unmasked_stores_kernel),
               "eps ignored": lambda x, r, w, eps=1e-5: solution_residual(x, r, w, 1e-6),
               "eps ignored, the usual default": lambda x, r, w, eps: solution_residual(x, r, w),
               "three arguments": lambda x, r, w: solution_residual(x, r, w),

@@ -10,8 +10,8 @@ A checker is a function ``grade(answer) -> Feedback``. Converters (:func:`as_num
 into feedback. Each exercise lists its ``mistakes`` (typical wrong answers), and the test suite
 checks that every one is rejected and that ``solution`` is accepted.
 
-A checker that runs a reader's Triton kernel in the interpreter (to audit its loads, which a GPU
-run cannot show) calls :func:`in_interpreter`: the same verdict on a machine with a GPU.
+A checker runs a reader's code (a kernel, HIP text, a function) through :mod:`.grader`: in a child
+process with a time limit, so that a crash or an endless loop is a verdict, not a dead notebook.
 """
 from __future__ import annotations
 
@@ -325,25 +325,20 @@ def as_bytes(answer) -> float:
     return as_quantity(answer, BYTE_UNITS, "a number of bytes")[0]
 
 
-# ---- a reader's Triton kernel in Triton's interpreter, on any machine ----
+# ---- a reader's Triton kernel, copied from its source for another process ----
 #
-# A checker that audits a kernel's loads and stores needs the interpreter: on a GPU an unmasked
-# load usually reads harmless memory and a masked load without other= reads 0, so the output
-# alone cannot show them. The interpreter mode is fixed when @triton.jit decorates (fusedrms.env),
-# so a process that compiles for a GPU re-creates the reader's kernel from its source in a child
-# Python that runs the interpreter on the CPU, as a machine without a GPU does: the same verdict.
-
-CHILD_TIMEOUT_S = 300
-_CHILD_RESULTS: dict[bytes, bytes] = {}  # request -> result (the interpreter is deterministic)
+# The interpreter mode is fixed when @triton.jit decorates (fusedrms.env), so the grader's child
+# processes re-create the reader's kernel from its source (:func:`kernel_source`,
+# :func:`rebuild_kernel`; :mod:`.reader_code` copies functions too).
 
 
 class NotAudited(RuntimeError):
-    """The reader's kernel could not be run in the interpreter here; the message says why."""
+    """The reader's kernel could not be copied for another process; the message says why."""
 
 
 class RaisedElsewhere(Exception):
-    """An exception from the interpreter's process that could not travel whole: its type's name
-    and its message."""
+    """An exception from a child process that could not travel whole: its type's name and its
+    message."""
 
     def __init__(self, type_name: str, text: str):
         super().__init__(text)
@@ -382,46 +377,6 @@ def kernel_function(kernel):
         if kernel is None or seen > 8:
             return None
     return kernel
-
-
-def interpreter_here() -> bool:
-    """True when this process runs Triton kernels in the interpreter (no GPU)."""
-    from .. import env
-
-    return not env.current().on_gpu
-
-
-def in_interpreter(kernel, function: Callable, *args):
-    """``function(kernel, *args)`` where Triton runs its interpreter on the CPU: in this process
-    when it does, else in a child process on a copy of ``kernel`` made from its source. The
-    function must be a module-level function (the child imports it by name); its arguments and
-    result must pickle.
-    An exception the function raises comes back raised; :class:`NotAudited` when the kernel
-    cannot be copied or the child fails."""
-    if interpreter_here():
-        return function(kernel, *args)
-    import pickle
-
-    try:
-        copy = kernel_source(kernel)
-    except NotAudited:
-        raise
-    except Exception as err:  # noqa: BLE001 - a kernel shape the copy did not foresee
-        raise NotAudited(f"its source could not be copied ({one_line(err)})") from None
-    try:
-        request = pickle.dumps({**copy, "function": function, "args": args})
-    except Exception as err:  # noqa: BLE001
-        raise NotAudited(f"its arguments cannot be sent to the interpreter ({one_line(err)})") from None
-    if request not in _CHILD_RESULTS:
-        _CHILD_RESULTS[request] = _run_child(request)
-        while len(_CHILD_RESULTS) > 32:
-            _CHILD_RESULTS.pop(next(iter(_CHILD_RESULTS)))
-    status, value = pickle.loads(_CHILD_RESULTS[request])
-    if status == "raised":
-        raise value
-    if status == "broken":
-        raise NotAudited(value)
-    return value
 
 
 def _global_names(code) -> list[str]:
@@ -515,36 +470,6 @@ def kernel_source(kernel) -> dict:
             "imports": imports, "values": values, "aliases": aliases, "name": top.__name__}
 
 
-_CHILD = "import sys; from fusedrms.exercises.core import _child_main; _child_main(sys.argv[1])"
-
-
-def _run_child(request: bytes) -> bytes:
-    """Run one request in a child process that runs Triton's interpreter; its pickled result."""
-    import os
-    import pickle
-    import subprocess
-    import sys
-    import tempfile
-    from pathlib import Path
-
-    here = os.getcwd()
-    path = os.pathsep.join(dict.fromkeys(p or here for p in sys.path))
-    child_env = {**os.environ, "FUSEDRMS_FORCE_CPU": "1", "TRITON_INTERPRET": "1",
-                 "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
-    with tempfile.TemporaryDirectory(prefix="fusedrms-interpreter-") as folder:
-        Path(folder, "request.pkl").write_bytes(request)
-        try:
-            done = subprocess.run([sys.executable, "-c", _CHILD, folder], env=child_env, cwd=here,
-                                  capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return pickle.dumps(("broken", f"the interpreter took more than {CHILD_TIMEOUT_S} s"))
-        result = Path(folder, "result.pkl")
-        if result.exists():
-            return result.read_bytes()
-    last = (done.stderr.strip().splitlines() or ["no message"])[-1][:300]
-    return pickle.dumps(("broken", f"the interpreter's process failed ({last})"))
-
-
 def rebuild_kernel(copy: dict, folder):
     """The kernel :func:`kernel_source` copied, defined again from a module file in ``folder``
     (Triton reads a kernel's source from its file)."""
@@ -567,29 +492,3 @@ def rebuild_kernel(copy: dict, folder):
     for name, target in copy["aliases"].items():
         setattr(module, name, getattr(module, target))
     return getattr(module, copy["name"])
-
-
-def _child_main(folder: str) -> None:
-    """The child: rebuild the kernel from its source in the interpreter, call the function."""
-    import pickle
-    from pathlib import Path
-
-    from .. import env  # noqa: F401 - the interpreter, before anything decorates a kernel
-
-    def write(status, value):
-        try:
-            data = pickle.dumps((status, value))
-        except Exception as err:  # noqa: BLE001
-            data = pickle.dumps(("broken", f"its result cannot be sent back ({one_line(err)})"))
-        Path(folder, "result.pkl").write_bytes(data)
-
-    try:
-        request = pickle.loads(Path(folder, "request.pkl").read_bytes())
-        kernel = rebuild_kernel(request, folder)
-    except Exception as err:  # noqa: BLE001
-        write("broken", f"the copy of the kernel could not be built ({one_line(err)})")
-        return
-    try:
-        write("ok", request["function"](kernel, *request["args"]))
-    except Exception as err:  # noqa: BLE001 - the reader's kernel: anything can happen
-        write("raised", portable_error(err))
