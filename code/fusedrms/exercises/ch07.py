@@ -17,8 +17,8 @@ import triton
 import triton.language as tl
 
 from .. import checks, reference
-from . import grader, interpreter_audit
-from .core import (BYTE_UNITS, Exercise, Feedback, Malformed, as_bytes, correct,
+from . import answers, grader, interpreter_audit
+from .core import (BYTE_UNITS, Exercise, Feedback, Malformed, correct,
                    in_other_unit, kernel_function, one_line, wrong)
 
 # ---------------------------------------------------------------- (a) write the residual variant
@@ -518,36 +518,48 @@ def residual_bytes_expected() -> int:
 
 
 def _grade_bytes(answer) -> Feedback:
-    value = as_bytes(answer)
+    # "532,480", "532480 B", arithmetic; a size in a scaled unit is read as rounded ("532.5 kB")
+    reading = answers.read(answer, "a number of bytes", answers.BYTES)
+    value = reading.value
     expected = residual_bytes_expected()
-    matrix = BYTES_ROWS * BYTES_COLS * 2
-    weight = BYTES_COLS * 2
-    if abs(value - expected) < 0.5:
-        return correct(f"{expected:,} B = 4 row-trips x {matrix:,} B (read x and r, write y and s) "
-                       f"+ the weight once ({weight:,} B).")
-    known = {
-        3 * matrix + weight: ("that is the fused kernel that does not write s (3 row-trips).",
-                              "The residual-writing variant also stores s = x + r."),
-        4 * matrix: ("the weight is missing.", f"Add the weight, read once: {weight:,} B."),
-        4 * matrix + BYTES_ROWS * weight: ("the weight is counted once per row.",
-                                           "Every program reads the same weight; the model "
-                                           "counts it once (the cache serves the repeats)."),
-        2 * (4 * matrix + weight): ("that is fp32 sizes.", "bf16 is 2 bytes per element."),
-        7 * matrix + weight: ("that is the eager chain (7 row-trips).",
-                              "Count one fused kernel: two reads, two writes."),
-        5 * matrix + weight: ("one row-trip too many.",
-                              "s stays in registers after it is stored; y is computed from it "
-                              "without reading it back."),
-    }
-    for v, (msg, hint) in known.items():
-        if abs(value - v) < 0.5:
-            return wrong(f"{value:,.0f} B: {msg}", hint)
-    unit = in_other_unit((value,), (expected,))
-    if unit:
+    unit = None if reading.scaled else in_other_unit((value,), (expected,))
+    if unit:  # the right amount, in a unit the plain number does not carry
         scale = BYTE_UNITS[unit.lower()]
         return wrong(f"{value:g} is the right amount in {unit}, but the answer is read as "
                      f"bytes.", f"Write it in bytes ({value:g} x {scale:,.0f}), or as text "
                      f"with its unit: answer = \"{value:g} {unit}\".")
+    if value != int(value) and not reading.scaled:
+        raise Malformed(f"bytes are whole numbers, got {value} (a size in kB or MB needs its "
+                        f"unit, e.g. \"532.48 kB\").")
+    matrix = BYTES_ROWS * BYTES_COLS * 2
+    weight = BYTES_COLS * 2
+    known = {
+        "three row-trips": (3 * matrix + weight,
+                            "that is the fused kernel that does not write s (3 row-trips).",
+                            "The residual-writing variant also stores s = x + r."),
+        "no weight": (4 * matrix, "the weight is missing.",
+                      f"Add the weight, read once: {weight:,} B."),
+        "weight per row": (4 * matrix + BYTES_ROWS * weight, "the weight is counted once per row.",
+                           "Every program reads the same weight; the model counts it once (the "
+                           "cache serves the repeats)."),
+        "fp32 sizes": (2 * (4 * matrix + weight), "that is fp32 sizes.",
+                       "bf16 is 2 bytes per element."),
+        "eager chain": (7 * matrix + weight, "that is the eager chain (7 row-trips).",
+                        "Count one fused kernel: two reads, two writes."),
+        "five row-trips": (5 * matrix + weight, "one row-trip too many.",
+                           "s stays in registers after it is stored; y is computed from it "
+                           "without reading it back."),
+    }
+    found = answers.match_count(reading, expected, {k: v[0] for k, v in known.items()})
+    if found.rough:
+        return wrong(*answers.more_digits(reading.shown(), found.also_fits,
+                                          "the exact number of bytes"))
+    if found.right:
+        return correct(f"{expected:,} B = 4 row-trips x {matrix:,} B (read x and r, write y and s) "
+                       f"+ the weight once ({weight:,} B).")
+    if found.mistake:
+        _, msg, hint = known[found.mistake]
+        return wrong(f"{value:,.0f} B: {msg}", hint)
     return wrong(f"{value:,.0f} B is not it.",
                  f"Count the tensors with rows: x, r read; y, s written; each {BYTES_ROWS} x "
                  f"{BYTES_COLS} bf16. Then the weight once.")
