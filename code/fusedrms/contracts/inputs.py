@@ -186,7 +186,8 @@ def fused_cases(dtype: torch.dtype, eps: float) -> Cases:
 
     def big(n, g):  # |a| in [1, 4): a multiple of 1/64
         a = _grid((n, FUSED_COLS), g, 1 / 64, top=255)
-        return torch.where(a.abs() >= 1, a, torch.sign(a + 0.5) * (1 + a.abs()))
+        sign = torch.where(a < 0, -1.0, 1.0)
+        return torch.where(a.abs() >= 1, a, sign * (1 + a.abs()))
 
     def shuffled(pair, n, g):
         a, b = pair
@@ -271,9 +272,13 @@ def _unit_mean_square_row(specials: list[float], g) -> torch.Tensor:
     m = [round(v * 256) for v in specials]
     block0 = m + [256] * (128 - len(m))
     rest = (1 << 24) - sum(v * v for v in block0)
-    whole = rest // units - 2
+    for whole in (rest // units - k for k in (2, 1, 3)):  # some totals are no such sum (2^17)
+        try:
+            fix = _four_squares(rest - whole * units)
+            break
+        except ValueError:
+            continue
     fours, ones = divmod(whole, 4)
-    fix = _four_squares(rest - whole * units)
     block1 = [512] * fours + [256] * ones + fix
     block1 += [0] * (128 - len(block1))
     values = torch.tensor(block0 + block1, dtype=F64) / 256
