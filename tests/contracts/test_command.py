@@ -32,4 +32,4 @@ def test_it_identifies_a_kernel(capsys):
     out = capsys.readouterr().out
     assert "torch.rms_norm matches fp32_once bit for bit" in out
     assert "torch.rms_norm_add matches stored_sum_once bit for bit" in out
-    assert "llama: fp16: 1 ulp" in out
+    assert "llama, fp16: 1 ulp" in out

@@ -9,7 +9,7 @@ import triton.language as tl
 
 from fusedrms.exercises import ch07b
 
-EX = ch07b.llama_kernel_exercise
+EX = ch07b.llama_kernel
 MALFORMED = [None, "abc", float("nan"), [1, 2, 3], {"a": 1}, math.inf, True, -5, "1/0"]
 
 
@@ -101,3 +101,34 @@ def test_malformed_answers_get_a_message_not_a_traceback(bad):
 def test_a_function_of_the_wrong_arity_is_named():
     fb = EX.check(lambda x, w: x)
     assert not fb.ok and "three arguments" in fb.message
+
+
+def test_generated_answers_get_a_message_not_a_traceback():
+    """The property test over every chapter's checkers, for this one (its module name is not
+    chNN)."""
+    from hypothesis import HealthCheck, given, settings
+
+    from test_properties import ANSWERS
+
+    @settings(derandomize=True, deadline=None, database=None, max_examples=40,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(answer=ANSWERS)
+    def check(answer):
+        fb = EX.check(answer)
+        assert not fb.ok and fb.message and not fb.error, (answer, fb)
+
+    check()
+
+
+def test_page_solution_is_the_checked_solution():
+    """The dropdown on the page shows exactly the code the tests accept (no drifting copy)."""
+    from pathlib import Path
+
+    import nbformat
+
+    from fusedrms.viz import file_section
+
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "chapters" / "07b_contracts.ipynb", 4)
+    section = file_section(ch07b.__file__, "solution")
+    assert any(c.cell_type == "markdown" and section in c.source for c in nb.cells)
+    assert "ch07b.llama_kernel.check(answer)" in "".join(c.source for c in nb.cells)

@@ -51,6 +51,14 @@ class Difference:
         unit = "block" if self.output == "scales" else "col"
         return f"{what}{self.family} row {self.row}, {unit} {self.col}"
 
+    def brief(self) -> str:
+        """"1 ulp, random row 3, col 17", or the two values when the ulps say little."""
+        if self.note:
+            return self.note
+        if self.ulps is not None and self.ulps <= 1000:
+            return f"{self.ulps} ulp, {self.place()}"
+        return f"{self.got:.4g} for {self.expected:.4g}, {self.place()}"
+
     def __str__(self) -> str:
         if self.note:
             return f"{self.dtype}: {self.note}"
@@ -100,22 +108,24 @@ class Identification:
         return f"{self.name} matches no contract bit for bit"
 
     def rows(self) -> list[dict]:
-        """One row per contract: its name and, per dtype, "match" or where it first differs."""
+        """One row per contract: its name and, per dtype, "match" or where it first differs
+        (by how many ulps, or both values where that count says little)."""
         out = []
         for contract, by_dtype in self.results.items():
             row = {"contract": contract}
             for d, diff in by_dtype.items():
-                row[d] = "match" if diff is None else (
-                    diff.note or f"{diff.ulps if diff.ulps is not None else '?'} ulp, "
-                                 f"{diff.place()}")
+                row[d] = "match" if diff is None else diff.brief()
             out.append(row)
         return out
 
     def __str__(self) -> str:
         lines = [f"{self.verdict()} ({self.op}, {self.device}, {' and '.join(self.dtypes)})"]
         for contract, by_dtype in self.results.items():
-            found = [str(d) for d in by_dtype.values() if d is not None]
-            lines.append(f"  {contract}: " + ("match" if not found else "; ".join(found)))
+            if all(d is None for d in by_dtype.values()):
+                lines.append(f"  {contract}: match")
+            for d in by_dtype.values():
+                if d is not None:
+                    lines.append(f"  {contract}, {d}")
         return "\n".join(lines)
 
 

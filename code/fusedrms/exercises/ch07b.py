@@ -32,7 +32,7 @@ QUESTION = ("Write fn(x, w, eps) -> y that launches a Triton kernel of your own 
 
 # [book:solution]
 @triton.jit
-def llama_kernel(x_ptr, w_ptr, y_ptr, cols, eps, BLOCK: tl.constexpr):
+def solution_kernel(x_ptr, w_ptr, y_ptr, cols, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     col = tl.arange(0, BLOCK)
     mask = col < cols
@@ -49,8 +49,8 @@ def solution_llama(x, w, eps=1e-6):
     x = x.contiguous()
     y = torch.empty_like(x)
     cols = x.shape[-1]
-    llama_kernel[(x.numel() // cols,)](x, w, y, cols, eps,
-                                       BLOCK=triton.next_power_of_2(cols))
+    solution_kernel[(x.numel() // cols,)](x, w, y, cols, eps,
+                                          BLOCK=triton.next_power_of_2(cols))
     return y
 # [/book:solution]
 
@@ -212,7 +212,7 @@ def _book_kernel(x, w, eps=1e-6):
     return rmsnorm.rmsnorm_row(x, w, eps)
 
 
-llama_kernel_exercise = Exercise(
+llama_kernel = Exercise(
     name="llama_kernel",
     question=QUESTION,
     grade=_grade_llama,
@@ -222,10 +222,10 @@ llama_kernel_exercise = Exercise(
         "(1 + w), Gemma's weight": _launcher(_gemma_kernel),
         "a constant eps": _launcher(_constant_eps_kernel),
         "rounds r, then x * r in fp16": _launcher(_rounded_scale_kernel),
-        "y in fp32": _launcher(llama_kernel, out_dtype=torch.float32),
+        "y in fp32": _launcher(solution_kernel, out_dtype=torch.float32),
         "the contract's own function": lambda x, w, eps: contracts.get(TARGET).fn(x, w, eps),
         "the book's kernel": _book_kernel,
-        "the kernel instead of the launcher": llama_kernel,
+        "the kernel instead of the launcher": solution_kernel,
     },
 )
-ALL = [llama_kernel_exercise]
+ALL = [llama_kernel]
