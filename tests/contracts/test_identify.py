@@ -129,7 +129,10 @@ GPU_EXPECTED = {
     "capstone.fused": "flashinfer_fused_add", "capstone.fused_residual": "stored_sum_once",
     "capstone.fused_residual_in_place": "stored_sum_once", "bwd.add_forward": "stored_sum_once",
     "torch.eager_chain": "vllm_fused_add", "torch.rms_norm_add": "stored_sum_once",
-    "torch.compile_add": "flashinfer_fused_add", "torch.compile_residual": "stored_sum_once",
+    "torch.compile_add": "flashinfer_fused_add",
+    # Inductor may drop a cast to bf16 that is followed by one back to fp32
+    # (emulate_precision_casts is off); its CPU code keeps it, and so matches the book's
+    "torch.compile_residual": ("stored_sum_once", "flashinfer_fused_add"),
     "fp8.fused": "fp8_divide", "fp8.naive": "fp8_divide",
     "liger.rms_norm": "llama", "liger.fused_add_rms_norm": "vllm_fused_add",
     "flashinfer.rms_norm": "fp32_once", "flashinfer.fused_add_rmsnorm": "flashinfer_fused_add",
@@ -145,7 +148,9 @@ def test_gpu_kernels_and_peers_match_their_contract_in_every_dtype(name):
         if "not importable" in str(err) or "PeerMissing" in str(err):
             pytest.skip(str(err))
         raise
-    assert found.matches == [GPU_EXPECTED[name]], str(found)
+    expected = GPU_EXPECTED[name]
+    expected = (expected,) if isinstance(expected, str) else expected
+    assert len(found.matches) == 1 and found.matches[0] in expected, str(found)
 
 
 @pytest.mark.gpu

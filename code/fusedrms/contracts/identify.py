@@ -292,6 +292,9 @@ def identify(fn, op: str | None = None, dtypes=None, eps: float = 1e-6, device=N
     wanted = catalog.names(op) if contracts is None else [
         catalog.get(c).name for c in ([contracts] if isinstance(contracts, str) else contracts)]
     for c in wanted:
+        if c not in catalog.CONTRACTS:
+            raise InputError(f"contracts: {c} is not one of the named contracts "
+                             f"({', '.join(catalog.CONTRACTS)})")
         if catalog.CONTRACTS[c].op != catalog.CONTRACT_OP[op]:
             raise InputError(f"contract {c} is for {catalog.CONTRACTS[c].op}, not {op}")
     result = Identification(name, op, device.type, tuple(dtype_names.short(d) for d in chosen),

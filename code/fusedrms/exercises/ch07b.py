@@ -18,7 +18,7 @@ import triton.language as tl
 from .. import contracts
 from ..contracts import inputs
 from .ch07 import _launched_functions, _recording_launches, masked_loads_without_other
-from .core import Exercise, Feedback, Malformed, correct, one_line, wrong
+from .core import Exercise, Feedback, Malformed, correct, wrong
 
 TARGET = "llama"
 DTYPE = torch.float16
