@@ -60,7 +60,7 @@ def add_rmsnorm_residual(x: torch.Tensor, residual: torch.Tensor, w: torch.Tenso
     """(y, s): also returns s = x + residual in x's dtype, the next layer's residual (vLLM layout).
 
     y is computed from s *as stored* (rounded to x's dtype), which is what the next layer sees and
-    what vLLM and FlashInfer do.
+    what vLLM does; FlashInfer normalizes the unrounded fp32 sum (:mod:`fusedrms.contracts`).
     """
     s = (x.to(accum) + residual.to(accum)).to(x.dtype)
     return rmsnorm(s, w, eps, accum, x.dtype), s

@@ -1,0 +1,134 @@
+"""Chapter 7b's exercise: a kernel that matches the llama contract bit for bit, graded by identify.
+Right answers in several forms pass; the typical mistakes get a hint; malformed answers a message."""
+import math
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from fusedrms.exercises import ch07b
+
+EX = ch07b.llama_kernel
+MALFORMED = [None, "abc", float("nan"), [1, 2, 3], {"a": 1}, math.inf, True, -5, "1/0"]
+
+
+def test_the_solution_passes():
+    fb = EX.check(EX.solution)
+    assert fb.ok and "llama bit for bit" in fb.message and "fp32_once" in fb.message
+
+
+@triton.jit
+def _fp32_product_kernel(x_ptr, w_ptr, y_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.arange(0, BLOCK)
+    mask = col < cols
+    x = tl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / cols + eps)  # not rsqrt: the same contract
+    normed = (x * rstd).to(y_ptr.dtype.element_ty).to(tl.float32)
+    w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * cols + col, (normed * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _looped_kernel(x_ptr, w_ptr, y_ptr, cols, eps, CHUNK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    acc = tl.zeros((CHUNK,), dtype=tl.float32)
+    for start in range(0, cols, CHUNK):
+        col = start + tl.arange(0, CHUNK)
+        x = tl.load(x_ptr + row * cols + col, mask=col < cols, other=0.0).to(tl.float32)
+        acc += x * x
+    rstd = tl.rsqrt(tl.sum(acc, axis=0) / cols + eps)
+    for start in range(0, cols, CHUNK):
+        col = start + tl.arange(0, CHUNK)
+        mask = col < cols
+        x = tl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + col, mask=mask, other=0.0)
+        tl.store(y_ptr + row * cols + col, (x * rstd).to(y_ptr.dtype.element_ty) * w, mask=mask)
+
+
+def _fp32_product(x, w, eps=1e-6):
+    y = torch.empty_like(x)
+    cols = x.shape[-1]
+    _fp32_product_kernel[(x.shape[0],)](x, w, y, cols, eps, BLOCK=triton.next_power_of_2(cols))
+    return y
+
+
+def _looped(x, w, eps=1e-6):
+    y = torch.empty_like(x)
+    _looped_kernel[(x.shape[0],)](x, w, y, x.shape[-1], eps, CHUNK=16)
+    return y
+
+
+@pytest.mark.parametrize("answer", [_fp32_product, _looped], ids=["fp32 product", "two passes"])
+def test_other_right_forms_pass(answer):
+    assert EX.check(answer).ok
+
+
+@pytest.mark.parametrize("label", list(EX.mistakes))
+def test_typical_mistakes_get_a_hint(label):
+    fb = EX.check(EX.mistakes[label])
+    assert not fb.ok, label
+    assert fb.hint or len(fb.message) > 20, label
+
+
+def test_the_hints_name_the_mistake():
+    text = {k: str(EX.check(v)) for k, v in EX.mistakes.items()}
+    assert "fp32_once" in text["one rounding (the book's convention)"]
+    assert "(1 + w)" in text["(1 + w), Gemma's weight"]
+    assert "eps = 1e-06" in text["a constant eps"]
+    assert "ulp" in text["rounds r, then x * r in fp16"]
+    assert "float32" in text["y in fp32"]
+    assert "no Triton kernel" in text["the contract's own function"]
+    assert "launcher" in text["the kernel instead of the launcher"] or "launches" in \
+        text["the kernel instead of the launcher"]
+
+
+def test_a_kernel_that_raises_gets_a_message():
+    def broken(x, w, eps):
+        raise IndexError("offsets out of range")
+
+    fb = EX.check(broken)
+    assert not fb.ok and "IndexError" in fb.message and not fb.error
+
+
+@pytest.mark.parametrize("bad", MALFORMED, ids=repr)
+def test_malformed_answers_get_a_message_not_a_traceback(bad):
+    fb = EX.check(bad)
+    assert not fb.ok and fb.message and not fb.error
+
+
+def test_a_function_of_the_wrong_arity_is_named():
+    fb = EX.check(lambda x, w: x)
+    assert not fb.ok and "three arguments" in fb.message
+
+
+def test_generated_answers_get_a_message_not_a_traceback():
+    """The property test over every chapter's checkers, for this one (its module name is not
+    chNN)."""
+    from hypothesis import HealthCheck, given, settings
+
+    from test_properties import ANSWERS
+
+    @settings(derandomize=True, deadline=None, database=None, max_examples=40,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(answer=ANSWERS)
+    def check(answer):
+        fb = EX.check(answer)
+        assert not fb.ok and fb.message and not fb.error, (answer, fb)
+
+    check()
+
+
+def test_page_solution_is_the_checked_solution():
+    """The dropdown on the page shows exactly the code the tests accept (no drifting copy)."""
+    from pathlib import Path
+
+    import nbformat
+
+    from fusedrms.viz import file_section
+
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "chapters" / "07b_contracts.ipynb", 4)
+    section = file_section(ch07b.__file__, "solution")
+    assert any(c.cell_type == "markdown" and section in c.source for c in nb.cells)
+    assert "ch07b.llama_kernel.check(answer)" in "".join(c.source for c in nb.cells)
