@@ -421,3 +421,12 @@ def test_warps_answers_in_the_wrong_units_or_order_get_a_hint(tmp_path, monkeypa
     fb = ch04.choose_num_warps.check({"num_warps": [4], "timings_us": {4: 9.05, 8: 10.36}})
     assert not fb.ok and "whole number of warps" in fb.message and "12.5" not in fb.message
     assert ch04.choose_num_warps.check({"num_warps": 4.0, "timings_us": {4: 9.1, 8: 10.4}}).ok
+
+
+@pytest.mark.skipif(ENV.on_gpu, reason="on a GPU the checker measures instead of reading records")
+def test_recorded_medians_are_never_called_the_readers_own(tmp_path, monkeypatch):
+    """Without a GPU the timings are the recorded GPU's: no message may call them "your own"."""
+    _record_sweep(tmp_path, monkeypatch, {4: 9.05, 8: 10.36, 16: 9.70})
+    fb = ch04.choose_num_warps.check({"num_warps": 8, "timings_us": {4: 9.05, 8: 10.36, 16: 9.70}})
+    assert not fb.ok and "The medians you gave say 4 warps" in fb.message
+    assert "own" not in fb.message + (fb.hint or "")
