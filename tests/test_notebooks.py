@@ -303,3 +303,22 @@ def test_the_contradicted_claims_lint_catches_what_it_is_for():
 def test_chapter_1_calls_the_fp32_allowance_an_estimate():
     text = " ".join(t for _, t in _prose(ROOT / "chapters" / "01_formula.ipynb"))
     assert "statistical estimate, not a bound" in " ".join(text.split())
+
+
+# GPU words the front matter promises to introduce where a chapter first needs them: the first
+# prose that uses one (chapters in book order) links it to the glossary.
+INTRODUCED = {"Register file": r"\bregister(s| file)\b", "Multiprocessor": r"multiprocessor|\bSMs?\b",
+              "Coalesced access": r"coalesc", "Warp": r"\bwarps?\b", "Shared memory": r"shared memory",
+              "Barrier": r"\bbarriers?\b"}
+
+
+@pytest.mark.parametrize("term", INTRODUCED)
+def test_a_gpu_word_is_linked_to_the_glossary_where_it_first_appears(term):
+    for path in CHAPTERS:
+        for where, text in _prose(path):
+            if re.search(INTRODUCED[term], text, re.IGNORECASE):
+                links = re.findall(r"\{term\}`([^`]*)`", text)
+                assert any(term.lower() in link.lower() for link in links), (
+                    f"{where} first uses {term!r} without a {{term}} link to the glossary")
+                return
+    pytest.fail(f"no chapter uses {term!r}")
