@@ -248,3 +248,77 @@ def test_code_a_reader_sees_fits_80_columns(path):
             if c["cell_type"] == "code" and not hidden & set(c.get("metadata", {}).get("tags", []))
             for j, line in enumerate("".join(c["source"]).splitlines()) if len(line) > 80]
     assert not long, f"{path.name}: " + "; ".join(long)
+
+
+# Claims the recording or the field contradicts, each found once and fixed: a lint keeps them out
+# of every chapter's prose and the front matter.
+BOOK_PAGES = sorted((ROOT / "book").glob("*.md"))
+CONTRADICTED = {
+    r"bound on the fp32 reduction": "the fp32 allowance is a statistical estimate: a sum added "
+                                    "one term after another exceeds it (chapter 1)",
+    r"cannot change the result": "num_warps cannot change what is computed; it can "
+                                 "change the last bits (the order of the sum)",
+    r"(?<!they run )in lockstep": "NVIDIA warps are not lockstep since Volta (independent thread "
+                                  "scheduling)",
+    r"read in\s+either\s+order": "chapter 4 builds on chapter 3",
+    r"best possible time": "the copy floor is a reference a read-heavy kernel can pass",
+    r"\beight barriers\b": "the block kernel's tree over 256 threads waits at nine barriers",
+    r"a single warp's work": "the rule gives a 128-column row at least 4 warps",
+    r"5% (taken as a tie|above the fastest)": "a tie band is derived from the recording's "
+                                              "spread (measure.compare.tie_band), not asserted",
+}
+
+
+def _prose(path):
+    """``(where, text)`` for every markdown cell of a chapter, or the whole of a front page."""
+    if path.suffix == ".md":
+        yield path.name, path.read_text()
+        return
+    for i, c in enumerate(json.loads(path.read_text())["cells"]):
+        if c["cell_type"] == "markdown":
+            yield f"{path.name}, cell {i}", "".join(c["source"])
+
+
+@pytest.mark.parametrize("path", CHAPTERS + BOOK_PAGES, ids=lambda p: p.name)
+def test_no_page_repeats_a_claim_the_data_contradicts(path):
+    found = [f"{where}: {hit.group(0)!r} ({why})" for where, text in _prose(path)
+             for pattern, why in CONTRADICTED.items()
+             for hit in [re.search(pattern, " ".join(text.split()), re.IGNORECASE)] if hit]
+    assert not found, "; ".join(found)
+
+
+def test_the_contradicted_claims_lint_catches_what_it_is_for():
+    for text in ("plus a bound on the fp32 reduction's own error",
+                 "`num_warps` decides how. It cannot change the result, only the speed",
+                 "executes one instruction at a time in lockstep",
+                 "Chapters 3 and 4 can be read in\neither order", "the best possible time",
+                 "eight rounds and eight barriers", "128 lanes, a single warp's work",
+                 "the band is 5% above the fastest"):
+        assert any(re.search(p, " ".join(text.split()), re.IGNORECASE) for p in CONTRADICTED), text
+    for text in ("nothing guarantees that they run in lockstep", "nine barriers",
+                 "num_warps cannot change what is computed; it can change the last bits"):
+        assert not any(re.search(p, text, re.IGNORECASE) for p in CONTRADICTED), text
+
+
+def test_chapter_1_calls_the_fp32_allowance_an_estimate():
+    text = " ".join(t for _, t in _prose(ROOT / "chapters" / "01_formula.ipynb"))
+    assert "statistical estimate, not a bound" in " ".join(text.split())
+
+
+# GPU words the front matter promises to introduce where a chapter first needs them: the first
+# prose that uses one (chapters in book order) links it to the glossary.
+INTRODUCED = {"Register file": r"\bregister(s| file)\b", "Multiprocessor": r"multiprocessor|\bSMs?\b",
+              "Coalesced access": r"coalesc", "Warp": r"\bwarps?\b", "Shared memory": r"shared memory",
+              "Barrier": r"\bbarriers?\b"}
+
+
+@pytest.mark.parametrize("term", INTRODUCED)
+def test_a_gpu_word_is_linked_to_the_glossary_where_it_first_appears(term):
+    for path in CHAPTERS:
+        for where, text in _prose(path):
+            if re.search(INTRODUCED[term], text, re.IGNORECASE):
+                links = re.findall(r"\{term\}`([^`]*)`", text)
+                assert any(term.lower() in link.lower() for link in links), (
+                    f"{where} first uses {term!r} without a {{term}} link to the glossary")
+                return
+    pytest.fail(f"no chapter uses {term!r}")

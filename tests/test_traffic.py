@@ -23,6 +23,14 @@ def test_eager_chain_is_seven_row_trips_fused_three_residual_four():
     assert price("fused_add_rmsnorm", 1, 8).launches == 1
 
 
+def test_pytorchs_two_kernels_are_five_row_trips():
+    """What a reader writes, F.rms_norm(x + r, (cols,), w): chapter 2's baseline."""
+    e = price("torch_add_rmsnorm", 4096, 4096)
+    assert e.row_trips == 5 and e.launches == 2  # row-trips leave the weight out
+    assert traffic.speedup_bound("torch_add_rmsnorm", "fused_add_rmsnorm") == Fraction(5, 3)
+    assert traffic.speedup_bound("torch_add_rmsnorm", "fused_add_rmsnorm_residual") == Fraction(5, 4)
+
+
 def test_speedup_bound_is_seven_thirds():
     assert traffic.speedup_bound("eager_add_rmsnorm", "fused_add_rmsnorm") == Fraction(7, 3)
     # at a finite shape the weight (read once per kernel) pulls the ratio just below 7/3
@@ -82,7 +90,8 @@ def test_unfused_rmsnorm_materializes_squares_and_row_sums():
 
 
 def test_fusion_keeps_flops_and_changes_only_bytes():
-    for a, b in [("eager_add_rmsnorm", "fused_add_rmsnorm"), ("rmsnorm_unfused", "rmsnorm"),
+    for a, b in [("eager_add_rmsnorm", "fused_add_rmsnorm"), ("torch_add_rmsnorm", "fused_add_rmsnorm"),
+                 ("rmsnorm_unfused", "rmsnorm"),
                  ("rmsnorm_fp8_naive", "rmsnorm_fp8_fused")]:
         ea, eb = price(a, 64, 1024), price(b, 64, 1024)
         assert ea.flops == eb.flops, (a, b)

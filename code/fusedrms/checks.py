@@ -65,7 +65,8 @@ def tolerance_for(dtype: torch.dtype, n: int) -> tuple[float, float]:
     """(rtol, atol) for an RMSNorm output of ``dtype`` whose rows have ``n`` columns.
 
     ``rtol = 2 u_out + (sqrt(n) + 8) u_32``: one ulp of the output format for the final cast plus
-    the fp32 reduction's error. One ulp, not half, because the reference is rounded to the output
+    the fp32 reduction's error, estimated for rounding errors of random sign (a sum added one term
+    after another can exceed it; its worst case grows like n u_32). One ulp, not half, because the reference is rounded to the output
     format too (``reference.rmsnorm`` returns x's dtype): two values each rounded to the nearest can
     be neighbours, one ulp apart, and so can a truncated one (the Triton interpreter's bf16 cast)
     and a rounded one. ``atol`` is the output format's smallest normal number.

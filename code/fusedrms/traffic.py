@@ -159,6 +159,11 @@ STEPS: dict[str, Step] = {s.name: s for s in [
            Kernel("normalize", ("partials", "x", "w"), ("y",), NORMALIZE + SCALE, ROW_STAT)],
           "RMSNorm split-row"),
     # [book:eager-and-fused]
+    _step("torch_add_rmsnorm", "PyTorch as a reader writes it: t = x + r; "
+          "y = F.rms_norm(t, (cols,), w) -- two kernels, t materialized",
+          {"x": _X, "residual": _RES, "w": _W, "y": _Y, "t": Tensor(ROW, role="intermediate")},
+          [Kernel("add", ("x", "residual"), ("t",), ADD),
+           Kernel("rmsnorm", ("t", "w"), ("y",), RMSNORM, ROW_STAT)], "PyTorch add, rms_norm"),
     _step("eager_add_rmsnorm", "eager PyTorch: t = x + r; n = rmsnorm(t); y = n * w -- three "
           "kernels, t and n materialized",
           {"x": _X, "residual": _RES, "w": _W, "y": _Y, "t": Tensor(ROW, role="intermediate"),

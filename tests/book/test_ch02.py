@@ -1,4 +1,6 @@
 """Chapter 2's readers: the kernel census against the traffic model, the grid's pairs."""
+from fractions import Fraction
+
 import pytest
 
 from fusedrms import records, traffic
@@ -21,16 +23,22 @@ EAGER = census("torch.eager_chain", [
     ("vectorized_elementwise_kernel<CUDAFunctor_add<BFloat16>>", 24.0),
     ("vectorized_layer_norm_kernel<BFloat16, float>", 20.0)])
 FUSED = census("capstone.fused", [("add_rmsnorm_kernel", 25.0)])
-DOC = {"records": [EAGER, FUSED, {"kind": "copy_bandwidth", "GBps": 4000.0},
-                   census("torch.rms_norm_add", [("anything", 1.0)])]}
+TWO = census("torch.rms_norm_add", [
+    ("vectorized_layer_norm_kernel<BFloat16, float>", 21.0),
+    ("vectorized_elementwise_kernel<CUDAFunctor_add<BFloat16>>", 26.0)])
+DOC = {"records": [EAGER, FUSED, {"kind": "copy_bandwidth", "GBps": 4000.0}, TWO,
+                   census("torch.compile_add", [("anything", 1.0)])]}
 
 
 def test_kernel_times_maps_each_profiled_kernel_to_the_models_kernel():
     times = ch02.kernel_times(DOC, FLOOR)
     assert [(t["design"], t["kernel"]) for t in times] == [
+        ("torch.rms_norm_add", "add"), ("torch.rms_norm_add", "rmsnorm"),
+        ("capstone.fused", "fused_add_rmsnorm"),
         ("torch.eager_chain", "add"), ("torch.eager_chain", "rmsnorm"),
-        ("torch.eager_chain", "scale"), ("capstone.fused", "fused_add_rmsnorm")]
-    add = times[0]
+        ("torch.eager_chain", "scale")]
+    assert times[1]["row_trips"] == pytest.approx(2.0, abs=1e-3)  # t read, y written, w once
+    add = times[3]
     assert add["row_trips"] == 3.0
     assert add["floor_us"] == pytest.approx(3 * ROW_TRIP / 4000e3)
     assert add["pct_of_copy"] == pytest.approx(100 * add["floor_us"] / 24.0)
@@ -84,8 +92,6 @@ def test_best_pct_of_floor_counts_only_calls_with_the_l2_flushed():
 # ---- the page's sentences in every state of the recording
 
 COPY = records.CopyFloor(4236.4, "NVIDIA H200", 4800.0)
-BOUNDS = (traffic.speedup_bound("eager_add_rmsnorm", "fused_add_rmsnorm"),
-          traffic.speedup_bound("eager_add_rmsnorm", "fused_add_rmsnorm_residual"))
 
 
 def test_copy_sentence_with_and_without_the_published_figure_or_the_grid():
@@ -104,12 +110,13 @@ def test_copy_sentence_with_and_without_the_published_figure_or_the_grid():
 
 
 def test_grid_sentence_reports_overlap_and_a_missing_grid():
-    pair = {"torch.eager_chain": {"median_us": 92.6, "min_us": 92.3, "max_us": 93.1,
-                                  "processes": 3},
+    pair = {"torch.rms_norm_add": {"median_us": 92.6, "min_us": 92.3, "max_us": 93.1,
+                                   "processes": 3},
             "capstone.fused": {"median_us": 27.0, "min_us": 27.0, "max_us": 27.2,
                                "processes": 3}}
     text = ch02.grid_sentence(pair)
     assert "in 3 processes" in text and "3.43× apart" in text and "do not overlap" in text
+    assert "PyTorch's two kernels take a median 92.6 µs" in text
     close = {k: {**v, "min_us": 20.0, "max_us": 100.0} for k, v in pair.items()}
     assert "ranges that overlap" in ch02.grid_sentence(close)
     one = {k: {**v, "processes": 1} for k, v in pair.items()}
@@ -117,24 +124,42 @@ def test_grid_sentence_reports_overlap_and_a_missing_grid():
     assert "not recorded yet" in ch02.grid_sentence(None)
 
 
-def _census(eager_us, fused_us, resid_us):
+BOUNDS = (traffic.speedup_bound(ch02.BASELINE_STEP, "fused_add_rmsnorm"),
+          traffic.speedup_bound(ch02.BASELINE_STEP, "fused_add_rmsnorm_residual"))
+
+
+def _census(base_us, fused_us, resid_us, chain_us=(25.0, 20.0, 44.0)):
     doc = {"records": [
-        census("torch.eager_chain", [("vectorized_elementwise_kernel<add>", eager_us[0]),
-                                     ("vectorized_layer_norm_kernel", eager_us[1]),
-                                     ("elementwise_kernel<MulFunctor>", eager_us[2])]),
+        census("torch.rms_norm_add", [("vectorized_elementwise_kernel<add>", base_us[0]),
+                                      ("vectorized_layer_norm_kernel", base_us[1])]),
+        census("torch.eager_chain", [("vectorized_elementwise_kernel<add>", chain_us[0]),
+                                     ("vectorized_layer_norm_kernel", chain_us[1]),
+                                     ("elementwise_kernel<MulFunctor>", chain_us[2])]),
         census("capstone.fused", [("add_rmsnorm_kernel", fused_us)]),
         census("capstone.fused_residual", [("add_rmsnorm_residual_kernel", resid_us)])]}
     times = ch02.kernel_times(doc, FLOOR)
     return ch02.design_totals(times), times
 
 
+def test_the_bounds_are_against_what_a_reader_writes():
+    """The chapter's baseline is F.rms_norm(x + r, (cols,), w), two kernels, not the chain."""
+    from fusedrms import registry
+
+    registry.load_all()
+    assert "F.rms_norm(x + r, (cols,), w" in registry.get(ch02.BASELINE).description
+    assert traffic.get_step(ch02.BASELINE_STEP).kernels[1].reads == ("t", "w")
+    assert BOUNDS == (Fraction(5, 3), Fraction(5, 4))
+
+
 def test_fusion_answer_says_above_or_below_the_byte_ratios_as_the_data_does():
-    totals, times = _census((25.0, 20.0, 44.0), 26.5, 34.8)
+    totals, times = _census((26.0, 21.0), 26.5, 34.8)
     text = ch02.fusion_answer(totals, times, BOUNDS, "NVIDIA H200")
-    assert text.startswith("On the NVIDIA H200 at 4096 x 4096 bf16 the eager chain takes 89.0 µs")
-    assert "3.36× faster than the chain" in text
-    assert "more than the byte ratios of 7/3 and 7/4" in text and "weight multiply" in text
-    slow_fused = _census((25.0, 16.0, 16.0), 60.0, 70.0)
+    assert text.startswith("On the NVIDIA H200 at 4096 x 4096 bf16, PyTorch's two kernels take "
+                           "47.0 µs")
+    assert "The fused kernel is 1.77× faster and the residual-writing one 1.35×" in text
+    assert "more than the byte ratios of 5/3 and 5/4" in text and "normalization" in text
+    assert "chain" not in text  # the chain is an illustration, never the baseline
+    slow_fused = _census((16.0, 16.0), 60.0, 70.0)
     text = ch02.fusion_answer(*slow_fused, BOUNDS, "GPU")
     assert "less than the byte ratios" in text and "more than" not in text
     assert "not recorded yet" in ch02.fusion_answer({}, [], BOUNDS, "GPU")
@@ -143,13 +168,33 @@ def test_fusion_answer_says_above_or_below_the_byte_ratios_as_the_data_does():
 
 
 def test_fusion_outlook_follows_the_measurement_in_every_state():
-    totals, _ = _census((25.0, 20.0, 44.0), 26.5, 34.8)
-    assert ch02.fusion_outlook(totals, BOUNDS).endswith("loses more than its bytes")
-    slow, _ = _census((25.0, 16.0, 16.0), 60.0, 70.0)
+    totals, _ = _census((26.0, 21.0), 26.5, 34.8)
+    assert ch02.fusion_outlook(totals, BOUNDS).endswith("lose more than their bytes")
+    slow, _ = _census((16.0, 16.0), 60.0, 70.0)
     assert "less than the bytes promise" in ch02.fusion_outlook(slow, BOUNDS)
-    mixed, _ = _census((25.0, 16.0, 16.0), 20.0, 70.0)  # 57/20 > 7/3, 57/70 < 7/4
+    mixed, _ = _census((16.0, 16.0), 15.0, 70.0)  # 32/15 > 5/3, 32/70 < 5/4
     assert "against one fused kernel" in ch02.fusion_outlook(mixed, BOUNDS)
     assert "not recorded yet" in ch02.fusion_outlook({}, BOUNDS)
+
+
+def test_chain_sentence_names_the_slow_multiply_from_the_profilers_names():
+    totals, times = _census((26.0, 21.0), 26.5, 34.8, chain_us=(25.0, 20.0, 44.0))
+    text = ch02.chain_sentence(totals, times)
+    assert "three-kernel chain of 89.0 µs" in text and "Its multiply alone takes 44.0 µs" in text
+    assert "moves 50% more bytes, takes 25.0 µs" in text and "non-vectorized" in text
+    both = [dict(t, name="vectorized_" + t["name"]) if t["kernel"] == "scale" else t
+            for t in times]
+    assert "non-vectorized" not in ch02.chain_sentence(totals, both)
+    assert "not recorded yet" in ch02.chain_sentence({}, [])
+
+
+def test_the_committed_headline_is_the_census_ratio_against_pytorchs_two_kernels():
+    extra = records.load("capstone_extra", records.COMMITTED)
+    times = ch02.kernel_times(extra, records.copy_floor(records.COMMITTED))
+    totals = ch02.design_totals(times)
+    text = ch02.fusion_answer(totals, times, BOUNDS, "GPU")
+    ratio = totals[ch02.BASELINE]["measured_us"] / totals["capstone.fused"]["measured_us"]
+    assert f"The fused kernel is {ratio:.2f}× faster" in text
 
 
 def test_the_best_share_of_the_floor_is_priced_at_the_floor_given_not_the_grids_own():
@@ -166,3 +211,17 @@ def test_the_page_ceilings_are_the_measured_copy_and_the_data_sheets_peak():
     assert ceilings["peak_tflops"] == traffic.PUBLISHED[ceilings["gpu"]][1]
     unlisted = records.CopyFloor(999.0, "Some GPU no table lists")
     assert ch02.ceilings(unlisted) == ch02.ceilings(records.copy_floor(records.COMMITTED))
+
+
+def test_the_chapter_prices_its_bounds_and_its_grid_against_the_baseline():
+    import json
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "chapters" / "02_fusion_boundary.ipynb"
+    code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+                     if c["cell_type"] == "code")
+    slow = re.findall(r'speedup_bound\(\s*"(\w+)"', code)
+    assert slow and set(slow) == {ch02.BASELINE_STEP}, slow
+    assert re.search(r'designs = \["' + ch02.BASELINE_STEP, code)
+    assert "grid_pair(grid, companion.BASELINE" in code

@@ -453,3 +453,12 @@ def test_a_race_and_a_store_far_outside_are_refused(exercise):
     assert "own row" in fb.hint
     fb = exercise.check(_kernel_stores_far_away)  # skipped by the audit: no corrupted heap
     assert not fb.ok and "outside" in fb.message and fb.hint
+
+
+@pytest.mark.skipif(ENV.on_gpu, reason="on a GPU the checker measures instead of reading records")
+def test_recorded_medians_are_never_called_the_readers_own(tmp_path, monkeypatch):
+    """Without a GPU the timings are the recorded GPU's: no message may call them "your own"."""
+    _record_sweep(tmp_path, monkeypatch, {4: 9.05, 8: 10.36, 16: 9.70})
+    fb = ch04.choose_num_warps.check({"num_warps": 8, "timings_us": {4: 9.05, 8: 10.36, 16: 9.70}})
+    assert not fb.ok and "The medians you gave say 4 warps" in fb.message
+    assert "own" not in fb.message + (fb.hint or "")

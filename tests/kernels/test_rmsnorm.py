@@ -375,24 +375,23 @@ def test_summarize_warps_from_a_recorded_file(tmp_path, monkeypatch):
             for nw, us in times.items()]
     recs += [{"rows": "x"}, {"cols": 1}]  # malformed records are skipped
     doc = _write_record(tmp_path, monkeypatch, "triton_warps", recs)
-    s = ch04.summarize_warps(doc["records"])
+    s = ch04.summarize_warps(doc["records"], 0.05)
     assert [r["shape"] for r in s["rows"]] == ["4096x1024", "4096x8192"]
     assert [r["fastest"] for r in s["rows"]] == [4, 8] and s["winners"] == [4, 8]
     # the rule picks 4 warps at 1024 (fastest) and 16 at 8192 (31.0 <= 1.05 * 30.0)
-    assert [r["rule within 5%"] for r in s["rows"]] == ["yes", "yes"] and s["rule_hits"] == 2
-    assert s["rows"][0]["8 warps us"] == 12.0
-    assert s["misses"] == [] and s["max_spread"] is None  # no ranges recorded
-    assert ch04.summarize_warps([]) == {"rows": [], "winners": [], "rule_hits": 0, "misses": [],
-                                        "max_spread": None}
+    assert [r["rule ties fastest"] for r in s["rows"]] == ["yes", "yes"] and s["rule_hits"] == 2
+    assert s["rows"][0]["8 warps us"] == 12.0 and s["misses"] == []
+    assert ch04.summarize_warps(doc["records"], 0.02)["rule_hits"] == 1  # 31.0 > 1.02 * 30.0
+    assert ch04.summarize_warps([]) == {"rows": [], "winners": [], "rule_hits": 0, "misses": []}
 
 
-def test_summarize_warps_names_the_rule_s_misses_and_the_spread():
+def test_summarize_warps_names_the_rule_s_misses():
     recs = [dict(rows=1024, cols=4096, dtype="float32", num_warps=nw, median_us=us,
                  min_us=us * 0.99, max_us=us * 1.02) for nw, us in {4: 8.8, 8: 10.1, 16: 9.5}.items()]
-    s = ch04.summarize_warps(recs)
+    s = ch04.summarize_warps(recs, 0.05)
     assert s["misses"] == [{"shape": "1024x4096", "dtype": "float32", "rule": 8, "rule_us": 10.1,
                             "fastest": 4, "fastest_us": 8.8}]
-    assert abs(s["max_spread"] - 0.03) < 1e-9 and s["rule_hits"] == 0
+    assert s["rule_hits"] == 0
 
 
 def test_spill_widths_from_chapter_2_s_register_records():
@@ -469,3 +468,18 @@ def test_gpu_overflow_and_eps_zero_are_loud_on_every_variant():
     for name in VARIANTS:
         test_an_overflowing_sum_of_squares_is_nan_not_zero(name)
         test_eps_zero_with_a_row_below_fp32_range_is_nan_not_inf(name)
+
+
+@pytest.mark.gpu
+def test_num_warps_can_change_the_last_bits_not_what_is_computed():
+    """Chapter 4: num_warps splits the row's sum differently, so the additions happen in another
+    order. Every setting is correct; on the H200 they disagree in the last bits of millions of
+    fp32 outputs."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(4096, 4096, device="cuda", generator=g)
+    w = torch.randn(4096, device="cuda", generator=g)
+    expected = reference.rmsnorm(x, w, 1e-5, accum=torch.float64)
+    ys = {nw: T.rmsnorm_row(x, w, 1e-5, num_warps=nw) for nw in (4, 8, 16)}
+    for nw, y in ys.items():
+        assert checks.allclose(y, expected).ok, nw
+    assert any(not torch.equal(ys[4], ys[nw]) for nw in (8, 16))

@@ -78,10 +78,16 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[
 
 # ---------------------------------------------------------------- readers for the page
 
+# What a reader writes, F.rms_norm(x + r, (cols,), w): the baseline every measured claim of the
+# chapter is against. The chain that applies the weight in a separate multiply is an illustration.
+BASELINE, BASELINE_STEP = "torch.rms_norm_add", "torch_add_rmsnorm"
+CHAIN = "torch.eager_chain"
+FUSED = ("capstone.fused", "capstone.fused_residual")
 CENSUS_DESIGNS = {  # census implementation -> the model's step for it
-    "torch.eager_chain": "eager_add_rmsnorm",
+    BASELINE: BASELINE_STEP,
     "capstone.fused": "fused_add_rmsnorm",
     "capstone.fused_residual": "fused_add_rmsnorm_residual",
+    CHAIN: "eager_add_rmsnorm",
 }
 # a profiled kernel's name -> the eager step's kernel it is (PyTorch's kernel names)
 _EAGER_ROLES = (("add", "add"), ("layer_norm", "rmsnorm"), ("rms_norm", "rmsnorm"),
@@ -114,11 +120,11 @@ def _eager_role(kernel_name: str) -> str | None:
 
 
 def kernel_times(extra_doc: dict, floor: records.CopyFloor) -> list[dict]:
-    """Each profiled kernel of the eager chain and of the fused kernels (chapter 7's kernel
+    """Each profiled kernel of PyTorch's designs and of the fused kernels (chapter 7's kernel
     census), next to its bytes in the traffic model and their copy ``floor``: design, kernel,
-    row_trips, measured_us, floor_us, pct_of_copy.
+    name (the profiler's), row_trips, measured_us, floor_us, pct_of_copy.
 
-    A census whose kernels do not match the model's (another PyTorch splitting the chain
+    A census whose kernels do not match the model's (another PyTorch splitting a design
     differently) raises ValueError naming them."""
     out = []
     for rec in extra_doc["records"]:
@@ -134,7 +140,7 @@ def kernel_times(extra_doc: dict, floor: records.CopyFloor) -> list[dict]:
                 raise ValueError(f"{rec['impl']}: profiled kernel {k['name'][:60]!r} is none "
                                  f"of the model's kernels {sorted(model)}")
             cost = model[name]
-            out.append({"design": rec["impl"], "kernel": name, "rows": rec["rows"],
+            out.append({"design": rec["impl"], "kernel": name, "name": k["name"], "rows": rec["rows"],
                         "cols": rec["cols"], "dtype": est.dtype,
                         "row_trips": cost.bytes_total / unit,
                         "count_per_call": k["count_per_call"],
@@ -226,8 +232,11 @@ def copy_sentence(floor: records.CopyFloor | None, best_pct_of_floor: float | No
                    f"{best_pct_of_floor:.0f}% of its copy floor's rate.")
 
 
-def grid_sentence(pair: dict | None, slow: str = "torch.eager_chain",
-                  fast: str = "capstone.fused") -> str:
+DESIGN_WORDS = {BASELINE: "PyTorch's two kernels", CHAIN: "the three-kernel chain",
+                "capstone.fused": "the fused kernel"}
+
+
+def grid_sentence(pair: dict | None, slow: str = BASELINE, fast: str = "capstone.fused") -> str:
     """Chapter 6's harness on the same two designs: medians, process ranges, their ratio."""
     if not pair:
         return ("Chapter 6's harness times the same two designs another way; its grid at this "
@@ -243,22 +252,24 @@ def grid_sentence(pair: dict | None, slow: str = "torch.eager_chain",
                 f"{d['max_us']:.1f}" else f"all {d['median_us']:.1f}")
 
     return (f"Chapter 6's harness times the same two designs another way, flushing the L2 cache "
-            f"before every call and {how}: the eager chain takes a median "
-            f"{e['median_us']:.1f} µs (the processes' medians: {spread(e)}) and the fused kernel "
-            f"{f['median_us']:.1f} µs ({spread(f)}), {e['median_us'] / f['median_us']:.2f}× "
-            f"apart, with ranges that {'do not overlap' if apart else 'overlap'}.")
+            f"before every call and {how}: {DESIGN_WORDS.get(slow, slow)} take a median "
+            f"{e['median_us']:.1f} µs (the processes' medians: {spread(e)}) and "
+            f"{DESIGN_WORDS.get(fast, fast)} {f['median_us']:.1f} µs ({spread(f)}), "
+            f"{e['median_us'] / f['median_us']:.2f}× apart, with ranges that "
+            f"{'do not overlap' if apart else 'overlap'}.")
 
 
 def fusion_outlook(totals: dict, bounds: tuple) -> str:
-    """The chapter's closing recap of its measurement, a clause: whether the eager chain lost
-    more or less than its bytes against the two fused kernels (``bounds``: two Fractions)."""
-    need = ("torch.eager_chain", "capstone.fused", "capstone.fused_residual")
+    """The chapter's closing recap of its measurement, a clause: whether PyTorch's two kernels
+    lost more or less than their bytes against the two fused kernels (``bounds``: two
+    Fractions)."""
+    need = (BASELINE, *FUSED)
     if any(n not in totals for n in need):
         return "its measurement on a real GPU is " + NOT_RECORDED.format(7)
-    eager, fused, resid = (totals[n]["measured_us"] for n in need)
-    above = [eager / fused > float(bounds[0]), eager / resid > float(bounds[1])]
+    base, fused, resid = (totals[n]["measured_us"] for n in need)
+    above = [base / fused > float(bounds[0]), base / resid > float(bounds[1])]
     if all(above):
-        return "the measurement says that the eager chain loses more than its bytes"
+        return "the measurement says that PyTorch's two kernels lose more than their bytes"
     if not any(above):
         return "the measurement says that fusion bought less than the bytes promise"
     return ("the measurement says that fusion bought more than the bytes promise against one "
@@ -266,34 +277,53 @@ def fusion_outlook(totals: dict, bounds: tuple) -> str:
 
 
 def fusion_answer(totals: dict, census: list[dict], bounds: tuple, gpu: str) -> str:
-    """The chapter's answer: the three designs' measured times, what fusion bought against each
-    fused kernel, and why that is above or below the byte ratios ``bounds`` (two Fractions)."""
-    need = ("torch.eager_chain", "capstone.fused", "capstone.fused_residual")
+    """The chapter's answer: PyTorch's two kernels and the fused kernels, measured; what fusion
+    bought against each, and why that is above or below the byte ratios ``bounds`` (two
+    Fractions, the baseline's row-trips over each fused kernel's)."""
+    need = (BASELINE, *FUSED)
     if not census or any(n not in totals for n in need):
         return "The kernel census is " + NOT_RECORDED.format(7) + "."
-    eager, fused, resid = (totals[n] for n in need)
-    first = census[0]
-    plain_x = eager["measured_us"] / fused["measured_us"]
-    fair_x = eager["measured_us"] / resid["measured_us"]
+    base, fused, resid = (totals[n] for n in need)
+    first = next(r for r in census if r["design"] == BASELINE)
+    plain_x = base["measured_us"] / fused["measured_us"]
+    fair_x = base["measured_us"] / resid["measured_us"]
     ratios = [f"{b.numerator}/{b.denominator}" for b in bounds]
     above = [plain_x > float(bounds[0]), fair_x > float(bounds[1])]
-    slowest = min((r for r in census if r["design"] == "torch.eager_chain"),
-                  key=lambda r: r["pct_of_copy"])
-    rates = (f"the fused kernels run at {fused['pct_of_copy']:.0f}% and "
-             f"{resid['pct_of_copy']:.0f}% of the copy rate")
-    chain = (f"the chain as a whole at {eager['pct_of_copy']:.0f}% (its slowest kernel, the "
-             f"{EAGER_KERNEL_NAMES.get(slowest['kernel'], slowest['kernel'])}, at "
-             f"{slowest['pct_of_copy']:.0f}%)")
+    slowest = min((r for r in census if r["design"] == BASELINE), key=lambda r: r["pct_of_copy"])
+    rates = (f"The fused kernels run at {fused['pct_of_copy']:.0f}% and "
+             f"{resid['pct_of_copy']:.0f}% of the copy rate, PyTorch's two kernels together at "
+             f"{base['pct_of_copy']:.0f}% (its "
+             f"{EAGER_KERNEL_NAMES.get(slowest['kernel'], slowest['kernel'])} at "
+             f"{slowest['pct_of_copy']:.0f}%).")
     byte_ratios = f"the byte ratios of {ratios[0]} and {ratios[1]}"
     if all(above):
-        why = f"more than {byte_ratios}, because {rates} and {chain}"
+        why = f"That is more than {byte_ratios}, because the fused kernels move their bytes faster."
     elif not any(above):
-        why = f"less than {byte_ratios}, because {rates} and {chain}"
+        why = f"That is less than {byte_ratios}, because PyTorch's kernels move their bytes faster."
     else:
-        why = f"against {byte_ratios}: {rates} and {chain}"
-    return (f"On the {gpu} at {first['rows']} x {first['cols']} {first['dtype']} the eager chain "
-            f"takes {eager['measured_us']:.1f} µs, the fused kernel "
+        why = f"That is above one of {byte_ratios} and below the other."
+    return (f"On the {gpu} at {first['rows']} x {first['cols']} {first['dtype']}, PyTorch's two "
+            f"kernels take {base['measured_us']:.1f} µs, the fused kernel "
             f"{fused['measured_us']:.1f} µs and the residual-writing one "
-            f"{resid['measured_us']:.1f} µs. The fused kernel is "
-            f"{plain_x:.2f}× faster than the chain and the residual-writing one {fair_x:.2f}×: "
-            f"{why}.")
+            f"{resid['measured_us']:.1f} µs. The fused kernel is {plain_x:.2f}× faster and the "
+            f"residual-writing one {fair_x:.2f}×. {why} {rates}")
+
+
+def chain_sentence(totals: dict, census: list[dict]) -> str:
+    """The three-kernel chain as an illustration: what its separate weight multiply costs next to
+    the add, which moves more bytes, and which kind of PyTorch kernel each one ran."""
+    rows = {r["kernel"]: r for r in census if r["design"] == CHAIN}
+    if CHAIN not in totals or not {"add", "scale"} <= set(rows):
+        return "The three-kernel chain is " + NOT_RECORDED.format(7) + "."
+    add, scale = rows["add"], rows["scale"]
+    more = add["row_trips"] / scale["row_trips"] - 1
+    text = (f"Applying the weight in a separate multiply makes a three-kernel chain of "
+            f"{totals[CHAIN]['measured_us']:.1f} µs. Its multiply alone takes "
+            f"{scale['measured_us']:.1f} µs, at {scale['pct_of_copy']:.0f}% of the copy rate, "
+            f"while the add, which moves {100 * more:.0f}% more bytes, takes "
+            f"{add['measured_us']:.1f} µs.")
+    vector = ["vectorized" in r.get("name", "") for r in (add, scale)]
+    if vector == [True, False]:
+        text += (" The profiler names the reason: the add ran in PyTorch's vectorized "
+                 "elementwise kernel, the multiply in its non-vectorized one.")
+    return text + " Bytes bound a design; a kernel that moves its bytes slowly loses more."

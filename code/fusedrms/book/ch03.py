@@ -28,15 +28,16 @@ from pathlib import Path
 import torch
 
 from .. import checks, env, records, reference, registry, traffic, validation
-from ..measure import timer
+from ..measure import compare, timer
 
 LADDER = ("hip.serial", "hip.block", "hip.shuffle", "hip.vectorized", "hip.unfused",
           "hip.vectorized_unfused", "triton.row")
 FUSED_HIP = ("hip.serial", "hip.block", "hip.shuffle", "hip.vectorized")
 # Each unfused pipeline beside the fused kernel that has the same loads (and the same shuffle
-# finish), so that their ratio is what fusion alone is worth.
-FUSION_PAIRS = (("hip.unfused", "hip.shuffle", "scalar loads"),
-                ("hip.vectorized_unfused", "hip.vectorized", "16-byte loads"))
+# finish), so that their ratio is what fusion alone is worth; the last field is the fused
+# kernel's step in chapter 2's traffic model: hip.shuffle reads x twice, hip.vectorized once.
+FUSION_PAIRS = (("hip.unfused", "hip.shuffle", "scalar loads", "rmsnorm_two_pass"),
+                ("hip.vectorized_unfused", "hip.vectorized", "16-byte loads", "rmsnorm"))
 SEED_SHAPE = (1024, 4096, "float32")
 LARGE_SHAPES = ((16384, 8192, "float32"), (16384, 8192, "bfloat16"))
 BLOCK_SIZES = (32, 64, 128, 256, 512, 1024)
@@ -247,8 +248,9 @@ def verdict(doc: dict) -> list[str]:
 
 def fusion(doc: dict) -> list[dict]:
     """What fusion alone is worth at every recorded shape: each unfused pipeline against the fused
-    kernel with the same loads (:data:`FUSION_PAIRS`), beside the ratio of bytes moved (chapter 2's
-    traffic model), which is what the time ratio would be if both ran at the same bandwidth."""
+    kernel with the same loads (:data:`FUSION_PAIRS`), beside the ratio of bytes each asks memory
+    for (chapter 2's traffic model, the fused kernel priced by its own step), which is what the
+    time ratio would be if both ran at the same bandwidth."""
     from .. import traffic
 
     out = []
@@ -256,11 +258,11 @@ def fusion(doc: dict) -> list[dict]:
     for rows, cols, dtype in shapes:
         rs = {r["name"]: r for r in ladder_rows(doc, rows, cols, dtype)
               if "median_us" in r and r.get("correct")}
-        for unfused, fused, loads in FUSION_PAIRS:
+        for unfused, fused, loads, step in FUSION_PAIRS:
             if unfused not in rs or fused not in rs:
                 continue
             bytes_ratio = (traffic.price("rmsnorm_unfused", rows, cols, dtype).bytes_total
-                           / rmsnorm_bytes(rows, cols, getattr(torch, dtype)))
+                           / traffic.price(step, rows, cols, dtype).bytes_total)
             out.append({"rows": rows, "cols": cols, "dtype": dtype, "loads": loads,
                         "unfused": unfused, "fused": fused,
                         "unfused_us": rs[unfused]["median_us"], "fused_us": rs[fused]["median_us"],
@@ -394,10 +396,31 @@ def _shapes_phrase(n: int) -> str:
     return "at the one recorded shape" if n == 1 else f"at all {n} recorded shapes"
 
 
-def shuffle_effect(points: list[dict]) -> list[dict]:
+def tie_band(grid_doc: dict | None) -> float | None:
+    """How far the HIP kernels' medians move from one process to another in chapter 6's grid with
+    the L2 flushed before every call, the ladder's timer (:func:`fusedrms.measure.compare.tie_band`);
+    None without a grid or without repeated processes."""
+    if not grid_doc:
+        return None
+    return compare.tie_band([r for r in grid_doc.get("records", [])
+                             if str(r.get("impl", "")).startswith("hip.")
+                             and r.get("mode") == "cold"])
+
+
+def one_row_us(grid_doc: dict | None, cols: int = 4096, dtype: str = "fp32") -> float | None:
+    """hip.serial's median on a single row in chapter 6's grid (L2 flushed): one thread's chain."""
+    for r in (grid_doc or {}).get("records", []):
+        if (r.get("impl") == "hip.serial" and r.get("rows") == 1 and r.get("cols") == cols
+                and r.get("dtype") == dtype and r.get("mode") == "cold"
+                and r.get("status") == "ok" and r.get("median_us")):
+            return r["median_us"]
+    return None
+
+
+def shuffle_effect(points: list[dict], band: float | None = None) -> list[dict]:
     """hip.shuffle against hip.block at every shape where both were measured correctly:
-    ``change_pct`` (its time against the tree's, + slower) and ``apart`` (the middle halves of
-    their samples, p25..p75, do not overlap; None when the quartiles were not recorded)."""
+    ``change_pct`` (its time against the tree's, + slower) and ``verdict`` ("slower", "faster"
+    or "tie" outside or inside the tie ``band``; None without one)."""
     by_shape: dict = {}
     for p in points:
         if p.get("correct") and p["name"] in ("hip.block", "hip.shuffle"):
@@ -407,10 +430,9 @@ def shuffle_effect(points: list[dict]) -> list[dict]:
         if len(pair) < 2:
             continue
         tree, shuffle = pair["hip.block"], pair["hip.shuffle"]
-        quartiles = all(q.get(k) is not None for q in pair.values() for k in ("p25_us", "p75_us"))
-        apart = (shuffle["p25_us"] > tree["p75_us"] or tree["p25_us"] > shuffle["p75_us"]
-                 if quartiles else None)
-        out.append({"shape": shape, "apart": apart,
+        verdict = (None if band is None else
+                   compare.verdict(shuffle["median_us"], tree["median_us"], band))
+        out.append({"shape": shape, "verdict": verdict,
                     "change_pct": 100 * (shuffle["median_us"] / tree["median_us"] - 1)})
     return out
 
@@ -434,27 +456,35 @@ def shuffle_phrase(effects: list[dict], where: bool = True) -> str:
             f"tree's, depending on the shape")
 
 
-def shuffle_sentence(effects: list[dict]) -> str:
-    """The shuffle finish's effect, how it compares with the samples' spread, and what that
-    says about the tree's barriers, in one sentence."""
+def band_text(band: float) -> str:
+    return f"±{100 * band:.1f}%"
+
+
+def shuffle_sentence(effects: list[dict], band: float | None = None) -> str:
+    """The shuffle finish's effect, whether it lies outside the tie ``band`` (the HIP kernels'
+    run-to-run spread in chapter 6's grid), and what that says about the tree's barriers."""
     if not effects:
         return "The shuffle finish is not recorded yet."
-    text = f"The shuffle finish {shuffle_phrase(effects)}"
-    judged = [e for e in effects if e["apart"] is not None]
-    n, k = len(judged), sum(bool(e["apart"]) for e in judged)
-    every = "" if n == 1 else " at every shape"
-    if judged and k == n:
-        text += f", more than the spread of the samples (their middle halves are apart{every})"
-    elif judged and k == 0:
-        text += f", within the spread of the samples (their middle halves overlap{every})"
-    elif judged:
-        text += f" (the middle halves of the samples are apart at {k} of {n} shapes)"
-    best = min(e["change_pct"] for e in effects)  # the largest saving (negative: faster)
-    if best >= -1:
+    text = f"The shuffle finish {shuffle_phrase(effects)}."
+    judged = [e for e in effects if e.get("verdict")]
+    if band is None or not judged:
+        return text + " How far these kernels move from run to run is " + NOT_RECORDED + "."
+    text += (f" In chapter 6's grid the same kernels' medians spread by up to {100 * band:.1f}% "
+             f"between processes in nine cases in ten; beyond that band")
+    n = len(judged)
+    counts = {v: sum(e["verdict"] == v for e in judged) for v in ("slower", "faster", "tie")}
+    parts = [f"{'slower' if v == 'slower' else 'faster' if v == 'faster' else 'a tie'} "
+             f"{_count_phrase(k, n)}" for v, k in counts.items() if k]
+    text += ", the shuffle finish is " + " and ".join(parts)
+    if counts["faster"] == 0:
         return text + ": the tree's barriers were never what made the kernel slow."
-    if best > -10:
-        return text + f": the tree's barriers were a small cost, at most {-best:.1f}%."
-    return text + ": the tree's barriers were a real cost here."
+    return text + ": the tree's barriers were a cost at some shapes."
+
+
+def _count_phrase(k: int, n: int) -> str:
+    if n == 1:
+        return "at the one recorded shape"
+    return f"at all {n} recorded shapes" if k == n else f"at {k} of {n} shapes"
 
 
 def learned_sentence(points: list[dict], gains: list[dict], pairs: list[dict]) -> str:
@@ -502,11 +532,10 @@ def ladder_answer(points: list[dict], gains: list[dict]) -> str:
     """The ladder's answer in one sentence (without "Answer:")."""
     if not points:
         return f"The ladder is {NOT_RECORDED}."
-    parts = [f"the shuffle finish {shuffle_phrase(shuffle_effect(points), where=False)}"]
     vector = span([g["gain"] for g in gains if (g["from"], g["to"]) ==
                    ("hip.shuffle", "hip.vectorized")])
-    parts.append("16-byte loads plus a single read of x made the kernel "
-                 + (f"{vector} faster" if vector else "faster by an amount not recorded yet"))
+    parts = ["16-byte loads plus a single read of x made the kernel "
+             + (f"{vector} faster" if vector else "faster by an amount not recorded yet")]
     correct = [p for p in points if p.get("correct") and p.get("fraction_of_floor")]
     if correct:
         best = max(correct, key=lambda p: p["fraction_of_floor"])
@@ -519,38 +548,36 @@ def ladder_answer(points: list[dict], gains: list[dict]) -> str:
     return text[0].upper() + text[1:] + "."
 
 
-FUSION_MATCH = 0.05  # a measured ratio within 5% of the byte ratio "matches" it
-
-
-def fusion_answer(pairs: list[dict]) -> str:
-    """What fusion bought with the same loads, against the byte ratio: one sentence."""
+def fusion_answer(pairs: list[dict], band: float | None = None) -> str:
+    """What fusion bought with the same loads, against each pair's byte ratio, in one sentence
+    per kind of load; a time ratio within the tie ``band`` of the byte ratio matches it."""
     if not pairs:
         return f"The unfused pipelines are {NOT_RECORDED}."
-    bought = []
+    band = 0.0 if band is None else band
+    out = []
     for loads in dict.fromkeys(f["loads"] for f in pairs):
-        bought.append(f"{span([f['speedup'] for f in pairs if f['loads'] == loads])} with {loads}")
-    ratios = {}
-    for f in pairs:
-        ratios.setdefault(f["dtype"], f["bytes_ratio"])
-    predicted = " and ".join(f"{r:.2f}× for {d}" for d, r in ratios.items())
-    n = len(pairs)
-    rate = [f["speedup"] / f["bytes_ratio"] for f in pairs]
-    above = sum(r > 1 + FUSION_MATCH for r in rate)
-    below = sum(r < 1 - FUSION_MATCH for r in rate)
-    within = n - above - below
-    counts = [(k, what) for k, what in ((above, "beat the byte ratio"),
-                                         (within, f"matched it within {FUSION_MATCH:.0%}"),
-                                         (below, "fell short of it")) if k]
-    if len(counts) == 1:
-        what = counts[0][1].replace(" it", " the byte ratio")
-        verdict = f"the measurement {what} " + ("in the one pair" if n == 1 else
-                                                f"in all {n} pairs")
-    else:
-        said = [f"{what} in {k}" for k, what in counts]
-        said[0] = said[0].replace(" it", " the byte ratio") + f" of {n} pairs"
-        verdict = "the measurement " + ", ".join(said[:-1]) + " and " + said[-1]
-    return (f"With the same loads, fusion bought {' and '.join(bought)}, where the bytes "
-            f"predict {predicted}; {verdict}.")
+        mine = [f for f in pairs if f["loads"] == loads]
+        ratios = {}
+        for f in mine:
+            ratios.setdefault(f["dtype"], f["bytes_ratio"])
+        predicted = " and ".join(f"{r:.2f}× for {d}" for d, r in ratios.items())
+        rate = [f["speedup"] / f["bytes_ratio"] for f in mine]
+        n = len(mine)
+        counts = [(k, what) for k, what in (
+            (sum(r > 1 + band for r in rate), "beat the byte ratio"),
+            (sum(1 - band <= r <= 1 + band for r in rate),
+             f"matched it within {band_text(band)}" if band else "matched it"),
+            (sum(r < 1 - band for r in rate), "fell short of it")) if k]
+        if len(counts) == 1:
+            verdict = (counts[0][1].replace(" it", " the byte ratio") + " "
+                       + ("in the one pair" if n == 1 else f"in all {n} pairs"))
+        else:
+            said = [f"{what} in {k}" for k, what in counts]
+            said[0] = said[0].replace(" it", " the byte ratio") + f" of {n} pairs"
+            verdict = ", ".join(said[:-1]) + " and " + said[-1]
+        out.append(f"With {loads}, fusion bought {span([f['speedup'] for f in mine])} where the "
+                   f"bytes predict {predicted}: the measurement {verdict}.")
+    return " ".join(out)
 
 
 def serial_default_block() -> int:
@@ -629,8 +656,11 @@ def serial_lesson(blocks: list[dict], serial_sweep: list[dict]) -> str:
     return "One thread per row is hardly slower than a block per row here."
 
 
-def block_size_answer(blocks: list[dict], serial_sweep: list[dict]) -> str:
-    """The block-size sweeps' answer in one sentence (without "Answer:")."""
+def block_size_answer(blocks: list[dict], serial_sweep: list[dict],
+                      one_row: float | None = None) -> str:
+    """The block-size sweeps' answer (without "Answer:"): the best block size, then hip.serial's
+    time split into its grid and the rest; with ``one_row`` (hip.serial's time on a single row,
+    :func:`one_row_us`) the rest is compared with one thread's chain."""
     if not blocks and not serial_sweep:
         return f"The block-size sweeps are {NOT_RECORDED}."
     parts = []
@@ -649,8 +679,7 @@ def block_size_answer(blocks: list[dict], serial_sweep: list[dict]) -> str:
                      f"{found['default_blocks']:,}, hip.serial runs {found['grid_x']:.1f}× faster")
         if found["rest_x"] is not None:
             parts[-1] += (f", yet still takes {found['rest_x']:.2g}× as long as hip.block at its "
-                          f"best, with one thread per row where hip.block has "
-                          f"{found['block_threads']}")
+                          f"best")
     elif found:
         parts.append(f"hip.serial is no faster on more blocks than on its default "
                      f"{found['default_blocks']:,}")
@@ -659,7 +688,15 @@ def block_size_answer(blocks: list[dict], serial_sweep: list[dict]) -> str:
     else:
         parts.append("hip.serial's sweep is not recorded yet")
     text = "; ".join(parts)
-    return text[0].upper() + text[1:] + "."
+    text = text[0].upper() + text[1:] + "."
+    if found and found["rest_x"] is not None and one_row:
+        quick = min(serial_sweep, key=lambda p: p["median_us"])["median_us"]
+        text += (f" Chapter 6's grid timed hip.serial on a single row at {one_row:,.0f} µs, "
+                 f"{'about as long as' if 0.8 <= one_row / quick <= 1.25 else 'against'} the "
+                 f"{quick:,.0f} µs of 1024 rows spread over {_rows(found['quick_blocks'])} blocks")
+        text += (": the remaining {:.2g}× is one thread's chain of dependent loads and "
+                 "additions.".format(found["rest_x"]) if 0.8 <= one_row / quick <= 1.25 else ".")
+    return text
 
 
 # ---------------------------------------------------------------- the chapter's recording

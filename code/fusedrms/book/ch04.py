@@ -21,7 +21,7 @@ import triton
 from .. import checks, records, reference
 from ..kernels.rmsnorm import (MAX_COLS, VERSIONS, bytes_moved, num_warps_for, rmsnorm_row,
                                rmsnorm_row_kernel)
-from ..measure import timer
+from ..measure import compare, timer
 from . import page
 
 # ---------------------------------------------------------------- what chapter 4 shows of the compiled kernel
@@ -169,17 +169,48 @@ def measure_num_warps(rows: int, cols: int, dtype: torch.dtype = torch.float32,
     return out
 
 
-def summarize_warps(recs: list, tie: float = 0.05) -> dict:
+def repeat_medians(rec: dict) -> list[float]:
+    """A timed record's repeated measurements: all of them where recorded, else min, median and
+    max (exactly the three of a three-repeat record), else none."""
+    if rec.get("repeat_medians_us"):
+        return [float(v) for v in rec["repeat_medians_us"]]
+    if rec.get("repeats") == 3 and rec.get("min_us") is not None and rec.get("max_us") is not None:
+        return [float(rec["min_us"]), float(rec["median_us"]), float(rec["max_us"])]
+    return []
+
+
+def tie_band(warps_recs: list, versions_recs: list) -> dict:
+    """The difference this page counts as a tie, derived from the recording, never asserted:
+    ``repeats`` (:func:`fusedrms.measure.compare.tie_band` over every setting's repeated
+    measurements), ``again`` (the row kernel with the rule's warps, measured in both the sweep and
+    the variants' run: ``{"rows", "cols", "dtype", "diff"}`` for the largest difference) and
+    ``band``, the larger of the two (None when neither is recorded)."""
+    timed = [{"status": "ok", "median_us": r["median_us"], "process_medians_us": repeat_medians(r)}
+             for r in (warps_recs or []) + (versions_recs or []) if r.get("median_us")]
+    repeats = compare.tie_band(timed)
+    again = None
+    for v in versions_recs or []:
+        for w in warps_recs or []:
+            if (v.get("variant") == "triton.row" and v.get("median_us") and w.get("median_us")
+                    and (v["rows"], v["cols"], v["dtype"]) == (w["rows"], w["cols"], w["dtype"])
+                    and w.get("num_warps") == w.get("rule_num_warps")):
+                a, b = sorted((float(v["median_us"]), float(w["median_us"])))
+                if again is None or b / a - 1 > again["diff"]:
+                    again = {"rows": v["rows"], "cols": v["cols"], "dtype": v["dtype"],
+                             "diff": b / a - 1}
+    found = [x for x in (repeats, again and again["diff"]) if x is not None]
+    return {"repeats": repeats, "again": again, "band": max(found) if found else None}
+
+
+def summarize_warps(recs: list, tie: float | None = None) -> dict:
     """Chapter 4's reading of the recorded num_warps sweep (``triton_warps.json`` records).
 
     Returns ``{"rows": [one dict per shape], "winners": sorted fastest settings, "rule_hits": n,
-    "misses": [shapes where the rule is more than ``tie`` slower, with both times], "max_spread":
-    the widest (max - min) / median of any setting's repeated measurements, or None when the
-    records carry no range}``;
+    "misses": [shapes where the rule is more than the tie band ``tie`` slower, with both times]}``;
     each row has the shape, the median per setting (``"<n> warps us"``), the fastest setting, the
-    book's rule and whether the rule came within ``tie`` of the fastest. Malformed records are
-    skipped.
+    book's rule and whether the rule ties with the fastest. Malformed records are skipped.
     """
+    tie = tie or 0.0
     by_shape: dict = {}
     for r in recs or []:
         try:
@@ -188,7 +219,7 @@ def summarize_warps(recs: list, tie: float = 0.05) -> dict:
                                                                  r.get("gbps"), r)
         except (KeyError, TypeError, ValueError):
             continue
-    rows, winners, hits, misses, spreads = [], set(), 0, [], []
+    rows, winners, hits, misses = [], set(), 0, []
     for (n_rows, cols, dtype), per in sorted(by_shape.items(), key=lambda kv: (kv[0][2], kv[0][1],
                                                                                kv[0][0])):
         best = min(per, key=lambda k: per[k][0])
@@ -198,15 +229,11 @@ def summarize_warps(recs: list, tie: float = 0.05) -> dict:
         gbps = per[best][1]
         row.update({"fastest": best, "GB/s best": float(gbps) if gbps is not None else None,
                     "rule": rule})
-        for _, _, rec in per.values():
-            lo, hi = rec.get("min_us"), rec.get("max_us")
-            if lo is not None and hi is not None:
-                spreads.append((float(hi) - float(lo)) / float(rec["median_us"]))
         if rule not in per:
-            row["rule within 5%"] = "not measured"
+            row["rule ties fastest"] = "not measured"
         else:
             ok = per[rule][0] <= (1 + tie) * per[best][0]
-            row["rule within 5%"] = "yes" if ok else "no"
+            row["rule ties fastest"] = "yes" if ok else "no"
             hits += ok
             if not ok:
                 misses.append({"shape": row["shape"], "dtype": dtype, "rule": rule,
@@ -214,8 +241,7 @@ def summarize_warps(recs: list, tie: float = 0.05) -> dict:
                                "fastest_us": per[best][0]})
         rows.append(row)
         winners.add(best)
-    return {"rows": rows, "winners": sorted(winners), "rule_hits": hits, "misses": misses,
-            "max_spread": max(spreads) if spreads else None}
+    return {"rows": rows, "winners": sorted(winners), "rule_hits": hits, "misses": misses}
 
 
 def spill_widths(recs: list) -> dict:
@@ -347,18 +373,20 @@ def version_ratios(recs: list, wide_cols: int) -> dict:
             "seed_spread": max(seed) / min(seed) if len(seed) >= 2 else None}
 
 
-def learned_phrases(ratios: dict) -> dict:
+def learned_phrases(ratios: dict, tie: float | None = None) -> dict:
     """The summary's phrases on the looped and multirow kernels, from :func:`version_ratios`:
-    ``looped`` follows "the row kernel holds a row up to N columns;" and ``narrow`` follows "and"."""
+    ``looped`` follows "the row kernel holds a row up to N columns;" and ``narrow`` follows "and".
+    A ratio within the tie band ``tie`` of 1 is no gain."""
+    tie = tie or 0.0
     cost = ratios.get("looped_cost")
     looped = "wider rows go to the looped kernel" + (
         "" if cost is None else f", which at that width took {cost:.2f}× the row kernel's time")
     gains = [v for v in (ratios.get("multirow") or {}).values() if v]
     if not gains:
         narrow = f"the multirow kernel on narrow rows is {NOT_YET}"
-    elif min(gains) > 1.02:
+    elif min(gains) > 1 + tie:
         narrow = "narrow rows want the multirow kernel"
-    elif max(gains) < 0.98:
+    elif max(gains) < 1 - tie:
         narrow = "the multirow kernel was slower than one program per row on narrow rows"
     else:
         narrow = "the multirow kernel's gain on narrow rows was small or none"
@@ -410,18 +438,20 @@ def warps_scope(recs: list) -> str:
             + ", with the same steady-state timer.")
 
 
-def _speed_word(row_over_other: float, than: str = "") -> str:
-    """``4.6× faster{than}``, ``1.2× slower{than}`` or ``as fast{as}`` for time(row) / time(other),
-    where ``than`` names what is compared (" one program per row") or is empty."""
-    if abs(row_over_other - 1) < 0.02:
+def _speed_word(row_over_other: float, than: str = "", tie: float = 0.0) -> str:
+    """``4.6× faster{than}``, ``1.2× slower{than}`` or ``as fast{as}`` (within the tie band
+    ``tie``) for time(row) / time(other), where ``than`` names what is compared (" one program
+    per row") or is empty."""
+    if abs(row_over_other - 1) <= tie:
         return f"as fast{' as' + than if than else ''} (within {abs(row_over_other - 1):.0%})"
     word = (f"{row_over_other:.1f}× faster" if row_over_other > 1 else
             f"{1 / row_over_other:.1f}× slower")
     return word + (" than" + than if than else "")
 
 
-def versions_answer(ratios: dict, wide_cols: int) -> str:
-    """The versions bench's answer sentence (without the leading "Answer:")."""
+def versions_answer(ratios: dict, wide_cols: int, tie: float | None = None) -> str:
+    """The versions bench's answer sentence (without the leading "Answer:"); ``tie``: the band
+    within which two times are as fast."""
     parts = []
     wide = _shape_text(1024, wide_cols, "float32")
     if ratios["looped_cost"] is None:
@@ -434,7 +464,7 @@ def versions_answer(ratios: dict, wide_cols: int) -> str:
     if not narrow:
         parts.append(f"the multirow kernel on narrow rows is {NOT_YET}")
     else:
-        words = [f"{_speed_word(v, ' one program per row' if i == 0 else '')} at {c}"
+        words = [f"{_speed_word(v, ' one program per row' if i == 0 else '', tie or 0.0)} at {c}"
                  f"{' columns' if i == 0 else ''}" for i, (c, v) in enumerate(narrow.items())]
         parts.append("for narrow rows the multirow kernel was " + page.listed(words, serial=True))
     if ratios["seed_spread"] is not None:
@@ -443,43 +473,58 @@ def versions_answer(ratios: dict, wide_cols: int) -> str:
     return "; ".join(parts)
 
 
-def warps_sentences(sweep: dict, tie: float = 0.05) -> dict:
-    """Sentences on the num_warps sweep from :func:`summarize_warps`: ``noise`` (spread of
-    repeated measurements and how many shapes have near-ties), ``answer`` (where the rule lands)
-    and ``learned`` (the rule's record in a phrase)."""
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def warps_sentences(sweep: dict, tie: dict | None = None) -> dict:
+    """Sentences on the num_warps sweep from :func:`summarize_warps`: ``noise`` (the tie band of
+    :func:`tie_band` and how many shapes have ties), ``answer`` (where the rule lands) and
+    ``learned`` (the rule's record in a phrase)."""
     rows = sweep.get("rows") or []
-    band = f"{tie:.0%}"
+    tie = tie or {}
+    band = tie.get("band")
     if not rows:
         missing = f"The num_warps sweep is {NOT_YET}."
         return {"noise": missing, "answer": f"the num_warps sweep is {NOT_YET}",
                 "learned": "not yet measured", "ties": 0}
+    if band is None:
+        noise = "How much repeated measurements of one setting vary is " + NOT_YET + "."
+    else:
+        noise = ""
+        if tie.get("repeats") is not None:
+            noise += (f"Repeated measurements of one setting spread by up to "
+                      f"{_pct(tie['repeats'])} in nine cases in ten. ")
+        again = tie.get("again")
+        if again:
+            noise += (f"The rule's setting at {_shape_text(again['rows'], again['cols'], again['dtype'])}, "
+                      f"recorded a second time in the variants' run, differs by "
+                      f"{_pct(again['diff'])}. ")
+        noise += f"This page counts differences within ±{_pct(band)} as ties."
+    band_text = f"±{_pct(band or 0.0)}"
     times = [{int(k.split()[0]): v for k, v in r.items() if k.endswith(" warps us")} for r in rows]
-    ties = sum(sum(t <= (1 + tie) * min(ts.values()) for t in ts.values()) >= 2 for ts in times)
-    spread = sweep.get("max_spread")
-    noise = ("How much repeated measurements of one setting vary is " + NOT_YET + "." if spread is None
-             else f"Repeated measurements of one setting spread by up to {100 * spread:.1f}%, "
-                  + ("inside" if spread < tie else "more than") + f" the {band} taken as a tie.")
+    ties = sum(sum(t <= (1 + (band or 0.0)) * min(ts.values()) for t in ts.values()) >= 2
+               for ts in times)
     n = len(rows)
     memory_bound = (": the kernel is memory-bound, and the warps mostly change how the same bytes "
                     "are requested.")
     if ties == 0:
-        noise += (" At the one shape no two settings are" if n == 1 else
-                  f" At none of the {n} shapes are two settings") + \
-            " inside the band: the setting matters."
+        noise += (" At the one shape no two settings tie" if n == 1 else
+                  f" At none of the {n} shapes do two settings tie") + ": the setting matters."
     elif ties == n:
         noise += (f" At {'the one shape' if n == 1 else f'every one of the {n} shapes'} two or "
-                  f"more settings are inside the band" + memory_bound)
+                  f"more settings tie" + memory_bound)
     else:
-        noise += (f" At {ties} of {page.counted(n, 'shape')} two or more settings are inside the band"
+        noise += (f" At {ties} of {page.counted(n, 'shape')} two or more settings tie"
                   + (memory_bound if ties * 2 > n else "; at the others one setting is clearly "
                                                        "fastest."))
-    judged = [r for r in rows if r.get("rule within 5%") in ("yes", "no")]
+    judged = [r for r in rows if r.get("rule ties fastest") in ("yes", "no")]
     hits = sweep.get("rule_hits", 0)
     untimed = n - len(judged)
     if not judged:
         answer = f"the rule's own setting was not timed at any of the {page.counted(n, 'shape')}"
     else:
-        answer = ("the rule came within " + band + " of the fastest setting "
+        answer = (f"the rule tied with the fastest setting (within {band_text}) "
                   + ("at the one shape measured" if hits == len(judged) == 1 else
                      f"at all {len(judged)} shapes" if hits == len(judged) else
                      f"at {hits} of {page.counted(len(judged), 'shape')}"))
@@ -491,9 +536,10 @@ def warps_sentences(sweep: dict, tie: float = 0.05) -> dict:
             answer += "; it misses at " + "; and at ".join(misses)
     if untimed:
         answer += f" (its setting was not timed at {page.counted(untimed, 'shape')})"
-    learned = (f"within {band} of the fastest at {hits} of {page.counted(len(judged), 'measured shape')}"
+    learned = (f"within {band_text} of the fastest at {hits} of "
+               f"{page.counted(len(judged), 'measured shape')}"
                if judged else "not yet measured against the alternatives")
-    return {"noise": noise, "answer": answer, "learned": learned, "ties": ties}
+    return {"noise": noise.strip(), "answer": answer, "learned": learned, "ties": ties}
 
 
 def rounding_paragraph(live: dict, where: str, gpu_recs: list, gpu: str = "GPU") -> str:
@@ -671,7 +717,7 @@ def _repeated_us(call, x, w, nbytes, smoke=False) -> tuple[float, dict, str]:
     runs = [timer.time_rotating_us(call, x, w, nbytes) for _ in range(1 if smoke else REPEATS)]
     times = [us for us, _ in runs]
     spread = {"min_us": round(min(times), 3), "max_us": round(max(times), 3),
-              "repeats": len(times)}
+              "repeats": len(times), "repeat_medians_us": [round(t, 3) for t in times]}
     return statistics.median(times), spread, f"{runs[0][1]}; median of {len(times)} measurements"
 
 

@@ -94,30 +94,28 @@ residual_bytes = Exercise(
     mistakes={label: b for label, (b, _) in _RESIDUAL_MISTAKES.items()})
 
 
-# (2) the speedup bound over PyTorch's two-kernel form ----------------------------------------
-# F.rms_norm(x + r, (cols,), w): the eager chain's add and norm kernels, the weight applied inside
-# the norm (at one row the model puts no weight in those two kernels: 5 row-trips exactly).
-_EAGER_KERNELS = traffic.price("eager_add_rmsnorm", 1, COLS, DTYPE).kernels
-TWO_KERNEL_TRIPS = Fraction(sum(k.bytes_total for k in _EAGER_KERNELS[:2]), COLS * ITEM)
-RESIDUAL_TRIPS = traffic.price("fused_add_rmsnorm_residual", 1, COLS, DTYPE).row_trips
-BOUND = TWO_KERNEL_TRIPS / RESIDUAL_TRIPS  # 5/4
+# (2) the speedup bound over the three-kernel chain ---------------------------------------------
+# t = x + r; n = F.rms_norm(t, (cols,)); y = n * w: the chapter's illustration, the weight applied
+# in a separate multiply. The chapter's own bounds are against PyTorch's two kernels (5/3, 5/4).
+BOUND = traffic.speedup_bound("eager_add_rmsnorm", "fused_add_rmsnorm_residual")  # 7/4
 _BOUND_MISTAKES = {
-    "the three-kernel chain": (Fraction(7, 4),
-                               "7/4 is the bound over the eager chain of three kernels; with the "
-                               "weight inside the norm kernel the separate scale kernel and its "
-                               "2 row-trips are gone."),
+    "PyTorch's two kernels": (traffic.speedup_bound("torch_add_rmsnorm",
+                                                    "fused_add_rmsnorm_residual"),
+                              "5/4 is the bound over F.rms_norm(x + r, (cols,), w), the weight "
+                              "inside the norm; the chain's separate multiply adds 2 row-trips: "
+                              "n read back, y written."),
     "against the kernel without the residual": (
-        Fraction(5, 3), "The fair opponent writes t = x + r for the next layer, as the two-kernel "
-                        "form does: 4 row-trips, not 3."),
-    "launch ratio": (Fraction(2), "Launches are not what bounds a memory-bound step at many rows: "
+        Fraction(7, 3), "The fair opponent writes t = x + r for the next layer, as the chain "
+                        "does: 4 row-trips, not 3."),
+    "launch ratio": (Fraction(3), "Launches are not what bounds a memory-bound step at many rows: "
                                   "bytes are. Divide the row-trips."),
-    "inverted": (Fraction(4, 5), "A speedup is slow time / fast time: the two-kernel form's bytes "
-                                 "over the fused kernel's."),
-    "weight counted as a row-trip": (Fraction(6, 4),
+    "inverted": (Fraction(4, 7), "A speedup is slow time / fast time: the chain's bytes over the "
+                                 "fused kernel's."),
+    "weight counted as a row-trip": (Fraction(8, 5),
                                      "The weight has no row dimension: at many rows its bytes "
                                      "vanish next to the activations'."),
-    "the textbook 7/3": (Fraction(7, 3), "7/3 compares the three-kernel chain with a fused kernel "
-                                         "that does not write the residual; neither is asked."),
+    "the chapter's 5/3": (Fraction(5, 3), "5/3 compares PyTorch's two kernels with a fused kernel "
+                                          "that does not write the residual; neither is asked."),
 }
 
 
@@ -126,12 +124,14 @@ def _grade_bound(answer):
                         answers.RATIO)
     value = reading.value
     found = answers.match(reading, float(BOUND), {k: float(r) for k, (r, _) in
-                                                  _BOUND_MISTAKES.items()}, rel=2e-3, min_significant=3)
+                                                  _BOUND_MISTAKES.items()}, rel=2e-3,
+                          min_significant=3)
     if found.rough:
         return wrong(*answers.more_digits(reading.shown(), found.also_fits, "the fraction"))
     if found.right:
-        return correct(f"{float(BOUND):.3f} = 5/4: the add moves 3 row-trips and the norm 2, "
-                       f"against the fused kernel's 4 (x and r read, t and y written).")
+        return correct(f"{float(BOUND):.3f} = 7/4: the add moves 3 row-trips, the norm 2 and the "
+                       f"multiply 2, against the fused kernel's 4 (x and r read, t and y "
+                       f"written).")
     if found.mistake:
         return wrong(f"{value:.3f} ({found.mistake}).", _BOUND_MISTAKES[found.mistake][1])
     return wrong(f"{value:.3f} is not the bound.",
@@ -143,7 +143,8 @@ def _grade_bound(answer):
 speedup_bound = Exercise(
     "speedup_bound",
     "For many rows, what is the largest speedup of the residual-writing fused add + RMSNorm over "
-    "PyTorch's two kernels, t = x + r then F.rms_norm(t, (cols,), w), if both are memory-bound?",
+    "the three-kernel chain, t = x + r, n = F.rms_norm(t, (cols,)), y = n * w, if all are "
+    "memory-bound?",
     _grade_bound, solution=float(BOUND),
     mistakes={label: float(r) for label, (r, _) in _BOUND_MISTAKES.items()})
 

@@ -562,8 +562,8 @@ def _grade_warps(answer) -> Feedback:
                      "Include the median of your choice in timings_us.")
     best = min(timings, key=timings.get)
     if timings[chosen] > (1 + NOISE) * timings[best]:
-        return wrong(f"Your own medians say {best} warps ({timings[best]:.2f} µs) beat {chosen} "
-                     f"({timings[chosen]:.2f} µs) by more than {NOISE:.0%}.",
+        return wrong(f"The medians you gave say {best} warps ({timings[best]:.2f} µs) beat "
+                     f"{chosen} ({timings[chosen]:.2f} µs) by more than {NOISE:.0%}.",
                      "Choose what the measurement says, not what a rule or intuition says.")
     shape = f"{WARPS_ROWS}x{WARPS_COLS} {str(WARPS_DTYPE).replace('torch.', '')}"
     if env.current().on_gpu:
@@ -576,7 +576,7 @@ def _grade_warps(answer) -> Feedback:
             return NotCheckedHere(
                 False, f"choosing num_warps needs a GPU to measure {shape}, or the recorded "
                        f"sweep (code/fusedrms/data/h200/triton_warps.json), and this machine has "
-                       f"neither. Your answer is consistent with your own timings.")
+                       f"neither. Your answer is consistent with the timings you gave.")
         measured, doc = found
         missing = [k for k in timings if k not in measured]
         if missing:

@@ -250,3 +250,19 @@ def test_gpu_and_cpu_runtime_agree():
         cpu = kernels.rmsnorm(x, w, variant=variant)
         gpu = kernels.rmsnorm(x.cuda(), w.cuda(), variant=variant).cpu()
         assert checks.allclose(gpu, cpu.double()).ok
+
+
+def test_the_fp32_allowance_is_an_estimate_that_a_serial_sum_exceeds():
+    """Chapter 1: (sqrt(n) + 8) u_32 is a statistical estimate, not a bound. Two outlier columns
+    make every later square round against a large sum, and those errors do not cancel: the
+    correct one-thread-per-row kernel fails the fp32 check by more than a hundred ulps, while
+    the block kernel (a short run per thread, then a tree) passes."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(8, 4096, generator=g)
+    x[:, 0], x[:, 1] = 3000.0, -2000.0
+    w = torch.ones(4096)
+    expected = reference.rmsnorm(x, w, 1e-5, accum=torch.float64)
+    serial = checks.allclose(kernels.rmsnorm(x, w, 1e-5, variant="serial"), expected)
+    block = checks.allclose(kernels.rmsnorm(x, w, 1e-5, variant="block", block_size=64), expected)
+    assert not serial.ok and serial.max_ulp > 100, str(serial)
+    assert block.ok and block.max_ulp < 10, str(block)
