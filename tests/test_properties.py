@@ -4,8 +4,9 @@ Every registered wrapper is driven with generated bad and edge inputs (dtypes, s
 dimensions, strides, NaN/Inf/huge/tiny values, eps values, weights and residuals of the wrong
 form) and must answer in one of three documented ways (``validation.INPUT_POLICY``): an
 ``InputError`` exactly when the input is invalid, otherwise an answer within tolerance of the
-float64 reference, NaN exactly where the policy is loud. In-place overlaps are generated too. Every
-exercise checker is fed generated malformed answers and must answer with a message, never raise.
+float64 reference, NaN exactly where the policy is loud. In-place overlaps and, on the CPU route,
+bf16 subnormals are generated too. Every exercise checker is fed generated malformed answers and
+must answer with a message, never raise.
 The autograd entry points (chapter 9) pass gradcheck in float64 on generated shapes, refuse
 ``create_graph=True``, and their bf16/fp16/fp32 gradients match torch autograd of the reference.
 
@@ -207,6 +208,43 @@ def test_in_place_refuses_every_overlap_and_is_right_otherwise(case):
         return
     y, s = A.add_rmsnorm_residual(x, r, w, in_place=True)
     assert torch.equal(y, expected_y) and torch.equal(s, expected_s)
+
+
+# ---------------------------------------------------------------- bf16 subnormals (CPU route)
+
+# the book's kernels, the backward ones included (their gradients compared as verify does)
+BF16_KERNELS = sorted((i for i in registry.impls() if i.kernel and DEVICE_KEY in i.devices
+                       and torch.bfloat16 in i.dtypes and not i.mutates), key=lambda i: i.name)
+
+
+@st.composite
+def bf16_subnormal_rows(draw):
+    """bf16 rows whose values are mostly subnormal (below 1.18e-38); one normal value per row
+    keeps eps = 0 computed (rms >= 1.6e-19 at these widths)."""
+    impl = draw(st.sampled_from(BF16_KERNELS))
+    rows, cols = draw(st.integers(1, 3)), draw(st.integers(1, 40))
+    eps = draw(st.sampled_from((1e-5, 0.0)))
+    return impl, rows, cols, eps, draw(st.integers(0, 2 ** 16))
+
+
+@pytest.mark.skipif(ENV.on_gpu, reason="the interpreter's conversions (issue 26)")
+@settings(CI, max_examples=max(30, EXAMPLES // 10))
+@given(bf16_subnormal_rows())
+def test_bf16_subnormals_are_computed_on_the_cpu_route(case):
+    """Issue 26: Triton's interpreter misread bf16 subnormals by up to 8x."""
+    impl, rows, cols, eps, seed = case
+    g = torch.Generator().manual_seed(seed)
+    x = 3e-39 * torch.randn(rows, cols, generator=g)
+    x[:, 0] = 1e-18
+    residual = 1e-39 * torch.randn(rows, cols, generator=g)  # x + residual subnormal too
+    w = torch.rand(cols, generator=g) + 0.5
+    dy = torch.randn(rows, cols, generator=g)
+    x, residual, w, dy = (t.to(torch.bfloat16) for t in (x, residual, w, dy))
+    with numpy.errstate(all="ignore"):
+        result = _call(impl, x, w, residual, eps, dy)
+    inputs = {"x": x, "w": w, "residual": residual, "eps": eps, "dy": dy, "d_sum": None}
+    report, _ = verify.compare(impl.op, inputs, result, nan="match")
+    assert report.ok, f"{impl.name} {rows}x{cols} eps={eps}: {report}"
 
 
 # ---------------------------------------------------------------- autograd (chapter 9)

@@ -398,6 +398,24 @@ def test_every_launch_keyword_is_a_parameter_of_its_kernel():
         assert not unknown, f"{kernel.fn.__name__} does not declare {unknown}"
 
 
+@pytest.mark.parametrize("path", list(FP8_PATHS))
+def test_bf16_subnormals_give_the_specification_s_codes_and_scales(path):
+    """Issue 26: on the CPU route bf16 values below 1.18e-38 were read up to 8x off and a subnormal
+    block's scale came back 0, its codes NaN, failing the bit-exact comparison."""
+    x = torch.full((2, 256), 3e-39, dtype=BF16, device=DEV)
+    x[:, :128] = 1.0  # block 0 normal, block 1 subnormal (a subnormal scale)
+    x[1, 128::3] = -1.5e-39
+    x[1, 129::5] = 9.2e-41
+    w = torch.ones(256, dtype=BF16, device=DEV)
+    w[::7] = 0.5
+    fn, config = FP8_PATHS[path]["fn"], FP8_PATHS[path].get("config")
+    kwargs = {} if config is None else {"config": config}
+    for eps, floor in ((1e-6, 0.0), (0.0, 0.0), (1e-6, 1e-4)):
+        report = spec.compare(*fn(x, w, eps, absmax_floor=floor, **kwargs),
+                              *spec.reference(x, w, eps, floor))
+        assert report.ok, (eps, floor, report)
+
+
 def test_approx_kernel_is_close_but_not_the_specification():
     """The diagnostic kernel (fp32 sum, rsqrt, multiply by 448/absmax) lands within a code step of
     the exact one almost everywhere. (The interpreter truncates its bf16 casts, so here scales
