@@ -554,3 +554,21 @@ def test_bf16_subnormals_are_read_and_stored_exactly(config):
     assert checks.allclose(y, ref_y)
     assert checks.allclose(A.add_rmsnorm(x, r, w, 0.0, config=config)[:1],
                            reference.add_rmsnorm(x, r, w, 0.0, accum=torch.float64)[:1])
+
+
+def test_forward_only_entry_points_refuse_inputs_that_require_grad():
+    """Issue 26: the outputs had no grad_fn, so backward() silently skipped the fused add + norm;
+    a call remembered without grad must not let one with grad through the fast path."""
+    x, r, w = inputs(3, 16, torch.float32)
+    calls = {"capstone.fused": lambda *a: A.add_rmsnorm(*a),
+             "capstone.fused_residual": lambda *a: A.add_rmsnorm_residual(*a)[0]}
+    for kernel, call in calls.items():
+        expected = call(x, r, w)  # remembered: the next calls could take the fast path
+        for args, name in (((x.clone().requires_grad_(), r, w), "x"),
+                           ((x, r.clone().requires_grad_(), w), "residual"),
+                           ((x, r, torch.nn.Parameter(w.clone())), "w")):
+            with pytest.raises(InputError, match=f"{name} requires grad, but {kernel} is forward "
+                                                 f"only.*rmsnorm_backward.rmsnorm, add_rmsnorm"):
+                call(*args)
+            with torch.no_grad():
+                assert torch.equal(call(*args), expected)

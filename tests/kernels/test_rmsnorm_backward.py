@@ -306,3 +306,32 @@ def test_bf16_subnormals_are_read_exactly_forward_and_backward(mode):
                      device=DEVICE)
     y, total = B.add_rmsnorm_residual_forward(x, s, w, 1e-5)
     assert checks.equal(total, (x.double() + s.double()).to(bf16))
+
+
+def test_the_kernels_outside_autograd_refuse_inputs_that_require_grad():
+    """Issue 26: forward() and backward() called directly returned tensors with no grad_fn, so a
+    loss built on them lost its gradient; the autograd entry points still record."""
+    x, res, w, dy, ds = _inputs(3, 8)
+    xg = x.clone().requires_grad_()
+    forward_calls = (lambda: B.forward(xg, w), lambda: B.rmsnorm_forward(xg, w),
+                     lambda: B.add_rmsnorm_residual_forward(xg, res, w))
+    for call in forward_calls:
+        with pytest.raises(InputError, match="x requires grad, but rmsnorm_backward.forward is "
+                                             "forward only.*rmsnorm_backward.rmsnorm"):
+            call()
+    backward_calls = (lambda: B.backward(xg, w, dy), lambda: B.rmsnorm_backward(xg, w, dy),
+                      lambda: B.rmsnorm_backward_atomic(xg, w, dy),
+                      lambda: B.add_rmsnorm_backward(xg, res, w, dy, d_sum=ds),
+                      lambda: B.add_rmsnorm_backward_atomic(xg, res, w, dy))
+    for call in backward_calls:
+        with pytest.raises(InputError, match="x requires grad, but rmsnorm_backward.backward is "
+                                             "a backward that is not itself differentiable"):
+            call()
+    with pytest.raises(InputError, match="dy requires grad"):
+        B.backward(x, w, dy.clone().requires_grad_())
+    with torch.no_grad():
+        assert torch.equal(B.rmsnorm_forward(xg, w), B.rmsnorm_forward(x, w))
+    y = B.rmsnorm(xg, w)  # the autograd entry point records
+    assert y.grad_fn is not None
+    y.sum().backward()
+    assert xg.grad is not None and xg.grad.shape == x.shape
