@@ -257,8 +257,7 @@ def input_policy(cols: int = 4096) -> list[dict]:
          "conversion to make", "rejected"),
         ("w not one value per column, residual not shaped like x, tensors on different devices",
          "InputError", "rejected"),
-        ("eps (or FP8's absmax_floor) not a number (a string, None, a bool, a tensor), "
-         "negative, NaN, Inf, above "
+        ("eps not a number (a string, None, a bool, a tensor), negative, NaN, Inf, above "
          f"{FP32_MAX:.1e}, or between 0 and {FP32_TINY:.1e} (subnormal in fp32)", "InputError",
          "rejected"),
         ("in place: an output sharing any byte with an input it does not replace (overlapping "
