@@ -71,6 +71,7 @@ USAGE_ERRORS = [
     (rmsnorm_fp8._main, ["check", "--rows", "-1"]), (rmsnorm_fp8._main, ["check", "--cols", "0"]),
     (rmsnorm_fp8._main, ["check", "--cols", "99999"]),
     (rmsnorm_fp8._main, ["check", "--seed", "99999999999999999999"]),
+    (rmsnorm_fp8._main, ["check", "--rows", "65536", "--cols", "16384"]),  # issue 26: OOM
     (harness.main, ["run", "--dtypes", "fp64"]), (harness.main, ["run", "--rows", "0"]),
     (harness.main, ["run", "--impls", ","]), (harness.main, ["run", "--modes", "hot"]),
     (harness.main, ["run", "--op", "softmax"]), (harness.main, ["run", "--reps", "0"]),

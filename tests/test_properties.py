@@ -4,13 +4,18 @@ Every registered wrapper is driven with generated bad and edge inputs (dtypes, s
 dimensions, strides, NaN/Inf/huge/tiny values, eps values, weights and residuals of the wrong
 form) and must answer in one of three documented ways (``validation.INPUT_POLICY``): an
 ``InputError`` exactly when the input is invalid, otherwise an answer within tolerance of the
-float64 reference, NaN exactly where the policy is loud. In-place overlaps are generated too. Every
-exercise checker is fed generated malformed answers and must answer with a message, never raise.
+float64 reference, NaN exactly where the policy is loud. In-place overlaps and, on the CPU route,
+bf16 subnormals are generated too. Every command-line argument type answers generated text with a
+usable value or a usage error (exit 2). Every exercise checker is fed generated malformed answers
+and must answer with a message, never raise.
 The autograd entry points (chapter 9) pass gradcheck in float64 on generated shapes, refuse
 ``create_graph=True``, and their bf16/fp16/fp32 gradients match torch autograd of the reference.
 
 Bounded for CI (2 cores, Triton interpreter): tiny shapes, modest ``max_examples``, derandomized.
 """
+import argparse
+import contextlib
+import io
 import math
 import os
 
@@ -20,7 +25,7 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from fusedrms import checks, env, reference, registry, validation, verify
+from fusedrms import checks, cli, env, reference, registry, validation, verify
 from fusedrms.exercises.core import Feedback
 from fusedrms.kernels import add_rmsnorm as A
 from fusedrms.kernels import rmsnorm_backward as B
@@ -207,6 +212,86 @@ def test_in_place_refuses_every_overlap_and_is_right_otherwise(case):
         return
     y, s = A.add_rmsnorm_residual(x, r, w, in_place=True)
     assert torch.equal(y, expected_y) and torch.equal(s, expected_s)
+
+
+# ---------------------------------------------------------------- bf16 subnormals (CPU route)
+
+# the book's kernels, the backward ones included (their gradients compared as verify does)
+BF16_KERNELS = sorted((i for i in registry.impls() if i.kernel and DEVICE_KEY in i.devices
+                       and torch.bfloat16 in i.dtypes and not i.mutates), key=lambda i: i.name)
+
+
+@st.composite
+def bf16_subnormal_rows(draw):
+    """bf16 rows whose values are mostly subnormal (below 1.18e-38); one normal value per row
+    keeps eps = 0 computed (rms >= 1.6e-19 at these widths)."""
+    impl = draw(st.sampled_from(BF16_KERNELS))
+    rows, cols = draw(st.integers(1, 3)), draw(st.integers(1, 40))
+    eps = draw(st.sampled_from((1e-5, 0.0)))
+    return impl, rows, cols, eps, draw(st.integers(0, 2 ** 16))
+
+
+@pytest.mark.skipif(ENV.on_gpu, reason="the interpreter's conversions (issue 26)")
+@settings(CI, max_examples=max(30, EXAMPLES // 10))
+@given(bf16_subnormal_rows())
+def test_bf16_subnormals_are_computed_on_the_cpu_route(case):
+    """Issue 26: Triton's interpreter misread bf16 subnormals by up to 8x."""
+    impl, rows, cols, eps, seed = case
+    g = torch.Generator().manual_seed(seed)
+    x = 3e-39 * torch.randn(rows, cols, generator=g)
+    x[:, 0] = 1e-18
+    residual = 1e-39 * torch.randn(rows, cols, generator=g)  # x + residual subnormal too
+    w = torch.rand(cols, generator=g) + 0.5
+    dy = torch.randn(rows, cols, generator=g)
+    x, residual, w, dy = (t.to(torch.bfloat16) for t in (x, residual, w, dy))
+    with numpy.errstate(all="ignore"):
+        result = _call(impl, x, w, residual, eps, dy)
+    inputs = {"x": x, "w": w, "residual": residual, "eps": eps, "dy": dy, "d_sum": None}
+    report, _ = verify.compare(impl.op, inputs, result, nan="match")
+    assert report.ok, f"{impl.name} {rows}x{cols} eps={eps}: {report}"
+
+
+# ---------------------------------------------------------------- command-line arguments
+
+# every argument type the command lines share, and what a value it accepts must satisfy
+CLI_TYPES = {
+    "whole(1)": (cli.whole(1), lambda v: isinstance(v, int) and v >= 1),
+    "whole(1, 2^16)": (cli.whole(1, 1 << 16), lambda v: 1 <= v <= 1 << 16),
+    "whole_list(1)": (cli.whole_list(1), lambda v: all(isinstance(n, int) and n >= 1 for n in v)),
+    "seed": (cli.seed, lambda v: 0 <= v <= cli.SEED_MAX),
+    "number(>0)": (cli.number(0.0, above=True), lambda v: math.isfinite(v) and v > 0),
+    "eps": (cli.eps, lambda v: v == 0 or validation.FP32_TINY <= v <= validation.FP32_MAX),
+    "dtype": (cli.dtype, lambda v: v in FLOATS),
+    "dtype_names": (cli.dtype_names, lambda v: len(v) >= 1),
+    "op": (cli.op, lambda v: v in registry.OPS),
+    "names": (cli.names, lambda v: len(v) >= 1 and all(v)),
+    "selection": (cli.selection, lambda v: bool(v)),
+}
+ARGUMENT_TEXTS = st.one_of(
+    st.text(max_size=24), st.integers().map(str), st.floats().map(repr),
+    st.sampled_from(["", " ", "-1", "0", "1e400", "-1e-320", "1e-45", "1e39", "nan", "-inf",
+                     "0x10", "1_000", "٣", "1,,2", ",", "fp64", "bf16, fp16", "rmsnorm",
+                     str(10 ** 400), "9" * 5000, "1e-5", "4096"]))
+
+
+@settings(CI, max_examples=max(200, EXAMPLES // 2))
+@given(st.sampled_from(sorted(CLI_TYPES)), ARGUMENT_TEXTS)
+def test_every_argument_type_gives_a_valid_value_or_a_usage_error(kind, text):
+    """Issue 26: a command line answers any argument with a value it can use or with usage and
+    exit status 2, never a traceback (an OverflowError from inf, a KeyError from a name)."""
+    parse, valid = CLI_TYPES[kind]
+    parser = argparse.ArgumentParser(prog="prog", add_help=False)
+    parser.add_argument("--value", type=parse)
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            value = parser.parse_args([f"--value={text}"]).value
+    except SystemExit as e:
+        assert e.code == 2 and "usage: prog" in stderr.getvalue(), stderr.getvalue()
+        event("usage error")
+        return
+    event("accepted")
+    assert valid(value), f"{kind} accepted {text!r} as {value!r}"
 
 
 # ---------------------------------------------------------------- autograd (chapter 9)

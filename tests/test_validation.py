@@ -57,6 +57,9 @@ def test_forward_only_refuses_inputs_that_require_grad_while_autograd_records():
         v.check_forward_only({"x": x, "w": w}, "triton.row")
     with torch.inference_mode():
         v.check_forward_only({"x": x.requires_grad_(), "w": w}, "triton.row")
+    with pytest.raises(v.InputError, match="x requires grad, but bwd is a backward, not "
+                                           "differentiable: its output would have no gradient"):
+        v.check_forward_only({"x": x, "dy": None}, "bwd", role="a backward, not differentiable")
 
 
 def test_same_shape_dtype_device():
@@ -110,6 +113,25 @@ def test_check_eps_accepts_zero_and_fp32_normal_numbers():
     import numpy
 
     assert v.check_eps(numpy.float32(1e-5)) == pytest.approx(1e-5)
+
+
+@pytest.mark.parametrize("floor,match", [
+    ("1e-4", "^absmax_floor must be a number such as 1e-4, got '1e-4'"),
+    (True, "^absmax_floor must be a number .* got True"), (None, "must be a number"),
+    (torch.tensor(1e-4), "must be a number"), (1e-40, "^absmax_floor=1e-40 is below fp32's"),
+    (1e39, "^absmax_floor=1e\\+39 is beyond fp32's largest"), (10 ** 400, "does not fit a float"),
+    (-1e-4, "finite number >= 0"), (float("nan"), "got nan"), (float("inf"), "got inf"),
+])
+def test_check_absmax_floor_names_the_argument(floor, match):
+    """Issue 26: "1e-4", True, fp32 subnormals and 1e39 (infinite scales, every code 0) passed."""
+    with pytest.raises(v.InputError, match=match):
+        v.check_absmax_floor(floor)
+
+
+def test_check_absmax_floor_accepts_zero_and_fp32_normal_numbers():
+    assert v.check_absmax_floor(0) == 0.0 and v.check_absmax_floor(1e-4) == 1e-4
+    assert v.check_absmax_floor(v.FP32_TINY) == v.FP32_TINY
+    assert v.check_absmax_floor(v.FP32_MAX) == v.FP32_MAX
 
 
 def test_the_eps_error_stays_short_for_huge_integers():

@@ -199,6 +199,18 @@ def result_file(machine: str = "h200"):
     return _named(parse, "result file")
 
 
+def host_available_bytes() -> int | None:
+    """Host memory available now (Linux's MemAvailable), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def check_elements(parser: argparse.ArgumentParser, rows: int, cols: int,
                    most: int = MAX_ELEMENTS) -> None:
     """A usage error for a problem too big to allocate here (rows x cols elements)."""

@@ -106,32 +106,41 @@ def check_width(cols: int, max_cols: int, kernel: str, alternative: str | None =
                          f"columns; got {cols}.{more}")
 
 
-def check_eps(eps, name: str = "eps") -> float:
-    """eps as a float the kernels can use: 0, or a finite number in fp32's normal range.
-
-    The kernels take eps as an fp32 argument: below 1.2e-38 it would be subnormal (a GPU flushes
-    it to 0, the interpreter keeps it) and above 3.4e38 infinite, so those are refused here.
-    """
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise InputError(f"{name} must be a number such as 1e-5, got {eps!r} "
-                         f"({type(eps).__name__}).")
+def _fp32_argument(value, name: str, example: str, usual: str) -> float:
+    """``value`` as a float a kernel can take as an fp32 argument: 0, or a finite number in fp32's
+    normal range. Below 1.2e-38 it would be subnormal (a GPU flushes it to 0, the interpreter keeps
+    it) and above 3.4e38 infinite, so those are refused here."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InputError(f"{name} must be a number such as {example}, got {value!r} "
+                         f"({type(value).__name__}).")
     try:
-        value = float(eps)
+        number = float(value)
     except (OverflowError, TypeError, ValueError):
-        shown = repr(eps) if len(repr(eps)) <= 24 else f"{repr(eps)[:12]}... ({len(repr(eps))} digits)"
+        shown = repr(value) if len(repr(value)) <= 24 else (f"{repr(value)[:12]}... "
+                                                            f"({len(repr(value))} digits)")
         raise InputError(f"{name}={shown} does not fit a float; pass a finite number such as "
-                         f"1e-5.") from None
-    if not (value >= 0.0 and math.isfinite(value)):
-        raise InputError(f"{name} must be a finite number >= 0 (1e-5 or 1e-6 in most models), "
-                         f"got {value}.")
-    if value > FP32_MAX:
-        raise InputError(f"{name}={value:g} is beyond fp32's largest number ({FP32_MAX:.3g}); the "
-                         f"kernels take eps as fp32. Pass a value such as 1e-5.")
-    if 0.0 < value < FP32_TINY:
-        raise InputError(f"{name}={value:g} is below fp32's smallest normal number "
+                         f"{example}.") from None
+    if not (number >= 0.0 and math.isfinite(number)):
+        raise InputError(f"{name} must be a finite number >= 0 ({usual}), got {number}.")
+    if number > FP32_MAX:
+        raise InputError(f"{name}={number:g} is beyond fp32's largest number ({FP32_MAX:.3g}); the "
+                         f"kernels take {name} as fp32. Pass a value such as {example}.")
+    if 0.0 < number < FP32_TINY:
+        raise InputError(f"{name}={number:g} is below fp32's smallest normal number "
                          f"({FP32_TINY:.3g}): a GPU flushes it to 0. Pass 0.0 or at least "
                          f"{FP32_TINY:.3g}.")
-    return value
+    return number
+
+
+def check_eps(eps, name: str = "eps") -> float:
+    """eps as a float the kernels can use: 0, or a finite number in fp32's normal range."""
+    return _fp32_argument(eps, name, "1e-5", "1e-5 or 1e-6 in most models")
+
+
+def check_absmax_floor(absmax_floor, name: str = "absmax_floor") -> float:
+    """FP8's absmax floor (chapter 8) as a float: 0 (no floor), or a finite number in fp32's normal
+    range. Beyond 3.4e38 every scale would be infinite and every code 0."""
+    return _fp32_argument(absmax_floor, name, "1e-4", "1e-4 as in DeepSeek-V3; 0 means no floor")
 
 
 def check_tolerance(value, name: str) -> float:
@@ -164,15 +173,16 @@ AUTOGRAD_ENTRY_POINTS = ("fusedrms.kernels.rmsnorm_backward.rmsnorm, add_rmsnorm
                          "RMSNorm module")
 
 
-def check_forward_only(tensors: dict, kernel: str) -> None:
-    """Refuse inputs that require grad while autograd records: ``kernel`` is forward only, so its
-    output would have no ``grad_fn`` and ``backward()`` would silently skip it."""
+def check_forward_only(tensors: dict, kernel: str, role: str = "forward only") -> None:
+    """Refuse inputs that require grad while autograd records: ``kernel`` is ``role`` (forward
+    only; or a backward, itself not differentiable), so its output would have no ``grad_fn`` and
+    ``backward()`` would silently skip it."""
     if not torch.is_grad_enabled():
         return
     for name, t in tensors.items():
         if isinstance(t, torch.Tensor) and t.requires_grad:
             raise InputError(
-                f"{name} requires grad, but {kernel} is forward only: its output would have no "
+                f"{name} requires grad, but {kernel} is {role}: its output would have no "
                 f"gradient. To train through RMSNorm use {AUTOGRAD_ENTRY_POINTS}; to run this "
                 f"kernel alone pass {name}.detach() or call it under torch.no_grad().")
 

@@ -537,3 +537,38 @@ def test_in_place_never_gives_autograd_a_changed_tensor():
         xi, ri = torch.randn(2, 8), torch.randn(2, 8)
         y, s = A.add_rmsnorm_residual(xi, ri, torch.ones(8), in_place=True)
         assert y.data_ptr() == xi.data_ptr() and s.data_ptr() == ri.data_ptr()
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "default" if c is None else c.label())
+def test_bf16_subnormals_are_read_and_stored_exactly(config):
+    """Issue 26: on the CPU route bf16 values below 1.18e-38 were read up to 8x off, and a
+    subnormal sum stored as 0."""
+    x = torch.tensor([[4e-19, 3e-39, -1.5e-39, 9.2e-41], [1e-39, -2e-39, 5e-40, 1e-38]],
+                     dtype=torch.bfloat16, device=DEV)
+    r = torch.tensor([[0.0, 1e-39, 0.0, 9.2e-41], [2e-39, 0.0, -5e-40, 0.0]],
+                     dtype=torch.bfloat16, device=DEV)
+    w = torch.ones(4, dtype=torch.bfloat16, device=DEV)
+    y, s = A.add_rmsnorm_residual(x, r, w, 1e-5, config=config)
+    ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, 1e-5, accum=torch.float64)
+    assert checks.equal(s, ref_s)  # sums of subnormals are exact in bf16
+    assert checks.allclose(y, ref_y)
+    assert checks.allclose(A.add_rmsnorm(x, r, w, 0.0, config=config)[:1],
+                           reference.add_rmsnorm(x, r, w, 0.0, accum=torch.float64)[:1])
+
+
+def test_forward_only_entry_points_refuse_inputs_that_require_grad():
+    """Issue 26: the outputs had no grad_fn, so backward() silently skipped the fused add + norm;
+    a call remembered without grad must not let one with grad through the fast path."""
+    x, r, w = inputs(3, 16, torch.float32)
+    calls = {"capstone.fused": lambda *a: A.add_rmsnorm(*a),
+             "capstone.fused_residual": lambda *a: A.add_rmsnorm_residual(*a)[0]}
+    for kernel, call in calls.items():
+        expected = call(x, r, w)  # remembered: the next calls could take the fast path
+        for args, name in (((x.clone().requires_grad_(), r, w), "x"),
+                           ((x, r.clone().requires_grad_(), w), "residual"),
+                           ((x, r, torch.nn.Parameter(w.clone())), "w")):
+            with pytest.raises(InputError, match=f"{name} requires grad, but {kernel} is forward "
+                                                 f"only.*rmsnorm_backward.rmsnorm, add_rmsnorm"):
+                call(*args)
+            with torch.no_grad():
+                assert torch.equal(call(*args), expected)

@@ -148,3 +148,21 @@ def test_gpu_flashinfer_and_liger_peers_compute_the_op_or_say_missing():
             continue
         assert torch.equal(s, s_ref.to(s.dtype)) or checks.allclose(s, s_ref.double()).ok
         assert checks.allclose(y, y_ref).ok
+
+
+def test_forward_only_peers_refuse_inputs_that_require_grad():
+    """Issue 26: FlashInfer's kernels (and Liger's forward alone) return outputs with no grad_fn."""
+    from fusedrms.kernels import peers_flashinfer as fi
+
+    x, r, w = torch.randn(2, 256), torch.randn(2, 256), torch.ones(256)
+    xg = x.clone().requires_grad_()
+    for call, kernel in ((lambda: fi.rmsnorm(xg, w), "flashinfer.rms_norm"),
+                         (lambda: fi.fused_add_rmsnorm(xg, r, w), "flashinfer.fused_add_rmsnorm"),
+                         (lambda: fi.fused_add_rmsnorm_fp8_block(xg, r, w),
+                          "flashinfer.fused_add_rmsnorm_fp8_block")):
+        with pytest.raises(InputError, match=f"x requires grad, but {kernel} is forward only"):
+            call()
+    if peers._load_liger() is not None:
+        with pytest.raises(InputError, match="x requires grad, but liger.fused_add_rms_norm"):
+            peers.liger_fused_add_rms_norm(xg.to(ENV.device), r.to(ENV.device),
+                                           w.to(ENV.device))

@@ -194,13 +194,36 @@ def test_clear_errors(make, match):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"absmax_floor": -1.0}, "absmax_floor"), ({"absmax_floor": math.nan}, "absmax_floor"),
-    ({"absmax_floor": "big"}, "absmax_floor"), ({"rounding": "nearest"}, "rounding"),
+    ({"absmax_floor": "big"}, "absmax_floor"), ({"absmax_floor": "1e-4"}, "absmax_floor must be"),
+    ({"absmax_floor": True}, "absmax_floor must be"), ({"absmax_floor": 1e-40}, "absmax_floor="),
+    ({"absmax_floor": 1e39}, "absmax_floor="), ({"rounding": "nearest"}, "rounding"),
     ({"eps": -1.0}, "eps"), ({"num_warps": 3}, "num_warps"),
 ])
 def test_clear_errors_for_options(kwargs, match):
     x, w = spec.make_inputs(1, 128, 0)
-    with pytest.raises(validation.InputError, match=match):
-        q.rmsnorm_fp8_fused(x, w, **kwargs)
+    fns = [q.rmsnorm_fp8_fused]
+    if "absmax_floor" in kwargs:  # issue 26: the floor is checked on every entry point
+        fns += [q.rmsnorm_fp8_naive, q.rmsnorm_fp8_approx, spec.reference, spec.reference_reordered]
+    for fn in fns:
+        with pytest.raises(validation.InputError, match=match):
+            fn(x, w, **kwargs)
+
+
+def test_forward_only_wrappers_refuse_inputs_that_require_grad():
+    """Issue 26: the codes and scales had no grad_fn, so backward() silently skipped the norm."""
+    x, w = spec.make_inputs(2, 256, 0)
+    expected = q.rmsnorm_fp8_fused(x, w)
+    calls = {"fp8.fused": q.rmsnorm_fp8_fused, "fp8.naive": q.rmsnorm_fp8_naive,
+             "fp8.approx": q.rmsnorm_fp8_approx}
+    for kernel, fn in calls.items():
+        for args, name in (((x.clone().requires_grad_(), w), "x"),
+                           ((x, torch.nn.Parameter(w.clone())), "w")):
+            with pytest.raises(validation.InputError,
+                               match=f"{name} requires grad, but {kernel} is forward only"):
+                fn(*args)
+    with torch.no_grad():
+        report = spec.compare(*q.rmsnorm_fp8_fused(x.clone().requires_grad_(), w), *expected)
+    assert report.ok, report
 
 
 def test_old_gpus_get_the_software_path_or_a_clear_error(monkeypatch):
@@ -312,6 +335,36 @@ def test_cli_check(capsys):
     assert "fused: PASS" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("argv,match", [
+    (["--rows", "65536", "--cols", "16384"], "elements; at most"),  # issue 26: OOM-killed
+    (["--rows", "0"], "--rows: must be a whole number from 1"),
+    (["--cols", "16385"], "--cols: must be a whole number from 1 to 16384"),
+])
+def test_cli_refuses_what_it_cannot_check_with_usage(argv, match, capsys):
+    with pytest.raises(SystemExit) as e:
+        q._main(["check", *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: python -m fusedrms.kernels.rmsnorm_fp8 check" in err and match in err
+
+
+def test_cli_size_limits_fit_the_interpreter_and_the_device(capsys):
+    assert q.cli_size_problem(4, 7168, on_gpu=False) == ""  # the default fits
+    assert q.cli_size_problem(8, 16384, on_gpu=False) == ""  # 1024 row-blocks
+    slow = q.cli_size_problem(9, 16384, on_gpu=False)
+    assert "1,152 blocks of 128 columns" in slow and "--rows 8 or fewer" in slow
+    if not ENV.on_gpu:
+        with pytest.raises(SystemExit) as e:
+            q._main(["check", "--rows", "65536", "--cols", "128"])
+        assert e.value.code == 2 and "--rows 1024 or fewer" in capsys.readouterr().err
+    gib = 1 << 30
+    assert q.cli_size_problem(65536, 16384, True, device_free=140 * gib, host_free=100 * gib) == ""
+    short = q.cli_size_problem(65536, 16384, True, device_free=16 * gib, host_free=100 * gib)
+    assert "needs about 24.0 GiB on the GPU" in short and "16.0 GiB is free" in short
+    host = q.cli_size_problem(65536, 16384, True, device_free=140 * gib, host_free=8 * gib)
+    assert "of host memory" in host
+
+
 # ---------------------------------------------------------------- launch candidates and the table
 
 @pytest.mark.parametrize("version", ["fp8.naive", "fp8.fused"])
@@ -396,6 +449,24 @@ def test_every_launch_keyword_is_a_parameter_of_its_kernel():
                            (q.quantize_fp8_kernel, meta)):
         unknown = set(kwargs) - options - set(kernel.arg_names)
         assert not unknown, f"{kernel.fn.__name__} does not declare {unknown}"
+
+
+@pytest.mark.parametrize("path", list(FP8_PATHS))
+def test_bf16_subnormals_give_the_specification_s_codes_and_scales(path):
+    """Issue 26: on the CPU route bf16 values below 1.18e-38 were read up to 8x off and a subnormal
+    block's scale came back 0, its codes NaN, failing the bit-exact comparison."""
+    x = torch.full((2, 256), 3e-39, dtype=BF16, device=DEV)
+    x[:, :128] = 1.0  # block 0 normal, block 1 subnormal (a subnormal scale)
+    x[1, 128::3] = -1.5e-39
+    x[1, 129::5] = 9.2e-41
+    w = torch.ones(256, dtype=BF16, device=DEV)
+    w[::7] = 0.5
+    fn, config = FP8_PATHS[path]["fn"], FP8_PATHS[path].get("config")
+    kwargs = {} if config is None else {"config": config}
+    for eps, floor in ((1e-6, 0.0), (0.0, 0.0), (1e-6, 1e-4)):
+        report = spec.compare(*fn(x, w, eps, absmax_floor=floor, **kwargs),
+                              *spec.reference(x, w, eps, floor))
+        assert report.ok, (eps, floor, report)
 
 
 def test_approx_kernel_is_close_but_not_the_specification():

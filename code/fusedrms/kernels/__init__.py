@@ -8,3 +8,7 @@ routes they are measured against) and ``hip/`` (the HIP source and its wrappers,
 registers its wrappers in :mod:`fusedrms.registry` when imported. ``amd_targets`` compiles the
 Triton kernels for AMD GPUs (RDNA4, CDNA3) without one and reads their register counts.
 """
+from .. import env  # first: decides GPU or interpreter before any kernel module below
+from .rounding import exact_bf16_in_interpreter
+
+exact_bf16_in_interpreter()  # the interpreter's bf16 subnormals, read and written on the bits

@@ -479,6 +479,7 @@ def _default_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
 # ---------------------------------------------------------------- wrappers
 
 def _prepare(x, residual, w, eps, name: str):
+    validation.check_forward_only({"x": x, "residual": residual, "w": w}, name)
     validation.check_tensor(x, "x")
     validation.check_device(x, env.current().device, "x")
     validation.check_same(x, residual, "x", "residual")
@@ -574,10 +575,13 @@ def _call_key(op: str, x, residual, w, eps) -> tuple | None:
     if not (type(x) is torch.Tensor and type(residual) is torch.Tensor  # noqa: E721
             and type(w) is torch.Tensor and type(eps) is float):  # noqa: E721
         return None  # subclasses and other eps types: always the full path
+    # a call autograd would record takes the full path, which refuses it (forward only)
+    recorded = torch.is_grad_enabled() and (x.requires_grad or residual.requires_grad
+                                            or w.requires_grad)
     return (op, x.shape, x.stride(), x.dtype, x.device, residual.shape, residual.stride(),
             residual.dtype, residual.device, w.shape, w.stride(), w.dtype, w.device, eps,
             x.data_ptr() % 16 == 0, residual.data_ptr() % 16 == 0, w.data_ptr() % 16 == 0,
-            tuning.generation(), TILE_LOOP_ALWAYS)
+            tuning.generation(), TILE_LOOP_ALWAYS, recorded)
 
 
 class _Plan:

@@ -197,6 +197,8 @@ def liger_fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, w: torch.T
         raise PeerMissing(liger_status())
     from liger_kernel.ops.fused_add_rms_norm import fused_add_rms_norm_forward
 
+    validation.check_forward_only({"x": x, "residual": residual, "w": w},
+                                  "liger.fused_add_rms_norm (its forward alone)")
     eps = _check(x, w, eps, residual)
     out = fused_add_rms_norm_forward(x, residual, w, eps, 0.0, "llama")
     return out[0], out[1]

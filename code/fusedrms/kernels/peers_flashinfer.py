@@ -142,6 +142,8 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
                       eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
     """In place, as FlashInfer does it: ``residual <- x + residual``, ``x <- rmsnorm(residual) * w``.
     Returns ``(x, residual)``, i.e. ``(y, s)``."""
+    validation.check_forward_only({"x": x, "residual": residual, "w": w},
+                                  "flashinfer.fused_add_rmsnorm")
     _check(x), _check(residual, "residual")
     route, mod = load()
     if route == "python":
@@ -157,6 +159,7 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
 
 
 def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    validation.check_forward_only({"x": x, "w": w}, "flashinfer.rms_norm")
     _check(x)
     route, mod = load()
     if route == "python":
@@ -174,6 +177,8 @@ def fused_add_rmsnorm_fp8_block(x: torch.Tensor, residual: torch.Tensor, w: torc
                                 eps: float = 1e-6):
     """bf16 in: residual <- x + r, normed rows (bf16), FP8 e4m3 codes in 1x128 blocks and their
     scales (column-major, row stride round_up(rows, 4)). Returns (codes, scales, normed)."""
+    validation.check_forward_only({"x": x, "residual": residual, "w": w},
+                                  "flashinfer.fused_add_rmsnorm_fp8_block")
     _check(x), _check(residual, "residual")
     if x.dtype != torch.bfloat16:
         raise validation.InputError("FlashInfer's FP8 block quantizer is built for bfloat16 here.")

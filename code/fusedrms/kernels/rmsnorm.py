@@ -285,17 +285,6 @@ REFERENCE_BYTES_PER_ELEMENT = 32
 COMPARE_BYTES_PER_ELEMENT = 72
 
 
-def _host_available_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def cli_size_problem(rows: int, cols: int, dtype: torch.dtype, on_gpu: bool,
                      device_free: int | None = None, host_free: int | None = None) -> str:
     """Why the command line refuses ``rows x cols`` here (empty when it fits): under the
@@ -325,7 +314,7 @@ def cli_size_problem(rows: int, cols: int, dtype: torch.dtype, on_gpu: bool,
                 f"timer's copies and a float64 reference: {REFERENCE_BYTES_PER_ELEMENT + 6 * size} "
                 f"bytes per element); {device_free / gib:.1f} GiB is free. Use fewer rows.")
     if host_free is None:
-        host_free = _host_available_bytes()
+        host_free = cli.host_available_bytes()
     host_need = elements * (COMPARE_BYTES_PER_ELEMENT + 2 * size)
     if host_free is not None and host_need > host_free:
         return (f"{shape} needs about {host_need / gib:.1f} GiB of host memory to compare the "

@@ -262,7 +262,10 @@ def _prepare(x, w, eps, residual=None):
 
 def forward(x, w, eps: float = 1e-5, residual=None):
     """``(y, s, rstd)``: RMSNorm of ``x`` (or of ``s = x + residual``, then also returned; else
-    ``s`` is None) and the fp32 row scale ``rstd`` (float64 for float64 inputs), one per row."""
+    ``s`` is None) and the fp32 row scale ``rstd`` (float64 for float64 inputs), one per row.
+    Outside autograd (``rmsnorm`` and ``add_rmsnorm`` call it from theirs)."""
+    validation.check_forward_only({"x": x, "residual": residual, "w": w},
+                                  "rmsnorm_backward.forward")
     x2, w, eps, r2 = _prepare(x, w, eps, residual)
     rows, cols = x2.shape
     y2 = torch.empty((rows, cols), dtype=x2.dtype, device=x2.device)
@@ -292,6 +295,9 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
     scale (else recomputed). ``dw_mode``: ``"two_stage"`` (bitwise reproducible) or ``"atomic"``.
     ``programs`` overrides the number of programs (each takes a contiguous range of rows).
     """
+    validation.check_forward_only({"x": x, "residual": residual, "w": w, "dy": dy,
+                                   "d_sum": d_sum, "rstd": rstd}, "rmsnorm_backward.backward",
+                                  role="a backward that is not itself differentiable")
     dw_mode = _check_mode(dw_mode)
     programs = _check_programs(programs)
     x2, w, eps, r2 = _prepare(x, w, eps, residual)

@@ -337,6 +337,7 @@ def rmsnorm_fp8_approx_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, x_row_s
 def rmsnorm_fp8_approx(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR,
                        num_warps: int = 8):
     """The diagnostic kernel above (GPU with fp8 support only): ``(codes, scales)``, not bit-exact."""
+    validation.check_forward_only({"x": x, "w": w}, "fp8.approx")
     x2, w, eps, floor, shape = check_inputs(x, w, eps, absmax_floor, env.current().device)
     cols = x2.shape[1]
     validation.check_width(cols, MAX_COLS, "fp8 approx (one row per program)")
@@ -620,6 +621,7 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
     ``num_warps`` / ``cap_registers`` (:data:`REGISTER_CAP`) / ``division`` (:data:`DIVISIONS`)
     override the baseline piece by piece; ``config`` (a :class:`FusedConfig`) sets all three.
     """
+    validation.check_forward_only({"x": x, "w": w}, "fp8.fused")
     if num_warps is None and division is None and config is None and cap_registers:
         config = choose_config(x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0)[0]
     x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
@@ -642,6 +644,7 @@ def rmsnorm_fp8_naive(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
                       cap_registers: bool = True, division: str | None = None):
     """Two kernels: the norm writes bf16 rows to memory, the quantizer reads them back.
     Always the baseline launch (never the tuned table): the comparison the chapter starts from."""
+    validation.check_forward_only({"x": x, "w": w}, "fp8.naive")
     x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
         x, w, eps, absmax_floor, rounding, num_warps, cap_registers, division)
     rows, cols = x2.shape
@@ -695,6 +698,45 @@ registry.register(registry.Impl(
 
 # ---------------------------------------------------------------- command line
 
+# ---------------------------------------------------------------- command line
+
+# Under the interpreter each program runs its row's 128-column blocks as NumPy operations, so the
+# time grows with rows x blocks: the command line stops at 1024 row-blocks (the default 4 x 7168 is
+# 224). On a GPU a check holds about 24 bytes per element at once on the device (x, the
+# reference's fp32 temporaries, both kernels' outputs) and on the host (inputs drawn there, the
+# comparison's copies): measured 16 B for the reference, 6 B for the inputs, 13 B to compare.
+INTERPRETER_MAX_ROW_BLOCKS = 1024
+CHECK_BYTES_PER_ELEMENT = 24
+
+
+def cli_size_problem(rows: int, cols: int, on_gpu: bool, device_free: int | None = None,
+                     host_free: int | None = None) -> str:
+    """Why ``check`` refuses ``rows x cols`` here (empty when it fits): under the interpreter the
+    row-blocks it would run, on a GPU the memory it would hold (``device_free``/``host_free``
+    default to what is free now)."""
+    shape = f"--rows {rows} x --cols {cols}"
+    if not on_gpu:
+        per_row = n_blocks(cols)
+        if rows * per_row > INTERPRETER_MAX_ROW_BLOCKS:
+            fits = INTERPRETER_MAX_ROW_BLOCKS // per_row
+            return (f"{shape} is {rows * per_row:,} blocks of {BLOCK_COLS} columns; with no GPU "
+                    f"the Triton interpreter runs each as NumPy operations, so this check stops "
+                    f"at {INTERPRETER_MAX_ROW_BLOCKS:,} (the default, 4 x {HIDDEN_SIZE}, is "
+                    f"{4 * n_blocks(HIDDEN_SIZE)}). Use --rows {fits} or fewer at this width.")
+        return ""
+    need, gib = rows * cols * CHECK_BYTES_PER_ELEMENT, 1 << 30
+    if device_free is None:
+        device_free = torch.cuda.mem_get_info()[0]
+    if host_free is None:
+        host_free = cli.host_available_bytes()
+    for where, free in (("on the GPU", device_free), ("of host memory", host_free)):
+        if free is not None and need > free:
+            return (f"{shape} needs about {need / gib:.1f} GiB {where} "
+                    f"({CHECK_BYTES_PER_ELEMENT} bytes per element); {free / gib:.1f} GiB is "
+                    f"free. Use fewer rows.")
+    return ""
+
+
 def _main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fusedrms.kernels.rmsnorm_fp8", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -707,6 +749,10 @@ def _main(argv=None) -> int:
     chk.add_argument("--rounding", choices=ROUNDINGS, default="auto")
     args = parser.parse_args(argv)
     if args.cmd == "check":
+        cli.check_elements(chk, args.rows, args.cols)
+        too_big = cli_size_problem(args.rows, args.cols, env.current().on_gpu)
+        if too_big:
+            chk.error(too_big)
         x, w = make_inputs(args.rows, args.cols, args.seed)
         ref = reference(x, w)
         ok = True

@@ -42,7 +42,6 @@ Decisions (documented in the chapter):
 """
 from __future__ import annotations
 
-import math
 import numbers
 
 import torch
@@ -119,17 +118,6 @@ def quantize_blocks(y: torch.Tensor, absmax_floor: float = ABSMAX_FLOOR,
     return codes.contiguous(), scales
 
 
-def check_floor(absmax_floor) -> float:
-    try:
-        value = float(absmax_floor)
-    except (TypeError, ValueError):
-        raise validation.InputError(f"absmax_floor must be a number, got {absmax_floor!r}.") from None
-    if not (value >= 0.0 and math.isfinite(value)):
-        raise validation.InputError(f"absmax_floor must be a finite number >= 0 (0 means no floor), "
-                                    f"got {value}.")
-    return value
-
-
 def check_inputs(x, w, eps, absmax_floor, device=None):
     """Validate; returns (x2 rows x cols, w, eps, floor, out_shape)."""
     validation.check_tensor(x, "x", dtypes=(BF16,))
@@ -140,7 +128,8 @@ def check_inputs(x, w, eps, absmax_floor, device=None):
     cols = x2.shape[1]
     validation.check_tensor(w, "w", dtypes=(BF16,))
     w = validation.check_weight(w, cols, x2.device, "w")
-    return x2, w, validation.check_eps(eps), check_floor(absmax_floor), shape
+    eps = validation.check_eps(eps)
+    return x2, w, eps, validation.check_absmax_floor(absmax_floor), shape
 
 
 def reference(x, w, eps: float = RMS_NORM_EPS,
