@@ -1,0 +1,259 @@
+"""Make a chapter read completely in JupyterLab as well as in the built book.
+
+    python code/scripts/lab_ready.py chapters/03_hip.ipynb [...]   # convert in place
+    python code/scripts/lab_ready.py --check chapters/*.ipynb     # exit 1 if a converted one drifted
+
+A converted chapter:
+
+- writes its inline values as ``{eval}`name``` where it wrote ``{glue:text}`name``` (or
+  ``{glue}`name```). ``page.glue(name, value, fmt)`` binds ``name`` to the formatted text in the
+  notebook, so jupyterlab-myst shows it once the markdown cell runs (Run All runs every cell),
+  and myst-nb shows it in the built book;
+- asks myst-nb to execute it inline (notebook metadata ``mystnb.execution_mode: inline``): the
+  book evaluates each ``{eval}`` in the kernel, after the cells above it have run;
+- keeps every code cell on the page's execution path: ``remove-cell`` becomes ``remove-input`` +
+  ``remove-output`` (myst-nb's inline mode runs a removed cell only when the next rendered code
+  cell runs, so the prose in between would read the values before it);
+- collapses in JupyterLab what the site hides: ``hide-input``/``remove-input`` set
+  ``jupyter.source_hidden``, ``hide-output``/``remove-output`` set ``jupyter.outputs_hidden``
+  (one click opens either). The tags stay the one source: the metadata follows them.
+
+It refuses, naming the cell, what it cannot convert mechanically: a format in the prose
+(``{glue:text}`name:.1f```: format in ``page.glue`` instead), a glue directive, an ``{eval}`` of
+something that is not a glued name, a name no earlier cell glues, and a glued name that the
+notebook's code also uses as a variable (``page.glue`` would refuse it at run time).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import notebooks  # noqa: E402
+
+INLINE = {"execution_mode": "inline"}
+GLUE_ROLE = re.compile(r"\{glue(?::(?:text|any))?\}`([^`]*)`")
+OTHER_GLUE = re.compile(r"\{glue:[a-z]+\}|```+\s*\{glue")
+EVAL_ROLE = re.compile(r"\{eval\}`([^`]*)`")
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # myst-nb's default eval_name_regex
+SOURCE_HIDDEN_BY = ("hide-input", "remove-input")
+OUTPUTS_HIDDEN_BY = ("hide-output", "remove-output")
+
+
+@dataclass
+class Glued:
+    """What the code cells glue: literal names and f-string patterns, with the first cell."""
+    names: dict[str, int] = field(default_factory=dict)
+    patterns: list[tuple[re.Pattern, int]] = field(default_factory=list)
+    variables: dict[str, int] = field(default_factory=dict)  # names the code assigns
+
+    def first_cell(self, name: str) -> int | None:
+        cells = [i for p, i in self.patterns if p.fullmatch(name)]
+        if name in self.names:
+            cells.append(self.names[name])
+        return min(cells) if cells else None
+
+
+def is_converted(nb) -> bool:
+    return nb.metadata.get("mystnb", {}).get("execution_mode") == "inline"
+
+
+def _python(source: str) -> ast.AST | None:
+    """A code cell as Python (IPython magics translated), or None if it does not parse."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        source = TransformerManager().transform_cell(source)
+    except ImportError:
+        pass
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
+
+
+def _glue_name(arg: ast.AST) -> str | re.Pattern | None:
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.JoinedStr):  # f"share_{name}" -> share_.+
+        parts = [re.escape(p.value) if isinstance(p, ast.Constant) else ".+" for p in arg.values]
+        return re.compile("".join(parts))
+    return None
+
+
+def glued(nb) -> Glued:
+    found = Glued()
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        tree = _python(cell.source)
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and node.args and (
+                    (isinstance(node.func, ast.Attribute) and node.func.attr == "glue")
+                    or (isinstance(node.func, ast.Name) and node.func.id == "glue")):
+                name = _glue_name(node.args[0])
+                if isinstance(name, str):
+                    found.names.setdefault(name, index)
+                elif name is not None:
+                    found.patterns.append((name, index))
+        for name in _module_level_names(tree):
+            found.variables.setdefault(name, index)
+    return found
+
+
+def _module_level_names(tree: ast.AST):
+    """Names a cell binds in the notebook's namespace (not inside functions or classes)."""
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp,
+              ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    todo = list(ast.iter_child_nodes(tree))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            yield node.id
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield from ((a.asname or a.name).split(".")[0] for a in node.names)
+        if isinstance(node, scopes):
+            if not isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                                     ast.GeneratorExp)):
+                yield node.name
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def _where(index: int, cell) -> str:
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+    return f"cell {index} ({first[:50]!r})"
+
+
+def problems(nb) -> list[str]:
+    """What keeps the chapter from converting (or a converted one from reading right)."""
+    found, out = glued(nb), []
+    for name, index in found.names.items():
+        if name in found.variables:
+            out.append(f"{_where(index, nb.cells[index])} glues {name!r}, which cell "
+                       f"{found.variables[name]} also uses as a variable: rename one of them")
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        if OTHER_GLUE.search(GLUE_ROLE.sub("", cell.source)):
+            out.append(f"{_where(index, cell)}: a glue directive or role other than "
+                       "{glue:text}: show the value from a code cell instead")
+        names = GLUE_ROLE.findall(cell.source) + EVAL_ROLE.findall(cell.source)
+        for name in names:
+            if ":" in name and NAME.match(name.split(":")[0]):
+                out.append(f"{_where(index, cell)}: {name!r} formats in the prose: format in "
+                           f"page.glue({name.split(':')[0]!r}, value, {name.split(':', 1)[1]!r})")
+                continue
+            if not NAME.match(name):
+                out.append(f"{_where(index, cell)}: {{eval}}`{name}` is not a glued name "
+                           "(myst-nb evaluates names only)")
+                continue
+            first = found.first_cell(name)
+            if first is None:
+                out.append(f"{_where(index, cell)}: no code cell glues {name!r}")
+            elif first > index:
+                out.append(f"{_where(index, cell)}: {name!r} is glued only further down, in cell "
+                           f"{first}: a reader running the notebook reaches the prose first")
+    return out
+
+
+def _lab_metadata(cell) -> bool:
+    """Set ``jupyter.source_hidden``/``outputs_hidden`` from the cell's tags; True if changed."""
+    tags = cell.metadata.get("tags", [])
+    want = {"source_hidden": any(t in tags for t in SOURCE_HIDDEN_BY),
+            "outputs_hidden": any(t in tags for t in OUTPUTS_HIDDEN_BY)}
+    jupyter = dict(cell.metadata.get("jupyter", {}))
+    for key, hidden in want.items():
+        if hidden:
+            jupyter[key] = True
+        else:
+            jupyter.pop(key, None)
+    if jupyter == cell.metadata.get("jupyter", {}):
+        return False
+    if jupyter:
+        cell.metadata["jupyter"] = jupyter
+    else:
+        del cell.metadata["jupyter"]
+    return True
+
+
+def convert(nb) -> bool:
+    """Convert ``nb`` in place (see the module's docstring); True if anything changed. Raises
+    ValueError listing every problem, and changes nothing, when it cannot."""
+    found = problems(nb)
+    if found:
+        raise ValueError("\n".join(found))
+    changed = False
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            source = GLUE_ROLE.sub(lambda m: f"{{eval}}`{m.group(1)}`", cell.source)
+            changed |= source != cell.source
+            cell.source = source
+        elif cell.cell_type == "code":
+            tags = cell.metadata.get("tags", [])
+            if "remove-cell" in tags:
+                tags = [t for t in tags if t != "remove-cell"]
+                tags += [t for t in ("remove-input", "remove-output") if t not in tags]
+                cell.metadata["tags"] = tags
+                changed = True
+            changed |= _lab_metadata(cell)
+    if not is_converted(nb):
+        nb.metadata["mystnb"] = {**nb.metadata.get("mystnb", {}), **INLINE}
+        changed = True
+    changed |= notebooks.clean(nb)
+    return changed
+
+
+def check(nb) -> list[str]:
+    """For a converted notebook: what converting it again would change or refuse."""
+    if not is_converted(nb):
+        return []
+    copy = nbformat.from_dict(nb)
+    try:
+        if convert(copy):
+            return ["it differs from its conversion (a {glue} role, a remove-cell tag, or "
+                    "jupyter.source_hidden/outputs_hidden not following the tags): run "
+                    "python code/scripts/lab_ready.py on it"]
+    except ValueError as err:
+        return str(err).splitlines()
+    return []
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if a converted notebook drifted")
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    failed = False
+    for path in args.notebooks:
+        nb = nbformat.read(path, as_version=4)
+        if args.check:
+            found = check(nb) if is_converted(nb) else []
+            status = "converted" if is_converted(nb) else "not converted"
+            print(f"{path}: {status}" + "".join(f"\n  {p}" for p in found))
+            failed |= bool(found)
+            continue
+        try:
+            changed = convert(nb)
+        except ValueError as err:
+            print(f"{path}: not converted, fix these first:\n  "
+                  + str(err).replace("\n", "\n  "), file=sys.stderr)
+            failed = True
+            continue
+        if changed:
+            nbformat.write(nb, path)
+        print(f"{path}: {'converted' if changed else 'already converted'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
