@@ -1,7 +1,7 @@
 """Make a chapter read completely in JupyterLab as well as in the built book.
 
     python code/scripts/lab_ready.py chapters/03_hip.ipynb [...]   # convert in place
-    python code/scripts/lab_ready.py --check chapters/*.ipynb     # exit 1 if a converted one drifted
+    python code/scripts/lab_ready.py --check chapters/*.ipynb     # exit 1: a converted one drifted
 
 A converted chapter:
 
@@ -21,7 +21,8 @@ A converted chapter:
 It refuses, naming the cell, what it cannot convert mechanically: a format in the prose
 (``{glue:text}`name:.1f```: format in ``page.glue`` instead), a glue directive, an ``{eval}`` of
 something that is not a glued name, a name no earlier cell glues, and a glued name that the
-notebook's code also uses as a variable (``page.glue`` would refuse it at run time).
+notebook's code also uses as a variable (``page.glue`` leaves the code's variable alone, so the
+prose would show it).
 """
 from __future__ import annotations
 
@@ -140,6 +141,7 @@ def problems(nb) -> list[str]:
         if name in found.variables:
             out.append(f"{_where(index, nb.cells[index])} glues {name!r}, which cell "
                        f"{found.variables[name]} also uses as a variable: rename one of them")
+    patterned = set()  # prose names glued through an f-string that the code also assigns
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "markdown":
             continue
@@ -157,6 +159,12 @@ def problems(nb) -> list[str]:
                            "(myst-nb evaluates names only)")
                 continue
             first = found.first_cell(name)
+            if first is not None and name not in found.names and name in found.variables \
+                    and name not in patterned:
+                patterned.add(name)
+                out.append(f"{_where(first, nb.cells[first])} glues {name!r} (an f-string), "
+                           f"which cell {found.variables[name]} also uses as a variable: "
+                           "rename one of them")
             if first is None:
                 out.append(f"{_where(index, cell)}: no code cell glues {name!r}")
             elif first > index:

@@ -72,7 +72,9 @@ class GluedText(str):
 
 def _bind_in_notebook(name: str, text: str) -> None:
     """``name = GluedText(text)`` in the running notebook, so the prose's ``{eval}`name``` reads
-    it; a variable of the notebook's own code is never overwritten."""
+    it. A variable of the notebook's own code is left alone: chapters still on ``{glue:text}``
+    reuse some names, and ``code/scripts/lab_ready.py`` refuses a chapter whose prose would read
+    such a variable."""
     try:
         from IPython import get_ipython
     except ImportError:  # plain Python: there is no prose to read it
@@ -81,10 +83,8 @@ def _bind_in_notebook(name: str, text: str) -> None:
     if shell is None:
         return
     namespace = shell.user_ns
-    if name in namespace and not isinstance(namespace[name], GluedText):
-        raise ValueError(f"glue: {name!r} is already a variable of this notebook "
-                         f"({type(namespace[name]).__name__}); glue the value under another name")
-    namespace[name] = GluedText(text)
+    if name not in namespace or isinstance(namespace[name], GluedText):
+        namespace[name] = GluedText(text)
 
 
 def glue(name: str, value: Any, fmt: str = "") -> None:
