@@ -113,3 +113,64 @@ def test_the_command_converts_in_place_and_checks(tmp_path, capsys):
 def test_converted_chapters_stay_converted(path):
     nb = nbformat.read(path, as_version=4)
     assert lab_ready.check(nb) == []
+
+
+GLOSSARY = """# Glossary
+
+```{glossary}
+ULP
+Unit in the last place
+  The gap to the next number; see {term}`unit roundoff <Unit roundoff>`
+  and {term}`ulps <ULP>`.
+
+  A second paragraph {cite}`higham2002accuracy`.
+
+Unit roundoff
+  Half an {term}`ULP` above 1.
+```
+Not a term.
+"""
+
+
+def test_glossary_entries_read_sphinx_layout():
+    entries = lab_ready.glossary_entries(GLOSSARY)
+    assert set(entries) == {"ulp", "unit in the last place", "unit roundoff"}
+    names, lines = entries["ulp"]
+    assert names == ["ULP", "Unit in the last place"]
+    assert [line for line in lines if line][-1] == "A second paragraph {cite}`higham2002accuracy`."
+
+
+def test_terms_and_references_cell_for_lab_only(tmp_path, monkeypatch):
+    glossary = tmp_path / "glossary.md"
+    glossary.write_text(GLOSSARY)
+    monkeypatch.setattr(lab_ready, "GLOSSARY", glossary)
+    nb = _notebook(("markdown", "A gap in {term}`ulps <ULP>` {cite}`zhang2019rmsnorm`.", []),
+                   ("code", "x = 1", []))
+    assert lab_ready.convert(nb)
+    cell = nb.cells[-1]
+    assert cell.metadata["tags"] == ["lab-only", "remove-cell"]  # the book never shows it
+    text = cell.source
+    assert text.startswith("## Terms and references")
+    # mystmd's glossary: a definition list; a term outside the list reads as plain text
+    assert "```{glossary}\nULP\nUnit in the last place\n: The gap to the next number; see " \
+           "unit roundoff and {term}`ulps <ULP>`.\n\n  A second paragraph" in text
+    assert "- **higham2002accuracy**: Nicholas J\\. Higham" in text  # cited by the entry
+    assert "- **zhang2019rmsnorm**: Biao Zhang and Rico Sennrich" in text
+    assert not lab_ready.convert(nb) and lab_ready.check(nb) == []
+    glossary.write_text(GLOSSARY.replace("Half an", "One half of an"))
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell("{term}`Unit roundoff`"))
+    assert lab_ready.check(nb), "the glossary or the prose changed: the cell is behind"
+    lab_ready.convert(nb)
+    assert nb.cells[-1].id == cell.id and "One half of an {term}`ULP`" in nb.cells[-1].source
+    nb.cells[:2] = [nbformat.v4.new_markdown_cell("No links.")]
+    lab_ready.convert(nb)
+    assert all("lab-only" not in c.metadata.get("tags", []) for c in nb.cells)
+
+
+def test_a_term_the_glossary_lacks_is_refused(tmp_path, monkeypatch):
+    glossary = tmp_path / "glossary.md"
+    glossary.write_text(GLOSSARY)
+    monkeypatch.setattr(lab_ready, "GLOSSARY", glossary)
+    nb = _notebook(("markdown", "{term}`Warp`", []))
+    with pytest.raises(ValueError, match=r"\{term\} targets missing from glossary.md: \['Warp'\]"):
+        lab_ready.convert(nb)

@@ -16,7 +16,13 @@ A converted chapter:
   cell runs, so the prose in between would read the values before it);
 - collapses in JupyterLab what the site hides: ``hide-input``/``remove-input`` set
   ``jupyter.source_hidden``, ``hide-output``/``remove-output`` set ``jupyter.outputs_hidden``
-  (one click opens either). The tags stay the one source: the metadata follows them.
+  (one click opens either). The tags stay the one source: the metadata follows them;
+- ends with a "Terms and references" cell for JupyterLab only (tags ``lab-only``,
+  ``remove-cell``: the book has its Glossary and References pages). jupyterlab-myst resolves a
+  ``{term}`` only against a glossary in the same notebook, and has no bibliography for
+  ``{cite}`` (it shows the key with a warning sign): the cell holds the glossary entries of the
+  chapter's terms (from book/glossary.md) and the works it cites, by key (from
+  book/references.bib). Rerun the script when either file changes (the check says so).
 
 It refuses, naming the cell, what it cannot convert mechanically: a format in the prose
 (``{glue:text}`name:.1f```: format in ``page.glue`` instead), a glue directive, an ``{eval}`` of
@@ -45,6 +51,13 @@ EVAL_ROLE = re.compile(r"\{eval\}`([^`]*)`")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # myst-nb's default eval_name_regex
 SOURCE_HIDDEN_BY = ("hide-input", "remove-input")
 OUTPUTS_HIDDEN_BY = ("hide-output", "remove-output")
+ROOT = Path(__file__).resolve().parents[2]
+GLOSSARY = ROOT / "book" / "glossary.md"
+REFERENCES = ROOT / "book" / "references.bib"
+LAB_ONLY = ["lab-only", "remove-cell"]
+TERM_ROLE = re.compile(r"\{term\}`([^`<]*?)(?:\s*<([^>`]+)>)?`")
+CITE_ROLE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]+)`")
+TERMS_HEADING = "## Terms and references"
 
 
 @dataclass
@@ -216,8 +229,113 @@ def convert(nb) -> bool:
     if not is_converted(nb):
         nb.metadata["mystnb"] = {**nb.metadata.get("mystnb", {}), **INLINE}
         changed = True
+    changed |= _terms_and_references(nb)
     changed |= notebooks.clean(nb)
     return changed
+
+
+# -- the Lab-only terms and references ---------------------------------------------------------
+
+def glossary_entries(text: str) -> dict[str, tuple[list[str], str]]:
+    """The ``{glossary}`` block of a MyST page: lowercased term -> (its names, its definition
+    lines). Sphinx's layout: term lines at column 0 (several name one entry), the definition
+    indented below."""
+    block = re.search(r"^```\{glossary\}\n(.*?)^```", text, re.S | re.M)
+    entries, names, lines = {}, [], []
+
+    def close():
+        for name in names:
+            entries[name.lower()] = (list(names), list(lines))
+    for line in (block.group(1) if block else "").splitlines():
+        if line.strip() and not line[0].isspace():
+            if lines:
+                close()
+                names, lines = [], []
+            names.append(line.strip())
+        elif names:
+            lines.append(line.strip())
+    if names:
+        close()
+    return entries
+
+
+def _term_target(match: re.Match) -> str:
+    return (match.group(2) or match.group(1)).strip()
+
+
+def _glossary_markdown(targets: list[str], entries: dict) -> list[str]:
+    """A MyST definition list (mystmd's glossary syntax): each term, then ``: definition``. A term
+    a definition mentions that is not in the list reads as plain text."""
+    shown = {entries[t.lower()][0][0] for t in targets}
+
+    def unlink(match):
+        name = entries.get(_term_target(match).lower(), ([None],))[0][0]
+        return match.group(0) if name in shown else (match.group(1).strip() or name)
+    out = []
+    for name in sorted(shown, key=str.lower):
+        names, lines = entries[name.lower()]
+        body = "\n".join(lines).strip().split("\n\n")
+        paragraphs = [TERM_ROLE.sub(unlink, " ".join(p.split())) for p in body]
+        out += names + [": " + "\n\n  ".join(paragraphs), ""]
+    return out
+
+
+def _reference_lines(keys: list[str]) -> list[str]:
+    from pybtex.database import parse_file
+    from pybtex.plugin import find_plugin
+
+    bib = parse_file(str(REFERENCES))
+    missing = [k for k in keys if k not in bib.entries]
+    if missing:
+        raise ValueError(f"{{cite}} keys missing from {REFERENCES.name}: {missing}")
+    style = find_plugin("pybtex.style.formatting", "plain")()
+    markdown = find_plugin("pybtex.backends", "markdown")()
+    return [f"- **{e.key}**: " + " ".join(e.text.render(markdown).split())
+            for e in style.format_entries(bib.entries[k] for k in keys)]
+
+
+def terms_and_references(nb) -> str | None:
+    """The Lab-only cell's markdown for ``nb``'s ``{term}`` and ``{cite}`` roles, or None."""
+    prose = "\n".join(c.source for c in nb.cells
+                      if c.cell_type == "markdown" and "lab-only" not in c.metadata.get("tags", []))
+    targets = list(dict.fromkeys(_term_target(m) for m in TERM_ROLE.finditer(prose)))
+    glossary = []
+    if targets:
+        entries = glossary_entries(GLOSSARY.read_text())
+        unknown = [t for t in targets if t.lower() not in entries]
+        if unknown:
+            raise ValueError(f"{{term}} targets missing from {GLOSSARY.name}: {unknown}")
+        glossary = ["", "```{glossary}", *_glossary_markdown(targets, entries)[:-1], "```"]
+    keys = list(dict.fromkeys(k.strip() for m in CITE_ROLE.finditer(prose + "\n".join(glossary))
+                              for k in m.group(1).split(",")))
+    if not targets and not keys:
+        return None
+    what = " and ".join(w for w, used in (("glossary entries", targets), ("works", keys)) if used)
+    pages = " and ".join(w for w, used in (("Glossary", targets), ("References", keys)) if used)
+    lines = [TERMS_HEADING, "",
+             f"The {what} this chapter links to, for reading it in JupyterLab (the book links "
+             f"them to its {pages} {'pages' if targets and keys else 'page'}).", *glossary]
+    if keys:
+        lines += [""] + _reference_lines(keys)
+    return "\n".join(lines)
+
+
+def _terms_and_references(nb) -> bool:
+    """Put the Lab-only cell at the end (or drop it when nothing needs it); True if changed."""
+    want = terms_and_references(nb)
+    old = [c for c in nb.cells if "lab-only" in c.metadata.get("tags", [])]
+    if want is None and not old:
+        return False
+    if old and old[0] is nb.cells[-1] and len(old) == 1 and old[0].source == want:
+        return False
+    nb.cells = [c for c in nb.cells if c not in old]
+    if want is not None:
+        cell = nbformat.v4.new_markdown_cell(want)
+        cell.metadata["tags"] = list(LAB_ONLY)
+        if old:
+            cell.id = old[0].id  # stays the same cell for git and for JupyterLab
+        nb.cells.append(cell)
+    return True
 
 
 def check(nb) -> list[str]:
@@ -227,9 +345,10 @@ def check(nb) -> list[str]:
     copy = nbformat.from_dict(nb)
     try:
         if convert(copy):
-            return ["it differs from its conversion (a {glue} role, a remove-cell tag, or "
-                    "jupyter.source_hidden/outputs_hidden not following the tags): run "
-                    "python code/scripts/lab_ready.py on it"]
+            return ["it differs from its conversion (a {glue} role, a remove-cell tag, "
+                    "jupyter.source_hidden/outputs_hidden not following the tags, or its terms "
+                    "and references cell behind the prose, book/glossary.md or "
+                    "book/references.bib): run python code/scripts/lab_ready.py on it"]
     except ValueError as err:
         return str(err).splitlines()
     return []
