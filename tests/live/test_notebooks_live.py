@@ -7,8 +7,8 @@ numbers change), type a bad x (a message in the widget), Play and the slider ste
 checked wrong (hint), malformed (message) and right. Chapter 2: Run All, then the calculator's
 design, cols, dtype and rows (table and plot recomputed, an impossible input explained). Every
 chapter converted by ``code/scripts/lab_ready.py``: Run All, then every ``{eval}`` of its prose
-shows the kernel's value, none is left as its bare name. After each step: no kernel error or
-stderr, no page error, no request to another host.
+shows the kernel's value, none is left as its bare name, and every ``{term}`` link leads to an
+entry. After each step: no kernel error or stderr, no page error, no request to another host.
 
 Skipped locally when chromium or JupyterLab is missing (`make lab` installs JupyterLab); CI sets
 FUSEDRMS_REQUIRE_BROWSER=1 to fail instead. xdist's ``--dist loadscope`` keeps the module on one
@@ -286,4 +286,8 @@ def test_after_run_all_the_prose_shows_every_value_and_no_placeholder(ran, path)
                 wrong.append(f"{where}: {name} = {result['data']['text/plain']!r} is not shown")
         wrong += [f"{where}: {name} shows as its bare name" for name in cell["placeholders"]]
     assert not wrong, f"{path.name} after Run All:\n" + "\n".join(wrong)
+    # {term} links lead to the entries of the chapter's Lab-only glossary; one that jupyterlab-myst
+    # cannot resolve links to "#"
+    dead = ran(path).page.locator(".jp-MarkdownCell a[href='#']")
+    assert dead.count() == 0, [dead.nth(i).inner_text() for i in range(dead.count())]
     _assert_clean(ran(path))
