@@ -58,6 +58,16 @@ def test_clean_strips_unchecked_outputs_and_keeps_checked():
     assert not notebooks.clean(nb)
 
 
+def test_clean_strips_the_inline_values_a_run_left_in_markdown():
+    prose = nbformat.v4.new_markdown_cell("Speed {eval}`speed`.")
+    prose.metadata["user_expressions"] = [{"expression": "speed", "result": {
+        "status": "ok", "data": {"text/plain": "2.5"}, "metadata": {}}}]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [prose]
+    assert notebooks.clean(nb)
+    assert prose.metadata == {} and not notebooks.clean(nb)
+
+
 def test_tag_marks_a_checked_cell_like_the_comment():
     tagged = nbformat.v4.new_code_cell("print(2)", execution_count=4,
                                        outputs=[nbformat.v4.new_output("stream", text="2\n")])

@@ -5,7 +5,8 @@
     python code/scripts/notebooks.py check   chapters/*.ipynb   # exit 1 if any notebook is not clean
     python code/scripts/notebooks.py tags    chapters/*.ipynb   # "# NBVAL_CHECK_OUTPUT" lines -> tag
 
-"Clean" means: no widget state, and no outputs or execution counts except in checked cells: cells
+"Clean" means: no widget state, no inline values a run left in markdown cells (jupyterlab-myst's
+``user_expressions``), and no outputs or execution counts except in checked cells: cells
 tagged ``nbval-check-output`` (nbval compares those against the stored output, and needs the
 execution count to know the cell was run). The older marker, a first line
 ``# NBVAL_CHECK_OUTPUT``, still counts; ``tags`` moves it into the tag, where readers never see it.
@@ -49,6 +50,9 @@ def clean(nb) -> bool:
     """Strip what should not be committed; return True if anything changed."""
     changed = False
     for cell in nb.cells:
+        if cell.cell_type == "markdown" and "user_expressions" in cell.metadata:
+            del cell.metadata["user_expressions"]  # jupyterlab-myst's {eval} values of one run
+            changed = True
         if cell.cell_type != "code":
             continue
         if is_checked(cell):

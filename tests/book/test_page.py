@@ -52,6 +52,46 @@ def test_glue_refuses_bad_names_and_non_finite_numbers(monkeypatch):
         page.glue("x", float("nan"))
 
 
+def _notebook_namespace(monkeypatch, namespace: dict):
+    import IPython
+
+    class Shell:
+        user_ns = namespace
+    monkeypatch.setattr(IPython, "get_ipython", lambda: Shell())
+    return namespace
+
+
+def test_glue_binds_the_text_the_prose_evals_in_the_notebook(monkeypatch):
+    _displayed(monkeypatch)
+    from IPython.core.formatters import PlainTextFormatter
+
+    ns = _notebook_namespace(monkeypatch, {})
+    page.glue("gbps", 4417.2, ",.0f")
+    page.glue("kernel", "it's \"triton.row\"")
+    page.glue("ratio", 0.8567)
+    # {eval}`gbps` shows the kernel's text/plain: the text as written, no quotes, no tuple
+    shown = {k: PlainTextFormatter()(v) for k, v in ns.items()}
+    assert shown == {"gbps": "4,417", "kernel": "it's \"triton.row\"", "ratio": "0.8567"}
+    page.glue("gbps", 12.0, ".1f")  # running the cell again rebinds it
+    assert PlainTextFormatter()(ns["gbps"]) == "12.0"
+
+
+def test_glue_never_overwrites_a_variable_of_the_notebook(monkeypatch):
+    shown = _displayed(monkeypatch)
+    ns = _notebook_namespace(monkeypatch, {"ridge": 42.0})
+    page.glue("ridge", 1.5, ".1f")
+    assert ns == {"ridge": 42.0}
+    assert len(shown) == 1, "{glue:text}`ridge` still reads the glued text"
+
+
+def test_glue_outside_a_notebook_binds_nothing(monkeypatch):
+    _displayed(monkeypatch)
+    import IPython
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)
+    assert page.glue("speedup", 2.5, ".1f") is None
+
+
 # -- table ------------------------------------------------------------------------------------
 
 def _cells(html):

@@ -236,14 +236,39 @@ KERNEL_READY = """() => {
                  && panel.sessionContext.session.kernel;
   return !!kernel && kernel.connectionStatus === "connected" && kernel.status === "idle";
 }"""
-# Every code cell has its execution count, or a cell failed (Run All stops there).
+# Every code cell has run (its execution count, and idle), or a cell failed (Run All stops
+# there). Read from the cells' models: a cell whose source is collapsed (jupyter.source_hidden)
+# shows no prompt.
 ALL_CELLS_RAN_OR_ONE_FAILED = """() => {
-  const stderr = "application/vnd.jupyter.stderr";
-  if (document.querySelector(`.jp-OutputArea-output[data-mime-type='${stderr}']`)) return true;
-  const prompts = [...document.querySelectorAll(".jp-CodeCell .jp-InputPrompt")]
-                  .map(p => p.textContent.trim());
-  return prompts.length > 0 && prompts.every(p => /^\\[\\d+\\]:$/.test(p));
+  const panel = window.jupyterapp.shell.currentWidget;
+  const code = [...panel.content.model.cells].filter(c => c.type === "code");
+  const failed = c => [...Array(c.outputs.length).keys()]
+                      .some(i => c.outputs.get(i).type === "error");
+  if (code.some(failed)) return true;
+  return code.length > 0
+         && code.every(c => c.executionCount !== null && c.executionState === "idle");
 }"""
+# What the markdown cells at the given indices show for their {eval} names: the kernel's answer
+# (jupyterlab-myst keeps it in the cell's metadata "user_expressions", once the cell has run),
+# the rendered text, and the names still shown as code, i.e. as placeholders.
+INLINE_VALUES = """(cells) => {
+  const widgets = window.jupyterapp.shell.currentWidget.content.widgets;
+  return cells.map(([index, names]) => {
+    const cell = widgets[index];
+    const codes = [...cell.node.querySelectorAll("code")]
+                  .filter(c => !c.closest(".jp-InputArea-editor"))
+                  .map(c => c.textContent.trim());
+    const results = {};
+    for (const e of cell.model.getMetadata("user_expressions") || []) {
+      results[e.expression] = e.result;
+    }
+    return {index, names, results, text: cell.node.innerText,
+            placeholders: names.filter(n => codes.includes(n))};
+  });
+}"""
+# Each of those cells has an answer for every name and shows none of them as a placeholder.
+INLINE_VALUES_SETTLED = f"""(cells) => ({INLINE_VALUES})(cells).every(
+  c => c.names.every(n => n in c.results) && c.placeholders.length === 0)"""
 
 
 class Notebook:
@@ -281,6 +306,21 @@ class Notebook:
             "() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
         self.page.wait_for_function(ALL_CELLS_RAN_OR_ONE_FAILED, timeout=timeout_ms, polling=250)
         self.wait_for_kernel(timeout_ms)
+
+    def inline_values(self, names_by_cell: dict[int, list[str]], timeout_ms: int) -> list[dict]:
+        """What each markdown cell (by index) shows for its ``{eval}`` names, once every one has
+        the kernel's answer and none is left as a placeholder (or ``timeout_ms`` passed: the
+        caller's assertion then says which): index, names, results (name -> the kernel's
+        answer), text (as rendered), placeholders (names still shown as code)."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        cells = [[index, names] for index, names in sorted(names_by_cell.items())]
+        try:
+            self.page.wait_for_function(INLINE_VALUES_SETTLED, arg=cells, timeout=timeout_ms,
+                                        polling=250)
+        except PlaywrightTimeout:
+            pass
+        return self.page.evaluate(INLINE_VALUES, cells)
 
     def code_cell(self, source_text: str):
         """The code cell whose source contains ``source_text``."""

@@ -5,8 +5,10 @@ random token, its own config/runtime/settings folders, copies of the notebooks),
 ``chromium`` through Playwright. Chapter 1: Run All, then edit the explorer's x (the frames'
 numbers change), type a bad x (a message in the widget), Play and the slider step, an exercise
 checked wrong (hint), malformed (message) and right. Chapter 2: Run All, then the calculator's
-design, cols, dtype and rows (table and plot recomputed, an impossible input explained). After each
-step: no kernel error or stderr, no page error, no request to another host.
+design, cols, dtype and rows (table and plot recomputed, an impossible input explained). Every
+chapter converted by ``code/scripts/lab_ready.py``: Run All, then every ``{eval}`` of its prose
+shows the kernel's value, none is left as its bare name, and every ``{term}`` link leads to an
+entry. After each step: no kernel error or stderr, no page error, no request to another host.
 
 Skipped locally when chromium or JupyterLab is missing (`make lab` installs JupyterLab); CI sets
 FUSEDRMS_REQUIRE_BROWSER=1 to fail instead. xdist's ``--dist loadscope`` keeps the module on one
@@ -17,9 +19,11 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import signal
+import sys
 import threading
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from fusedrms import env, traffic
@@ -28,13 +32,22 @@ from tests.conftest import require_or_skip
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "code" / "scripts"))
+import lab_ready  # noqa: E402
+
 CHAPTER_1 = ROOT / "chapters" / "01_formula.ipynb"
 CHAPTER_2 = ROOT / "chapters" / "02_fusion_boundary.ipynb"
+# The chapters whose prose carries {eval} values (converted by code/scripts/lab_ready.py).
+CONVERTED = [p for p in sorted((ROOT / "chapters").glob("*.ipynb"))
+             if lab_ready.is_converted(nbformat.read(p, as_version=4))]
+LAB_CHAPTERS = list(dict.fromkeys([CHAPTER_1, CHAPTER_2, *CONVERTED]))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync"]
 ACTION_MS = 30_000     # one click, one recompute (a 2-core CI machine running other tests too)
-RUN_ALL_MS = 240_000   # Run All of one chapter on a CPU (about 10-20 s when the machine is idle)
-MODULE_TIMEOUT_S = 600  # hard limit for the whole module: the server is stopped either way
+# Run All of one chapter on a CPU: 15-175 s when a 2-core machine is idle (chapter 5 the longest)
+RUN_ALL_MS = 420_000
+# hard limit for the whole module (the server is stopped either way): 600 s per two chapters
+MODULE_TIMEOUT_S = 300 * len(LAB_CHAPTERS)
 
 
 def _require_jupyterlab_and_chromium():
@@ -50,7 +63,7 @@ def lab(tmp_path_factory):
     from tests.live.lab import LabServer
 
     timer = _hard_timeout(MODULE_TIMEOUT_S)
-    server = LabServer(tmp_path_factory.mktemp("lab"), [CHAPTER_1, CHAPTER_2])
+    server = LabServer(tmp_path_factory.mktemp("lab"), LAB_CHAPTERS)
     try:
         yield server
     finally:
@@ -97,17 +110,27 @@ def _open_and_run(browser, lab, path: Path):
 
 
 @pytest.fixture(scope="module")
-def chapter1(browser, lab):
-    nb = _open_and_run(browser, lab, CHAPTER_1)
-    yield nb
-    nb.close()
+def ran(browser, lab):
+    """``ran(path)``: the chapter open in its own browser context after Run All (once each)."""
+    opened = {}
+
+    def open_once(path: Path):
+        if path not in opened:
+            opened[path] = _open_and_run(browser, lab, path)
+        return opened[path]
+    yield open_once
+    for nb in opened.values():
+        nb.close()
 
 
 @pytest.fixture(scope="module")
-def chapter2(browser, lab):
-    nb = _open_and_run(browser, lab, CHAPTER_2)
-    yield nb
-    nb.close()
+def chapter1(ran):
+    return ran(CHAPTER_1)
+
+
+@pytest.fixture(scope="module")
+def chapter2(ran):
+    return ran(CHAPTER_2)
 
 
 def _assert_clean(nb):
@@ -236,3 +259,35 @@ def test_chapter2_calculator_recomputes_for_the_chosen_design_shape_and_dtype(ch
     rows.press("Enter")
     expect_estimate("eager_add_rmsnorm", 4096, 7168, "fp32")
     _assert_clean(chapter2)
+
+
+def _eval_names(path: Path) -> dict[int, list[str]]:
+    """The ``{eval}`` names of each markdown cell of ``path``, by cell index."""
+    nb = nbformat.read(path, as_version=4)
+    return {i: lab_ready.EVAL_ROLE.findall(c.source) for i, c in enumerate(nb.cells)
+            if c.cell_type == "markdown" and lab_ready.EVAL_ROLE.search(c.source)}
+
+
+@pytest.mark.parametrize("path", CONVERTED, ids=lambda p: p.stem)
+def test_after_run_all_the_prose_shows_every_value_and_no_placeholder(ran, path):
+    names = _eval_names(path)
+    assert names, f"{path.name} is converted but its prose has no {{eval}} value"
+    wrong = []
+    for cell in ran(path).inline_values(names, ACTION_MS):
+        where = f"markdown cell {cell['index']}"
+        for name in cell["names"]:
+            result = cell["results"].get(name)
+            if result is None:
+                wrong.append(f"{where}: the kernel never answered for {name}")
+            elif result["status"] != "ok":
+                wrong.append(f"{where}: {name} raised {result.get('ename')}: "
+                             f"{result.get('evalue')}")
+            elif result["data"]["text/plain"] not in cell["text"]:
+                wrong.append(f"{where}: {name} = {result['data']['text/plain']!r} is not shown")
+        wrong += [f"{where}: {name} shows as its bare name" for name in cell["placeholders"]]
+    assert not wrong, f"{path.name} after Run All:\n" + "\n".join(wrong)
+    # {term} links lead to the entries of the chapter's Lab-only glossary; one that jupyterlab-myst
+    # cannot resolve links to "#"
+    dead = ran(path).page.locator(".jp-MarkdownCell a[href='#']")
+    assert dead.count() == 0, [dead.nth(i).inner_text() for i in range(dead.count())]
+    _assert_clean(ran(path))

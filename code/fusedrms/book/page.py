@@ -5,7 +5,7 @@ inline styles; the book's stylesheet only adds what a static page needs), and ea
 ``text/plain`` form for terminals and nbval.
 
     from fusedrms.book import page
-    page.glue("speedup", 2.43, ".2f")                # prose: {glue:text}`speedup` -> 2.43
+    page.glue("speedup", 2.43, ".2f")                # prose: {eval}`speedup` -> 2.43
     page.table(rows, columns=["kernel", "GB/s"], caption="Bandwidth", csv_name="bw.csv")
     page.chapter_badge("ch06")                       # once per chapter (from MANIFEST.json)
     fig, ax = page.figure(); ax.plot(...); page.show(fig, alt="bandwidth against size")
@@ -62,13 +62,42 @@ def listed(items, word: str = "and", serial: bool = False) -> str:
     return ", ".join(items[:-1]) + ("," if serial else "") + f" {word} " + items[-1]
 
 
+class GluedText(str):
+    """A glued value's text. A notebook shows it as written, without quotes: ``{eval}`name```
+    in JupyterLab (jupyterlab-myst) and in the built book (myst-nb) both display its text/plain."""
+
+    def _repr_pretty_(self, printer, cycle):
+        printer.text(str(self))
+
+
+def _bind_in_notebook(name: str, text: str) -> None:
+    """``name = GluedText(text)`` in the running notebook, so the prose's ``{eval}`name``` reads
+    it. A variable of the notebook's own code is left alone: chapters still on ``{glue:text}``
+    reuse some names, and ``code/scripts/lab_ready.py`` refuses a chapter whose prose would read
+    such a variable."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # plain Python: there is no prose to read it
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    namespace = shell.user_ns
+    if name not in namespace or isinstance(namespace[name], GluedText):
+        namespace[name] = GluedText(text)
+
+
 def glue(name: str, value: Any, fmt: str = "") -> None:
     """Store ``value`` (formatted with ``fmt``) for the prose; shows nothing on the page.
 
-    In a markdown cell write ``{glue:text}`name```: the built book puts the formatted text there.
-    Format here (``fmt``, e.g. ``".1f"``, ``",.0f"``); a number glued without ``fmt`` can also be
-    formatted in the prose, ``{glue:text}`name:.1f```. Returns None, so a cell that ends with it
-    shows nothing.
+    In a markdown cell write ``{eval}`name```: JupyterLab (after the cell above has run) and the
+    built book both put the formatted text there, because ``name`` becomes a variable of the
+    notebook holding that text. Format here (``fmt``, e.g. ``".1f"``, ``",.0f"``). Returns None,
+    so a cell that ends with it shows nothing.
+
+    Chapters not yet converted by ``code/scripts/lab_ready.py`` still write ``{glue:text}`name```,
+    which only the built book fills in: for them the value is also stored the way myst-nb's glue
+    reads it.
     """
     from IPython.display import display
 
@@ -78,6 +107,7 @@ def glue(name: str, value: Any, fmt: str = "") -> None:
         raise ValueError(f"refusing to glue {name}={value}: a non-finite number in the prose "
                          "is a bug upstream")
     text = format(value, fmt) if fmt else str(value)
+    _bind_in_notebook(name, text)
     # myst-nb reads text/plain back with ast.literal_eval: store a literal that gives exactly the
     # text ("4,417" unquoted would come back as the tuple (4, 417)), or the plain number.
     number = not fmt and isinstance(value, (int, float)) and not isinstance(value, bool)
