@@ -285,7 +285,8 @@ def _prose(path):
         yield path.name, path.read_text()
         return
     for i, c in enumerate(json.loads(path.read_text())["cells"]):
-        if c["cell_type"] == "markdown":
+        # a Lab-only cell (the glossary and references JupyterLab reads) is not on the page
+        if c["cell_type"] == "markdown" and "lab-only" not in c["metadata"].get("tags", []):
             yield f"{path.name}, cell {i}", "".join(c["source"])
 
 
