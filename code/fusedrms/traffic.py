@@ -164,13 +164,6 @@ STEPS: dict[str, Step] = {s.name: s for s in [
           {"x": _X, "residual": _RES, "w": _W, "y": _Y, "t": Tensor(ROW, role="intermediate")},
           [Kernel("add", ("x", "residual"), ("t",), ADD),
            Kernel("rmsnorm", ("t", "w"), ("y",), RMSNORM, ROW_STAT)], "PyTorch add, rms_norm"),
-    _step("eager_add_rmsnorm", "eager PyTorch: t = x + r; n = rmsnorm(t); y = n * w -- three "
-          "kernels, t and n materialized",
-          {"x": _X, "residual": _RES, "w": _W, "y": _Y, "t": Tensor(ROW, role="intermediate"),
-           "n": Tensor(ROW, role="intermediate")},
-          [Kernel("add", ("x", "residual"), ("t",), ADD),
-           Kernel("rmsnorm", ("t",), ("n",), SUMSQ + NORMALIZE, ROW_STAT),
-           Kernel("scale", ("n", "w"), ("y",), SCALE)], "eager add->norm->scale"),
     _step("fused_add_rmsnorm", "fused add + RMSNorm: read x and r, t = x + r stays in registers, "
           "write y",
           {"x": _X, "residual": _RES, "w": _W, "y": _Y},
@@ -182,6 +175,14 @@ STEPS: dict[str, Step] = {s.name: s for s in [
           [Kernel("fused_add_rmsnorm_residual", ("x", "residual", "w"), ("t", "y"),
                   ADD + RMSNORM, ROW_STAT)], "fused add+RMSNorm, writes residual"),
     # [/book:eager-and-fused]
+    # the three-kernel chain, an illustration (its multiply runs a slow broadcast kernel)
+    _step("eager_add_rmsnorm", "eager PyTorch: t = x + r; n = rmsnorm(t); y = n * w -- three "
+          "kernels, t and n materialized",
+          {"x": _X, "residual": _RES, "w": _W, "y": _Y, "t": Tensor(ROW, role="intermediate"),
+           "n": Tensor(ROW, role="intermediate")},
+          [Kernel("add", ("x", "residual"), ("t",), ADD),
+           Kernel("rmsnorm", ("t",), ("n",), SUMSQ + NORMALIZE, ROW_STAT),
+           Kernel("scale", ("n", "w"), ("y",), SCALE)], "eager add->norm->scale"),
     _step("add_rmsnorm_two_pass", "fused add + RMSNorm for rows too wide to keep on chip: pass 1 "
           "reads x and r for the sum of squares, pass 2 reads both again to write y",
           {"x": _X, "residual": _RES, "w": _W, "y": _Y},
