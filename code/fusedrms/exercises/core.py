@@ -470,24 +470,32 @@ def kernel_source(kernel) -> dict:
             "imports": imports, "values": values, "aliases": aliases, "name": top.__name__}
 
 
-def rebuild_kernel(copy: dict, folder):
-    """The kernel :func:`kernel_source` copied, defined again from a module file in ``folder``
-    (Triton reads a kernel's source from its file)."""
+def module_from_copy(path, module_name: str, copy: dict):
+    """``(spec, module)`` for ``copy["source"]`` written to ``path``, its names bound (each import
+    resolved, each value set) but not yet executed: the caller may bind more, then execute it."""
     import importlib
     import importlib.util
-    from pathlib import Path
 
-    path = Path(folder, "reader_kernel.py")
     path.write_text(copy["source"])
-    spec = importlib.util.spec_from_file_location("fusedrms_reader_kernel", path)
+    spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
-    for name, (module_name, attribute) in copy["imports"].items():
-        value = importlib.import_module(module_name)
+    for name, (imported, attribute) in copy["imports"].items():
+        value = importlib.import_module(imported)
         for part in (attribute.split(".") if attribute else ()):
             value = getattr(value, part)
         setattr(module, name, value)
     for name, value in copy["values"].items():
         setattr(module, name, value)
+    return spec, module
+
+
+def rebuild_kernel(copy: dict, folder):
+    """The kernel :func:`kernel_source` copied, defined again from a module file in ``folder``
+    (Triton reads a kernel's source from its file)."""
+    from pathlib import Path
+
+    spec, module = module_from_copy(Path(folder, "reader_kernel.py"), "fusedrms_reader_kernel",
+                                    copy)
     spec.loader.exec_module(module)
     for name, target in copy["aliases"].items():
         setattr(module, name, getattr(module, target))

@@ -20,8 +20,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from .core import (NotAudited, _global_names, kernel_function, kernel_source, one_line,
-                   rebuild_kernel)
+from .core import (NotAudited, _global_names, kernel_function, kernel_source, module_from_copy,
+                   one_line, rebuild_kernel)
 
 MAX_DEPTH = 8  # functions that call functions that call ...: far more than an answer needs
 LAMBDA_NAME = "_fusedrms_lambda"
@@ -203,17 +203,8 @@ def rebuild(recipe: dict, folder) -> Any:
         where.mkdir(parents=True, exist_ok=True)
         if kind == "kernel":
             return rebuild_kernel(part["copy"], where)
-        path = where / "reader_function.py"
-        path.write_text(part["source"])
-        spec = importlib.util.spec_from_file_location(f"fusedrms_reader_{counter[0]}", path)
-        module = importlib.util.module_from_spec(spec)
-        for name, (module_name, attribute) in part["imports"].items():
-            value = importlib.import_module(module_name)
-            for piece in (attribute.split(".") if attribute else ()):
-                value = getattr(value, piece)
-            setattr(module, name, value)
-        for name, value in part["values"].items():
-            setattr(module, name, value)
+        spec, module = module_from_copy(where / "reader_function.py",
+                                        f"fusedrms_reader_{counter[0]}", part)
         for name, inner in part["objects"].items():
             setattr(module, name, build(inner))
         spec.loader.exec_module(module)
