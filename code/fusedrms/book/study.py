@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from .study_fp8 import run_fp8_worker
-from .study_timing import (DTYPES, LEVER_SHAPES, TAG, candidates, run_ncu_target,
+from .study_timing import (DTYPES, LEVER_SHAPES, SMOKE_LEVER_SHAPES, TAG, candidates, run_ncu_target,
                            run_python_worker, run_timing_worker)
 
 DEFAULT_BUDGET_S = 360.0
@@ -425,11 +425,11 @@ def inductor_kernel_text(log_text: str, graph: int) -> str:
     return "\n".join(lines)
 
 
-def lever_bench(out_dir: Path, budget_s: float = 90.0) -> Path:
+def lever_bench(out_dir: Path, budget_s: float = 90.0, smoke: bool = False) -> Path:
     """``capstone_levers.json``: every candidate launch (:func:`study_timing.candidates`) and
     every peer at :data:`study_timing.LEVER_SHAPES`, both ops, the same rotating-input graph
     timer, 3 processes one after another (the first compiles), median over processes
-    (:func:`aggregate_timing`)."""
+    (:func:`aggregate_timing`). ``smoke``: one shape (:data:`study_timing.SMOKE_LEVER_SHAPES`)."""
     from .. import records
 
     out_dir = Path(out_dir)
@@ -443,11 +443,12 @@ def lever_bench(out_dir: Path, budget_s: float = 90.0) -> Path:
     for i, share in enumerate((0.5, 0.25, 0.25)):
         end = min(t0 + budget_s, time.time() + budget_s * share)
         child_env = dict(env_vars, TORCH_LOGS="output_code") if i == 0 else env_vars
-        msgs += _run_child(["timing", "--index", str(i), "--shapes", "levers"], end,
+        shapes = "smoke-levers" if smoke else "levers"
+        msgs += _run_child(["timing", "--index", str(i), "--shapes", shapes], end,
                            out_dir / "capstone_levers_log.txt", child_env,
                            code_log if i == 0 else None)
     kernels = {}
-    try:  # the first shape is 16384x8192 bf16: graph 0 is add + RMSNorm, graph 1 the residual op
+    try:  # the first shape's graph 0 is add + RMSNorm, graph 1 the residual op
         text = code_log.read_text()
         kernels = {"add_rmsnorm": inductor_kernel_text(text, 0),
                    "add_rmsnorm_residual": inductor_kernel_text(text, 1)}
@@ -479,7 +480,7 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S)
     p.add_argument("--deadline", type=float, default=None)
     p.add_argument("--index", type=int, default=0)
-    p.add_argument("--shapes", choices=("study", "levers"), default="study")
+    p.add_argument("--shapes", choices=("study", "levers", "smoke-levers"), default="study")
     a = p.parse_args(argv)
     from .. import env
 
@@ -491,7 +492,8 @@ def main(argv=None) -> int:
         study(a.out, a.budget)
     elif a.what == "timing":
         run_timing_worker(a.out, deadline, a.index,
-                          shapes=LEVER_SHAPES if a.shapes == "levers" else None)
+                          shapes={"levers": LEVER_SHAPES,
+                                  "smoke-levers": SMOKE_LEVER_SHAPES}.get(a.shapes))
     elif a.what == "python":
         run_python_worker(a.out, deadline)
     elif a.what == "fp8":

@@ -51,14 +51,15 @@ case "$what" in
     python3 -m fusedrms.env | tee "$logs/check_env.log"
     # one part after another: run side by side (tried on the H200) they starved each other,
     # and a notebook kernel died waiting to start; each part has a limit, so that the summary
-    # line comes inside one 10-minute device call (H200: notebooks ~85 s, smoke ~200 s)
-    timeout -k 10 140 python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
-      -n 4 --dist loadscope chapters > "$logs/check_notebooks.log" 2>&1; nb=$?
+    # line comes inside one 10-minute device call (H200 at dd1f487: notebooks 132 s, smoke 181 s;
+    # the tests are spread test by test: one file holds 74 of the 175)
+    timeout -k 10 150 python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
+      -n 4 --dist loadscope --durations=12 chapters > "$logs/check_notebooks.log" 2>&1; nb=$?
     timeout -k 10 200 python3 -m pytest -q -p no:cacheprovider -m "gpu and not browser" tests \
-      -n 4 --dist loadfile -rfE --junitxml="$logs/gpu_tests_junit.xml" \
+      -n 8 --dist load --durations=25 -rfE --junitxml="$logs/gpu_tests_junit.xml" \
       > "$logs/check_gpu_tests.log" 2>&1; gt=$?
     smoke=$(mktemp -d)
-    timeout -k 10 220 python3 -m fusedrms.record --smoke --out "$smoke" > "$logs/check_smoke.log" 2>&1; sm=$?
+    timeout -k 10 210 python3 -m fusedrms.record --smoke --out "$smoke" > "$logs/check_smoke.log" 2>&1; sm=$?
     last() {
       local l; l=$(grep -E '(passed|failed|error)' "$1" | tail -n 1 | sed 's/=//g; s/^ *//; s/ *$//')
       echo "${l:-no summary line (stopped at its limit)}"
