@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 
 from .study_fp8 import run_fp8_worker
-from .study_timing import (DTYPES, LEVER_SHAPES, SMOKE_LEVER_SHAPES, TAG, candidates, run_ncu_target,
-                           run_python_worker, run_timing_worker)
+from .study_timing import (DTYPES, LEVER_SHAPES, SMOKE_LEVER_SHAPES, TAG, WIDE_LEVER_SHAPES,
+                           candidates, run_ncu_target, run_python_worker, run_timing_worker)
 
 DEFAULT_BUDGET_S = 360.0
 PROCESS_SHARES = (0.5, 0.25, 0.25)  # of the timing step; the first process compiles everything
@@ -480,7 +480,8 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S)
     p.add_argument("--deadline", type=float, default=None)
     p.add_argument("--index", type=int, default=0)
-    p.add_argument("--shapes", choices=("study", "levers", "smoke-levers"), default="study")
+    p.add_argument("--shapes", choices=("study", "levers", "smoke-levers", "wide"),
+                   default="study")
     a = p.parse_args(argv)
     from .. import env
 
@@ -492,8 +493,8 @@ def main(argv=None) -> int:
         study(a.out, a.budget)
     elif a.what == "timing":
         run_timing_worker(a.out, deadline, a.index,
-                          shapes={"levers": LEVER_SHAPES,
-                                  "smoke-levers": SMOKE_LEVER_SHAPES}.get(a.shapes))
+                          shapes={"levers": LEVER_SHAPES, "smoke-levers": SMOKE_LEVER_SHAPES,
+                                  "wide": WIDE_LEVER_SHAPES}.get(a.shapes))
     elif a.what == "python":
         run_python_worker(a.out, deadline)
     elif a.what == "fp8":

@@ -29,6 +29,9 @@ LEVER_SHAPES = [(16384, 8192, "bf16"), (4096, 8192, "bf16"), (1024, 16384, "bf16
                 (128, 16384, "bf16")]
 # a smoke run times one of them: every candidate still compiles and launches once per process
 SMOKE_LEVER_SHAPES = [(128, 16384, "bf16")]
+# where torch.compile was faster in the recording of 2c30b96 (1.13-1.52x): rows of 32 KB or more
+WIDE_LEVER_SHAPES = [(4096, 32768, "bf16"), (16384, 32768, "bf16"), (16384, 16384, "bf16"),
+                     (16384, 16384, "fp32"), (16384, 8192, "fp32"), (4096, 16384, "fp32")]
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
@@ -47,7 +50,10 @@ def candidates(cols: int, dtype) -> dict:
     - ``inductor_c{chunk}_w16``: Inductor's shape: two loops over column chunks, one row per
       program, 512 threads, pass 1 evict_last, pass 2 evict_first, w evict_last;
     - ``two_pass_c4096_w16``: the same with wider chunks (the current 16384 winner);
-    - ``whole_r2_w16``: two rows per program (more bytes in flight per program).
+    - ``whole_r2_w16``: two rows per program (more bytes in flight per program);
+    - ``two_pass_c2048_w16_p{n}`` (rows of 16384 columns or more): Inductor's shape as a
+      persistent grid of n programs per SM, so that the rows between pass 1 and pass 2 (x and r
+      of every program in flight) fit in L2 instead of being read from DRAM twice.
     """
     import triton
 
@@ -65,6 +71,10 @@ def candidates(cols: int, dtype) -> dict:
             out[f"two_pass_c{chunk}_w16"] = A.LaunchConfig(1, 16, 1, None, chunk)
     if block >= 4096:
         out["two_pass_c1024_w8"] = A.LaunchConfig(1, 8, 1, None, 1024)
+    if block >= 16384:
+        for programs_per_sm in (1, 2):
+            out[f"two_pass_c2048_w16_p{programs_per_sm}"] = A.LaunchConfig(1, 16, 1, programs_per_sm,
+                                                                           2048)
     return out
 
 

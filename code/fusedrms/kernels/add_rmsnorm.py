@@ -124,7 +124,7 @@ def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows,
         # a few programs per SM walk the tiles (the loads pipelined
         # num_stages deep)
         for tile in tl.range(tl.program_id(0),
-                             tl.cdiv(rows, ROWS_PER_PROGRAM),
+                             (rows + ROWS_PER_PROGRAM - 1) // ROWS_PER_PROGRAM,
                              tl.num_programs(0)):
             _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
                               COLS, x_stride, r_stride, y_stride, s_stride,
@@ -222,7 +222,7 @@ def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows,
     memory latency."""
     if PERSISTENT:
         for tile in tl.range(tl.program_id(0),
-                             tl.cdiv(rows, ROWS_PER_PROGRAM),
+                             (rows + ROWS_PER_PROGRAM - 1) // ROWS_PER_PROGRAM,
                              tl.num_programs(0)):
             _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
                            COLS, x_stride, r_stride, y_stride, s_stride, eps,
