@@ -159,64 +159,6 @@ def exactness_records(shapes=CHECK_SHAPES, seeds=CHECK_SEEDS, log=print,
     return out
 
 
-def timing_records(shapes=TIMING_SHAPES, warmup: int = 10, reps: int = 50, log=print) -> list[dict]:
-    """Median times of naive and fused (cold L2), priced by the traffic model and the copy floor."""
-    from ..measure import timer  # written by the measurement chapter; imported here so CPU use never needs it
-
-    out = []
-    try:
-        copy_GBps = float(timer.copy_bandwidth_GBps())
-        log(f"  copy bandwidth: {copy_GBps:.0f} GB/s")
-    except Exception as e:  # noqa: BLE001
-        copy_GBps = None
-        out.append({"kind": "error", "step": "copy_bandwidth", "error": f"{type(e).__name__}: {e}"})
-        log(f"  copy bandwidth FAILED: {e}")
-    for rows, cols in shapes:
-        rec = {"kind": "timing", "rows": rows, "cols": cols, "copy_GBps": copy_GBps}
-        x, w = make_inputs(rows, cols, 0)
-        # graph=False: what a Python caller sees (launch overhead included);
-        # graph=True: the kernels replayed from a CUDA graph, so Python's overhead is not counted
-        for graph, suffix in ((False, ""), (True, "_graph")):
-            try:
-                for name, fn in (("naive", rmsnorm_fp8_naive), ("fused", rmsnorm_fp8_fused),
-                                 ("fused_baseline", lambda x, w: rmsnorm_fp8_fused(
-                                     x, w, config=baseline_config(x.shape[-1])))):
-                    times = timer.time_gpu(lambda: fn(x, w), warmup, reps, l2="cold", graph=graph)
-                    times = sorted(float(t) for t in times)
-                    rec[f"{name}{suffix}_us"] = times[len(times) // 2]
-                    rec[f"{name}{suffix}_us_min"] = times[0]
-                rec[f"speedup{suffix}"] = rec[f"naive{suffix}_us"] / rec[f"fused{suffix}_us"]
-                rec[f"speedup_baseline{suffix}"] = (rec[f"naive{suffix}_us"]
-                                                    / rec[f"fused_baseline{suffix}_us"])
-            except Exception as e:  # noqa: BLE001
-                rec[f"error{suffix}"] = f"{type(e).__name__}: {e}"
-        try:
-            from .. import traffic
-
-            for name in ("naive", "fused"):
-                price = traffic.price(f"rmsnorm_fp8_{name}", rows, cols, "bf16")
-                rec[f"{name}_bytes_read"] = int(price.bytes_read)
-                rec[f"{name}_bytes_written"] = int(price.bytes_written)
-                rec[f"{name}_bytes"] = int(price.bytes_total)
-                if copy_GBps:  # the floor: these bytes moved at the measured copy bandwidth
-                    rec[f"{name}_floor_us"] = price.bytes_total / copy_GBps / 1e3
-                    for suffix in ("", "_graph"):
-                        if f"{name}{suffix}_us" in rec:
-                            rec[f"{name}{suffix}_floor_fraction"] = (
-                                rec[f"{name}_floor_us"] / rec[f"{name}{suffix}_us"])
-                        if name == "fused" and f"fused_baseline{suffix}_us" in rec:
-                            rec[f"fused_baseline{suffix}_floor_fraction"] = (
-                                rec["fused_floor_us"] / rec[f"fused_baseline{suffix}_us"])
-        except Exception as e:  # noqa: BLE001
-            rec["traffic_error"] = f"{type(e).__name__}: {e}"
-        del x, w
-        out.append(rec)
-        log(f"  time {rows}x{cols}: " + ", ".join(
-            f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items()
-            if k not in ("kind", "rows", "cols")))
-    return out
-
-
 SWEEP_SHAPE = (16384, 7168)
 SWEEP_CONFIGS = ((16, True), (16, False), (8, False), (32, False))  # (num_warps, cap_registers)
 
@@ -429,6 +371,8 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, check_sh
     """Chapter 8 on the GPU: exactness, then timings, then the candidates with the naive pair
     timed again beside them (one run, one timer). Each part fails on its own and its file is
     rewritten after each part, so a later failure keeps what was measured."""
+    from . import ch08_timing
+
     out_dir = Path(out_dir)
     if smoke:  # the same steps at small shapes, two candidates (one of them the baseline)
         check_shapes, timing_shapes = ((3, 129), (2, 7168)), ((2, 7168), (1024, 7168))
@@ -445,7 +389,8 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, check_sh
              "baseline_config": baseline_config(HIDDEN_SIZE).label}
     steps = (("exactness", lambda: exactness_records(check_shapes, log=log)),
              ("resources", lambda: [{"kind": "resources", **kernel_resources()}]),
-             ("timing", lambda: timing_records(timing_shapes, log=log)),
+             ("timing", lambda: ch08_timing.timing_in_processes(
+                 timing_shapes, processes=2 if smoke else ch08_timing.TIMING_PROCESSES, log=log)),
              ("sweep", lambda: sweep_records(log=log) if full else []))
     for step, fn in steps:
         try:
@@ -627,6 +572,11 @@ def timing_rows(doc: dict | None, floor: records.CopyFloor | None = None) -> lis
         nbytes = r.get("fused_bytes") or _fused_bytes(r["rows"], r["cols"])
         naive_bytes = r.get("naive_bytes")
         out.append({"rows": r["rows"], "cols": r["cols"], "naive_us": naive, "fused_us": fused,
+                    "naive_process_us": r.get("naive_graph_process_us") or [naive],
+                    "fused_process_us": r.get("fused_graph_process_us") or [fused],
+                    "naive_spread": _spread(r.get("naive_graph_process_us")),
+                    "fused_spread": _spread(r.get("fused_graph_process_us")),
+                    "processes": r.get("processes", 1),
                     "floor_us": floor.us(nbytes) if floor else None,
                     "naive_floor_us": floor.us(naive_bytes) if floor and naive_bytes else None,
                     "speedup": naive / fused,
@@ -635,6 +585,25 @@ def timing_rows(doc: dict | None, floor: records.CopyFloor | None = None) -> lis
                     "bytes_ratio": r["naive_bytes"] / r["fused_bytes"]
                     if r.get("naive_bytes") and r.get("fused_bytes") else None})
     return out
+
+
+def _spread(process_us) -> tuple[float, float] | None:
+    """(p10, p90) of a time's process medians; None from a single process."""
+    from ..measure import compare
+
+    if not process_us or len(process_us) < 2:
+        return None
+    return compare.quantile_of(process_us, 0.1), compare.quantile_of(process_us, 0.9)
+
+
+def timing_tie_band(timing: list[dict]) -> float | None:
+    """The tie band of :func:`timing_rows` (:func:`fusedrms.measure.compare.tie_band` over the
+    naive and fused times' process medians); None when every time comes from one process."""
+    from ..measure import compare
+
+    return compare.tie_band([{"status": "ok", "median_us": r[f"{name}_us"],
+                              "process_medians_us": r[f"{name}_process_us"]}
+                             for r in timing for name in ("naive", "fused")])
 
 
 # One lever at a time, each from the configuration the previous one left: (lever, hypothesis,

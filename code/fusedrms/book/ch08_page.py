@@ -288,6 +288,20 @@ def candidates_sentence(cand_doc: dict | None, check_shapes, seeds: int = 2) -> 
             + ", and only a candidate that passed may be used")
 
 
+def spread_sentence(timing: list[dict], band: float | None) -> str:
+    """How far the times moved between processes, and whether any speedup is within that band."""
+    if not timing:
+        return ""
+    processes = min(r.get("processes", 1) for r in timing)
+    if band is None or processes < 2:
+        return ("Each time comes from one process, so the recording cannot tell a difference "
+                "from run-to-run noise.")
+    inside = ", ".join(f"{r['rows']:,}" for r in timing if abs(r["speedup"] - 1) <= band)
+    verdict = f"at {inside} rows the two are a tie" if inside else "no speedup is inside it"
+    return (f"Each time is the median of {processes} processes timed one after another; "
+            f"their p10-p90 spread gives a tie band of ±{100 * band:.1f}%, and {verdict}.")
+
+
 def timing_paragraph(timing: list[dict]) -> str:
     """The timing table (rows of :func:`fusedrms.book.ch08.timing_rows`) in two sentences:
     where the fused kernel beats the naive pair, by how much against what the bytes allow, and

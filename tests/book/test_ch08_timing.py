@@ -1,0 +1,67 @@
+"""Chapter 8's timings across processes: the merge, the spread and the tie band the page reads."""
+import pytest
+
+from fusedrms.book import ch08, ch08_page, ch08_timing
+
+
+def _process(copy, naive, fused, rows=4096, cols=7168, **extra):
+    rec = {"kind": "timing", "rows": rows, "cols": cols, "copy_GBps": copy}
+    for suffix in ("", "_graph"):
+        rec.update({f"naive{suffix}_us": naive, f"naive{suffix}_us_min": naive * 0.98,
+                    f"fused{suffix}_us": fused, f"fused{suffix}_us_min": fused * 0.97,
+                    f"fused_baseline{suffix}_us": fused * 1.3})
+    rec.update(extra)
+    return [rec]
+
+
+def test_merge_takes_the_median_over_processes_and_keeps_each_process():
+    runs = [_process(4200, 30.0, 10.0), _process(4260, 33.0, 10.6), _process(4230, 31.0, 10.2)]
+    [rec] = ch08_timing.merge_processes(runs)
+    assert rec["processes"] == 3 and rec["copy_GBps"] == 4230
+    assert rec["fused_graph_us"] == 10.2 and rec["fused_graph_process_us"] == [10.0, 10.6, 10.2]
+    assert rec["fused_graph_us_min"] == pytest.approx(10.0 * 0.97)
+    assert rec["speedup_graph"] == pytest.approx(31.0 / 10.2)
+    assert rec["fused_floor_us"] == pytest.approx(rec["fused_bytes"] / 4230 / 1e3)
+
+
+def test_a_failed_process_is_an_error_record_and_a_missing_time_is_not_invented():
+    runs = [_process(4200, 30.0, 10.0),
+            [{"kind": "error", "step": "timing process 2", "error": "TimeoutExpired"}],
+            [{"kind": "timing", "rows": 4096, "cols": 7168, "copy_GBps": 4200,
+              "error_graph": "RuntimeError: graph capture failed"}]]
+    merged = ch08_timing.merge_processes(runs)
+    assert [r["kind"] for r in merged] == ["error", "timing"]
+    timing = merged[1]
+    assert timing["processes"] == 2 and timing["fused_graph_process_us"] == [10.0]
+    assert timing["error_graph"].startswith("RuntimeError")
+
+
+def test_the_page_reads_spread_and_a_tie_band_from_the_process_medians():
+    runs = [_process(4200, 30.0, 10.0), _process(4200, 33.0, 10.6), _process(4200, 31.0, 10.2)]
+    doc = {"records": ch08_timing.merge_processes(runs), "provenance": {}}
+    timing = ch08.timing_rows(doc)
+    assert timing[0]["fused_spread"][0] == pytest.approx(10.04)
+    band = ch08.timing_tie_band(timing)
+    assert band == pytest.approx(max(0.8 * 3.0 / 31.0, 0.8 * 0.6 / 10.2), rel=0.2)
+    text = ch08_page.spread_sentence(timing, band)
+    assert "median of 3 processes" in text and "no speedup is inside it" in text
+
+
+def test_one_process_says_it_cannot_tell_noise_from_a_difference():
+    doc = {"records": ch08_timing.merge_processes([_process(4200, 30.0, 10.0)]), "provenance": {}}
+    timing = ch08.timing_rows(doc)
+    assert timing[0]["fused_spread"] is None and ch08.timing_tie_band(timing) is None
+    assert "one process" in ch08_page.spread_sentence(timing, None)
+
+
+def test_a_speedup_inside_the_band_is_called_a_tie():
+    runs = [_process(4200, 10.0, 10.1), _process(4200, 10.4, 9.6), _process(4200, 9.7, 10.3)]
+    timing = ch08.timing_rows({"records": ch08_timing.merge_processes(runs), "provenance": {}})
+    band = ch08.timing_tie_band(timing)
+    assert "4,096 rows the two are a tie" in ch08_page.spread_sentence(timing, band)
+
+
+def test_shapes_argument_is_read_or_refused_with_its_name():
+    assert ch08_timing._shapes("2x7168,4096x7168") == ((2, 7168), (4096, 7168))
+    with pytest.raises(Exception, match="--shapes"):
+        ch08_timing._shapes("2 by 7168")
