@@ -98,7 +98,7 @@ def test_answer_with_every_shape_counts_and_gives_the_large_shape_median():
     doc = _train_doc(list(ch09.SHAPES))
     text = ch09_page.answer(doc)
     _english(text)
-    assert "at or below the fastest checked peer's time at 5 of 11 shapes" in text
+    assert "faster than the fastest checked peer at 5 of 11 shapes and slower at 6" in text
     assert "shapes moving 64 MB or more" in text
     assert ch09_page.coverage_sentence(doc) == ("The recording timed forward + backward at all 11 "
                                            "shapes.")
@@ -216,3 +216,21 @@ def test_without_a_copy_measured_the_answer_says_no_share_of_a_floor(monkeypatch
     assert all(r.get("pct_floor") is None for r in doc["records"])
     text = ch09_page.answer(doc)
     assert "floor" not in text and "None" not in text and "For RMSNorm" in text
+
+
+def test_differences_inside_the_run_to_run_spread_are_ties():
+    """Three processes: the band is the spread of the process times; a 0.5% gap is a tie, 20% not."""
+    def part(scale):
+        near = _part({"triton.two_stage": 100.0 * scale, "torch.compile": 100.5},
+                     rows=16384, cols=8192)
+        far = _part({"triton.two_stage": 120.0 * scale, "torch.compile": 100.0}, rows=4096,
+                    cols=4096)
+        return {"copy_GBps": 4000.0, "records": near["records"] + far["records"], "skipped": 0}
+
+    doc = _doc([part(1.0), part(1.01), part(0.99)])
+    band = ch09_page.tie_band(doc)
+    assert band == pytest.approx(0.016, abs=0.002)
+    v = ch09_page.verdict(doc, "rmsnorm")
+    assert (v["faster"], v["tie"], v["slower"]) == (0, 1, 1)
+    text = ch09_page.answer(doc)
+    assert "tie band of ±1.6%: 1 of these is a tie." in text

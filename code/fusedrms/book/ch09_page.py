@@ -110,11 +110,25 @@ def backward_table(doc, kind: str = "backward") -> list[dict] | None:
     return out
 
 
+def tie_band(doc) -> float | None:
+    """The recording's tie band (:func:`fusedrms.measure.compare.tie_band` over every timed case's
+    process times); None when no case has two processes."""
+    from ..measure import compare
+
+    return compare.tie_band([{"status": "ok", "median_us": r["us"],
+                              "process_medians_us": r.get("process_us") or [r["us"]]}
+                             for r in _select(doc) if "us" in r and r.get("us")])
+
+
 def verdict(doc, op: str, large_only: bool = False) -> dict | None:
     """Ours against the fastest checked peer over the compared shapes (``large_only``: only those
     moving at least :data:`LARGE_BYTES`): how many, how many at or below 1.00x, the median and
-    the worst ratio, the median % of the floor, and which peers lack a checked time at how many
-    of these shapes (missing, never counted as beaten). None when no shape qualifies."""
+    the worst ratio, the median % of the floor, how many are faster, ties and slower outside
+    the recording's :func:`tie_band` (``band``, 0 without one), and which peers lack a checked
+    time at how many of these shapes (missing, never counted as beaten). None when no shape
+    qualifies."""
+    from ..measure import compare
+
     table = [r for r in training_table(doc, op) or []
              if not large_only or r["MB"] * 1e6 >= LARGE_BYTES]
     rows = [r for r in table if r["vs_fastest"] is not None]
@@ -127,7 +141,12 @@ def verdict(doc, op: str, large_only: bool = False) -> dict | None:
     peers = [i for i in TRAIN_IMPLS if i not in OURS]
     missing = {i: sum(not (r[i] is not None and r[f"{i} checked"]) for r in rows) for i in peers}
     floors = [r["pct_floor"] for r in rows if r["pct_floor"] is not None]
+    band = tie_band(doc)
+    counts = {"faster": 0, "tie": 0, "slower": 0}
+    for x in ratios:
+        counts[compare.verdict(x, 1.0, band or 0.0)] += 1
     return {"op": op, "shapes": len(rows), "at_or_below_1": sum(x <= 1.0 for x in ratios),
+            "band": band, **counts,
             "median_ratio": statistics.median(ratios), "worst_ratio": worst["vs_fastest"],
             "worst_shape": worst["shape"], "worst_peer": worst["fastest_peer"],
             "median_pct_floor": statistics.median(floors) if floors else None,
@@ -188,10 +207,19 @@ def _op_sentence(doc, op: str) -> str:
         floors = page.listed(f"{r['pct_floor']:.0f}%" for r in v["rows"] if r["pct_floor"] is not None)
         text = (f"For {name}, forward + backward, ours took {page.listed(each)}"
                 + (f", running at {floors} of its copy floor." if floors else "."))
+        if v["band"]:
+            text += (f" The run-to-run spread gives a tie band of ±{100 * v['band']:.1f}%: "
+                     + ("none of these is a tie." if not v["tie"] else
+                        f"{v['tie']} of these {'is a tie' if v['tie'] == 1 else 'are ties'}."))
     else:
-        text = (f"For {name}, forward + backward, ours is at or below the fastest checked peer's "
-                f"time at {v['at_or_below_1']} of {v['shapes']} shapes: median "
-                f"{v['median_ratio']:.2f}x, worst {v['worst_ratio']:.2f}x against "
+        counts = (f"faster than the fastest checked peer at {v['faster']} of {v['shapes']} "
+                  f"shapes, a tie at {v['tie']} (within ±{100 * v['band']:.1f}%, the band the "
+                  f"run-to-run spread gives) and slower at {v['slower']}" if v["band"] else
+                  f"faster than the fastest checked peer at {v['faster']} of {v['shapes']} "
+                  f"shapes and slower at {v['slower']}, each time from one process, so no tie "
+                  f"band tells noise from a difference")
+        text = (f"For {name}, forward + backward, ours is {counts}: median "
+                f"{v['median_ratio']:.2f}x its time, worst {v['worst_ratio']:.2f}x against "
                 f"{plain_name(v['worst_peer'])} at {v['worst_shape']}"
                 + (f"; its median share of the copy floor is {v['median_pct_floor']:.0f}%."
                    if v["median_pct_floor"] is not None else "."))
