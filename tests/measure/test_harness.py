@@ -93,6 +93,16 @@ def test_floor_bytes_match_the_traffic_model_and_fail_clearly():
         harness.floor_bytes("softmax", 4, 8, "bf16")
 
 
+def test_each_process_logs_where_its_time_went(monkeypatch, tmp_path):
+    state = fake_clock(monkeypatch)
+    lines = []
+    harness.run_sweeps(SMALL, harness.Settings(processes=1, warmup=2, reps=5, min_reps=5),
+                       tmp_path / "grid.json", log=lines.append, runner=inprocess_runner(state))
+    [line] = [m for m in lines if "of which" in m]
+    for phase in ("copy bandwidth", "inputs", "first calls and checks", "timing (cold)"):
+        assert phase in line
+
+
 def test_worker_and_aggregation_over_three_processes(monkeypatch, tmp_path):
     state = fake_clock(monkeypatch)
     settings = harness.Settings(processes=3, warmup=2, reps=11, min_reps=11)

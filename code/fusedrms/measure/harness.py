@@ -342,6 +342,10 @@ def consume(lines, index: int, bar, log, device_info: dict
             bar.update(1)
         elif kind == "fatal":
             failure = msg["error"]
+        elif kind == "phases":  # where the process's time went: the recording's time budget
+            total = msg.pop("total_s", 0.0)
+            log(f"process {index + 1}: {total:.0f} s, of which "
+                + ", ".join(f"{name} {sec:.1f} s" for name, sec in msg.items()))
     return got, bw, failure
 
 

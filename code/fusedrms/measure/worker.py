@@ -8,6 +8,7 @@ compiling it into the shared on-disk caches (:func:`warm_worker`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import sys
@@ -128,6 +129,19 @@ def _sync_wall_ms(fn, device: str = "cuda") -> tuple[float, object]:
     return (time.perf_counter() - t0) * 1e3, out
 
 
+class _Phases(dict):
+    """Wall seconds per phase of a timing process (inputs, first calls and checks, timing per
+    mode), emitted at its end so that the recording's log says where its time went."""
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self[name] = self.get(name, 0.0) + time.perf_counter() - t0
+
+
 def run_worker(spec: dict) -> int:
     """Run ``spec['cases']`` in this process, emitting one JSON line per result."""
     import torch
@@ -143,7 +157,10 @@ def run_worker(spec: dict) -> int:
     deadline = spec.get("deadline")
     if spec.get("warm_only"):
         return warm_worker(spec["cases"], device)
-    bw = timer.copy_bandwidth_GBps()
+    started = time.perf_counter()
+    phase = _Phases()
+    with phase("copy bandwidth"):
+        bw = timer.copy_bandwidth_GBps()
     _emit("copy", GBps=bw, l2_bytes=timer.l2_bytes(), flush_bytes=timer.flush_bytes())
     cases = spec["cases"]
     by_shape: dict = {}
@@ -155,7 +172,8 @@ def run_worker(spec: dict) -> int:
                 _emit("record", **c, status="not run: the process's time limit")
             continue
         dtype = dtypes.torch_dtype(dt)
-        args = make_inputs(op, rows, cols, dtype, device)
+        with phase("inputs"):
+            args = make_inputs(op, rows, cols, dtype, device)
         rotating_sets: list = []
         by_impl: dict = {}
         for c in group:
@@ -170,6 +188,7 @@ def run_worker(spec: dict) -> int:
                 continue
             impl = registry.get(name)
             call = (lambda f=impl.fn: f(*args))
+            first = time.perf_counter()
             try:
                 if impl.mutates:
                     copies = tuple(a.clone() if i < 2 else a for i, a in enumerate(args))
@@ -185,6 +204,8 @@ def run_worker(spec: dict) -> int:
             except Exception as e:  # noqa: BLE001 - report and go on with the next case
                 from ..kernels import peers
 
+                phase["first calls and checks"] = (phase.get("first calls and checks", 0.0)
+                                                   + time.perf_counter() - first)
                 missing = isinstance(e, peers.PeerMissing)
                 for c in impl_cases:
                     _emit("record", **c, status=(f"missing: {e}" if missing else
@@ -193,9 +214,12 @@ def run_worker(spec: dict) -> int:
                     _emit("fatal", error=f"CUDA context lost after {name}: {e}"[:500])
                     return 1
                 continue
+            phase["first calls and checks"] = (phase.get("first calls and checks", 0.0)
+                                               + time.perf_counter() - first)
             for c in impl_cases:
                 mode = c["mode"]
                 base = dict(c, first_call_ms=first_ms, correct=ok, check=message, copy_GBps=bw)
+                timed = time.perf_counter()
                 try:
                     if mode == "python":
                         samples = python_call_us(call, device, reps=s.min_reps)
@@ -204,7 +228,9 @@ def run_worker(spec: dict) -> int:
                                     f"kernel's end, per call")
                     elif mode == "rotating":
                         if not rotating_sets:
-                            rotating_sets = rotating_inputs(op, rows, cols, dtype, device, args)
+                            with phase("inputs"):
+                                rotating_sets = rotating_inputs(op, rows, cols, dtype, device,
+                                                                args)
                         calls = [(lambda f=impl.fn, a=a: f(*a)) for a in rotating_sets]
                         samples = timer.time_rotating(calls, reps=s.rotating_reps)
                         base.update(warmup=2, l2_method=f"rotating: a graph replays calls over "
@@ -221,6 +247,9 @@ def run_worker(spec: dict) -> int:
                     _emit("record", **base, status="ok", **timer.summarize(samples))
                 except Exception as e:  # noqa: BLE001
                     _emit("record", **base, status=f"error: {type(e).__name__}: {e}"[:500])
+                finally:
+                    phase[f"timing ({mode})"] = (phase.get(f"timing ({mode})", 0.0)
+                                                 + time.perf_counter() - timed)
             if is_compiled_peer(name):
                 from ..kernels import peers
 
@@ -229,6 +258,8 @@ def run_worker(spec: dict) -> int:
         del args, rotating_sets
         if device != "cpu":
             torch.cuda.empty_cache()
+    _emit("phases", total_s=time.perf_counter() - started,
+          **{name: round(seconds, 2) for name, seconds in phase.items()})
     _emit("done")
     return 0
 
