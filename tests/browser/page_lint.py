@@ -17,7 +17,7 @@ through Playwright) with no network, and reports, each with its location:
 - ``badge``     more than one provenance badge (or "Recorded on ..." line) on a page
 - ``output``    a printed output block over 20 lines
 - ``word``      words a reader should never see: session, nbval, machine paths, "the issue",
-                "target ... met", build caches, budget
+                "target ... met", build caches, budget, an exercise's "Not yet." verdict
 - ``code``      a code line over 80 columns
 
 Exit status 1 when any page has a violation. ``lint(site, pages)`` is the same as a function.
@@ -283,6 +283,9 @@ FORBIDDEN_WORDS = [
     ("build cache", r"build[ _-]?cache|jupyter_cache|__pycache__|_build/(?:\.doctrees|jupyter_execute)"
                     r"|/_cache\b"),
     ("budget", r"\bbudget"),
+    # an exercise cell as the notebook starts says "Your turn."; a verdict before any answer
+    # would tell every reader of the static site that they failed
+    ("verdict before an answer", r"\bNot yet\."),
 ]
 
 

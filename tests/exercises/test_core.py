@@ -42,7 +42,10 @@ def test_check_never_raises_for_malformed_answers():
     assert ex.check(4).ok
     assert not ex.check(5).ok
     fb = ex.check(None)
-    assert not fb.ok and "no answer here yet" in fb.message and ex.question not in str(fb)
+    assert not fb.ok and fb.awaiting and ex.question not in str(fb)
+    assert str(fb).startswith("Your turn. Run the notebook to check your answer")
+    assert "Not yet" not in fb._repr_html_() and "Your turn." in fb._repr_html_()
+    assert not ex.check(...).ok and ex.check(...).awaiting and not ex.check(5).awaiting
     fb = ex.check("four")
     assert not fb.ok and "could not be read" in fb.message
 

@@ -205,7 +205,7 @@ def test_chapter1_exercise_check_renders_its_feedback(chapter1):
     expect = _expect()
     cell = chapter1.code_cell("ch01.sum_of_squares.check(answer)")
     feedback = cell.locator(".jp-OutputArea-output")
-    expect(feedback).to_contain_text("Not yet. There is no answer here yet")
+    expect(feedback).to_contain_text("Your turn. Run the notebook to check your answer")
     for answer, verdict, detail in [
         ("9", "Not yet.", "Hint: Square the elements, don't just drop the signs."),
         ("'fifty'", "Not yet.", "could not be read"),

@@ -33,18 +33,26 @@ class Feedback:
     # set when the grader itself failed on the answer (its exception, for tests to find); the
     # reader still gets a message, never a traceback
     error: str = ""
+    # no answer given yet: a neutral prompt, not a verdict (the built book shows the cell as the
+    # notebook starts, so every exercise would otherwise read as failed)
+    awaiting: bool = False
 
     def __bool__(self) -> bool:
         return self.ok
 
+    def _head(self) -> tuple[str, str]:
+        if self.ok:
+            return "#1a7f37", "Correct."
+        return ("#57606a", "Your turn.") if self.awaiting else ("#b35900", "Not yet.")
+
     def __str__(self) -> str:
-        head = "Correct. " if self.ok else "Not yet. "
-        return head + self.message + (f"\nHint: {self.hint}" if self.hint else "")
+        return (self._head()[1] + " " + self.message
+                + (f"\nHint: {self.hint}" if self.hint else ""))
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        color, head = ("#1a7f37", "Correct.") if self.ok else ("#b35900", "Not yet.")
+        color, head = self._head()
         hint = f"<br><i>Hint:</i> {html.escape(self.hint)}" if self.hint else ""
         return (f'<div style="border-left:4px solid {color};padding:4px 10px">'
                 f"<b style=\"color:{color}\">{head}</b> {html.escape(self.message)}{hint}</div>")
@@ -56,6 +64,12 @@ def correct(message: str) -> Feedback:
 
 def wrong(message: str, hint: str = "") -> Feedback:
     return Feedback(False, message, hint)
+
+
+def awaiting() -> Feedback:
+    """What an exercise cell says before the reader has answered."""
+    return Feedback(False, "Run the notebook to check your answer: write it in place of None "
+                           "and run this cell.", awaiting=True)
 
 
 @dataclass
@@ -73,8 +87,7 @@ class Exercise:
         """Grade ``answer``; never raises (a checker's promise to the reader)."""
         if answer is None or answer is Ellipsis:
             # the question is printed above the cell already: say only what to do
-            return wrong("There is no answer here yet: replace None with yours and run the "
-                         "cell again.")
+            return awaiting()
         from ..validation import InputError
 
         try:
