@@ -572,3 +572,21 @@ def test_forward_only_entry_points_refuse_inputs_that_require_grad():
                 call(*args)
             with torch.no_grad():
                 assert torch.equal(call(*args), expected)
+
+
+@pytest.mark.parametrize("layout", ["x_residual", "x_w", "residual_w"])
+def test_a_remembered_in_place_call_still_refuses_overlapping_memory(layout):
+    """The in-place plan checks byte ranges on every call (a cheap test, the full one on a hit)."""
+    x, r, w = inputs(2, 64, torch.float32)
+    A.add_rmsnorm_residual(x.clone(), r.clone(), w, in_place=True)  # remembered for this layout
+    buf = torch.randn(5 * 64, device=DEV)
+    xs, rs = buf[:128].view(2, 64), buf[192:320].view(2, 64)
+    ws = w
+    if layout == "x_residual":
+        rs = buf[64:192].view(2, 64)
+    elif layout == "x_w":
+        ws = buf[64:128]
+    else:
+        ws = buf[256:320]
+    with pytest.raises(InputError, match="share"):
+        A.add_rmsnorm_residual(xs, rs, ws, in_place=True)

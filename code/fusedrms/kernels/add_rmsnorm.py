@@ -636,6 +636,13 @@ def add_rmsnorm(x, residual, w, eps: float = 1e-5, *, config=None) -> torch.Tens
     return y2.reshape(shape)
 
 
+def _disjoint(*tensors) -> bool:
+    """Whether contiguous tensors (a plan is kept only for those) occupy disjoint byte ranges: a
+    few integer comparisons where :func:`validation.check_no_overlap` takes ~15 us per call."""
+    spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in tensors)
+    return all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+
+
 def _refuse_autograd_in_place(x, residual) -> None:
     """``in_place=True`` overwrites x and residual, which autograd may need for a gradient."""
     if not torch.is_grad_enabled():
@@ -671,9 +678,11 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         if in_place:
-            # depends on addresses, not on the key: checked on every call
-            validation.check_no_overlap({"x": x, "residual": residual},
-                                        {"x": x, "residual": residual, "w": w})
+            # depends on addresses, not on the key: checked on every call (the full check, with
+            # its message, only when the byte ranges meet)
+            if not _disjoint(x, residual, w):
+                validation.check_no_overlap({"x": x, "residual": residual},
+                                            {"x": x, "residual": residual, "w": w})
             plan.run(x, residual, w, x, residual, eps)
             _bump_versions(x, residual)
             return x, residual
