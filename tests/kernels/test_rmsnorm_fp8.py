@@ -483,3 +483,26 @@ def test_approx_kernel_is_close_but_not_the_specification():
     steps = (spec.code_bits(codes).to(torch.int16) - spec.code_bits(ref_codes).to(torch.int16)).abs()
     assert (steps <= 1).float().mean() > 0.95
     assert torch.isfinite(scales).all()
+
+
+def test_a_repeated_call_skips_to_the_launch_and_gives_the_same_bits():
+    """The second call with the same layout uses the remembered plan: same codes and scales as
+    the full path, for new values in the same tensors' layout; anything else takes the full path."""
+    q._PLANS.clear()
+    x, w = spec.make_inputs(3, 256, 0)
+    first = q.rmsnorm_fp8_fused(x, w)
+    assert len(q._PLANS) == 1
+    x2, _ = spec.make_inputs(3, 256, 1)  # new values, same layout: the plan
+    got = q.rmsnorm_fp8_fused(x2, w)
+    assert len(q._PLANS) == 1
+    assert spec.compare(*got, *spec.reference(x2, w))
+    assert not torch.equal(got[0].view(torch.uint8), first[0].view(torch.uint8))
+    # a strided x: the full path (no plan for it), still right
+    wide, _ = spec.make_inputs(3, 512, 2)
+    got = q.rmsnorm_fp8_fused(wide[:, :256], w)
+    assert spec.compare(*got, *spec.reference(wide[:, :256], w))
+    # the plan never hides a check: another eps is validated on the full path
+    with pytest.raises(validation.InputError):
+        q.rmsnorm_fp8_fused(x2, w, eps=-1.0)
+    with pytest.raises(validation.InputError):
+        q.rmsnorm_fp8_fused(x2.requires_grad_(True), w)

@@ -621,15 +621,59 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
     ``num_warps`` / ``cap_registers`` (:data:`REGISTER_CAP`) / ``division`` (:data:`DIVISIONS`)
     override the baseline piece by piece; ``config`` (a :class:`FusedConfig`) sets all three.
     """
+    default = num_warps is None and division is None and config is None and cap_registers is True
+    key = _plan_key(x, w, eps, absmax_floor, rounding) if default else None
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None:
+        return plan.run(x, w)
     validation.check_forward_only({"x": x, "w": w}, "fp8.fused")
-    if num_warps is None and division is None and config is None and cap_registers:
+    if default:
         config = choose_config(x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0)[0]
-    x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
+    x2, w2, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
         x, w, eps, absmax_floor, rounding, num_warps, cap_registers, division, config)
     if x2.shape[0] == 0:
         return _shaped(codes, scales, shape)
-    _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
+    _launch_fused(x2, w2, codes_out, scales, eps, floor, meta)
+    if key is not None and x2.data_ptr() == x.data_ptr() and x.is_contiguous() and w2 is w:
+        _PLANS[key] = _Plan(x2.shape, scales.shape[1], codes_out.dtype != codes.dtype, eps,
+                            floor, meta)
     return _shaped(codes, scales, shape)
+
+
+# Repeated calls (a model calls with the same shapes every step): every check above depends only
+# on the inputs' type, shape, strides, dtype, device, eps, floor, rounding and the tuning table,
+# so a call whose key matches one that passed them skips to the launch (Triton's own launch path,
+# which specializes on the pointers itself).
+_PLANS: dict = {}
+
+
+def _plan_key(x, w, eps, absmax_floor, rounding) -> tuple | None:
+    from . import add_rmsnorm  # its FAST_PATH switch (FUSEDRMS_FAST_PATH) covers both ops
+
+    if not (add_rmsnorm.FAST_PATH and type(x) is torch.Tensor and type(w) is torch.Tensor  # noqa: E721
+            and type(eps) is float and type(absmax_floor) is float and type(rounding) is str):  # noqa: E721
+        return None
+    recorded = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
+    if len(_PLANS) >= 256:
+        _PLANS.clear()
+    return (x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype, w.device, eps,
+            absmax_floor, rounding, tuning.generation(), recorded)
+
+
+class _Plan:
+    __slots__ = ("rows_cols", "blocks", "software", "eps", "floor", "meta")
+
+    def __init__(self, rows_cols, blocks, software, eps, floor, meta):
+        self.rows_cols, self.blocks, self.software = tuple(rows_cols), blocks, software
+        self.eps, self.floor, self.meta = eps, floor, meta
+
+    def run(self, x, w):
+        rows, cols = self.rows_cols
+        codes = torch.empty((rows, cols), dtype=FP8_DTYPE, device=x.device)
+        scales = torch.empty((rows, self.blocks), dtype=FP32, device=x.device)
+        codes_out = codes.view(torch.uint8) if self.software else codes
+        _launch_fused(x.view(rows, cols), w, codes_out, scales, self.eps, self.floor, self.meta)
+        return _shaped(codes, scales, tuple(x.shape))
 
 
 def norm_meta(meta: dict) -> dict:
