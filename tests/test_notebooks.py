@@ -104,7 +104,7 @@ DATA_SHEET = re.compile(r"traffic\.PUBLISHED|published_for|reader_bandwidth_GBps
                         r"|\b4,?800(\.0)?\b|\b4\.8 ?TB/s")
 OWN_COPY = re.compile(r"copy_GBps")
 DATA_SHEET_ALLOWED = {  # notebook -> text that marks a cell allowed to name the data sheet
-    "02_fusion_boundary.ipynb": ("lowest_ridge = ", 'caption="Published memory bandwidth'),
+    "02_fusion_boundary.ipynb": ('page.glue("lowest_ridge"', 'caption="Published memory bandwidth'),
     "08_fp8_quant.ipynb": ("THEIR_GBPS = traffic.PUBLISHED",),
 }
 
