@@ -167,25 +167,6 @@ def _point(name, us, shape="1024x4096 float32", p25=None, p75=None, correct=True
             "correct": correct}
 
 
-def test_shuffle_sentence_counts_only_differences_outside_the_tie_band():
-    slower = [_point("hip.block", 17.5), _point("hip.shuffle", 18.5)]
-    effects = ch03.shuffle_effect(slower, band=0.035)
-    assert effects[0]["verdict"] == "slower" and abs(effects[0]["change_pct"] - 100 / 17.5) < 1e-9
-    text = ch03.shuffle_sentence(effects, 0.035)
-    assert "took 5.7% longer than the tree at the one recorded shape." in text
-    assert "spread by up to 3.5%" in text and "slower at the one recorded shape" in text
-    assert "never what made the kernel slow" in text
-    tie = ch03.shuffle_sentence(ch03.shuffle_effect(slower, band=0.06), 0.06)
-    assert "a tie at the one recorded shape" in tie and "slower at" not in tie
-    faster = [_point("hip.block", 20.0), _point("hip.shuffle", 16.0)]
-    text = ch03.shuffle_sentence(ch03.shuffle_effect(faster, 0.035), 0.035)
-    assert "ran 20.0% faster" in text and "a cost at some shapes" in text and "-" not in text
-    unbanded = ch03.shuffle_sentence(ch03.shuffle_effect(slower), None)
-    assert "not recorded yet" in unbanded and "never" not in unbanded
-    assert ch03.shuffle_effect([_point("hip.block", 17.5)]) == []
-    assert ch03.shuffle_sentence([]) == "The shuffle finish is not recorded yet."
-
-
 def _grid_rec(impl, medians, mode="cold", rows=1024, cols=4096, dtype="fp32"):
     return {"impl": impl, "status": "ok", "mode": mode, "rows": rows, "cols": cols,
             "dtype": dtype, "median_us": sorted(medians)[len(medians) // 2],
@@ -206,97 +187,22 @@ def test_the_tie_band_is_the_hip_kernels_spread_with_the_l2_flushed():
     assert ch03.one_row_us({"records": [{**one_row, "mode": "graph"}]}) is None
 
 
-def test_full_recording_reads_as_sentences(tmp_path):
+def test_the_story_reads_a_full_recording(tmp_path):
+    from fusedrms.book import ch03_story
+
     doc = _doc(tmp_path, _full_doc_records())
-    points, gains = ch03.ladder_points(doc), ch03.rung_gains(doc)
-    answer = ch03.ladder_answer(points, gains)
-    assert answer.startswith("16-byte loads plus a single read of x made the kernel 1.18× faster")
-    assert "; and the best HIP kernel took 1.05× the time of triton.row." in answer
-    assert "(not recorded yet)" not in answer and "  " not in answer
-    assert ch03.floor_sentence(points) == "None of the ladder's 21 correct measurements passes it here."
-    fusion = ch03.fusion_answer(ch03.fusion(doc), 0.02)
-    assert "With scalar loads, fusion bought 2.31× where the bytes predict 1.67× for float32" in fusion
-    assert "beat the byte ratio in 2 of 3 pairs and matched it within ±2.0% in 1" in fusion
-    assert "With 16-byte loads, fusion bought 2.00×" in fusion
-    assert "fell short of the byte ratio in all 3 pairs" in fusion
-    scaling = ch03.serial_scaling_sentence(gains)
-    assert "29× at 1024 rows of fp32 but only by 28.6× at 16,384 rows" in scaling
-    blocks = ch03.block_size_answer(ch03.sweep(doc), ch03.sweep(doc, "serial_block_size"))
-    assert blocks.startswith("The best block size for hip.block here is 32 threads")
-    assert "1024 threads take 1.5× as long" in blocks and "spread over 1024 blocks" in blocks
-
-
-def test_sentences_with_nothing_recorded_say_so_without_numbers():
-    for text in (ch03.ladder_answer([], []), ch03.fusion_answer([]),
-                 ch03.block_size_answer([], []), ch03.floor_sentence([])):
-        assert "recorded yet" in text and text.endswith(".") and "×" not in text
-        assert "--" not in text  # the book would set a command's "--" as a dash
-    assert ch03.host_sentence([], [], None) == ""
-    assert "will show" in ch03.serial_scaling_sentence([])
-
-
-def test_sentences_with_part_of_the_recording():
-    points = [_point("hip.serial", 1000.0), _point("hip.block", 20.0)]
-    gains = [{"shape": "1024x4096 float32", "rows": 1024, "from": "hip.serial",
-              "to": "hip.block", "gain": 50.0}]
-    answer = ch03.ladder_answer(points, gains)
-    assert "faster by an amount not recorded yet" in answer
-    assert ch03.floor_sentence([_point("hip.block", 4.0)]) == \
-        "The ladder's one correct measurement passes it here."
-    assert ch03.floor_sentence([_point("hip.block", 4.0), _point("hip.serial", 100.0)]) == \
-        "1 of the ladder's 2 correct measurements passes it here."
-    assert ch03.serial_scaling_sentence(gains) == "One block per row beats it by 50× at 1024 rows."
-    pairs = [{"loads": "scalar loads", "dtype": "float32", "speedup": 3.0, "bytes_ratio": 2.5}]
-    assert "beat the byte ratio in the one pair" in ch03.fusion_answer(pairs, 0.05)
-    serial_only = ch03.block_size_answer([], [{"block_size": 256, "grid_blocks": 4,
-                                               "median_us": 2000.0}])
-    assert "does not include the default block size" in serial_only
-    host = [{"variant": "serial", "rows": 1024, "block": 256, "grid_blocks": 4,
-             "median_us": 2063.0}]
-    text = ch03.host_sentence(host, [], 1047.0)
-    assert text == ("The standalone host program (the last section) ran hip.serial on 4 blocks "
-                    "in 2,063 µs, against the ladder's 1,047 µs.")
-    far = ch03.host_sentence(host, [{"block_size": 256, "median_us": 900.0}], None)
-    assert "does not account for all of the difference" in far
-
-
-def test_learned_sentence_is_short_in_every_state(tmp_path):
-    doc = _doc(tmp_path, _full_doc_records())
-    text = ch03.learned_sentence(ch03.ladder_points(doc), ch03.rung_gains(doc), ch03.fusion(doc))
-    assert text.startswith("The shuffle finish ran 7.1% faster than the tree, 16-byte")
-    assert "made the kernel 1.18× faster" in text
-    assert "fusion bought 2.00×–2.31× against twins" in text and len(text.split()) < 50
-    only = [_point("hip.block", 20.0)]
-    assert ch03.learned_sentence(only, [], []) == "The shuffle finish is not recorded yet."
-    assert "not recorded yet" in ch03.learned_sentence([], [], [])
-
+    f = ch03_story.story_facts({"ladder": doc, "grid": None})
+    assert f["vector_gains"] == [pytest.approx(1.18, abs=0.005)] * 3  # one per shape
+    assert f["hip_vs_triton"] == [pytest.approx(1.05, abs=0.005)] * 3
+    assert (f["floor"]["correct"], f["floor"]["over"]) == (21, 0)
+    assert f["serial_gains"] == {1024: pytest.approx(28.57, abs=0.01),
+                                 16384: pytest.approx(28.57, abs=0.01)}
+    assert f["blocks"]["best"] == 32 and f["blocks"]["largest_x"] == pytest.approx(1.5, abs=0.05)
+    assert f["serial"]["quick_blocks"] == 1024
+    assert ch03_story.story_values({"ladder": doc, "grid": None})["vector_gain"] == "1.18×"
 
 def _sweep(kind_sizes):
     return [{"block_size": b, "grid_blocks": -(-1024 // b), "median_us": us} for b, us in kind_sizes]
-
-
-def test_serial_lesson_and_answer_split_the_grid_from_one_thread_per_row():
-    default = ch03.serial_default_block()
-    blocks = _sweep([(32, 90.0), (256, 18.0), (1024, 22.0)])
-    serial = _sweep([(1, 300.0), (default, 1050.0)])
-    assert ch03.serial_lesson(blocks, serial) == (
-        f"One thread per row is slow twice over: its default grid of {-(-1024 // default)} blocks "
-        "leaves most of the GPU idle, and each row has one thread where hip.block has 256.")
-    answer = ch03.block_size_answer(blocks, serial)
-    assert "runs 3.5× faster, yet still takes 17× as long as hip.block at its best" in answer
-    assert "single row" not in answer
-    split = ch03.block_size_answer(blocks, serial, one_row=326.0)
-    assert "a single row at 326 µs, about as long as the 300 µs of 1024 rows" in split
-    assert "the remaining 17× is one thread's chain" in split
-    far = ch03.block_size_answer(blocks, serial, one_row=30.0)
-    assert "against the 300 µs" in far and "chain" not in far
-    grid_only = _sweep([(1, 20.0), (default, 1050.0)])
-    assert "mainly because its default grid" in ch03.serial_lesson(blocks, grid_only)
-    flat = _sweep([(1, 1000.0), (default, 1050.0)])
-    assert "the grid's size matters little" in ch03.serial_lesson(blocks, flat)
-    for missing in (ch03.serial_lesson([], serial), ch03.serial_lesson(blocks, [])):
-        assert missing.endswith("not recorded yet.") and "×" not in missing
-    assert "no faster on more blocks" in ch03.block_size_answer([], _sweep([(default, 9.0)]))
 
 
 def test_the_page_reads_the_ladder_at_the_books_copy_floor():
@@ -335,8 +241,6 @@ def _chapter_cells():
 def test_the_chapter_judges_differences_with_the_derived_tie_band():
     code = "\n".join("".join(c["source"]) for c in _chapter_cells() if c["cell_type"] == "code")
     assert "BAND = ladder.tie_band(grid)" in code
-    assert "ladder.shuffle_effect(points, BAND), BAND" in code
-    assert "ladder.fusion_answer(pairs, BAND)" in code
     assert "compare.verdict(" in code  # the experiment record's "a tie"
     assert not hasattr(ch03, "FUSION_MATCH")  # no asserted 5%
 

@@ -17,7 +17,6 @@ floor (chapter 2's measured copy) rather than at the copy this run measured.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import subprocess
@@ -373,12 +372,8 @@ def host_results(text: str) -> list[dict]:
     return out
 
 
-# ---------------------------------------------------------------- sentences for the page
-# The page's measured answers, in words that stay true and read well whatever the recording
-# holds: every shape, some, or none.
-
-NOT_RECORDED = "not recorded yet (the chapter's GPU recording measures it)"
-
+# ---------------------------------------------------------------- readers for the page
+# The chapter's prose quotes the committed recording through ch03_story; these read the files.
 
 def span(values, fmt: str = ".2f", unit: str = "×") -> str | None:
     """``"1.42×–2.45×"`` for a range of numbers, ``"2.45×"`` when they agree, None if empty."""
@@ -386,14 +381,6 @@ def span(values, fmt: str = ".2f", unit: str = "×") -> str | None:
         return None
     lo, hi = format(min(values), fmt), format(max(values), fmt)
     return f"{lo}{unit}" if lo == hi else f"{lo}{unit}–{hi}{unit}"
-
-
-def _rows(n: int) -> str:
-    return f"{n:,}" if n >= 10_000 else str(n)
-
-
-def _shapes_phrase(n: int) -> str:
-    return "at the one recorded shape" if n == 1 else f"at all {n} recorded shapes"
 
 
 def tie_band(grid_doc: dict | None) -> float | None:
@@ -437,189 +424,11 @@ def shuffle_effect(points: list[dict], band: float | None = None) -> list[dict]:
     return out
 
 
-def shuffle_phrase(effects: list[dict], where: bool = True) -> str:
-    """What the shuffle finish did to the time, as a verb phrase: "took 1.2% to 5.7% longer than
-    the tree at all 3 recorded shapes" (without the shapes when ``where`` is False)."""
-    if not effects:
-        return "is not recorded yet"
-    changes = [e["change_pct"] for e in effects]
-    lo, hi = min(changes), max(changes)
-    where = _shapes_phrase(len(effects)) if where else ""
-    size = span([abs(c) for c in changes], ".1f", "%").replace("–", " to ")
-    if lo >= 0.05:
-        return f"took {size} longer than the tree {where}".rstrip()
-    if hi <= -0.05:
-        return f"ran {size} faster than the tree {where}".rstrip()
-    if max(abs(lo), abs(hi)) < 0.05:
-        return f"left the time unchanged {where}".rstrip()
-    return (f"changed the time by between {abs(lo):.1f}% less and {hi:.1f}% more than the "
-            f"tree's, depending on the shape")
-
-
-def band_text(band: float) -> str:
-    return f"±{100 * band:.1f}%"
-
-
-def shuffle_sentence(effects: list[dict], band: float | None = None) -> str:
-    """The shuffle finish's effect, whether it lies outside the tie ``band`` (the HIP kernels'
-    run-to-run spread in chapter 6's grid), and what that says about the tree's barriers."""
-    if not effects:
-        return "The shuffle finish is not recorded yet."
-    text = f"The shuffle finish {shuffle_phrase(effects)}."
-    judged = [e for e in effects if e.get("verdict")]
-    if band is None or not judged:
-        return text + " How far these kernels move from run to run is " + NOT_RECORDED + "."
-    text += (f" In chapter 6's grid the same kernels' medians spread by up to {100 * band:.1f}% "
-             f"between processes in nine cases in ten; beyond that band")
-    n = len(judged)
-    counts = {v: sum(e["verdict"] == v for e in judged) for v in ("slower", "faster", "tie")}
-    parts = [f"{'slower' if v == 'slower' else 'faster' if v == 'faster' else 'a tie'} "
-             f"{_count_phrase(k, n)}" for v, k in counts.items() if k]
-    text += ", the shuffle finish is " + " and ".join(parts)
-    if counts["faster"] == 0:
-        return text + ": the tree's barriers were never what made the kernel slow."
-    return text + ": the tree's barriers were a cost at some shapes."
-
-
-def _count_phrase(k: int, n: int) -> str:
-    if n == 1:
-        return "at the one recorded shape"
-    return f"at all {n} recorded shapes" if k == n else f"at {k} of {n} shapes"
-
-
-def learned_sentence(points: list[dict], gains: list[dict], pairs: list[dict]) -> str:
-    """The chapter's measured lessons, short, for its summary."""
-    if not points:
-        return f"The measurements are {NOT_RECORDED}."
-    vector = span([g["gain"] for g in gains if (g["from"], g["to"]) ==
-                   ("hip.shuffle", "hip.vectorized")])
-    text = f"the shuffle finish {shuffle_phrase(shuffle_effect(points), where=False)}"
-    if vector:
-        text += f", 16-byte loads with one read of x made the kernel {vector} faster"
-    fusion = span([f["speedup"] for f in pairs])
-    if fusion:
-        text += f", and fusion bought {fusion} against twins with the same loads"
-    return text[0].upper() + text[1:] + "."
-
-
-def floor_sentence(points: list[dict]) -> str:
-    """How many correct ladder measurements beat the copy floor."""
-    correct = [p for p in points if p.get("correct") and p.get("fraction_of_floor")]
-    if not correct:
-        return "No correct measurement of the ladder is recorded yet."
-    over, n = sum(p["fraction_of_floor"] > 1 for p in correct), len(correct)
-    if over == 0:
-        return (f"None of the ladder's {n} correct measurements passes it here." if n > 1 else
-                "The ladder's one correct measurement does not pass it here.")
-    if over == n:
-        return ("The ladder's one correct measurement passes it here." if n == 1 else
-                f"All {n} of the ladder's correct measurements pass it here.")
-    return (f"{over} of the ladder's {n} correct measurements "
-            f"{'passes' if over == 1 else 'pass'} it here.")
-
-
-def _best_hip_against_triton(points: list[dict]) -> list[float]:
-    triton = {p["shape"]: p["median_us"] for p in points
-              if p["name"] == "triton.row" and p.get("correct")}
-    best: dict = {}
-    for p in points:
-        if p.get("correct") and p["name"] in FUSED_HIP:
-            best[p["shape"]] = min(best.get(p["shape"], math.inf), p["median_us"])
-    return [best[s] / triton[s] for s in triton if s in best]
-
-
-def ladder_answer(points: list[dict], gains: list[dict]) -> str:
-    """The ladder's answer in one sentence (without "Answer:")."""
-    if not points:
-        return f"The ladder is {NOT_RECORDED}."
-    vector = span([g["gain"] for g in gains if (g["from"], g["to"]) ==
-                   ("hip.shuffle", "hip.vectorized")])
-    parts = ["16-byte loads plus a single read of x made the kernel "
-             + (f"{vector} faster" if vector else "faster by an amount not recorded yet")]
-    correct = [p for p in points if p.get("correct") and p.get("fraction_of_floor")]
-    if correct:
-        best = max(correct, key=lambda p: p["fraction_of_floor"])
-        parts.append(f"the best kernel ran at {100 * best['fraction_of_floor']:.0f}% of the copy "
-                     f"floor's rate ({best['name']} at {best['shape']})")
-    vs = span(_best_hip_against_triton(points))
-    if vs:
-        parts.append(f"the best HIP kernel took {vs} the time of triton.row")
-    text = "; ".join(parts[:-1]) + ("; and " if len(parts) > 2 else " and ") + parts[-1]
-    return text[0].upper() + text[1:] + "."
-
-
-def fusion_answer(pairs: list[dict], band: float | None = None) -> str:
-    """What fusion bought with the same loads, against each pair's byte ratio, in one sentence
-    per kind of load; a time ratio within the tie ``band`` of the byte ratio matches it."""
-    if not pairs:
-        return f"The unfused pipelines are {NOT_RECORDED}."
-    band = 0.0 if band is None else band
-    out = []
-    for loads in dict.fromkeys(f["loads"] for f in pairs):
-        mine = [f for f in pairs if f["loads"] == loads]
-        ratios = {}
-        for f in mine:
-            ratios.setdefault(f["dtype"], f["bytes_ratio"])
-        predicted = " and ".join(f"{r:.2f}× for {d}" for d, r in ratios.items())
-        rate = [f["speedup"] / f["bytes_ratio"] for f in mine]
-        n = len(mine)
-        counts = [(k, what) for k, what in (
-            (sum(r > 1 + band for r in rate), "beat the byte ratio"),
-            (sum(1 - band <= r <= 1 + band for r in rate),
-             f"matched it within {band_text(band)}" if band else "matched it"),
-            (sum(r < 1 - band for r in rate), "fell short of it")) if k]
-        if len(counts) == 1:
-            verdict = (counts[0][1].replace(" it", " the byte ratio") + " "
-                       + ("in the one pair" if n == 1 else f"in all {n} pairs"))
-        else:
-            said = [f"{what} in {k}" for k, what in counts]
-            said[0] = said[0].replace(" it", " the byte ratio") + f" of {n} pairs"
-            verdict = ", ".join(said[:-1]) + " and " + said[-1]
-        out.append(f"With {loads}, fusion bought {span([f['speedup'] for f in mine])} where the "
-                   f"bytes predict {predicted}: the measurement {verdict}.")
-    return " ".join(out)
-
-
 def serial_default_block() -> int:
     """hip.serial's threads per block when none is asked for (one thread per row)."""
     from ..kernels.hip import kernels
 
     return kernels.default_block_size("serial", 4096)
-
-
-def serial_scaling_sentence(gains: list[dict]) -> str:
-    """hip.block over hip.serial at each recorded fp32 row count (the grid's effect)."""
-    by_rows = {g["rows"]: g["gain"] for g in gains
-               if (g["from"], g["to"]) == ("hip.serial", "hip.block") and "float32" in g["shape"]}
-    if not by_rows:
-        return "The recorded ladder will show what it costs."
-    few, many = min(by_rows), max(by_rows)
-    if few == many:
-        return f"One block per row beats it by {by_rows[few]:.0f}× at {_rows(few)} rows."
-    return (f"That is why one block per row beats it by {by_rows[few]:.0f}× at {_rows(few)} rows "
-            f"of fp32 but only by {by_rows[many]:.1f}× at {_rows(many)} rows, where the same "
-            f"block size "
-            f"gives {-(-many // serial_default_block())} blocks.")
-
-
-def host_sentence(host: list[dict], serial_sweep: list[dict], ladder_serial_us) -> str:
-    """The recorded host program's hip.serial time against the Python ladder's, explained by the
-    grid when the sweep has the host's block size."""
-    h = next((r for r in host if r["variant"] == "serial" and r["rows"] == 1024), None)
-    if h is None:
-        return ""
-    text = (f"The standalone host program (the last section) ran hip.serial on "
-            f"{h['grid_blocks']} blocks in {h['median_us']:,.0f} µs")
-    if ladder_serial_us:
-        text += f", against the ladder's {ladder_serial_us:,.0f} µs"
-    same = {p["block_size"]: p["median_us"] for p in serial_sweep}.get(h["block"])
-    if same is None:
-        return text + "."
-    explained = abs(same / h["median_us"] - 1) < 0.2
-    verdict = ("the grid accounts for the difference" if explained else
-               "the grid does not account for all of the difference")
-    return (text + f"; the ladder's sweep on {h['grid_blocks']} blocks took {same:,.0f} µs: "
-                   f"{verdict}.")
 
 
 def _serial_costs(blocks: list[dict], serial_sweep: list[dict]) -> dict | None:
@@ -637,66 +446,6 @@ def _serial_costs(blocks: list[dict], serial_sweep: list[dict]) -> dict | None:
             "rest_x": quick["median_us"] / best_block["median_us"] if best_block else None,
             "block_threads": best_block["block_size"] if best_block else None}
 
-
-def serial_lesson(blocks: list[dict], serial_sweep: list[dict]) -> str:
-    """Why one thread per row is slow, as far as the two sweeps show it: one sentence."""
-    found = _serial_costs(blocks, serial_sweep)
-    if found is None or found["rest_x"] is None:
-        return "One thread per row is slow; the block-size sweeps that say why are not recorded yet."
-    grid = found["grid_x"] >= 1.5
-    rest = found["rest_x"] >= 1.5
-    idle = f"its default grid of {found['default_blocks']:,} blocks leaves most of the GPU idle"
-    alone = f"each row has one thread where hip.block has {found['block_threads']}"
-    if grid and rest:
-        return f"One thread per row is slow twice over: {idle}, and {alone}."
-    if grid:
-        return f"One thread per row is slow mainly because {idle}."
-    if rest:
-        return f"One thread per row is slow mainly because {alone}; the grid's size matters little."
-    return "One thread per row is hardly slower than a block per row here."
-
-
-def block_size_answer(blocks: list[dict], serial_sweep: list[dict],
-                      one_row: float | None = None) -> str:
-    """The block-size sweeps' answer (without "Answer:"): the best block size, then hip.serial's
-    time split into its grid and the rest; with ``one_row`` (hip.serial's time on a single row,
-    :func:`one_row_us`) the rest is compared with one thread's chain."""
-    if not blocks and not serial_sweep:
-        return f"The block-size sweeps are {NOT_RECORDED}."
-    parts = []
-    if blocks:
-        fastest = min(blocks, key=lambda p: p["median_us"])
-        parts.append(f"the best block size for hip.block here is {fastest['block_size']} threads "
-                     f"({fastest['median_us']:.1f} µs)")
-        by_size = {p["block_size"]: p["median_us"] for p in blocks}
-        ends = [f"{b} threads take {by_size[b] / fastest['median_us']:.2g}× as long"
-                for b in sorted({min(by_size), max(by_size)}) if b != fastest["block_size"]]
-        if ends:
-            parts[-1] += ", while " + " and ".join(ends)
-    found = _serial_costs(blocks, serial_sweep)
-    if found and found["grid_x"] > 1:
-        parts.append(f"spread over {_rows(found['quick_blocks'])} blocks instead of its default "
-                     f"{found['default_blocks']:,}, hip.serial runs {found['grid_x']:.1f}× faster")
-        if found["rest_x"] is not None:
-            parts[-1] += (f", yet still takes {found['rest_x']:.2g}× as long as hip.block at its "
-                          f"best")
-    elif found:
-        parts.append(f"hip.serial is no faster on more blocks than on its default "
-                     f"{found['default_blocks']:,}")
-    elif serial_sweep:
-        parts.append("hip.serial's sweep does not include the default block size")
-    else:
-        parts.append("hip.serial's sweep is not recorded yet")
-    text = "; ".join(parts)
-    text = text[0].upper() + text[1:] + "."
-    if found and found["rest_x"] is not None and one_row:
-        quick = min(serial_sweep, key=lambda p: p["median_us"])["median_us"]
-        text += (f" Chapter 6's grid timed hip.serial on a single row at {one_row:,.0f} µs, "
-                 f"{'about as long as' if 0.8 <= one_row / quick <= 1.25 else 'against'} the "
-                 f"{quick:,.0f} µs of 1024 rows spread over {_rows(found['quick_blocks'])} blocks")
-        text += (": the remaining {:.2g}× is one thread's chain of dependent loads and "
-                 "additions.".format(found["rest_x"]) if 0.8 <= one_row / quick <= 1.25 else ".")
-    return text
 
 
 # ---------------------------------------------------------------- the chapter's recording

@@ -1,0 +1,56 @@
+"""Chapter 3's story: what its Markdown says in words, held against the committed recording it
+tells (a re-recording that contradicts a sentence fails here), and its values in every state."""
+import re
+from pathlib import Path
+
+from fusedrms import records
+from fusedrms.book import ch03_story as story
+
+
+def _facts():
+    return story.story_facts(story.load(records.COMMITTED))
+
+
+def test_the_shuffle_finish_never_helped():
+    f = _facts()
+    effects = f["shuffle"]
+    assert effects and all(e["change_pct"] > 0 for e in effects)  # "took ... longer ... at all"
+    assert {e["verdict"] for e in effects} <= {"tie", "slower"}  # "ties ... and is slower ..."
+
+
+def test_no_correct_measurement_passes_the_floor_and_vector_loads_pay():
+    f = _facts()
+    assert f["floor"]["correct"] > 1 and f["floor"]["over"] == 0  # "None of the ... passes it"
+    assert min(f["vector_gains"]) > 1  # "made the kernel ... faster"
+
+
+def test_fusion_beat_the_bytes_with_scalar_loads_and_reached_them_at_most_with_vector_loads():
+    fusion = _facts()["fusion"]
+    assert fusion["scalar"]["beat"] == len(fusion["scalar"]["speedups"])  # "in all ... pairs"
+    assert fusion["vector"]["beat"] == 0 and fusion["vector"]["match"] >= 1  # "within ... short"
+
+
+def test_the_serial_kernel_is_slow_for_its_grid_and_its_chain():
+    f = _facts()
+    gains = f["serial_gains"]
+    assert gains[min(gains)] > gains[max(gains)]  # "beats it by ... but only by ..."
+    blocks = f["blocks"]
+    assert (blocks["smallest"], blocks["largest"]) == (32, 1024)  # "32 threads ..., 1024 ..."
+    assert blocks["best"] not in (32, 1024)
+    s = f["serial"]
+    assert s["grid_x"] > 1.5 and s["rest_x"] > 1.5  # "slow twice over"
+    assert 0.8 <= s["one_row_us"] / s["quick_us"] <= 1.25  # "about as long as"
+
+
+def test_every_value_the_prose_shows_exists_on_the_committed_recording():
+    nb = Path(__file__).resolve().parents[2] / "chapters" / "03_hip.ipynb"
+    shown = set(re.findall(r'story\.value\(told, \\"(\w+)\\"\)', nb.read_text()))
+    values = story.story_values(story.load(records.COMMITTED))
+    assert len(shown) >= 25 and not shown - set(values)
+    assert story.MISSING not in values.values()
+
+
+def test_without_a_recording_there_are_no_values(monkeypatch, tmp_path):
+    monkeypatch.setattr(records, "DATA_DIR", tmp_path)
+    assert story.story_values(story.load(records.COMMITTED)) == {}
+    assert story.value({}, "vector_gain") == story.MISSING
