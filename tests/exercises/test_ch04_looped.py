@@ -145,23 +145,30 @@ def test_an_endless_kernel_is_stopped(monkeypatch):
 
 
 def test_the_page_shows_the_librarys_kernel_only_in_the_folded_solution():
-    """The chapter's text never lists the looped kernel (the reader writes it); the dropdown
-    holds the library's source word for word."""
+    """The chapter's text never lists the looped kernel (the reader writes it); the dropdown after
+    the exercise holds the library's kernel, statement for statement (wrapped to the page's 80
+    columns)."""
+    import ast
     import json
+    import re
     from pathlib import Path
 
     from fusedrms.kernels import rmsnorm as T
     from fusedrms.viz import file_section
 
     path = Path(__file__).resolve().parents[2] / "chapters" / "04_triton.ipynb"
-    cells = json.loads(path.read_text())["cells"]
-    section = file_section(T.__file__, "looped-kernel")
-    holders = [c for c in cells if section in "".join(c["source"])]
-    assert len(holders) == 1 and ":class: dropdown" in "".join(holders[0]["source"])
-    assert not any("rmsnorm_looped_kernel" in "".join(c["source"]) for c in cells
-                   if c["cell_type"] == "code")
-    order = [i for i, c in enumerate(cells) if "build_looped" in "".join(c["source"])]
-    assert order and order[0] < cells.index(holders[0])
+    cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+    library = ast.dump(ast.parse(file_section(T.__file__, "looped-kernel")))
+    shown = [(i, block) for i, text in enumerate(cells)
+             for block in re.findall(r"```python\n(.*?)```", text, re.S)
+             if "def rmsnorm_looped_kernel" in block]
+    assert len(shown) == 1
+    where, block = shown[0]
+    assert ast.dump(ast.parse(block)) == library
+    assert ":class: dropdown" in cells[where] and max(map(len, block.splitlines())) <= 80
+    assert not any("rmsnorm_looped_kernel)" in text for text in cells)  # no listing of it
+    asked = next(i for i, text in enumerate(cells) if "build_looped.check" in text)
+    assert asked == where - 1
 
 
 @pytest.mark.gpu

@@ -36,20 +36,24 @@ SIGNATURE = f"({', '.join(ARG_NAMES[:-1])}, BLOCK_SIZE: tl.constexpr)"
 
 # [book:dx-kernel]
 @triton.jit
-def solution_dx_kernel(x_ptr, w_ptr, dy_ptr, rstd_ptr, dx_ptr, cols, x_row_stride,
-                       dy_row_stride, dx_row_stride, BLOCK_SIZE: tl.constexpr):
+def solution_dx_kernel(x_ptr, w_ptr, dy_ptr, rstd_ptr, dx_ptr, cols,
+                       x_row_stride, dy_row_stride, dx_row_stride,
+                       BLOCK_SIZE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offsets = tl.arange(0, BLOCK_SIZE)
     mask = offsets < cols
-    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + row * dy_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0)
+    dy = tl.load(dy_ptr + row * dy_row_stride + offsets, mask=mask, other=0.0)
+    w = tl.load(w_ptr + offsets, mask=mask, other=0.0)
+    x, dy, w = x.to(tl.float32), dy.to(tl.float32), w.to(tl.float32)
     r = tl.load(rstd_ptr + row)  # the forward's saved row scale
     xhat = x * r
     g = dy * w
-    mean_gx = tl.sum(g * xhat, axis=0) / cols  # masked lanes add 0; divide by the real width
+    # masked lanes add 0 to the sum; the mean divides by the real width
+    mean_gx = tl.sum(g * xhat, axis=0) / cols
     dx = r * (g - xhat * mean_gx)
-    tl.store(dx_ptr + row * dx_row_stride + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    dx_row = dx_ptr + row * dx_row_stride
+    tl.store(dx_row + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 # [/book:dx-kernel]
 
 
