@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from fusedrms import env
-from fusedrms.exercises import ch03, ch04, ch07, grader
+from fusedrms.exercises import ch03, ch04, ch04_looped, ch07, ch09_dx, grader
 
 LIMIT_S = 4.0  # the endless answers' limit here: the verdict must come soon after it
 
@@ -187,7 +187,9 @@ def test_every_code_exercise_gives_a_verdict_for_a_crash_and_an_endless_loop(exe
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("chapter,exercise", [(ch03, ch03.shuffle_finish),
-                                              (ch07, ch07.residual_variant)],
+                                              (ch07, ch07.residual_variant),
+                                              (ch04_looped, ch04_looped.build_looped),
+                                              (ch09_dx, ch09_dx.build_dx)],
                          ids=lambda v: getattr(v, "name", ""))
 def test_gpu_verdicts_are_the_cpu_verdicts(chapter, exercise):
     """Every typical mistake gets, word for word, the feedback of a machine without a GPU (whose

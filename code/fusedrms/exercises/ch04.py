@@ -52,7 +52,7 @@ CASE_BLOCK = {(5, 1): 16}
 X_PAD, Y_PAD = 3, 1  # row strides are cols + X_PAD (x) and cols + Y_PAD (y)
 X_FILL = math.nan  # what an unmasked x load past the row reads: poison
 W_FILL = 7.0  # what a weight load past the weight vector reads
-SENTINEL = -12345.0  # output cells no store may touch
+SENTINEL = -12288.0  # output cells no store may touch (exact in fp32, bf16 and fp16)
 ARG_NAMES = ("x_ptr", "w_ptr", "y_ptr", "cols", "x_row_stride", "y_row_stride", "eps", "BLOCK_SIZE")
 
 
@@ -230,22 +230,29 @@ def _compiled_runs(kernel, cases) -> list:
     return runs
 
 
-def _launch(kernel, rows: int, cols: int, seed: int, audit: bool, device, eps: float) -> KernelRun:
-    block = CASE_BLOCK.get((rows, cols), triton.next_power_of_2(cols))
+def _launch(kernel, rows: int, cols: int, seed: int, audit: bool, device, eps: float,
+            block: int | None = None, num_warps: int | None = None,
+            dtype: torch.dtype = torch.float32, x_values=None) -> KernelRun:
+    """One launch on adversarial buffers; ``block`` (the constexpr), ``num_warps`` and ``dtype``
+    default to chapter 4's fix exercises' (the next power of two, the compiler's, fp32);
+    ``x_values(rows, cols, block, generator)`` may replace x's random values."""
+    block = block or CASE_BLOCK.get((rows, cols), triton.next_power_of_2(cols))
     g = torch.Generator().manual_seed(seed)
     xs, ys = cols + X_PAD, cols + Y_PAD
     # every buffer has a block of slack at the end, so even an unmasked or mis-indexed load of a
     # reader's kernel reads padding, never memory it does not own
-    x_buf = torch.full((rows * xs + block,), X_FILL)
-    x = torch.randn(rows, cols, generator=g)
+    x_buf = torch.full((rows * xs + block,), X_FILL, dtype=dtype)
+    x = (torch.randn(rows, cols, generator=g) if x_values is None
+         else x_values(rows, cols, block, g)).to(dtype)
     x_buf[: rows * xs].view(rows, xs)[:, :cols] = x
-    w = torch.randn(cols, generator=g)
-    w_buf = torch.full((rows * xs + rows * cols + block,), W_FILL)
+    w = torch.randn(cols, generator=g).to(dtype)
+    w_buf = torch.full((rows * xs + rows * cols + block,), W_FILL, dtype=dtype)
     w_buf[:cols] = w
-    y_buf = torch.full((rows * ys + block,), SENTINEL)
+    y_buf = torch.full((rows * ys + block,), SENTINEL, dtype=dtype)
     x_buf, w_buf, y_buf = x_buf.to(device), w_buf.to(device), y_buf.to(device)
+    launch = {_block_parameter(kernel): block, **({"num_warps": num_warps} if num_warps else {})}
     with interpreter_audit.audited() if audit else contextlib.nullcontext() as log:
-        kernel[(rows,)](x_buf, w_buf, y_buf, cols, xs, ys, eps, **{_block_parameter(kernel): block})
+        kernel[(rows,)](x_buf, w_buf, y_buf, cols, xs, ys, eps, **launch)
     y_buf = y_buf.cpu()
     y = y_buf[: rows * ys].view(rows, ys)[:, :cols].clone()
     outside = torch.ones_like(y_buf, dtype=torch.bool)
@@ -399,7 +406,10 @@ def _diagnose(run: KernelRun, audit: KernelRun, focus: str, where: str) -> Feedb
     return wrong(f"{where} the output differs from the reference: {failed.message}", hint)
 
 
-def _grade_kernel(answer, focus: str) -> Feedback:
+def check_kernel_form(answer, arg_names=ARG_NAMES,
+                      like: str = "like the kernel you started from") -> None:
+    """Malformed unless ``answer`` is a @triton.jit kernel taking ``len(arg_names)`` arguments
+    whose last (the block width, any name) is a constexpr."""
     jit_types = tuple(t for t in (getattr(triton.runtime.jit, "JITFunction", None),
                                   getattr(triton.runtime.jit, "KernelInterface", None)) if t)
     if not isinstance(answer, jit_types) or not callable(getattr(answer, "fn", None)):
@@ -407,11 +417,14 @@ def _grade_kernel(answer, focus: str) -> Feedback:
                         f"Define it in a cell (def my_kernel(...) under @triton.jit) and set "
                         f"answer = my_kernel.")
     names = tuple(inspect.signature(answer.fn).parameters)
-    if len(names) != len(ARG_NAMES):
+    if len(names) != len(arg_names):
         raise Malformed(f"the kernel takes {len(names)} arguments ({', '.join(names)}); it must "
-                        f"take {len(ARG_NAMES)}: ({', '.join(ARG_NAMES)}), like the kernel you "
-                        f"started from.")
+                        f"take {len(arg_names)}: ({', '.join(arg_names)}), {like}.")
     _block_parameter(answer)  # any name works (BLOCK_SIZE, BLOCK, ...), if it is a constexpr
+
+
+def _grade_kernel(answer, focus: str) -> Feedback:
+    check_kernel_form(answer)
     try:  # the interpreter's verdict, in a child process: the same on every machine
         audits = grader.run(answer, _audited_runs, CASES, cache=True)
     except grader.Failed as failed:
