@@ -94,35 +94,6 @@ def test_best_pct_of_floor_counts_only_calls_with_the_l2_flushed():
 COPY = records.CopyFloor(4236.4, "NVIDIA H200", 4800.0)
 
 
-def test_copy_sentence_with_and_without_the_published_figure_or_the_grid():
-    full = ch02.copy_sentence(COPY, 105.2)
-    assert "4,236 GB/s, 88% of the data sheet's 4,800 GB/s" in full
-    assert "the best kernel of chapter 6's grid passes it, at 105% of its copy floor's" in full
-    below = ch02.copy_sentence(COPY, 97.0)
-    assert "no kernel of chapter 6's grid passes it here: the best runs at 97%" in below
-    unknown = ch02.copy_sentence(records.CopyFloor(4236.4, "GPU"), None)
-    assert "not in the published table" in unknown and "0%" not in unknown
-    assert unknown.endswith("hard limit.")
-    assert "not recorded yet" in ch02.copy_sentence(None)
-    for missing in (ch02.copy_sentence(None), ch02.grid_sentence(None),
-                    ch02.fusion_answer({}, [], BOUNDS, "GPU")):
-        assert "--" not in missing  # the book would set a command's "--" as a dash
-
-
-def test_grid_sentence_reports_overlap_and_a_missing_grid():
-    pair = {"torch.rms_norm_add": {"median_us": 92.6, "min_us": 92.3, "max_us": 93.1,
-                                   "processes": 3},
-            "capstone.fused": {"median_us": 27.0, "min_us": 27.0, "max_us": 27.2,
-                               "processes": 3}}
-    text = ch02.grid_sentence(pair)
-    assert "in 3 processes" in text and "3.43× apart" in text and "do not overlap" in text
-    assert "PyTorch's two kernels take a median 92.6 µs" in text
-    close = {k: {**v, "min_us": 20.0, "max_us": 100.0} for k, v in pair.items()}
-    assert "ranges that overlap" in ch02.grid_sentence(close)
-    one = {k: {**v, "processes": 1} for k, v in pair.items()}
-    assert "in one process" in ch02.grid_sentence(one)
-    assert "not recorded yet" in ch02.grid_sentence(None)
-
 
 BOUNDS = (traffic.speedup_bound(ch02.BASELINE_STEP, "fused_add_rmsnorm"),
           traffic.speedup_bound(ch02.BASELINE_STEP, "fused_add_rmsnorm_residual"))
@@ -151,22 +122,6 @@ def test_the_bounds_are_against_what_a_reader_writes():
     assert BOUNDS == (Fraction(5, 3), Fraction(5, 4))
 
 
-def test_fusion_answer_says_above_or_below_the_byte_ratios_as_the_data_does():
-    totals, times = _census((26.0, 21.0), 26.5, 34.8)
-    text = ch02.fusion_answer(totals, times, BOUNDS, "NVIDIA H200")
-    assert text.startswith("On the NVIDIA H200 at 4096 x 4096 bf16, PyTorch's two kernels take "
-                           "47.0 µs")
-    assert "The fused kernel is 1.77× faster and the residual-writing one 1.35×" in text
-    assert "more than the byte ratios of 5/3 and 5/4" in text and "normalization" in text
-    assert "chain" not in text  # the chain is an illustration, never the baseline
-    slow_fused = _census((16.0, 16.0), 60.0, 70.0)
-    text = ch02.fusion_answer(*slow_fused, BOUNDS, "GPU")
-    assert "less than the byte ratios" in text and "more than" not in text
-    assert "not recorded yet" in ch02.fusion_answer({}, [], BOUNDS, "GPU")
-    partial = {k: v for k, v in totals.items() if k != "capstone.fused_residual"}
-    assert "not recorded yet" in ch02.fusion_answer(partial, times, BOUNDS, "GPU")
-
-
 def test_fusion_outlook_follows_the_measurement_in_every_state():
     totals, _ = _census((26.0, 21.0), 26.5, 34.8)
     assert ch02.fusion_outlook(totals, BOUNDS).endswith("lose more than their bytes")
@@ -175,26 +130,6 @@ def test_fusion_outlook_follows_the_measurement_in_every_state():
     mixed, _ = _census((16.0, 16.0), 15.0, 70.0)  # 32/15 > 5/3, 32/70 < 5/4
     assert "against one fused kernel" in ch02.fusion_outlook(mixed, BOUNDS)
     assert "not recorded yet" in ch02.fusion_outlook({}, BOUNDS)
-
-
-def test_chain_sentence_names_the_slow_multiply_from_the_profilers_names():
-    totals, times = _census((26.0, 21.0), 26.5, 34.8, chain_us=(25.0, 20.0, 44.0))
-    text = ch02.chain_sentence(totals, times)
-    assert "three-kernel chain of 89.0 µs" in text and "Its multiply alone takes 44.0 µs" in text
-    assert "moves 50% more bytes, takes 25.0 µs" in text and "non-vectorized" in text
-    both = [dict(t, name="vectorized_" + t["name"]) if t["kernel"] == "scale" else t
-            for t in times]
-    assert "non-vectorized" not in ch02.chain_sentence(totals, both)
-    assert "not recorded yet" in ch02.chain_sentence({}, [])
-
-
-def test_the_committed_headline_is_the_census_ratio_against_pytorchs_two_kernels():
-    extra = records.load("capstone_extra", records.COMMITTED)
-    times = ch02.kernel_times(extra, records.copy_floor(records.COMMITTED))
-    totals = ch02.design_totals(times)
-    text = ch02.fusion_answer(totals, times, BOUNDS, "GPU")
-    ratio = totals[ch02.BASELINE]["measured_us"] / totals["capstone.fused"]["measured_us"]
-    assert f"The fused kernel is {ratio:.2f}× faster" in text
 
 
 def test_the_best_share_of_the_floor_is_priced_at_the_floor_given_not_the_grids_own():

@@ -1,0 +1,53 @@
+"""Chapter 2's measured prose, held against the committed recording it tells."""
+import re
+from fractions import Fraction
+from pathlib import Path
+
+from fusedrms import records
+from fusedrms.book import ch02 as companion
+from fusedrms.book import ch02_story as story
+
+
+def _facts():
+    return story.story_facts(story.load(records.COMMITTED))
+
+
+def test_the_copy_is_below_the_data_sheet_and_the_best_kernel_passes_it():
+    f = _facts()
+    assert f["copy"].GBps < f["copy"].published_GBps
+    assert f["best_pct"] > 100  # "the best kernel of chapter 6's grid passes it"
+
+
+def test_the_grid_separates_the_two_designs():
+    pair = _facts()["pair"]
+    slow, fast = pair[companion.BASELINE], pair["capstone.fused"]
+    assert fast["processes"] > 1 and fast["max_us"] < slow["min_us"]  # "do not overlap"
+
+
+def test_fusion_beats_the_byte_ratios_because_the_fused_kernels_move_bytes_faster():
+    f = _facts()
+    t = f["totals"]
+    base, fused, resid = (t[n] for n in (companion.BASELINE, *companion.FUSED))
+    assert base["measured_us"] / fused["measured_us"] > Fraction(5, 3)
+    assert base["measured_us"] / resid["measured_us"] > Fraction(5, 4)
+    assert min(fused["pct_of_copy"], resid["pct_of_copy"]) > base["pct_of_copy"]
+
+
+def test_the_chains_multiply_is_the_slow_non_vectorized_kernel():
+    chain = {r["kernel"]: r for r in _facts()["census"] if r["design"] == companion.CHAIN}
+    add, mul = chain["add"], chain["scale"]
+    assert mul["measured_us"] > add["measured_us"] and add["row_trips"] > mul["row_trips"]
+    assert "vectorized" in add["name"] and "vectorized" not in mul["name"]
+
+
+def test_every_value_the_prose_shows_exists_on_the_committed_recording():
+    nb = Path(__file__).resolve().parents[2] / "chapters" / "02_fusion_boundary.ipynb"
+    shown = set(re.findall(r'story\.value\(told, \\"(\w+)\\"\)', nb.read_text()))
+    values = story.story_values(story.load(records.COMMITTED))
+    assert len(shown) >= 20 and not shown - set(values)
+
+
+def test_without_a_recording_there_are_no_values(monkeypatch, tmp_path):
+    monkeypatch.setattr(records, "DATA_DIR", tmp_path)
+    assert story.story_values(story.load(records.COMMITTED)) == {}
+    assert story.value({}, "copy_rate") == story.MISSING
