@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from .. import checks
-from ..kernels import rmsnorm_fp8_spec as fp8_spec
+from ..kernels import rmsnorm_fp8 as F, rmsnorm_fp8_spec as fp8_spec
 from ..kernels.rmsnorm_fp8 import e4m3_bits, quantize_tile
 from . import grader, interpreter_audit
 from .core import (Exercise, Feedback, Malformed, _global_names, correct, kernel_function,
@@ -55,7 +55,7 @@ def solution_quantize_kernel(y_ptr, codes_ptr, scales_ptr, cols, y_row_stride,
     scale = tl.div_rn(absmax, 448.0)  # correctly rounded, as torch divides
     q = tl.div_rn(y, scale[:, None])
     q = tl.clamp(q, -448.0, 448.0)
-    tl.store(codes_ptr + row * cols + offsets, e4m3_bits(q), mask=mask)
+    tl.store(codes_ptr + row * cols + offsets, F.e4m3_bits(q), mask=mask)
     n_blocks = tl.cdiv(cols, 128)
     tl.store(scales_ptr + row * n_blocks + blocks, scale,
              mask=blocks < n_blocks)
