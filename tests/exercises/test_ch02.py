@@ -9,6 +9,8 @@ from fusedrms.exercises import ch02
 
 def test_mistakes_are_distinct_from_the_solution_and_each_other():
     for e in ch02.ALL:
+        if callable(e.solution):  # a function: its mistakes are tested below
+            continue
         values = [e.solution, *e.mistakes.values()]
         rel = 0 if e is ch02.residual_bytes else 5e-3  # bytes are graded exactly, ratios at 2e-3
         for i, a in enumerate(values):
@@ -157,3 +159,69 @@ def test_speedup_bound_right_to_two_digits_is_asked_for_more():
 def test_residual_bytes_a_size_in_a_unit_that_does_not_round_from_the_count_says_so():
     fb = ch02.residual_bytes.check("33.57 MB")
     assert not fb.ok and "33.57 MB" in fb.message and "does not round" in fb.message
+
+
+# ---- (d) the model as a function ----
+
+def test_bytes_moved_solution_is_the_model_and_the_page_shows_it():
+    from pathlib import Path
+
+    import nbformat
+
+    from fusedrms.viz import file_section
+
+    for case in ch02.MODEL_CASES:
+        assert ch02.solution_bytes_moved(*case) == ch02.model_bytes(*case), case
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "chapters"
+                       / "02_fusion_boundary.ipynb", 4)
+    section = file_section(ch02.__file__, "bytes-moved")
+    assert any(c.cell_type == "markdown" and section in c.source for c in nb.cells)
+
+
+@pytest.mark.parametrize("mistake", sorted(ch02.BYTES_MOVED_HINTS))
+def test_bytes_moved_names_each_broken_convention(mistake):
+    fb = ch02.bytes_moved.check(ch02.bytes_moved.mistakes[mistake])
+    assert not fb.ok and ch02.BYTES_MOVED_WORDS[mistake] in fb.message
+    assert fb.hint == ch02.BYTES_MOVED_HINTS[mistake]
+
+
+def test_each_broken_convention_changes_some_case():
+    """No mistake model is the model itself, and no two agree everywhere."""
+    priced = {m: [ch02._broken(*c, m) for c in ch02.MODEL_CASES] for m in ch02.BYTES_MOVED_HINTS}
+    right = [ch02.model_bytes(*c) for c in ch02.MODEL_CASES]
+    values = [right, *priced.values()]
+    assert len({tuple(v) for v in values}) == len(values)
+
+
+def _endless(step, rows, cols, dtype):
+    while True:
+        pass
+
+
+def _raises(step, rows, cols, dtype):
+    raise RuntimeError("no model here")
+
+
+def test_bytes_moved_junk_gets_a_verdict(monkeypatch):
+    from fusedrms.exercises import grader
+
+    monkeypatch.setattr(grader, "LIMIT_S", 2.0)
+    fb = ch02.bytes_moved.check(_endless)
+    assert not fb.ok and "did not finish" in fb.message
+    fb = ch02.bytes_moved.check(_raises)
+    assert not fb.ok and "raised RuntimeError" in fb.message
+    for junk in ("def f(): ...", 3, [1, 2], print):
+        fb = ch02.bytes_moved.check(junk)
+        assert not fb.ok and fb.message and not fb.error, junk
+    fb = ch02.bytes_moved.check(lambda step, rows, cols, dtype: (1.5, 2.5, 3.5))
+    assert not fb.ok and "pair" in fb.message
+
+
+def test_bytes_moved_accepts_another_correct_function():
+    def by_table(step, rows, cols, dtype):
+        item = 4 if dtype == "fp32" else 2
+        trips = {"eager_add_rmsnorm": (4, 3), "torch_add_rmsnorm": (3, 2),
+                 "fused_add_rmsnorm": (2, 1), "fused_add_rmsnorm_residual": (2, 2)}[step]
+        return [trips[0] * rows * cols * item + cols * item, trips[1] * rows * cols * item]
+
+    assert ch02.bytes_moved.check(by_table).ok

@@ -8,8 +8,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .. import traffic
-from . import answers
-from .core import Exercise, Malformed, correct, wrong
+from . import answers, grader
+from .core import Exercise, Malformed, correct, one_line, portable_error, wrong
 
 ROWS, COLS, DTYPE = 1024, 4096, "bf16"
 ITEM = traffic.DTYPE_BYTES[DTYPE]
@@ -196,4 +196,191 @@ intensity = Exercise(
     _grade_intensity, solution=round(INTENSITY, 4),
     mistakes={label: round(v, 4) for label, (v, _) in _INTENSITY_MISTAKES.items()})
 
-ALL = [residual_bytes, speedup_bound, intensity]
+
+# (4) the model as a function -------------------------------------------------------------------
+# The reader writes bytes_moved(step, rows, cols, dtype) -> (bytes_read, bytes_written) for the
+# chapter's four designs; it runs in a child process (a loop that never ends is a verdict) on
+# every design x dtype x shape, against traffic.price. Each typical mistake is the model with one
+# convention broken, priced by _broken.
+MODEL_STEPS = ("eager_add_rmsnorm", "torch_add_rmsnorm", "fused_add_rmsnorm",
+               "fused_add_rmsnorm_residual")
+MODEL_DTYPES = ("fp32", "bf16", "fp16")
+MODEL_SHAPES = ((1, 1), (3, 13), (1024, 4096), (7, 8192))
+MODEL_CASES = tuple((step, rows, cols, dtype) for step in MODEL_STEPS for rows, cols in MODEL_SHAPES
+                    for dtype in MODEL_DTYPES)
+
+
+# [book:bytes-moved]
+def solution_bytes_moved(step, rows, cols, dtype):
+    size = {"fp32": 4, "bf16": 2, "fp16": 2}[dtype]
+    matrix, weight = rows * cols * size, cols * size
+    reads, writes = {  # in matrices, per kernel: the weight once per kernel reading it
+        "eager_add_rmsnorm": ([2, 1, 1], [1, 1, 1]),  # x+r -> t; t -> n; n*w -> y
+        "torch_add_rmsnorm": ([2, 1], [1, 1]),  # x+r -> t; rms_norm(t, w) -> y
+        "fused_add_rmsnorm": ([2], [1]),  # x, r -> y
+        "fused_add_rmsnorm_residual": ([2], [2]),  # x, r -> t, y
+    }[step]
+    return sum(reads) * matrix + weight, sum(writes) * matrix
+# [/book:bytes-moved]
+
+
+def model_bytes(step: str, rows: int, cols: int, dtype: str) -> tuple[int, int]:
+    """The chapter's model: (bytes read, bytes written) as traffic.price counts them."""
+    priced = traffic.price(step, rows, cols, dtype)
+    return priced.bytes_read, priced.bytes_written
+
+
+def _broken(step, rows, cols, dtype, mistake) -> tuple[int, int]:
+    """(read, written) with one convention of the model broken."""
+    spec = traffic.get_step(step)
+    sizes = {"rows": rows, "cols": cols}
+    read = written = 0
+    for kernel in spec.kernels:
+        for names, reading in ((kernel.reads, True), (kernel.writes, False)):
+            for name in names:
+                tensor = spec.tensors[name]
+                item = {"two bytes": 2, "four bytes": 4}.get(
+                    mistake, traffic.DTYPE_BYTES[dtype if tensor.dtype == "act" else tensor.dtype])
+                count = 1
+                for dim in tensor.shape:
+                    count *= sizes[dim]
+                if "rows" not in tensor.shape:
+                    if mistake == "weight per row":
+                        count *= rows
+                    if mistake == "weight left out":
+                        count = 0
+                if mistake == "intermediates read for free" and reading \
+                        and tensor.role == "intermediate":
+                    count = 0
+                if mistake == "residual write forgotten" and not reading and name == "t" \
+                        and tensor.role == "output":
+                    count = 0
+                if reading:
+                    read += count * item
+                else:
+                    written += count * item
+    return (written, read) if mistake == "read and written swapped" else (read, written)
+
+
+BYTES_MOVED_WORDS = {  # each mistake in words, for the verdict
+    "weight per row": "the weight counted for every row",
+    "weight left out": "the weight left out",
+    "residual write forgotten": "the residual write t forgotten",
+    "intermediates read for free": "an intermediate written but not read back",
+    "two bytes": "every element counted as 2 bytes",
+    "four bytes": "every element counted as 4 bytes",
+    "read and written swapped": "bytes read and written swapped",
+}
+BYTES_MOVED_HINTS = {
+    "weight per row": "The weight has no row dimension: every row's program reads the same "
+                      "cols values, which the cache serves; count them once per kernel that "
+                      "reads the weight.",
+    "weight left out": "Each kernel that reads the weight reads cols values of it: add them to "
+                       "the bytes read.",
+    "residual write forgotten": "fused_add_rmsnorm_residual also writes t = x + r for the next "
+                                "layer: two matrices written, t and y.",
+    "intermediates read for free": "A tensor one kernel writes and the next reads crosses the "
+                                   "boundary twice: count the write and the read back.",
+    "two bytes": "The element size depends on dtype: fp32 is 4 bytes, bf16 and fp16 are 2.",
+    "four bytes": "The element size depends on dtype: bf16 and fp16 are 2 bytes, fp32 is 4.",
+    "read and written swapped": "Return (bytes_read, bytes_written), in that order.",
+}
+
+
+def _outputs(fn, cases) -> list:
+    """(In the grader's child) fn on every case: a pair of numbers, or what went wrong in words
+    (a str), or the exception it raised."""
+    out = []
+    for case in cases:
+        grader.progress(f"On bytes_moved{case!r}")
+        try:
+            value = fn(*case)
+        except Exception as err:  # noqa: BLE001 - the reader's code
+            out.append(portable_error(err))
+            continue
+        try:
+            pair = tuple(value)
+            if len(pair) != 2:
+                raise ValueError
+            out.append(tuple(float(v) for v in pair))
+        except Exception:  # noqa: BLE001
+            out.append(f"returned {type(value).__name__} {repr(value)[:80]}")
+    return out
+
+
+def _where(case) -> str:
+    step, rows, cols, dtype = case
+    return f"bytes_moved({step!r}, {rows}, {cols}, {dtype!r})"
+
+
+def _grade_bytes_moved(answer):
+    import inspect
+
+    if not callable(answer) or isinstance(answer, type):
+        raise Malformed(f"expected a function bytes_moved(step, rows, cols, dtype), got "
+                        f"{type(answer).__name__}.")
+    try:
+        inspect.signature(answer).bind("fused_add_rmsnorm", 1, 1, "bf16")
+    except TypeError:
+        raise Malformed(f"your function must take four arguments (step, rows, cols, dtype); its "
+                        f"signature is {inspect.signature(answer)}.") from None
+    except ValueError:  # no signature to read (a builtin): let the call decide
+        pass
+    try:
+        got = grader.run(answer, _outputs, MODEL_CASES, cache=True)
+    except grader.Failed as failed:
+        return grader.failure_feedback(failed, "python")
+    expected = [model_bytes(*case) for case in MODEL_CASES]
+    for case, value in zip(MODEL_CASES, got):
+        if isinstance(value, BaseException):
+            return wrong(f"{_where(case)} raised {one_line(value)}.",
+                         f"It must answer for every design ({', '.join(MODEL_STEPS)}) and dtype "
+                         f"({', '.join(MODEL_DTYPES)}).")
+        if isinstance(value, str):
+            raise Malformed(f"{_where(case)} {value}; return a pair (bytes_read, "
+                            f"bytes_written).")
+    if all(v == e for v, e in zip(got, expected)):
+        return correct(f"Your function agrees with the model on all {len(MODEL_CASES)} cases: "
+                       f"{len(MODEL_STEPS)} designs x {len(MODEL_DTYPES)} dtypes x "
+                       f"{len(MODEL_SHAPES)} shapes, from 1 x 1 to 1024 x 4096.")
+    for mistake, hint in BYTES_MOVED_HINTS.items():
+        broken = [_broken(*case, mistake) for case in MODEL_CASES]
+        if all(v == b for v, b in zip(got, broken)):
+            case, value, right = next((c, v, e) for c, v, e in zip(MODEL_CASES, got, expected)
+                                      if v != e)
+            return wrong(f"{_where(case)} gave ({value[0]:,.0f}, {value[1]:,.0f}), the model "
+                         f"({right[0]:,}, {right[1]:,}): {BYTES_MOVED_WORDS[mistake]}.", hint)
+    case, value, right = next((c, v, e) for c, v, e in zip(MODEL_CASES, got, expected) if v != e)
+    which = "bytes read" if value[0] != right[0] else "bytes written"
+    return wrong(f"{_where(case)} gave ({value[0]:,.0f}, {value[1]:,.0f}); the model says "
+                 f"({right[0]:,}, {right[1]:,}): the {which} differ.",
+                 "List each kernel's reads and writes: a rows x cols tensor is rows * cols * "
+                 "element size bytes, the weight cols * element size once per kernel that "
+                 "reads it.")
+
+
+def _mistaken(mistake):
+    def bytes_moved(step, rows, cols, dtype):
+        return _broken(step, rows, cols, dtype, mistake)
+    return bytes_moved
+
+
+def _loops_forever(step, rows, cols, dtype):
+    while True:
+        pass
+
+
+bytes_moved = Exercise(
+    "bytes_moved",
+    f"Write bytes_moved(step, rows, cols, dtype) -> (bytes_read, bytes_written) for the designs "
+    f"{', '.join(MODEL_STEPS)}, with dtype one of {', '.join(MODEL_DTYPES)}, as the chapter's "
+    f"traffic model counts them. answer = your function",
+    _grade_bytes_moved, solution=solution_bytes_moved,
+    mistakes={**{m: _mistaken(m) for m in BYTES_MOVED_HINTS},
+              "the total, not a pair": lambda step, rows, cols, dtype: sum(
+                  solution_bytes_moved(step, rows, cols, dtype)),
+              "only the fused designs": lambda step, rows, cols, dtype: {
+                  "fused_add_rmsnorm": (2 * rows * cols * 2 + cols * 2, rows * cols * 2)}[step],
+              "two arguments": lambda step, rows: (0, 0), "a number": 42})
+
+ALL = [residual_bytes, speedup_bound, intensity, bytes_moved]

@@ -1,5 +1,6 @@
 """Chapter 8 exercises: why the order of operations is part of the specification, what fusing
-saves, and the scale of an all-zero block.
+saves, the scale of an all-zero block, and the quantization step written from the specification
+(:mod:`.ch08_quantizer`).
 
 The byte counts are priced by :mod:`fusedrms.traffic` (the model of chapter 2); each typical mistake
 is that count with one convention broken (scales forgotten, codes counted as 2 bytes, ...).
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 from .. import traffic
 from ..kernels import rmsnorm_fp8_spec as fp8_spec
 from . import answers
+from .ch08_quantizer import quantize_kernel  # (5) a kernel from the specification
 from .core import BYTE_UNITS, Exercise, Malformed, correct, in_other_unit, wrong
 
 ROWS, COLS, DTYPE = 8, fp8_spec.HIDDEN_SIZE, "bf16"  # not the chapter's 2 rows: compute, don't copy
@@ -239,4 +241,4 @@ zero_block_scale = Exercise(
     _grade_zero, solution=ZERO_SCALE, mistakes={label: v for label, (v, _) in _ZERO_MISTAKES.items()})
 
 
-ALL = (reorder_failure, fused_bytes, bytes_saved, zero_block_scale)
+ALL = (reorder_failure, fused_bytes, bytes_saved, zero_block_scale, quantize_kernel)
