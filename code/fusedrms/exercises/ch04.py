@@ -174,6 +174,25 @@ def _interpreted(kernel):
     return interp.InterpretedFunction(kernel.fn)
 
 
+def kernel_cases(kernel, cases, device: str, launch) -> list:
+    """(In the grader's child) ``launch(kernel, case, torch_device, audit)`` for each case: in
+    Triton's interpreter with loads and stores audited (``device="cpu"``) or compiled for the GPU
+    (``"gpu"``). What the reader's kernel raises ends the list (no more cases run)."""
+    out = []
+    for case in cases:
+        grader.progress(case.where() + (" on the GPU" if device == "gpu" else ""))
+        try:
+            if device == "gpu":
+                out.append(launch(kernel, case, torch.device("cuda"), False))
+                torch.cuda.synchronize()
+            else:
+                out.append(launch(_interpreted(kernel), case, torch.device("cpu"), True))
+        except Exception as err:  # noqa: BLE001 - the reader's kernel: anything can happen
+            out.append(portable_error(err))
+            break
+    return out
+
+
 def _block_parameter(kernel) -> str:
     """The name of the kernel's last parameter (the block width), which must be a constexpr."""
     params = list(inspect.signature(kernel.fn).parameters.values())

@@ -29,7 +29,7 @@ from ..kernels.rmsnorm import ROW_MAX_COLS, rmsnorm_looped_kernel
 from . import answers, grader
 from .ch04 import (ARG_NAMES, ARITHMETIC_MISTAKES, EPS, SENTINEL, KernelRun, _launch, _models,
                    check_kernel_form)
-from .core import Exercise, Feedback, Malformed, correct, one_line, portable_error, wrong
+from .core import Exercise, Feedback, Malformed, correct, one_line, wrong
 
 # ---------------------------------------------------------------- (a) write the looped kernel
 
@@ -88,21 +88,9 @@ def _run(kernel, case: Case, device, audit: bool) -> KernelRun:
 
 def _runs(kernel, cases, device: str) -> list:
     """(In the grader's child) each case's KernelRun, or what the kernel raised (then no more)."""
-    from .ch04 import _interpreted
+    from .ch04 import kernel_cases
 
-    out = []
-    for case in cases:
-        grader.progress(case.where() + (" on the GPU" if device == "gpu" else ""))
-        try:
-            if device == "gpu":
-                out.append(_run(kernel, case, torch.device("cuda"), False))
-                torch.cuda.synchronize()
-            else:
-                out.append(_run(_interpreted(kernel), case, torch.device("cpu"), True))
-        except Exception as err:  # noqa: BLE001 - the reader's kernel: anything can happen
-            out.append(portable_error(err))
-            break
-    return out
+    return kernel_cases(kernel, cases, device, _run)
 
 
 def audited_runs(kernel, cases=CASES) -> list:

@@ -23,8 +23,8 @@ import triton.language as tl
 from .. import checks, records, reference
 from ..book.page import listed
 from . import answers, grader, interpreter_audit
-from .ch04 import _block_parameter, _interpreted, check_kernel_form
-from .core import Exercise, Feedback, Malformed, correct, one_line, portable_error, wrong
+from .ch04 import _block_parameter, check_kernel_form, kernel_cases
+from .core import Exercise, Feedback, Malformed, correct, one_line, wrong
 
 EPS = 1e-5
 ARG_NAMES = ("x_ptr", "w_ptr", "dy_ptr", "rstd_ptr", "dx_ptr", "cols", "x_row_stride",
@@ -169,19 +169,7 @@ def compiled_runs(kernel, cases=CASES) -> list:
 
 
 def _runs(kernel, cases, device: str) -> list:
-    out = []
-    for case in cases:
-        grader.progress(case.where() + (" on the GPU" if device == "gpu" else ""))
-        try:
-            if device == "gpu":
-                out.append(_launch(kernel, case, torch.device("cuda"), False))
-                torch.cuda.synchronize()
-            else:
-                out.append(_launch(_interpreted(kernel), case, torch.device("cpu"), True))
-        except Exception as err:  # noqa: BLE001 - the reader's kernel: anything can happen
-            out.append(portable_error(err))
-            break
-    return out
+    return kernel_cases(kernel, cases, device, _launch)
 
 
 def _models(run: DxRun) -> dict:
