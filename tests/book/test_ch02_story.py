@@ -1,11 +1,10 @@
 """Chapter 2's measured prose, held against the committed recording it tells."""
-import re
 from fractions import Fraction
-from pathlib import Path
 
 from fusedrms import records
 from fusedrms.book import ch02 as companion
 from fusedrms.book import ch02_story as story
+from tests.book.story import assert_prose_values_exist
 
 
 def _facts():
@@ -41,10 +40,7 @@ def test_the_chains_multiply_is_the_slow_non_vectorized_kernel():
 
 
 def test_every_value_the_prose_shows_exists_on_the_committed_recording():
-    nb = Path(__file__).resolve().parents[2] / "chapters" / "02_fusion_boundary.ipynb"
-    shown = set(re.findall(r'story\.value\(told, \\"(\w+)\\"\)', nb.read_text()))
-    values = story.story_values(story.load(records.COMMITTED))
-    assert len(shown) >= 20 and not shown - set(values)
+    assert_prose_values_exist("02_fusion_boundary.ipynb", story, 20)
 
 
 def test_without_a_recording_there_are_no_values(monkeypatch, tmp_path):

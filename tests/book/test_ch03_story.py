@@ -1,10 +1,9 @@
 """Chapter 3's story: what its Markdown says in words, held against the committed recording it
 tells (a re-recording that contradicts a sentence fails here), and its values in every state."""
-import re
-from pathlib import Path
 
 from fusedrms import records
 from fusedrms.book import ch03_story as story
+from tests.book.story import assert_prose_values_exist
 
 
 def _facts():
@@ -43,11 +42,7 @@ def test_the_serial_kernel_is_slow_for_its_grid_and_its_chain():
 
 
 def test_every_value_the_prose_shows_exists_on_the_committed_recording():
-    nb = Path(__file__).resolve().parents[2] / "chapters" / "03_hip.ipynb"
-    shown = set(re.findall(r'story\.value\(told, \\"(\w+)\\"\)', nb.read_text()))
-    values = story.story_values(story.load(records.COMMITTED))
-    assert len(shown) >= 25 and not shown - set(values)
-    assert story.MISSING not in values.values()
+    assert_prose_values_exist("03_hip.ipynb", story, 25)
 
 
 def test_without_a_recording_there_are_no_values(monkeypatch, tmp_path):

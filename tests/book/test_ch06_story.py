@@ -2,6 +2,7 @@
 tells (a re-recording that contradicts a sentence fails here), and its values in every state."""
 from fusedrms import records
 from fusedrms.book import ch06_story as story
+from tests.book.story import assert_prose_values_exist
 
 
 def _facts():
@@ -52,14 +53,7 @@ def test_section_7_the_only_outliers_are_a_peer_with_another_definition():
 
 
 def test_every_value_the_prose_shows_exists_on_the_committed_recording():
-    import re
-    from pathlib import Path
-
-    nb = Path(__file__).resolve().parents[2] / "chapters" / "06_measurement.ipynb"
-    shown = set(re.findall(r'story\.value\(told, \\"(\w+)\\"\)', nb.read_text()))
-    values = story.story_values(story.load(records.COMMITTED))
-    assert len(shown) >= 50 and not shown - set(values)
-    assert story.MISSING not in values.values()
+    assert_prose_values_exist("06_measurement.ipynb", story, 50)
 
 
 def test_without_a_recording_the_values_say_so_and_there_is_no_panel(monkeypatch, tmp_path):
