@@ -225,3 +225,33 @@ def test_bytes_moved_accepts_another_correct_function():
         return [trips[0] * rows * cols * item + cols * item, trips[1] * rows * cols * item]
 
     assert ch02.bytes_moved.check(by_table).ok
+
+
+# ---- predict, then look: the measured speedup over PyTorch's two kernels ----
+
+FUSED = ch02.predict_fused_speedup
+
+
+def test_the_speedup_prediction_is_graded_against_the_census_the_page_tells():
+    found = ch02.recorded_speedup()
+    # the folded solution: a little above the byte ratio, because the fused kernel's rate is higher
+    assert float(ch02.BYTE_RATIO) < found["speedup"] < 1.1 * float(ch02.BYTE_RATIO)
+    assert found["fused"]["pct_of_copy"] > found["torch"]["pct_of_copy"]
+    assert FUSED.check(FUSED.solution).ok
+    assert FUSED.check(f"{found['speedup']:.2f}x").ok
+    for label, value in FUSED.mistakes.items():
+        fb = FUSED.check(value)
+        assert not fb.ok and fb.hint and f"{found['speedup']:.2f}×." in fb.message, label
+
+
+def test_each_wrong_speedup_prediction_says_what_its_gap_teaches():
+    assert "same rate" in FUSED.check("5/3").hint
+    assert "launches" in FUSED.check(2).hint
+    assert "row-trips" in FUSED.check(1.2).hint
+    assert "slow time over the fast" in FUSED.check(1 / ch02.recorded_speedup()["speedup"]).hint
+
+
+@pytest.mark.parametrize("bad", ["abc", 0, -1.7, "1.7 µs", [1.7], "\u22121.7", float("nan")])
+def test_a_malformed_speedup_prediction_gets_a_message(bad):
+    fb = FUSED.check(bad)
+    assert not fb.ok and fb.message and not fb.error

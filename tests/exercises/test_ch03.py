@@ -1,6 +1,7 @@
 """Chapter 3's checkers beyond the shared contract (tests/exercises/test_every_exercise.py): code
 that does not compile gets the compiler's message, and each mistake fails for its own reason."""
 
+import math
 import re
 
 import numpy as np
@@ -225,3 +226,36 @@ def test_block_sizes_reads_a_table_of_records():
 def test_a_malformed_line_number_is_asked_for_as_a_line_number():
     fb = ch03.missing_barrier.check("eleven")
     assert not fb.ok and "12.5" not in fb.message and "start of the line" in fb.message
+
+
+# ---- predict, then look: hip.serial over hip.block ----
+
+SPEEDUP = ch03.predict_block_speedup
+
+
+def test_the_speedup_prediction_is_graded_against_the_recording_the_page_tells():
+    from fusedrms.book import ch03_story
+
+    found = ch03.recorded_block_speedup()
+    told = ch03_story.story_facts(ch03_story.load())
+    assert found["speedup"] == pytest.approx(told["serial_gains"][1024])
+    # the folded solution: tens of times, and a kernel at the floor little more than twice as fast
+    assert 10 < found["speedup"] < 100 and 0.4 < found["block_share"] < 0.5
+    assert SPEEDUP.check(SPEEDUP.solution).ok
+    assert SPEEDUP.check(f"{found['speedup']:.0f}x").ok
+    for label, value in SPEEDUP.mistakes.items():
+        fb = SPEEDUP.check(value)
+        assert not fb.ok and fb.hint and f"{found['speedup']:.0f}×." in fb.message, label
+
+
+def test_each_wrong_speedup_prediction_says_what_its_gap_teaches():
+    found = ch03.recorded_block_speedup()
+    assert "multiply" in SPEEDUP.check(4).hint
+    assert "copy floor" in SPEEDUP.check(256).hint
+    assert "serial / block" in SPEEDUP.check(1 / found["speedup"]).hint
+
+
+@pytest.mark.parametrize("bad", ["abc", 0, -3, "60 µs", [60], "\u221260", math.inf])
+def test_a_malformed_speedup_prediction_gets_a_message(bad):
+    fb = SPEEDUP.check(bad)
+    assert not fb.ok and fb.message and not fb.error

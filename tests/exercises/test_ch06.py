@@ -193,3 +193,40 @@ def test_percent_of_floor_names_a_bandwidth_given_with_its_unit():
     assert not fb.ok and "achieved bandwidth" in fb.message and fb.hint
     other = ch06.percent_of_floor.check("1 TB/s")
     assert not other.ok and "bandwidth, not a share" in other.message
+
+
+# ---- predict, then look: flushed over warm, inside and beyond the L2 ----
+
+L2 = ch06.predict_l2
+
+
+def test_the_l2_prediction_is_graded_against_the_recording_the_page_tells():
+    from fusedrms.book import ch06_story
+
+    told = ch06_story.story_facts(ch06_story.load())["l2"]
+    found = ch06.recorded_l2()
+    assert found["inside"] == told["head"] and found["beyond"] == told["big"]
+    assert found["inside"]["bytes"] < found["l2_bytes"] < found["beyond"]["bytes"]
+    inside, beyond = found["inside"]["cold_over_warm"], found["beyond"]["cold_over_warm"]
+    assert 1.05 < inside < 1.5 and abs(beyond - 1) < 0.05  # what the hints explain
+    assert L2.check(L2.solution).ok
+    assert L2.check(f"[{inside:.2f}x, {beyond:.2f}×]").ok  # units, as written on the page
+    for label, value in L2.mistakes.items():
+        fb = L2.check(value)
+        assert not fb.ok and fb.hint and f"{inside:.2f} inside the L2" in fb.message, label
+
+
+def test_each_wrong_l2_prediction_says_what_its_gap_teaches():
+    inside = ch06.recorded_l2()["inside"]["cold_over_warm"]
+    assert "from DRAM" in L2.check([1.0, 1.0]).hint
+    assert "not a bandwidth ratio" in L2.check([3, 1]).hint
+    assert "nothing left to find" in L2.check([inside, inside]).hint
+    assert "nothing left to find" in L2.check([inside, 0.7]).hint
+    assert "warm over flushed" in L2.check([1 / inside, 1.0]).hint
+
+
+@pytest.mark.parametrize("bad", ["abc", [1.2], [1.2, 1, 1], [-1, 1], [0, 1], "1.2 µs, 1 µs",
+                                 {"inside": 1.2}, [math.nan, 1], "\u22121.2, 1"])
+def test_a_malformed_l2_prediction_gets_a_message(bad):
+    fb = L2.check(bad)
+    assert not fb.ok and fb.message and not fb.error

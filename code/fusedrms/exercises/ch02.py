@@ -1,14 +1,17 @@
-"""Chapter 2 exercises: price a design before writing it.
+"""Chapter 2 exercises: price a design before writing it, then predict what it measures.
 
-Every solution is computed by :mod:`fusedrms.traffic`; every typical mistake is the same model
-priced with one convention broken (the weight per row, the write forgotten, the wrong dtype...).
+Every priced solution is computed by :mod:`fusedrms.traffic`; every typical mistake is the same
+model priced with one convention broken (the weight per row, the write forgotten, the wrong
+dtype...). The prediction (:data:`predict_fused_speedup`) is checked against the committed H200
+census the chapter then shows.
 """
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 
 from .. import traffic
-from . import answers, grader
+from . import answers, grader, predictions
 from .core import Exercise, Malformed, correct, one_line, portable_error, wrong
 
 ROWS, COLS, DTYPE = 1024, 4096, "bf16"
@@ -383,4 +386,78 @@ bytes_moved = Exercise(
                   "fused_add_rmsnorm": (2 * rows * cols * 2 + cols * 2, rows * cols * 2)}[step],
               "two arguments": lambda step, rows: (0, 0), "a number": 42})
 
-ALL = [residual_bytes, speedup_bound, intensity, bytes_moved]
+# (5) predict, then look: the measured speedup over PyTorch's two kernels ------------------------
+BYTE_RATIO = traffic.speedup_bound("torch_add_rmsnorm", "fused_add_rmsnorm")  # 5/3
+SPEEDUP_CLOSE = 0.03  # within 3% of the recorded speedup; the byte ratio lies outside it
+
+
+@functools.lru_cache(maxsize=1)
+def recorded_speedup() -> dict | None:
+    """The committed census at 4096 x 4096 bf16: PyTorch's two kernels and the fused kernel
+    (time and share of the copy rate), the GPU and ``speedup``; None when it is missing."""
+    from .. import records
+    from ..book import ch02 as companion
+    from ..book import ch02_story
+
+    facts = ch02_story.story_facts(ch02_story.load(records.COMMITTED))
+    if "totals" not in facts:
+        return None
+    torch_, fused = facts["totals"][companion.BASELINE], facts["totals"]["capstone.fused"]
+    return {"torch": torch_, "fused": fused, "gpu": predictions.short_gpu(facts["gpu"]),
+            "speedup": torch_["measured_us"] / fused["measured_us"]}
+
+
+def _grade_fused_speedup(answer):
+    value = predictions.read_ratio(answer, "a speedup (PyTorch's time / the fused kernel's)")
+    found = recorded_speedup()
+    if found is None:
+        return predictions.recording_missing()
+    speedup, bound = found["speedup"], float(BYTE_RATIO)
+    torch_, fused = found["torch"], found["fused"]
+    said = (f"You predicted {value:.3g}×. The {found['gpu']} measured "
+            f"{torch_['measured_us']:.1f} µs for PyTorch's two kernels and "
+            f"{fused['measured_us']:.1f} µs for the fused one: {speedup:.2f}×.")
+    rates = (f"the fused kernel moves its bytes at {fused['pct_of_copy']:.0f}% of the copy rate, "
+             f"PyTorch's two kernels together at {torch_['pct_of_copy']:.0f}%")
+    if answers.close(value, speedup, SPEEDUP_CLOSE):
+        return correct(f"{said} That is more than the byte ratio of 5/3 ({bound:.2f}): {rates}, "
+                       f"and the measured speedup is the byte ratio times the ratio of the rates.")
+    if value < 1 and answers.close(1 / value, speedup, SPEEDUP_CLOSE):
+        return wrong(said, "That is the fused kernel's time over PyTorch's: a speedup is the slow "
+                           "time over the fast one, above 1.")
+    if answers.close(value, bound, 0.01):
+        return wrong(said, f"5/3 is the bound if both designs moved bytes at the same rate. They "
+                           f"do not: {rates}. The speedup is the byte ratio times the ratio of "
+                           f"the rates.")
+    if value < speedup:
+        return wrong(said, f"Start from the bytes: PyTorch's two kernels move 5 row-trips, the "
+                           f"fused kernel 3, so at equal rates it is 5/3 ({bound:.2f}) faster; "
+                           f"then ask which design moves its bytes faster ({rates}).")
+    return wrong(said, f"Two launches become one, but at this size the bytes set the time, not "
+                       f"the launches: 5 row-trips against 3 bound the gain near 5/3 "
+                       f"({bound:.2f}), and only a faster rate ({rates}) moves it above.")
+
+
+def _fused_speedup_solution() -> float | None:
+    found = recorded_speedup()
+    return None if found is None else round(found["speedup"], 2)
+
+
+def _fused_speedup_mistakes() -> dict:
+    found = recorded_speedup()
+    if found is None:
+        return {}
+    return {"the byte ratio, 5/3": round(float(BYTE_RATIO), 3), "two launches become one": 2.0,
+            "no gain": 1.0, "the ratio inverted": round(1 / found["speedup"], 3)}
+
+
+predict_fused_speedup = Exercise(
+    "predict_fused_speedup",
+    "Predict the fused add + RMSNorm's measured speedup over PyTorch's two kernels (the add, then "
+    "F.rms_norm with its weight) at 4096 x 4096 bf16 on the H200: PyTorch's time over the fused "
+    "kernel's, one number, e.g. 1.2.",
+    _grade_fused_speedup,
+    solution=_fused_speedup_solution(),
+    mistakes=_fused_speedup_mistakes())
+
+ALL = [residual_bytes, speedup_bound, intensity, bytes_moved, predict_fused_speedup]

@@ -1,4 +1,5 @@
-"""Chapter 3 exercises: block size, the shuffle finish, the missing barrier.
+"""Chapter 3 exercises: block size, the shuffle finish, the missing barrier, and a prediction of
+the ladder's first step (hip.serial to hip.block) before the page shows it measured.
 
 The two code exercises compile HIP text into a copy of rmsnorm.hip and run it on the CPU runtime
 (which reports races and divergent barriers) and, when there is one, on the GPU. A compile error
@@ -12,12 +13,13 @@ machine has it.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Mapping, Sequence
 
 from ..viz.source import file_section
-from . import grader
+from . import answers, grader, predictions
 from .core import Exercise, Malformed, as_number, correct, wrong
 
 EPS = 1e-5
@@ -595,4 +597,87 @@ missing_barrier.mistakes = {
     "after the loop": _solution_line() + 1,
 }
 
-ALL = [block_sizes, shuffle_finish, missing_barrier]
+
+# ---- predict, then look: how much faster is one block per row? ----
+
+PREDICT_SHAPE = "1024x4096 float32"
+SPEEDUP_CLOSE = 1.25  # within a factor of 1.25 of the recorded speedup is a good prediction
+
+
+@functools.lru_cache(maxsize=1)
+def recorded_block_speedup() -> dict | None:
+    """The committed recording's hip.serial and hip.block at the prediction's shape: their
+    medians, the block kernel's share of the copy floor's rate, the copy floor's time, the GPU,
+    and ``speedup`` (serial time / block time); None when it is missing."""
+    from .. import records
+    from ..book import ch03 as ladder
+
+    try:
+        doc = ladder.load(records.COMMITTED)
+    except (FileNotFoundError, ValueError):
+        return None
+    here = {p["name"]: p for p in ladder.ladder_points(doc or {"records": []})
+            if p["shape"] == PREDICT_SHAPE and p.get("correct")}
+    if not {"hip.serial", "hip.block"} <= set(here) or not here["hip.block"]["fraction_of_floor"]:
+        return None
+    serial, block = here["hip.serial"]["median_us"], here["hip.block"]["median_us"]
+    share = here["hip.block"]["fraction_of_floor"]
+    return {"serial_us": serial, "block_us": block, "speedup": serial / block,
+            "block_share": share, "floor_us": block * share,
+            "gpu": predictions.recorded_gpu(doc)}
+
+
+def _grade_block_speedup(answer):
+    value = predictions.read_ratio(answer, "a ratio (serial time / block time)")
+    found = recorded_block_speedup()
+    if found is None:
+        return predictions.recording_missing()
+    speedup = found["speedup"]
+    shown = f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+    said = (f"You predicted {shown}×. The {found['gpu']} recorded {found['serial_us']:,.0f} µs "
+            f"for hip.serial and {found['block_us']:.1f} µs for hip.block: {speedup:.0f}×.")
+    if speedup / SPEEDUP_CLOSE <= value <= speedup * SPEEDUP_CLOSE:
+        return correct(f"{said} No single reason explains a factor this size: the serial kernel "
+                       f"leaves most multiprocessors idle, its warps' loads are not coalesced, "
+                       f"and each thread walks a chain of 4096 dependent additions. One block "
+                       f"per row removes all three at once.")
+    if value < 1 and answers.close(1 / value, speedup, SPEEDUP_CLOSE - 1):
+        return wrong(f"{said}", "That is block time / serial time: the question asks serial / "
+                                "block, above 1 when the block kernel is faster.")
+    if value < speedup:
+        return wrong(f"{said}",
+                     "The causes multiply: the serial kernel's few blocks leave most "
+                     "multiprocessors idle, each warp's load touches 32 rows instead of one "
+                     "stretch, and each thread waits on a chain of 4096 dependent additions. "
+                     "One block per row removes all three at once.")
+    return wrong(f"{said}",
+                 f"Threads do not divide the time by their number: a kernel that must move "
+                 f"these bytes takes about the copy floor at best, {found['floor_us']:.1f} µs "
+                 f"here. The block kernel already runs at {found['block_share']:.0%} of the "
+                 f"floor's rate, so even a kernel at the floor would beat hip.serial by about "
+                 f"{found['serial_us'] / found['floor_us']:.0f}×.")
+
+
+def _block_speedup_solution() -> float | None:
+    found = recorded_block_speedup()
+    return None if found is None else round(found["speedup"])
+
+
+def _block_speedup_mistakes() -> dict:
+    found = recorded_block_speedup()
+    if found is None:
+        return {}
+    return {"the same bytes, the same time": 1.0, "one cause, a few times": 4.0,
+            "256 threads, 256 times faster": 256.0,
+            "the ratio inverted": round(1 / found["speedup"], 4)}
+
+
+predict_block_speedup = Exercise(
+    "predict_block_speedup",
+    "Predict how many times faster hip.block runs than hip.serial at 1024 x 4096 fp32 on the "
+    "H200, L2 flushed: serial's time over block's, one number, e.g. 4.",
+    _grade_block_speedup,
+    solution=_block_speedup_solution(),
+    mistakes=_block_speedup_mistakes())
+
+ALL = [block_sizes, shuffle_finish, missing_barrier, predict_block_speedup]

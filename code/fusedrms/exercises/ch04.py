@@ -40,7 +40,7 @@ from .. import checks, reference, records
 from ..book.ch04 import measure_num_warps
 from ..book.page import listed
 from ..kernels.rmsnorm import num_warps_for, rmsnorm_row_kernel
-from . import grader, interpreter_audit
+from . import grader, interpreter_audit, predictions
 from .core import Exercise, Feedback, Malformed, as_number, correct, one_line, portable_error, wrong
 
 CASES = ((3, 13), (33, 257), (5, 1))
@@ -631,7 +631,7 @@ def _grade_warps(answer) -> Feedback:
             else:
                 hint = "Copy the recorded medians printed above, in microseconds."
             return wrong(f"Your {k}-warp median {t:g} is not the recorded {measured[k]:g} µs.", hint)
-        gpu = ((doc.get("provenance") or {}).get("gpu") or "GPU").removeprefix("NVIDIA ")
+        gpu = predictions.recorded_gpu(doc)
         source = f"the recorded {gpu.removeprefix('AMD ')} sweep"
     # the fastest of every setting measured, not only of those the answer lists: leaving out the
     # setting that wins is not a way to win

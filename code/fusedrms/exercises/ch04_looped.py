@@ -26,10 +26,10 @@ from .. import checks, records, reference
 from ..book.ch04 import version_ratios
 from ..book.page import listed
 from ..kernels.rmsnorm import ROW_MAX_COLS, rmsnorm_looped_kernel
-from . import answers, grader
+from . import answers, grader, predictions
 from .ch04 import (ARG_NAMES, ARITHMETIC_MISTAKES, EPS, SENTINEL, KernelRun, _launch, _models,
                    check_kernel_form)
-from .core import Exercise, Feedback, Malformed, correct, one_line, wrong
+from .core import Exercise, Feedback, correct, one_line, wrong
 
 # ---------------------------------------------------------------- (a) write the looped kernel
 
@@ -396,21 +396,16 @@ def recorded_ratios() -> dict | None:
 
 def _gpu() -> str:
     try:
-        doc = records.load("triton_versions", records.COMMITTED)
+        return predictions.recorded_gpu(records.load("triton_versions", records.COMMITTED))
     except (FileNotFoundError, ValueError):
-        return "GPU"
-    return ((doc.get("provenance") or {}).get("gpu") or "GPU").removeprefix("NVIDIA ")
+        return predictions.short_gpu(None)
 
 
 def _grade_prediction(answer) -> Feedback:
-    reading = answers.read(answer, "a ratio (looped time / row time)", answers.RATIO)
-    value = reading.value
-    if value <= 0:
-        raise Malformed(f"a ratio of two times is positive, got {value:g}.")
+    value = predictions.read_ratio(answer, "a ratio (looped time / row time)")
     found = recorded_ratios()
     if found is None:
-        return wrong("The recording this prediction is checked against is missing here.",
-                     "Run the chapter's measurement on a GPU to record it.")
+        return predictions.recording_missing()
     cost, dram = found["looped_cost"], found["looped_bytes"]
     said = (f"The {_gpu()} recorded {cost:.2f}×; the bytes alone, if x's second read always "
             f"came from DRAM, say {dram:.2f}×.")

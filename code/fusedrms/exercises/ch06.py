@@ -1,5 +1,6 @@
 """Chapter 6 exercises: predict a time from the traffic model and a bandwidth, grade a measurement
-against that prediction, and recognize which timing rule a suspicious number broke.
+against that prediction, recognize which timing rule a suspicious number broke, and predict what
+a flushed L2 costs inside and beyond the cache before section 4 shows it.
 
 Every byte count comes from :func:`fusedrms.traffic.price`; each typical mistake is that count (or
 that division) with one convention broken: the write forgotten, the weight counted per row,
@@ -12,8 +13,10 @@ write forgotten).
 """
 from __future__ import annotations
 
+import functools
+
 from .. import records, traffic
-from . import answers
+from . import answers, predictions
 from .core import Exercise, Malformed, correct, wrong
 
 # The H200 of the committed recording (never a reader's own: every reader grades the same
@@ -216,4 +219,100 @@ broken_rule = Exercise(
     _grade_rule, solution="a", mistakes={f"choice {k}": k for k in _RULE_HINTS})
 
 
-ALL = (predict_floor, percent_of_floor, broken_rule)
+# (4) predict, then look: flushed over warm, inside and beyond the L2 -----------------------------
+L2_CLOSE = 0.10  # a prediction within 10% of each recorded ratio is a good one
+
+
+@functools.lru_cache(maxsize=1)
+def recorded_l2() -> dict | None:
+    """Section 4's L2 rule in the committed recording: its headline shape (inside the L2), its
+    largest (far beyond it), the L2's size and the GPU; None when it is missing."""
+    from ..book.ch06 import l2_rows
+
+    try:
+        doc = records.load("timing_rules", records.COMMITTED)
+    except (FileNotFoundError, ValueError):
+        return None
+    found = l2_rows(doc)
+    if not found or not found[1].get("l2_bytes"):
+        return None
+    shapes, rule = found
+    return {"inside": rule["headline"], "beyond": shapes[-1], "l2_bytes": rule["l2_bytes"],
+            "gpu": predictions.recorded_gpu(doc)}
+
+
+def _l2_said(found: dict) -> str:
+    inside, beyond = found["inside"], found["beyond"]
+    return (f"The {found['gpu']} recorded {inside['cold_over_warm']:.2f} inside the L2 (flushed "
+            f"{inside['cold_us']:.1f} µs, warm {inside['warm_us']:.1f} µs) and "
+            f"{beyond['cold_over_warm']:.2f} beyond it ({beyond['cold_us']:.0f} µs and "
+            f"{beyond['warm_us']:.0f} µs).")
+
+
+def _grade_l2(answer):
+    inside_guess, beyond_guess = predictions.read_ratios(
+        answer, 2, "ratios (flushed time / warm time), inside the L2 and beyond it")
+    found = recorded_l2()
+    if found is None:
+        return predictions.recording_missing()
+    inside, beyond = found["inside"]["cold_over_warm"], found["beyond"]["cold_over_warm"]
+    mb, l2_mib = found["beyond"]["bytes"] / 1e6, found["l2_bytes"] / 2**20
+    guessed = f"You predicted {inside_guess:.2f} and {beyond_guess:.2f}. {_l2_said(found)}"
+    if inside_guess < 1 and answers.close(1 / inside_guess, inside, L2_CLOSE):
+        return wrong(guessed, "Those are warm over flushed: the question asks flushed / warm, "
+                              "above 1 when the warm call is faster.")
+    if inside_guess < inside * (1 - L2_CLOSE):
+        return wrong(guessed,
+                     f"Inside the L2 the warm call finds x, the residual and w where the "
+                     f"previous call left them, and the flushed call reads them from DRAM: the "
+                     f"flush cost {inside - 1:.0%} of the warm time.")
+    if inside_guess > inside * (1 + L2_CLOSE):
+        return wrong(guessed,
+                     f"The L2 serves bytes several times faster than DRAM, but a call of "
+                     f"{found['inside']['warm_us']:.0f} µs is not all reading: the programs' "
+                     f"start and the reductions' latency cost the same from either, so the "
+                     f"flush added {inside - 1:.0%}, not a bandwidth ratio.")
+    if not answers.close(beyond_guess, beyond, L2_CLOSE):
+        return wrong(guessed,
+                     f"Beyond the L2 a warm call has nothing left to find: the previous call "
+                     f"moved {mb:,.0f} MB through {l2_mib:.0f} MiB of cache, so its own inputs "
+                     f"were gone before it ended. Both calls read DRAM, and the ratio is about 1.")
+    return correct(f"{guessed} Inside the L2, a warm benchmark flatters the kernel by "
+                   f"{inside - 1:.0%}; beyond it, warm and flushed agree within "
+                   f"{abs(beyond - 1):.0%}. That is why the book states the L2 state of every "
+                   f"time and reports flushed calls.")
+
+
+def _l2_solution() -> list | None:
+    found = recorded_l2()
+    return None if found is None else [round(found["inside"]["cold_over_warm"], 2),
+                                       round(found["beyond"]["cold_over_warm"], 2)]
+
+
+def _l2_mistakes() -> dict:
+    found = recorded_l2()
+    if found is None:
+        return {}
+    inside, beyond = found["inside"]["cold_over_warm"], found["beyond"]["cold_over_warm"]
+    return {"the cache does not help": [1.0, 1.0],
+            "the L2's bandwidth over DRAM's": [3.0, 1.0],
+            "the same gain at every size": [round(inside, 2), round(inside, 2)],
+            "warm over flushed": [round(1 / inside, 3), round(1 / beyond, 3)]}
+
+
+def _l2_question() -> str:
+    found = recorded_l2()
+    inside, beyond = ((found["inside"], found["beyond"]) if found else
+                      ({"rows": 1024, "cols": 4096, "bytes": 25.2e6},
+                       {"rows": 16384, "cols": 4096, "bytes": 402.7e6}))
+    l2 = f"the {found['l2_bytes'] / 2**20:.0f} MiB L2" if found else "the L2"
+    return (f"Predict the fused add + RMSNorm's flushed time over its warm time on the H200, at "
+            f"{inside['rows']:,} x {inside['cols']:,} bf16 ({inside['bytes'] / 1e6:.0f} MB moved, "
+            f"inside {l2}) and at {beyond['rows']:,} x {beyond['cols']:,} bf16 "
+            f"({beyond['bytes'] / 1e6:.0f} MB, far beyond it): two ratios, e.g. [1.5, 1.2].")
+
+
+predict_l2 = Exercise("predict_l2", _l2_question(), _grade_l2, solution=_l2_solution(),
+                      mistakes=_l2_mistakes())
+
+ALL = (predict_floor, percent_of_floor, broken_rule, predict_l2)

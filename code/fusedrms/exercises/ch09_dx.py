@@ -22,7 +22,7 @@ import triton.language as tl
 
 from .. import checks, records, reference
 from ..book.page import listed
-from . import answers, grader, interpreter_audit
+from . import answers, grader, interpreter_audit, predictions
 from .ch04 import _block_parameter, check_kernel_form, kernel_cases
 from .core import Exercise, Feedback, Malformed, correct, one_line, wrong
 
@@ -454,8 +454,7 @@ def recorded_backward() -> dict | None:
         if (r.get("kind"), r.get("op"), r.get("impl"), r.get("rows"), r.get("cols"),
                 r.get("dtype")) == ("backward", "rmsnorm", "two_stage", PREDICT_ROWS,
                                     PREDICT_COLS, PREDICT_DTYPE) and r.get("us"):
-            gpu = ((doc.get("provenance") or {}).get("gpu") or "GPU").removeprefix("NVIDIA ")
-            return {**r, "gpu": gpu}
+            return {**r, "gpu": predictions.recorded_gpu(doc)}
     return None
 
 
@@ -466,8 +465,7 @@ def _grade_time(answer) -> Feedback:
         raise Malformed(f"a time is positive, got {value:g} µs.")
     found = recorded_backward()
     if found is None:
-        return wrong("The recording this prediction is checked against is missing here.",
-                     "Run the chapter's measurement on a GPU to record it.")
+        return predictions.recording_missing()
     us, floor = found["us"], found["floor_us"]
     partials = 2 * found["programs"] * PREDICT_COLS * 4 / found["bytes"]
     said = (f"The {found['gpu']} recorded {us:.1f} µs; its floor, {found['bytes']:,} bytes at "
