@@ -320,7 +320,7 @@ TUNING_FILES = {
     "capstone_tuning_trials.json": "every configuration the tuner timed (written with --tune)",
 }
 EXTRAS_BUDGET_S, TUNE_BUDGET_S, CHECK_BUDGET_S, CONFIRM_BUDGET_S = 40, 300, 40, 60
-SMOKE_LEVERS_BUDGET_S = 45  # one shape; the first process compiles every candidate and torch.compile
+SMOKE_LEVERS_BUDGET_S = 40  # one shape, one process: it compiles every candidate and torch.compile
 LEVERS_BUDGET_S = 150  # a limit (candidate launches at 4 shapes, both ops, 3 processes: ~60 s)
 PEERS_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far above its ~60 s
 PEERS_ESTIMATE_S = 150

@@ -390,7 +390,7 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, check_sh
     steps = (("exactness", lambda: exactness_records(check_shapes, log=log)),
              ("resources", lambda: [{"kind": "resources", **kernel_resources()}]),
              ("timing", lambda: ch08_timing.timing_in_processes(
-                 timing_shapes, processes=2 if smoke else ch08_timing.TIMING_PROCESSES, log=log)),
+                 timing_shapes, processes=1 if smoke else ch08_timing.TIMING_PROCESSES, log=log)),
              ("sweep", lambda: sweep_records(log=log) if full else []))
     for step, fn in steps:
         try:

@@ -440,7 +440,8 @@ def lever_bench(out_dir: Path, budget_s: float = 90.0, smoke: bool = False) -> P
     env_vars["PYTHONPATH"] = code_dir + os.pathsep + env_vars.get("PYTHONPATH", "")
     msgs = []
     code_log = out_dir / "capstone_levers_inductor_code.txt"
-    for i, share in enumerate((0.5, 0.25, 0.25)):
+    # a smoke run: one process with the whole budget (the first process compiles everything)
+    for i, share in enumerate((1.0,) if smoke else (0.5, 0.25, 0.25)):
         end = min(t0 + budget_s, time.time() + budget_s * share)
         child_env = dict(env_vars, TORCH_LOGS="output_code") if i == 0 else env_vars
         shapes = "smoke-levers" if smoke else "levers"

@@ -55,11 +55,11 @@ case "$what" in
     # the tests are spread test by test: one file holds 74 of the 175)
     timeout -k 10 150 python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
       -n 4 --dist loadscope --durations=12 chapters > "$logs/check_notebooks.log" 2>&1; nb=$?
-    timeout -k 10 200 python3 -m pytest -q -p no:cacheprovider -m "gpu and not browser" tests \
+    timeout -k 10 180 python3 -m pytest -q -p no:cacheprovider -m "gpu and not browser" tests \
       -n 8 --dist load --durations=25 -rfE --junitxml="$logs/gpu_tests_junit.xml" \
       > "$logs/check_gpu_tests.log" 2>&1; gt=$?
     smoke=$(mktemp -d)
-    timeout -k 10 210 python3 -m fusedrms.record --smoke --out "$smoke" > "$logs/check_smoke.log" 2>&1; sm=$?
+    timeout -k 10 240 python3 -m fusedrms.record --smoke --out "$smoke" > "$logs/check_smoke.log" 2>&1; sm=$?
     last() {
       local l; l=$(grep -E '(passed|failed|error)' "$1" | tail -n 1 | sed 's/=//g; s/^ *//; s/ *$//')
       echo "${l:-no summary line (stopped at its limit)}"
