@@ -13,6 +13,7 @@ inline styles; the book's stylesheet only adds what a static page needs), and ea
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import io
 import math
@@ -30,6 +31,9 @@ GLUE_PREFIX = "application/papermill.record/"  # myst-nb's mime prefix for glued
 # at the column's width (smaller on phones).
 FIGURE_DPI = 100      # 1 inch of figure = 100 CSS px on the page
 HIDPI = 2             # the PNG carries 2 image pixels per CSS pixel
+# A phone (a 390-px screen) gives the text column about 358 CSS px: figures are redrawn for it.
+PHONE_COLUMN_PX = 358
+PHONE_MEDIA = "(max-width: 575.98px)"
 FULL_ROWS_LIMIT = 2000  # above this, the full data goes only into the CSV
 
 
@@ -158,6 +162,22 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+# A table wider than its box scrolls inside it. The box shows a shadow at each edge where columns
+# are hidden (pure CSS: the covers scroll with the content, the shadows stay at the edges), so a
+# reader on a phone sees that there is more to the side. Inline, so JupyterLab shows it too.
+SCROLL_CLASS = "fusedrms-table-scroll"
+_COVER = "var(--pst-color-background, var(--jp-layout-color0, #fff))"
+_SHADOW = "var(--fusedrms-scroll-shadow, rgba(0, 0, 0, .28))"
+_EDGE = "100% no-repeat"
+SCROLL_STYLE = (
+    "max-width:100%;overflow-x:auto;background:"
+    f"linear-gradient(to right, {_COVER} 30%, transparent) left / 2.5em {_EDGE} local,"
+    f"linear-gradient(to left, {_COVER} 30%, transparent) right / 2.5em {_EDGE} local,"
+    f"radial-gradient(farthest-side at 0 50%, {_SHADOW}, transparent) left / .9em {_EDGE} scroll,"
+    f"radial-gradient(farthest-side at 100% 50%, {_SHADOW}, transparent) right / .9em {_EDGE} scroll")
+_SCROLL_BOX = f'<div class="{SCROLL_CLASS}" style="{SCROLL_STYLE}">'
+
+
 class Table:
     """A rendered table: at most ``max_rows`` rows on the page, the rest one click away."""
 
@@ -210,14 +230,13 @@ class Table:
         cap = (f'<p class="fusedrms-table-caption">{escape(self.caption)}</p>'
                if self.caption else "")
         parts = ['<div class="fusedrms-table" style="max-width:100%">', cap,
-                 '<div style="max-width:100%;overflow-x:auto">',
-                 self._html_table(shown, self.caption), "</div>"]
+                 _SCROLL_BOX, self._html_table(shown, self.caption), "</div>"]
         extra = []
         if n > self.max_rows:
             extra.append(f"{n - self.max_rows} more rows")
             if n <= FULL_ROWS_LIMIT:
                 parts.append(f'<details class="fusedrms-table-all"><summary>All {n} rows</summary>'
-                             f'<div style="max-width:100%;overflow-x:auto">'
+                             f"{_SCROLL_BOX}"
                              f"{self._html_table(self.rows, '')}</div></details>")
         if self.csv_name:
             href = "data:text/csv;charset=utf-8," + urllib.parse.quote(self.csv_text())
@@ -438,16 +457,130 @@ def figure(nrows: int = 1, ncols: int = 1, height: float | None = None, width_px
     return fig, fig.subplots(nrows, ncols, squeeze=True, **subplot_kw)
 
 
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=FIGURE_DPI * HIDPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def smallest_text_px(fig) -> float:
+    """The smallest visible text of ``fig`` in CSS px at its drawn width (10 pt = 13.9 px)."""
+    from matplotlib.text import Text
+
+    sizes = [t.get_fontsize() for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and t.figure is not None]
+    return round(min(sizes, default=10) * FIGURE_DPI / 72, 1)
+
+
+def _legends(fig):
+    """(owner, legend) for every legend of ``fig``: figure legends and axes legends."""
+    found = [(fig, leg) for leg in fig.legends]
+    return found + [(ax, ax.get_legend()) for ax in fig.axes if ax.get_legend() is not None]
+
+
+def _fit_legend(fig, owner, legend, width_px: int):
+    """A copy of ``legend`` with half its columns when it is nearly ``width_px`` wide, else None.
+    (matplotlib cannot change a legend's columns in place; the caller puts the old one back.)"""
+    from matplotlib.legend import Legend
+
+    wide = legend.get_window_extent().width / fig.dpi * FIGURE_DPI  # in CSS px
+    if legend._ncols < 2 or wide <= 0.9 * width_px:
+        return None
+    anchor = legend._bbox_to_anchor  # None, or the given box placed on the axes (or figure)
+    fitted = Legend(owner, legend.legend_handles, [t.get_text() for t in legend.texts],
+                    ncols=max(1, legend._ncols // 2), prop=legend.prop,
+                    frameon=legend.get_frame_on(), bbox_to_anchor=getattr(anchor, "_bbox", anchor),
+                    title=legend.get_title().get_text() or None)
+    fitted._loc, fitted._outside_loc = legend._loc, legend._outside_loc  # "outside ..." kept
+    return fitted
+
+
+def _titles_and_labels(fig):
+    texts = [t for t in (getattr(fig, "_suptitle", None), getattr(fig, "_supxlabel", None)) if t]
+    for ax in fig.axes:
+        texts += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label]
+    return [t for t in texts if t.get_text()]
+
+
+@contextlib.contextmanager
+def _redrawn_for(fig, width_px: int):
+    """``fig`` temporarily redrawn ``width_px`` wide with its labels at the same size: a row of
+    panels becomes a column, and a legend wider than the figure gets fewer columns."""
+    from matplotlib.gridspec import GridSpec
+
+    size = fig.get_size_inches().copy()
+    axes = [ax for ax in fig.axes if ax.get_subplotspec() is not None]
+    specs = [ax.get_subplotspec() for ax in axes]
+    grids = {id(s.get_gridspec()) for s in specs}
+    row = (len(grids) == 1 and specs and specs[0].get_gridspec().nrows == 1
+           and specs[0].get_gridspec().ncols > 1)
+    height = size[1]
+    if row:  # side by side panels would each get a third of a phone: stack them
+        ncols = specs[0].get_gridspec().ncols
+        column = GridSpec(ncols, 1, figure=fig)
+        for ax, spec in zip(axes, specs):
+            ax.set_subplotspec(column[spec.colspan.start, 0])
+        height = size[1] * (1 + 0.8 * (ncols - 1))
+    swapped, wrapped = [], []
+    try:
+        for owner, legend in _legends(fig):  # measured at the drawn size, before any squeeze
+            fitted = _fit_legend(fig, owner, legend, width_px)
+            if fitted is None:
+                continue
+            if owner is fig:
+                fig.legends[fig.legends.index(legend)] = fitted
+            else:
+                owner.legend_ = fitted
+            fitted.set_figure(fig)
+            swapped.append((owner, legend, fitted))
+        fig.set_size_inches(width_px / FIGURE_DPI, height)
+        # titles and axis labels wider than the phone wrap instead of running off the figure
+        for text in _titles_and_labels(fig):
+            if not text.get_wrap():
+                text.set_wrap(True)
+                wrapped.append(text)
+        yield fig
+    finally:
+        for text in wrapped:
+            text.set_wrap(False)
+        for owner, legend, fitted in swapped:
+            if owner is fig:
+                fig.legends[fig.legends.index(fitted)] = legend
+            else:
+                owner.legend_ = legend
+        if row:
+            for ax, spec in zip(axes, specs):
+                ax.set_subplotspec(spec)
+        fig.set_size_inches(*size)
+
+
 def show(fig, alt: str):
-    """Display ``fig`` at its drawn width (2x pixels for high-DPI screens); ``alt`` describes it."""
+    """Display ``fig`` at its drawn width (2x pixels for high-DPI screens); ``alt`` describes it.
+
+    On a phone (``PHONE_MEDIA``) the page shows the same figure redrawn for the phone's column
+    (``PHONE_COLUMN_PX``), so its labels keep their size there instead of shrinking to half.
+    """
     from IPython.display import display
 
     if not alt or not alt.strip():
         raise ValueError("show: say in alt= what the figure shows (screen readers read it)")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=FIGURE_DPI * HIDPI, metadata={"Software": None})
     width_px = round(fig.get_figwidth() * FIGURE_DPI)
-    data = base64.b64encode(buf.getvalue()).decode()
-    html = (f'<img class="fusedrms-figure" src="data:image/png;base64,{data}" alt="{escape(alt)}" '
-            f'width="{width_px}" style="max-width:100%;height:auto">')
+    desktop = _png(fig)
+    text_px = smallest_text_px(fig)  # after drawing: tick labels exist only once drawn
+    phone = ""
+    if width_px > PHONE_COLUMN_PX:
+        with _redrawn_for(fig, PHONE_COLUMN_PX):
+            small = _png(fig)
+            height = round(fig.get_figheight() * FIGURE_DPI)
+        phone = (f'<source media="{PHONE_MEDIA}" srcset="{_data_uri(small)}" '
+                 f'width="{PHONE_COLUMN_PX}" height="{height}">')
+    height_px = round(fig.get_figheight() * FIGURE_DPI)
+    img = (f'<img class="fusedrms-figure" src="{_data_uri(desktop)}" alt="{escape(alt)}" '
+           f'width="{width_px}" height="{height_px}" data-text-px="{text_px:g}" '
+           'style="max-width:100%;height:auto">')
+    html = f"<picture>{phone}{img}</picture>" if phone else img
     display({"text/html": html, "text/plain": f"[figure: {alt}]"}, raw=True)
+
+
+def _data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode()
