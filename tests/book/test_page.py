@@ -250,6 +250,18 @@ def test_a_figure_for_a_phone_stacks_a_row_of_panels_and_narrows_a_wide_legend(m
     assert 'height="504"' in bundle["text/html"]  # the stacked phone version is taller
 
 
+def test_a_figure_that_cannot_fit_a_phone_keeps_the_desktop_image_and_warns_nobody(monkeypatch):
+    shown = _displayed(monkeypatch)
+    fig, ax = page.figure()
+    ax.set_ylabel("\n".join("tall label" for _ in range(30)))  # no room left for the axes
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning would print on the page
+        page.show(fig, alt="crowded")
+    html = shown[0][0]["text/html"]
+    assert html.startswith("<img") and "<source" not in html
+
+
 def test_a_figure_no_wider_than_a_phone_is_shown_once(monkeypatch):
     shown = _displayed(monkeypatch)
     fig, ax = page.figure(width_px=page.PHONE_COLUMN_PX)

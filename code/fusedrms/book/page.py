@@ -19,6 +19,7 @@ import io
 import math
 import re
 import urllib.parse
+import warnings
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
@@ -569,11 +570,14 @@ def show(fig, alt: str):
     text_px = smallest_text_px(fig)  # after drawing: tick labels exist only once drawn
     phone = ""
     if width_px > PHONE_COLUMN_PX:
-        with _redrawn_for(fig, PHONE_COLUMN_PX):
+        with _redrawn_for(fig, PHONE_COLUMN_PX), warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
             small = _png(fig)
             height = round(fig.get_figheight() * FIGURE_DPI)
-        phone = (f'<source media="{PHONE_MEDIA}" srcset="{_data_uri(small)}" '
-                 f'width="{PHONE_COLUMN_PX}" height="{height}">')
+        # a figure whose decorations leave its axes no room on a phone keeps the desktop image
+        if not any("collapsed" in str(w.message) for w in said):
+            phone = (f'<source media="{PHONE_MEDIA}" srcset="{_data_uri(small)}" '
+                     f'width="{PHONE_COLUMN_PX}" height="{height}">')
     height_px = round(fig.get_figheight() * FIGURE_DPI)
     img = (f'<img class="fusedrms-figure" src="{_data_uri(desktop)}" alt="{escape(alt)}" '
            f'width="{width_px}" height="{height_px}" data-text-px="{text_px:g}" '
