@@ -110,6 +110,12 @@ def test_table_from_dicts_rows_and_columns_agree():
     assert 'text-align:right">1234.6' in from_dicts  # numbers align right
 
 
+def test_long_names_in_text_cells_may_wrap_at_dots_and_underscores_but_numbers_stay_whole():
+    html = page.table([["capstone.fused_residual", "16.8 (16.7-16.8)", 2.5]],
+                      columns=["kernel", "µs", "x"])._repr_html_()
+    assert _cells(html) == ["capstone.<wbr>fused_<wbr>residual", "16.8 (16.7-16.8)", "2.5"]
+
+
 def test_long_table_shows_max_rows_and_keeps_every_row_in_a_dropdown_and_csv():
     rows = [{"n": i, "sq": i * i} for i in range(30)]
     t = page.table(rows, max_rows=12, caption="Squares", csv_name="squares.csv")

@@ -159,6 +159,16 @@ def _cell_text(value, fmt) -> str:
     return str(value)
 
 
+# A dot or underscore inside a name, not inside a number ("16.8" stays whole).
+_NAME_JOINT = re.compile(r"(?<=[A-Za-z0-9])([._])(?=[A-Za-z])")
+
+
+def _breakable(text: str) -> str:
+    """``text`` escaped, with a line-break opportunity after each dot and underscore inside a
+    name: ``capstone.fused_residual_in_place`` may wrap in a narrow column instead of widening it."""
+    return _NAME_JOINT.sub(r"\1<wbr>", escape(text))
+
+
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -209,7 +219,8 @@ class Table:
         head = "".join(f'<th style="text-align:{"right" if n else "left"}">{escape(c)}</th>'
                        for c, n in zip(self.columns, numeric))
         body = "".join(
-            "<tr>" + "".join(f'<td style="text-align:{"right" if n else "left"}">{escape(t)}</td>'
+            "<tr>" + "".join(f'<td style="text-align:{"right" if n else "left"}">'
+                             f"{escape(t) if n else _breakable(t)}</td>"
                              for t, n in zip(r, numeric)) + "</tr>"
             for r in self._text_rows(rows))
         label = f' aria-label="{escape(caption)}"' if caption else ""
@@ -273,6 +284,19 @@ def table(data, columns: Sequence[str] | None = None, *, max_rows: int = 12, cap
     """
     return Table(data, columns, max_rows=max_rows, caption=caption, csv_name=csv_name,
                  formats=formats)
+
+
+class Tables:
+    """Several tables shown as one output (a wide table split by its columns)."""
+
+    def __init__(self, *tables: Table):
+        self.tables = tables
+
+    def _repr_html_(self) -> str:
+        return "".join(t._repr_html_() for t in self.tables)
+
+    def __repr__(self) -> str:
+        return "\n\n".join(repr(t) for t in self.tables)
 
 
 # -- provenance -------------------------------------------------------------------------------
