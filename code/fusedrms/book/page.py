@@ -29,7 +29,7 @@ from ..viz.svg import COLUMN_PX
 GLUE_PREFIX = "application/papermill.record/"  # myst-nb's mime prefix for glued, hidden values
 
 # Figures are drawn for the text column (viz.svg.COLUMN_PX) at 2x for high-DPI screens and shown
-# at the column's width (smaller on phones).
+# at the column's width; a phone gets the same figure redrawn for its column (PHONE_COLUMN_PX).
 FIGURE_DPI = 100      # 1 inch of figure = 100 CSS px on the page
 HIDPI = 2             # the PNG carries 2 image pixels per CSS pixel
 # A phone (a 390-px screen) gives the text column about 358 CSS px: figures are redrawn for it.
@@ -468,7 +468,7 @@ def figure(nrows: int = 1, ncols: int = 1, height: float | None = None, width_px
     """A figure drawn for the column: ``fig, ax = page.figure()``; show it with :func:`show`.
 
     ``height`` in inches (100 CSS px each; default keeps a 5:3 panel). Labels are 10 pt, i.e.
-    about 14 px on the page at full column width. The figure is not a pyplot figure, so a cell
+    about 14 px on the page, on a desktop and on a phone (:func:`show` redraws it for a phone). The figure is not a pyplot figure, so a cell
     never shows it twice.
     """
     from matplotlib.figure import Figure
