@@ -114,6 +114,8 @@ def test_long_names_in_text_cells_may_wrap_at_dots_and_underscores_but_numbers_s
     html = page.table([["capstone.fused_residual", "16.8 (16.7-16.8)", 2.5]],
                       columns=["kernel", "µs", "x"])._repr_html_()
     assert _cells(html) == ["capstone.<wbr>fused_<wbr>residual", "16.8 (16.7-16.8)", "2.5"]
+    named = page.table([[1]], columns=["F.rms_norm"])._repr_html_()
+    assert ">F.<wbr>rms_<wbr>norm</th>" in named  # headers too
 
 
 def test_long_table_shows_max_rows_and_keeps_every_row_in_a_dropdown_and_csv():

@@ -369,7 +369,7 @@ def figure(doc, op: str):
 
 
 # Times in µs per call (the table's caption says so: ten columns fit the text column unrepeated).
-TRAIN_COLUMNS = {"shape": ("shape", ""), "MB": ("MB moved", ".0f"),
+TRAIN_COLUMNS = {"shape": ("shape", ""), "MB": ("MB", ".0f"),
                  "ours_spread": ("ours (p10-p90)", ""),
                  "triton.atomic": ("ours, atomic", ".1f"),
                  "torch.eager": ("eager", ".1f"), "torch.rms_norm": ("F.rms_norm", ".1f"),

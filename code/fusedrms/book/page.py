@@ -216,7 +216,7 @@ class Table:
 
     def _html_table(self, rows, caption: str) -> str:
         numeric = self._numeric()
-        head = "".join(f'<th style="text-align:{"right" if n else "left"}">{escape(c)}</th>'
+        head = "".join(f'<th style="text-align:{"right" if n else "left"}">{_breakable(c)}</th>'
                        for c, n in zip(self.columns, numeric))
         body = "".join(
             "<tr>" + "".join(f'<td style="text-align:{"right" if n else "left"}">'
