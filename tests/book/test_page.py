@@ -258,6 +258,24 @@ def test_a_figure_for_a_phone_stacks_a_row_of_panels_and_narrows_a_wide_legend(m
     assert 'height="504"' in bundle["text/html"]  # the stacked phone version is taller
 
 
+def test_a_figure_for_a_phone_wraps_long_category_names_and_turns_crowded_x_labels():
+    fig, (bars, groups) = page.figure(2, 1, height=5)
+    names = [f"two passes, {n}-column chunks, 16 warps" for n in (1024, 2048, 4096)]
+    bars.barh(range(3), [1, 2, 3])
+    bars.set_yticks(range(3), names)
+    groups.bar(range(6), [1] * 6)
+    groups.set_xticks(range(6), [f"16384x8192\nbfloat16\n{i}" for i in range(6)])
+    fig.draw_without_rendering()
+    with page._redrawn_for(fig, page.PHONE_COLUMN_PX):
+        fig.draw_without_rendering()
+        wrapped = [t.get_text() for t in bars.get_yticklabels()]
+        assert all("\n" in t for t in wrapped) and fig.get_figheight() > 5  # room for the lines
+        assert groups.get_xticklabels()[0].get_rotation() == 90
+    fig.draw_without_rendering()
+    assert [t.get_text() for t in bars.get_yticklabels()] == names  # put back
+    assert groups.get_xticklabels()[0].get_rotation() == 0
+
+
 def test_a_figure_that_cannot_fit_a_phone_keeps_the_desktop_image_and_warns_nobody(monkeypatch):
     shown = _displayed(monkeypatch)
     fig, ax = page.figure()

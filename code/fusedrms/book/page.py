@@ -527,10 +527,53 @@ def _titles_and_labels(fig):
     return [t for t in texts if t.get_text()]
 
 
+def _wrap_long_y_labels(fig, limit_px: float) -> tuple[list, float]:
+    """Y tick labels wider than ``limit_px`` (a bar chart's long category names) wrap onto
+    several lines; returns (axis, formatter) pairs to put back and the height in inches the
+    extra lines need."""
+    import textwrap
+
+    from matplotlib.ticker import FuncFormatter
+
+    changed, extra = [], 0.0
+    for ax in fig.axes:
+        labels = [t for t in ax.get_yticklabels() if t.get_text()]
+        widest = max((t.get_window_extent().width / fig.dpi * FIGURE_DPI for t in labels),
+                     default=0)
+        if widest <= limit_px:
+            continue
+        per_char = widest / max(len(t.get_text()) for t in labels)
+        chars = max(12, int(limit_px / per_char))
+        lines = max(len(textwrap.wrap(t.get_text(), chars)) for t in labels)
+        extra += (lines - 1) * len(labels) * 1.3 * labels[0].get_fontsize() / 72
+        old = ax.yaxis.get_major_formatter()
+        ax.yaxis.set_major_formatter(FuncFormatter(
+            lambda v, pos, old=old, chars=chars: textwrap.fill(old(v, pos), chars)))
+        changed.append((ax.yaxis, old))
+    return changed, extra
+
+
+def _turn_colliding_x_labels(fig) -> list:
+    """X tick labels that overlap at the new width turn upright; returns (axes, rotation)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a collapse here is judged by show() on the real draw
+        fig.draw_without_rendering()
+    turned = []
+    for ax in fig.axes:
+        boxes = sorted((t.get_window_extent() for t in ax.get_xticklabels()
+                        if t.get_visible() and t.get_text()), key=lambda b: b.x0)
+        if any(a.x1 > b.x0 for a, b in zip(boxes, boxes[1:])):
+            labels = ax.get_xticklabels()
+            turned.append((ax, labels[0].get_rotation() if labels else 0))
+            ax.tick_params(axis="x", labelrotation=90)
+    return turned
+
+
 @contextlib.contextmanager
 def _redrawn_for(fig, width_px: int):
     """``fig`` temporarily redrawn ``width_px`` wide with its labels at the same size: a row of
-    panels becomes a column, and a legend wider than the figure gets fewer columns."""
+    panels becomes a column, a legend wider than the figure gets fewer columns, long titles and
+    y tick labels wrap, and x tick labels that would overlap turn upright."""
     from matplotlib.gridspec import GridSpec
 
     size = fig.get_size_inches().copy()
@@ -546,7 +589,7 @@ def _redrawn_for(fig, width_px: int):
         for ax, spec in zip(axes, specs):
             ax.set_subplotspec(column[spec.colspan.start, 0])
         height = size[1] * (1 + 0.8 * (ncols - 1))
-    swapped, wrapped = [], []
+    swapped, wrapped, formatters, turned = [], [], [], []
     try:
         for owner, legend in _legends(fig):  # measured at the drawn size, before any squeeze
             fitted = _fit_legend(fig, owner, legend, width_px)
@@ -558,14 +601,20 @@ def _redrawn_for(fig, width_px: int):
                 owner.legend_ = fitted
             fitted.set_figure(fig)
             swapped.append((owner, legend, fitted))
-        fig.set_size_inches(width_px / FIGURE_DPI, height)
+        formatters, taller = _wrap_long_y_labels(fig, 0.4 * width_px)  # at the drawn size too
+        fig.set_size_inches(width_px / FIGURE_DPI, height + taller)
         # titles and axis labels wider than the phone wrap instead of running off the figure
         for text in _titles_and_labels(fig):
             if not text.get_wrap():
                 text.set_wrap(True)
                 wrapped.append(text)
+        turned = _turn_colliding_x_labels(fig)
         yield fig
     finally:
+        for axis, formatter in formatters:
+            axis.set_major_formatter(formatter)
+        for ax, rotation in turned:
+            ax.tick_params(axis="x", labelrotation=rotation)
         for text in wrapped:
             text.set_wrap(False)
         for owner, legend, fitted in swapped:
