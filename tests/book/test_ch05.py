@@ -26,6 +26,17 @@ def test_matrix_and_tolerance_shares():
     assert budget["f"]["exact"] and budget["f"]["bf16"] is None
 
 
+def test_matrix_tables_split_the_cases_into_shape_and_value_tables_with_every_kernel():
+    recs = [_rec(k, c, "fp32", "pass") for k in ("a", "b")
+            for c in ("3x13", "transposed", "NaN input", "eps = 0")]
+    shapes, values = ch05.matrix_tables(recs, caption="The matrix").tables
+    assert shapes.columns == ["kernel", "3x13", "transp"] and shapes.caption.startswith("The matrix")
+    assert values.columns == ["kernel", "NaN", "eps=0"]
+    assert [r[0] for r in shapes.rows] == [r[0] for r in values.rows] == ["a", "b"]
+    html = ch05.matrix_tables(recs, caption="The matrix")._repr_html_()
+    assert html.count("<table") == 2 and "The same kernels" in html
+
+
 def test_suite_summary_and_caught():
     doc = {"provenance": {"commit": "abc"}, "records": [
         _rec("k", "3x13", "fp32", "pass"), _rec("k", "1x1", "fp32", "skip"),

@@ -110,6 +110,14 @@ def test_table_from_dicts_rows_and_columns_agree():
     assert 'text-align:right">1234.6' in from_dicts  # numbers align right
 
 
+def test_long_names_in_text_cells_may_wrap_at_dots_and_underscores_but_numbers_stay_whole():
+    html = page.table([["capstone.fused_residual", "16.8 (16.7-16.8)", 2.5]],
+                      columns=["kernel", "µs", "x"])._repr_html_()
+    assert _cells(html) == ["capstone.<wbr>fused_<wbr>residual", "16.8 (16.7-16.8)", "2.5"]
+    named = page.table([[1]], columns=["F.rms_norm"])._repr_html_()
+    assert ">F.<wbr>rms_<wbr>norm</th>" in named  # headers too
+
+
 def test_long_table_shows_max_rows_and_keeps_every_row_in_a_dropdown_and_csv():
     rows = [{"n": i, "sq": i * i} for i in range(30)]
     t = page.table(rows, max_rows=12, caption="Squares", csv_name="squares.csv")
@@ -129,6 +137,9 @@ def test_short_table_has_no_dropdown_and_scrolls_in_its_own_box():
     html = page.table([[1, 2]], columns=["a", "b"])._repr_html_()
     assert "<details" not in html and "download" not in html
     assert html.startswith('<div class="fusedrms-table"') and "overflow-x:auto" in html
+    # the scroll box carries the edge-shadow cue (the page lint checks it on a phone)
+    assert f'<div class="{page.SCROLL_CLASS}" style="{page.SCROLL_STYLE}">' in html
+    assert "local," in page.SCROLL_STYLE and page.SCROLL_STYLE.endswith("scroll")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -200,7 +211,13 @@ def test_badge_refuses_provenance_without_gpu_date_or_commit():
 
 # -- figures ----------------------------------------------------------------------------------
 
-def test_figure_is_drawn_for_the_column_at_twice_the_pixels(monkeypatch):
+def _pngs(html):
+    """(source or img, width in image pixels) for every PNG in ``html``, in order."""
+    found = re.findall(r'<(source|img)[^>]*?(?:srcset|src)="data:image/png;base64,([^"]+)"', html)
+    return [(tag, int.from_bytes(base64.b64decode(data)[16:20], "big")) for tag, data in found]
+
+
+def test_figure_is_drawn_for_the_column_at_twice_the_pixels_and_again_for_a_phone(monkeypatch):
     shown = _displayed(monkeypatch)
     fig, ax = page.figure()
     ax.plot([1, 2, 3], [3, 1, 2])
@@ -208,12 +225,75 @@ def test_figure_is_drawn_for_the_column_at_twice_the_pixels(monkeypatch):
     assert ax.xaxis.label.get_fontsize() >= 10  # >= 10 pt = 14 px at the column's width
     page.show(fig, alt="a test line")
     (bundle, _), = shown
-    img = bundle["text/html"]
+    html = bundle["text/html"]
+    assert html.startswith("<picture>") and html.count("<img") == 1 and html.count("<source") == 1
+    img = re.search(r"<img[^>]*>", html).group(0)
     assert f'width="{page.COLUMN_PX}"' in img and 'alt="a test line"' in img
-    png = base64.b64decode(re.search(r"base64,([^\"]+)", img).group(1))
-    width = int.from_bytes(png[16:20], "big")  # the PNG header's width
-    assert width == page.COLUMN_PX * page.HIDPI
+    assert f'media="{page.PHONE_MEDIA}"' in html and f'width="{page.PHONE_COLUMN_PX}"' in html
+    # the phone version is drawn at the phone column's width: its labels keep their size there
+    assert _pngs(html) == [("source", page.PHONE_COLUMN_PX * page.HIDPI),
+                           ("img", page.COLUMN_PX * page.HIDPI)]
+    assert 'data-text-px="13.2"' in img  # the 9.5 pt tick labels, in CSS px
     assert bundle["text/plain"] == "[figure: a test line]"
+    assert round(fig.get_figwidth() * page.FIGURE_DPI) == page.COLUMN_PX  # put back as drawn
+
+
+def test_a_figure_for_a_phone_stacks_a_row_of_panels_and_narrows_a_wide_legend(monkeypatch):
+    shown = _displayed(monkeypatch)
+    fig, (left, right) = page.figure(1, 2, height=2.8)
+    for n in range(4):
+        left.plot([0, 1], [n, n], label=f"a long label {n}")
+    right.plot([0, 1], [1, 0])
+    legend = left.legend(ncols=4, loc="lower left", bbox_to_anchor=(0, 1))
+    with page._redrawn_for(fig, page.PHONE_COLUMN_PX):
+        assert [ax.get_subplotspec().rowspan.start for ax in (left, right)] == [0, 1]
+        assert left.get_legend()._ncols == 2 and fig.get_figheight() > 2.8
+        fig.draw_without_rendering()
+        for ax in (left, right):  # both panels keep a usable plot area
+            assert ax.get_position().width * fig.get_figwidth() * page.FIGURE_DPI > 200
+    assert left.get_legend() is legend and right.get_subplotspec().colspan.start == 1
+    assert tuple(fig.get_size_inches()) == (page.COLUMN_PX / page.FIGURE_DPI, 2.8)
+    page.show(fig, alt="two panels")
+    (bundle, _), = shown
+    assert 'height="504"' in bundle["text/html"]  # the stacked phone version is taller
+
+
+def test_a_figure_for_a_phone_wraps_long_category_names_and_turns_crowded_x_labels():
+    fig, (bars, groups) = page.figure(2, 1, height=5)
+    names = [f"two passes, {n}-column chunks, 16 warps" for n in (1024, 2048, 4096)]
+    bars.barh(range(3), [1, 2, 3])
+    bars.set_yticks(range(3), names)
+    groups.bar(range(6), [1] * 6)
+    groups.set_xticks(range(6), [f"16384x8192\nbfloat16\n{i}" for i in range(6)])
+    fig.draw_without_rendering()
+    with page._redrawn_for(fig, page.PHONE_COLUMN_PX):
+        fig.draw_without_rendering()
+        wrapped = [t.get_text() for t in bars.get_yticklabels()]
+        assert all("\n" in t for t in wrapped) and fig.get_figheight() > 5  # room for the lines
+        assert groups.get_xticklabels()[0].get_rotation() == 90
+    fig.draw_without_rendering()
+    assert [t.get_text() for t in bars.get_yticklabels()] == names  # put back
+    assert groups.get_xticklabels()[0].get_rotation() == 0
+
+
+def test_a_figure_that_cannot_fit_a_phone_keeps_the_desktop_image_and_warns_nobody(monkeypatch):
+    shown = _displayed(monkeypatch)
+    fig, ax = page.figure()
+    ax.set_ylabel("\n".join("tall label" for _ in range(30)))  # no room left for the axes
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning would print on the page
+        page.show(fig, alt="crowded")
+    html = shown[0][0]["text/html"]
+    assert html.startswith("<img") and "<source" not in html
+
+
+def test_a_figure_no_wider_than_a_phone_is_shown_once(monkeypatch):
+    shown = _displayed(monkeypatch)
+    fig, ax = page.figure(width_px=page.PHONE_COLUMN_PX)
+    page.show(fig, alt="small")
+    html = shown[0][0]["text/html"]
+    assert html.startswith("<img") and "<source" not in html
 
 
 def test_figure_needs_alt_text_and_fits_the_column(monkeypatch):

@@ -12,8 +12,16 @@ through Playwright) with no network, and reports, each with its location:
                 edge, at 1280 px and at 390 px (a phone); only tables (``page.table``) and
                 math may scroll inside their own box
 - ``wide``      anything wider than the screen outside its own scroll box (both widths)
-- ``figure``    an image shown at less than 45% of its drawn width (2x images show at 50%),
-                or SVG labels under 11 px as displayed (at 1280 px)
+- ``figure``    an image shown at less than 45% of its drawn width (2x images show at 50%)
+                (at 1280 px); at both widths, text in a figure smaller than 9 CSS px as
+                displayed: a raster figure's smallest text is its ``data-text-px`` (page.show
+                writes it: the smallest label in CSS px at the drawn width; else the book's 10 pt
+                labels, 13.9 px) times its displayed width over its drawn width (the image's
+                pixels / 2, page.show's 2x); SVG text (animations) is its font-size times the
+                displayed over the viewBox width, at least 11 px at 1280 px and 9 px at 390 px
+- ``table``     at 1280 px, a page.table scroll box that hides columns (its content wider than
+                the box: keep the decisive columns, move the rest to a second table); at 390 px,
+                a table that scrolls without the scroll cue (page.SCROLL_CLASS: edge shadows)
 - ``badge``     more than one provenance badge (or "Recorded on ..." line) on a page
 - ``output``    a printed output block over 20 lines
 - ``word``      words a reader should never see: session, nbval, machine paths, "the issue",
@@ -47,7 +55,11 @@ TIMEOUT_MS = 30_000
 MAX_OUTPUT_LINES = 20
 MAX_CODE_COLUMNS = 80
 MIN_FIGURE_SCALE = 0.45
-MIN_SVG_LABEL_PX = 11
+MIN_SVG_LABEL_PX = 11      # at 1280 px, where the column is as wide as the animations' canvas
+MIN_PHONE_TEXT_PX = 9      # any figure or SVG text at 390 px (and raster figures at 1280 px)
+BOOK_LABEL_PX = 10 * 100 / 72  # page.figure's 10 pt labels at 100 CSS px per inch
+FIGURE_HIDPI = 2           # page.show's images carry 2 pixels per CSS pixel
+DESKTOP_WIDTH = WIDTHS[0]
 SKIP_DIRS = {"_static", "_sources", "_images", "_downloads"}
 
 
@@ -207,28 +219,13 @@ LAYOUT_JS = HELPERS_JS + r"""
 CONTENT_JS = HELPERS_JS + r"""
 (limits) => {
   const out = [];
-  // Figures: images shown at less than MIN of their drawn width; SVG labels under MIN px.
+  // Figures: images shown at less than MIN of their drawn width.
   for (const img of ROOT.querySelectorAll('img')) {
     if (!visible(img) || !img.naturalWidth || img.naturalWidth < 64) continue;
     const scale = img.getBoundingClientRect().width / img.naturalWidth;
     if (scale < limits.figureScale)
       out.push({rule: 'figure', where: locate(img),
                 detail: `a ${img.naturalWidth}-px image shown at ${Math.round(img.getBoundingClientRect().width)} px (${Math.round(scale * 100)}%): draw it for the column (page.figure)`});
-  }
-  for (const svg of ROOT.querySelectorAll('svg')) {
-    if (!visible(svg) || svg.closest('.jupyter-widgets i, button, .headerlink, .fa, .toggle-button')) continue;
-    const vb = svg.viewBox && svg.viewBox.baseVal;
-    const drawn = vb && vb.width ? vb.width : 0;
-    if (!drawn || drawn < 64) continue;  // icons
-    const scale = svg.getBoundingClientRect().width / drawn;
-    let smallest = Infinity;
-    for (const t of svg.querySelectorAll('text')) {
-      const size = parseFloat(t.getAttribute('font-size') || getComputedStyle(t).fontSize);
-      if (size && t.textContent.trim()) smallest = Math.min(smallest, size * scale);
-    }
-    if (smallest < limits.svgLabel)
-      out.push({rule: 'figure', where: locate(svg),
-                detail: `SVG labels as small as ${smallest.toFixed(1)} px as displayed (at least ${limits.svgLabel})`});
   }
   // One provenance badge (or legacy "Recorded on ..." line) per page.
   const badges = [...ROOT.querySelectorAll('.fusedrms-badge')].map(b => locate(b));
@@ -272,6 +269,106 @@ CONTENT_JS = HELPERS_JS + r"""
   return out;
 }
 """
+
+
+# What the per-width rules judge (in Python: table_violations, figure_text_violations).
+FACTS_JS = HELPERS_JS + r"""
+() => {
+  const tables = [];
+  for (const table of ROOT.querySelectorAll('table')) {
+    if (!visible(table)) continue;
+    let box = table.parentElement;
+    while (box && box !== ROOT && !['auto', 'scroll'].includes(getComputedStyle(box).overflowX))
+      box = box.parentElement;
+    if (!box || box === ROOT) continue;
+    const wrap = table.closest('.fusedrms-table');
+    const caption = (wrap && wrap.querySelector('.fusedrms-table-caption'))
+      || table.querySelector('caption');
+    const heads = [...table.querySelectorAll('th')].slice(0, 3).map(th => th.textContent.trim());
+    const style = getComputedStyle(box);
+    tables.push({where: locate(table),
+                 label: caption ? caption.textContent.trim().slice(0, 60) : heads.join(' | '),
+                 page_table: !!wrap, scroll_width: box.scrollWidth, client_width: box.clientWidth,
+                 cue: style.backgroundAttachment.includes('local') && style.backgroundImage.includes('gradient')});
+  }
+  const images = [];
+  for (const img of ROOT.querySelectorAll('img')) {
+    if (!visible(img) || !img.naturalWidth || img.naturalWidth < 64) continue;
+    const text = parseFloat(img.dataset.textPx);
+    images.push({where: locate(img), natural_width: img.naturalWidth,
+                 shown_width: img.getBoundingClientRect().width, text_px: isNaN(text) ? null : text});
+  }
+  const svgs = [];
+  for (const svg of ROOT.querySelectorAll('svg')) {
+    if (!visible(svg) || svg.closest('.jupyter-widgets i, button, .headerlink, .fa, .toggle-button')) continue;
+    const vb = svg.viewBox && svg.viewBox.baseVal;
+    const drawn = vb && vb.width ? vb.width : 0;
+    if (!drawn || drawn < 64) continue;  // icons
+    let smallest = Infinity;
+    for (const t of svg.querySelectorAll('text')) {
+      const size = parseFloat(t.getAttribute('font-size') || getComputedStyle(t).fontSize);
+      if (size && t.textContent.trim()) smallest = Math.min(smallest, size);
+    }
+    if (smallest < Infinity)
+      svgs.push({where: locate(svg), drawn_width: drawn, shown_width: svg.getBoundingClientRect().width,
+                 font_px: smallest});
+  }
+  return {tables, images, svgs};
+}
+"""
+
+
+def _finding(rule: str, where: str, detail: str) -> dict:
+    return {"rule": rule, "where": where, "detail": detail}
+
+
+def table_violations(tables: list[dict], width: int) -> list[dict]:
+    """At the desktop width a page.table hides no column; at any narrower width a table that
+    scrolls shows the scroll cue. ``tables``: FACTS_JS's measurements of each scroll box."""
+    out = []
+    for t in tables:
+        hidden = t["scroll_width"] - t["client_width"]
+        if hidden <= 1:
+            continue
+        name = f'table "{t["label"]}"' if t["label"] else "a table"
+        if width >= DESKTOP_WIDTH and t["page_table"]:
+            out.append(_finding("table", t["where"], (
+                f"at {width} px {name} hides {hidden} of its {t['scroll_width']} px behind its "
+                "scroll box: keep the decisive columns, move the rest to a second table")))
+        elif width < DESKTOP_WIDTH and not t["cue"]:
+            out.append(_finding("table", t["where"], (
+                f"at {width} px {name} scrolls ({hidden} px hidden) with no scroll cue "
+                "(page.table's edge shadows)")))
+    return out
+
+
+def shown_text_px(text_px: float | None, natural_width: float, shown_width: float,
+                  hidpi: float = FIGURE_HIDPI) -> float:
+    """A raster figure's smallest text as displayed, in CSS px: its text at the drawn width
+    (``text_px``, else the book's 10 pt labels) scaled by displayed over drawn width, the drawn
+    width being the image's pixels over ``hidpi``."""
+    drawn = natural_width / hidpi
+    return (BOOK_LABEL_PX if text_px is None else text_px) * shown_width / drawn
+
+
+def figure_text_violations(images: list[dict], svgs: list[dict], width: int) -> list[dict]:
+    """Text in raster figures and in SVGs smaller than the book allows at ``width``."""
+    out = []
+    for img in images:
+        px = shown_text_px(img["text_px"], img["natural_width"], img["shown_width"])
+        if px < MIN_PHONE_TEXT_PX - 0.05:
+            out.append(_finding("figure", img["where"], (
+                f"at {width} px the figure's text shows at {px:.1f} px (at least "
+                f"{MIN_PHONE_TEXT_PX}): a {img['natural_width']}-px image shown "
+                f"{round(img['shown_width'])} px wide; page.show draws a phone version")))
+    least = MIN_SVG_LABEL_PX if width >= DESKTOP_WIDTH else MIN_PHONE_TEXT_PX
+    for svg in svgs:
+        px = svg["font_px"] * svg["shown_width"] / svg["drawn_width"]
+        if px < least - 0.05:
+            out.append(_finding("figure", svg["where"], f"at {width} px SVG labels as small as "
+                                f"{px:.1f} px as displayed (at least {least})"))
+    return out
+
 
 # (name, JavaScript regular expression), matched case-insensitively.
 FORBIDDEN_WORDS = [
@@ -348,8 +445,8 @@ def lint_page(browser, base_url: str, path: str, widths=WIDTHS) -> list[Violatio
         if problem:
             found.append({"rule": "console", "where": "render",
                           "detail": f"math or widgets never rendered ({problem})"})
-        limits = {"figureScale": MIN_FIGURE_SCALE, "svgLabel": MIN_SVG_LABEL_PX,
-                  "outputLines": MAX_OUTPUT_LINES, "codeColumns": MAX_CODE_COLUMNS,
+        limits = {"figureScale": MIN_FIGURE_SCALE, "outputLines": MAX_OUTPUT_LINES,
+                  "codeColumns": MAX_CODE_COLUMNS,
                   "words": FORBIDDEN_WORDS}
         found += page.evaluate(CONTENT_JS, limits)
         for i, width in enumerate(widths):
@@ -357,6 +454,9 @@ def lint_page(browser, base_url: str, path: str, widths=WIDTHS) -> list[Violatio
                 page.set_viewport_size({"width": width, "height": HEIGHT})
                 page.wait_for_timeout(300)
             found += page.evaluate(LAYOUT_JS, width)
+            facts = page.evaluate(FACTS_JS)
+            found += table_violations(facts["tables"], width)
+            found += figure_text_violations(facts["images"], facts["svgs"], width)
     finally:
         context.close()
     return [Violation(path, f["rule"], f["where"], f["detail"]) for f in found]

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from fusedrms.book import page
 from tests.browser import page_lint
 
 pytestmark = pytest.mark.browser
@@ -20,8 +21,7 @@ pre{{overflow-x:auto;font:13px monospace}}</style></head>
 CLEAN = """<p>A sentence with a number: 2.43.</p>
 <div class="cell"><div class="cell_input"><pre>x = 1</pre></div>
 <div class="cell_output"><div class="output"><pre>1</pre></div></div></div>
-<div class="fusedrms-table" style="overflow-x:auto"><table><tr>
-<td style="white-space:nowrap">{wide}</td></tr></table></div>
+{table}
 <div class="fusedrms-badge">Recorded: H200, 2026-11-30, commit abc</div>
 <img width="345" style="max-width:100%" src="data:image/svg+xml;utf8,{img}">
 """
@@ -34,6 +34,9 @@ BAD = """<script>console.error("boom")</script>
 <div class="cell"><div class="cell_output"><div class="output"><pre>{wide}</pre></div></div></div>
 <div style="width:2000px">too wide</div>
 <img width="300" src="data:image/svg+xml;utf8,{big_img}">
+{wide_table}
+<div class="pst-scrollable-table-container" style="overflow-x:auto"><table><tr><td>{wide}</td></tr></table></div>
+<svg viewBox="0 0 760 100" width="760" style="max-width:100%"><text y="50" font-size="12">a</text></svg>
 """
 
 
@@ -46,10 +49,14 @@ def _svg_image(width: int) -> str:
 def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("site")
     wide = "w" * 400
-    (root / "index.html").write_text(PAGE.format(body=CLEAN.format(wide=wide, img=_svg_image(690))))
+    # fits the column at 1280 px, scrolls (with its cue) on a phone
+    table = page.table([["w" * 40, 1.5]], columns=["name", "µs"], caption="Fits")._repr_html_()
+    (root / "index.html").write_text(PAGE.format(body=CLEAN.format(table=table,
+                                                                    img=_svg_image(690))))
+    wide_table = page.table([[wide, 1.5]], columns=["name", "µs"], caption="Hides")._repr_html_()
     (root / "bad.html").write_text(PAGE.format(body=BAD.format(
         long_code="y = " + "1 + " * 30 + "1", long_output="\n".join(map(str, range(25))),
-        wide=wide, big_img=_svg_image(1600))))
+        wide=wide, big_img=_svg_image(1600), wide_table=wide_table)))
     return root
 
 
@@ -62,7 +69,8 @@ def test_every_rule_fires_on_the_bad_page_and_says_where(site, browser):
     with page_lint.serve(site) as url:
         found = page_lint.lint_page(browser, url, "bad.html")
     rules = {v.rule for v in found}
-    assert rules == {"console", "badge", "word", "code", "output", "clip", "wide", "figure"}, found
+    assert rules == {"console", "badge", "word", "code", "output", "clip", "wide", "figure",
+                     "table"}, found
     words = {v.detail.split(":")[0] for v in found if v.rule == "word"}
     assert words == {"session", "target met", "machine path", "build cache", "budget"}
     assert sum(v.rule == "badge" for v in found) == 2
@@ -70,6 +78,13 @@ def test_every_rule_fires_on_the_bad_page_and_says_where(site, browser):
     assert {"at 1280 px" in v.detail for v in clips} == {True, False}  # both widths checked
     assert all("code cell" in v.where for v in found if v.rule in ("code", "output"))
     assert any("boom" in v.detail for v in found if v.rule == "console")
+    tables = [v.detail for v in found if v.rule == "table"]
+    assert any('at 1280 px table "Hides" hides' in d for d in tables), tables
+    assert any("at 390 px" in d and "no scroll cue" in d for d in tables), tables
+    assert not any('"Hides"' in d and "at 390" in d for d in tables)  # page.table has the cue
+    figures = [v.detail for v in found if v.rule == "figure"]
+    assert any("at 390 px the figure's text" in d for d in figures), figures
+    assert any("at 1280 px SVG labels" in d for d in figures), figures
 
 
 def _command(*args):

@@ -119,3 +119,11 @@ def test_the_pictures_draw_into_the_axes_they_are_given():
     # one segment per tensor read or written, the weight (once per kernel that reads it) too
     assert len(row_trips) == (7 + 1) + (3 + 1) + (4 + 1)
     assert sum(row_trips) == pytest.approx(sum(float(e.row_trips) for e in ests) + 3 / 64)
+
+
+def test_the_calculators_table_scrolls_in_page_tables_box_with_its_scroll_cue():
+    from fusedrms.book import page
+
+    html = roofline.estimate_html(traffic.price("fused_add_rmsnorm", 4096, 4096, "bf16", 4800.0))
+    assert f'<div class="{page.SCROLL_CLASS}" style="{page.SCROLL_STYLE}"><table>' in html
+    assert html.count("<div") == html.count("</div>")

@@ -100,6 +100,26 @@ def matrix_rows(results) -> list[dict]:
     return rows
 
 
+# The matrix's cases in two tables (sixteen columns do not fit the text column): what the input
+# looks like (shape, layout), then what its values are.
+SHAPE_KINDS = ("normal", "strided", "transposed")
+
+
+def matrix_tables(results, caption: str, max_rows: int = 12):
+    """:func:`matrix_rows` as two tables, kernels down in both: the cases of shape and layout
+    under ``caption``, then the cases of special values."""
+    from . import page
+
+    rows = matrix_rows(results)
+    shape = {c.short for c in verify.CASES if c.kind in SHAPE_KINDS}
+    cases = [c for c in (rows[0] if rows else {}) if c != "kernel"]
+    groups = ([c for c in cases if c in shape], [c for c in cases if c not in shape])
+    captions = (f"{caption}. Cases of shape and layout:", "The same kernels, cases of value:")
+    return page.Tables(*(page.table([{k: r[k] for k in ["kernel", *cols]} for r in rows],
+                                    max_rows=max_rows, caption=cap)
+                         for cols, cap in zip(groups, captions) if cols))
+
+
 def tolerance_shares(results) -> list[dict]:
     """Worst share of the tolerance (max rel err / rtol) per kernel and dtype, passing checks
     only; FP8 kernels are compared bit for bit and read ``None`` (see ``exact``)."""

@@ -13,11 +13,13 @@ inline styles; the book's stylesheet only adds what a static page needs), and ea
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import io
 import math
 import re
 import urllib.parse
+import warnings
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
@@ -27,9 +29,12 @@ from ..viz.svg import COLUMN_PX
 GLUE_PREFIX = "application/papermill.record/"  # myst-nb's mime prefix for glued, hidden values
 
 # Figures are drawn for the text column (viz.svg.COLUMN_PX) at 2x for high-DPI screens and shown
-# at the column's width (smaller on phones).
+# at the column's width; a phone gets the same figure redrawn for its column (PHONE_COLUMN_PX).
 FIGURE_DPI = 100      # 1 inch of figure = 100 CSS px on the page
 HIDPI = 2             # the PNG carries 2 image pixels per CSS pixel
+# A phone (a 390-px screen) gives the text column about 358 CSS px: figures are redrawn for it.
+PHONE_COLUMN_PX = 358
+PHONE_MEDIA = "(max-width: 575.98px)"
 FULL_ROWS_LIMIT = 2000  # above this, the full data goes only into the CSV
 
 
@@ -154,8 +159,34 @@ def _cell_text(value, fmt) -> str:
     return str(value)
 
 
+# A dot or underscore inside a name, not inside a number ("16.8" stays whole).
+_NAME_JOINT = re.compile(r"(?<=[A-Za-z0-9])([._])(?=[A-Za-z])")
+
+
+def _breakable(text: str) -> str:
+    """``text`` escaped, with a line-break opportunity after each dot and underscore inside a
+    name: ``capstone.fused_residual_in_place`` may wrap in a narrow column instead of widening it."""
+    return _NAME_JOINT.sub(r"\1<wbr>", escape(text))
+
+
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# A table wider than its box scrolls inside it. The box shows a shadow at each edge where columns
+# are hidden (pure CSS: the covers scroll with the content, the shadows stay at the edges), so a
+# reader on a phone sees that there is more to the side. Inline, so JupyterLab shows it too.
+SCROLL_CLASS = "fusedrms-table-scroll"
+_COVER = "var(--pst-color-background, var(--jp-layout-color0, #fff))"
+_SHADOW = "var(--fusedrms-scroll-shadow, rgba(0, 0, 0, .28))"
+_EDGE = "100% no-repeat"
+SCROLL_STYLE = (
+    "max-width:100%;overflow-x:auto;background:"
+    f"linear-gradient(to right, {_COVER} 30%, transparent) left / 2.5em {_EDGE} local,"
+    f"linear-gradient(to left, {_COVER} 30%, transparent) right / 2.5em {_EDGE} local,"
+    f"radial-gradient(farthest-side at 0 50%, {_SHADOW}, transparent) left / .9em {_EDGE} scroll,"
+    f"radial-gradient(farthest-side at 100% 50%, {_SHADOW}, transparent) right / .9em {_EDGE} scroll")
+_SCROLL_BOX = f'<div class="{SCROLL_CLASS}" style="{SCROLL_STYLE}">'
 
 
 class Table:
@@ -185,10 +216,11 @@ class Table:
 
     def _html_table(self, rows, caption: str) -> str:
         numeric = self._numeric()
-        head = "".join(f'<th style="text-align:{"right" if n else "left"}">{escape(c)}</th>'
+        head = "".join(f'<th style="text-align:{"right" if n else "left"}">{_breakable(c)}</th>'
                        for c, n in zip(self.columns, numeric))
         body = "".join(
-            "<tr>" + "".join(f'<td style="text-align:{"right" if n else "left"}">{escape(t)}</td>'
+            "<tr>" + "".join(f'<td style="text-align:{"right" if n else "left"}">'
+                             f"{escape(t) if n else _breakable(t)}</td>"
                              for t, n in zip(r, numeric)) + "</tr>"
             for r in self._text_rows(rows))
         label = f' aria-label="{escape(caption)}"' if caption else ""
@@ -210,14 +242,13 @@ class Table:
         cap = (f'<p class="fusedrms-table-caption">{escape(self.caption)}</p>'
                if self.caption else "")
         parts = ['<div class="fusedrms-table" style="max-width:100%">', cap,
-                 '<div style="max-width:100%;overflow-x:auto">',
-                 self._html_table(shown, self.caption), "</div>"]
+                 _SCROLL_BOX, self._html_table(shown, self.caption), "</div>"]
         extra = []
         if n > self.max_rows:
             extra.append(f"{n - self.max_rows} more rows")
             if n <= FULL_ROWS_LIMIT:
                 parts.append(f'<details class="fusedrms-table-all"><summary>All {n} rows</summary>'
-                             f'<div style="max-width:100%;overflow-x:auto">'
+                             f"{_SCROLL_BOX}"
                              f"{self._html_table(self.rows, '')}</div></details>")
         if self.csv_name:
             href = "data:text/csv;charset=utf-8," + urllib.parse.quote(self.csv_text())
@@ -253,6 +284,19 @@ def table(data, columns: Sequence[str] | None = None, *, max_rows: int = 12, cap
     """
     return Table(data, columns, max_rows=max_rows, caption=caption, csv_name=csv_name,
                  formats=formats)
+
+
+class Tables:
+    """Several tables shown as one output (a wide table split by its columns)."""
+
+    def __init__(self, *tables: Table):
+        self.tables = tables
+
+    def _repr_html_(self) -> str:
+        return "".join(t._repr_html_() for t in self.tables)
+
+    def __repr__(self) -> str:
+        return "\n\n".join(repr(t) for t in self.tables)
 
 
 # -- provenance -------------------------------------------------------------------------------
@@ -424,7 +468,7 @@ def figure(nrows: int = 1, ncols: int = 1, height: float | None = None, width_px
     """A figure drawn for the column: ``fig, ax = page.figure()``; show it with :func:`show`.
 
     ``height`` in inches (100 CSS px each; default keeps a 5:3 panel). Labels are 10 pt, i.e.
-    about 14 px on the page at full column width. The figure is not a pyplot figure, so a cell
+    about 14 px on the page, on a desktop and on a phone (:func:`show` redraws it for a phone). The figure is not a pyplot figure, so a cell
     never shows it twice.
     """
     from matplotlib.figure import Figure
@@ -438,16 +482,182 @@ def figure(nrows: int = 1, ncols: int = 1, height: float | None = None, width_px
     return fig, fig.subplots(nrows, ncols, squeeze=True, **subplot_kw)
 
 
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=FIGURE_DPI * HIDPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def smallest_text_px(fig) -> float:
+    """The smallest visible text of ``fig`` in CSS px at its drawn width (10 pt = 13.9 px)."""
+    from matplotlib.text import Text
+
+    sizes = [t.get_fontsize() for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and t.figure is not None]
+    return round(min(sizes, default=10) * FIGURE_DPI / 72, 1)
+
+
+def _legends(fig):
+    """(owner, legend) for every legend of ``fig``: figure legends and axes legends."""
+    found = [(fig, leg) for leg in fig.legends]
+    return found + [(ax, ax.get_legend()) for ax in fig.axes if ax.get_legend() is not None]
+
+
+def _fit_legend(fig, owner, legend, width_px: int):
+    """A copy of ``legend`` with half its columns when it is nearly ``width_px`` wide, else None.
+    (matplotlib cannot change a legend's columns in place; the caller puts the old one back.)"""
+    from matplotlib.legend import Legend
+
+    wide = legend.get_window_extent().width / fig.dpi * FIGURE_DPI  # in CSS px
+    if legend._ncols < 2 or wide <= 0.9 * width_px:
+        return None
+    anchor = legend._bbox_to_anchor  # None, or the given box placed on the axes (or figure)
+    fitted = Legend(owner, legend.legend_handles, [t.get_text() for t in legend.texts],
+                    ncols=max(1, legend._ncols // 2), prop=legend.prop,
+                    frameon=legend.get_frame_on(), bbox_to_anchor=getattr(anchor, "_bbox", anchor),
+                    title=legend.get_title().get_text() or None)
+    fitted._loc, fitted._outside_loc = legend._loc, legend._outside_loc  # "outside ..." kept
+    return fitted
+
+
+def _titles_and_labels(fig):
+    texts = [t for t in (getattr(fig, "_suptitle", None), getattr(fig, "_supxlabel", None)) if t]
+    for ax in fig.axes:
+        texts += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label]
+    return [t for t in texts if t.get_text()]
+
+
+def _wrap_long_y_labels(fig, limit_px: float) -> tuple[list, float]:
+    """Y tick labels wider than ``limit_px`` (a bar chart's long category names) wrap onto
+    several lines; returns (axis, formatter) pairs to put back and the height in inches the
+    extra lines need."""
+    import textwrap
+
+    from matplotlib.ticker import FuncFormatter
+
+    changed, extra = [], 0.0
+    for ax in fig.axes:
+        labels = [t for t in ax.get_yticklabels() if t.get_text()]
+        widest = max((t.get_window_extent().width / fig.dpi * FIGURE_DPI for t in labels),
+                     default=0)
+        if widest <= limit_px:
+            continue
+        per_char = widest / max(len(t.get_text()) for t in labels)
+        chars = max(12, int(limit_px / per_char))
+        lines = max(len(textwrap.wrap(t.get_text(), chars)) for t in labels)
+        extra += (lines - 1) * len(labels) * 1.3 * labels[0].get_fontsize() / 72
+        old = ax.yaxis.get_major_formatter()
+        ax.yaxis.set_major_formatter(FuncFormatter(
+            lambda v, pos, old=old, chars=chars: textwrap.fill(old(v, pos), chars)))
+        changed.append((ax.yaxis, old))
+    return changed, extra
+
+
+def _turn_colliding_x_labels(fig) -> list:
+    """X tick labels that overlap at the new width turn upright; returns (axes, rotation)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a collapse here is judged by show() on the real draw
+        fig.draw_without_rendering()
+    turned = []
+    for ax in fig.axes:
+        boxes = sorted((t.get_window_extent() for t in ax.get_xticklabels()
+                        if t.get_visible() and t.get_text()), key=lambda b: b.x0)
+        if any(a.x1 > b.x0 for a, b in zip(boxes, boxes[1:])):
+            labels = ax.get_xticklabels()
+            turned.append((ax, labels[0].get_rotation() if labels else 0))
+            ax.tick_params(axis="x", labelrotation=90)
+    return turned
+
+
+@contextlib.contextmanager
+def _redrawn_for(fig, width_px: int):
+    """``fig`` temporarily redrawn ``width_px`` wide with its labels at the same size: a row of
+    panels becomes a column, a legend wider than the figure gets fewer columns, long titles and
+    y tick labels wrap, and x tick labels that would overlap turn upright."""
+    from matplotlib.gridspec import GridSpec
+
+    size = fig.get_size_inches().copy()
+    axes = [ax for ax in fig.axes if ax.get_subplotspec() is not None]
+    specs = [ax.get_subplotspec() for ax in axes]
+    grids = {id(s.get_gridspec()) for s in specs}
+    row = (len(grids) == 1 and specs and specs[0].get_gridspec().nrows == 1
+           and specs[0].get_gridspec().ncols > 1)
+    height = size[1]
+    if row:  # side by side panels would each get a third of a phone: stack them
+        ncols = specs[0].get_gridspec().ncols
+        column = GridSpec(ncols, 1, figure=fig)
+        for ax, spec in zip(axes, specs):
+            ax.set_subplotspec(column[spec.colspan.start, 0])
+        height = size[1] * (1 + 0.8 * (ncols - 1))
+    swapped, wrapped, formatters, turned = [], [], [], []
+    try:
+        for owner, legend in _legends(fig):  # measured at the drawn size, before any squeeze
+            fitted = _fit_legend(fig, owner, legend, width_px)
+            if fitted is None:
+                continue
+            if owner is fig:
+                fig.legends[fig.legends.index(legend)] = fitted
+            else:
+                owner.legend_ = fitted
+            fitted.set_figure(fig)
+            swapped.append((owner, legend, fitted))
+        formatters, taller = _wrap_long_y_labels(fig, 0.4 * width_px)  # at the drawn size too
+        fig.set_size_inches(width_px / FIGURE_DPI, height + taller)
+        # titles and axis labels wider than the phone wrap instead of running off the figure
+        for text in _titles_and_labels(fig):
+            if not text.get_wrap():
+                text.set_wrap(True)
+                wrapped.append(text)
+        turned = _turn_colliding_x_labels(fig)
+        yield fig
+    finally:
+        for axis, formatter in formatters:
+            axis.set_major_formatter(formatter)
+        for ax, rotation in turned:
+            ax.tick_params(axis="x", labelrotation=rotation)
+        for text in wrapped:
+            text.set_wrap(False)
+        for owner, legend, fitted in swapped:
+            if owner is fig:
+                fig.legends[fig.legends.index(fitted)] = legend
+            else:
+                owner.legend_ = legend
+        if row:
+            for ax, spec in zip(axes, specs):
+                ax.set_subplotspec(spec)
+        fig.set_size_inches(*size)
+
+
 def show(fig, alt: str):
-    """Display ``fig`` at its drawn width (2x pixels for high-DPI screens); ``alt`` describes it."""
+    """Display ``fig`` at its drawn width (2x pixels for high-DPI screens); ``alt`` describes it.
+
+    On a phone (``PHONE_MEDIA``) the page shows the same figure redrawn for the phone's column
+    (``PHONE_COLUMN_PX``), so its labels keep their size there instead of shrinking to half.
+    """
     from IPython.display import display
 
     if not alt or not alt.strip():
         raise ValueError("show: say in alt= what the figure shows (screen readers read it)")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=FIGURE_DPI * HIDPI, metadata={"Software": None})
     width_px = round(fig.get_figwidth() * FIGURE_DPI)
-    data = base64.b64encode(buf.getvalue()).decode()
-    html = (f'<img class="fusedrms-figure" src="data:image/png;base64,{data}" alt="{escape(alt)}" '
-            f'width="{width_px}" style="max-width:100%;height:auto">')
+    desktop = _png(fig)
+    text_px = smallest_text_px(fig)  # after drawing: tick labels exist only once drawn
+    phone = ""
+    if width_px > PHONE_COLUMN_PX:
+        with _redrawn_for(fig, PHONE_COLUMN_PX), warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            small = _png(fig)
+            height = round(fig.get_figheight() * FIGURE_DPI)
+        # a figure whose decorations leave its axes no room on a phone keeps the desktop image
+        if not any("collapsed" in str(w.message) for w in said):
+            phone = (f'<source media="{PHONE_MEDIA}" srcset="{_data_uri(small)}" '
+                     f'width="{PHONE_COLUMN_PX}" height="{height}">')
+    height_px = round(fig.get_figheight() * FIGURE_DPI)
+    img = (f'<img class="fusedrms-figure" src="{_data_uri(desktop)}" alt="{escape(alt)}" '
+           f'width="{width_px}" height="{height_px}" data-text-px="{text_px:g}" '
+           'style="max-width:100%;height:auto">')
+    html = f"<picture>{phone}{img}</picture>" if phone else img
     display({"text/html": html, "text/plain": f"[figure: {alt}]"}, raw=True)
+
+
+def _data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode()

@@ -179,17 +179,20 @@ def time_by_width(steps: Sequence[str], rows: int = 4096, dtype="bf16",
 
 
 def estimate_html(e: traffic.Estimate) -> str:
-    """An estimate as a small HTML table (the calculator's output)."""
+    """An estimate as a small HTML table (the calculator's output), scrolling in page.table's box
+    (with its scroll cue) where the column is too narrow."""
+    from ..book.page import SCROLL_CLASS, SCROLL_STYLE
+
     rows = "".join(
         f"<tr><td>{escape(k.name)}</td><td>{k.bytes_read:,}</td><td>{k.bytes_written:,}</td>"
         f"<td>{k.flops:,}</td><td>{k.intensity:.3f}</td></tr>" for k in e.kernels)
     ideal = "-" if e.ideal_us is None else f"{e.ideal_us:,.3f} µs"
     return (f"<p><b>{escape(e.step)}</b>: {escape(e.description)}</p>"
-            '<div class="fusedrms-table" style="max-width:100%;overflow-x:auto">'
+            f'<div class="fusedrms-table"><div class="{SCROLL_CLASS}" style="{SCROLL_STYLE}">'
             f"<table><tr><th>kernel</th><th>read B</th><th>written B</th><th>FLOPs</th>"
             f"<th>flop/B</th></tr>{rows}"
             f"<tr><td><b>total</b></td><td>{e.bytes_read:,}</td><td>{e.bytes_written:,}</td>"
-            f"<td>{e.flops:,}</td><td>{e.intensity:.3f}</td></tr></table></div>"
+            f"<td>{e.flops:,}</td><td>{e.intensity:.3f}</td></tr></table></div></div>"
             f"<p>launches <b>{e.launches}</b> · row-trips <b>{float(e.row_trips):.3f}</b> · "
             f"ideal <b>{ideal}</b> at {e.bandwidth_GBps:,.0f} GB/s"
             + (f" · {e.bound}-bound" if e.bound else "") + "</p>")
