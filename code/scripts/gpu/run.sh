@@ -49,17 +49,23 @@ case "$what" in
   check)
     t0=$(date +%s); logs="$OUT/logs"
     python3 -m fusedrms.env | tee "$logs/check_env.log"
-    # one part after another: run side by side (tried on the H200) they starved each other,
-    # and a notebook kernel died waiting to start; each part has a limit, so that the summary
-    # line comes inside one 10-minute device call (H200 at dd1f487: notebooks 132 s, smoke 181 s;
-    # the tests are spread test by test: one file holds 74 of the 175)
+    # The notebooks first, alone: run beside the other parts (tried on the H200) their kernels
+    # starved and died waiting to start. Then the HIP library is built once (spread test by test,
+    # no test finished in 180-330 s at 78a2636: suspected, every worker building it with nvcc at
+    # once), and the gpu-marked tests (file by file, as at dd1f487 where they ran) and the smoke
+    # recording run side by side: neither measures anything the other disturbs beyond a smoke
+    # run's numbers. H200 at cf057fe: notebooks 146 s, smoke 234 s alone.
     timeout -k 10 150 python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
       -n 4 --dist loadscope --durations=12 chapters > "$logs/check_notebooks.log" 2>&1; nb=$?
-    timeout -k 10 180 python3 -m pytest -q -p no:cacheprovider -m "gpu and not browser" tests \
-      -n 8 --dist load --durations=25 -rfE --junitxml="$logs/gpu_tests_junit.xml" \
-      > "$logs/check_gpu_tests.log" 2>&1; gt=$?
+    timeout -k 10 60 python3 -c "from fusedrms.kernels.hip import kernels; kernels.library('cuda')" \
+      > "$logs/check_hip_build.log" 2>&1
     smoke=$(mktemp -d)
-    timeout -k 10 240 python3 -m fusedrms.record --smoke --out "$smoke" > "$logs/check_smoke.log" 2>&1; sm=$?
+    timeout -k 10 300 python3 -m fusedrms.record --smoke --out "$smoke" > "$logs/check_smoke.log" 2>&1 &
+    smoke_pid=$!
+    timeout -k 10 300 python3 -m pytest -q -p no:cacheprovider -m "gpu and not browser" tests \
+      -n 4 --dist loadfile --durations=25 -rfE --junitxml="$logs/gpu_tests_junit.xml" \
+      > "$logs/check_gpu_tests.log" 2>&1; gt=$?
+    wait $smoke_pid; sm=$?
     last() {
       local l; l=$(grep -E '(passed|failed|error)' "$1" | tail -n 1 | sed 's/=//g; s/^ *//; s/ *$//')
       echo "${l:-no summary line (stopped at its limit)}"
