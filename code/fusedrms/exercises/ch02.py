@@ -217,9 +217,10 @@ MODEL_CASES = tuple((step, rows, cols, dtype) for step in MODEL_STEPS for rows, 
 def solution_bytes_moved(step, rows, cols, dtype):
     size = {"fp32": 4, "bf16": 2, "fp16": 2}[dtype]
     matrix, weight = rows * cols * size, cols * size
-    reads, writes = {  # in matrices, per kernel: the weight once per kernel reading it
-        "eager_add_rmsnorm": ([2, 1, 1], [1, 1, 1]),  # x+r -> t; t -> n; n*w -> y
-        "torch_add_rmsnorm": ([2, 1], [1, 1]),  # x+r -> t; rms_norm(t, w) -> y
+    # matrices read and written, per kernel; the weight once per reading kernel
+    reads, writes = {
+        "eager_add_rmsnorm": ([2, 1, 1], [1, 1, 1]),  # x+r; rms_norm; * w
+        "torch_add_rmsnorm": ([2, 1], [1, 1]),  # x+r -> t; rms_norm(t, w)
         "fused_add_rmsnorm": ([2], [1]),  # x, r -> y
         "fused_add_rmsnorm_residual": ([2], [2]),  # x, r -> t, y
     }[step]

@@ -57,7 +57,7 @@ case "$what" in
     # run's numbers. H200 at cf057fe: notebooks 146 s, smoke 234 s alone.
     timeout -k 10 150 python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
       -n 4 --dist loadscope --durations=12 chapters > "$logs/check_notebooks.log" 2>&1; nb=$?
-    timeout -k 10 60 python3 -c "from fusedrms.kernels.hip import kernels; kernels.library('cuda')" \
+    timeout -k 10 60 python3 -m fusedrms.kernels.hip.kernels --device cuda \
       > "$logs/check_hip_build.log" 2>&1
     smoke=$(mktemp -d)
     timeout -k 10 300 python3 -m fusedrms.record --smoke --out "$smoke" > "$logs/check_smoke.log" 2>&1 &

@@ -262,3 +262,4 @@ def _readable(mangled: str) -> str:
         return m2.group(1) if m2 else mangled
     dtype = {"f": "float", "9half_bits": "half_bits", "9bf16_bits": "bf16_bits"}[m.group(2)]
     return f"{m.group(1)}<{dtype}{', ' + m.group(3) if m.group(3) else ''}>"
+

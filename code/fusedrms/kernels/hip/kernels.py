@@ -213,3 +213,26 @@ for _variant in VARIANTS:
         devices=_DEVICES,
         max_cols=VECTORIZED_MAX_COLS if _variant == "vectorized" else None,
         description=DESCRIPTIONS[_variant]))
+
+
+def main(argv=None) -> int:
+    """``python -m fusedrms.kernels.hip.kernels [--device cuda]``: build (or find in the cache) the
+    library a device's HIP kernels load, once, before many processes would each build it."""
+    import argparse
+    import time
+
+    p = argparse.ArgumentParser(prog="python -m fusedrms.kernels.hip.kernels", description=main.__doc__)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU's toolchain")
+    a = p.parse_args(argv)
+    t0 = time.time()
+    try:
+        library(a.device)
+    except (build.CompileError, RuntimeError, ValueError) as e:
+        print(f"fusedrms.kernels.hip.kernels: {e}")
+        return 1
+    print(f"HIP library for {a.device}: ready in {time.time() - t0:.1f} s ({build.cache_dir()})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
