@@ -5,6 +5,7 @@ import pytest
 
 from fusedrms import traffic
 from fusedrms.exercises import ch02
+from tests.exercises.prediction_contract import assert_prediction_contract
 
 
 def test_mistakes_are_distinct_from_the_solution_and_each_other():
@@ -237,11 +238,7 @@ def test_the_speedup_prediction_is_graded_against_the_census_the_page_tells():
     # the folded solution: a little above the byte ratio, because the fused kernel's rate is higher
     assert float(ch02.BYTE_RATIO) < found["speedup"] < 1.1 * float(ch02.BYTE_RATIO)
     assert found["fused"]["pct_of_copy"] > found["torch"]["pct_of_copy"]
-    assert FUSED.check(FUSED.solution).ok
-    assert FUSED.check(f"{found['speedup']:.2f}x").ok
-    for label, value in FUSED.mistakes.items():
-        fb = FUSED.check(value)
-        assert not fb.ok and fb.hint and f"{found['speedup']:.2f}×." in fb.message, label
+    assert_prediction_contract(FUSED, f"{found['speedup']:.2f}x", f"{found['speedup']:.2f}×.")
 
 
 def test_each_wrong_speedup_prediction_says_what_its_gap_teaches():

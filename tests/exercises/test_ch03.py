@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fusedrms.exercises import ch03
+from tests.exercises.prediction_contract import assert_prediction_contract
 
 
 def test_compile_errors_show_the_compilers_message():
@@ -241,11 +242,7 @@ def test_the_speedup_prediction_is_graded_against_the_recording_the_page_tells()
     assert found["speedup"] == pytest.approx(told["serial_gains"][1024])
     # the folded solution: tens of times, and a kernel at the floor little more than twice as fast
     assert 10 < found["speedup"] < 100 and 0.4 < found["block_share"] < 0.5
-    assert SPEEDUP.check(SPEEDUP.solution).ok
-    assert SPEEDUP.check(f"{found['speedup']:.0f}x").ok
-    for label, value in SPEEDUP.mistakes.items():
-        fb = SPEEDUP.check(value)
-        assert not fb.ok and fb.hint and f"{found['speedup']:.0f}×." in fb.message, label
+    assert_prediction_contract(SPEEDUP, f"{found['speedup']:.0f}x", f"{found['speedup']:.0f}×.")
 
 
 def test_each_wrong_speedup_prediction_says_what_its_gap_teaches():

@@ -5,6 +5,7 @@ import pytest
 
 from fusedrms import traffic
 from fusedrms.exercises import ch06
+from tests.exercises.prediction_contract import assert_prediction_contract
 
 
 def test_mistakes_are_distinguishable_from_the_solution():
@@ -209,11 +210,8 @@ def test_the_l2_prediction_is_graded_against_the_recording_the_page_tells():
     assert found["inside"]["bytes"] < found["l2_bytes"] < found["beyond"]["bytes"]
     inside, beyond = found["inside"]["cold_over_warm"], found["beyond"]["cold_over_warm"]
     assert 1.05 < inside < 1.5 and abs(beyond - 1) < 0.05  # what the hints explain
-    assert L2.check(L2.solution).ok
-    assert L2.check(f"[{inside:.2f}x, {beyond:.2f}×]").ok  # units, as written on the page
-    for label, value in L2.mistakes.items():
-        fb = L2.check(value)
-        assert not fb.ok and fb.hint and f"{inside:.2f} inside the L2" in fb.message, label
+    # units, as written on the page
+    assert_prediction_contract(L2, f"[{inside:.2f}x, {beyond:.2f}×]", f"{inside:.2f} inside the L2")
 
 
 def test_each_wrong_l2_prediction_says_what_its_gap_teaches():
