@@ -55,7 +55,7 @@ case "$what" in
     # once), and the gpu-marked tests (file by file, as at dd1f487 where they ran) and the smoke
     # recording run side by side: neither measures anything the other disturbs beyond a smoke
     # run's numbers. H200 at cf057fe: notebooks 146 s, smoke 234 s alone.
-    timeout -k 10 150 python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
+    timeout -k 10 180 python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
       -n 4 --dist loadscope --durations=12 chapters > "$logs/check_notebooks.log" 2>&1; nb=$?
     timeout -k 10 60 python3 -m fusedrms.kernels.hip.kernels --device cuda \
       > "$logs/check_hip_build.log" 2>&1
@@ -63,11 +63,11 @@ case "$what" in
     timeout -k 10 300 python3 -m fusedrms.record --smoke --out "$smoke" > "$logs/check_smoke.log" 2>&1 &
     smoke_pid=$!
     timeout -k 10 300 python3 -m pytest -q -p no:cacheprovider -m "gpu and not browser" tests \
-      -n 4 --dist loadfile --durations=25 -rfE --junitxml="$logs/gpu_tests_junit.xml" \
+      -n 4 --dist loadfile --durations=25 -rfE -v -o faulthandler_timeout=120 --junitxml="$logs/gpu_tests_junit.xml" \
       > "$logs/check_gpu_tests.log" 2>&1; gt=$?
     wait $smoke_pid; sm=$?
     last() {
-      local l; l=$(grep -E '(passed|failed|error)' "$1" | tail -n 1 | sed 's/=//g; s/^ *//; s/ *$//')
+      local l; l=$(grep -E '[0-9]+ (passed|failed|errors?)' "$1" | grep -v '^\[' | tail -n 1 | sed 's/=//g; s/^ *//; s/ *$//')
       echo "${l:-no summary line (stopped at its limit)}"
     }
     recorded=$(grep -E '^done: ' "$logs/check_smoke.log" | tail -n 1 | sed 's/^done: //')
