@@ -2,6 +2,7 @@
 verdict with a hint, in every code exercise, and the notebook's process survives it."""
 import ctypes
 import os
+import re
 import time
 
 import pytest
@@ -193,7 +194,9 @@ def test_every_code_exercise_gives_a_verdict_for_a_crash_and_an_endless_loop(exe
                          ids=lambda v: getattr(v, "name", ""))
 def test_gpu_verdicts_are_the_cpu_verdicts(chapter, exercise):
     """Every typical mistake gets, word for word, the feedback of a machine without a GPU (whose
-    verdict the GPU machine asks a CPU child for first); the solution passes on both. (Chapter
+    verdict the GPU machine asks a CPU child for first); the solution passes on both. A race's
+    word and threads are the first pair the CPU runtime's OS threads meet, which differs from run
+    to run (H200, 0cf9ec4: word 3, threads 3 and 192, then word 2, threads 130 and 128). (Chapter
     4's kernels: tests/exercises/test_ch04.py.)"""
     import json
     import subprocess
@@ -219,7 +222,22 @@ def test_gpu_verdicts_are_the_cpu_verdicts(chapter, exercise):
     assert solution.ok and "GPU" in solution.message, solution.message
     for label, (ok, message, hint) in on_cpu.items():
         feedback = exercise.check(exercise.mistakes[label])
-        assert [feedback.ok, feedback.message, feedback.hint] == [ok, message, hint], label
+        got = [feedback.ok, _one_race(feedback.message), feedback.hint]
+        assert got == [ok, _one_race(message), hint], label
+
+
+def _one_race(message: str) -> str:
+    return re.sub(r"on word \d+: thread \d+ (read|wrote) it and thread \d+ (reads|writes) it",
+                  "on word W: thread A \\1 it and thread B \\2 it", message)
+
+
+def test_one_race_names_the_kind_of_race_not_its_threads():
+    first = ("race in block 0 on word 3: thread 3 read it and thread 192 writes it with no "
+             "__syncthreads() between them")
+    second = ("race in block 0 on word 2: thread 130 read it and thread 128 writes it with no "
+              "__syncthreads() between them")
+    assert _one_race(first) == _one_race(second)
+    assert _one_race(first) != _one_race(first.replace("read it", "wrote it"))
 
 
 @pytest.mark.gpu

@@ -9,6 +9,8 @@ registers its wrappers in :mod:`fusedrms.registry` when imported. ``amd_targets`
 Triton kernels for AMD GPUs (RDNA4, CDNA3) without one and reads their register counts.
 """
 from .. import env  # first: decides GPU or interpreter before any kernel module below
+from .interpreter_index import scalar_index_in_interpreter
 from .rounding import exact_bf16_in_interpreter
 
 exact_bf16_in_interpreter()  # the interpreter's bf16 subnormals, read and written on the bits
+scalar_index_in_interpreter()  # loops to a runtime bound on Triton <= 3.6 with NumPy >= 2.4
