@@ -22,7 +22,6 @@ from .. import checks, records, reference
 from ..kernels.rmsnorm import (MAX_COLS, VERSIONS, bytes_moved, num_warps_for, rmsnorm_row,
                                rmsnorm_row_kernel)
 from ..measure import compare, timer
-from . import page
 
 # ---------------------------------------------------------------- what chapter 4 shows of the compiled kernel
 
@@ -307,9 +306,9 @@ def side_by_side(docs: list, fallback_shape=(1024, 4096, "float32")) -> dict:
     return {"shared": shared, "rows": rows}
 
 
-# ---------------------------------------------------------------- sentences and tables for the page
-# Each reader below turns recorded results into what the chapter prints, in good English whatever
-# the recording holds (complete, partial, or nothing yet). They hold no measurements.
+# ---------------------------------------------------------------- what the page prints
+# The prose is written about the committed recording (book/ch04_story.py reads its values); the
+# readers below format what a cell computes or tabulates. They hold no measurements.
 
 NOT_YET = "not recorded yet"
 
@@ -325,29 +324,6 @@ def _shape_text(rows, cols, dtype=None) -> str:
         return f"{text} {short(dtype)}"
     except ValueError:
         return f"{text} {dtype}"
-
-
-
-
-def register_answer(widths: dict, limit_cols: int) -> str:
-    """Chapter 4's answer on the row kernel's width limit, from :func:`spill_widths`."""
-    clean, spill = widths.get("widest_clean"), widths.get("first_spill")
-    limit = f"{limit_cols:,}"
-    if not clean and not spill:
-        return (f"the compiled kernel's registers are {NOT_YET}; the wrapper refuses rows wider "
-                f"than {limit} columns")
-    parts = []
-    if clean:
-        parts.append(f"at {clean['cols']:,} columns the row kernel used {clean['registers']} "
-                     f"registers per thread with no spills")
-    if spill:
-        n = spill["spills"]
-        parts.append(f"at {spill['cols']:,} it used {spill['registers']} and spilled "
-                     f"{page.counted(n, '32-bit value')} per thread ({4 * n:,} bytes of local memory)")
-    verdict = (f"so triton.row stops at {limit} columns and refuses wider rows"
-               if not spill or spill["cols"] > limit_cols else
-               f"so even at its {limit}-column limit the row kernel spills")
-    return "; ".join(parts) + ", " + verdict
 
 
 def version_ratios(recs: list, wide_cols: int) -> dict:
@@ -373,201 +349,16 @@ def version_ratios(recs: list, wide_cols: int) -> dict:
             "seed_spread": max(seed) / min(seed) if len(seed) >= 2 else None}
 
 
-def learned_phrases(ratios: dict, tie: float | None = None) -> dict:
-    """The summary's phrases on the looped and multirow kernels, from :func:`version_ratios`:
-    ``looped`` follows "the row kernel holds a row up to N columns;" and ``narrow`` follows "and".
-    A ratio within the tie band ``tie`` of 1 is no gain."""
-    tie = tie or 0.0
-    cost = ratios.get("looped_cost")
-    looped = "wider rows go to the looped kernel" + (
-        "" if cost is None else f", which at that width took {cost:.2f}× the row kernel's time")
-    gains = [v for v in (ratios.get("multirow") or {}).values() if v]
-    if not gains:
-        narrow = f"the multirow kernel on narrow rows is {NOT_YET}"
-    elif min(gains) > 1 + tie:
-        narrow = "narrow rows want the multirow kernel"
-    elif max(gains) < 1 - tie:
-        narrow = "the multirow kernel was slower than one program per row on narrow rows"
-    else:
-        narrow = "the multirow kernel's gain on narrow rows was small or none"
-    return {"looped": looped, "narrow": narrow}
-
-
-def _count_text(n) -> str:
-    """``4096`` or ``16,384``: the page writes five-digit counts with a comma."""
-    return f"{int(n):,}" if int(n) >= 10000 else str(int(n))
-
-
-def warps_scope(recs: list) -> str:
-    """What the recorded num_warps sweep (``triton_warps.json`` records) timed, as a sentence:
-    the settings, the seed shape and the width sweep's rows, widths and dtypes."""
-    from ..dtypes import short
-
-    def dtype_text(d):
-        try:
-            return short(d)
-        except ValueError:
-            return str(d)
-
-    good = []
-    for r in recs or []:
-        try:
-            good.append((str(r.get("group", "")), int(r["rows"]), int(r["cols"]),
-                         str(r["dtype"]), int(r["num_warps"])))
-        except (KeyError, TypeError, ValueError):
-            continue
-    if not good:
-        return f"The sweep that would test it is {NOT_YET}."
-    settings = page.listed(str(n) for n in sorted({g[4] for g in good}))
-    parts = []
-    seed = [g for g in good if g[0] == "seed shape"]
-    if seed:
-        parts.append("at the book's running example ("
-                     + page.listed(dict.fromkeys(_shape_text(g[1], g[2], g[3]) for g in seed)) + ")")
-    swept = [g for g in good if g[0] != "seed shape"]
-    if swept:
-        rows = sorted({g[1] for g in swept})
-        widths = sorted({g[2] for g in swept})
-        dtypes = page.listed(sorted({dtype_text(g[3]) for g in swept}))
-        where = (f"over {page.listed(_count_text(n) for n in rows)} rows "
-                 + (f"at widths from {_count_text(widths[0])} to {_count_text(widths[-1])} columns"
-                    if len(widths) > 1 else f"at {_count_text(widths[0])} columns")
-                 + f" in {dtypes}")
-        parts.append(where)
-    return (f"The recorded run timed {settings} warps " + " and ".join(parts)
-            + ", with the same steady-state timer.")
-
-
-def _speed_word(row_over_other: float, than: str = "", tie: float = 0.0) -> str:
-    """``4.6× faster{than}``, ``1.2× slower{than}`` or ``as fast{as}`` (within the tie band
-    ``tie``) for time(row) / time(other), where ``than`` names what is compared (" one program
-    per row") or is empty."""
-    if abs(row_over_other - 1) <= tie:
-        return f"as fast{' as' + than if than else ''} (within {abs(row_over_other - 1):.0%})"
-    word = (f"{row_over_other:.1f}× faster" if row_over_other > 1 else
-            f"{1 / row_over_other:.1f}× slower")
-    return word + (" than" + than if than else "")
-
-
-def versions_answer(ratios: dict, wide_cols: int, tie: float | None = None) -> str:
-    """The versions bench's answer sentence (without the leading "Answer:"); ``tie``: the band
-    within which two times are as fast."""
-    parts = []
-    wide = _shape_text(1024, wide_cols, "float32")
-    if ratios["looped_cost"] is None:
-        parts.append(f"the looped kernel at {wide} is {NOT_YET}")
-    else:
-        parts.append(f"at {wide} the looped kernel took {ratios['looped_cost']:.2f}× the row "
-                     f"kernel's time, where its second read of x would cost at most "
-                     f"{ratios['looped_bytes']:.2f}× if it always missed the cache")
-    narrow = {c: v for c, v in ratios["multirow"].items() if v is not None}
-    if not narrow:
-        parts.append(f"the multirow kernel on narrow rows is {NOT_YET}")
-    else:
-        words = [f"{_speed_word(v, ' one program per row' if i == 0 else '', tie or 0.0)} at {c}"
-                 f"{' columns' if i == 0 else ''}" for i, (c, v) in enumerate(narrow.items())]
-        parts.append("for narrow rows the multirow kernel was " + page.listed(words, serial=True))
-    if ratios["seed_spread"] is not None:
-        parts.append(f"at {_shape_text(1024, 4096)} the slowest variant took "
-                     f"{ratios['seed_spread']:.2f}× the fastest's time")
-    return "; ".join(parts)
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def warps_sentences(sweep: dict, tie: dict | None = None) -> dict:
-    """Sentences on the num_warps sweep from :func:`summarize_warps`: ``noise`` (the tie band of
-    :func:`tie_band` and how many shapes have ties), ``answer`` (where the rule lands) and
-    ``learned`` (the rule's record in a phrase)."""
-    rows = sweep.get("rows") or []
-    tie = tie or {}
-    band = tie.get("band")
-    if not rows:
-        missing = f"The num_warps sweep is {NOT_YET}."
-        return {"noise": missing, "answer": f"the num_warps sweep is {NOT_YET}",
-                "learned": "not yet measured", "ties": 0}
-    if band is None:
-        noise = "How much repeated measurements of one setting vary is " + NOT_YET + "."
-    else:
-        noise = ""
-        if tie.get("repeats") is not None:
-            noise += (f"Repeated measurements of one setting spread by up to "
-                      f"{_pct(tie['repeats'])} in nine cases in ten. ")
-        again = tie.get("again")
-        if again:
-            noise += (f"The rule's setting at {_shape_text(again['rows'], again['cols'], again['dtype'])}, "
-                      f"recorded a second time in the variants' run, differs by "
-                      f"{_pct(again['diff'])}. ")
-        noise += f"This page counts differences within ±{_pct(band)} as ties."
-    band_text = f"±{_pct(band or 0.0)}"
-    times = [{int(k.split()[0]): v for k, v in r.items() if k.endswith(" warps us")} for r in rows]
-    ties = sum(sum(t <= (1 + (band or 0.0)) * min(ts.values()) for t in ts.values()) >= 2
-               for ts in times)
-    n = len(rows)
-    memory_bound = (": the kernel is memory-bound, and the warps mostly change how the same bytes "
-                    "are requested.")
-    if ties == 0:
-        noise += (" At the one shape no two settings tie" if n == 1 else
-                  f" At none of the {n} shapes do two settings tie") + ": the setting matters."
-    elif ties == n:
-        noise += (f" At {'the one shape' if n == 1 else f'every one of the {n} shapes'} two or "
-                  f"more settings tie" + memory_bound)
-    else:
-        noise += (f" At {ties} of {page.counted(n, 'shape')} two or more settings tie"
-                  + (memory_bound if ties * 2 > n else "; at the others one setting is clearly "
-                                                       "fastest."))
-    judged = [r for r in rows if r.get("rule ties fastest") in ("yes", "no")]
-    hits = sweep.get("rule_hits", 0)
-    untimed = n - len(judged)
-    if not judged:
-        answer = f"the rule's own setting was not timed at any of the {page.counted(n, 'shape')}"
-    else:
-        answer = (f"the rule tied with the fastest setting (within {band_text}) "
-                  + ("at the one shape measured" if hits == len(judged) == 1 else
-                     f"at all {len(judged)} shapes" if hits == len(judged) else
-                     f"at {hits} of {page.counted(len(judged), 'shape')}"))
-        misses = [f"{_shape_text(*m['shape'].split('x'), m['dtype'])}, where its {m['rule']} warps "
-                  f"take {m['rule_us']:.2f} µs and {m['fastest']} warps {m['fastest_us']:.2f} µs "
-                  f"({m['rule_us'] / m['fastest_us'] - 1:.0%} slower)"
-                  for m in sweep.get("misses", [])]
-        if misses:
-            answer += "; it misses at " + "; and at ".join(misses)
-    if untimed:
-        answer += f" (its setting was not timed at {page.counted(untimed, 'shape')})"
-    learned = (f"within {band_text} of the fastest at {hits} of "
-               f"{page.counted(len(judged), 'measured shape')}"
-               if judged else "not yet measured against the alternatives")
-    return {"noise": noise.strip(), "answer": answer, "learned": learned, "ties": ties}
-
-
-def rounding_paragraph(live: dict, where: str, gpu_recs: list, gpu: str = "GPU") -> str:
-    """Chapter 4's reading of the bf16 census: what the outputs here follow (``live``, from
-    :func:`bf16_rounding_census`; ``where`` says what ran them) and what the recorded ``gpu``'s
-    do."""
+def rounding_here(live: dict, where: str) -> str:
+    """What the bf16 outputs computed on this machine follow (``live``, from
+    :func:`bf16_rounding_census`; ``where`` says what ran them), as a sentence."""
     n = live["elements"]
     if live["equal_to_truncation"] == n and live["equal_to_nearest_even"] < n:
-        here = f"Here ({where}) every output equals the truncated value"
-    elif live["equal_to_nearest_even"] == n:
-        here = f"Here ({where}) every output equals the round-to-nearest-even value"
-    else:
-        here = (f"Here ({where}) {live['equal_to_nearest_even']:,} of {n:,} outputs equal the "
-                f"round-to-nearest-even value and {live['equal_to_truncation']:,} the truncated one")
-    if not gpu_recs:
-        return here + f". The {gpu}'s census is {NOT_YET}."
-    big = max(gpu_recs, key=lambda r: r["elements"])
-    total, one = big["elements"], big["one_step_from_nearest_even"]
-    far = big["more_than_one_step_from_nearest_even"]
-    off = 1 - big["equal_to_truncation"] / total
-    text = (here + f". On the recorded {gpu}, at {_shape_text(big['rows'], big['cols'])}, "
-            f"{big['equal_to_nearest_even']:,} of {total:,} outputs equal the round-to-nearest-even "
-            f"value, where truncation would have been one step off for {off:.0%} of them.")
-    if one == 0 and far == 0:
-        return text + " None of them is a step away."
-    further = "none further" if far == 0 else f"{far:,} further"
-    return text + (f" Yet even the {gpu} left {one:,} of them one bf16 step from the rounded fp32 "
-                   f"result, and {further}.")
+        return f"Here ({where}) every output equals the truncated value."
+    if live["equal_to_nearest_even"] == n:
+        return f"Here ({where}) every output equals the round-to-nearest-even value."
+    return (f"Here ({where}) {live['equal_to_nearest_even']:,} of {n:,} outputs equal the "
+            f"round-to-nearest-even value and {live['equal_to_truncation']:,} the truncated one.")
 
 
 def _load_bytes(summary: dict):
@@ -614,30 +405,6 @@ def compiled_table(summaries: list) -> list[dict]:
         if any(v is not None for v in vals):
             out.append({"": label, **dict(zip(names, vals))})
     return out
-
-
-def compiled_answer(summary: dict | None) -> str:
-    """The compiler section's answer for the fp32 row kernel at 4096 columns."""
-    if not summary:
-        return f"the compiled kernel for 4096 fp32 columns is {NOT_YET}"
-    nbytes = _load_bytes(summary)
-    parts = []
-    if nbytes:
-        parts.append(f"loads {nbytes} bytes ({nbytes // 4} fp32 values) per instruction"
-                     if nbytes > 4 else "loads one fp32 value per instruction (no vector loads)")
-    if summary.get("butterfly_shuffles") is not None:
-        parts.append(f"reduces with {page.counted(summary['butterfly_shuffles'], 'butterfly shuffle')} "
-                     f"and {page.counted(summary.get('barriers') or 0, 'barrier')}")
-    elif summary.get("cross_lane_ops") is not None:
-        parts.append(f"reduces with {page.counted(summary['cross_lane_ops'], 'cross-lane operation')} "
-                     f"and {page.counted(summary.get('barriers') or 0, 'barrier')}")
-    if summary.get("registers_per_thread"):
-        parts.append(f"uses {summary['registers_per_thread']} registers per thread")
-    text = "for 4096 fp32 columns the compiler " + page.listed(parts, serial=True)
-    if nbytes and nbytes >= 16 and (summary.get("butterfly_shuffles") or summary.get("cross_lane_ops")):
-        text += (": the vectorized, shuffle-finished kernel that chapter 3 reached at its last "
-                 "rung, from a dozen lines")
-    return text
 
 
 # ---------------------------------------------------------------- the chapter's recording
