@@ -25,7 +25,8 @@ through Playwright) with no network, and reports, each with its location:
 - ``badge``     more than one provenance badge (or "Recorded on ..." line) on a page
 - ``output``    a printed output block over 20 lines
 - ``word``      words a reader should never see: session, nbval, machine paths, "the issue",
-                "target ... met", build caches, budget, an exercise's "Not yet." verdict
+                "target ... met", build caches, budget, an exercise's "Not yet." verdict, and a
+                MyST role left as text ({eval}, {glue}, {term}, {cite}...: a placeholder)
 - ``code``      a code line over 80 columns
 
 Exit status 1 when any page has a violation. ``lint(site, pages)`` is the same as a function.
@@ -389,6 +390,9 @@ FORBIDDEN_WORDS = [
     # an exercise cell as the notebook starts says "Your turn."; a verdict before any answer
     # would tell every reader of the static site that they failed
     ("verdict before an answer", r"\bNot yet\."),
+    # a MyST role the build left as text: an inline value, a glossary term or a citation that a
+    # reader sees as markup instead of its value
+    ("placeholder", r"\{(?:eval|glue(?::\w+)?|term|cite(?::\w+)?|numref|ref|doc)\}`"),
 ]
 
 

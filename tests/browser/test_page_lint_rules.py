@@ -66,3 +66,14 @@ def test_an_animation_keeps_the_desktop_rule_and_waits_for_its_narrow_layout_on_
     monkeypatch.setattr(page_lint, "PHONE_ANIMATIONS_CHECKED", True)
     (v,) = page_lint.figure_text_violations([], [frame], 390)
     assert "5.7 px" in v["detail"]
+
+
+@pytest.mark.parametrize("text,found", [
+    ("the answer: {eval}`warps_answer`.", True), ("{glue:text}`peer_list`", True),
+    ("a {term}`warp <Warp>`", True), ("{cite:p}`tillet2019triton`", True),
+    ("the answer: 8 warps.", False), ("a dict {eval: 1}", False), ("f'{x}'", False)])
+def test_a_myst_role_left_as_text_is_a_placeholder(text, found):
+    import re
+
+    rule = dict(page_lint.FORBIDDEN_WORDS)["placeholder"]
+    assert bool(re.search(rule, text, re.I)) is found
