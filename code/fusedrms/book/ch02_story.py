@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from .. import records
 from . import ch02 as companion
+from .story import MISSING, value  # noqa: F401 (the notebook reads story.value)
 
-MISSING = "not recorded"
 SHAPE = (4096, 4096, "bf16")
 
 
@@ -97,7 +97,3 @@ def story_values(docs: dict) -> dict[str, str]:
                      add_more=f"{100 * (chain['add']['row_trips'] / chain['scale']['row_trips'] - 1):.0f}%")
     return v
 
-
-def value(values: dict[str, str], name: str) -> str:
-    """One story value, or "not recorded" (a page without the recording still renders)."""
-    return values.get(name, MISSING)

@@ -13,8 +13,7 @@ import math
 from .. import records
 from . import ch03 as ladder
 from . import page
-
-MISSING = "not recorded"
+from .story import MISSING, value  # noqa: F401 (the notebook reads story.value)
 
 
 def load(machine: str | None = records.COMMITTED) -> dict:
@@ -127,7 +126,3 @@ def story_values(docs: dict) -> dict[str, str]:
                  one_row_us=f"{s['one_row_us']:,.0f} µs" if s["one_row_us"] else MISSING)
     return v
 
-
-def value(values: dict[str, str], name: str) -> str:
-    """One story value, or "not recorded" (a page without the recording still renders)."""
-    return values.get(name, MISSING)

@@ -1,19 +1,14 @@
-"""Chapter 4's story values: the numbers its Markdown quotes, read from one recording.
-
-The chapter's prose is written about the committed H200 recording; :func:`story_values` turns
-that recording's files into the formatted values the prose shows inline (``{eval}`` roles), and
-:func:`story_facts` into the comparisons the prose states in words, which a test holds against
-the committed recording (a re-recording that contradicts a sentence fails it). A reader who has
-recorded chapter 4 on their own GPU gets :func:`your_gpu_rows`, a short table beside the H200's.
-"""
+"""Chapter 4's story values: the register limit, the looped and multirow kernels, the num_warps
+sweep, the bf16 census and the compiled kernel, as the committed recording has them (the pattern:
+:mod:`fusedrms.book.story`)."""
 from __future__ import annotations
 
 from .. import records
 from ..dtypes import short
 from ..kernels.rmsnorm import ROW_MAX_COLS
 from . import ch04
+from .story import MISSING, beside, value  # noqa: F401 (the notebook reads story.value)
 
-MISSING = "not recorded"
 SEED = (1024, 4096, "float32")  # the book's running example
 
 
@@ -150,24 +145,12 @@ def story_values(docs: dict) -> dict[str, str]:
     return v
 
 
-def value(values: dict[str, str], name: str) -> str:
-    """One story value, or "not recorded" (a page without the recording still renders)."""
-    return values.get(name, MISSING)
-
-
 def your_gpu_rows(own: dict, h200: dict) -> list[dict] | None:
     """The chapter's measured answers on the reader's GPU beside the H200's (None when the reader
     has not recorded chapter 4)."""
     if not (own["versions"] or own["warps"]):
         return None
-    mine, theirs = story_facts(own), story_facts(h200)
-
-    def pick(facts, what):
-        try:
-            return what(facts)
-        except (KeyError, TypeError, ZeroDivisionError):
-            return None
-
+    theirs = story_facts(h200)
     rows = [
         (f"looped over row kernel, 1024×{ROW_MAX_COLS:,} fp32",
          lambda f: _times(f["versions"]["looped_cost"])),
@@ -176,5 +159,4 @@ def your_gpu_rows(own: dict, h200: dict) -> list[dict] | None:
          lambda f: f"{f['warps']['rule_hits']} of {f['warps']['judged']} shapes"),
         ("tie band (repeated measurements)", lambda f: _pct(f["warps"]["band"])),
     ]
-    return [{"": label, f"{theirs['gpu']} (the book)": pick(theirs, what) or "-",
-             "your GPU": pick(mine, what) or "-"} for label, what in rows]
+    return beside(rows, story_facts(own), theirs, f"{theirs['gpu']} (the book)")

@@ -1,18 +1,12 @@
-"""Chapter 6's story values: the numbers its Markdown quotes, read from one recording.
-
-The chapter's prose is written about the committed H200 recording; :func:`story_values` turns
-that recording's files into the formatted values the prose shows inline (``{eval}`` roles), and
-:func:`story_facts` into the comparisons the prose states in words, which a test holds against
-the committed recording (a re-recording that contradicts a sentence fails it). A reader who has
-recorded chapter 6 on their own GPU gets :func:`your_gpu_rows`, a short table beside the H200's.
-"""
+"""Chapter 6's story values: the timing rules, the grid, the profile and the copy floor, as the
+committed recording has them (the pattern: :mod:`fusedrms.book.story`)."""
 from __future__ import annotations
 
 from .. import records, traffic
 from . import ch06
 from .ch06 import readable_us, times_in_words
+from .story import MISSING, beside, value  # noqa: F401 (the notebook reads story.value)
 
-MISSING = "not recorded"
 LARGE_BYTES = 64e6  # the answer's shapes: calls that move at least this much
 
 
@@ -146,24 +140,11 @@ def story_values(docs: dict) -> dict[str, str]:
     return v
 
 
-def value(values: dict[str, str], name: str) -> str:
-    """One story value, or "not recorded" (a page without the recording still renders)."""
-    return values.get(name, MISSING)
-
-
 def your_gpu_rows(own: dict, h200: dict) -> list[dict] | None:
     """The chapter's headline numbers on the reader's GPU beside the H200's (None when the reader
     has not recorded chapter 6): the rules' effects and the answer."""
     if not own.get("rules") and not own.get("grid"):
         return None
-    mine, theirs = story_facts(own), story_facts(h200)
-
-    def pick(facts, what):
-        try:
-            return what(facts)
-        except (KeyError, TypeError, ZeroDivisionError):
-            return None
-
     rows = [
         ("kernel time, smallest to largest size (device events)",
          lambda f: times_in_words(f["sync"]["growth"])),
@@ -176,5 +157,4 @@ def your_gpu_rows(own: dict, h200: dict) -> list[dict] | None:
         ("fused kernel, median % of the copy floor (64 MB or more)",
          lambda f: f"{f['floor']['median_pct']:.1f}%"),
     ]
-    return [{"": label, "H200 (the book)": pick(theirs, what) or "-",
-             "your GPU": pick(mine, what) or "-"} for label, what in rows]
+    return beside(rows, story_facts(own), story_facts(h200))
