@@ -18,6 +18,7 @@ import functools
 import math
 
 import torch
+import triton
 
 from .. import checks, verify
 from ..book.page import listed
@@ -221,11 +222,6 @@ def mystery_report(seed: int = 0) -> str:
 PADDED = "broken.padded_mean"
 
 
-def triton_next_power_of_2(n: int) -> int:
-    """BLOCK_SIZE as the book's wrappers pick it for a row of ``n`` (triton.next_power_of_2)."""
-    return 1 << max(n - 1, 0).bit_length()
-
-
 def _power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
@@ -305,7 +301,7 @@ def _grade_padded(answer) -> Feedback:
                            f"{listed(widths)} BLOCK_SIZE (the next power of two) is the width "
                            f"itself, so the padded mean is the mean.")
     widths = sorted({_width(n) for n in missed})
-    blocks = [triton_next_power_of_2(w) for w in widths]
+    blocks = [triton.next_power_of_2(w) for w in widths]
     return wrong(head, f"{listed(missed)} failed too: each has rows of ordinary values at a "
                        f"width that is not a power of two ({listed(widths, 'or')}), and there "
                        f"the sum is divided by {listed(blocks, 'or')}. Special inputs in some "

@@ -10,7 +10,7 @@ the verdict names that case and what it teaches.
 """
 from __future__ import annotations
 
-import math
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -299,6 +299,12 @@ def _grade_close(answer) -> Feedback:
         return wrong("That is a library's comparison, not yours.",
                      "Write the rule with torch (or math) operations: shape, NaN, infinities, "
                      "then |got - want| <= atol + rtol * |want|.")
+    try:
+        inspect.signature(answer).bind(None, None)
+    except TypeError:
+        return wrong(f"Your function must take two arguments: {SIGNATURE}.")
+    except ValueError:  # a builtin without a signature: let the child say what it does
+        pass
     try:
         got = grader.run(answer, answer_verdicts, cache=True)
     except grader.Failed as failed:
