@@ -359,3 +359,25 @@ def test_on_the_gpu_the_padded_mean_fails_the_reasoned_cases():
     assert env.current().on_gpu
     assert ch05.padded_failures() == ch05.PADDED_REASONED
     assert P.check(P.solution).ok
+
+
+def test_the_page_asks_before_it_shows_and_folds_the_solutions():
+    import json
+    from pathlib import Path
+
+    from fusedrms.viz import file_section
+
+    path = Path(__file__).resolve().parents[2] / "chapters" / "05_verification.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    text = ["".join(c["source"]) for c in cells]
+    section = file_section(C.__file__, "close-solution")
+    holders = [i for i, t in enumerate(text) if section in t]
+    assert len(holders) == 1 and ":class: dropdown" in text[holders[0]]
+    asked = [i for i, t in enumerate(text) if "ch05.build_close.check(answer)" in t]
+    assert asked and asked[0] < holders[0]
+    # the prediction is written before the drawer's matrix runs, and checked after it
+    written = [i for i, t in enumerate(text) if t.startswith("prediction = None")]
+    matrix = [i for i, t in enumerate(text) if "bad_results = verify.run(drawer" in t]
+    checked = [i for i, t in enumerate(text) if "ch05.predict_padded.check(prediction)" in t]
+    assert written and matrix and checked and written[0] < matrix[0] < checked[0]
+    assert ":class: dropdown" in text[checked[0] + 1]

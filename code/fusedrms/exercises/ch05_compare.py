@@ -331,7 +331,7 @@ def _grade_close(answer) -> Feedback:
 
 # [book:close-solution]
 def solution_close(got, want):
-    """True when ``got`` passes against ``want`` (checks.allclose's rule, nan="match")."""
+    """checks.allclose(got, want, nan="match"), as True or False."""
     if got.shape != want.shape:
         return False
     rtol, atol = checks.tolerance_for(got.dtype, got.shape[-1])
