@@ -1,4 +1,5 @@
-"""Chapter 5 exercises: choose a tolerance and defend it; find a bug from the suite's output alone.
+"""Chapter 5 exercises: choose a tolerance and defend it; find a bug from the suite's output alone;
+write the comparison rule from its specification; predict which cases a broken kernel fails.
 
 1. :data:`fp16_tolerance` — the answer is ``(rtol, dominant)``: a relative tolerance for fp16
    outputs of rows 4096 wide (fp32 accumulation), and which term of the error dominates it
