@@ -1,3 +1,7 @@
+import math as _math
+import os
+import signal
+import time
 
 import pytest
 import torch
@@ -5,6 +9,9 @@ import torch
 from fusedrms.book import broken
 from fusedrms import checks, verify
 from fusedrms.exercises import ch05
+from fusedrms.exercises import ch05_compare as C
+from fusedrms.exercises import grader
+from tests.exercises.prediction_contract import assert_prediction_contract
 
 
 def test_tolerance_range():
@@ -156,3 +163,221 @@ def test_find_the_bug_letter_and_text_that_disagree_are_asked_which():
                                     ("2^-10", "the final cast")])
 def test_tolerance_reads_the_number_as_copied_or_computed(answer):
     assert ch05.fp16_tolerance.check(answer).ok
+
+
+# ---- the comparison rule, written from its specification ----
+
+B = C.build_close
+
+CLOSE_EXPECTED = {  # label -> (the case its verdict names, words its hint must hold)
+    "NaN passes 'none over the bound'": ("NaN where the reference is 2.0", "never passes"),
+    "NaN never equal to NaN": ("NaN exactly where", "NaN == NaN"),
+    "NaN matched one way only": ("2.0 where the reference is NaN", "both ways"),
+    "infinities subtracted": ("+inf and -inf where", "inf - inf is NaN"),
+    "the infinities' signs ignored": ("+inf where the reference is -inf", "sign included"),
+    "infinities checked only where got has them": ("65504", "accepts any finite value"),
+    "|got| - |want|": ("sign flipped", "magnitude of the difference"),
+    "rtol * want without abs": ("negative values", "negative bound"),
+    "rtol * |got|": ("rtol * |got| but not", "scales with the reference"),
+    "the reference rounded to got's dtype": ("1 ulp from its rounding", "hides up to half"),
+    "compared in fp32": ("fp32 output just outside", "want.float()"),
+    "fp32's tolerance for every dtype": ("within one ulp (a truncating cast)", "tolerance_for"),
+    "bf16's tolerance for every dtype": ("three ulps off", "too loose"),
+    "the reference's dtype's tolerance": ("within one ulp (a truncating cast)", "tolerance_for"),
+    "n = the number of rows": ("(512, 4)", "row's length"),
+    "atol forgotten": ("subnormal", "without atol"),
+    "< instead of <=": ("exactly atol", "inclusive"),
+    "no shape check": ("(4,) output against a (1, 4)", "got.shape"),
+    ".max() of the excess": ("empty", ".max() of nothing raises"),
+}
+
+
+def test_the_solution_of_the_comparison_rule_passes():
+    fb = B.check(B.solution)
+    assert fb.ok, str(fb)
+
+
+@pytest.mark.parametrize("label", list(B.mistakes))
+def test_each_comparison_mistake_gets_its_own_hint(label):
+    fb = B.check(B.mistakes[label])
+    where, hint = CLOSE_EXPECTED[label]
+    assert not fb.ok and where in fb.message and hint in fb.hint, str(fb)
+
+
+def test_every_comparison_mistake_is_expected_and_named_by_a_case_of_its_own():
+    assert set(CLOSE_EXPECTED) == set(B.mistakes)
+    first = {}
+    verdicts = C.library_verdicts()
+    for label, fn in B.mistakes.items():
+        for i in range(len(C.CASES)):
+            try:
+                mine = fn(*C._build(i))
+            except Exception:  # noqa: BLE001
+                mine = None
+            if mine != verdicts[i]:
+                first[label] = i
+                break
+    assert set(first) == set(B.mistakes)  # each disagrees with the library somewhere
+    # the two tolerance mistakes that make correct fp16 outputs fail share their lesson
+    shared = {first["fp32's tolerance for every dtype"]}
+    assert first["the reference's dtype's tolerance"] in shared
+    assert len(set(first.values())) == len(first) - 1
+
+
+def test_the_cases_hold_what_their_labels_say():
+    """The knife-edge cases sit where their labels put them, by the library's own rule."""
+    verdicts = dict(zip((c.label for c in C.CASES), C.library_verdicts()))
+    assert verdicts["an fp16 output whose error is exactly atol"] is True
+    got, want = C._build(18)
+    assert (got.double() - want).abs()[0, 1].item() == torch.finfo(torch.float16).tiny
+    assert verdicts["an fp16 output 1.5 ulps from the exact value, 1 ulp from its rounding"] \
+        is False
+    for i in (22, 23):  # outside against want, inside against want rounded
+        got, want = C._build(i)
+        assert not checks.allclose(got, want) and checks.allclose(got, want.to(got.dtype))
+    got, want = C._build(24)
+    rtol, atol = checks.tolerance_for(torch.float16, 2)
+    err = (got.double() - want).abs()[0, 1].item()
+    assert atol + rtol * want[0, 1].item() < err <= atol + rtol * got[0, 1].item()
+
+
+# other right forms: the math module element by element, torch.isclose, another order
+
+
+def _close_with_math(got, want):
+    if tuple(got.shape) != tuple(want.shape):
+        return False
+    rtol, atol = checks.tolerance_for(got.dtype, got.shape[-1])
+    for a, e in zip(got.double().flatten().tolist(), want.flatten().tolist()):
+        if _math.isnan(a) or _math.isnan(e):
+            if not (_math.isnan(a) and _math.isnan(e)):
+                return False
+        elif _math.isinf(a) or _math.isinf(e):
+            if a != e:
+                return False
+        elif not abs(a - e) <= atol + rtol * abs(e):
+            return False
+    return True
+
+
+def _close_with_isclose(got, want):
+    if got.shape != want.shape:
+        return False
+    rtol, atol = checks.tolerance_for(got.dtype, got.shape[-1])
+    return bool(torch.isclose(got.double(), want, rtol=rtol, atol=atol, equal_nan=True).all())
+
+
+def _close_in_another_order(got, want):
+    if got.dim() != want.dim() or any(a != b for a, b in zip(got.shape, want.shape)):
+        return False
+    n = got.shape[-1]
+    rtol, atol = checks.tolerance_for(got.dtype, n)
+    a = got.to(torch.float64)
+    both_finite = torch.isfinite(a) & torch.isfinite(want)
+    bound = rtol * want.abs() + atol
+    within = torch.where(both_finite, (want - a).abs() <= bound, a == want)
+    same_nan = torch.isnan(a) == torch.isnan(want)
+    return bool((within | (torch.isnan(a) & torch.isnan(want))).all() and same_nan.all())
+
+
+def _close_returning_a_tensor(got, want):
+    return torch.tensor(C.solution_close(got, want))
+
+
+@pytest.mark.parametrize("fn", [_close_with_math, _close_with_isclose, _close_in_another_order,
+                                _close_returning_a_tensor],
+                         ids=["math", "isclose", "another order", "a bool tensor"])
+def test_other_right_forms_of_the_rule_pass(fn):
+    fb = B.check(fn)
+    assert fb.ok, str(fb)
+
+
+def _returns_a_mask(got, want):
+    return (got.double() - want).abs() <= 1e-3
+
+
+def _raises(got, want):
+    raise ValueError("not written yet")
+
+
+def _crashes(got, want):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def _endless(got, want):
+    while True:
+        pass
+
+
+@pytest.mark.parametrize("bad", [None, "my_close", 42, _math.nan, checks.allclose, torch.isclose,
+                                 _returns_a_mask, _raises, lambda got: True],
+                         ids=["None", "text", "a number", "NaN", "the library's", "isclose",
+                              "a mask", "raises", "one argument"])
+def test_comparison_junk_gets_a_verdict(bad):
+    fb = B.check(bad)
+    assert not fb.ok and fb.message and not fb.error
+    assert "Traceback" not in str(fb) and len(fb.message) < 600
+
+
+def test_a_crashing_comparison_gets_a_verdict_and_the_notebook_survives():
+    fb = B.check(_crashes)
+    assert not fb.ok and "crashed" in fb.message and "SIGSEGV" in fb.message and fb.hint
+
+
+def test_an_endless_comparison_is_stopped(monkeypatch):
+    monkeypatch.setattr(grader, "LIMIT_S", 2.0)
+    start = time.time()
+    fb = B.check(_endless)
+    assert not fb.ok and "did not finish" in fb.message and fb.hint
+    assert time.time() - start < 30
+
+
+# ---- predict, then look: the cases the padded mean fails ----
+
+P = ch05.predict_padded
+
+
+def test_the_padded_prediction_keeps_the_contract():
+    assert_prediction_contract(P, "3x13, 33x257, huge, tiny, NaN, Inf, ovfl, eps=0, stride, "
+                                  "transp", "Here the suite failed it on 10 of 16 cases")
+
+
+def test_the_reasoned_failures_are_the_measured_ones():
+    assert ch05.padded_failures() == ch05.PADDED_REASONED
+
+
+@pytest.mark.parametrize("answer", [["3x13", "NaN inptu"], 7, [3, 13], {"a": 1}])
+def test_padded_prediction_malformed_answers_name_the_cases(answer):
+    fb = P.check(answer)
+    assert not fb.ok and "could not be read" in fb.message
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_padded_mean_fails_the_reasoned_cases():
+    from fusedrms import env
+
+    assert env.current().on_gpu
+    assert ch05.padded_failures() == ch05.PADDED_REASONED
+    assert P.check(P.solution).ok
+
+
+def test_the_page_asks_before_it_shows_and_folds_the_solutions():
+    import json
+    from pathlib import Path
+
+    from fusedrms.viz import file_section
+
+    path = Path(__file__).resolve().parents[2] / "chapters" / "05_verification.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    text = ["".join(c["source"]) for c in cells]
+    section = file_section(C.__file__, "close-solution")
+    holders = [i for i, t in enumerate(text) if section in t]
+    assert len(holders) == 1 and ":class: dropdown" in text[holders[0]]
+    asked = [i for i, t in enumerate(text) if "ch05.build_close.check(answer)" in t]
+    assert asked and asked[0] < holders[0]
+    # the prediction is written before the drawer's matrix runs, and checked after it
+    written = [i for i, t in enumerate(text) if t.startswith("prediction = None")]
+    matrix = [i for i, t in enumerate(text) if "bad_results = verify.run(drawer" in t]
+    checked = [i for i, t in enumerate(text) if "ch05.predict_padded.check(prediction)" in t]
+    assert written and matrix and checked and written[0] < matrix[0] < checked[0]
+    assert ":class: dropdown" in text[checked[0] + 1]

@@ -1,4 +1,5 @@
-"""Chapter 5 exercises: choose a tolerance and defend it; find a bug from the suite's output alone.
+"""Chapter 5 exercises: choose a tolerance and defend it; find a bug from the suite's output alone;
+write the comparison rule from its specification; predict which cases a broken kernel fails.
 
 1. :data:`fp16_tolerance` — the answer is ``(rtol, dominant)``: a relative tolerance for fp16
    outputs of rows 4096 wide (fp32 accumulation), and which term of the error dominates it
@@ -7,16 +8,23 @@
 2. :data:`find_the_bug` — :func:`mystery_report` runs the suite on a broken kernel of
    :mod:`fusedrms.book.broken` that the chapter has not shown, its name hidden; the answer is the
    letter of its mistake (:data:`BUGS`).
+3. :data:`~fusedrms.exercises.ch05_compare.build_close` — the comparison rule, written from its
+   specification (:mod:`.ch05_compare`).
+4. :data:`predict_padded` — before the drawer's matrix, which of the suite's cases the padded
+   mean fails; graded against the suite run on the reader's machine (:func:`padded_failures`).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
+import triton
 
-from .. import checks
+from .. import checks, verify
+from ..book.page import listed
 from . import answers
-from .core import Exercise, Malformed, as_choice, as_fields, correct, wrong
+from .core import Exercise, Feedback, Malformed, as_choice, as_fields, correct, wrong
 
 # ---------------------------------------------------------------- (1) a tolerance for fp16
 
@@ -210,4 +218,109 @@ def mystery_report(seed: int = 0) -> str:
     return "\n".join(lines)
 
 
-ALL = [fp16_tolerance, find_the_bug]
+# ---------------------------------------------------------------- (4) predict, then look
+
+PADDED = "broken.padded_mean"
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _trivial(case) -> bool:
+    """Cases whose every output is 0 whatever the row scale is (x = 0, or w = 0)."""
+    return case.kind in ("zeros", "w0")
+
+
+# What the reasoning predicts: a wrong mean shows where the block is wider than the row and the
+# output depends on r. A test checks it against the suite run, here and on a GPU.
+PADDED_REASONED = tuple(c.name for c in verify.CASES
+                        if not _power_of_two(c.shape(False)[-1]) and not _trivial(c))
+
+
+def padded_failures() -> tuple:
+    """The names of the cases the suite fails the padded mean on, fp32, on this machine."""
+    from ..book import broken
+
+    results = verify.run([broken.IMPLS[PADDED]], dtypes=[torch.float32])
+    return tuple(r.case for r in results if r.status == "FAIL")
+
+
+_padded_measured = functools.lru_cache(maxsize=1)(padded_failures)
+
+
+def _case_key(text: str) -> str:
+    return "".join(text.lower().split()).replace("×", "x")
+
+
+_CASE_NAMES = {_case_key(k): c.name for c in verify.CASES for k in (c.name, c.short)}
+
+
+def _read_cases(answer) -> set:
+    """Case names from a list, tuple or set of names, or from one text with commas."""
+    if isinstance(answer, str):
+        if answer.strip().lower() in ("", "none", "no case", "nothing"):
+            return set()
+        items = answer.split(",")
+    elif isinstance(answer, (list, tuple, set, frozenset)):
+        items = list(answer)
+    else:
+        raise Malformed(f"expected a list of case names, e.g. [\"3x13\", \"NaN input\"], got "
+                        f"{type(answer).__name__}.")
+    names = set()
+    for item in items:
+        if not isinstance(item, str) or _case_key(item.strip(" '\"[]")) not in _CASE_NAMES:
+            listed = ", ".join(f'"{c.name}"' for c in verify.CASES)
+            raise Malformed(f"{str(item)[:40]!r} is not one of the suite's cases: {listed}.")
+        names.add(_CASE_NAMES[_case_key(item.strip(" '\"[]"))])
+    return names
+
+
+def _width(name: str) -> int:
+    return next(c for c in verify.CASES if c.name == name).shape(False)[-1]
+
+
+def _grade_padded(answer) -> Feedback:
+    predicted = _read_cases(answer)
+    failed = set(_padded_measured())
+    order = [c.name for c in verify.CASES]
+    said = (f"Here the suite failed it on {len(failed)} of {len(order)} cases: "
+            f"{listed(n for n in order if n in failed)}.")
+    extra = [n for n in order if n in predicted - failed]
+    missed = [n for n in order if n in failed - predicted]
+    if not extra and not missed:
+        return correct(f"{said} Exactly those: every case whose width is not a power of two, "
+                       f"except the ones whose outputs are 0 whatever r is.")
+    head = f"You predicted {len(predicted)} case{'s' if len(predicted) != 1 else ''}. {said}"
+    trivial = [n for n in extra if _trivial(next(c for c in verify.CASES if c.name == n))]
+    if trivial:
+        return wrong(head, f"{listed(trivial)} passed: x = 0 or w = 0 makes y = x·r·w = 0 "
+                           f"whatever r is, so a wrong mean cannot show there.")
+    if extra:
+        widths = sorted({_width(n) for n in extra})
+        return wrong(head, f"{listed(extra)} passed: at width{'s' if len(widths) > 1 else ''} "
+                           f"{listed(widths)} BLOCK_SIZE (the next power of two) is the width "
+                           f"itself, so the padded mean is the mean.")
+    widths = sorted({_width(n) for n in missed})
+    blocks = [triton.next_power_of_2(w) for w in widths]
+    return wrong(head, f"{listed(missed)} failed too: each has rows of ordinary values at a "
+                       f"width that is not a power of two ({listed(widths, 'or')}), and there "
+                       f"the sum is divided by {listed(blocks, 'or')}. Special inputs in some "
+                       f"rows do not protect the others.")
+
+
+predict_padded = Exercise(
+    "predict_padded",
+    "Before the drawer's matrix: on which of the suite's cases will padded_mean fail (fp32)? "
+    "Answer with a list of case names, as the table of boundary cases names them.",
+    _grade_padded,
+    solution=list(PADDED_REASONED),
+    mistakes={"every case": [c.name for c in verify.CASES],
+              "only the plain non-power-of-two cases": ["3x13", "33x257"],
+              "zeros and w = 0 too": list(PADDED_REASONED) + ["all zeros", "w = 0"],
+              "the power-of-two widths too": list(PADDED_REASONED) + ["1024x4096", "1x1"],
+              "no case": []})
+
+from .ch05_compare import build_close  # noqa: E402 - listed with this chapter's exercises
+
+ALL = [fp16_tolerance, find_the_bug, build_close, predict_padded]
