@@ -6,7 +6,6 @@ import statistics
 
 import pytest
 
-from fusedrms import env
 from fusedrms.exercises import ch06, ch06_summary as S, grader
 
 E = S.build_summary
@@ -148,7 +147,7 @@ def _endless(ours, peer, band):
         pass
 
 
-@pytest.mark.skipif(env.current().on_gpu, reason="run by the CPU machines' suite")
+# a Python function, so these stand-ins crash on a GPU machine alike (its checker asks a CPU child)
 @pytest.mark.parametrize("answer,needle", [(_segfaults, "SIGSEGV"), (_aborts, "SIGABRT"),
                                            (_endless, "did not finish")],
                          ids=["segfault", "abort", "endless"])
