@@ -61,3 +61,17 @@ def test_a_malformed_prediction_gets_a_message(bad):
 
 def test_an_unanswered_cell_awaits():
     assert E.check(None).awaiting
+
+
+def test_the_page_asks_before_the_figure_and_checks_after_it():
+    from pathlib import Path
+
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "chapters" / "07_capstone.ipynb", 4)
+    where = {key: next(i for i, c in enumerate(nb.cells) if key in c.source)
+             for key in ("prediction = None", "peer time / capstone time",
+                         "ch07.predict_torch_ratio.check(prediction)")}
+    ask, figure, check = where.values()
+    assert ask < figure < check
+    assert nb.cells[check + 1].source.startswith("```{admonition} Solution\n:class: dropdown")

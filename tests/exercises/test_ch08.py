@@ -189,3 +189,17 @@ def test_a_missing_timing_is_said_not_graded(monkeypatch):
 def test_a_malformed_share_gets_a_message(bad):
     fb = SHARE.check(bad)
     assert not fb.ok and fb.message and not fb.error
+
+
+def test_the_page_asks_for_the_share_before_the_times_and_checks_after_them():
+    from pathlib import Path
+
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "chapters" / "08_fp8_quant.ipynb", 4)
+    where = {key: next(i for i, c in enumerate(nb.cells) if key in c.source)
+             for key in ("prediction = None", '"% of floor": r["pct_floor"]',
+                         "ch08.predict_floor_share.check(prediction)")}
+    ask, times, check = where.values()
+    assert ask < times < check
+    assert nb.cells[check + 1].source.startswith("```{admonition} Solution\n:class: dropdown")
