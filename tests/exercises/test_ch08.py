@@ -4,6 +4,7 @@ import pytest
 from fusedrms.kernels import rmsnorm_fp8_spec
 from fusedrms import traffic
 from fusedrms.exercises import ch08
+from tests.exercises.prediction_contract import assert_prediction_contract
 
 
 def test_mistakes_are_distinct_from_the_solution_and_each_other():
@@ -146,3 +147,59 @@ def test_fused_bytes_too_rough_is_asked_for_more_digits():
 @pytest.mark.parametrize("spelling", [2, "2", ch08.REORDER_CHOICES["b"], "each cast rounds"])
 def test_reorder_accepts_the_option_number_and_text(spelling):
     assert ch08.reorder_failure.check(spelling).ok
+
+
+# ---- predict, then look: the fused kernel's share of its copy floor
+
+SHARE = ch08.predict_floor_share
+
+
+def test_the_share_is_the_one_the_chapters_table_shows():
+    from fusedrms import records
+    from fusedrms.book import ch08 as book
+
+    shown = book.timing_rows(records.load("fp8_quant", records.COMMITTED))[-1]
+    found = ch08.recorded_timing()
+    assert found["pct_floor"] == shown["pct_floor"] and found["rows"] == shown["rows"]
+    # what the hints say: slower than the copy, under twice its floor, the speedup near the bytes'
+    assert 50 < found["pct_floor"] < 90 * (1 - ch08.FLOOR_CLOSE)
+    assert abs(found["speedup"] / found["bytes_ratio"] - 1) < 0.15
+
+
+def test_the_recorded_share_passes_and_every_typical_prediction_fails_quoting_it():
+    pct = ch08.recorded_timing()["pct_floor"]
+    assert_prediction_contract(SHARE, f"{pct:.0f} %", f"{pct:.0f}% of its floor")
+
+
+def test_each_wrong_share_says_what_its_gap_teaches():
+    pct = ch08.recorded_timing()["pct_floor"]
+    assert "float64" in SHARE.check("100%").hint
+    assert "under twice its floor" in SHARE.check(20).hint
+    assert "a fraction" in SHARE.check(round(pct / 100, 2)).hint
+    assert "measured time over the floor" in SHARE.check(10000 / pct).hint
+
+
+def test_a_missing_timing_is_said_not_graded(monkeypatch):
+    monkeypatch.setattr(ch08, "recorded_timing", lambda: None)
+    fb = SHARE.check(60)
+    assert not fb.ok and "missing" in fb.message
+
+
+@pytest.mark.parametrize("bad", ["abc", -60, 0, "60 µs", [60, 50], "\u221260%"])
+def test_a_malformed_share_gets_a_message(bad):
+    fb = SHARE.check(bad)
+    assert not fb.ok and fb.message and not fb.error
+
+
+def test_the_page_asks_for_the_share_before_the_times_and_checks_after_them():
+    from pathlib import Path
+
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "chapters" / "08_fp8_quant.ipynb", 4)
+    where = {key: next(i for i, c in enumerate(nb.cells) if key in c.source)
+             for key in ("prediction = None", '"% of floor": r["pct_floor"]',
+                         "ch08.predict_floor_share.check(prediction)")}
+    ask, times, check = where.values()
+    assert ask < times < check
+    assert nb.cells[check + 1].source.startswith("```{admonition} Solution\n:class: dropdown")

@@ -1,6 +1,7 @@
 """Chapter 6 exercises: predict a time from the traffic model and a bandwidth, grade a measurement
 against that prediction, recognize which timing rule a suspicious number broke, and predict what
-a flushed L2 costs inside and beyond the cache before section 4 shows it.
+a flushed L2 costs inside and beyond the cache before section 4 shows it; and build the summary
+the book reports from per-process samples, from its specification (:mod:`.ch06_summary`).
 
 Every byte count comes from :func:`fusedrms.traffic.price`; each typical mistake is that count (or
 that division) with one convention broken: the write forgotten, the weight counted per row,
@@ -17,6 +18,7 @@ import functools
 
 from .. import records, traffic
 from . import answers, predictions
+from .ch06_summary import build_summary  # (5) the summary, built from its specification
 from .core import Exercise, Malformed, correct, wrong
 
 # The H200 of the committed recording (never a reader's own: every reader grades the same
@@ -315,4 +317,4 @@ def _l2_question() -> str:
 predict_l2 = Exercise("predict_l2", _l2_question(), _grade_l2, solution=_l2_solution(),
                       mistakes=_l2_mistakes())
 
-ALL = (predict_floor, percent_of_floor, broken_rule, predict_l2)
+ALL = (predict_floor, percent_of_floor, broken_rule, predict_l2, build_summary)

@@ -5,6 +5,8 @@
 - :data:`residual_bytes`: predict the bytes it moves at 16 x 4096 bf16.
 - :data:`autotune_key`: choose the autotune key (argument names, like ``@triton.autotune(key=...)``):
   the autotuner adds every tensor argument's dtype itself and drops a name that is no argument.
+- :data:`predict_torch_ratio` (in :mod:`.ch07_predict`): predict PyTorch's time over the
+  capstone's at a small and a large shape, before the chapter's figure shows them.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import triton.language as tl
 
 from .. import checks, reference
 from . import answers, grader, interpreter_audit
+from .ch07_predict import predict_torch_ratio  # (d) predict, then look
 from .core import (BYTE_UNITS, Exercise, Feedback, Malformed, correct,
                    in_other_unit, kernel_function, one_line, wrong)
 
@@ -677,4 +680,4 @@ autotune_key = Exercise(
               "width left out": ["WRITE_SUM"], "capitalized": [WIDTH.swapcase()],
               "not a list": 42})
 
-ALL = [residual_variant, residual_bytes, autotune_key]
+ALL = [residual_variant, residual_bytes, autotune_key, predict_torch_ratio]

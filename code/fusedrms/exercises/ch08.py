@@ -1,17 +1,19 @@
 """Chapter 8 exercises: why the order of operations is part of the specification, what fusing
-saves, the scale of an all-zero block, and the quantization step written from the specification
-(:mod:`.ch08_quantizer`).
+saves, the scale of an all-zero block, the quantization step written from the specification
+(:mod:`.ch08_quantizer`), and a prediction of the fused kernel's share of its copy floor before
+the chapter shows the H200's times.
 
 The byte counts are priced by :mod:`fusedrms.traffic` (the model of chapter 2); each typical mistake
 is that count with one convention broken (scales forgotten, codes counted as 2 bytes, ...).
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
-from .. import traffic
+from .. import records, traffic
 from ..kernels import rmsnorm_fp8_spec as fp8_spec
-from . import answers
+from . import answers, predictions
 from .ch08_quantizer import quantize_kernel  # (5) a kernel from the specification
 from .core import BYTE_UNITS, Exercise, Malformed, correct, in_other_unit, wrong
 
@@ -241,4 +243,90 @@ zero_block_scale = Exercise(
     _grade_zero, solution=ZERO_SCALE, mistakes={label: v for label, (v, _) in _ZERO_MISTAKES.items()})
 
 
-ALL = (reorder_failure, fused_bytes, bytes_saved, zero_block_scale, quantize_kernel)
+# (6) predict, then look: the fused kernel's share of its copy floor ------------------------------
+FLOOR_CLOSE = 0.10  # a prediction within 10% of the recorded share is a good one
+
+
+@functools.lru_cache(maxsize=1)
+def recorded_timing() -> dict | None:
+    """The committed H200 timing at the most rows the chapter timed (a row of
+    :func:`fusedrms.book.ch08.timing_rows`, with its floor) and the GPU; None when missing."""
+    from ..book import ch08 as book
+
+    try:
+        doc = records.load("fp8_quant", records.COMMITTED)
+    except (FileNotFoundError, ValueError):
+        return None
+    timing = book.timing_rows(doc)
+    if not timing or timing[-1]["pct_floor"] is None:
+        return None
+    return {**timing[-1], "gpu": predictions.recorded_gpu(doc)}
+
+
+def _floor_said(found: dict, guess: float) -> str:
+    return (f"You predicted {guess:.3g}%. The {found['gpu']} ran the fused kernel at "
+            f"{found['rows']:,} x {found['cols']:,} in {found['fused_us']:.1f} µs, where its bytes "
+            f"take {found['floor_us']:.1f} µs at the copy rate: {found['pct_floor']:.0f}% of its "
+            f"floor.")
+
+
+def _grade_share(answer):
+    reading = answers.read(answer, "a percentage (the floor time / the measured time x 100)",
+                           answers.PERCENT)
+    guess = reading.value
+    if guess <= 0:
+        raise Malformed(f"a share of the floor is positive, got {guess:g}.")
+    found = recorded_timing()
+    if found is None:
+        return predictions.recording_missing()
+    pct, said = found["pct_floor"], _floor_said(found, guess)
+    if answers.close(guess, pct, FLOOR_CLOSE):
+        return correct(f"{said} The bytes alone do not set this kernel's time, yet it beats the "
+                       f"naive pair ({found['naive_us']:.0f} µs) by {found['speedup']:.2f}x, near "
+                       f"the {found['bytes_ratio']:.2f}x its bytes allow. What else the time is "
+                       f"spent on is the next section's question.")
+    if guess <= 1 and answers.close(100 * guess, pct, FLOOR_CLOSE):
+        return wrong(said, "That is a fraction: the question asks for a percentage (x 100).")
+    if answers.close(guess, 100 * 100 / pct, FLOOR_CLOSE):
+        return wrong(said, "That is the measured time over the floor: the share is the floor "
+                           "time over the measured time, below 100 for a kernel slower than the "
+                           "copy.")
+    if guess > pct:
+        return wrong(said, "If the bytes set its time the kernel would sit near its floor, as "
+                           "chapter 7's capstone does at large shapes. The exact specification "
+                           "asks per element for work a copy does not do: a square converted to "
+                           "float64 and summed there, two roundings to bf16, an exact division "
+                           "by the block's scale. The next section measures what that costs.")
+    return wrong(said, f"The per-element work slows the kernel, but by less than that: it "
+                       f"takes {found['fused_us']:.0f} µs where its bytes take "
+                       f"{found['floor_us']:.0f} µs at the copy rate, under twice its floor.")
+
+
+def _share_solution() -> float | None:
+    found = recorded_timing()
+    return None if found is None else round(found["pct_floor"], 1)
+
+
+def _share_mistakes() -> dict:
+    found = recorded_timing()
+    if found is None:
+        return {}
+    pct = found["pct_floor"]
+    return {"the bytes set the time": 100.0, "near the floor, like the capstone": 90.0,
+            "a fraction, not a percent": round(pct / 100, 3),
+            "the time over the floor": f"{100 * 100 / pct:.0f}%", "a trickle": 20.0}
+
+
+def _share_question() -> str:
+    found = recorded_timing()
+    rows = f"{found['rows']:,} x {found['cols']:,}" if found else f"32,768 x {COLS:,}"
+    return (f"Predict the fused RMSNorm + FP8 kernel's share of its copy floor at {rows} bf16 on "
+            f"the H200: its floor time (its bytes at the copy rate) over its measured time, in "
+            f"percent, e.g. 75%.")
+
+
+predict_floor_share = Exercise("predict_floor_share", _share_question(), _grade_share,
+                               solution=_share_solution(), mistakes=_share_mistakes())
+
+ALL = (reorder_failure, fused_bytes, bytes_saved, zero_block_scale, quantize_kernel,
+       predict_floor_share)
