@@ -88,7 +88,8 @@ def _same_size(svgs: list[str]) -> list[str]:
 def frame_stack(frames: list[Frame]) -> widgets.Stack:
     svgs = _same_size([f.svg for f in frames])
     phone_svgs = _same_size([f.phone_svg for f in frames])
-    even = [Frame(f.title, f.caption, svg, phone) for f, svg, phone in zip(frames, svgs, phone_svgs)]
+    even = [Frame(f.title, f.caption, svg, phone)
+            for f, svg, phone in zip(frames, svgs, phone_svgs)]
     return widgets.Stack([widgets.HTML(f.html(i, len(even), even)) for i, f in enumerate(even)],
                          selected_index=0)
 

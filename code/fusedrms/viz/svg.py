@@ -118,7 +118,8 @@ class Canvas:
         return "arrowhead-phone" if self.phone else "arrowhead"
 
     def render(self) -> str:
-        defs = (f'<defs><marker id="{self._marker}" markerWidth="8" markerHeight="6" refX="7" refY="3" '
+        defs = (f'<defs><marker id="{self._marker}" markerWidth="8" markerHeight="6" '
+                'refX="7" refY="3" '
                 f'orient="auto"><polygon points="0 0, 8 3, 0 6" fill="{STROKE}"/></marker></defs>')
         return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" '
                 f'height="{self.height}" viewBox="0 0 {self.width} {self.height}" role="img" '

@@ -143,7 +143,7 @@ def _draw_desktop(t: RowTrace, upto: int, active: int, title: str, scalars: int)
 
 
 # A phone shows the block as bands of 8 lanes, one under the other, each with all six rows.
-BAND, PHONE_CELL, PHONE_LEFT, PHONE_ROW_H = 8, 36, 60, 28
+BAND, PHONE_CELL, PHONE_LEFT, PHONE_ROW_H = 8, 36, 64, 28
 PHONE_BAND_H = 6 * PHONE_ROW_H + 18  # the rows and the band's "lanes a-b" line
 
 
