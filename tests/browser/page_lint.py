@@ -19,6 +19,7 @@ through Playwright) with no network, and reports, each with its location:
                 labels, 13.9 px) times its displayed width over its drawn width (the image's
                 pixels / 2, page.show's 2x); SVG text (animations) is its font-size times the
                 displayed over the viewBox width, at least 11 px at 1280 px and 9 px at 390 px
+                (an animation frame draws a phone layout, shown below the phone breakpoint)
 - ``table``     at 1280 px, a page.table scroll box that hides columns (its content wider than
                 the box: keep the decisive columns, move the rest to a second table); at 390 px,
                 a table that scrolls without the scroll cue (page.SCROLL_CLASS: edge shadows)
@@ -58,10 +59,6 @@ MAX_CODE_COLUMNS = 80
 MIN_FIGURE_SCALE = 0.45
 MIN_SVG_LABEL_PX = 11      # at 1280 px, where the column is as wide as the animations' canvas
 MIN_PHONE_TEXT_PX = 9      # any figure or SVG text at 390 px (and raster figures at 1280 px)
-# The steppers' animations (chapters 1, 3, 4, 9) draw one layout, for the desktop column; their text
-# is 5.8-8.8 px at 390 px. Until each draws a narrow layout too, the phone rule skips them (the
-# 1280 px rule still holds them); set this to True to see them.
-PHONE_ANIMATIONS_CHECKED = False
 BOOK_LABEL_PX = 10 * 100 / 72  # page.figure's 10 pt labels at 100 CSS px per inch
 FIGURE_HIDPI = 2           # page.show's images carry 2 pixels per CSS pixel
 DESKTOP_WIDTH = WIDTHS[0]
@@ -368,8 +365,6 @@ def figure_text_violations(images: list[dict], svgs: list[dict], width: int) -> 
                 f"{round(img['shown_width'])} px wide; page.show draws a phone version")))
     least = MIN_SVG_LABEL_PX if width >= DESKTOP_WIDTH else MIN_PHONE_TEXT_PX
     for svg in svgs:
-        if svg.get("animation") and width < DESKTOP_WIDTH and not PHONE_ANIMATIONS_CHECKED:
-            continue  # see PHONE_ANIMATIONS_CHECKED
         px = svg["font_px"] * svg["shown_width"] / svg["drawn_width"]
         if px < least - 0.05:
             out.append(_finding("figure", svg["where"], f"at {width} px SVG labels as small as "

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from ..viz.svg import COLUMN_PX
+from ..viz.svg import COLUMN_PX, PHONE_COLUMN_PX, PHONE_MEDIA
 
 GLUE_PREFIX = "application/papermill.record/"  # myst-nb's mime prefix for glued, hidden values
 
@@ -32,9 +32,8 @@ GLUE_PREFIX = "application/papermill.record/"  # myst-nb's mime prefix for glued
 # at the column's width; a phone gets the same figure redrawn for its column (PHONE_COLUMN_PX).
 FIGURE_DPI = 100      # 1 inch of figure = 100 CSS px on the page
 HIDPI = 2             # the PNG carries 2 image pixels per CSS pixel
-# A phone (a 390-px screen) gives the text column about 358 CSS px: figures are redrawn for it.
-PHONE_COLUMN_PX = 358
-PHONE_MEDIA = "(max-width: 575.98px)"
+# A phone (a 390-px screen) gives the text column about PHONE_COLUMN_PX: figures are redrawn for it,
+# shown below PHONE_MEDIA (the animations' phone layouts use the same breakpoint).
 FULL_ROWS_LIMIT = 2000  # above this, the full data goes only into the CSV
 
 

@@ -90,84 +90,100 @@ def frames(eps: float = 1e-5) -> list[Frame]:
     t = trace(eps=eps)
     h = t.rows[0]
     n = len(h.x)
-    cell, left = 70, 120
-    width = max(left + cell * n + 40, 520)
-    out = []
+    k = 1  # the column the dx caption works through
+    owners = "; ".join(f"program {p} rows {', '.join(map(str, rows))}"
+                       for p, rows in enumerate(t.programs))
+    steps = [
+        ("read x, dy and w; r was saved by the forward",
+         f"x = {_vec(h.x)}, dy = {_vec(h.dy)}, w = {_vec(t.w)}. The forward stored "
+         f"r = 1/sqrt(mean(x²) + eps) = {h.r:.5f} for this row (4 bytes)."),
+        ("two elementwise products, in registers",
+         f"xhat = x·r = {_vec(h.xhat)}; g = dy·w = {_vec(h.g)}. Each needs only its own column."),
+        ("reduction 1: the dot product along the row",
+         f"sum(g·xhat) = {h.dot:.4f} by the same tree as the forward's sum of squares; "
+         f"mean = {h.dot:.4f} / {n} = {h.mean:.4f}. One program, one row, registers only."),
+        ("dx: the row's gradient, written once",
+         f"dx = r·(g − xhat·mean) = {_vec(h.dx)}; e.g. column {k}: {h.r:.4f} × "
+         f"({fmt(h.g[k])} − {h.xhat[k]:.4f} × {h.mean:.4f}) ≈ {h.dx[k]:.4f}. The second "
+         f"term is the gradient through r, which depends on every x."),
+        ("dw needs one term from every row: dy·xhat",
+         "Row by row, dy·xhat = " + "; ".join(_vec(r.dw_terms, 3) for r in t.rows)
+         + ". Column c of dw is the sum of column c over all rows: a reduction across "
+           "rows, which live in different programs."),
+        ("stage 1: each program sums its own rows, then stores one partial row",
+         f"{owners}. Partials: " + "; ".join(_vec(p, 3) for p in t.partials)
+         + ". Each program writes its own row of partials: no two programs write the "
+           "same address."),
+        ("stage 2: a small kernel adds the partials column by column",
+         f"dw = {_vec(t.dw, 4)}. The order of the additions is fixed, so the same "
+         f"inputs give the same bits on every run."),
+        ("why dw is the hard reduction on a GPU",
+         f"Every program contributes to all {n} columns. Adding straight into dw "
+         f"(atomics) makes the programs meet at the same addresses in whatever order "
+         f"they finish: fp32 addition is not associative, so the last bits can change "
+         f"from run to run. The partials avoid both, at the price of programs × cols × "
+         f"4 bytes written and read back."),
+    ]
+    desktop, phone = _drawings(t, phone=False), _drawings(t, phone=True)
+    return [Frame(title, caption, svg, small)
+            for (title, caption), svg, small in zip(steps, desktop, phone)]
 
-    # dx, frame 1: what the backward reads
-    c = Canvas(width, 170)
+
+def _drawings(t: Trace, phone: bool) -> list[str]:
+    """The eight pictures, for the desktop column or (narrower cells, wrapped text) a phone's."""
+    h = t.rows[0]
+    n = len(h.x)
+    cell, left = (64, 76) if phone else (70, 120)
+    width = left + cell * n + 8 if phone else max(left + cell * n + 40, 520)
+
+    def canvas(height):
+        return Canvas(width, height, phone=phone)
+
+    def lines(c, y, texts):  # a phone gets a long note as two lines
+        for i, s in enumerate(texts if phone else [" ".join(texts)]):
+            c.text(8 if phone else left, y + 16 * i, s, anchor="start")
+
+    out = []
+    c = canvas(170)
     c.row(left, 14, h.x, fill="input", cell=cell, name="x")
     c.row(left, 52, h.dy, fill="input", cell=cell, name="dy")
     c.row(left, 90, t.w, fill="weight", cell=cell, name="w")
-    c.text(left, 150, f"saved by the forward: r = {h.r:.5f}", anchor="start")
-    out.append(Frame("read x, dy and w; r was saved by the forward",
-                     f"x = {_vec(h.x)}, dy = {_vec(h.dy)}, w = {_vec(t.w)}. The forward stored "
-                     f"r = 1/sqrt(mean(x²) + eps) = {h.r:.5f} for this row (4 bytes).", c.render()))
-    # dx, frame 2: elementwise
-    c = Canvas(width, 100)
-    c.row(left, 14, h.xhat, fill="register", cell=cell, name="xhat", labels=[f"{v:.4f}" for v in h.xhat])
+    lines(c, 150, [f"saved by the forward: r = {h.r:.5f}"])
+    out.append(c.render())
+    c = canvas(100)
+    c.row(left, 14, h.xhat, fill="register", cell=cell, name="xhat",
+          labels=[f"{v:.4f}" for v in h.xhat])
     c.row(left, 56, h.g, fill="register", cell=cell, name="g = dy·w")
-    out.append(Frame("two elementwise products, in registers",
-                     f"xhat = x·r = {_vec(h.xhat)}; g = dy·w = {_vec(h.g)}. Each needs only its "
-                     f"own column.", c.render()))
-    # dx, frame 3: the row's dot product (reduction 1)
-    c = Canvas(width, 40 + 38 * len(h.levels))
+    out.append(c.render())
+    c = canvas(40 + 38 * len(h.levels))
     for k, level in enumerate(h.levels):
         c.row(left, 10 + 38 * k, level, fill="reduced" if k else "register", cell=cell,
               name="g·xhat" if k == 0 else f"level {k}", labels=[f"{v:.4f}" for v in level])
-    out.append(Frame("reduction 1: the dot product along the row",
-                     f"sum(g·xhat) = {h.dot:.4f} by the same tree as the forward's sum of squares; "
-                     f"mean = {h.dot:.4f} / {n} = {h.mean:.4f}. One program, one row, registers "
-                     f"only.", c.render()))
-    # dx, frame 4: dx
-    c = Canvas(width, 100)
+    out.append(c.render())
+    c = canvas(100)
     c.row(left, 14, h.dx, fill="output", cell=cell, name="dx", labels=[f"{v:.4f}" for v in h.dx])
-    c.text(left, 80, "dx = r·(g − xhat·mean)", anchor="start")
-    k = 1
-    out.append(Frame("dx: the row's gradient, written once",
-                     f"dx = r·(g − xhat·mean) = {_vec(h.dx)}; e.g. column {k}: {h.r:.4f} × "
-                     f"({fmt(h.g[k])} − {h.xhat[k]:.4f} × {h.mean:.4f}) ≈ {h.dx[k]:.4f}. The second "
-                     f"term is the gradient through r, which depends on every x.", c.render()))
-
-    # dw, frame 5: each row's contribution
-    c = Canvas(width, 40 + 38 * len(t.rows))
+    lines(c, 80, ["dx = r·(g − xhat·mean)"])
+    out.append(c.render())
+    c = canvas(40 + 38 * len(t.rows))
     for i, row in enumerate(t.rows):
         c.row(left, 10 + 38 * i, row.dw_terms, fill="register", cell=cell, name=f"row {i}",
               labels=[f"{v:.3f}" for v in row.dw_terms])
-    out.append(Frame("dw needs one term from every row: dy·xhat",
-                     "Row by row, dy·xhat = " + "; ".join(_vec(r.dw_terms, 3) for r in t.rows)
-                     + ". Column c of dw is the sum of column c over all rows: a reduction across "
-                       "rows, which live in different programs.", c.render()))
-    # dw, frame 6: per-program partials
-    c = Canvas(width, 40 + 38 * len(t.partials))
+    out.append(c.render())
+    c = canvas(40 + 38 * len(t.partials))
     for p, part in enumerate(t.partials):
         c.row(left, 10 + 38 * p, part, fill="reduced", cell=cell, name=f"program {p}",
               labels=[f"{v:.3f}" for v in part])
-    owners = "; ".join(f"program {p} rows {', '.join(map(str, rows))}"
-                       for p, rows in enumerate(t.programs))
-    out.append(Frame("stage 1: each program sums its own rows, then stores one partial row",
-                     f"{owners}. Partials: " + "; ".join(_vec(p, 3) for p in t.partials)
-                     + ". Each program writes its own row of partials: no two programs write the "
-                       "same address.", c.render()))
-    # dw, frame 7: stage 2
-    c = Canvas(width, 100)
+    out.append(c.render())
+    c = canvas(100 + 16 * phone)
     c.row(left, 14, t.dw, fill="output", cell=cell, name="dw", labels=[f"{v:.3f}" for v in t.dw])
-    c.text(left, 80, "dw[c] = partial[0][c] + partial[1][c], always in this order", anchor="start")
-    out.append(Frame("stage 2: a small kernel adds the partials column by column",
-                     f"dw = {_vec(t.dw, 4)}. The order of the additions is fixed, so the same "
-                     f"inputs give the same bits on every run.", c.render()))
-    # dw, frame 8: why it is the hard one
-    c = Canvas(width, 150)
+    lines(c, 80, ["dw[c] = partial[0][c] + partial[1][c],", "always in this order"])
+    out.append(c.render())
+    c = canvas(150)
     c.row(left, 10, t.dw, fill="output", cell=cell, name="dw", labels=[f"{v:.3f}" for v in t.dw])
     for p in range(len(t.partials)):
         y = 100 + 22 * p
         c.text(left - 8, y + 4, f"program {p}", anchor="end")
         for col in range(n):
             c.arrow(left + 20 + 30 * p, y, left + col * cell + 30, 42)
-    out.append(Frame("why dw is the hard reduction on a GPU",
-                     f"Every program contributes to all {n} columns. Adding straight into dw "
-                     f"(atomics) makes the programs meet at the same addresses in whatever order "
-                     f"they finish: fp32 addition is not associative, so the last bits can change "
-                     f"from run to run. The partials avoid both, at the price of programs × cols × "
-                     f"4 bytes written and read back.", c.render()))
+    out.append(c.render())
     return out

@@ -15,6 +15,14 @@ from typing import Callable
 import ipywidgets as widgets
 
 from .static import live_only, static_note
+from .svg import PHONE_MEDIA
+
+
+# Inside each frame's HTML (a widget's content in JupyterLab and in the static book alike): the
+# desktop drawing on wide screens, the phone drawing below book.page's phone breakpoint.
+LAYOUT_STYLE = ("<style>.fusedrms-phone-svg{display:none}"
+                f"@media {PHONE_MEDIA}{{.fusedrms-desktop-svg{{display:none}}"
+                ".fusedrms-phone-svg{display:block}}</style>")
 
 
 @dataclass(frozen=True)
@@ -22,6 +30,14 @@ class Frame:
     title: str
     caption: str  # states the step's numbers, computed, never typed
     svg: str
+    phone_svg: str = ""  # the same step drawn for a phone's column (svg.PHONE_COLUMN_PX)
+
+    def drawing(self) -> str:
+        """The SVG, or both layouts with the style that shows one of them."""
+        if not self.phone_svg:
+            return self.svg
+        return (f'{LAYOUT_STYLE}<div class="fusedrms-desktop-svg">{self.svg}</div>'
+                f'<div class="fusedrms-phone-svg">{self.phone_svg}</div>')
 
     def html(self, index: int, total: int, others: "list[Frame] | None" = None) -> str:
         """The frame; ``others`` (every frame of the animation) reserve room for the tallest title
@@ -35,7 +51,7 @@ class Frame:
                                          if i != index])
         return (f'<div class="fusedrms-frame" data-step="{index}" style="max-width:100%">'
                 f'<div style="font-weight:600">{title}</div>'
-                f"{self.svg}"
+                f"{self.drawing()}"
                 f'<div class="fusedrms-caption" style="max-width:100%;white-space:normal">'
                 f"{caption}</div>"
                 f"</div>")
@@ -71,7 +87,9 @@ def _same_size(svgs: list[str]) -> list[str]:
 
 def frame_stack(frames: list[Frame]) -> widgets.Stack:
     svgs = _same_size([f.svg for f in frames])
-    even = [Frame(f.title, f.caption, svg) for f, svg in zip(frames, svgs)]
+    phone_svgs = _same_size([f.phone_svg for f in frames])
+    even = [Frame(f.title, f.caption, svg, phone)
+            for f, svg, phone in zip(frames, svgs, phone_svgs)]
     return widgets.Stack([widgets.HTML(f.html(i, len(even), even)) for i, f in enumerate(even)],
                          selected_index=0)
 

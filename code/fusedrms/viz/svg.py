@@ -5,6 +5,7 @@ Frames are plain SVG strings, so they render in live Jupyter, in the static book
 """
 from __future__ import annotations
 
+import contextlib
 from html import escape
 
 
@@ -23,7 +24,13 @@ STROKE = "#374151"
 MONO_EM = 0.6    # a monospace glyph is about 0.6 em wide
 # The book's text column at a 1280-px window (sphinx-book-theme), in CSS pixels.
 COLUMN_PX = 690
+LINE_GAP = 6     # between the lines of a wrapped row
 MIN_LABEL = 11   # smallest label, in px as displayed in the column; longer ones are squeezed
+# A phone (a 390-px screen) gives the column about 358 CSS px; each frame also draws a narrow
+# layout for it, shown below this breakpoint (the same as book.page's phone figures).
+PHONE_COLUMN_PX = 358
+PHONE_MEDIA = "(max-width: 575.98px)"
+MIN_PHONE_LABEL = 10  # 9 px is the floor; 10 leaves room for a column a few px narrower
 
 
 def fmt(v: float, digits: int = 4) -> str:
@@ -40,14 +47,16 @@ def decimals(v: float) -> str:
 
 
 class Canvas:
-    def __init__(self, width: int, height: int, title: str = ""):
-        self.width, self.height = width, height
+    def __init__(self, width: int, height: int, title: str = "", phone: bool = False):
+        """``phone``: drawn for a phone's column (PHONE_COLUMN_PX) instead of the desktop's."""
+        self.width, self.height, self.phone = width, height, phone
         # a canvas wider than the column is shown scaled down: its labels are drawn larger
         # (the column is a few px narrower than COLUMN_PX on some pages: keep a 2% margin)
-        self.min_label = MIN_LABEL * max(1.0, width / (0.98 * COLUMN_PX))
+        column, least = (PHONE_COLUMN_PX, MIN_PHONE_LABEL) if phone else (COLUMN_PX, MIN_LABEL)
+        self.min_label = least * max(1.0, width / (0.98 * column))
         self.parts: list[str] = []
         if title:
-            self.text(8, 18, title, size=14, weight="bold", anchor="start")
+            self.text(8, 18, title, size=14, weight="bold", anchor="start", fit=width - 16)
 
     def text(self, x, y, s, size=12, anchor="middle", weight="normal", color=STROKE, fit=None):
         """A label; with ``fit`` (a width) it shrinks, then squeezes, to stay inside that width."""
@@ -71,14 +80,29 @@ class Canvas:
         if label != "":
             self.text(x + w / 2, y + h / 2 + size * 0.35, label, size=size, fit=w - 4)
 
-    def row(self, x, y, values, fill="input", cell=54, h=30, name=None, fills=None, labels=None):
-        """A row of boxed values; ``fills`` overrides colours per cell, ``labels`` the text."""
+    def row(self, x, y, values, fill="input", cell=54, h=30, name=None, fills=None, labels=None,
+            per_line=None):
+        """A row of boxed values; ``fills`` overrides colours per cell, ``labels`` the text.
+        ``per_line`` wraps it: cell i goes to line i // per_line, lines LINE_GAP apart.
+        Returns each cell's (centre x, top, bottom)."""
         if name:
             self.text(x - 8, y + h / 2 + 4, name, anchor="end", weight="bold")
-        for i, v in enumerate(values):
+        per_line = per_line or max(1, len(values))
+        spots = [(x + (i % per_line) * cell, y + (i // per_line) * (h + LINE_GAP))
+                 for i in range(len(values))]
+        for i, (v, (cx, cy)) in enumerate(zip(values, spots)):
             label = labels[i] if labels is not None else fmt(v)
-            self.box(x + i * cell, y, cell - 4, h, label, fills[i] if fills else fill)
-        return [(x + i * cell + (cell - 4) / 2, y, y + h) for i in range(len(values))]
+            self.box(cx, cy, cell - 4, h, label, fills[i] if fills else fill)
+        return [(cx + (cell - 4) / 2, cy, cy + h) for cx, cy in spots]
+
+    @contextlib.contextmanager
+    def shifted(self, dx: float, dy: float):
+        """Everything drawn inside is moved by (dx, dy): one drawing placed twice differently."""
+        if dx or dy:
+            self.parts.append(f'<g transform="translate({dx:g} {dy:g})">')
+        yield self
+        if dx or dy:
+            self.parts.append("</g>")
 
     def line(self, x1, y1, x2, y2, color=STROKE, width=1.2):
         self.parts.append(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{color}" '
@@ -86,10 +110,16 @@ class Canvas:
 
     def arrow(self, x1, y1, x2, y2, color=STROKE):
         self.parts.append(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{color}" '
-                          f'stroke-width="1.5" marker-end="url(#arrowhead)"/>')
+                          f'stroke-width="1.5" marker-end="url(#{self._marker})"/>')
+
+    @property
+    def _marker(self) -> str:
+        # its own id: a page holds both layouts, and the hidden one's marker would not draw
+        return "arrowhead-phone" if self.phone else "arrowhead"
 
     def render(self) -> str:
-        defs = ('<defs><marker id="arrowhead" markerWidth="8" markerHeight="6" refX="7" refY="3" '
+        defs = (f'<defs><marker id="{self._marker}" markerWidth="8" markerHeight="6" '
+                'refX="7" refY="3" '
                 f'orient="auto"><polygon points="0 0, 8 3, 0 6" fill="{STROKE}"/></marker></defs>')
         return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" '
                 f'height="{self.height}" viewBox="0 0 {self.width} {self.height}" role="img" '
