@@ -169,37 +169,6 @@ def fp8_cast_mismatch(n: int = 1 << 16, seed: int = 0) -> tuple[int, int] | None
 MATRIX_KEY = ", ".join(f"{code} = {name}" for name, code in verify.SHORT_DTYPE.items())
 
 
-def _gpu_name(doc: dict | None) -> str:
-    return ((doc or {}).get("provenance") or {}).get("gpu") or "GPU"
-
-
-def casts_on_gpu_sentence(doc: dict | None, here_share: float | None = None,
-                          here: str = "here", lead: str | None = None) -> str:
-    """What the recorded GPU suite (``verify_gpu``) says about the two casts, as a sentence: the
-    share of its tolerance the row kernel's 33x257 bf16 check used (beside ``here_share``, the
-    same share measured ``here``) and whether the FP8 kernels matched the reference bit for bit.
-    ``lead`` opens the sentence (``"There"``); by default it names the recorded GPU."""
-    recs = (doc or {}).get("records", [])
-    bf16 = next((r for r in recs if r.get("kernel") == "triton.row" and r.get("case") == "33x257"
-                 and r.get("dtype") == "bf16" and r.get("status") == "pass" and r.get("rtol")),
-                None)
-    fp8 = [r for r in recs if r.get("op") == "rmsnorm_fp8" and r.get("status") != "skip"]
-    parts = []
-    if bf16 is not None:
-        beside = "" if here_share is None else f" ({here_share:.2f} {here})"
-        parts.append(f"the row kernel's 33x257 bf16 check used "
-                     f"{bf16['max_rel_err'] / bf16['rtol']:.2f} of its tolerance{beside}")
-    if fp8:
-        ok = sum(r.get("status") == "pass" for r in fp8)
-        how = (f"in all {len(fp8)} of their checks" if ok == len(fp8) else
-               f"in {ok} of their {page.counted(len(fp8), 'check')}")
-        parts.append("the FP8 kernels, which use Triton's cast where the GPU converts to FP8 in "
-                     f"hardware, matched the reference code for code {how}")
-    if not parts:
-        return "What the two casts do on a GPU is not recorded yet."
-    return f"{lead or 'On the ' + _gpu_name(doc)}, " + page.listed(parts) + "."
-
-
 def fp8_cast_phrase(mismatch: tuple[int, int] | None) -> str:
     """:func:`fp8_cast_mismatch` as a sentence (without its full stop)."""
     if mismatch is None:
@@ -248,24 +217,6 @@ def drawer_on_gpu(doc: dict | None, shown) -> dict | None:
             "silent": {k: k not in failing for k in silent}}
 
 
-def drawer_sentence(drawer: dict | None, gpu: str) -> str:
-    """How the drawer fared on the recorded GPU, as a clause."""
-    if not drawer:
-        return f"the drawer on {gpu} is not recorded yet"
-    wrong_n, caught_n = len(drawer["wrong"]), len(drawer["caught"])
-    text = (f"all {wrong_n} of the drawer's kernels with wrong outputs failed there"
-            if caught_n == wrong_n and wrong_n > 1 else
-            f"{caught_n} of the drawer's {page.counted(wrong_n, 'kernel')} with wrong outputs failed "
-            f"there")
-    missed = [k.removeprefix("broken.") for k in drawer["wrong"] if k not in drawer["caught"]]
-    if missed:
-        text += f" ({page.listed(missed, serial=True)} did not)"
-    for k, passed in drawer["silent"].items():
-        text += (f", and {k.removeprefix('broken.')} passed, as it must" if passed else
-                 f", and {k.removeprefix('broken.')} failed a check too")
-    return text
-
-
 def matrix_differences(a: list, b: list) -> int:
     """Cells that differ between two :func:`matrix_rows` tables, over the kernels and cases
     both have."""
@@ -275,38 +226,6 @@ def matrix_differences(a: list, b: list) -> int:
 
 
 CONFIG_KINDS = {"capstone_config": "of the capstone kernel", "fp8_config": "of the FP8 kernel"}
-
-
-def configs_sentence(doc: dict | None) -> str:
-    """The tuned launch configurations checked on the GPU (``verify_configs_gpu``), as a sentence."""
-    if not doc or not doc.get("records"):
-        return "The check of the tuned launch configurations is not recorded yet."
-    recs = doc["records"]
-    ok = sum(bool(r.get("ok")) for r in recs)
-    kinds = [f"{sum(r.get('kind') == k for r in recs)} {what}"
-             for k, what in CONFIG_KINDS.items() if any(r.get("kind") == k for r in recs)]
-    head = (f"All {len(recs)} checks" if ok == len(recs) else f"{ok} of {len(recs)} checks")
-    return (f"{head} of the tuned launch configurations the wrappers pick there "
-            f"({page.listed(kinds, serial=True)}, each at its own widths and row counts) passed.")
-
-
-def suite_sentence(summary: dict | None, gpu: str) -> str:
-    """The GPU suite's result (from :func:`suite_summary`) as a sentence without its full stop."""
-    if not summary:
-        return "The suite on the GPU is not recorded yet"
-    n, checks = summary["kernels"], summary["checks"]
-    head = f"On the {gpu}, {page.counted(n, 'registered kernel')} went through the suite"
-    if summary["passed"] == checks:
-        text = head + f" and all {checks:,} checks passed"
-    else:
-        parts = [f"{summary['passed']:,} of {checks:,} checks passed"]
-        if summary["failed"]:
-            parts.append(f"{summary['failed']:,} failed")
-        if summary["skipped"]:
-            parts.append(f"{summary['skipped']:,} {'was' if summary['skipped'] == 1 else 'were'} "
-                         f"skipped as not supported")
-        text = head + ": " + page.listed(parts, serial=True)
-    return text + ("" if summary["complete"] else " (the run did not finish)")
 
 
 def kernel_rows(results) -> list[dict]:
