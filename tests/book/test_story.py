@@ -18,3 +18,11 @@ def test_the_panel_reads_each_fact_from_both_recordings_and_marks_what_one_lacks
         {"": "looped cost", "H200 (the book)": "1.37×", "your GPU": "1.50×"},
         {"": "ties", "H200 (the book)": "-", "your GPU": "3 of 4"},
         {"": "share", "H200 (the book)": "50%", "your GPU": "-"}]
+
+
+def test_a_file_not_recorded_is_none(monkeypatch, tmp_path):
+    from fusedrms import records
+
+    assert story.recorded("verify_gpu")["records"]
+    monkeypatch.setattr(records, "DATA_DIR", tmp_path)
+    assert story.recorded("verify_gpu") is None

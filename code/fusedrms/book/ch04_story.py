@@ -7,31 +7,24 @@ from .. import records
 from ..dtypes import short
 from ..kernels.rmsnorm import ROW_MAX_COLS
 from . import ch04
-from .story import MISSING, beside, value  # noqa: F401 (the notebook reads story.value)
+from .story import MISSING, recorded, beside, value  # noqa: F401 (the notebook reads story.value)
 
 SEED = (1024, 4096, "float32")  # the book's running example
-
-
-def _get(name: str, machine: str | None) -> dict | None:
-    try:
-        return records.load(name, machine)
-    except FileNotFoundError:
-        return None
 
 
 def load(machine: str | None = records.COMMITTED) -> dict:
     """The records the chapter reads (empty lists where missing), from ``machine``'s recording
     (the committed one by default; None: the recording this reader's page would show)."""
-    asm = _get("triton_row_asm", machine)
+    asm = recorded("triton_row_asm", machine)
     registers = [r for r in (asm or {}).get("records", []) if r.get("kind") == "registers"]
     if not registers:  # recorded before chapter 4 compiled the widths itself: chapter 2's
-        registers = (_get("traffic_row_registers", machine) or {}).get("records", [])
-    versions = [r for r in (_get("triton_versions", machine) or {}).get("records", [])
+        registers = (recorded("traffic_row_registers", machine) or {}).get("records", [])
+    versions = [r for r in (recorded("triton_versions", machine) or {}).get("records", [])
                 if r.get("median_us") is not None and r.get("correct")]
-    rounding = _get("triton_bf16_rounding", machine)
+    rounding = recorded("triton_bf16_rounding", machine)
     gpu = ((rounding or asm or {}).get("provenance") or {}).get("gpu") or "GPU"
     return {"registers": registers, "versions": versions,
-            "warps": (_get("triton_warps", machine) or {}).get("records", []),
+            "warps": (recorded("triton_warps", machine) or {}).get("records", []),
             "rounding": (rounding or {}).get("records", []),
             "assembly": [r for r in (asm or {}).get("records", [])
                          if r.get("kind") in ("ptx", "amdgcn")],

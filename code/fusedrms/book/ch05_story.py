@@ -4,21 +4,14 @@ from __future__ import annotations
 
 from .. import records
 from . import broken, ch05
-from .story import MISSING, value  # noqa: F401 (the notebook reads story.value)
-
-
-def _get(name: str, machine: str | None) -> dict | None:
-    try:
-        return records.load(name, machine)
-    except FileNotFoundError:
-        return None
+from .story import MISSING, recorded, value  # noqa: F401 (the notebook reads story.value)
 
 
 def load(machine: str | None = records.COMMITTED) -> dict:
     """The three files the section reads (None where missing), from ``machine``'s recording
     (the committed one by default; None: the recording this reader's page would show)."""
-    return {"suite": _get("verify_gpu", machine), "drawer": _get("verify_broken_gpu", machine),
-            "configs": _get("verify_configs_gpu", machine)}
+    return {"suite": recorded("verify_gpu", machine), "drawer": recorded("verify_broken_gpu", machine),
+            "configs": recorded("verify_configs_gpu", machine)}
 
 
 def story_facts(docs: dict) -> dict:

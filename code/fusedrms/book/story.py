@@ -10,7 +10,18 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .. import records
+
 MISSING = "not recorded"
+
+
+def recorded(name: str, machine: str | None = records.COMMITTED) -> dict | None:
+    """A recorded file of ``machine``'s recording (the committed one by default; None: the one
+    this reader's page would show), or None where it was not recorded."""
+    try:
+        return records.load(name, machine)
+    except FileNotFoundError:
+        return None
 
 
 def value(values: dict[str, str], name: str) -> str:
