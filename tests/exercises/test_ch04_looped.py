@@ -9,6 +9,8 @@ import triton.language as tl
 from fusedrms import env
 from fusedrms.exercises import ch04_looped as L
 from fusedrms.exercises import grader
+from tests.exercises.kernel_contract import (assert_every_mistake_expected_with_its_own_hint,
+                                          assert_named_mistake)
 
 E = L.build_looped
 
@@ -31,15 +33,11 @@ def test_the_solution_is_accepted():
 
 @pytest.mark.parametrize("label", list(E.mistakes))
 def test_each_typical_mistake_gets_its_own_hint(label):
-    fb = E.check(E.mistakes[label])
-    message, hint = EXPECTED[label]
-    assert not fb.ok and message in fb.message and hint in fb.hint, str(fb)
-    assert not fb.error
+    assert_named_mistake(E, label, EXPECTED)
 
 
 def test_every_mistake_has_an_expected_hint_and_the_hints_differ():
-    assert set(EXPECTED) == set(E.mistakes)
-    assert len({h for _, h in EXPECTED.values()}) == len(EXPECTED)
+    assert_every_mistake_expected_with_its_own_hint(E, EXPECTED)
 
 
 def test_the_cases_cover_the_shapes_a_looped_kernel_breaks_on():

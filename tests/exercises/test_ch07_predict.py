@@ -6,7 +6,8 @@ import pytest
 from fusedrms import records
 from fusedrms.book import ch07_results as CR
 from fusedrms.exercises import ch07, ch07_predict
-from tests.exercises.prediction_contract import assert_prediction_contract
+from tests.exercises.prediction_contract import (assert_asked_before_shown,
+                                                  assert_prediction_contract)
 
 E = ch07_predict.predict_torch_ratio
 
@@ -64,14 +65,5 @@ def test_an_unanswered_cell_awaits():
 
 
 def test_the_page_asks_before_the_figure_and_checks_after_it():
-    from pathlib import Path
-
-    import nbformat
-
-    nb = nbformat.read(Path(__file__).resolve().parents[2] / "chapters" / "07_capstone.ipynb", 4)
-    where = {key: next(i for i, c in enumerate(nb.cells) if key in c.source)
-             for key in ("prediction = None", "peer time / capstone time",
-                         "ch07.predict_torch_ratio.check(prediction)")}
-    ask, figure, check = where.values()
-    assert ask < figure < check
-    assert nb.cells[check + 1].source.startswith("```{admonition} Solution\n:class: dropdown")
+    assert_asked_before_shown("07_capstone.ipynb", "prediction = None", "peer time / capstone time",
+                              "ch07.predict_torch_ratio.check(prediction)")

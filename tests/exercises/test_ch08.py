@@ -4,7 +4,8 @@ import pytest
 from fusedrms.kernels import rmsnorm_fp8_spec
 from fusedrms import traffic
 from fusedrms.exercises import ch08
-from tests.exercises.prediction_contract import assert_prediction_contract
+from tests.exercises.prediction_contract import (assert_asked_before_shown,
+                                                  assert_prediction_contract)
 
 
 def test_mistakes_are_distinct_from_the_solution_and_each_other():
@@ -192,14 +193,6 @@ def test_a_malformed_share_gets_a_message(bad):
 
 
 def test_the_page_asks_for_the_share_before_the_times_and_checks_after_them():
-    from pathlib import Path
-
-    import nbformat
-
-    nb = nbformat.read(Path(__file__).resolve().parents[2] / "chapters" / "08_fp8_quant.ipynb", 4)
-    where = {key: next(i for i, c in enumerate(nb.cells) if key in c.source)
-             for key in ("prediction = None", '"% of floor": r["pct_floor"]',
-                         "ch08.predict_floor_share.check(prediction)")}
-    ask, times, check = where.values()
-    assert ask < times < check
-    assert nb.cells[check + 1].source.startswith("```{admonition} Solution\n:class: dropdown")
+    assert_asked_before_shown("08_fp8_quant.ipynb", "prediction = None",
+                              '"% of floor": r["pct_floor"]',
+                              "ch08.predict_floor_share.check(prediction)")
