@@ -116,6 +116,22 @@ def test_an_acknowledged_stale_entry_changes_the_badge_not_the_test(tmp_path):
     assert "measured on an earlier version of the kernel" in state.badge
 
 
+def test_a_partial_chapter_shows_its_note_and_without_one_is_stale(tmp_path):
+    """A run cut short keeps some files from an earlier recording: the badge says which."""
+    pkg = _package(tmp_path)
+    folder = _recording(tmp_path, pkg, stale={"ch09": "The lever table comes from an earlier run."})
+    manifest = records.read_manifest(folder)
+    manifest["chapters"]["ch09"]["status"] = "partial"
+    records.write_manifest(folder, manifest)
+    state = records.staleness("ch09", folder, pkg)
+    assert state.state == "partial" and state.badge == "The lever table comes from an earlier run."
+    manifest["stale"] = {}
+    records.write_manifest(folder, manifest)
+    assert records.staleness("ch09", folder, pkg).state == "stale"  # a partial run must say why
+    (pkg / "kernels" / "k.py").write_text("x = 5\n")
+    assert records.staleness("ch09", folder, pkg).state == "stale"
+
+
 def test_describe_carries_the_badge_of_a_stale_chapter(tmp_path, monkeypatch):
     pkg = _package(tmp_path)
     folder = _recording(tmp_path, pkg)
@@ -151,6 +167,8 @@ def test_every_committed_chapter_is_current_or_acknowledged():
             stale.append(f"{chapter} (changed: {', '.join(state.changed)})")
         if state.state == "acknowledged":
             assert "earlier version of" in state.badge
+        if state.state == "partial":
+            assert "earlier" in state.badge
     assert not stale, ("re-record " + "; ".join(stale) + " with python -m fusedrms.record "
                        "--chapters N, or acknowledge it under 'stale' in the manifest")
 

@@ -169,6 +169,9 @@ def _read(path: Path, machine: str | None = None) -> dict:
     return doc
 
 
+SHOWN_STATES = ("stale", "acknowledged", "partial")  # the badge says so
+
+
 def describe(doc: dict) -> str:
     """One line naming where and when a record file was measured (and whose recording it is)."""
     p = doc["provenance"]
@@ -180,7 +183,7 @@ def describe(doc: dict) -> str:
     chapter = doc.get("source", {}).get("chapter")
     if chapter:
         state = staleness(chapter, Path(doc["source"]["folder"]))
-        if state.state in ("stale", "acknowledged"):
+        if state.state in SHOWN_STATES:
             line += f". {state.badge}"
     return line
 
@@ -193,7 +196,7 @@ def badge_fields(doc: dict) -> dict:
     chapter = source.get("chapter")
     state = staleness(chapter, Path(source["folder"])) if chapter and source.get("folder") else None
     return {"own": bool(source.get("own")),
-            "stale": state.badge if state and state.state in ("stale", "acknowledged") else None}
+            "stale": state.badge if state and state.state in SHOWN_STATES else None}
 
 
 # ---------------------------------------------------------------- the copy floor
@@ -380,7 +383,7 @@ def write_manifest(folder: Path, manifest: dict) -> Path:
 class Staleness:
     """How a chapter's recorded numbers relate to the sources now."""
     chapter: str
-    state: str  # "current", "stale", "acknowledged", "unrecorded"
+    state: str  # "current", "stale", "acknowledged", "partial", "unrecorded"
     changed: list = field(default_factory=list)  # sources whose hash differs (or that are gone)
     reason: str = ""  # the manifest's note for an acknowledged entry
     commit: str | None = None
@@ -399,6 +402,8 @@ class Staleness:
         if self.state == "stale":
             return (f"These numbers were measured on an earlier version of the kernel{at}: "
                     f"{', '.join(self.changed)} changed since.")
+        if self.state == "partial":  # the manifest's note says which part is older, and why
+            return self.reason
         if self.state == "unrecorded":
             return "This chapter has no recorded GPU results yet."
         return ""
@@ -418,6 +423,11 @@ def staleness(chapter: str, folder: Path | None = None, package_dir: Path | None
     if not recorded:
         changed = ["(sources not recorded)"]
     note = manifest.get("stale", {}).get(chapter)
+    if not changed and entry.get("status") == "partial":
+        # a run cut short: some of the chapter's files are kept from an earlier recording
+        if not note:
+            return Staleness(chapter, "stale", ["(a partial recording without a note)"], commit=commit)
+        return Staleness(chapter, "partial", [], note, commit)
     if not changed:
         return Staleness(chapter, "current", commit=commit)
     if note:

@@ -12,7 +12,8 @@ def _facts():
 def test_section_1_the_unsynchronized_clock_times_the_launch():
     s = _facts()["sync"]
     assert s["growth"] > 10  # "device events saw the kernel's time grow ..."
-    assert s["no_sync_max"] / s["no_sync_min"] < 2  # "stayed between ... at every size"
+    # "moved only from ... to ... while the work grew ...": far less than the work
+    assert s["no_sync_max"] / s["no_sync_min"] < s["growth"] / 5
     assert s["below_rows"] and s["below_is_the_large_end"]  # "from ... rows on, below the floor"
     assert s["hi"]["sync_us"] > s["hi"]["events_us"]  # "the kernel, plus its launch"
 

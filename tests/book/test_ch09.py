@@ -78,6 +78,28 @@ def test_each_training_step_gives_gradients_that_pass_the_check(impl, op):
     assert not ch09.check_gradients(op, bundle, w.detach(), wrong)[0]
 
 
+def test_dx_is_checked_on_an_even_sample_of_rows_that_ends_on_the_last():
+    assert ch09.sampled_rows(5).tolist() == [0, 1, 2, 3, 4]
+    rows = ch09.sampled_rows(16384, most=2048)
+    assert rows[0] == 0 and rows[-1] == 16383 and len(rows) <= 2049
+    assert int(rows.diff().max()) == 8  # an even stride: no stretch of rows goes unchecked
+    odd = ch09.sampled_rows(1001, most=100)
+    assert odd[-1] == 1000 and int(odd.diff().max()) <= 11
+
+
+def test_a_wrong_sampled_row_of_dx_is_caught(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(ch09, "sampled_rows", lambda rows, most=4: torch.arange(0, rows, 3))
+    bundle = ch09.make_bundle("rmsnorm", 9, 40, torch.float32, device=DEVICE)
+    w = torch.randn(40, device=DEVICE).requires_grad_()
+    grads = list(ch09.train_step("torch.eager", "rmsnorm", 40, torch.float32, w)(bundle))
+    assert ch09.check_gradients("rmsnorm", bundle, w.detach(), grads)[0]
+    grads[0] = grads[0].clone()
+    grads[0][3] *= 1.01  # row 3 is sampled
+    assert not ch09.check_gradients("rmsnorm", bundle, w.detach(), grads)[0]
+
+
 @pytest.mark.parametrize("op,design", list(ch09.BACKWARD_IMPLS))
 def test_backward_steps_match_the_training_step(op, design):
     import torch

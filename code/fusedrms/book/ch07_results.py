@@ -738,15 +738,6 @@ def ratio_span(rows: list[dict], where=lambda r: True) -> tuple[float, float] | 
     return (min(ratios), max(ratios)) if ratios else None
 
 
-def losses_are_wide(rows: list[dict], band: float | None) -> bool | None:
-    """Whether every loss outside the tie band at a non-wide shape is smaller than the smallest
-    ratio at a wide shape: the sentence "the large losses are all at wide rows" holds."""
-    wide, other = ratio_span(rows, is_wide), ratio_span(rows, lambda r: not is_wide(r))
-    if band is None or wide is None or other is None:
-        return None
-    return other[1] < wide[0] and wide[0] > 1 + band
-
-
 def in_place_ratios(points: list[Point], max_rows: int | None = None,
                     min_rows: int | None = None) -> list[float]:
     """In-place time over out-of-place time of the residual-writing capstone, per shape (sorted),
