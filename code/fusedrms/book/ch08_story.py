@@ -1,0 +1,165 @@
+"""Chapter 8's story values: the GPU's comparison, the times, the levers and the price of exactness,
+as the committed recording has them (the pattern: :mod:`fusedrms.book.story`)."""
+from __future__ import annotations
+
+from .. import records
+from . import ch08, ch08_page
+from .story import MISSING, recorded, value  # noqa: F401 (the notebook reads story.value)
+
+WORK_LEVERS = {"one reciprocal per block": "recip", "unpadded tile (32 + 16 + 8 blocks)": "unpadded"}
+WARP_LEVERS = {"16 -> 8 warps": "warps_16_8", "8 -> 4 warps": "warps_8_4"}
+ROWS2_LEVER = "2 rows per program"
+
+
+def load(machine: str | None = records.COMMITTED) -> dict:
+    """The files the GPU sections read (None where missing), from ``machine``'s recording (the
+    committed one by default; None: the recording this reader's page would show)."""
+    return {"quant": recorded("fp8_quant", machine), "candidates": recorded("fp8_candidates", machine),
+            "cost": recorded("fp8_exactness_cost", machine)}
+
+
+def _exactness(quant: dict | None) -> dict | None:
+    row = next((r for r in ch08_page.exactness_rows(quant) if r["version"] == "fp8.fused"), None)
+    if not row:
+        return None
+    prov = quant.get("provenance") or {}
+    return dict(row, gpu=prov.get("gpu"), config=prov.get("fused_config"),
+                baseline=prov.get("baseline_config"))
+
+
+def _candidates(cand_doc: dict | None) -> dict | None:
+    cands = [r for r in (cand_doc or {}).get("records", [])
+             if isinstance(r, dict) and r.get("kind") == "candidate"]
+    if not cands:
+        return None
+    shapes = ch08.CANDIDATE_CHECK_SHAPES
+    seeds = 2
+    return {"count": len(cands), "passed": sum(r.get("bit_exact") is True for r in cands),
+            "checks_each": sorted({r.get("exact_checks") for r in cands if r.get("exact_checks")}),
+            "random": len(shapes) * seeds, "codes": sum(r * c for r, c in shapes) * seeds}
+
+
+def _timing(quant: dict | None) -> dict | None:
+    rows = ch08.timing_rows(quant) if quant else []
+    if not rows:
+        return None
+    band = ch08.timing_tie_band(rows)
+    return {"rows": rows, "last": rows[-1], "small": rows[0], "band": band,
+            "processes": min(r.get("processes", 1) for r in rows),
+            "faster": sum(r["speedup"] > 1 + (band or 0) for r in rows),
+            "inside_band": [r["rows"] for r in rows if band is not None
+                            and abs(r["speedup"] - 1) <= band]}
+
+
+def _levers(cand_doc: dict | None) -> dict | None:
+    levers = {l["lever"]: l for l in ch08.fp8_levers(cand_doc)}
+    return levers or None
+
+
+def _cost(cost_doc: dict | None, fused_label: str | None) -> dict | None:
+    rows = ch08.exactness_cost_rows(cost_doc) if cost_doc else []
+    if not rows:
+        return None
+    big = max(rows, key=lambda r: r["bytes"])
+    shape = f"{big['rows']}x{big['cols']}"
+    at = next(r for r in ch08_page.cost_table(rows) if r["shape"] == shape)
+    folder = cost_doc.get("source", {}).get("folder")
+    return dict(at, rows=big["rows"], cols=big["cols"],
+                instructions=ch08_page.instruction_comparison(cost_doc, fused_label),
+                ncu=ch08_page.ncu_numbers(folder) if folder else None)
+
+
+def story_facts(docs: dict) -> dict:
+    """The numbers behind the prose, unformatted (a part is absent where its file is)."""
+    out: dict = {}
+    parts = {"exact": _exactness(docs["quant"]), "candidates": _candidates(docs["candidates"]),
+             "timing": _timing(docs["quant"]), "levers": _levers(docs["candidates"]),
+             "cost": _cost(docs["cost"], ((docs["quant"] or {}).get("provenance") or {})
+                           .get("fused_config"))}
+    for name, part in parts.items():
+        if part:
+            out[name] = part
+    return out
+
+
+def _change(pct: float) -> str:
+    return f"{abs(pct):.0f}% {'shorter' if pct < 0 else 'longer'}"
+
+
+def story_values(docs: dict) -> dict[str, str]:
+    """Every value the GPU sections' prose shows, formatted (absent where not recorded)."""
+    f = story_facts(docs)
+    v: dict[str, str] = {}
+    e = f.get("exact")
+    if e:
+        v.update(ex_gpu=e["gpu"] or "the GPU", ex_checks=str(e["checks"]),
+                 ex_codes=f"{e['codes compared']:,}", ex_config=ch08_page.config_words(e["config"]),
+                 ex_baseline=ch08_page.config_words(e["baseline"]))
+    c = f.get("candidates")
+    if c:
+        v.update(cand_count=str(c["count"]), cand_random=str(c["random"]),
+                 cand_codes=f"{c['codes']:,}")
+        if len(c["checks_each"]) == 1:
+            v.update(cand_checks=str(c["checks_each"][0]),
+                     cand_edge=str(c["checks_each"][0] - c["random"]))
+    t = f.get("timing")
+    if t:
+        last, small = t["last"], t["small"]
+        v.update(t_shapes=str(len(t["rows"])), t_rows=f"{last['rows']:,}",
+                 t_naive_us=f"{last['naive_us']:.1f} µs", t_fused_us=f"{last['fused_us']:.1f} µs",
+                 t_speedup=f"{last['speedup']:.2f}x", t_small_rows=f"{small['rows']:,}",
+                 t_small_speedup=f"{small['speedup']:.2f}x", t_processes=str(t["processes"]))
+        if last.get("bytes_ratio"):
+            v.update(t_bytes_ratio=f"{last['bytes_ratio']:.2f}x",
+                     t_bytes_pct=f"{100 / last['bytes_ratio']:.0f}%")
+        if t["band"] is not None:
+            v["t_band"] = f"±{100 * t['band']:.1f}%"
+        if last["pct_floor"] is not None:
+            v.update(t_pct_floor=f"{last['pct_floor']:.0f}%", t_floor_us=f"{last['floor_us']:.1f} µs")
+    lv = f.get("levers")
+    if lv:
+        for name, key in {**WORK_LEVERS, **WARP_LEVERS}.items():
+            if name in lv:
+                v[f"lv_{key}"] = _change(lv[name]["change_pct"])
+        if ROWS2_LEVER in lv:
+            r2 = lv[ROWS2_LEVER]
+            v.update(lv_rows2=_change(r2["change_pct"]), lv_rows2_regs=f"{r2['registers_before']} "
+                     f"to {r2['registers_after']}")
+    k = f.get("cost")
+    if k and k["exact µs"] and k["diagnostic µs"]:
+        v.update(cost_shape=f"{k['rows']:,} × {k['cols']:,}",
+                 cost_diag_us=f"{k['diagnostic µs']:.1f} µs",
+                 cost_exact_us=f"{k['exact µs']:.1f} µs",
+                 cost_codes=f"{k['codes differing']:,}",
+                 cost_all_codes=f"{k['rows'] * k['cols']:,}")
+        if k["exact % of floor"] is not None:
+            v.update(cost_diag_pct=f"{k['diagnostic % of floor']:.0f}%",
+                     cost_exact_pct=f"{k['exact % of floor']:.0f}%")
+        ipe = k["instructions"]
+        if ipe:
+            v.update(ipe_exact=f"{ipe['exact']:.0f}", ipe_approx=f"{ipe['approx']:.0f}",
+                     ipe_warps=str(ipe["warps"]))
+        n = k["ncu"]
+        if n and n["per_element"] and n["issue_busy_pct"] and n["dram_pct"]:
+            v.update(ncu_rows=f"{n['rows']:,}", ncu_per_element=f"{n['per_element']:.0f}",
+                     ncu_issue=f"{n['issue_busy_pct']:.0f}%", ncu_dram=f"{n['dram_pct']:.0f}%")
+    return v
+
+
+def your_gpu_rows(own: dict, book: dict) -> list[dict] | None:
+    """The chapter's measured answers on the reader's GPU beside the book's (None when the reader
+    has not recorded chapter 8)."""
+    if not (own["quant"] or own["cost"]):
+        return None
+    from .story import beside
+
+    theirs = story_facts(book)
+    rows = [
+        ("fused over naive pair, most rows timed", lambda f: f"{f['timing']['last']['speedup']:.2f}x"),
+        ("fused kernel's share of its copy floor",
+         lambda f: f"{f['timing']['last']['pct_floor']:.0f}%"),
+        ("exact kernel, % of floor (cost table)", lambda f: f"{f['cost']['exact % of floor']:.0f}%"),
+        ("diagnostic kernel, % of floor", lambda f: f"{f['cost']['diagnostic % of floor']:.0f}%"),
+    ]
+    label = ((theirs.get("exact") or {}).get("gpu") or "H200") + " (the book)"
+    return beside(rows, story_facts(own), theirs, label)

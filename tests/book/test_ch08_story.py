@@ -1,0 +1,60 @@
+"""Chapter 8's story on a GPU: what its Markdown says in words, held against the committed
+recording it tells (a re-recording that contradicts a sentence fails here)."""
+from fusedrms import records
+from fusedrms.book import ch08_story as story
+from tests.book.story import assert_prose_values_exist
+
+
+def _facts():
+    return story.story_facts(story.load(records.COMMITTED))
+
+
+def test_every_check_on_the_gpu_was_bit_exact_on_the_codes():
+    e = _facts()["exact"]
+    assert e["bit-exact"] == e["checks"] > 0 and e["differing codes"] == 0  # "All ... bit-exact"
+    assert e["gpu"] == "NVIDIA H200" and e["config"] and e["baseline"]
+
+
+def test_the_fused_kernel_wins_everywhere_below_what_its_bytes_allow_and_far_from_its_floor():
+    t = _facts()["timing"]
+    assert t["faster"] == len(t["rows"]) > 1  # "faster at all ... timed shapes"
+    assert not t["inside_band"]  # "no speedup lies inside it"
+    last = t["last"]
+    assert 1 < last["speedup"] < last["bytes_ratio"]  # "where the bytes alone allow ..."
+    assert t["small"]["speedup"] > 1 and t["processes"] >= 3
+    assert last["pct_floor"] < 80  # "if its bytes set its time it would sit near the floor"
+
+
+def test_every_candidate_passed_its_checks_before_it_was_timed():
+    c = _facts()["candidates"]
+    assert c["passed"] == c["count"] > 1 and len(c["checks_each"]) == 1
+    assert c["checks_each"][0] > c["random"]  # random inputs, then edge cases
+
+
+def test_the_levers_fall_as_the_hypothesis_predicts():
+    lv = _facts()["levers"]
+    for name in story.WORK_LEVERS:  # "both ... shortened the time"
+        assert lv[name]["change_pct"] < 0
+    rows2 = lv[story.ROWS2_LEVER]  # "made it ... longer", "raised the registers"
+    assert rows2["change_pct"] > 0 and rows2["registers_after"] > rows2["registers_before"]
+    assert all(name in lv for name in story.WARP_LEVERS)
+
+
+def test_exactness_is_what_limits_the_kernel():
+    k = _facts()["cost"]
+    # "limited ... by the arithmetic the specification demands more than by its bytes"
+    assert k["diagnostic % of floor"] - k["exact % of floor"] >= 10
+    assert k["exact µs"] > k["diagnostic µs"] and k["codes differing"] > 0
+    assert k["instructions"]["exact"] > 1.5 * k["instructions"]["approx"]
+    assert k["ncu"]["issue_busy_pct"] > k["ncu"]["dram_pct"]  # "issue slots busy ..., DRAM at ..."
+
+
+def test_every_value_the_prose_shows_exists_on_the_committed_recording():
+    assert_prose_values_exist("08_fp8_quant.ipynb", story, 30)
+
+
+def test_the_your_gpu_panel_needs_a_recording_and_reads_both():
+    book = story.load(records.COMMITTED)
+    assert story.your_gpu_rows({"quant": None, "candidates": None, "cost": None}, book) is None
+    rows = story.your_gpu_rows(book, book)
+    assert rows and all(r["your GPU"] == r["NVIDIA H200 (the book)"] != "-" for r in rows)
