@@ -176,155 +176,12 @@ def summary(doc, op="add_rmsnorm"):
 SHAPES = ((1, 4096), (4096, 8192), (16384, 8192))
 
 
-def test_every_peer_timed_and_beaten_reads_as_all_shapes():
-    doc = peer_doc({s: {"capstone.fused": 10.0, "torch.compile_add": 11.0,
-                        "torch.rms_norm_add": 20.0} for s in SHAPES})
-    s = summary(doc)
-    verdict = reads_well(CR.peer_verdict(s))
-    assert verdict.startswith("at all 3 shapes the capstone is at least as fast as every peer;")
-    assert "timed" not in verdict and "closest" in verdict and "torch.compile" in verdict
-    assert CR.missing_note(s) == ""
-    large = reads_well(CR.large_shapes_clause(s))
-    assert "torch.compile, the fastest peer timed there," in large and "not timed" not in large
-
-
-def test_a_peer_timed_at_one_shape_is_named_once_and_never_a_win():
-    # torch.compile is timed at the small shape only, where it wins; elsewhere it is skipped
-    times = {s: {"capstone.fused": 10.0, "torch.rms_norm_add": 20.0} for s in SHAPES}
-    times[(1, 4096)]["torch.compile_add"] = 9.0
-    doc = peer_doc(times, skipped=[("torch.compile_add", r, c) for r, c in SHAPES[1:]])
-    s = summary(doc)
-    assert s["not_slower_timed"] == 2 and s["complete"] == 1 and s["not_slower"] == 0
-    verdict = reads_well(CR.peer_verdict(s))
-    assert verdict.startswith("at 2 of the 3 shapes the capstone is at least as fast as every "
-                              "peer timed there;")
-    assert "1.11x the time of torch.compile (1x4096 bf16)" in verdict
-    note = reads_well(CR.missing_note(s))
-    assert note == ("torch.compile was timed at only 1 of the 3 shapes; no shape counts as a "
-                    "win over a peer not timed there")
-    large = reads_well(CR.large_shapes_clause(s))
-    assert "F.rms_norm(x + r), the fastest peer timed there," in large
-    assert large.endswith("torch.compile was not timed there")
-
-
-def test_a_peer_never_timed_still_counts_as_missing():
-    doc = peer_doc({s: {"capstone.fused": 10.0, "torch.eager_chain": 30.0} for s in SHAPES},
-                   skipped=[("torch.compile_add", r, c) for r, c in SHAPES]
-                   + [("liger.fused_add_rms_norm", 1, 4096)])
-    s = summary(doc)
-    assert s["missing"] == {"torch.compile_add": 3, "liger.fused_add_rms_norm": 1}
-    note = reads_well(CR.missing_note(s))
-    assert note.startswith("torch.compile was not timed at any of the 3 shapes and "
-                           "Liger-Kernel was timed at only 2 of them;")
-    verdict = reads_well(CR.peer_verdict(s))
-    assert verdict.startswith("at all 3 shapes") and "the eager chain" in verdict
-    # without the skipped records a never-timed peer would be invisible
-    assert CR.peer_summary(CR.peer_rows(CR.peer_points(doc)))["missing"] == {}
-
-
-def test_slower_everywhere_and_one_shape_read_well():
-    slow = summary(peer_doc({s: {"capstone.fused": 10.0, "torch.compile_add": 5.0}
-                             for s in SHAPES}))
-    assert reads_well(CR.peer_verdict(slow)).startswith(
-        "at all 3 shapes the capstone is slower than the fastest peer; at worst it takes 2.00x")
-    one = summary(peer_doc({(1, 4096): {"capstone.fused": 10.0, "torch.compile_add": 5.0}}))
-    assert reads_well(CR.peer_verdict(one)).startswith("at the one shape compared, the capstone")
-    missing_one = dict(one, missing={"torch.eager_chain": 1})
-    assert reads_well(CR.missing_note(missing_one)).startswith(
-        "the eager chain was not timed at the one shape;")
-
-
-def test_nothing_recorded_says_so():
-    s = CR.peer_summary([])
-    assert "not recorded yet" in reads_well(CR.peer_verdict(s))
-    assert CR.missing_note(s) == ""
-    assert "not recorded yet" in reads_well(CR.large_shapes_clause(s))
-    assert "not recorded yet" in reads_well(CR.eager_clause([]))
-    assert "not recorded yet" in CR.lever_sentence([])
-    assert "not recorded yet" in CR.dram_clause(None)
-    assert CR.study_peer_rows(None) == [] and CR.study_peer_clause([]) == ""
-    assert CR.peer_rows(CR.peer_points(None), "add_rmsnorm", CR.peer_attempts(None)) == []
-
-
 def residual_doc(times, skipped=()):
     """peer_doc for the residual-writing op (its capstone is capstone.fused_residual)."""
     doc = peer_doc(times, skipped)
     for r in doc["records"]:
         r["op"] = "add_rmsnorm_residual"
     return doc
-
-
-def test_headline_names_both_variants_and_never_counts_a_missing_peer_as_a_win():
-    plain = peer_doc({s: {"capstone.fused": 10.0, "torch.rms_norm_add": 20.0} for s in SHAPES},
-                     skipped=[("torch.compile_add", r, c) for r, c in SHAPES])
-    times = {s: {"capstone.fused_residual": 10.0, "liger.fused_add_rms_norm": 9.0}
-             for s in SHAPES}
-    times[SHAPES[0]]["liger.fused_add_rms_norm"] = 12.0
-    times[SHAPES[1]]["flashinfer.fused_add_rmsnorm"] = 20.0
-    res = residual_doc(times)
-    s, sr = summary(plain), summary(res, "add_rmsnorm_residual")
-    text = reads_well(CR.headline(s, sr))
-    assert text.startswith("at all 3 shapes the fused kernel is at least as fast as every peer "
-                           "timed there; at 1 of the 3 shapes its residual-writing variant")
-    assert "taking at worst 1.11x the time of Liger-Kernel" in text
-    assert ("FlashInfer was timed at only some of the shapes and torch.compile was not timed "
-            "at all, and no shape counts as a win") in text
-    # each variant's peers, the untimed ones included
-    fu = CR.peers_of(CR.peer_rows(CR.peer_points(plain), "add_rmsnorm",
-                                  CR.peer_attempts(plain, "add_rmsnorm")),
-                     CR.peer_attempts(plain, "add_rmsnorm"))
-    rs = CR.peers_of(CR.peer_rows(CR.peer_points(res), "add_rmsnorm_residual"))
-    assert reads_well(CR.peer_list_text(fu, rs)) == (
-        "F.rms_norm(x + r) and torch.compile for the plain op, and Liger-Kernel and FlashInfer "
-        "for the residual-writing one")
-    assert CR.peer_list_text(fu, fu) == "F.rms_norm(x + r) and torch.compile"
-    assert CR.peer_list_text(set(), set()) == ""
-
-
-def test_headline_in_every_data_state():
-    empty = CR.peer_summary([])
-    assert reads_well(CR.headline(empty, empty)) == ("the comparison with the peers is not "
-                                                     "recorded yet")
-    one = summary(peer_doc({(1, 4096): {"capstone.fused": 10.0, "torch.compile_add": 5.0}}))
-    text = reads_well(CR.headline(one, empty))
-    assert text.startswith("at the one shape compared the fused kernel is slower than the "
-                           "fastest peer, taking at worst 2.00x the time of torch.compile;")
-    assert text.endswith("its residual-writing variant with its peers is not recorded yet")
-    slow = summary(peer_doc({s: {"capstone.fused": 10.0, "torch.eager_chain": 5.0}
-                             for s in SHAPES}))
-    assert reads_well(CR.headline(slow, slow)).startswith(
-        "at all 3 shapes the fused kernel is slower than the fastest peer, taking at worst "
-        "2.00x the time of the eager chain")
-
-
-def test_above_floor_clause_only_where_the_printed_share_passes_100():
-    rows = [{"rows": 16384, "cols": 8192, "pct_floor": 101.2},
-            {"rows": 4096, "cols": 8192, "pct_floor": 100.4}, {"rows": 1, "cols": 1,
-                                                               "pct_floor": None}]
-    assert CR.above_floor_clause(rows) == ", or beat it, as the capstone does at 16384x8192 " \
-                                          "(101% of it)"
-    rows[1]["pct_floor"] = 103.0
-    assert CR.above_floor_clause(rows) == ", or beat it, as the capstone does at 2 shapes " \
-                                          "(at most 103% of it)"
-    assert CR.above_floor_clause(rows[2:]) == "" and CR.above_floor_clause([]) == ""
-
-
-def test_words_for_numbers():
-    assert CR.ratio_text(1.004) == "1.004x" and CR.ratio_text(1.0) == "1.00x"
-    assert CR.ratio_text(0.996) == "0.996x" and CR.ratio_text(1.0897) == "1.09x"
-    assert CR.sentences("torch.compile was timed", "", "the eager chain") == \
-        "torch.compile was timed. The eager chain"
-    assert CR.display_name("torch.eager_chain", prose=True) == "the eager chain"
-    assert CR.display_name("something.new") == "something.new"
-    assert CR.display_names(["torch.compile_add", "torch.compile_residual",
-                             "torch.rms_norm_add"]) == ["F.rms_norm(x + r)", "torch.compile"]
-
-
-def test_eager_clause_takes_the_true_median():
-    text = reads_well(CR.eager_clause([2.0, 3.0, 4.0, 10.0]))
-    assert "a median 3.50x faster at the 4 shapes" in text and "above the bound" in text
-    assert "2.00x faster at the one shape" in CR.eager_clause([2.0]) and "within" in \
-        CR.eager_clause([2.0])
 
 
 def lever(name, **changes):
@@ -334,59 +191,11 @@ def lever(name, **changes):
             "median_pct": statistics.median(shapes.values())}
 
 
-def test_lever_sentence_follows_the_sign_of_the_change():
-    # negative: a shorter time. Only "b" shortened it by more than 3%; "c" lengthened it
-    levers = [lever("a", c2048=-1.0, c4096=2.0), lever("b", c2048=-8.0, c4096=-1.0),
-              lever("c", c2048=4.0, c4096=9.0)]
-    text = CR.lever_sentence(levers)
-    assert text == ("Counting a change only where it exceeds 3%, 1 of the 3 levers shortened the "
-                    "time, the most \u201cb\u201d, by 8.0% at 1024x2048, and 1 of the 3 "
-                    "lengthened it, the most \u201cc\u201d, by 9.0% at 1024x4096")
-    none = CR.lever_sentence([lever("a", c2048=-1.0), lever("c", c2048=2.0)])
-    assert none == ("Counting a change only where it exceeds 3%, no lever shortened the time, "
-                    "and none lengthened it")
-    assert CR.lever_sentence([lever("b", c2048=-8.0)]) == (
-        "Counting a change only where it exceeds 3%, the lever shortened the time by 8.0% at "
-        "1024x2048, and did not lengthen it")
-
-
-def test_a_lever_must_beat_the_gap_between_two_runs_of_the_launch_in_use():
-    levers = [lever("b", c2048=-8.0, c4096=-1.0), lever("c", c2048=4.0, c4096=9.0)]
-    repeat = {(1024, 2048): -8.2, (1024, 4096): -0.04}  # the same kernel, 8.2% apart at 2048
-    text = CR.lever_sentence(levers, repeat=repeat)
-    assert text.startswith("Counting a change only where it exceeds 3% plus the gap between two "
-                           "runs of the launch in use (8.2% at 1024x2048), no lever shortened")
-    assert text.endswith("and 1 of the 2 levers lengthened it, the most \u201cc\u201d, by 9.0% "
-                         "at 1024x4096")
-    assert CR.change_text(-0.04) == "0.0%" and CR.change_text(10.66) == "+10.7%"
-    assert CR.change_text(-8.18) == "-8.2%"
-
-
 def test_launch_repeat_compares_the_launch_in_use_across_runs():
     levers_doc = _levers_doc()  # ours.current: 200 µs at 16384x8192
     peers = CR.peer_points(peer_doc({(16384, 8192): {"capstone.fused": 190.0}}))
     assert CR.launch_repeat(levers_doc, peers) == {(16384, 8192): pytest.approx(-5.0)}
     assert CR.launch_repeat(None, peers) == {} and CR.launch_repeat(levers_doc, []) == {}
-
-
-def test_study_rows_compare_the_capstone_with_compile_in_the_same_run():
-    rows = CR.study_peer_rows(_levers_doc())
-    assert [(r["rows"], r["cols"]) for r in rows] == [(16384, 8192)]
-    assert rows[0]["ratio"] == pytest.approx(200.0 / 187.0)
-    text = reads_well(CR.study_peer_clause(rows))
-    assert text.endswith("timed torch.compile at one shape, where the capstone takes 1.07x its "
-                         "time at 16384x8192")
-
-
-def test_dram_clause_names_each_profiled_shape():
-    recs = [{"impl": "capstone.fused", "rows": 16384, "cols": 8192, "status": "ok",
-             "dram_throughput_pct": 89.86}, {"impl": "torch.rms_norm_add", "rows": 1, "cols": 1,
-                                             "dram_throughput_pct": 50.0}]
-    assert CR.dram_clause(recs) == ("Nsight Compute measures the capstone's DRAM throughput at "
-                                    "90% of its peak at 16384x8192")
-    assert CR.dram_clause(recs, against="85%").endswith("16384x8192, against 85%")
-    assert "not recorded yet" in CR.dram_clause([], against="85%")
-    assert "against" not in CR.dram_clause([], against="85%")
 
 
 def test_processes_phrase_says_what_the_records_hold():
@@ -398,3 +207,29 @@ def test_processes_phrase_says_what_the_records_hold():
     assert CR.processes_phrase(doc(1, 3, 2)) == "medians over one to three processes"
     assert CR.processes_phrase(doc(1)) == "the median of one process"
     assert CR.processes_phrase(None) == "" and CR.processes_phrase(doc()) == ""
+
+
+def test_a_peer_timed_at_one_shape_is_never_a_win_where_it_was_not_timed():
+    # torch.compile is timed at the small shape only, where it wins; elsewhere it is skipped
+    times = {s: {"capstone.fused": 10.0, "torch.rms_norm_add": 20.0} for s in SHAPES}
+    times[(1, 4096)]["torch.compile_add"] = 9.0
+    doc = peer_doc(times, skipped=[("torch.compile_add", r, c) for r, c in SHAPES[1:]])
+    s = summary(doc)
+    assert s["not_slower_timed"] == 2 and s["complete"] == 1 and s["not_slower"] == 0
+    assert s["missing"] == {"torch.compile_add": 2}
+
+
+def test_a_peer_never_timed_still_counts_as_missing():
+    doc = peer_doc({s: {"capstone.fused": 10.0, "torch.eager_chain": 30.0} for s in SHAPES},
+                   skipped=[("torch.compile_add", r, c) for r, c in SHAPES]
+                   + [("liger.fused_add_rms_norm", 1, 4096)])
+    s = summary(doc)
+    assert s["missing"] == {"torch.compile_add": 3, "liger.fused_add_rms_norm": 1}
+    assert s["complete"] == 0
+    # without the skipped records a never-timed peer would be invisible
+    assert CR.peer_summary(CR.peer_rows(CR.peer_points(doc)))["missing"] == {}
+
+
+def test_change_text_never_prints_minus_zero():
+    assert CR.change_text(-0.04) == "0.0%" and CR.change_text(10.66) == "+10.7%"
+    assert CR.change_text(-8.18) == "-8.2%"

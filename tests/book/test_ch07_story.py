@@ -1,5 +1,7 @@
 """Chapter 7's measured answer (section 6): what its Markdown says in words, held against the
 committed recording it tells (a re-recording that contradicts a sentence fails here)."""
+import statistics
+
 from fusedrms import records
 from fusedrms.book import ch07_results as R
 from fusedrms.book import ch07_story as story
@@ -46,3 +48,19 @@ def test_in_place_costs_time_at_small_batches_and_nothing_from_python():
 
 def test_every_value_the_prose_shows_exists_on_the_committed_recording():
     assert_prose_values_exist("07_capstone.ipynb", story, 20)
+
+
+def test_the_levers_counted_both_ways_beyond_the_launchs_own_gap():
+    lv = _facts()["levers"]
+    # "N of the M levers shortened the time; the most ...", "N lengthened it; the most ..."
+    assert lv["shorter"] and lv["longer"] and lv["count"] >= len(lv["shorter"])
+    assert all(h["pct"] > story.LEVER_THRESHOLD_PCT for h in lv["shorter"] + lv["longer"])
+    assert lv["gap"] is not None  # "at most ... (at ...)"
+
+
+def test_the_result_paragraph_holds():
+    f = _facts()
+    assert statistics.median(f["eager"]) > 7 / 3  # "faster than the chain by more than that ratio"
+    assert f["large"]["large_peers"] == ["torch.compile_add"]  # "torch.compile, the fastest peer there"
+    assert f["above"]  # "or beat it, as the capstone does at ..."
+    assert f["py_fused"] < f["py_torch"]

@@ -32,7 +32,6 @@ def load(name: str, machine: str | None = None, data_dir: Path | None = None) ->
         return None
 
 
-
 def provenance_line(doc: dict | None) -> str:
     if not doc:
         return "(no recorded file)"
@@ -129,7 +128,6 @@ def bytes_moved(op: str, rows: int, cols: int, dtype: str) -> int:
 
 def is_peer(impl: str) -> bool:
     return impl.startswith(("torch.", "liger.", "flashinfer.", "vllm."))
-
 
 
 def extra_records(doc: dict | None, kind: str) -> list[dict]:
@@ -312,15 +310,6 @@ def tie_counts(rows: list[dict], band: float | None) -> dict | None:
     return out
 
 
-def tie_sentence(counts: dict | None, what: str) -> str:
-    """"the capstone is faster than every peer at 9, ties at 20 and is slower at 1 of 30 shapes"."""
-    if not counts:
-        return f"how often {what} wins outside the noise is not recorded yet"
-    return (f"{what} is faster than every peer at {counts['faster']}, ties with the fastest at "
-            f"{counts['tie']} and is slower at {counts['slower']} of the "
-            f"{page.counted(counts['shapes'], 'shape')} where every peer was timed")
-
-
 def eager_ratios(points: list[Point], large_MB: float = 64.0) -> list[float]:
     """Eager chain time / capstone time at the shapes moving ``large_MB`` or more (sorted)."""
     eager = {p.shape: p.median_us for p in points if p.impl == "torch.eager_chain"
@@ -399,7 +388,6 @@ def display_names(impls, prose: bool = False) -> list[str]:
     return [f"the {n}" if prose and n in _ARTICLE else n for n in ordered]
 
 
-
 def shape_text(rows, cols, dtype: str | None = None) -> str:
     return f"{rows}x{cols}" + (f" {dtype}" if dtype else "")
 
@@ -410,61 +398,6 @@ def ratio_text(ratio: float) -> str:
     if text == "1.00" and ratio != 1.0:
         text = f"{ratio:.3f}"
     return f"{text}x"
-
-
-
-def _missing_by_name(missing: dict | None) -> dict:
-    """{display name: shapes it is missing at} (the most any of its registry names misses)."""
-    out: dict = {}
-    for impl, n in (missing or {}).items():
-        name = display_name(impl)
-        out[name] = max(n, out.get(name, 0))
-    return out
-
-
-def missing_note(s: dict) -> str:
-    """A sentence (no final period) naming each peer :func:`peer_summary` found missing, at how
-    many of the compared shapes it was timed, and that a missing peer is never beaten; "" when
-    every peer was timed everywhere."""
-    missing, total = _missing_by_name(s.get("missing")), s.get("compared", 0)
-    if not missing or not total:
-        return ""
-    parts = []
-    for name in display_names(missing):
-        timed = total - missing[name]
-        of = "them" if parts else ("the one shape" if total == 1 else f"the {total} shapes")
-        who = f"the {name}" if name in _ARTICLE else name
-        parts.append(f"{who} was not timed at any of {of}" if timed <= 0 and total > 1 else
-                     f"{who} was not timed at {of}" if timed <= 0 else
-                     f"{who} was timed at only {timed} of {of}")
-    return page.listed(parts) + "; no shape counts as a win over a peer not timed there"
-
-
-def _counts(s: dict) -> tuple:
-    """(shapes compared, shapes where the capstone is not slower, " timed there" when a peer is
-    missing somewhere else "", the worst row) of a :func:`peer_summary`."""
-    return (s["compared"], s["not_slower_timed"], " timed there" if s.get("missing") else "",
-            s["worst"])
-
-
-def peer_verdict(s: dict, subject: str = "the capstone") -> str:
-    """:func:`peer_summary` as a clause (no capital, no final period): at how many shapes
-    ``subject`` is at least as fast as every peer timed there, and its worst ratio. The peers
-    not timed are said once, by :func:`missing_note`."""
-    if not s.get("compared"):
-        return f"the comparison of {subject} with its peers is not recorded yet"
-    total, n, there, w = _counts(s)
-    against = f"{display_name(w['peer'], True)} ({shape_text(w['rows'], w['cols'], w['dtype'])})"
-    where = ("at the one shape compared," if total == 1 else
-             f"at all {total} shapes" if n in (0, total) else f"at {n} of the {total} shapes")
-    if n == total:
-        return (f"{where} {subject} is at least as fast as every peer{there}; at its closest it "
-                f"takes {ratio_text(w['ratio'])} the time of {against}")
-    if n == 0:
-        return (f"{where} {subject} is slower than the fastest peer{there}; at worst it takes "
-                f"{ratio_text(w['ratio'])} the time of {against}")
-    return (f"{where} {subject} is at least as fast as every peer{there}; at worst it takes "
-            f"{ratio_text(w['ratio'])} the time of {against}")
 
 
 def peers_of(rows: list[dict], attempted: dict | None = None) -> set:
@@ -487,101 +420,6 @@ def peer_list_text(plain, residual) -> str:
             f"residual-writing one")
 
 
-def _headline_clause(s: dict, subject: str) -> str:
-    if not s.get("compared"):
-        return f"the comparison of {subject} with its peers is not recorded yet"
-    total, n, there, w = _counts(s)
-    worst = f", taking at worst {ratio_text(w['ratio'])} the time of {display_name(w['peer'], True)}"
-    if total == 1:
-        return (f"at the one shape compared {subject} is "
-                + (f"at least as fast as every peer{there}" if n else
-                   f"slower than the fastest peer{there}{worst}"))
-    if n == 0:
-        return f"at all {total} shapes {subject} is slower than the fastest peer{there}{worst}"
-    if n == total:
-        return f"at all {total} shapes {subject} is at least as fast as every peer{there}"
-    return f"at {n} of the {total} shapes {subject} is at least as fast as every peer{there}{worst}"
-
-
-def headline(plain: dict, residual: dict) -> str:
-    """Both variants' comparisons (:func:`peer_summary` of each) in one or two sentences (no
-    capital, no final period): at how many shapes each is at least as fast as every peer timed
-    there, the worst ratio where it is not, and which peers were not timed everywhere."""
-    if not plain.get("compared") and not residual.get("compared"):
-        return "the comparison with the peers is not recorded yet"
-    text = (_headline_clause(plain, "the fused kernel") + "; "
-            + _headline_clause(residual, "its residual-writing variant"))
-    missing, timed = {}, set()
-    for s in (plain, residual):
-        for impl, n in (s.get("missing") or {}).items():
-            missing[impl] = missing.get(impl, 0) + n
-        timed |= {display_name(p) for p in s.get("peers", [])}
-    names = display_names(missing)
-    if not names:
-        return text
-    nowhere = [n for n in names if n not in timed]
-    somewhere = [n for n in names if n in timed]
-    parts = [f"{page.listed(f'the {n}' if n in _ARTICLE else n for n in group)} "
-             f"{'was' if len(group) == 1 else 'were'} {words}"
-             for group, words in ((somewhere, "timed at only some of the shapes"),
-                                  (nowhere, "not timed at all")) if group]
-    return (f"{text}. {page.listed(parts)}, and no shape counts as a win over a peer not timed "
-            f"there")
-
-
-def large_shapes_clause(s: dict, large_MB: float = 64.0) -> str:
-    """Where the capstone moves ``large_MB`` or more: its median and lowest share of the copy
-    floor and the median share of the fastest peer timed there, as a clause (no capital, no
-    final period)."""
-    big = f"{large_MB:.0f} MB or more"
-    if not s.get("compared") or s.get("large_pct_median") is None:
-        return f"its share of the copy floor where it moves {big} is not recorded yet"
-    text = (f"where it moves {big} it runs at a median {s['large_pct_median']:.0f}% of the "
-            f"copy floor (lowest {s['large_pct_min']:.0f}%)")
-    if s.get("large_peer_pct_median") is None:
-        return text
-    names = display_names(s.get("large_peers", []), prose=True)
-    who = (f"{names[0]}, the fastest peer timed there," if len(names) == 1
-           else "the fastest peer timed at each of them")
-    text += f", {who} at a median {s['large_peer_pct_median']:.0f}%"
-    gone, parts = _missing_by_name(s.get("large_missing")), []
-    for name in display_names(gone):
-        who = f"the {name}" if name in _ARTICLE else name
-        parts.append(f"{who} was not timed there" if gone[name] >= s["large_shapes"] else
-                     f"{who} was not timed at {gone[name]} of them")
-    return text + (f"; {page.listed(parts)}" if parts else "")
-
-
-def above_floor_clause(rows: list[dict]) -> str:
-    """Where the capstone (rows of :func:`peer_rows`) ran faster than the copy floor, as a
-    clause to follow "within a few percent of it": ``, or beat it, as the capstone does at
-    16384x8192 (101% of it)``; "" where it never did."""
-    above = sorted((r for r in rows if round(r.get("pct_floor") or 0) > 100),  # as printed
-                   key=lambda r: -r["pct_floor"])
-    if not above:
-        return ""
-    top = above[0]
-    if len(above) == 1:
-        where = f"at {shape_text(top['rows'], top['cols'])} ({top['pct_floor']:.0f}% of it)"
-    else:
-        where = f"at {len(above)} shapes (at most {top['pct_floor']:.0f}% of it)"
-    return f", or beat it, as the capstone does {where}"
-
-
-def eager_clause(ratios: list[float], large_MB: float = 64.0) -> str:
-    """The capstone's median speed-up over the eager chain at the shapes moving ``large_MB`` or
-    more, against the 7/3 the bytes predict, as a clause (no capital, no final period)."""
-    if not ratios:
-        return "the capstone's speed-up over the eager chain is not recorded yet"
-    med = statistics.median(ratios)
-    bound = ("above the bound: the eager chain's kernels do not all run at the copy bandwidth"
-             if med > 7 / 3 else "within the bound")
-    where = (f"{ratio_text(med)} faster at the one shape" if len(ratios) == 1 else
-             f"a median {ratio_text(med)} faster at the {len(ratios)} shapes")
-    return (f"over the eager chain the capstone is {where} moving {large_MB:.0f} MB or more, "
-            f"against the 7/3 = 2.33x the bytes predict ({bound})")
-
-
 def launch_repeat(levers_doc: dict | None, points: list[Point], op: str = "add_rmsnorm",
                   dtype: str = "bf16") -> dict:
     """{(rows, cols): %} the launch in use changed between the performance study's run and the
@@ -597,106 +435,6 @@ def launch_repeat(levers_doc: dict | None, points: list[Point], op: str = "add_r
     peers = {(p.rows, p.cols): p.median_us for p in points
              if p.impl == mine and p.mode == "cold" and p.dtype == dtype and (not p.op or p.op == op)}
     return {shape: 100.0 * (peers[shape] - us) / us for shape, us in study.items() if shape in peers}
-
-
-def lever_sentence(levers: list[dict], threshold_pct: float = 3.0,
-                   repeat: dict | None = None) -> str:
-    """The performance study in a sentence (capitalized, no final period). A lever's change at a
-    shape counts only where it exceeds ``threshold_pct`` plus the gap between two runs of the
-    launch in use there (``repeat``, from :func:`launch_repeat`): a lever is measured against a
-    kernel whose own time moved that much. A change is negative when the time is shorter. Says
-    how many levers shortened and how many lengthened the time, and the largest of each."""
-    if not levers:
-        return "The levers of the study are not recorded yet"
-    t, total, repeat = f"{threshold_pct:g}%", len(levers), repeat or {}
-
-    def found(sign):
-        """[((sign * change, shape), lever)] of the levers with a change counted, largest first."""
-        out = []
-        for lv in levers:
-            hits = [(sign * c, shape) for shape, c in lv.get("changes", {}).items()
-                    if sign * c > threshold_pct + abs(repeat.get(shape, 0.0))]
-            if hits:
-                out.append((max(hits), lv["lever"]))
-        return sorted(out, reverse=True)
-
-    gaps = [f"{abs(g):.1f}% at {shape_text(*shape)}" for shape, g in repeat.items()
-            if abs(g) >= 1.0]
-    head = (f"Counting a change only where it exceeds {t} plus the gap between two runs of the "
-            f"launch in use ({page.listed(gaps)})" if gaps else
-            f"Counting a change only where it exceeds {t}")
-    shorter, longer = found(-1), found(1)
-
-    def largest(hits):
-        (pct, shape), name = hits[0]
-        where = f"{pct:.1f}% at {shape_text(*shape)}"
-        return f"by {where}" if total == 1 else f"the most \u201c{name}\u201d, by {where}"
-
-    if total == 1:
-        first = (f"the lever shortened the time {largest(shorter)}" if shorter
-                 else "the lever did not shorten the time")
-        second = f"lengthened it {largest(longer)}" if longer else "did not lengthen it"
-    else:
-        first = (f"{len(shorter)} of the {total} levers shortened the time, {largest(shorter)}"
-                 if shorter else "no lever shortened the time")
-        second = ((f"{len(longer)} of the {total}" + ("" if shorter else " levers")
-                   + f" lengthened it, {largest(longer)}") if longer else "none lengthened it")
-    return f"{head}, {first}, and {second}"
-
-
-def dram_clause(ncu_records: list[dict] | None, impl: str = CAPSTONE, against: str = "") -> str:
-    """Nsight Compute's DRAM throughput of ``impl`` at each profiled shape, as a clause (no final
-    period); ``against`` (a prediction) is appended when there is a measurement."""
-    got = [r for r in ncu_records or [] if isinstance(r, dict) and r.get("impl") == impl
-           and r.get("status", "ok") == "ok" and _num(r.get("dram_throughput_pct")) is not None]
-    if not got:
-        return "Nsight Compute's DRAM throughput of the capstone is not recorded yet"
-    parts = [f"{_num(r['dram_throughput_pct']):.0f}% of its peak at "
-             f"{shape_text(r.get('rows'), r.get('cols'))}" for r in got]
-    return (f"Nsight Compute measures the capstone's DRAM throughput at {page.listed(parts)}"
-            + (f", against {against}" if against else ""))
-
-
-def study_peer_rows(levers_doc: dict | None, peer: str = "torch.compile_add",
-                    op: str = "add_rmsnorm") -> list[dict]:
-    """The shapes where the performance study (``capstone_levers.json``, a separate run with the
-    same timer) timed ``peer`` beside the capstone's launch in use: rows, cols, dtype, both times
-    and the ratio (capstone / peer), in order of size."""
-    from . import ch07
-
-    if not levers_doc:
-        return []
-    recs = [r for r in ch07.normalized(levers_doc) if r["op"] == op]
-    mine = {(r["rows"], r["cols"], r["dtype"]): r["median_us"] for r in recs
-            if r["impl"] == _capstone_for(op)}
-    rows = [{"rows": r["rows"], "cols": r["cols"], "dtype": r["dtype"],
-             "capstone_us": mine[(r["rows"], r["cols"], r["dtype"])], "peer_us": r["median_us"],
-             "ratio": mine[(r["rows"], r["cols"], r["dtype"])] / r["median_us"]}
-            for r in recs if r["impl"] == peer and (r["rows"], r["cols"], r["dtype"]) in mine]
-    return sorted(rows, key=lambda r: (r["rows"] * r["cols"], r["dtype"]))
-
-
-def study_peer_clause(rows: list[dict], peer: str = "torch.compile_add") -> str:
-    """:func:`study_peer_rows` as a clause (no capital, no final period); "" when empty."""
-    if not rows:
-        return ""
-    parts = [f"{ratio_text(r['ratio'])}{' its time' if not i else ''} at "
-             f"{shape_text(r['rows'], r['cols'])}" for i, r in enumerate(rows)]
-    where = "one shape" if len(rows) == 1 else page.counted(len(rows), "shape")
-    return (f"the performance study, a separate run with the same timer, timed "
-            f"{display_name(peer, True)} at {where}, where the capstone takes {page.listed(parts)}")
-
-
-def sentences(*clauses: str) -> str:
-    """Clauses -> sentences joined by ". " (no final period): each capitalized unless it starts
-    with a code name (``torch.compile``, ``F.rms_norm``); empty clauses dropped."""
-    out = []
-    for c in clauses:
-        if not c:
-            continue
-        first = c.split(" ", 1)[0]
-        out.append(c if any(ch in first for ch in "._(") else c[0].upper() + c[1:])
-    return ". ".join(out)
 
 
 def change_text(pct: float) -> str:

@@ -1,14 +1,16 @@
-"""Chapter 7's story values for its measured answer (section 6): the capstone and its peers as the
-committed recording has them (the pattern: :mod:`fusedrms.book.story`)."""
+"""Chapter 7's story values for its measured answer (section 6 and the result): the capstone, its
+peers, Nsight Compute's DRAM share and the performance study's levers as the committed recording
+has them (the pattern: :mod:`fusedrms.book.story`)."""
 from __future__ import annotations
 
 import statistics
 
 from .. import records
 from . import ch07_results as CR
-from .story import MISSING, value  # noqa: F401 (the notebook reads story.value)
+from .story import MISSING, recorded, value  # noqa: F401 (the notebook reads story.value)
 
 BIG_MB = 64  # "where a call moves 64 MB or more"
+LEVER_THRESHOLD_PCT = 3.0  # a lever counts beyond this plus the launch's own run-to-run gap
 SMALL_ROWS, LARGE_ROWS = 1024, 4096  # in place: "at 1024 rows or fewer", "from 4096 rows"
 
 
@@ -16,7 +18,8 @@ def load(machine: str | None = records.COMMITTED) -> dict:
     """The peers' recording of ``machine`` (the committed one by default; None: the recording
     this reader's page would show)."""
     doc, _ = CR.peers_doc(machine=machine)
-    return {"peers": doc}
+    return {"peers": doc, "ncu": recorded("ncu_summary", machine),
+            "levers": recorded("capstone_levers", machine)}
 
 
 def story_facts(docs: dict) -> dict:
@@ -50,7 +53,47 @@ def story_facts(docs: dict) -> dict:
         "ip_large": CR.in_place_ratios(points, min_rows=LARGE_ROWS),
         "py_out": calls.get("capstone.fused_residual"),
         "py_in": calls.get("capstone.fused_residual_in_place"),
+        "eager": CR.eager_ratios(points, BIG_MB), "large": CR.peer_summary(fused, BIG_MB),
+        "py_fused": CR.python_calls(doc).get("capstone.fused"),
+        "py_torch": CR.python_calls(doc).get("torch.rms_norm_add"),
+        "above": sorted((r for r in fused if round(r.get("pct_floor") or 0) > 100),
+                        key=lambda r: -r["pct_floor"]),
+        "dram": _dram(docs.get("ncu")), "levers": _levers(docs.get("levers"), points),
     }
+
+
+def _dram(ncu_doc: dict | None) -> list[dict]:
+    """Nsight Compute's DRAM throughput of the capstone at each profiled shape."""
+    return [{"pct": float(r["dram_throughput_pct"]), "rows": r.get("rows"), "cols": r.get("cols")}
+            for r in (ncu_doc or {}).get("records", []) if isinstance(r, dict)
+            and r.get("impl") == CR.CAPSTONE and r.get("status", "ok") == "ok"
+            and r.get("dram_throughput_pct") is not None]
+
+
+def _levers(levers_doc: dict | None, points) -> dict | None:
+    """The performance study's levers: each one's largest counted change either way. A change at
+    a shape counts beyond :data:`LEVER_THRESHOLD_PCT` plus the gap between two runs of the launch
+    in use there (the study's run and the peers run)."""
+    from . import ch07
+
+    if not levers_doc:
+        return None
+    levers = CR.lever_summary(ch07.lever_effects(levers_doc))
+    gaps = CR.launch_repeat(levers_doc, points)
+
+    def counted(sign):
+        out = []
+        for lv in levers:
+            hits = [(sign * c, shape) for shape, c in lv["changes"].items()
+                    if sign * c > LEVER_THRESHOLD_PCT + abs(gaps.get(shape, 0.0))]
+            if hits:
+                pct, shape = max(hits)
+                out.append({"lever": lv["lever"], "pct": pct, "shape": shape})
+        return sorted(out, key=lambda h: -h["pct"])
+
+    gap_at = max(gaps, key=lambda k: abs(gaps[k]), default=None)
+    return {"count": len(levers), "shorter": counted(-1), "longer": counted(1),
+            "gap": abs(gaps[gap_at]) if gap_at else None, "gap_at": gap_at}
 
 
 def story_values(docs: dict) -> dict[str, str]:
@@ -86,4 +129,31 @@ def story_values(docs: dict) -> dict[str, str]:
         v["ip_large"] = f"{CR.ratio_text(f['ip_large'][0])} to {CR.ratio_text(f['ip_large'][-1])}"
     if f["py_out"] is not None and f["py_in"] is not None:
         v.update(py_out=f"{f['py_out']:.1f} µs", py_in=f"{f['py_in']:.1f} µs")
+    if f["eager"]:
+        v.update(eager_median=CR.ratio_text(statistics.median(f["eager"])),
+                 eager_shapes=str(len(f["eager"])))
+    large = f["large"]
+    if large.get("large_pct_median") is not None:
+        v.update(large_median=f"{large['large_pct_median']:.0f}%",
+                 large_min=f"{large['large_pct_min']:.0f}%")
+    if large.get("large_peer_pct_median") is not None:
+        v["large_peer_median"] = f"{large['large_peer_pct_median']:.0f}%"
+    if f["above"]:
+        top = f["above"][0]
+        v.update(above_at=CR.shape_text(top["rows"], top["cols"]), above_pct=f"{top['pct_floor']:.0f}%")
+    if f["dram"]:
+        d = max(f["dram"], key=lambda r: (r["rows"] or 0) * (r["cols"] or 0))
+        v.update(dram_pct=f"{d['pct']:.0f}%", dram_at=CR.shape_text(d["rows"], d["cols"]))
+    if f["py_fused"] and f["py_torch"]:
+        v.update(py_fused=f"{f['py_fused']:.1f} µs", py_torch=f"{f['py_torch']:.1f} µs")
+    lv = f["levers"]
+    if lv and lv["shorter"] and lv["longer"]:
+        best, worst = lv["shorter"][0], lv["longer"][0]
+        v.update(lv_threshold=f"{LEVER_THRESHOLD_PCT:g}%", lv_n=str(lv["count"]),
+                 lv_shorter=str(len(lv["shorter"])), lv_longer=str(len(lv["longer"])),
+                 lv_best=best["lever"], lv_best_pct=f"{best['pct']:.1f}%",
+                 lv_best_at=CR.shape_text(*best["shape"]), lv_worst=worst["lever"],
+                 lv_worst_pct=f"{worst['pct']:.1f}%", lv_worst_at=CR.shape_text(*worst["shape"]))
+        if lv["gap"] is not None:
+            v.update(lv_gap=f"{lv['gap']:.1f}%", lv_gap_at=CR.shape_text(*lv["gap_at"]))
     return v
