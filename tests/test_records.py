@@ -119,12 +119,13 @@ def test_an_acknowledged_stale_entry_changes_the_badge_not_the_test(tmp_path):
 def test_a_partial_chapter_shows_its_note_and_without_one_is_stale(tmp_path):
     """A run cut short keeps some files from an earlier recording: the badge says which."""
     pkg = _package(tmp_path)
-    folder = _recording(tmp_path, pkg, stale={"ch09": "The lever table comes from an earlier run."})
+    folder = _recording(tmp_path, pkg, stale={"ch09": "the lever table, from an earlier run."})
     manifest = records.read_manifest(folder)
     manifest["chapters"]["ch09"]["status"] = "partial"
     records.write_manifest(folder, manifest)
     state = records.staleness("ch09", folder, pkg)
-    assert state.state == "partial" and state.badge == "The lever table comes from an earlier run."
+    assert state.state == "partial" and state.badge == (
+        "These numbers come from this recording, except the lever table, from an earlier run.")
     manifest["stale"] = {}
     records.write_manifest(folder, manifest)
     assert records.staleness("ch09", folder, pkg).state == "stale"  # a partial run must say why

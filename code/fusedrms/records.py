@@ -402,8 +402,8 @@ class Staleness:
         if self.state == "stale":
             return (f"These numbers were measured on an earlier version of the kernel{at}: "
                     f"{', '.join(self.changed)} changed since.")
-        if self.state == "partial":  # the manifest's note says which part is older, and why
-            return self.reason
+        if self.state == "partial":  # the manifest's note names the part kept, and why
+            return f"These numbers come from this recording, except {self.reason}"
         if self.state == "unrecorded":
             return "This chapter has no recorded GPU results yet."
         return ""

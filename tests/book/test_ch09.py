@@ -79,18 +79,20 @@ def test_each_training_step_gives_gradients_that_pass_the_check(impl, op):
 
 
 def test_dx_is_checked_on_an_even_sample_of_rows_that_ends_on_the_last():
-    assert ch09.sampled_rows(5).tolist() == [0, 1, 2, 3, 4]
-    rows = ch09.sampled_rows(16384, most=2048)
+    from fusedrms.measure.worker import sample_rows
+
+    assert sample_rows(5, ch09.CHECK_ROWS) == [0, 1, 2, 3, 4]
+    rows = sample_rows(16384, 2048)
     assert rows[0] == 0 and rows[-1] == 16383 and len(rows) <= 2049
-    assert int(rows.diff().max()) == 8  # an even stride: no stretch of rows goes unchecked
-    odd = ch09.sampled_rows(1001, most=100)
-    assert odd[-1] == 1000 and int(odd.diff().max()) <= 11
+    assert max(b - a for a, b in zip(rows, rows[1:])) <= 9  # no stretch of rows goes unchecked
+    odd = sample_rows(1001, 100)
+    assert odd[-1] == 1000 and max(b - a for a, b in zip(odd, odd[1:])) <= 11
 
 
 def test_a_wrong_sampled_row_of_dx_is_caught(monkeypatch):
     import torch
 
-    monkeypatch.setattr(ch09, "sampled_rows", lambda rows, most=4: torch.arange(0, rows, 3))
+    monkeypatch.setattr(ch09, "CHECK_ROWS", 4)  # 9 rows: 0, 3, 4, 5 and 8 are compared
     bundle = ch09.make_bundle("rmsnorm", 9, 40, torch.float32, device=DEVICE)
     w = torch.randn(40, device=DEVICE).requires_grad_()
     grads = list(ch09.train_step("torch.eager", "rmsnorm", 40, torch.float32, w)(bundle))

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from .. import env  # first: decides GPU or interpreter before any @triton.jit
 
-import json
 import dataclasses
 import functools
+import json
 import math
 import time
 from pathlib import Path

@@ -193,22 +193,15 @@ def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor,
     return step
 
 
-CHECK_ROWS = 2048  # dx is compared on at most this many rows, spread evenly, last row included
-
-
-def sampled_rows(rows: int, most: int = CHECK_ROWS) -> torch.Tensor:
-    """Row indices where dx is compared: every row up to ``most``, else an even stride from row 0
-    that ends on the last row. (The comparison runs on the host; at 16384 x 8192 every row took
-    seconds per case, and eight processes checking side by side ran past the warm-up's limit.)"""
-    if rows <= most:
-        return torch.arange(rows)
-    step = -(-rows // most)
-    return torch.unique(torch.cat([torch.arange(0, rows, step), torch.tensor([rows - 1])]))
+CHECK_ROWS = 2048  # dx is compared on at most about this many rows, spread evenly: the host check
+# of every row at 16384 x 8192 took seconds per case, and eight warm-up processes ran past their limit
 
 
 def check_gradients(op: str, bundle: torch.Tensor, w: torch.Tensor, grads) -> tuple[bool, str]:
     """Every gradient against the float64 formula: dw on every column, dx (and the residual's
-    gradient) on :func:`sampled_rows`."""
+    gradient) on :data:`CHECK_ROWS` rows spread evenly, first, middle and last included."""
+    from ..measure.worker import sample_rows
+
     x, dy = bundle[0], bundle[-1 if op == "rmsnorm" else 2]
     d_sum = None
     if op == "add_rmsnorm":
@@ -220,7 +213,7 @@ def check_gradients(op: str, bundle: torch.Tensor, w: torch.Tensor, grads) -> tu
     if op == "add_rmsnorm":
         named["dresidual"] = grads[1]
     messages, ok = [], True
-    rows = sampled_rows(x.shape[0]).to(x.device)
+    rows = torch.tensor(sample_rows(x.shape[0], CHECK_ROWS), device=x.device)
     for name, got in named.items():
         key = "dw" if name == "dw" else "dx"
         n = x.shape[0] if key == "dw" else x.shape[1]
