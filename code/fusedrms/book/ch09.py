@@ -289,6 +289,9 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
         rec["first_call_ms"] = (time.perf_counter() - t0) * 1e3
         if check and check_bundle is not None:
             rec["check_ok"], rec["check"] = check_gradients(op, check_bundle, w.detach(), grads)
+        del grads
+        if check and kind == "train":  # measured once, where the gradients are checked
+            rec["peak_MiB"] = step_peak_MiB(step, bundle)
         if warm_only:
             rec["case_s"] = round(time.perf_counter() - started, 2)
             return rec
@@ -302,6 +305,21 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
     except Exception as e:  # noqa: BLE001 - a failing peer is a result, the sweep goes on
         rec.update(error=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300])
     return rec
+
+
+def step_peak_MiB(step, bundle: torch.Tensor) -> float | None:
+    """The memory one training step allocates beyond what exists before it (what autograd saves,
+    the gradients, temporaries), in MiB: the caching allocator's peak. None off the GPU."""
+    if not env.current().on_gpu:
+        return None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    grads = step(bundle)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del grads
+    return round(peak / 2**20, 2)
 
 
 def determinism(rows: int, cols: int, dt: str, runs: int = DETERMINISM_RUNS) -> list[dict]:
@@ -379,7 +397,7 @@ def aggregate(parts: list[dict]) -> list[dict]:
         first = items[0][1]
         rec = {k: first[k] for k in ("kind", "op", "impl", "rows", "cols", "dtype", "bytes",
                                      "programs") if k in first}
-        for k in ("check_ok", "check", "method"):
+        for k in ("check_ok", "check", "method", "peak_MiB"):
             if k in first:
                 rec[k] = first[k]
         errors = [r["error"] for _, r in items if "error" in r]
@@ -481,7 +499,7 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processe
         warm = first.get((r["kind"], r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]), {})
         if "first_call_ms" in warm and r["impl"] == "torch.compile":
             r["compile_s"] = round(warm["first_call_ms"] / 1e3, 3)
-        for k in ("check_ok", "check"):  # checked once, in the warm-up
+        for k in ("check_ok", "check", "peak_MiB"):  # checked once, in the warm-up
             if k in warm and k not in r:
                 r[k] = warm[k]
     if missing:
