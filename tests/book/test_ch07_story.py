@@ -43,7 +43,8 @@ def test_liger_is_the_residual_variants_strongest_peer_at_large_shapes():
 def test_in_place_costs_time_at_small_batches_and_nothing_from_python():
     f = _facts()
     assert f["ip_small"][-1] > 1 + f["band"]  # "up to ... slower"
-    assert abs(f["py_in"] / f["py_out"] - 1) < 0.05  # "from Python the two cost the same"
+    (in_lo, in_hi), (out_lo, out_hi) = f["py_in"], f["py_out"]
+    assert in_lo <= out_hi and out_lo <= in_hi  # "from Python ... cannot be told apart"
 
 
 def test_every_value_the_prose_shows_exists_on_the_committed_recording():

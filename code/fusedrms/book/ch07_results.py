@@ -332,6 +332,19 @@ def python_calls(doc: dict | None, op: str = "add_rmsnorm") -> dict:
     return out
 
 
+def python_call_spread(doc: dict | None, op: str = "add_rmsnorm") -> dict:
+    """{impl: (lowest, highest) process median, µs} of the ``python`` sweep for ``op``: how far a
+    call from Python moved from process to process."""
+    out = {}
+    for rec in (doc or {}).get("records", []):
+        if not isinstance(rec, dict) or rec.get("sweep") != "python" or rec.get("op") != op:
+            continue
+        lo, hi = _num(rec.get("min_median_us")), _num(rec.get("max_median_us"))
+        if rec.get("status", "ok") == "ok" and lo and hi:
+            out[str(rec["impl"])] = (lo, hi)
+    return out
+
+
 def lever_summary(effects: list[dict] | None, op: str = "add_rmsnorm") -> list[dict]:
     """Per lever of the performance study (rows of ``ch07.lever_effects``: lever, tests, variant,
     op, rows, cols, before_us, after_us): the best variant's change in percent at each shape

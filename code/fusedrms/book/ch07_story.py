@@ -40,7 +40,7 @@ def story_facts(docs: dict) -> dict:
     single = [r for r in complete if r["rows"] == 1]
     middle = [r for r in lost if r["rows"] > 1 and not CR.is_wide(r)]
     big_rs = [r for r in residual if r["MB"] >= BIG_MB and not r["missing"]]
-    calls = CR.python_calls(doc, "add_rmsnorm_residual")
+    calls = CR.python_call_spread(doc, "add_rmsnorm_residual")
     return {
         "band": band, "fused": fused, "residual": residual,
         "fu_counts": CR.tie_counts(fused, band), "rs_counts": CR.tie_counts(residual, band),
@@ -128,7 +128,8 @@ def story_values(docs: dict) -> dict[str, str]:
     if f["ip_large"]:
         v["ip_large"] = f"{CR.ratio_text(f['ip_large'][0])} to {CR.ratio_text(f['ip_large'][-1])}"
     if f["py_out"] is not None and f["py_in"] is not None:
-        v.update(py_out=f"{f['py_out']:.1f} µs", py_in=f"{f['py_in']:.1f} µs")
+        v.update(py_out=f"{f['py_out'][0]:.0f}-{f['py_out'][1]:.0f} µs",
+                 py_in=f"{f['py_in'][0]:.0f}-{f['py_in'][1]:.0f} µs")
     if f["eager"]:
         v.update(eager_median=CR.ratio_text(statistics.median(f["eager"])),
                  eager_shapes=str(len(f["eager"])))
