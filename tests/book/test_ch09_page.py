@@ -55,7 +55,6 @@ def test_recorded_tables_render_on_the_page():
     rows, formats = ch09_page.for_page(ch09_page.backward_table(doc), ch09_page.BACKWARD_COLUMNS)
     assert rows[0]["% floor"] == pytest.approx(100 * 25.0 / 30.0)
     assert "µs" in page.table(rows, formats=formats, caption="b")._repr_html_()
-    assert "For RMSNorm" in ch09_page.answer(doc) and "not been recorded" in ch09_page.answer(None)
 
 
 def _train_doc(shapes, impls=("triton.two_stage", "torch.rms_norm", "liger"), skip=()):
@@ -72,82 +71,14 @@ def _train_doc(shapes, impls=("triton.two_stage", "torch.rms_norm", "liger"), sk
     return _doc([{"copy_GBps": 4000.0, "records": records_, "skipped": 0}])
 
 
-def _english(text):
-    import re
-
-    assert not re.search(r"\b1 (shapes|processes|ulps)\b", text), text
-    assert not re.search(r"\b(\w+) \1\b", text), text  # a doubled word
-    assert "-0" not in text and "((" not in text and "torch.rms_norm" not in text, text
-
-
-def test_answer_with_few_shapes_names_each_and_no_large_shape_verdict():
-    doc = _train_doc([(1024, 2048, "bf16"), (1024, 4096, "bf16")])
-    text = ch09_page.answer(doc)
-    _english(text)
-    assert "1024x2048 bf16" in text and "1024x4096 bf16" in text and "F.rms_norm" in text
-    assert "64 MB" not in text and "of 2 shapes" not in text
-    cover = ch09_page.coverage_sentence(doc)
-    _english(cover)
-    assert "only 2 shapes of the 11" in cover
-    assert "No step with 4096 or 16384 rows, 8192 columns or fp32 was timed" in cover
-    # the determinism study runs at 16384 rows: the sentence is about timings only
-    assert "measured" not in cover
-
-
-def test_answer_with_every_shape_counts_and_gives_the_large_shape_median():
-    doc = _train_doc(list(ch09.SHAPES))
-    text = ch09_page.answer(doc)
-    _english(text)
-    assert "faster than the fastest checked peer at 5 of 11 shapes and slower at 6" in text
-    assert "shapes moving 64 MB or more" in text
-    assert ch09_page.coverage_sentence(doc) == ("The recording timed forward + backward at all 11 "
-                                           "shapes.")
-
-
 def test_a_peer_missing_at_some_shapes_is_reported_not_beaten():
     skip = {("liger", k) for k in range(3)} | {("torch.rms_norm", k) for k in (0, 5)}
     doc = _train_doc(list(ch09.SHAPES), impls=("triton.two_stage", "torch.rms_norm", "liger",
                                                "torch.eager"), skip=skip)
-    text = ch09_page.answer(doc)
-    _english(text)
-    assert ("Without a checked time, so not in these comparisons: eager PyTorch at any of them, "
-            "F.rms_norm at 1 of them, Liger at 2 of them and torch.compile at any of them.") in text
-    assert "At 1024x2048 bf16 no peer has a checked time" in text  # neither was timed there
     v = ch09_page.verdict(doc, "rmsnorm")
+    assert v["no_peer_shapes"] == ["1024x2048 bf16"]  # neither was timed there
     assert v["shapes"] == 10 and v["missing"] == {"torch.eager": 10, "torch.rms_norm": 1,
                                                   "liger": 2, "torch.compile": 10}
-
-
-def test_answer_when_no_peer_was_timed():
-    doc = _train_doc([(1024, 2048, "bf16")], impls=("triton.two_stage",))
-    text = ch09_page.answer(doc)
-    assert text.count("no shape has both our time and a checked peer's") == 2
-
-
-def test_processes_sweep_and_determinism_sentences_in_every_state():
-    assert ch09_page.processes_sentence(None) == "no case has been timed yet"
-    parts = [_part({"triton.two_stage": t}) for t in (10.0, 11.0)]
-    parts[1]["records"] = []
-    assert ch09_page.processes_sentence(_doc(parts)) == "every case was timed in 1 process"
-    mixed = _doc([_part({"triton.two_stage": 10.0, "torch.eager": 30.0}),
-                  _part({"triton.two_stage": 11.0})])
-    assert ch09_page.processes_sentence(mixed) == "1 to 2 processes per case"
-    assert "not measured here" in ch09_page.sweep_sentence(mixed)
-    sweep = [{"kind": "programs", "op": "rmsnorm", "impl": f"{n}/SM", "rows": 1024, "cols": 4096,
-              "dtype": "bf16", "bytes": 10**8, "programs": 132 * n, "us": 30.0 - n,
-              "floor_us": 20.0, "pct_floor": 50.0} for n in (1, 2, 4)]
-    text = ch09_page.sweep_sentence({"records": sweep})
-    _english(text)
-    assert text.startswith("The fastest grid measured: 4 per SM at 1024x4096 bf16, 26.0 µs")
-    assert "no repeated runs" in ch09_page.determinism_sentence(mixed)
-    det = [{"kind": "determinism", "impl": "two_stage", "rows": 64, "cols": 512, "dtype": "bf16",
-            "runs": 5, "distinct": 1, "max_ulp_apart": 0},
-           {"kind": "determinism", "impl": "atomic", "rows": 64, "cols": 512, "dtype": "bf16",
-            "runs": 5, "distinct": 2, "max_ulp_apart": 1}]
-    text = ch09_page.determinism_sentence({"records": det})
-    _english(text)
-    assert "two-stage dw gave the same bits every time" in text
-    assert "atomic dw gave 2 different dw bit patterns, at most 1 ulp apart" in text
 
 
 def test_the_backward_table_shows_zero_partials_for_the_atomic_design():
@@ -158,43 +89,6 @@ def test_the_backward_table_shows_zero_partials_for_the_atomic_design():
     assert [r["design"] for r in rows] == ["two-stage dw", "atomic dw"]
     assert rows[0]["partials_pct"] == pytest.approx(100 * 2 * 132 * 2048 * 4 / 10**7)
     assert rows[1]["partials_pct"] == 0  # shown as 0, not a blank cell that reads as missing
-
-
-def test_the_committed_recording_reads_as_measured():
-    """The committed recording timed 1024 rows only: the page says so and judges no large shape."""
-    doc = ch09_page.load()
-    if doc is None or doc.get("source", {}).get("own"):
-        pytest.skip("no committed recording, or the reader's own is loaded")
-    timed = ch09_page.coverage(doc)["timed"]
-    text = ch09_page.answer(doc)
-    _english(text)
-    if len(timed) <= 3:
-        assert "64 MB" not in text
-        assert all(ch09_page._shape(*s) in text for s in timed)
-
-
-def test_measured_intro_reads_in_every_state():
-    assert "No recording of this comparison exists yet" in ch09_page.measured_intro(None)
-    one = _doc([_part({"triton.two_stage": 10.0})])
-    one["provenance"]["processes"] = 1
-    assert ch09_page.measured_intro(one).startswith("The measurement ran in one process.")
-    doc = _train_doc([(1024, 2048, "bf16")])
-    doc["provenance"]["processes"] = 3
-    text = ch09_page.measured_intro(doc)
-    _english(text)
-    assert "ran in 3 separate processes" in text and "(every case was timed in 1 process" in text
-
-
-def test_calls_per_replay_comes_from_the_recorded_methods():
-    def rec(method):
-        return {"kind": "train", "method": method}
-
-    assert ch09_page.calls_per_replay(None) == "many"
-    assert ch09_page.calls_per_replay({"records": [rec("20 calls back to back over 10 rotating "
-                                                  "input copies")] * 2}) == "20"
-    both = {"records": [rec("20 calls back to back"), rec("28 calls back to back"),
-                        {"kind": "determinism", "method": "99 calls"}]}
-    assert ch09_page.calls_per_replay(both) == "20 to 28"
 
 
 def test_the_page_prices_every_floor_at_the_books_copy():
@@ -208,14 +102,14 @@ def test_the_page_prices_every_floor_at_the_books_copy():
         assert r["pct_floor"] == pytest.approx(floor.pct(r["bytes"], r["us"]))
 
 
-def test_without_a_copy_measured_the_answer_says_no_share_of_a_floor(monkeypatch):
+def test_without_a_copy_measured_no_share_of_a_floor_is_given(monkeypatch):
     from fusedrms import records
 
     monkeypatch.setattr(records, "copy_floor_beside", lambda doc: None)
     doc = ch09_page.load()
     assert all(r.get("pct_floor") is None for r in doc["records"])
-    text = ch09_page.answer(doc)
-    assert "floor" not in text and "None" not in text and "For RMSNorm" in text
+    v = ch09_page.verdict(doc, "rmsnorm")
+    assert v["median_pct_floor"] is None and v["shapes"] > 0
 
 
 def test_differences_inside_the_run_to_run_spread_are_ties():
@@ -232,5 +126,16 @@ def test_differences_inside_the_run_to_run_spread_are_ties():
     assert band == pytest.approx(0.016, abs=0.002)
     v = ch09_page.verdict(doc, "rmsnorm")
     assert (v["faster"], v["tie"], v["slower"]) == (0, 1, 1)
-    text = ch09_page.answer(doc)
-    assert "tie band of ±1.6%: 1 of these is a tie." in text
+
+
+def test_the_memory_table_puts_both_ops_side_by_side_per_implementation():
+    def rec(op, impl, peak, rows=16384):
+        return {"kind": "train", "op": op, "impl": impl, "rows": rows, "cols": 8192,
+                "dtype": "bf16", "peak_MiB": peak}
+    doc = {"records": [rec("rmsnorm", "triton.two_stage", 516.2), rec("add_rmsnorm", "triton.two_stage", 772.2),
+                       rec("rmsnorm", "torch.eager", 3460.2), rec("rmsnorm", "liger", 1.0, rows=1024)]}
+    table = ch09_page.memory_table(doc, (16384, 8192, "bf16"))
+    assert table == [{"implementation": "ours", "RMSNorm, MiB": 516.2, "fused add + RMSNorm, MiB": 772.2},
+                     {"implementation": "eager PyTorch", "RMSNorm, MiB": 3460.2,
+                      "fused add + RMSNorm, MiB": None}]  # Liger: another shape, not in this table
+    assert ch09_page.memory_table(doc, (1, 1, "bf16")) is None

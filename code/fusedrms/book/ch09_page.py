@@ -1,17 +1,17 @@
 """Chapter 9's page: the readers that turn the recorded ``ch09_backward.json`` (written by
 :func:`fusedrms.book.ch09.record`) into the chapter's tables, plot and sentences: :func:`load`,
-:func:`training_table`, :func:`backward_table`, :func:`verdict`, :func:`figure`, :func:`answer` and
-the other ``*_sentence`` functions. Without a recording each returns None or says so in words;
-none invents a number. No measurement happens here.
+:func:`training_table`, :func:`backward_table`, :func:`memory_table`, :func:`verdict` and
+:func:`figure`. Without a recording each returns None; none invents a number. No measurement
+happens here. The chapter's prose about the recording is its Markdown, with the values of
+:mod:`fusedrms.book.ch09_story`.
 """
 from __future__ import annotations
 
-import re
 import statistics
 
 from .. import records
 from . import page
-from .ch09 import OPS, OURS, RECORD_NAME, SHAPES, TRAIN_IMPLS
+from .ch09 import OPS, OURS, RECORD_NAME, TRAIN_IMPLS
 
 LARGE_BYTES = 64 << 20  # the chapter's comparison counts shapes moving at least this much
 
@@ -154,170 +154,6 @@ def verdict(doc, op: str, large_only: bool = False) -> dict | None:
             "no_peer_shapes": alone}
 
 
-def coverage(doc) -> dict:
-    """Which of the chapter's :data:`SHAPES` the recording timed (ours, forward + backward, in
-    either op) and, for the ones it did not, the row counts, widths and dtypes never timed."""
-    timed = {(r["rows"], r["cols"], r["dtype"]) for r in _select(doc, kind="train")
-             if r["impl"] in OURS and "us" in r}
-    timed_list = [s for s in SHAPES if s in timed] + sorted(timed - set(SHAPES))
-    absent = [s for s in SHAPES if s not in timed]
-    never = {"rows": sorted({s[0] for s in absent} - {s[0] for s in timed}),
-             "cols": sorted({s[1] for s in absent} - {s[1] for s in timed}),
-             "dtypes": [d for d in dict.fromkeys(s[2] for s in absent)
-                        if d not in {s[2] for s in timed}]}
-    return {"timed": timed_list, "absent": absent, "never": never}
-
-
-def coverage_sentence(doc) -> str:
-    """What the recording timed, plainly, so no sentence below reads as a verdict on shapes it
-    does not have."""
-    if doc is None:
-        return "No recording of this comparison exists yet."
-    c = coverage(doc)
-    if not c["timed"]:
-        return "The recording holds no timing of forward + backward."
-    if not c["absent"]:
-        return f"The recording timed forward + backward at all {len(c['timed'])} shapes."
-    names = page.listed(_shape(*s) for s in c["timed"])
-    text = (f"The recording timed forward + backward at only {page.counted(len(c['timed']), 'shape')} "
-            f"of the {len(SHAPES)} this experiment covers: {names}.")
-    never = c["never"]
-    parts = ([f"{page.listed(map(str, never['rows']), 'or')} rows"] if never["rows"] else []) + (
-        [f"{page.listed(map(str, never['cols']), 'or')} columns"] if never["cols"] else []) + (
-        [page.listed(never["dtypes"], "or")] if never["dtypes"] else [])
-    if parts:
-        text += (f" No step with {page.listed(parts, 'or')} was timed, so no time on this page "
-                 f"speaks for those shapes.")
-    else:
-        text += (f" The other {page.counted(len(c['absent']), 'shape')} were not timed, so no "
-                 f"time on this page speaks for them.")
-    return text
-
-
-def _op_sentence(doc, op: str) -> str:
-    name = OP_NAMES[op]
-    v = verdict(doc, op)
-    if v is None:
-        return f"For {name}, no shape has both our time and a checked peer's."
-    if v["shapes"] <= 3:  # few shapes: each one, plainly
-        each = [f"{r['vs_fastest']:.2f}x "
-                + (f"the time of the fastest checked peer, {plain_name(r['fastest_peer'])}, "
-                   if k == 0 else f"that of {plain_name(r['fastest_peer'])} ")
-                + f"at {r['shape']}" for k, r in enumerate(v["rows"])]
-        floors = page.listed(f"{r['pct_floor']:.0f}%" for r in v["rows"] if r["pct_floor"] is not None)
-        text = (f"For {name}, forward + backward, ours took {page.listed(each)}"
-                + (f", running at {floors} of its copy floor." if floors else "."))
-        if v["band"]:
-            text += (f" The run-to-run spread gives a tie band of ±{100 * v['band']:.1f}%: "
-                     + ("none of these is a tie." if not v["tie"] else
-                        f"{v['tie']} of these {'is a tie' if v['tie'] == 1 else 'are ties'}."))
-    else:
-        counts = (f"faster than the fastest checked peer at {v['faster']} of {v['shapes']} "
-                  f"shapes, a tie at {v['tie']} (within ±{100 * v['band']:.1f}%, the band the "
-                  f"run-to-run spread gives) and slower at {v['slower']}" if v["band"] else
-                  f"faster than the fastest checked peer at {v['faster']} of {v['shapes']} "
-                  f"shapes and slower at {v['slower']}, each time from one process, so no tie "
-                  f"band tells noise from a difference")
-        text = (f"For {name}, forward + backward, ours is {counts}: median "
-                f"{v['median_ratio']:.2f}x its time, worst {v['worst_ratio']:.2f}x against "
-                f"{plain_name(v['worst_peer'])} at {v['worst_shape']}"
-                + (f"; its median share of the copy floor is {v['median_pct_floor']:.0f}%."
-                   if v["median_pct_floor"] is not None else "."))
-        large = verdict(doc, op, large_only=True)
-        if large and 2 <= large["shapes"] < v["shapes"]:
-            text += (f" At the {large['shapes']} shapes moving 64 MB or more, where fixed costs "
-                     f"matter least, the median is {large['median_ratio']:.2f}x.")
-    if v["missing"]:
-        gaps = page.listed(f"{plain_name(i)} at " + ("any of them" if n == v["shapes"] else
-                                             f"{n} of them") for i, n in v["missing"].items())
-        text += f" Without a checked time, so not in these comparisons: {gaps}."
-    if v["no_peer_shapes"]:
-        text += (f" At {page.listed(v['no_peer_shapes'])} no peer has a checked time, so ours is "
-                 f"compared with nothing there.")
-    return text
-
-
-def answer(doc) -> str:
-    """The chapter's answer: ours against the fastest checked peer per op, naming the shapes
-    (:func:`coverage_sentence` says which were not timed), every number from the recording (or
-    the no-recording state)."""
-    if doc is None:
-        return ("This chapter's comparison has not been recorded on a GPU yet, so there is no "
-                "measured answer here; `python -m fusedrms.record --chapters 9` on a GPU records "
-                "it, and the chapter then shows that recording.")
-    return " ".join(_op_sentence(doc, op) for op in OPS)
-
-
-def processes_sentence(doc) -> str:
-    """How many measuring processes timed the cases (each time is their median)."""
-    counts = [r["processes"] for r in _select(doc) if r.get("kind") in ("train", "backward",
-                                                                        "programs")
-              and "processes" in r]
-    if not counts:
-        return "no case has been timed yet"
-    lo, hi = min(counts), max(counts)
-    if lo == hi:
-        return f"every case was timed in {page.counted(lo, 'process')}"
-    return f"{lo} to {hi} processes per case"
-
-
-def measured_intro(doc) -> str:
-    """What stands before the tables: how the times were aggregated and which shapes exist."""
-    if doc is None:
-        return ("No recording of this comparison exists yet, so the tables, the plot and the "
-                "answer below are empty; `python -m fusedrms.record --chapters 9` on a GPU "
-                "records them.")
-    n = doc.get("provenance", {}).get("processes")
-    how = (f"The measurement ran in {n} separate processes one after another, and each time "
-           f"below is the median of the processes that reached the case ("
-           f"{processes_sentence(doc)} in this recording)." if n and n > 1 else
-           "The measurement ran in one process.")
-    return f"{how} {coverage_sentence(doc)}"
-
-
-def sweep_sentence(doc) -> str:
-    """The programs-per-SM lever as measured, or plainly that it was not."""
-    rows = backward_table(doc, kind="programs") or []
-    if not rows:
-        return ("The recording has no timing of this lever, so which side of the trade wins is "
-                "not measured here.")
-    best = {}
-    for r in rows:
-        if r["shape"] not in best or r["us"] < best[r["shape"]]["us"]:
-            best[r["shape"]] = r
-    each = page.listed(f"{r['design']} per SM at {shape}, {r['us']:.1f} µs with partials "
-                f"{r['partials_pct']:.0f}% of the bytes" for shape, r in best.items())
-    return f"The fastest grid measured: {each}."
-
-
-def calls_per_replay(doc) -> str:
-    """How many calls one timed graph replay held, from the recorded methods ("20", "20 to 28"),
-    or "many" when the recording does not say."""
-    calls = sorted({int(m[1]) for r in _select(doc) if r.get("kind") in ("train", "backward",
-                                                                         "programs")
-                    for m in [re.match(r"(\d+) calls", str(r.get("method", "")))] if m})
-    if not calls:
-        return "many"
-    return f"{calls[0]:,}" if len(calls) == 1 else f"{calls[0]:,} to {calls[-1]:,}"
-
-
-def determinism_sentence(doc) -> str:
-    """dw's bit patterns over repeated runs, per design, as measured on the recording's GPU."""
-    rows = determinism_rows(doc)
-    if not rows:
-        return "The recording has no repeated runs of the dw reductions."
-    r0 = rows[0]
-    each = []
-    for r in rows:
-        what = ("the same bits every time" if r["distinct"] == 1 else
-                f"{r['distinct']} different dw bit patterns, at most "
-                f"{page.counted(r['max_ulp_apart'], 'ulp')} apart")
-        each.append(f"{DESIGN_NAMES.get(r['impl'], r['impl'])} gave {what}")
-    return (f"On the recording's GPU, {r0['runs']} runs of each design at "
-            f"{_shape(r0['rows'], r0['cols'], r0['dtype'])} on the same inputs: "
-            f"{'; '.join(each)}.")
-
-
 def missing_sentence(doc) -> str | None:
     """The peers the recording could not run at all, with the reason, or None."""
     gone = missing_peers(doc)
@@ -325,6 +161,17 @@ def missing_sentence(doc) -> str | None:
         return None
     return "Not in the recording: " + "; ".join(
         f"{plain_name(m['impl'])} ({m['reason']})" for m in gone) + "."
+
+
+def memory_table(doc, shape: tuple[int, int, str]) -> list[dict] | None:
+    """The peak memory of one training step (MiB beyond what existed before it) per
+    implementation at ``shape``, both ops side by side; None where the recording has none."""
+    peaks = {(r["op"], r["impl"]): r["peak_MiB"] for r in _select(doc, kind="train")
+             if r.get("peak_MiB") is not None and (r["rows"], r["cols"], r["dtype"]) == shape}
+    rows = [{"implementation": plain_name(i),
+             **{f"{OP_NAMES[op]}, MiB": peaks.get((op, i)) for op in OPS}}
+            for i in TRAIN_IMPLS if any((op, i) in peaks for op in OPS)]
+    return rows or None
 
 
 def determinism_rows(doc) -> list[dict]:

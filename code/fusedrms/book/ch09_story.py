@@ -1,0 +1,182 @@
+"""Chapter 9's story values: training steps against the peers, their memory, the backward alone,
+its grid and dw's bits, as the committed recording has them (the pattern: :mod:`fusedrms.book.story`)."""
+from __future__ import annotations
+
+from .. import records
+from . import ch09_page as R
+from .ch09 import OPS
+from .story import MISSING, recorded, value  # noqa: F401 (the notebook reads story.value)
+
+MEMORY_SHAPE = (16384, 8192, "bf16")  # the largest shape of the grid: where memory is scarce
+PEAK_IMPLS = ("triton.two_stage", "liger", "torch.rms_norm", "torch.compile", "torch.eager")
+
+
+def load(machine: str | None = records.COMMITTED) -> dict:
+    """The file the measured sections read (None where missing), every floor at the book's copy
+    floor (:func:`fusedrms.book.ch09_page.load`); ``machine=None``: this reader's recording."""
+    return {"backward": R.load(machine)}
+
+
+def _op(doc: dict, op: str, band: float) -> dict:
+    v = R.verdict(doc, op)
+    large = R.verdict(doc, op, large_only=True)
+    rows = v["rows"]
+    lost = [r for r in rows if r["vs_fastest"] > 1 + band]
+    eager = [r["torch.eager"] / r["triton.two_stage"] for r in rows
+             if r["torch.eager"] and r["triton.two_stage"]]
+    return {"verdict": v, "large": large, "lost": lost,
+            "large_lost": [r for r in lost if r["MB"] * 1e6 >= R.LARGE_BYTES],
+            "worst": max(rows, key=lambda r: r["vs_fastest"]), "eager": eager,
+            "pct_floor": [r["pct_floor"] for r in rows if r["pct_floor"] is not None]}
+
+
+def _peaks(doc: dict, op: str) -> dict:
+    rows, cols, dt = MEMORY_SHAPE
+    return {r["impl"]: r["peak_MiB"] for r in doc.get("records", [])
+            if r.get("kind") == "train" and r.get("op") == op and r.get("peak_MiB")
+            and (r["rows"], r["cols"], r["dtype"]) == (rows, cols, dt)}
+
+
+def _backward(doc: dict) -> dict | None:
+    table = R.backward_table(doc) or []
+    by = {(r["op"], r["design"], r["shape"]): r for r in table}
+    plain = R.OP_NAMES["rmsnorm"]
+    two = [r for r in table if r["op"] == plain and r["design"] == R.DESIGN_NAMES["two_stage"]]
+    if not two:
+        return None
+    recompute = [by[(plain, R.DESIGN_NAMES["recompute_r"], r["shape"])]["us"] / r["us"]
+                 for r in two if (plain, R.DESIGN_NAMES["recompute_r"], r["shape"]) in by]
+    atomic = [by[(plain, R.DESIGN_NAMES["atomic"], r["shape"])]["us"] / r["us"]
+              for r in two if (plain, R.DESIGN_NAMES["atomic"], r["shape"]) in by]
+    big = [r for r in table if r["MB"] * 1e6 >= R.LARGE_BYTES]
+    return {"two_stage": two, "recompute": recompute, "atomic": atomic,
+            "large_pct": [r["pct_floor"] for r in big]}
+
+
+def _grid(doc: dict, band: float) -> list[dict]:
+    """Per shape of the programs sweep: the fastest grid and the default rule's grid."""
+    sweep = R.backward_table(doc, kind="programs") or []
+    rule = {r["shape"]: r for r in R.backward_table(doc) or []
+            if r["design"] == R.DESIGN_NAMES["two_stage"] and r["op"] == R.OP_NAMES["rmsnorm"]}
+    out = []
+    for shape in dict.fromkeys(r["shape"] for r in sweep):
+        tried = [r for r in sweep if r["shape"] == shape]
+        best = min(tried, key=lambda r: r["us"])
+        chosen = next((r for r in tried if shape in rule and r["programs"] == rule[shape]["programs"]),
+                      None)
+        out.append({"shape": shape, "best": best, "rule": chosen,
+                    "slowest": max(tried, key=lambda r: r["us"]),
+                    "rule_within_band": bool(chosen) and chosen["us"] <= best["us"] * (1 + band)})
+    return out
+
+
+def story_facts(docs: dict) -> dict:
+    """The numbers behind the prose, unformatted (empty without a recording)."""
+    doc = docs.get("backward")
+    if not doc or R.verdict(doc, "rmsnorm") is None:
+        return {}
+    band = R.tie_band(doc) or 0.0
+    counts = [r["processes"] for r in doc.get("records", []) if "processes" in r]
+    return {"band": band, "processes": min(counts) if counts else 0,
+            "gpu": doc.get("provenance", {}).get("gpu"),
+            **{op: _op(doc, op, band) for op in OPS},
+            "peaks": {op: _peaks(doc, op) for op in OPS}, "backward": _backward(doc),
+            "grid": _grid(doc, band), "determinism": {r["impl"]: r for r in R.determinism_rows(doc)}}
+
+
+def _x(ratio: float) -> str:
+    return f"{ratio:.2f}x"
+
+
+def _shape(r: dict) -> str:
+    return f"{r['rows']:,} × {r['cols']:,}" + ("" if r["dtype"] == "bf16" else f" {r['dtype']}")
+
+
+def story_values(docs: dict) -> dict[str, str]:
+    """Every value the measured sections' prose shows, formatted (absent where not recorded)."""
+    f = story_facts(docs)
+    if not f:
+        return {}
+    v = {"ch9_processes": str(f["processes"]), "ch9_band": f"±{100 * f['band']:.1f}%"}
+    for op, key in (("rmsnorm", "rms"), ("add_rmsnorm", "add")):
+        o = f[op]
+        verdict = o["verdict"]
+        v.update({f"{key}_shapes": str(verdict["shapes"]), f"{key}_faster": str(verdict["faster"]),
+                  f"{key}_tie": str(verdict["tie"]), f"{key}_slower": str(verdict["slower"]),
+                  f"{key}_median": _x(verdict["median_ratio"]),
+                  f"{key}_worst": _x(o["worst"]["vs_fastest"]),
+                  f"{key}_worst_at": _shape(o["worst"]),
+                  f"{key}_worst_peer": R.plain_name(o["worst"]["fastest_peer"]),
+                  f"{key}_worst_us": f"{o['worst']['triton.two_stage']:.1f} µs"})
+        if o["large_lost"]:
+            v[f"{key}_large_worst"] = _x(max(r["vs_fastest"] for r in o["large_lost"]))
+        if o["pct_floor"]:
+            v[f"{key}_floor_max"] = f"{max(o['pct_floor']):.0f}%"
+    eager = f["rmsnorm"]["eager"] + f["add_rmsnorm"]["eager"]
+    v.update(eager_lo=f"{min(eager):.1f}x", eager_hi=f"{max(eager):.1f}x")
+    lost = f["rmsnorm"]["lost"]
+    small = [r for r in lost if r["rows"] == min(x["rows"] for x in f["rmsnorm"]["verdict"]["rows"])]
+    if small:
+        v.update(rms_small_loss=_x(small[0]["vs_fastest"]),
+                 rms_small_peer=R.plain_name(small[0]["fastest_peer"]))
+    fp32 = [r for r in lost if r["dtype"] == "fp32"]
+    if fp32:
+        v.update(rms_fp32_loss=_x(fp32[0]["vs_fastest"]),
+                 rms_fp32_at=f"{fp32[0]['rows']:,} × {fp32[0]['cols']:,}")
+    rows, cols, _dt = MEMORY_SHAPE
+    v["mem_shape"] = f"{rows:,} × {cols:,}"
+    for op, key in (("rmsnorm", "rms"), ("add_rmsnorm", "add")):
+        for impl, name in zip(PEAK_IMPLS, ("ours", "liger", "f", "compile", "eager")):
+            if impl in f["peaks"][op]:
+                v[f"mem_{key}_{name}"] = f"{f['peaks'][op][impl]:,.0f} MiB"
+    p = f["peaks"]["rmsnorm"]
+    if "torch.eager" in p and "triton.two_stage" in p:
+        v["mem_eager_ratio"] = f"{p['torch.eager'] / p['triton.two_stage']:.1f} times"
+    b = f["backward"]
+    if b:
+        v.update(bw_pct_hi=f"{max(b['large_pct']):.0f}%", bw_pct_lo=f"{min(b['large_pct']):.0f}%")
+        if b["recompute"]:
+            v.update(bw_recompute_lo=_x(min(b["recompute"])), bw_recompute_hi=_x(max(b["recompute"])))
+        if b["atomic"]:
+            v.update(bw_atomic_lo=_x(min(b["atomic"])), bw_atomic_hi=_x(max(b["atomic"])))
+    for k, g in enumerate(f["grid"]):
+        rows, cols = (int(n) for n in g["shape"].split()[0].split("x"))
+        v[f"grid{k}_shape"] = f"{rows:,} × {cols:,}"
+        v[f"grid{k}_best"] = g["best"]["design"]
+        v[f"grid{k}_best_us"] = f"{g['best']['us']:.1f} µs"
+        v[f"grid{k}_slowest"] = g["slowest"]["design"]
+        v[f"grid{k}_slowest_us"] = f"{g['slowest']['us']:.1f} µs"
+        if g["rule"]:
+            v[f"grid{k}_rule"] = g["rule"]["design"]
+            v[f"grid{k}_rule_gap"] = f"{100 * (g['rule']['us'] / g['best']['us'] - 1):.1f}%"
+    d = f["determinism"]
+    if "atomic" in d and "two_stage" in d:
+        v.update(det_runs=str(d["atomic"]["runs"]), det_patterns=str(d["atomic"]["distinct"]),
+                 det_ulp=str(d["atomic"]["max_ulp_apart"]),
+                 det_shape=_shape(d["atomic"]))
+    return v
+
+
+def your_gpu_rows(own: dict, book: dict) -> list[dict] | None:
+    """The chapter's measured answers on the reader's GPU beside the book's (None when the reader
+    has not recorded chapter 9)."""
+    if not own.get("backward"):
+        return None
+    from .story import beside
+
+    theirs = story_facts(book)
+
+    def counts(op):
+        return lambda f: "{faster} / {tie} / {slower}".format(**f[op]["verdict"])
+    rows = [
+        ("RMSNorm step: faster / tie / slower than the fastest peer", counts("rmsnorm")),
+        ("fused add step: faster / tie / slower", counts("add_rmsnorm")),
+        ("median time over the fastest peer, RMSNorm",
+         lambda f: _x(f["rmsnorm"]["verdict"]["median_ratio"])),
+        ("median time over the fastest peer, fused add",
+         lambda f: _x(f["add_rmsnorm"]["verdict"]["median_ratio"])),
+        ("backward alone, best % of its floor", lambda f: f"{max(f['backward']['large_pct']):.0f}%"),
+    ]
+    label = (theirs.get("gpu") or "H200") + " (the book)"
+    return beside(rows, story_facts(own), theirs, label)
+
