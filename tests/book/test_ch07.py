@@ -233,3 +233,27 @@ def test_a_peer_never_timed_still_counts_as_missing():
 def test_change_text_never_prints_minus_zero():
     assert CR.change_text(-0.04) == "0.0%" and CR.change_text(10.66) == "+10.7%"
     assert CR.change_text(-8.18) == "-8.2%"
+
+
+def test_the_wide_row_profiles_fail_the_recording_only_where_ncu_could_run(monkeypatch, tmp_path):
+    import json
+
+    from fusedrms.measure import harness, ncu
+
+    def profile(impl, op, rows, cols, dt, timeout_s, log):
+        ok = impl == "capstone.fused"
+        return {"status": "ok" if ok else "failed", "impl": impl, "rows": rows, "cols": cols,
+                "raw_tail": "...", **({"bytes_read": 2.1e9} if ok else {"reason": "timed out"})}
+
+    monkeypatch.setattr(ncu, "profile_with_ncu", profile)
+    monkeypatch.setattr(ncu, "find_ncu", lambda: "/usr/local/cuda/bin/ncu")
+    with pytest.raises(harness.Incomplete, match="torch.compile_add at 16384x32768 bf16"):
+        G.wide_bytes(tmp_path, log=lambda *a: None)
+    recs = json.loads((tmp_path / "capstone_wide_ncu.json").read_text())["records"]
+    assert [r["impl"] for r in recs] == list(G.WIDE_NCU_IMPLS)  # written before the failure
+    assert all("raw_tail" not in r for r in recs) and recs[0]["bytes_read"] == 2.1e9
+    monkeypatch.setattr(ncu, "find_ncu", lambda: None)  # no ncu here: the file says why, no raise
+    assert G.wide_bytes(tmp_path, log=lambda *a: None).name == "capstone_wide_ncu.json"
+    G.wide_bytes(tmp_path, smoke=True, log=lambda *a: None)  # smoke: ours only, never fails
+    recs = json.loads((tmp_path / "capstone_wide_ncu.json").read_text())["records"]
+    assert [(r["impl"], r["rows"]) for r in recs] == [("capstone.fused", 256)]

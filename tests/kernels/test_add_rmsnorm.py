@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+import triton
 
 from fusedrms.kernels import add_rmsnorm as A
 from fusedrms import checks, env, reference, registry, tuning
@@ -433,15 +434,37 @@ def test_large_batches_take_the_two_pass_launch_and_small_ones_the_table():
     from fusedrms.kernels import add_rmsnorm as A
 
     table_cfg = A.LaunchConfig(1, 16)
-    sms = 132
-    big, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms, 8192, sms)
+    sms, bf16 = 132, torch.bfloat16
+    big, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms, 8192, sms, bf16,
+                                   write_sum=False)
     assert replaced and big == A.LARGE_BATCH_CONFIG and big.chunk == 2048
-    small, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms - 1, 8192, sms)
+    small, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms - 1, 8192, sms,
+                                     bf16, write_sum=False)
     assert not replaced and small is table_cfg
     # a row that fits one chunk has nothing to split: the table's entry at any batch
-    assert A.batch_config(table_cfg, 10**6, 2048, sms) == (table_cfg, False)
+    assert A.batch_config(table_cfg, 10**6, 2048, sms, bf16, write_sum=False) == (table_cfg, False)
     # the interpreter keeps its one configuration
     assert A.launch_config(10**5, 8192, torch.float32, torch.device("cpu")) == A.INTERPRETER_CONFIG
+
+
+@pytest.mark.parametrize("cols, dtype, write_sum, expected", [
+    (8192, torch.bfloat16, False, "LARGE_BATCH_CONFIG"),  # 16 KB rows: 2048-column chunks
+    (16384, torch.bfloat16, False, "WIDE_ROW_CONFIG"),  # 32 KB: 4096-column chunks
+    (8192, torch.float32, False, "WIDE_ROW_CONFIG"),  # 32 KB in fp32 too: bytes, not columns
+    (16384, torch.bfloat16, True, "LARGE_BATCH_CONFIG"),  # the residual op re-reads only s
+    (32768, torch.bfloat16, False, "WHOLE_ROW_CONFIG"),  # 64 KB: one pass, nothing re-read
+    (32768, torch.bfloat16, True, "WHOLE_ROW_CONFIG"),
+    (16384, torch.float32, True, "WHOLE_ROW_CONFIG"),
+    (32768, torch.float32, False, "WHOLE_ROW_CONFIG"),  # 32 values per thread at 32 warps
+    (20000, torch.float16, False, "WHOLE_ROW_CONFIG"),  # the row's BLOCK decides: 32768
+])
+def test_wider_rows_keep_fewer_rows_in_flight_between_the_passes(cols, dtype, write_sum, expected):
+    from fusedrms.kernels import add_rmsnorm as A
+
+    sms = 132
+    got, replaced = A.batch_config(A.LaunchConfig(1, 16), 10**5, cols, sms, dtype, write_sum)
+    assert replaced and got == getattr(A, expected)
+    assert got.chunk is None or got.chunk < triton.next_power_of_2(cols)  # two passes for real
 
 
 def test_the_large_batch_launch_is_correct_on_both_ops():
@@ -463,11 +486,13 @@ def test_the_large_batch_launch_is_correct_on_both_ops():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dtype):
     """On a GPU the second call launches the compiled kernel directly; it must give the bits the
-    full path gives, for both ops and in place, at a decode shape and a large batch."""
+    full path gives, for both ops and in place, at a decode shape and large batches of each
+    large-batch launch (2048- and 4096-column chunks, the whole row at 32 warps)."""
     from fusedrms.kernels import add_rmsnorm as A
 
     sms = A.sm_count(torch.device("cuda"))
-    for rows, cols in ((1, 4096), (A.LARGE_BATCH_ROWS_PER_SM * sms, 8192), (3, 5000)):
+    big = A.LARGE_BATCH_ROWS_PER_SM * sms
+    for rows, cols in ((1, 4096), (big, 8192), (big, 16384), (big, 32768), (3, 5000)):
         A.clear_plans()
         x, r = (torch.randn(rows, cols, device="cuda").to(dtype) for _ in range(2))
         w = (torch.rand(cols, device="cuda") + 0.5).to(dtype)

@@ -234,7 +234,8 @@ def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> P
         x, r = (torch.randn(rows, cols, device=_device(), dtype=dtype) for _ in range(2))
         w = torch.randn(cols, device=_device(), dtype=dtype)
         cfg, source = A.choose_config(cols, dtype)
-        cfg, large = A.batch_config(cfg, rows, cols, A.sm_count(_device()))
+        cfg, large = A.batch_config(cfg, rows, cols, A.sm_count(_device()), dtype,
+                                    write_sum=False)
         if large:
             source = f"large-batch rule ({A.LARGE_BATCH_ROWS_PER_SM} rows per SM or more)"
         floor = traffic.floor_us("add_rmsnorm", rows, cols, dtype, bw)
@@ -314,6 +315,7 @@ FILES = {
     "capstone_confirm.json": "the capstone with the table in use, next to the eager peers",
     "capstone_peers.json": "both ops beside every peer, rotating-input graph timer, 3 processes",
     "capstone_levers.json": "every candidate launch (lever) at 4 shapes, both ops, same timer",
+    "capstone_wide_ncu.json": "Nsight Compute's DRAM bytes, ours and Inductor's, at the widest rows",
 }
 TUNING_FILES = {
     "tuning/capstone.json": "the winner per (cols, dtype) (written with --tune)",
@@ -325,8 +327,12 @@ LEVERS_BUDGET_S = 150  # a limit (candidate launches at 4 shapes, both ops, 3 pr
 PEERS_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far above its ~60 s
 PEERS_ESTIMATE_S = 150
 ESTIMATE_S = (EXTRAS_BUDGET_S + CONFIRM_BUDGET_S + PEERS_ESTIMATE_S + 60
-              + 40)  # + start-up, compiles
+              + 40 + 60)  # + start-up, compiles, the wide-row profiles
 TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
+# where the wide-row losses were: which bytes are extra, ours against Inductor's kernel
+WIDE_NCU_SHAPE = ("add_rmsnorm", 16384, 32768, "bf16")
+WIDE_NCU_IMPLS = ("capstone.fused", "torch.compile_add")
+SMOKE_WIDE_NCU_SHAPE = ("add_rmsnorm", 256, 32768, "bf16")
 SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/rounding.py",
            "kernels/peers.py", "kernels/peers_flashinfer.py", "measure/timer.py",
            "measure/harness.py", "measure/worker.py", "traffic.py", "book/ch07.py::record",
@@ -356,9 +362,32 @@ def record(out_dir, tune: bool = False, log=log, smoke: bool = False) -> list[Pa
 
         written.append(study.lever_bench(out_dir, SMOKE_LEVERS_BUDGET_S if smoke else LEVERS_BUDGET_S,
                                          smoke=smoke))
+        written.append(wide_bytes(out_dir, smoke=smoke))
     finally:
         tuning.override("capstone", None)
     return written
+
+
+def wide_bytes(out_dir, smoke: bool = False, log=log) -> Path:
+    """``capstone_wide_ncu.json``: Nsight Compute (``--clock-control none``) on ours and on
+    Inductor's kernel at :data:`WIDE_NCU_SHAPE`, with the DRAM bytes each read and wrote. A
+    profile that did not run fails the recording where ncu exists; without ncu the file says why.
+    ``smoke``: ours only, at a small batch of the same width."""
+    from ..measure import harness, ncu
+
+    op, rows, cols, dt = SMOKE_WIDE_NCU_SHAPE if smoke else WIDE_NCU_SHAPE
+    recs = []
+    for impl in WIDE_NCU_IMPLS[:1] if smoke else WIDE_NCU_IMPLS:
+        summary = ncu.profile_with_ncu(impl, op, rows, cols, dt, timeout_s=90, log=log)
+        summary.pop("raw_tail", None)
+        recs.append(summary)
+        log(f"ncu {impl} {rows}x{cols} {dt}: {summary['status']} {summary.get('reason', '')}")
+    path = records.write(Path(out_dir) / "capstone_wide_ncu.json", recs)
+    failed = [r["impl"] for r in recs if r.get("status") != "ok"]
+    if failed and ncu.find_ncu() is not None and not smoke:
+        raise harness.Incomplete(f"chapter 7: Nsight Compute did not profile {', '.join(failed)} "
+                                 f"at {rows}x{cols} {dt}")
+    return path
 
 
 def main(argv=None) -> int:

@@ -269,7 +269,7 @@ def table_records(recs: list[dict], rows_range=SMALL_BATCH_ROWS, gpu: str = "NVI
     """One tuning record per (cols, dtype) the study timed: the candidate whose worst ratio to the
     best candidate, over every row count in ``rows_range`` and both ops, is smallest (a table is
     keyed on the width, never on rows, so one launch must serve every batch it is used for;
-    large batches take :data:`fusedrms.kernels.add_rmsnorm.LARGE_BATCH_CONFIG`)."""
+    large batches take :func:`fusedrms.kernels.add_rmsnorm.large_batch_config`)."""
     import torch
 
     from .. import records, tuning

@@ -445,29 +445,50 @@ def _remembered_config(cols: int, dtype: torch.dtype, generation: int) -> Launch
 
 # [book:large-batch]
 # Large batches are bound by DRAM bandwidth, not by latency: there, two passes over 2048-column
-# chunks with 16 warps per row (the launch Inductor generates for this op) keep four 512-thread
-# programs per SM streaming, where a whole row in registers fits two or three. Small batches are
-# bound by latency, and one pass over a row in registers is shorter: the table holds the winners
-# measured there. The switch is a rule on rows, like the one above, and needs no tuning.
+# chunks with 16 warps per row keep four 512-thread programs per SM streaming, where a whole row
+# in registers fits two or three. Small batches are bound by latency, and one pass over a row in
+# registers is shorter: the table holds the winners measured there. The switch is a rule on rows,
+# like the one above, and needs no tuning.
+# The second pass re-reads x and r from L2 only while the rows in flight fit in it. At 16384 x
+# 32768 bf16, four programs per SM hold 69 MB of x and r, more than the 60 MB L2, and Nsight
+# Compute counted 1.47x the op's bytes from DRAM. So wider rows take fewer programs per SM:
+# 4096-column chunks (more registers per program) for 32 KB rows, and from 64 KB the whole row in
+# registers, 32 warps, one pass that reads nothing twice. The residual-writing op re-reads only
+# s, half the bytes, and keeps 2048-column chunks until 64 KB.
 LARGE_BATCH_ROWS_PER_SM = 16
 LARGE_BATCH_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1, chunk=2048)
+WIDE_ROW_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1, chunk=4096)
+WHOLE_ROW_CONFIG = LaunchConfig(rows_per_program=1, num_warps=32, num_stages=1)
 
 
-def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int) -> tuple[LaunchConfig, bool]:
+def large_batch_config(cols: int, dtype: torch.dtype, write_sum: bool) -> LaunchConfig:
+    """The large-batch launch for a row width and dtype (``write_sum``: the residual-writing op)."""
+    row_bytes = triton.next_power_of_2(cols) * torch.empty((), dtype=dtype).element_size()
+    if row_bytes >= 64 << 10:
+        return WHOLE_ROW_CONFIG  # at most 32 values per thread up to MAX_COLS columns
+    if row_bytes >= 32 << 10 and not write_sum:
+        return WIDE_ROW_CONFIG
+    return LARGE_BATCH_CONFIG
+
+
+def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int, dtype: torch.dtype,
+                 write_sum: bool) -> tuple[LaunchConfig, bool]:
     """(configuration for this batch, whether the large-batch rule replaced the table's)."""
     if (rows >= LARGE_BATCH_ROWS_PER_SM * sms
             and triton.next_power_of_2(cols) > LARGE_BATCH_CONFIG.chunk):
-        return LARGE_BATCH_CONFIG, True
+        return large_batch_config(cols, dtype, write_sum), True
     return config, False
 # [/book:large-batch]
 
 
-def launch_config(rows: int, cols: int, dtype: torch.dtype, device) -> LaunchConfig:
-    """What a call without ``config=`` runs: the table's entry, or on a GPU the large-batch rule."""
+def launch_config(rows: int, cols: int, dtype: torch.dtype, device,
+                  write_sum: bool = False) -> LaunchConfig:
+    """What a call without ``config=`` runs: the table's entry, or on a GPU the large-batch rule
+    (``write_sum``: for the residual-writing op)."""
     config = _default_config(cols, dtype)
     if device.type != "cuda":
         return config  # the interpreter: one fixed configuration
-    return batch_config(config, rows, cols, sm_count(device))[0]
+    return batch_config(config, rows, cols, sm_count(device), dtype, write_sum)[0]
 
 
 def _default_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
@@ -692,7 +713,8 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
     config = _check_config(config)
     in_place = validation.check_flag(in_place, "in_place")
     x2, r2, w2, eps, shape = _prepare(x, residual, w, eps, "capstone.fused_residual")
-    config = config or launch_config(x2.shape[0], x2.shape[1], x2.dtype, x2.device)
+    config = config or launch_config(x2.shape[0], x2.shape[1], x2.dtype, x2.device,
+                                     write_sum=True)
     if in_place:
         for t, name in ((x, "x"), (residual, "residual")):
             if not t.is_contiguous():
