@@ -332,7 +332,6 @@ TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
 # where the wide-row losses were: which bytes are extra, ours against Inductor's kernel
 WIDE_NCU_SHAPE = ("add_rmsnorm", 16384, 32768, "bf16")
 WIDE_NCU_IMPLS = ("capstone.fused", "torch.compile_add")
-SMOKE_WIDE_NCU_SHAPE = ("add_rmsnorm", 256, 32768, "bf16")
 SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/rounding.py",
            "kernels/peers.py", "kernels/peers_flashinfer.py", "measure/timer.py",
            "measure/harness.py", "measure/worker.py", "traffic.py", "book/ch07.py::record",
@@ -372,19 +371,24 @@ def wide_bytes(out_dir, smoke: bool = False, log=log) -> Path:
     """``capstone_wide_ncu.json``: Nsight Compute (``--clock-control none``) on ours and on
     Inductor's kernel at :data:`WIDE_NCU_SHAPE`, with the DRAM bytes each read and wrote. A
     profile that did not run fails the recording where ncu exists; without ncu the file says why.
-    ``smoke``: ours only, at a small batch of the same width."""
+    ``smoke``: no profile (each costs ~25 s, the GPU check's smoke runs beside its tests); the
+    file says so."""
     from ..measure import harness, ncu
 
-    op, rows, cols, dt = SMOKE_WIDE_NCU_SHAPE if smoke else WIDE_NCU_SHAPE
+    op, rows, cols, dt = WIDE_NCU_SHAPE
+    if smoke:
+        return records.write(Path(out_dir) / "capstone_wide_ncu.json", [
+            {"status": "skipped", "reason": "a smoke run", "impl": i, "op": op, "rows": rows,
+             "cols": cols, "dtype": dt} for i in WIDE_NCU_IMPLS])
     recs = []
-    for impl in WIDE_NCU_IMPLS[:1] if smoke else WIDE_NCU_IMPLS:
+    for impl in WIDE_NCU_IMPLS:
         summary = ncu.profile_with_ncu(impl, op, rows, cols, dt, timeout_s=90, log=log)
         summary.pop("raw_tail", None)
         recs.append(summary)
         log(f"ncu {impl} {rows}x{cols} {dt}: {summary['status']} {summary.get('reason', '')}")
     path = records.write(Path(out_dir) / "capstone_wide_ncu.json", recs)
     failed = [r["impl"] for r in recs if r.get("status") != "ok"]
-    if failed and ncu.find_ncu() is not None and not smoke:
+    if failed and ncu.find_ncu() is not None:
         raise harness.Incomplete(f"chapter 7: Nsight Compute did not profile {', '.join(failed)} "
                                  f"at {rows}x{cols} {dt}")
     return path
