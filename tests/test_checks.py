@@ -338,3 +338,41 @@ def test_poison_on_gpu():
     t[:10] = 0
     report = checks.allclose(t, torch.zeros(1024, dtype=torch.float64, device="cuda"))
     assert report.unwritten == 1014
+
+
+def _report_fields(r):
+    return (r.ok, r.message, r.mismatches, r.worst_index, r.max_ulp, r.max_abs_err, r.unwritten)
+
+
+def _hard_cases(device):
+    """(actual, expected, scale, nan policy): passing, failing, NaN/Inf, poison, scaled."""
+    g = torch.Generator().manual_seed(3)
+    e = torch.randn(64, 96, generator=g, dtype=torch.float64)
+    scale = e.abs() * 4 + 0.1
+    near = (e * (1 + 2**-9)).to(torch.bfloat16)
+    far = near.clone()
+    far[5, 7] += 1.0
+    special = e.clone()
+    special[1, 2], special[3, 4] = math.nan, math.inf
+    poisoned = checks.poisoned((64, 96), torch.float32, "cpu")
+    poisoned[:60] = e[:60].float()
+    cases = [(near, e, None, "never"), (far, e, None, "never"), (near, e, scale, "never"),
+             (special.float(), special, None, "match"), (special.float(), special, None, "never"),
+             (special.float(), e, None, "match"), (poisoned, e, None, "never")]
+    return [(a.to(device), x.to(device), None if s is None else s.to(device), nan)
+            for a, x, s, nan in cases]
+
+
+def test_on_device_gives_the_host_report_where_the_tensors_are_on_the_host():
+    for a, e, s, nan in _hard_cases("cpu"):
+        assert _report_fields(checks.allclose(a, e, scale=s, nan=nan, on_device=True)) == \
+            _report_fields(checks.allclose(a, e, scale=s, nan=nan))
+
+
+@pytest.mark.gpu
+def test_on_device_gives_the_same_report_on_the_gpu_as_on_the_host():
+    for (a, e, s, nan), (ga, ge, gs, _) in zip(_hard_cases("cpu"), _hard_cases("cuda")):
+        host = checks.allclose(a, e, scale=s, nan=nan)
+        assert _report_fields(checks.allclose(ga, ge, scale=gs, nan=nan, on_device=True)) == \
+            _report_fields(host)
+        assert _report_fields(checks.allclose(ga, ge, scale=gs, nan=nan)) == _report_fields(host)

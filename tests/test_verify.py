@@ -269,7 +269,7 @@ def test_cli_fails_on_a_broken_kernel(capsys):
 
 def test_cli_jobs_runs_routes_in_processes(tmp_path, capsys):
     assert verify.route_groups(verify.lookup("triton.row,triton.multirow,broken.rows_floor")) == [
-        ["triton.row", "triton.multirow"], ["broken.rows_floor"]]
+        ["triton.row"], ["triton.multirow"], ["broken.rows_floor"]]
     out = tmp_path / "jobs.json"
     rc = verify.main(["--kernel", "triton.row,broken.rows_floor", "--case", "3x13", "--dtype",
                       "fp16", "--jobs", "2", "--json", str(out)])
@@ -277,6 +277,19 @@ def test_cli_jobs_runs_routes_in_processes(tmp_path, capsys):
     assert rc == 1 and lines[-1] == "1 passed, 1 failed"
     kernels = [r["kernel"] for r in json.loads(out.read_text())["records"]]
     assert kernels == ["triton.row", "broken.rows_floor"]  # the order asked for, not finish order
+
+
+def test_route_groups_keep_hip_together_and_start_the_slowest_first():
+    impls = verify.lookup("all", peers=True)
+    groups = verify.route_groups(impls)
+    names = [n for g in groups for n in g]
+    assert sorted(names) == sorted(i.name for i in impls)  # every implementation once
+    hip = [g for g in groups if any(n.startswith("hip.") for n in g)]
+    assert len(hip) == 1 and all(n.startswith("hip.") for n in hip[0])
+    assert all(len(g) == 1 for g in groups if g is not hip[0])
+    firsts = [g[0] for g in groups]
+    assert firsts.index("torch.compile") < firsts.index("bwd.two_stage") < firsts.index(hip[0][0])
+    assert firsts.index(hip[0][0]) < firsts.index("triton.row")
 
 
 def test_cli_errors_are_messages(capsys):

@@ -256,7 +256,7 @@ def _check_length(n) -> int:
 
 
 def _check_scale(scale, expected: torch.Tensor) -> torch.Tensor:
-    """``scale`` as float64 on the CPU; it must be >= 0 and finite wherever ``expected`` is."""
+    """``scale`` as float64 where ``expected`` is; >= 0 and finite wherever ``expected`` is."""
     if not isinstance(scale, torch.Tensor):
         raise InputError(f"scale must be a torch.Tensor shaped like expected, got "
                          f"{type(scale).__name__}.")
@@ -266,7 +266,7 @@ def _check_scale(scale, expected: torch.Tensor) -> torch.Tensor:
     if scale.is_complex() or scale.dtype == torch.bool:
         raise InputError(f"scale must hold real magnitudes, got dtype "
                          f"{_dtype_name(scale.dtype)}.")
-    s = scale.detach().cpu().double()
+    s = scale.detach().to(expected.device).double()
     bad = torch.isfinite(expected) & ~(torch.isfinite(s) & (s >= 0))
     if bad.any():
         idx = tuple(torch.nonzero(bad)[0].tolist())
@@ -292,7 +292,7 @@ def _percent(share: float) -> str:
 
 def allclose(actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = None,
              atol: float | None = None, n: int | None = None, nan: str = "never",
-             scale: torch.Tensor | None = None) -> Report:
+             scale: torch.Tensor | None = None, on_device: bool = False) -> Report:
     """Elementwise ``|a - e| <= atol + rtol |e|``, with tolerances from :func:`tolerance_for`.
 
     ``expected`` may be float64; it is compared unrounded. ``n`` (the reduction length) defaults to
@@ -304,6 +304,8 @@ def allclose(actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = 
     A pass reports the element closest to its bound, as a share of that bound. Tolerances must be
     finite and >= 0 (:class:`~fusedrms.validation.InputError` otherwise); ``actual`` must be
     float32, float16, bfloat16 or float64 (integers and fp8 codes: :func:`equal`).
+    ``on_device`` compares where ``actual`` lives instead of on the host (the same float64
+    operations, no copies: a recording checks gradients of 100M elements this way).
     """
     if nan not in ("never", "match"):
         raise InputError(f"nan must be 'never' or 'match', got {nan!r}.")
@@ -313,7 +315,8 @@ def allclose(actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = 
     _check_operands(actual, expected)
     if actual.shape != expected.shape:
         return Report(False, f"shape {tuple(actual.shape)} != expected {tuple(expected.shape)}")
-    a, e = actual.detach().cpu(), expected.detach().cpu()
+    device = actual.device if on_device else torch.device("cpu")
+    a, e = actual.detach().to(device), expected.detach().to(device)
     scale = None if scale is None else _check_scale(scale, e)
     if actual.numel() == 0:
         return Report(True, "empty tensors")

@@ -627,12 +627,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+SLOW_FIRST = ("torch.compile", "bwd.", "hip.")  # the longest groups start first (H200 logs)
+
+
 def route_groups(impls: list[registry.Impl]) -> list[list[str]]:
-    """Implementation names grouped by the prefix before the dot (one build cache per group)."""
+    """Implementation names in groups for ``--jobs``: the HIP routes together (they share one
+    build), every other implementation alone, the slowest to compile first."""
     groups: dict[str, list[str]] = {}
     for impl in impls:
-        groups.setdefault(impl.name.split(".")[0], []).append(impl.name)
-    return list(groups.values())
+        key = "hip" if impl.name.startswith("hip.") else impl.name
+        groups.setdefault(key, []).append(impl.name)
+
+    def rank(names):
+        return next((i for i, p in enumerate(SLOW_FIRST) if names[0].startswith(p)), len(SLOW_FIRST))
+    return sorted(groups.values(), key=rank)
 
 
 def _run_group(names: list[str], dtype_names, case_names, seed: int) -> list[Check]:

@@ -144,3 +144,13 @@ def test_the_matrix_key_names_every_short_dtype():
 def test_shrunk_phrase_lists_names_without_a_serial_comma():
     text = ch05.shrunk_phrase(verify.CASES)
     assert ", and " not in text and " and " in text
+
+
+def test_a_suite_runs_beside_the_recording_and_is_stopped_at_its_limit():
+    from fusedrms.book import ch05
+
+    done = ch05._finish(ch05._start_verify(["--kernel", "triton.row", "--case", "3x13",
+                                            "--dtype", "fp32"]), 120)
+    assert done.returncode == 0 and done.stdout.strip().endswith("1 passed, 0 failed")
+    stopped = ch05._finish(ch05._start_verify(["--kernel", "all"]), 1)
+    assert stopped.returncode != 0 and "stopped at its limit of 1 s" in stopped.stderr

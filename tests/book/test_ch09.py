@@ -147,8 +147,7 @@ def test_a_failing_implementation_becomes_an_error_record(monkeypatch):
 
 
 def test_the_warm_up_checks_and_the_timing_processes_only_time(monkeypatch):
-    """The float64 check runs on the host (seconds at the largest shapes): once per case, in the
-    warm-up, never again in each timing process."""
+    """The float64 check runs once per case, in the warm-up, never again in each timing process."""
     monkeypatch.setattr(ch09, "time_rotating", lambda step, bundle, nbytes, reps: (10.0, "fake"))
     checked = []
     real = ch09.check_gradients
@@ -161,3 +160,39 @@ def test_the_warm_up_checks_and_the_timing_processes_only_time(monkeypatch):
                               check=False)
     assert "check_ok" not in timed and timed["us"] == 10.0 and checked == [1]
     assert timed["case_s"] >= 0
+
+
+def test_the_gradient_check_compares_where_the_gradients_are(monkeypatch):
+    import torch
+
+    from fusedrms import checks
+
+    seen = []
+    real = checks.allclose
+    monkeypatch.setattr(checks, "allclose", lambda *a, **k: seen.append(k) or real(*a, **k))
+    bundle = ch09.make_bundle("add_rmsnorm", 6, 40, torch.float32, device=DEVICE)
+    w = torch.randn(40, device=DEVICE).requires_grad_()
+    grads = list(ch09.train_step("torch.eager", "add_rmsnorm", 40, torch.float32, w)(bundle))
+    assert ch09.check_gradients("add_rmsnorm", bundle, w.detach(), grads)[0]
+    assert len(seen) == 3 and all(k.get("on_device") for k in seen)  # dx, dresidual, dw
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 8, 40])
+@pytest.mark.parametrize("smoke", [False, True])
+def test_the_warm_up_compiles_each_kernel_in_one_process(smoke, workers):
+    every = ch09.cases(smoke)
+    parts = ch09.warm_parts(every, workers)
+    flat = [i for p in parts for i in p]
+    assert sorted(flat) == list(range(len(every))) and 1 <= len(parts) <= workers
+    assert all(parts)
+    owner = {}
+    for k, part in enumerate(parts):
+        for i in part:
+            c = every[i]
+            if c["impl"] != "torch.compile":
+                assert owner.setdefault((c["op"], c["cols"], c["dt"]), k) == k
+    if not smoke and workers == 8:
+        # eight kernel keys, one per process; the 22 cold compiles spread 2-4 per process
+        assert len(set(owner.values())) == 8
+        compiles = [sum(every[i]["impl"] == "torch.compile" for i in p) for p in parts]
+        assert sum(compiles) == 22 and max(compiles) - min(compiles) <= 2

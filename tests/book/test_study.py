@@ -104,3 +104,28 @@ def test_fp8_exactness_cost_writes_its_record_without_a_gpu(tmp_path):
     assert all(n["status"].startswith(("missing", "skipped", "ok", "rc", "timeout"))
                for n in doc["provenance"]["ncu"])
 
+
+
+def test_children_compile_with_one_thread_unless_told_otherwise(tmp_path, monkeypatch):
+    import subprocess
+
+    seen = []
+
+    class FakeProc:
+        stdout, returncode = iter(()), 0
+
+        def __init__(self, cmd, **kw):
+            seen.append(kw["env"])
+
+        def wait(self):
+            return 0
+
+        def kill(self):
+            pass
+
+    monkeypatch.setattr(subprocess, "Popen", FakeProc)
+    log = tmp_path / "log.txt"
+    study._run_child(["timing"], study.time.time() + 5, log, {"A": "1"})
+    study._run_child(["timing"], study.time.time() + 5, log, {"TORCHINDUCTOR_COMPILE_THREADS": "4"})
+    assert seen[0] == {"A": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    assert seen[1]["TORCHINDUCTOR_COMPILE_THREADS"] == "4"

@@ -464,3 +464,42 @@ def test_python_mode_times_calls_back_to_back_on_the_wall_clock(monkeypatch):
                              None, log=lambda m: None, runner=inprocess_runner(state))
     rec = doc["records"][0]
     assert rec["status"] == "ok" and rec["median_us"] > 0 and "python" in rec["l2_method"]
+
+
+def test_timing_processes_compile_with_one_thread(monkeypatch):
+    """The warm-up filled the caches: a timing process needs no Inductor compile pool."""
+    seen = {}
+
+    class FakeProc:
+        stdout, returncode, args = iter(()), 0, None
+
+        def __init__(self, cmd, **kw):
+            seen.update(kw.get("env") or {})
+
+        def wait(self):
+            return 0
+
+        def kill(self):
+            pass
+
+    monkeypatch.setattr(harness.subprocess, "Popen", FakeProc)
+    cases, _ = harness.expand(SMALL)
+    harness._run_process(cases, harness.Settings(), None, 0, harness._progress(len(cases), "t"),
+                         lambda m: None, {})
+    assert seen.get("TORCHINDUCTOR_COMPILE_THREADS") == "1" and "PATH" in seen
+
+
+def test_liger_is_imported_beside_the_warm_up(monkeypatch):
+    from fusedrms.kernels import peers
+
+    calls = []
+    monkeypatch.setattr(peers, "liger_status", lambda: calls.append(1) or "status")
+
+    def runner(cases, settings, deadline, index, bar, log, device_info):
+        return [dict(c, process=index, status="ok", median_us=1.0, p10_us=1.0, p90_us=1.0, n=3,
+                     first_call_ms=1.0, correct=True, check="ok", l2_method="rotating")
+                for c in cases], 1000.0, None
+
+    doc = harness.run_sweeps(SMALL, harness.Settings(processes=2), None, log=lambda m: None,
+                             runner=runner, warm=lambda cases, workers, log: {})
+    assert calls == [1] and doc["provenance"]["liger"] == "status"

@@ -14,6 +14,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -29,6 +31,7 @@ FILES = {
 }
 ESTIMATE_S = 90
 VERIFY_JOBS = max(1, min(12, (os.cpu_count() or 2) - 2))  # a 16-core H200 host: 12
+BROKEN_JOBS = max(1, min(4, VERIFY_JOBS // 3))  # six small kernels, beside the suite
 SOURCES = ("verify.py", "checks.py", "reference.py", "registry.py", "kernels/rmsnorm.py",
            "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rmsnorm_fp8_spec.py",
            "kernels/rounding.py", "kernels/peers.py", "kernels/hip/rmsnorm.hip",
@@ -38,10 +41,31 @@ SOURCES = ("verify.py", "checks.py", "reference.py", "registry.py", "kernels/rms
 FP8_ROWS = (1, 3, 64)
 
 
-def _verify(args: list[str], timeout: int) -> subprocess.CompletedProcess:
-    """The suite in its own process, as a reader runs it (a crash there cannot end the recording)."""
-    return subprocess.run([sys.executable, "-m", "fusedrms.verify", *args], capture_output=True,
-                          text=True, timeout=timeout)
+def _start_verify(args: list[str]) -> subprocess.Popen:
+    """The suite in its own process, as a reader runs it (a crash there cannot end the recording).
+    Its output goes to files (a full pipe would stall it while this process works)."""
+    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen([sys.executable, "-m", "fusedrms.verify", *args], stdout=out,
+                            stderr=err, text=True)
+    proc.output_files = (out, err)
+    return proc
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> subprocess.CompletedProcess:
+    """Wait for a suite started by :func:`_start_verify`; past ``timeout`` it is killed."""
+    note = ""
+    try:
+        proc.wait(timeout=max(timeout, 1))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        note = f"\nstopped at its limit of {timeout:.0f} s"
+    texts = []
+    for f in proc.output_files:
+        f.seek(0)
+        texts.append(f.read())
+        f.close()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, texts[0], texts[1] + note)
 
 
 def fp8_configs_in_use(results: list, log=print, rows_list=FP8_ROWS) -> bool:
@@ -250,16 +274,28 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[
     env.require_gpu("recording chapter 5")
     out_dir = Path(out_dir)
     problems = []
-    jobs = ["--jobs", str(VERIFY_JOBS)]  # correctness, not timing: processes side by side
-    suite = _verify(["--kernel", SMOKE_KERNELS if smoke else "all", "--device", "gpu", *jobs,
-                     "--json", str(out_dir / "verify_gpu.json")], 420)
+    # correctness, not timing: the suite, the broken kernels' suite and the checks of the tuned
+    # configurations run side by side (their processes share the GPU and the 16 cores)
+    start = time.time()
+    suite_proc = _start_verify(["--kernel", SMOKE_KERNELS if smoke else "all", "--device", "gpu",
+                                "--jobs", str(VERIFY_JOBS), "--json", str(out_dir / "verify_gpu.json")])
+    caught = broken.CAUGHT[:2] if smoke else broken.CAUGHT
+    neg_proc = _start_verify(["--kernel", ",".join(caught) if smoke else "broken.*", "--device",
+                              "gpu", "--jobs", str(BROKEN_JOBS), "--json",
+                              str(out_dir / "verify_broken_gpu.json")])
+    results = []
+    capstone_ok = ch07_tuning.check_table(out_dir, 120, every_entry=True, results=results,
+                                          shapes=ch07_tuning.CHECK_SHAPES[:1] if smoke
+                                          else ch07_tuning.CHECK_SHAPES)
+    fp8_ok = fp8_configs_in_use(results, log, FP8_ROWS[:1] if smoke else FP8_ROWS)
+    log(f"tuned configurations checked at +{time.time() - start:.0f} s")
+    suite = _finish(suite_proc, 420 - (time.time() - start))
     log(suite.stdout[-4000:] + suite.stderr[-2000:])
+    log(f"suite finished at +{time.time() - start:.0f} s")
     if suite.returncode != 0:
         problems.append(f"the suite failed (exit {suite.returncode})")
-    caught = broken.CAUGHT[:2] if smoke else broken.CAUGHT
-    neg = _verify(["--kernel", ",".join(caught) if smoke else "broken.*", "--device", "gpu", *jobs,
-                   "--json",
-                   str(out_dir / "verify_broken_gpu.json")], 240)
+    neg = _finish(neg_proc, 420 - (time.time() - start))
+    log(f"broken kernels' suite finished at +{time.time() - start:.0f} s")
     (out_dir / "verify_broken_gpu.txt").write_text(neg.stdout + neg.stderr)
     try:
         doc = json.loads((out_dir / "verify_broken_gpu.json").read_text())
@@ -269,11 +305,6 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[
             problems.append(f"broken kernels that passed: {', '.join(missed)}")
     except (OSError, ValueError, KeyError) as e:
         problems.append(f"no negative-test results ({type(e).__name__}: {e})")
-    results = []
-    capstone_ok = ch07_tuning.check_table(out_dir, 120, every_entry=True, results=results,
-                                          shapes=ch07_tuning.CHECK_SHAPES[:1] if smoke
-                                          else ch07_tuning.CHECK_SHAPES)
-    fp8_ok = fp8_configs_in_use(results, log, FP8_ROWS[:1] if smoke else FP8_ROWS)
     records.write(out_dir / "verify_configs_gpu.json", results,
                   extra={"tables": {k: tuning.active(k)["path"] for k in tuning.KINDS}})
     if not (capstone_ok and fp8_ok):

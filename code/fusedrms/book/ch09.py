@@ -25,6 +25,7 @@ from __future__ import annotations
 from .. import env  # first
 
 import argparse
+import concurrent.futures
 import json
 import os
 import statistics
@@ -193,8 +194,8 @@ def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor,
     return step
 
 
-CHECK_ROWS = 2048  # dx is compared on at most about this many rows, spread evenly: the host check
-# of every row at 16384 x 8192 took seconds per case, and eight warm-up processes ran past their limit
+CHECK_ROWS = 2048  # dx is compared on at most about this many rows, spread evenly (a host check of
+# every row at 16384 x 8192 took seconds per case); the compare runs on the GPU, in float64
 
 
 def check_gradients(op: str, bundle: torch.Tensor, w: torch.Tensor, grads) -> tuple[bool, str]:
@@ -220,7 +221,7 @@ def check_gradients(op: str, bundle: torch.Tensor, w: torch.Tensor, grads) -> tu
         want, scale = ref[key], ref[f"{key}_scale"]
         if key == "dx":
             got, want, scale = got[rows], want[rows], scale[rows]
-        rep = checks.allclose(got, want, n=n, scale=scale)
+        rep = checks.allclose(got, want, n=n, scale=scale, on_device=True)
         ok &= rep.ok
         if not rep.ok:
             messages.append(f"{name}: {rep.message}")
@@ -251,8 +252,8 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
                  smoke: bool = False, warm_only: bool = False, check: bool = True) -> dict:
     """One (kind, op, implementation, shape): checked, then timed. Errors become records.
     ``warm_only``: the first call (it compiles into the shared caches) and the check, nothing
-    timed. ``check``: compare the gradients with the float64 formula (on the host: seconds at
-    the largest shapes, so the warm-up does it once, side by side, not every timing process)."""
+    timed. ``check``: compare the gradients with the float64 formula (done once, in the warm-up,
+    not in every timing process)."""
     from ..kernels import rmsnorm_backward as B
 
     dtype = DTYPES[dt]
@@ -434,6 +435,33 @@ def _run_process(spec: dict, index: int, log, timeout_s: float | None = None) ->
         return json.loads(out_path.read_text())
 
 
+COMPILE_COST_S = 6.0  # a cold torch.compile of forward and backward, one shape (H200 warm-up logs)
+KEY_COST_S = 12.0  # the Triton kernels of one (op, columns, dtype): ours and Liger's, every design
+
+
+def warm_parts(every: list[dict], workers: int) -> list[list[int]]:
+    """Indices of ``every`` split over at most ``workers`` processes. The cases that share Triton
+    kernels (same op, columns and dtype; rows do not change them) stay in one process, so each
+    kernel compiles once; torch.compile's cases (one cold compile per shape) fill the gaps. The
+    heaviest part goes first to the least loaded process."""
+    groups: dict[tuple, list[int]] = {}
+    units = []
+    for i, c in enumerate(every):
+        if c["impl"] == "torch.compile":
+            units.append((COMPILE_COST_S, [i]))
+        else:
+            groups.setdefault((c["op"], c["cols"], c["dt"]), []).append(i)
+    units += [(KEY_COST_S + 0.4 * len(g), g) for g in groups.values()]
+    units.sort(key=lambda u: -u[0])
+    workers = max(1, min(workers, len(units)))
+    loads, parts = [0.0] * workers, [[] for _ in range(workers)]
+    for cost, idx in units:
+        k = loads.index(min(loads))
+        loads[k] += cost
+        parts[k] += idx
+    return [sorted(p) for p in parts if p]
+
+
 def warm_ahead(smoke: bool, liger_missing: bool, workers: int, log) -> dict:
     """Every case's first call, the cases spread over ``workers`` processes side by side, so that
     the timing processes find torch.compile's and Triton's kernels in the shared on-disk caches.
@@ -442,11 +470,9 @@ def warm_ahead(smoke: bool, liger_missing: bool, workers: int, log) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     every = cases(smoke)
-    # torch.compile's cases first: they take longest, so each process gets its share of them
-    order = sorted(range(len(every)), key=lambda i: every[i]["impl"] != "torch.compile")
-    workers = max(1, min(workers, len(order)))
-    specs = [{"smoke": smoke, "liger_missing": liger_missing, "warm_only": True,
-              "only": order[i::workers]} for i in range(workers)]
+    specs = [{"smoke": smoke, "liger_missing": liger_missing, "warm_only": True, "only": part}
+             for part in warm_parts(every, workers)]
+    workers = len(specs)
     t0 = time.time()
     with ThreadPoolExecutor(workers) as pool:
         parts = list(pool.map(lambda ix: _run_process(ix[1], ix[0], log, WARM_TIMEOUT_S),
@@ -475,9 +501,14 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processe
         processes = 1
     timeout_s = timeout_s or PROCESS_TIMEOUT_S
     start = time.time()
-    missing = liger_status()
-    first = (warm_ahead(smoke, bool(missing), harness.warm_worker_count(harness.Settings()), log)
+    # Liger's import takes seconds: it runs while the warm-up compiles (a warm-up process
+    # without Liger records its cases as errors, which only the timing processes would report)
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    liger = pool.submit(liger_status)
+    pool.shutdown(wait=False)
+    first = (warm_ahead(smoke, False, harness.warm_worker_count(harness.Settings()), log)
              if processes > 1 else {})  # one process compiles as it goes: nothing to share
+    missing = liger.result()
     parts = []
     for index in range(processes):
         log(f"[ch09] process {index + 1}/{processes}")

@@ -91,6 +91,8 @@ def _run_child(args: list[str], deadline: float, log_path: Path, env_vars: dict,
     cmd = [sys.executable, "-m", "fusedrms.book.study", *args, "--deadline", str(deadline),
            "--out", str(out_dir)]
     err = open(stderr_path, "w") if stderr_path else subprocess.STDOUT
+    # one compile thread: a pool costs seconds to start and one graph gains nothing from it
+    env_vars = {"TORCHINDUCTOR_COMPILE_THREADS": "1", **env_vars}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env_vars)
     got = []
     timer = threading.Timer(max(1.0, deadline - time.time() + 10), proc.kill)

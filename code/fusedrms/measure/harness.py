@@ -34,6 +34,7 @@ time limit) makes the document incomplete (:func:`incomplete`), and the chapters
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import csv
 import fnmatch
 import json
@@ -305,7 +306,9 @@ def _run_process(cases: list[dict], settings: Settings, deadline: float | None, 
         json.dump(spec, f)
         spec_path = f.name
     cmd = [sys.executable, "-m", "fusedrms.measure.worker", spec_path]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, bufsize=1)
+    # one compile thread: the warm-up filled the caches, and a pool costs seconds to start
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, bufsize=1,
+                            env={**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "1"})
     hard_limit = None if deadline is None else max(deadline - time.time(), 0) + 30
     killer = None
     if hard_limit is not None:  # a hung compile must not hang the whole run
@@ -452,6 +455,12 @@ def run_sweeps(sweeps: list[Sweep], settings: Settings, out: str | Path | None =
         log(f"warning: {p}")
     cases, not_run = expand(sweeps)
     start = time.time()
+    from ..kernels import peers
+
+    # Liger's import takes seconds: it runs while the warm-up's processes compile
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    liger = pool.submit(peers.liger_status)
+    pool.shutdown(wait=False)
     workers = warm_worker_count(settings)
     if warm is None:  # one timing process compiles as it goes: nothing to share ahead of it
         warm = (warm_ahead if runner is _run_process and settings.processes > 1
@@ -461,10 +470,8 @@ def run_sweeps(sweeps: list[Sweep], settings: Settings, out: str | Path | None =
         f"unsupported")
     bar = _progress(len(cases) * settings.processes, "bench")
     per_process, bws, failures, device_info = [], [], [], {}
-    from ..kernels import peers
-
     extra = {"settings": asdict(settings), "warm_workers": workers,
-             "sweeps": [asdict(s) for s in sweeps], "liger": peers.liger_status(),
+             "sweeps": [asdict(s) for s in sweeps], "liger": liger.result(),
              "method": "median of per-process medians of device-event timings; range = min-max "
                        "of process medians; p10/p90 = median over processes; compile_s = the "
                        f"first call while {workers} processes compiled side by side"}
