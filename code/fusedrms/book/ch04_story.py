@@ -42,6 +42,10 @@ def _sweep_shapes(recs: list) -> dict:
             "dtypes": sorted({short(r["dtype"]) for r in swept})}
 
 
+WIDE_FROM = 4096  # columns: where the spread of the num_warps settings is told apart
+SEED_MISS = ("1024x4096", "float32")  # the running example
+
+
 def story_facts(docs: dict) -> dict:
     """The numbers behind the prose, unformatted (a section is absent where its file is)."""
     out: dict = {}
@@ -60,8 +64,14 @@ def story_facts(docs: dict) -> dict:
         ties = sum(sum(t <= (1 + band) * min(ts.values()) for t in ts.values()) >= 2
                    for ts in times)
         judged = [r for r in sweep["rows"] if r.get("rule ties fastest") in ("yes", "no")]
+        # slowest over fastest setting, per shape, narrow rows (< 4,096 columns) apart
+        spreads = [(max(ts.values()) / min(ts.values()), r) for ts, r in zip(times, sweep["rows"])]
+        narrow = [sp for sp in spreads if int(sp[1]["shape"].split("x")[1]) < WIDE_FROM]
+        wide = [sp for sp in spreads if int(sp[1]["shape"].split("x")[1]) >= WIDE_FROM]
         out["warps"] = dict(tie=tie, band=band, shapes=len(sweep["rows"]), judged=len(judged),
                             ties=ties, rule_hits=sweep["rule_hits"], misses=sweep["misses"],
+                            narrow_spread=max(narrow, key=lambda sp: sp[0]) if narrow else None,
+                            wide_spread=max(wide, key=lambda sp: sp[0]) if wide else None,
                             **_sweep_shapes(warps))
     if docs["rounding"]:
         out["rounding"] = max(docs["rounding"], key=lambda r: r["elements"])
@@ -117,12 +127,22 @@ def story_values(docs: dict) -> dict[str, str]:
         if again:
             v.update(tie_again=_pct(again["diff"]),
                      tie_again_shape=_shape(again["rows"], again["cols"], again["dtype"]))
-        if w["misses"]:
-            m = w["misses"][0]
-            v.update(miss_shape=_shape(*m["shape"].split("x"), m["dtype"]),
-                     miss_rule=str(m["rule"]), miss_rule_us=f"{m['rule_us']:.2f} µs",
-                     miss_best=str(m["fastest"]), miss_best_us=f"{m['fastest_us']:.2f} µs",
-                     miss_pct=f"{m['rule_us'] / m['fastest_us'] - 1:.0%}")
+        for key in ("narrow_spread", "wide_spread"):
+            if w[key]:
+                ratio, row = w[key]
+                v[key] = f"{ratio - 1:.0%}"
+                v[key + "_shape"] = _shape(*row["shape"].split("x"), row["dtype"])
+        # the running example's miss first, then any other
+        misses = sorted(w["misses"], key=lambda m: (m["shape"], m["dtype"]) != SEED_MISS)
+        if misses:
+            v["warps_misses"] = str(len(misses))
+        for prefix, m in zip(("miss", "miss2"), misses):
+            v.update({f"{prefix}_shape": _shape(*m["shape"].split("x"), m["dtype"]),
+                      f"{prefix}_rule": str(m["rule"]),
+                      f"{prefix}_rule_us": f"{m['rule_us']:.2f} µs",
+                      f"{prefix}_best": str(m["fastest"]),
+                      f"{prefix}_best_us": f"{m['fastest_us']:.2f} µs",
+                      f"{prefix}_pct": f"{m['rule_us'] / m['fastest_us'] - 1:.1%}"})
     c = f.get("rounding")
     if c:
         v.update(census_shape=_shape(c["rows"], c["cols"]), census_total=f"{c['elements']:,}",

@@ -12,6 +12,7 @@ from .story import MISSING, recorded, value  # noqa: F401 (the notebook reads st
 BIG_MB = 64  # "where a call moves 64 MB or more"
 LEVER_THRESHOLD_PCT = 3.0  # a lever counts beyond this plus the launch's own run-to-run gap
 SMALL_ROWS, LARGE_ROWS = 1024, 4096  # in place: "at 1024 rows or fewer", "from 4096 rows"
+H200_SMS, WARPS_PER_SM = 132, 64  # the H200's SMs and resident warps per SM (Hopper)
 
 
 def load(machine: str | None = records.COMMITTED) -> dict:
@@ -19,7 +20,8 @@ def load(machine: str | None = records.COMMITTED) -> dict:
     this reader's page would show)."""
     doc, _ = CR.peers_doc(machine=machine)
     return {"peers": doc, "ncu": recorded("ncu_summary", machine),
-            "levers": recorded("capstone_levers", machine)}
+            "levers": recorded("capstone_levers", machine),
+            "wide_ncu": recorded("capstone_wide_ncu", machine)}
 
 
 def story_facts(docs: dict) -> dict:
@@ -45,7 +47,11 @@ def story_facts(docs: dict) -> dict:
         "band": band, "fused": fused, "residual": residual,
         "fu_counts": CR.tie_counts(fused, band), "rs_counts": CR.tie_counts(residual, band),
         "fastest_peers": {r["peer"] for r in complete},
-        "wide": wide, "wide_span": CR.ratio_span(fused, CR.is_wide),
+        "wide": wide,
+        "wide_lost": [r for r in wide if r in lost],
+        "widest": max(wide, key=lambda r: (r["rows"] * r["cols"], -len(r["dtype"])), default=None),
+        "wide_worst": max(wide, key=lambda r: r["ratio"], default=None),
+        "wide_ncu": _wide_ncu(docs.get("wide_ncu")),
         "single": single, "single_lost": [r for r in single if r in lost],
         "middle": middle, "worst_middle": max(middle, key=lambda r: r["ratio"], default=None),
         "big_rs": big_rs, "big_rs_peers": [r["peer"] for r in big_rs],
@@ -68,6 +74,31 @@ def _dram(ncu_doc: dict | None) -> list[dict]:
             for r in (ncu_doc or {}).get("records", []) if isinstance(r, dict)
             and r.get("impl") == CR.CAPSTONE and r.get("status", "ok") == "ok"
             and r.get("dram_throughput_pct") is not None]
+
+
+def _metric(rec: dict, name: str) -> float | None:
+    for kernel in rec.get("kernels", []):
+        for key, m in kernel.get("metrics", {}).items():
+            if key.split(" / ")[-1] == name:
+                return float(str(m["value"]).replace(",", ""))
+    return None
+
+
+def _wide_ncu(doc: dict | None) -> dict:
+    """{impl: DRAM bytes read and written, threads per program, programs, µs} of Nsight
+    Compute's profile of ours and Inductor's kernel at the widest rows; ``min_read``: x and r."""
+    out = {}
+    for r in (doc or {}).get("records", []):
+        if not isinstance(r, dict) or r.get("status") != "ok":
+            continue
+        read, written = _metric(r, "dram__bytes_read.sum"), _metric(r, "dram__bytes_write.sum")
+        if read is None:
+            continue
+        out[r["impl"]] = dict(read=read, written=written, us=r.get("duration_us"),
+                              threads=_metric(r, "Block Size"), programs=_metric(r, "Grid Size"),
+                              rows=r["rows"], cols=r["cols"], dtype=r["dtype"],
+                              min_read=2 * r["rows"] * r["cols"] * (4 if r["dtype"] == "fp32" else 2))
+    return out
 
 
 def _levers(levers_doc: dict | None, points) -> dict | None:
@@ -107,8 +138,32 @@ def story_values(docs: dict) -> dict[str, str]:
     for prefix, counts in (("fu", f["fu_counts"]), ("rs", f["rs_counts"])):
         if counts:
             v.update({f"{prefix}_{k}": str(counts[k]) for k in ("faster", "tie", "slower", "shapes")})
-    if f["wide_span"]:
-        v.update(wide_lo=CR.ratio_text(f["wide_span"][0]), wide_hi=CR.ratio_text(f["wide_span"][1]))
+    if f["wide"]:
+        worst, widest = f["wide_worst"], f["widest"]
+        v.update(wide_n=str(len(f["wide"])), wide_lost=str(len(f["wide_lost"])),
+                 wide_worst=CR.ratio_text(worst["ratio"]),
+                 wide_worst_at=CR.shape_text(worst["rows"], worst["cols"], worst["dtype"]),
+                 widest_at=CR.shape_text(widest["rows"], widest["cols"], widest["dtype"]),
+                 widest_ratio=CR.ratio_text(widest["ratio"]))
+    ours, inductor = (f["wide_ncu"].get(k) for k in (CR.CAPSTONE, "torch.compile_add"))
+    if ours and inductor:
+        from ..kernels import add_rmsnorm as A
+
+        # the two-pass launch this shape had before: programs of 16 warps, four to an SM, each
+        # holding its row of x and r in L2 between the passes
+        per_sm = WARPS_PER_SM // A.LARGE_BATCH_CONFIG.num_warps
+        held = H200_SMS * per_sm * ours["min_read"] / ours["rows"]
+        l2 = ((docs["peers"] or {}).get("provenance") or {}).get("l2_bytes")
+        if l2:
+            v.update(wncu_per_sm=str(per_sm), wncu_held=f"{held / 1e6:.0f} MB",
+                     wncu_l2=f"{l2 / 1e6:.0f} MB",
+                     wncu_row_kb=f"{ours['min_read'] / ours['rows'] / 1024:.0f} KB")
+        v.update(wncu_at=CR.shape_text(ours["rows"], ours["cols"], ours["dtype"]),
+                 wncu_min=f"{ours['min_read'] / 1e9:.3f} GB",
+                 wncu_ours=f"{ours['read'] / 1e9:.3f} GB",
+                 wncu_inductor=f"{inductor['read'] / 1e9:.3f} GB",
+                 wncu_threads=f"{ours['threads']:,.0f}",
+                 wncu_programs=f"{ours['programs']:,.0f}")
     if f["single"]:
         v.update(single_lo=f"{min(r['capstone_us'] for r in f['single']):.1f}",
                  single_hi=f"{max(r['capstone_us'] for r in f['single']):.1f} µs")
