@@ -55,6 +55,11 @@ def test_residual_rows_use_the_residual_capstone():
 def test_python_calls_and_eager_ratio():
     assert R.python_calls(PEERS) == {"capstone.fused": 60.0, "torch.rms_norm_add": 25.0}
     assert R.python_calls(None) == {}
+    ranged = {"records": [dict(r, min_median_us=r["median_us"] - 1, max_median_us=r["median_us"] + 2)
+                          if r.get("sweep") == "python" and r["impl"] == "capstone.fused" else r
+                          for r in PEERS["records"]]}
+    assert R.python_calls(ranged, spread=True) == {"capstone.fused": (59.0, 62.0)}  # where recorded
+    assert R.python_calls(ranged) == R.python_calls(PEERS)
     assert R.eager_ratios(R.peer_points(PEERS)) == [pytest.approx(2.8)]
 
 

@@ -319,29 +319,22 @@ def eager_ratios(points: list[Point], large_MB: float = 64.0) -> list[float]:
                   and bytes_moved("add_rmsnorm", *p.shape) / MB >= large_MB)
 
 
-def python_calls(doc: dict | None, op: str = "add_rmsnorm") -> dict:
+def python_calls(doc: dict | None, op: str = "add_rmsnorm", spread: bool = False) -> dict:
     """{impl: µs per call} from the harness's ``python`` sweep (back-to-back calls from Python,
-    no graph), for ``op``; empty when not recorded."""
+    no graph), for ``op``; empty when not recorded. ``spread``: {impl: (lowest, highest) process
+    median} instead, how far a call from Python moved from process to process."""
     out = {}
     for rec in (doc or {}).get("records", []):
         if not isinstance(rec, dict) or rec.get("sweep") != "python" or rec.get("op") != op:
             continue
-        us = _num(rec.get("median_us"))
-        if rec.get("status", "ok") == "ok" and us:
-            out[str(rec["impl"])] = us
-    return out
-
-
-def python_call_spread(doc: dict | None, op: str = "add_rmsnorm") -> dict:
-    """{impl: (lowest, highest) process median, µs} of the ``python`` sweep for ``op``: how far a
-    call from Python moved from process to process."""
-    out = {}
-    for rec in (doc or {}).get("records", []):
-        if not isinstance(rec, dict) or rec.get("sweep") != "python" or rec.get("op") != op:
+        if rec.get("status", "ok") != "ok":
             continue
-        lo, hi = _num(rec.get("min_median_us")), _num(rec.get("max_median_us"))
-        if rec.get("status", "ok") == "ok" and lo and hi:
-            out[str(rec["impl"])] = (lo, hi)
+        if spread:
+            lo, hi = _num(rec.get("min_median_us")), _num(rec.get("max_median_us"))
+            if lo and hi:
+                out[str(rec["impl"])] = (lo, hi)
+        elif _num(rec.get("median_us")):
+            out[str(rec["impl"])] = _num(rec.get("median_us"))
     return out
 
 

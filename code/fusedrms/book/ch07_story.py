@@ -42,7 +42,7 @@ def story_facts(docs: dict) -> dict:
     single = [r for r in complete if r["rows"] == 1]
     middle = [r for r in lost if r["rows"] > 1 and not CR.is_wide(r)]
     big_rs = [r for r in residual if r["MB"] >= BIG_MB and not r["missing"]]
-    calls = CR.python_call_spread(doc, "add_rmsnorm_residual")
+    calls = CR.python_calls(doc, "add_rmsnorm_residual", spread=True)
     return {
         "band": band, "fused": fused, "residual": residual,
         "fu_counts": CR.tie_counts(fused, band), "rs_counts": CR.tie_counts(residual, band),

@@ -50,10 +50,6 @@ def _select(doc, **where) -> list[dict]:
             if all(r.get(k) == v for k, v in where.items())]
 
 
-def peers_of(doc) -> list[str]:
-    return [i for i in TRAIN_IMPLS if i not in OURS and _select(doc, kind="train", impl=i)]
-
-
 def _with_spread(rec: dict) -> str | None:
     """A record's µs with the p10-p90 of its process times, as chapters 6 and 7 show them."""
     from ..measure import harness

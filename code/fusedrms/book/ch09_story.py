@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import records
 from . import ch09_page as R
 from .ch09 import OPS
-from .story import MISSING, recorded, value  # noqa: F401 (the notebook reads story.value)
+from .story import MISSING, value  # noqa: F401 (the notebook reads story.value)
 
 MEMORY_SHAPE = (16384, 8192, "bf16")  # the largest shape of the grid: where memory is scarce
 PEAK_IMPLS = ("triton.two_stage", "liger", "torch.rms_norm", "torch.compile", "torch.eager")
@@ -19,12 +19,11 @@ def load(machine: str | None = records.COMMITTED) -> dict:
 
 def _op(doc: dict, op: str, band: float) -> dict:
     v = R.verdict(doc, op)
-    large = R.verdict(doc, op, large_only=True)
     rows = v["rows"]
     lost = [r for r in rows if r["vs_fastest"] > 1 + band]
     eager = [r["torch.eager"] / r["triton.two_stage"] for r in rows
              if r["torch.eager"] and r["triton.two_stage"]]
-    return {"verdict": v, "large": large, "lost": lost,
+    return {"verdict": v, "lost": lost,
             "large_lost": [r for r in lost if r["MB"] * 1e6 >= R.LARGE_BYTES],
             "worst": max(rows, key=lambda r: r["vs_fastest"]), "eager": eager,
             "pct_floor": [r["pct_floor"] for r in rows if r["pct_floor"] is not None]}
