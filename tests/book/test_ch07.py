@@ -198,17 +198,6 @@ def test_launch_repeat_compares_the_launch_in_use_across_runs():
     assert CR.launch_repeat(None, peers) == {} and CR.launch_repeat(levers_doc, []) == {}
 
 
-def test_processes_phrase_says_what_the_records_hold():
-    def doc(*counts):
-        return {"records": [{"sweep": "peers", "status": "ok", "processes": n} for n in counts]
-                + [{"sweep": "peers", "status": "skipped: time budget", "processes": 9}]}
-
-    assert CR.processes_phrase(doc(3, 3)) == "medians over three processes"
-    assert CR.processes_phrase(doc(1, 3, 2)) == "medians over one to three processes"
-    assert CR.processes_phrase(doc(1)) == "the median of one process"
-    assert CR.processes_phrase(None) == "" and CR.processes_phrase(doc()) == ""
-
-
 def test_a_peer_timed_at_one_shape_is_never_a_win_where_it_was_not_timed():
     # torch.compile is timed at the small shape only, where it wins; elsewhere it is skipped
     times = {s: {"capstone.fused": 10.0, "torch.rms_norm_add": 20.0} for s in SHAPES}

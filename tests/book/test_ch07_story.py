@@ -85,3 +85,18 @@ def test_the_result_paragraph_holds():
     assert f["large"]["large_peers"] == ["torch.compile_add"]  # "torch.compile, the fastest peer there"
     assert f["above"]  # "or beat it, as the capstone does at ..."
     assert f["py_fused"] < f["py_torch"]
+
+
+def test_the_intro_says_most_shapes_and_names_the_peers_timed():
+    f = _facts()
+    assert 2 * f["fu_counts"]["faster"] > f["fu_counts"]["shapes"]  # "faster ... at most shapes"
+    assert f["processes"] == [3]  # "medians over 3 processes": every timing, the same count
+    assert {"torch.compile_add", "torch.rms_norm_add"} <= f["fu_peers"]
+    assert {"torch.compile_residual", "liger.fused_add_rms_norm"} <= f["rs_peers"]
+
+
+def test_the_your_gpu_panel_needs_a_recording_and_reads_both():
+    book = story.load(records.COMMITTED)
+    assert story.your_gpu_rows({"peers": None}, book) is None
+    rows = story.your_gpu_rows(book, book)
+    assert len(rows) == 6 and all(r["your GPU"] == r["H200 (the book)"] != "-" for r in rows)

@@ -413,19 +413,6 @@ def peers_of(rows: list[dict], attempted: dict | None = None) -> set:
             | {k for got in (attempted or {}).values() for k in got})
 
 
-def peer_list_text(plain, residual) -> str:
-    """The peers of each variant in prose: ``F.rms_norm(x + r) and the eager chain for the plain
-    op, and Liger-Kernel and FlashInfer for the residual-writing one``; one list when both
-    variants have the same peers; "" when neither has any."""
-    plain, residual = (display_names(p, prose=True) for p in (plain, residual))
-    if plain == residual or not residual:
-        return page.listed(plain)
-    if not plain:
-        return f"{page.listed(residual)} for the residual-writing variant"
-    return (f"{page.listed(plain)} for the plain op, and {page.listed(residual)} for the "
-            f"residual-writing one")
-
-
 def launch_repeat(levers_doc: dict | None, points: list[Point], op: str = "add_rmsnorm",
                   dtype: str = "bf16") -> dict:
     """{(rows, cols): %} the launch in use changed between the performance study's run and the
@@ -449,37 +436,14 @@ def change_text(pct: float) -> str:
     return "0.0%" if text in ("+0.0%", "-0.0%") else text
 
 
-_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
-
-
-def processes_phrase(doc: dict | None) -> str:
-    """How many processes each timing of the peers run took its median over: ``medians over three
-    processes``, or ``medians over one to three processes`` when they differ ("" if unknown)."""
-    counts = sorted({int(r["processes"]) for r in (doc or {}).get("records", [])
-                     if isinstance(r, dict) and r.get("status", "ok") == "ok"
-                     and r.get("sweep", "peers") in PEER_SWEEPS and _num(r.get("processes"))})
-    if not counts:
-        return ""
-    low, high = (_WORDS.get(n, str(n)) for n in (counts[0], counts[-1]))
-    if low == high:
-        return "the median of one process" if low == "one" else f"medians over {low} processes"
-    return f"medians over {low} to {high} processes"
-
-
 # ---------------------------------------------------------------- where the capstone loses
 
-WIDE_ROWS, WIDE_COLS = 4096, 16384  # "wide rows at a large batch": the two-pass design's region
+WIDE_ROWS, WIDE_COLS = 4096, 16384  # "wide rows at large batches"
 
 
 def is_wide(r: dict) -> bool:
     """A shape of at least :data:`WIDE_ROWS` rows of at least :data:`WIDE_COLS` columns."""
     return r["rows"] >= WIDE_ROWS and r["cols"] >= WIDE_COLS
-
-
-def ratio_span(rows: list[dict], where=lambda r: True) -> tuple[float, float] | None:
-    """(lowest, highest) capstone/fastest-peer ratio over the complete rows ``where`` holds."""
-    ratios = [r["ratio"] for r in rows if not r.get("missing") and where(r)]
-    return (min(ratios), max(ratios)) if ratios else None
 
 
 def in_place_ratios(points: list[Point], max_rows: int | None = None,

@@ -7,6 +7,7 @@ import statistics
 
 from .. import records
 from . import ch07_results as CR
+from . import page
 from .story import MISSING, recorded, value  # noqa: F401 (the notebook reads story.value)
 
 BIG_MB = 64  # "where a call moves 64 MB or more"
@@ -43,8 +44,15 @@ def story_facts(docs: dict) -> dict:
     middle = [r for r in lost if r["rows"] > 1 and not CR.is_wide(r)]
     big_rs = [r for r in residual if r["MB"] >= BIG_MB and not r["missing"]]
     calls = CR.python_calls(doc, "add_rmsnorm_residual", spread=True)
+    processes = sorted({int(r["processes"]) for r in doc.get("records", [])
+                        if r.get("status", "ok") == "ok" and r.get("sweep", "peers") in CR.PEER_SWEEPS
+                        and r.get("processes")})
     return {
-        "band": band, "fused": fused, "residual": residual,
+        "band": band, "fused": fused, "residual": residual, "processes": processes,
+        "fu_peers": CR.peers_of(fused, CR.peer_attempts(doc, "add_rmsnorm")),
+        "rs_peers": CR.peers_of(residual, CR.peer_attempts(doc, "add_rmsnorm_residual")),
+        "floor_GBps": (records.copy_floor_beside(doc).GBps
+                       if records.copy_floor_beside(doc) else None),
         "fu_counts": CR.tie_counts(fused, band), "rs_counts": CR.tie_counts(residual, band),
         "fastest_peers": {r["peer"] for r in complete},
         "wide": wide,
@@ -135,6 +143,12 @@ def story_values(docs: dict) -> dict[str, str]:
     v: dict[str, str] = {}
     if f["band"] is not None:
         v["tie_band"] = f"±{100 * f['band']:.1f}%"
+    if len(f["processes"]) == 1:
+        v["processes"] = str(f["processes"][0])
+    if f["floor_GBps"]:
+        v["floor_rate"] = f"{f['floor_GBps']:,.0f} GB/s"
+    v["fu_peer_names"] = page.listed(CR.display_names(f["fu_peers"], prose=True))
+    v["rs_peer_names"] = page.listed(CR.display_names(f["rs_peers"], prose=True))
     for prefix, counts in (("fu", f["fu_counts"]), ("rs", f["rs_counts"])):
         if counts:
             v.update({f"{prefix}_{k}": str(counts[k]) for k in ("faster", "tie", "slower", "shapes")})
@@ -213,3 +227,29 @@ def story_values(docs: dict) -> dict[str, str]:
         if lv["gap"] is not None:
             v.update(lv_gap=f"{lv['gap']:.1f}%", lv_gap_at=CR.shape_text(*lv["gap_at"]))
     return v
+
+
+def your_gpu_rows(own: dict, book: dict) -> list[dict] | None:
+    """Section 6's measured answers on the reader's GPU beside the book's (None when the reader
+    has not recorded chapter 7)."""
+    from .story import beside
+
+    mine = story_facts(own) if own.get("peers") else {}
+    if not mine:
+        return None
+
+    def counts(key):
+        return lambda f: "{faster} / {tie} / {slower}".format(**f[key])
+    rows = [
+        ("fused kernel: faster / tie / slower than the fastest peer", counts("fu_counts")),
+        ("residual-writing variant: faster / tie / slower", counts("rs_counts")),
+        ("tie band (run-to-run spread)", lambda f: f"±{100 * f['band']:.1f}%"),
+        ("wide rows at large batches: slower at",
+         lambda f: f"{len(f['wide_lost'])} of {len(f['wide'])} shapes"),
+        ("from 64 MB a call: median % of the copy floor",
+         lambda f: f"{f['large']['large_pct_median']:.0f}%"),
+        ("a call from Python: capstone, F.rms_norm(x + r)",
+         lambda f: f"{f['py_fused']:.1f} µs, {f['py_torch']:.1f} µs"),
+    ]
+    label = (((book.get("peers") or {}).get("provenance") or {}).get("gpu") or "H200")
+    return beside(rows, mine, story_facts(book), label.removeprefix("NVIDIA ") + " (the book)")
