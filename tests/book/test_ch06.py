@@ -245,3 +245,13 @@ def test_the_profile_names_the_configuration_ncu_profiled():
     doc = {"records": [{"status": "ok", "kernel": "add_rmsnorm_kernel",
                         "config": {"chunk": None, "label": "rows/prog 1"}}]}
     assert ch06.ncu_view(doc)["config"] == {"chunk": None, "label": "rows/prog 1"}
+
+
+def test_not_timed_at_names_skipped_peers_but_not_declared_widths():
+    def rec(impl, status="ok"):
+        return dict(sweep="grid", op="add_rmsnorm", impl=impl, rows=1, cols=4096, dtype="bf16",
+                    mode="cold", status=status)
+    grid = {"records": [rec("a"), rec("torch.compile", "skipped: x"),
+                        rec("w", "unsupported: too wide")]}
+    assert ch06.not_timed_at(grid, sweep="grid", rows=1) == ["torch.compile"]
+    assert ch06.not_timed_at(grid, sweep="grid", rows=2) == []

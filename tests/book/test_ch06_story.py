@@ -9,6 +9,15 @@ def _facts():
     return story.story_facts(story.load(records.COMMITTED))
 
 
+def test_the_recorded_sizes_are_the_ones_the_prose_describes():
+    f = _facts()
+    assert all(r["dtype"] == "bf16" and r["cols"] == f["sync"]["lo"]["cols"]
+               for r in f["sync"]["rows"])  # "... rows of ... bf16 values"
+    plan = f["plan"]
+    assert plan["modes"] == ["cold"]  # "The recorded grid ... cold L2"
+    assert plan["flush_bytes"] >= 2 * plan["l2_bytes"]  # "a buffer at least twice the L2's size"
+
+
 def test_section_1_the_unsynchronized_clock_times_the_launch():
     s = _facts()["sync"]
     assert s["growth"] > 10  # "device events saw the kernel's time grow ..."
@@ -42,6 +51,8 @@ def test_section_4_the_cache_flatters_inside_l2_only_and_leaves_writes_dirty():
 
 def test_section_5_a_graph_removes_the_cpu_between_calls_not_a_lone_call():
     g = _facts()["graph"]
+    # "the fused kernel and the eager chain"
+    assert g["impls"] == ["capstone.fused", "torch.eager_chain"]
     assert g["impl"] == "capstone.fused"  # "one flushed call of the fused kernel"
     for alone, replayed in (("cold_us", "cold_graph_us"), ("held_us", "held_graph_us")):
         assert abs(g[replayed] / g[alone] - 1) < 0.25  # "does not make a lone call faster"
@@ -53,8 +64,16 @@ def test_section_7_the_only_outliers_are_a_peer_with_another_definition():
     assert h["measured"] == h["cases"] and h["wrong_impls"] == ["torch.eager_chain"]
 
 
+def test_appendix_the_h200_repeats_the_historical_lesson_more_strongly():
+    co = _facts()["coop"]
+    assert co["ratio"] > 1 and co["hist_ratio"] > 1  # "the same lesson"
+    assert co["ratio"] > 1.05 * co["hist_ratio"]  # "stronger than on the RX 9070 XT"
+    assert co["untimed"] == []  # the table beside it lists every implementation the sweep ran
+
+
 def test_every_value_the_prose_shows_exists_on_the_committed_recording():
     assert_prose_values_exist("06_measurement.ipynb", story, 50)
+    assert_prose_values_exist("06a_appendix_measurement.ipynb", story, 3)
 
 
 def test_without_a_recording_the_values_say_so_and_there_is_no_panel(monkeypatch, tmp_path):

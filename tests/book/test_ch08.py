@@ -173,3 +173,12 @@ def test_the_twin_is_close_but_not_equal():
     twin = ch08.twin_differences(rows=8)[-1]
     assert not twin["passes"] and twin["differing codes"] > 0
     assert twin["max code steps"] == 1 and 0 < twin["max scale gap"] < 1e-6
+
+
+def test_the_twin_table_reads_as_the_page_says():
+    """On the page's 64 rows: alone, only the 1/448 scale and the approximate division change
+    codes; together the four fail, no code more than one e4m3 step from the specification's."""
+    twin = ch08.twin_differences(rows=64)
+    alone = {r["shortcut"].split(",")[0].split(" ")[0]: r["passes"] for r in twin[:-1]}
+    assert alone == {"fp32": True, "rsqrt": True, "scale": False, "q": False}
+    assert not twin[-1]["passes"] and twin[-1]["max code steps"] == 1

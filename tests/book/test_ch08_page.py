@@ -1,16 +1,9 @@
-"""Chapter 8's page readers (fusedrms.book.ch08_page): configuration words, instruction counts,
+"""Chapter 8's page readers (fusedrms.book.ch08_page): instruction counts,
 Nsight Compute's numbers and the cost table, and the committed recording's numbers."""
 import pytest
 
 from fusedrms import records
 from fusedrms.book import ch08, ch08_page
-def test_config_words_read_as_english():
-    assert ch08_page.config_words("warps 4, unpadded (split) tile, block reciprocal division") == (
-        "4 warps, the unpadded tile and one reciprocal per block")
-    assert ch08_page.config_words("warps 16, maxnreg 64, per element division") == (
-        "16 warps, at most 64 registers per thread and an exact division per element")
-    assert "(" not in ch08_page.config_words("warps 8, 2 rows/program, block reciprocal division")
-    assert "not name" in ch08_page.config_words(None)
 
 
 def _sass(name, warps, shared, total):

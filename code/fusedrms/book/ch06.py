@@ -261,23 +261,6 @@ def historical_source(text: str) -> str:
     return f"{moved[2]}, {moved[1]}{moved[3]}" if moved else text
 
 
-def grid_span(grid: dict | None, sweep: str = "grid") -> str | None:
-    """The sizes a recorded sweep covers, from its plan: "1 to 16,384 rows, widths 2,048 to
-    16,384"."""
-    plans = [w for w in (grid or {}).get("provenance", {}).get("sweeps", [])
-             if w.get("name") == sweep and w.get("rows") and w.get("cols")]
-    if not plans:
-        return None
-    rows = sorted({r for w in plans for r in w["rows"]})
-    cols = sorted({c for w in plans for c in w["cols"]})
-
-    def span(v, one, many):
-        return f"{v[0]:,} {one}" if len(v) == 1 else f"{v[0]:,} to {v[-1]:,} {many}"
-
-    return (span(rows, "row" if rows[0] == 1 else "rows", "rows") + ", "
-            + ("width " if len(cols) == 1 else "widths ") + span(cols, "", "").strip())
-
-
 def not_timed_at(grid: dict | None, **where) -> list[str]:
     """The implementations a grid lists at one case (``sweep``, ``rows``, ``cols``, ``dtype``)
     that were not timed there: skipped or failed, never silently absent from a table."""

@@ -1,5 +1,6 @@
-"""Chapter 6's story values: the timing rules, the grid, the profile and the copy floor, as the
-committed recording has them (the pattern: :mod:`fusedrms.book.story`)."""
+"""Chapter 6's story values: the timing rules, the grid, the profile, the copy floor and the
+appendix's comparison with the historical table, as the committed recording has them (the
+pattern: :mod:`fusedrms.book.story`)."""
 from __future__ import annotations
 
 from .. import records, traffic
@@ -26,15 +27,48 @@ def load(machine: str | None = records.COMMITTED) -> dict:
             "floor": records.copy_floor_beside(rules) if rules else None}
 
 
+def _plan(grid: dict | None) -> dict | None:
+    """The recorded grid's plan: the rows and widths of its "grid" sweeps, its L2 and flush."""
+    prov = (grid or {}).get("provenance", {})
+    plans = [w for w in prov.get("sweeps", []) if w.get("name") == "grid" and w.get("rows")]
+    if not plans:
+        return None
+    return dict(rows=sorted({r for w in plans for r in w["rows"]}),
+                cols=sorted({c for w in plans for c in w["cols"]}),
+                modes=sorted({m for w in plans for m in w.get("modes", [])}),
+                l2_bytes=prov.get("l2_bytes"), flush_bytes=prov.get("flush_bytes"))
+
+
+COOP_CASE = dict(sweep="rmsnorm", rows=1024, cols=4096, dtype="fp32")  # the historical table's
+
+
+def _cooperation(grid: dict | None) -> dict | None:
+    """The historical headline on the recorded GPU: one thread per row (hip.serial) against a
+    block per row (hip.block) at the historical table's shape, beside the table's own ratio."""
+    from ..measure import harness
+
+    by = {r["impl"]: r["median_us"] for r in harness.select(grid, status="ok", **COOP_CASE)
+          if r.get("median_us")} if grid else {}
+    if "hip.serial" not in by or "hip.block" not in by:
+        return None
+    hist = {r["impl"].split(" (")[0]: r["median_us"] for r in ch06.historical_seed()["records"]}
+    return dict(serial_us=by["hip.serial"], block_us=by["hip.block"],
+                ratio=by["hip.serial"] / by["hip.block"],
+                hist_ratio=hist["HIP serial"] / hist["HIP block"],
+                untimed=ch06.not_timed_at(grid, **COOP_CASE))
+
+
 def story_facts(docs: dict) -> dict:
     """The numbers behind the prose, unformatted (None where a file or a rule is missing)."""
     rules, grid, floor = docs["rules"], docs["grid"], docs["floor"]
     out: dict = {}
+    out["plan"] = _plan(grid)
+    out["coop"] = _cooperation(grid)
     sync = ch06.sync_rows(rules)
     if sync and floor:
         below = [r["rows"] for r in sync if r["no_sync_us"] < floor.us(r["bytes"])]
         out["sync"] = dict(
-            lo=sync[0], hi=sync[-1], growth=sync[-1]["events_us"] / sync[0]["events_us"],
+            rows=sync, lo=sync[0], hi=sync[-1], growth=sync[-1]["events_us"] / sync[0]["events_us"],
             no_sync_min=min(r["no_sync_us"] for r in sync),
             no_sync_max=max(r["no_sync_us"] for r in sync),
             below_rows=below, below_is_the_large_end=bool(below) and below == [
@@ -50,7 +84,8 @@ def story_facts(docs: dict) -> dict:
     l2 = ch06.l2_rows(rules)
     if l2:
         shapes, rule = l2
-        out["l2"] = dict(head=rule["headline"], big=shapes[-1], l2_bytes=rule.get("l2_bytes"))
+        out["l2"] = dict(head=rule["headline"], big=shapes[-1], l2_bytes=rule.get("l2_bytes"),
+                         sizes=len(shapes))
     view = ch06.ncu_view(docs["ncu"])
     if view and view.get("status") == "ok" and view.get("bytes_write") is not None:
         model = traffic.price(traffic.OP_STEP["add_rmsnorm"], view["rows"], view["cols"],
@@ -59,7 +94,9 @@ def story_facts(docs: dict) -> dict:
     graph = ch06.graph_rows(rules)
     if graph:
         mine = [r for r in graph if r["impl"] == graph[0]["impl"]]
-        out["graph"] = next((r for r in mine if r["rows"] == 1), mine[0])
+        out["graph"] = dict(next((r for r in mine if r["rows"] == 1), mine[0]),
+                            impls=sorted({r["impl"] for r in graph}),
+                            shapes=len({(r["rows"], r["cols"]) for r in graph}))
     from ..measure.harness import pick_target
 
     out["floor"] = ch06.floor_summary(grid, pick_target("add_rmsnorm"), LARGE_BYTES)
@@ -72,9 +109,22 @@ def story_values(docs: dict) -> dict[str, str]:
     f = story_facts(docs)
     us = readable_us
     v: dict[str, str] = {}
+    plan = f.get("plan")
+    if plan:
+        v.update(grid_rows_lo=f"{plan['rows'][0]:,}", grid_rows_hi=f"{plan['rows'][-1]:,}",
+                 grid_cols_lo=f"{plan['cols'][0]:,}", grid_cols_hi=f"{plan['cols'][-1]:,}")
+        if plan["l2_bytes"] and plan["flush_bytes"]:
+            v.update(l2_mib=f"{plan['l2_bytes'] / 2**20:,.0f} MiB",
+                     flush_mib=f"{plan['flush_bytes'] / 2**20:,.0f} MiB",
+                     flush_over_l2=times_in_words(plan["flush_bytes"] / plan["l2_bytes"]))
+    co = f.get("coop")
+    if co:
+        v.update(coop_serial=us(co["serial_us"]), coop_block=us(co["block_us"]),
+                 coop_ratio=f"{co['ratio']:,.1f}", coop_hist_ratio=f"{co['hist_ratio']:,.1f}")
     s = f.get("sync")
     if s:
-        v.update(sync_rows_lo=f"{s['lo']['rows']:,}", sync_rows_hi=f"{s['hi']['rows']:,}",
+        v.update(sync_n=str(len(s["rows"])), sync_cols=f"{s['lo']['cols']:,}",
+                 sync_rows_lo=f"{s['lo']['rows']:,}", sync_rows_hi=f"{s['hi']['rows']:,}",
                  sync_ev_lo=us(s["lo"]["events_us"]), sync_ev_hi=us(s["hi"]["events_us"]),
                  sync_growth=times_in_words(s["growth"]),
                  sync_nosync_min=us(s["no_sync_min"]), sync_nosync_max=us(s["no_sync_max"]),
@@ -108,7 +158,7 @@ def story_values(docs: dict) -> dict[str, str]:
                  l2_head_mb=f"{head['bytes'] / 1e6:,.0f} MB", l2_warm=us(head["warm_us"]),
                  l2_cold=us(head["cold_us"]), l2_ratio=f"{head['cold_over_warm']:.2f}",
                  l2_big_mb=f"{big['bytes'] / 1e6:,.0f} MB",
-                 l2_big_diff=_pct(100 * abs(big["cold_over_warm"] - 1)))
+                 l2_big_diff=_pct(100 * abs(big["cold_over_warm"] - 1)), l2_sizes=str(c["sizes"]))
     n = f.get("ncu")
     if n:
         v.update(dirty_shape=f"{n['rows']:,} x {n['cols']:,}",
@@ -121,7 +171,8 @@ def story_values(docs: dict) -> dict[str, str]:
                  ncu_config=(n.get("config") or {}).get("label") or MISSING)
     g = f.get("graph")
     if g:
-        v.update(graph_shape=f"{g['rows']:,} x {g['cols']:,}", graph_cold=us(g["cold_us"]),
+        v.update(graph_shapes=str(g["shapes"]), graph_shape=f"{g['rows']:,} x {g['cols']:,}",
+                 graph_cold=us(g["cold_us"]),
                  graph_cold_graph=us(g["cold_graph_us"]), graph_held=us(g["held_us"]),
                  graph_held_graph=us(g["held_graph_us"]), graph_b2b=us(g["back_to_back_us"]),
                  graph_b2b_graph=us(g["graph_back_to_back_us"]),

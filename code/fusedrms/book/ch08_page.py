@@ -68,29 +68,6 @@ def ncu_numbers(folder, name: str = "fp8_fused") -> dict | None:
     return out
 
 
-CONFIG_WORDS = (("unpadded (split) tile", "the unpadded tile"),
-                ("block reciprocal division", "one reciprocal per block"),
-                ("per element division", "an exact division per element"),
-                ("rows/program", "rows per program"))
-
-
-def config_words(label: str | None) -> str:
-    """A recorded configuration label in words: "warps 4, unpadded (split) tile, block
-    reciprocal division" -> "4 warps, the unpadded tile and one reciprocal per block"."""
-    if not label:
-        return "a configuration the recording does not name"
-    parts = []
-    for part in (p.strip() for p in label.split(",")):
-        for old, new in CONFIG_WORDS:
-            part = part.replace(old, new)
-        words = part.split()
-        if len(words) == 2 and words[0] in ("warps", "maxnreg") and words[1].isdigit():
-            part = (f"{words[1]} warps" if words[0] == "warps"
-                    else f"at most {words[1]} registers per thread")
-        parts.append(part)
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-
-
 EXACTNESS_VERSIONS = {"fused": "fp8.fused", "fused_baseline": "fp8.fused, untuned baseline",
                       "naive": "naive pair", "fused_software": "fp8.fused, software rounding",
                       "reordered_reference": "reordered reference (another specification)"}
