@@ -71,6 +71,19 @@ def test_what_the_own_recording_lacks_comes_from_the_committed_one(tmp_path, mon
     assert records.load("hip_ladder")["source"]["own"]
 
 
+def test_a_your_gpu_panel_needs_the_chapter_in_the_readers_recording(tmp_path, monkeypatch):
+    folder = _own_recording(tmp_path, monkeypatch)  # chapter 3's ladder, not finished
+    assert records.own_recording_has("ch03") is None and records.own_recording_has("ch06") is None
+    manifest = records.read_manifest(folder)
+    manifest["chapters"]["ch03"] = {"status": "ok"}
+    records.write_manifest(folder, manifest)
+    assert records.own_recording_has("ch03") == folder
+    assert records.own_recording_has("ch06") is None  # the page's ch06 numbers are the H200's
+    manifest["chapters"]["ch03"]["smoke"] = True  # a pipeline check, not a measurement
+    records.write_manifest(folder, manifest)
+    assert records.own_recording_has("ch03") is None
+
+
 def test_without_an_own_recording_the_committed_one_is_read(tmp_path, monkeypatch):
     _own_recording(tmp_path, monkeypatch, gpu="NVIDIA H100 80GB HBM3")
     fake = dataclasses.replace(env.current(), gpu_name="NVIDIA A100")

@@ -78,6 +78,16 @@ def own_recording_dir(gpu_name: str | None = None) -> Path | None:
     return folder if folder and (folder / MANIFEST).exists() else None
 
 
+def own_recording_has(chapter: str, gpu_name: str | None = None) -> Path | None:
+    """The reader's recording folder when it holds ``chapter`` ("ch07") finished, else None: a
+    "your GPU" panel shows only a chapter this reader recorded (a page falls back to the
+    committed recording file by file, and its numbers are not the reader's)."""
+    folder = own_recording_dir(gpu_name)
+    manifest = read_manifest(folder) if folder else None
+    entry = ((manifest or {}).get("chapters") or {}).get(chapter) or {}
+    return folder if entry.get("status") == "ok" and not entry.get("smoke") else None
+
+
 def _git_commit() -> str:
     if os.environ.get("FUSEDRMS_COMMIT"):  # set where there is no .git (a copied tree)
         return os.environ["FUSEDRMS_COMMIT"]

@@ -89,27 +89,10 @@ def test_best_pct_of_floor_counts_only_calls_with_the_l2_flushed():
     assert ch02.best_pct_of_floor(doc, FLOOR) == pytest.approx(95.0)
 
 
-# ---- the page's sentences in every state of the recording
-
-COPY = records.CopyFloor(4236.4, "NVIDIA H200", 4800.0)
-
-
+# ---- the bounds and the page's ceilings
 
 BOUNDS = (traffic.speedup_bound(ch02.BASELINE_STEP, "fused_add_rmsnorm"),
           traffic.speedup_bound(ch02.BASELINE_STEP, "fused_add_rmsnorm_residual"))
-
-
-def _census(base_us, fused_us, resid_us, chain_us=(25.0, 20.0, 44.0)):
-    doc = {"records": [
-        census("torch.rms_norm_add", [("vectorized_elementwise_kernel<add>", base_us[0]),
-                                      ("vectorized_layer_norm_kernel", base_us[1])]),
-        census("torch.eager_chain", [("vectorized_elementwise_kernel<add>", chain_us[0]),
-                                     ("vectorized_layer_norm_kernel", chain_us[1]),
-                                     ("elementwise_kernel<MulFunctor>", chain_us[2])]),
-        census("capstone.fused", [("add_rmsnorm_kernel", fused_us)]),
-        census("capstone.fused_residual", [("add_rmsnorm_residual_kernel", resid_us)])]}
-    times = ch02.kernel_times(doc, FLOOR)
-    return ch02.design_totals(times), times
 
 
 def test_the_bounds_are_against_what_a_reader_writes():
@@ -120,16 +103,6 @@ def test_the_bounds_are_against_what_a_reader_writes():
     assert "F.rms_norm(x + r, (cols,), w" in registry.get(ch02.BASELINE).description
     assert traffic.get_step(ch02.BASELINE_STEP).kernels[1].reads == ("t", "w")
     assert BOUNDS == (Fraction(5, 3), Fraction(5, 4))
-
-
-def test_fusion_outlook_follows_the_measurement_in_every_state():
-    totals, _ = _census((26.0, 21.0), 26.5, 34.8)
-    assert ch02.fusion_outlook(totals, BOUNDS).endswith("lose more than their bytes")
-    slow, _ = _census((16.0, 16.0), 60.0, 70.0)
-    assert "less than the bytes promise" in ch02.fusion_outlook(slow, BOUNDS)
-    mixed, _ = _census((16.0, 16.0), 15.0, 70.0)  # 32/15 > 5/3, 32/70 < 5/4
-    assert "against one fused kernel" in ch02.fusion_outlook(mixed, BOUNDS)
-    assert "not recorded yet" in ch02.fusion_outlook({}, BOUNDS)
 
 
 def test_the_best_share_of_the_floor_is_priced_at_the_floor_given_not_the_grids_own():
@@ -160,3 +133,4 @@ def test_the_chapter_prices_its_bounds_and_its_grid_against_the_baseline():
     assert slow and set(slow) == {ch02.BASELINE_STEP}, slow
     assert re.search(r'designs = \["' + ch02.BASELINE_STEP, code)
     assert "grid_pair(grid, companion.BASELINE" in code
+    assert "steps = list(companion.ROOFLINE_STEPS)" in code  # the roofline the story holds

@@ -45,7 +45,15 @@ def test_every_value_the_prose_shows_exists_on_the_committed_recording():
     assert_prose_values_exist("03_hip.ipynb", story, 25)
 
 
-def test_without_a_recording_there_are_no_values(monkeypatch, tmp_path):
+def test_without_a_recording_there_are_no_values_and_no_panel(monkeypatch, tmp_path):
     monkeypatch.setattr(records, "DATA_DIR", tmp_path)
-    assert story.story_values(story.load(records.COMMITTED)) == {}
+    empty = story.load(records.COMMITTED)
+    assert story.story_values(empty) == {}
     assert story.value({}, "vector_gain") == story.MISSING
+    assert story.your_gpu_rows(empty, empty) is None
+
+
+def test_your_gpu_panel_sets_a_recording_beside_the_h200():
+    h200 = story.load(records.COMMITTED)
+    rows = story.your_gpu_rows(h200, h200)
+    assert len(rows) == 5 and all(r["your GPU"] == r["H200 (the book)"] != "-" for r in rows)

@@ -1,12 +1,14 @@
 """Chapter 4's companion (fusedrms.book.ch04): the readers that turn records into the page's
-tables and live sentences, in every data state (complete, partial, nothing recorded). The prose's
+tables, in every data state (complete, partial, nothing recorded). The prose's
 claims about the committed recording: test_ch04_story.py."""
 import re
 
 import pytest
+import torch
 
-from fusedrms import records
+from fusedrms import env, records, reference
 from fusedrms.book import ch04
+from fusedrms.kernels import rmsnorm as T
 
 LIMIT = 32768
 
@@ -82,19 +84,16 @@ def test_the_committed_band_covers_the_setting_recorded_twice():
     assert band["band"] >= band["repeats"]
 
 
-def _census(n, nearest, truncated, one=0, far=0, rows=1024, cols=4096):
-    return dict(elements=n, equal_to_nearest_even=nearest, equal_to_truncation=truncated,
-                one_step_from_nearest_even=one, more_than_one_step_from_nearest_even=far,
-                rows=rows, cols=cols)
-
-
-def test_rounding_here_says_what_this_machines_outputs_follow():
-    assert ch04.rounding_here(_census(8481, 4351, 8481, one=4130), "under the interpreter") == (
-        "Here (under the interpreter) every output equals the truncated value.")
-    exact = ch04.rounding_here(_census(39, 39, 17), "on this GPU")
-    assert exact == "Here (on this GPU) every output equals the round-to-nearest-even value."
-    mixed = ch04.rounding_here(_census(10, 8, 5, one=2), "on this GPU")
-    assert "8 of 10 outputs equal the round-to-nearest-even value and 5 the truncated one" in mixed
+@pytest.mark.skipif(env.current().on_gpu, reason="the interpreter's cast, not a GPU's")
+def test_the_interpreter_truncates_every_bf16_output_the_page_counts():
+    """The page tells a reader without a GPU to expect every output equal to the truncated value
+    and fewer to the rounded one: the census its cell takes, here."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(33, 257, generator=g).to(torch.bfloat16)
+    w = torch.randn(257, generator=g).to(torch.bfloat16)
+    exact = reference.rmsnorm(x, w, accum=torch.float32, out_dtype=torch.float32)
+    c = ch04.bf16_rounding_census(T.rmsnorm_row(x, w), exact)
+    assert c["equal_to_truncation"] == c["elements"] > c["equal_to_nearest_even"]
 
 
 PTX = {"kind": "ptx", "dtype": "float32", "num_warps": 8, "registers_per_thread": 36, "spills": 0,

@@ -1,8 +1,6 @@
-"""Chapter 4's AMD registers (fusedrms.book.ch04_amd): the table and the sentences in every state
-(compiled and recorded, nothing recorded, a target spilling, the compile failing). The compile
+"""Chapter 4's AMD registers (fusedrms.book.ch04_amd): the table in every state (compiled and
+recorded, nothing recorded, a target spilling, the compile failing) and the values beside it. The compile
 itself is tested in tests/kernels/test_amd_targets.py; here the results are made up."""
-import re
-
 from fusedrms.book import ch04_amd
 from fusedrms.kernels import amd_targets as amd
 
@@ -18,11 +16,6 @@ def _compiled(vgprs=(42, 123, 225), gfx942=(26, 60, 118), spills=0, ok=True):
                                     sgpr_spills=0) if ok else
                        amd.Compiled(key, arch, False, "RuntimeError: no AMD backend"))
     return out
-
-
-def _plain(text):
-    assert "  " not in text and "None" not in text and ".." not in text
-    assert not re.search(r"\b1 [a-z]+s\b", text), text
 
 
 def test_the_widths_are_the_chapters():
@@ -55,26 +48,19 @@ def test_table_is_narrow_and_says_what_is_missing():
     assert {r["MI300X"] for r in empty} == {"did not compile"}
 
 
-def test_answer_when_only_nvidia_spills():
-    text = ch04_amd.answer(NVIDIA, "H200", _compiled())
-    assert text.startswith("At 65,536 columns, where the H200 spilled 92 values per thread, "
-                           "neither AMD target spills: the RX 9070 XT takes 225 of a lane's 256 "
-                           "VGPRs and the MI300X 118.")
-    assert text.endswith("On the MI300X Triton's 16 warps are 16 wavefronts of 64 lanes, "
-                         "1,024 threads, so each holds 64 values where a 32-lane GPU's thread "
-                         "holds 128.")
-    _plain(text)
+def test_lane_values_are_the_rule_and_the_targets_arithmetic():
+    v = ch04_amd.lane_values()
+    assert v == {"amd_cols": "65,536", "amd_narrow": "RX 9070 XT", "amd_narrow_vgprs": "256",
+                 "amd_wide": "MI300X", "amd_wide_vgprs": "512", "amd_values": "64",
+                 "nv_values": "128"}
+    # "an MI300X thread holds N values, a 32-lane GPU's 2N": the wavefront is twice a warp
+    assert 2 * int(v["amd_values"]) == int(v["nv_values"])
 
 
-def test_answer_in_the_other_states():
-    nothing_recorded = ch04_amd.answer({}, "NVIDIA", _compiled())
-    assert nothing_recorded.startswith("At 65,536 columns neither AMD target spills")
-    spilling = ch04_amd.answer(NVIDIA, "H200", _compiled(spills=1))
-    assert "the RX 9070 XT spills 1 value and the MI300X spills 1 value." in spilling
-    failed = ch04_amd.answer(NVIDIA, "H200", _compiled(ok=False))
-    assert "did not run" in failed and "VGPR" not in failed
-    one_target = ch04_amd.answer(NVIDIA, "H200",
-                                 [r for r in _compiled() if r.target == "gfx1201"], ("gfx1201",))
-    assert "no AMD target spills" in one_target and "wavefronts" not in one_target
-    for text in (nothing_recorded, spilling, failed, one_target):
-        _plain(text)
+def test_the_table_shows_what_the_page_tells_readers_to_look_for():
+    """The page says a spilling target's cell says so: the table writes "spilled" there, and
+    "did not compile" where the compile failed."""
+    spilling = ch04_amd.table(NVIDIA, "H200", _compiled(spills=3))
+    assert spilling[-1]["MI300X"] == "118, 3 spilled"
+    failed = ch04_amd.table(NVIDIA, "H200", _compiled(ok=False))
+    assert failed[-1]["RX 9070 XT"] == "did not compile"

@@ -74,3 +74,16 @@ def test_the_your_gpu_panel_needs_a_recording_and_reads_both():
     assert story.your_gpu_rows({"quant": None, "candidates": None, "cost": None}, book) is None
     rows = story.your_gpu_rows(book, book)
     assert rows and all(r["your GPU"] == r["NVIDIA H200 (the book)"] != "-" for r in rows)
+
+
+def test_the_byte_model_agrees_with_tilefoundrys_counts_at_its_conventions():
+    """Chapter 8: "These counts agree with tilefoundry's static analysis ... once its conventions
+    are matched" (its ideal times at the H200's data-sheet rate)."""
+    from fusedrms import traffic
+    from fusedrms.kernels import rmsnorm_fp8_spec as spec
+
+    rate = traffic.PUBLISHED[traffic.H200][0]
+    for step, published in story.TILEFOUNDRY.items():
+        p = traffic.price(step, story.TILEFOUNDRY_ROWS, spec.HIDDEN_SIZE, "bf16",
+                          bandwidth_GBps=rate)
+        assert (p.bytes_read, p.bytes_written, p.ideal_ns) == published, step

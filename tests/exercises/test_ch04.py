@@ -22,7 +22,8 @@ def test_solution_is_accepted(exercise):
 @pytest.mark.parametrize("exercise,label", [(e, m) for e in ch04.ALL for m in e.mistakes],
                          ids=lambda v: v if isinstance(v, str) else v.name)
 def test_typical_mistake_is_rejected_with_a_hint(exercise, label, monkeypatch, tmp_path):
-    monkeypatch.setattr(records, "DATA_DIR", tmp_path)  # no recorded sweep, whatever is committed
+    if exercise is not ch04.choose_num_warps:  # its mistakes come from the committed recording
+        monkeypatch.setattr(records, "DATA_DIR", tmp_path)
     feedback = exercise.check(exercise.mistakes[label])
     assert not feedback.ok, f"{exercise.name} accepted the mistake {label!r}"
     assert feedback.hint, f"{exercise.name}: no hint for {label!r}: {feedback}"
@@ -164,11 +165,17 @@ def test_run_reader_kernel_layout():
 
 # ---- choose num_warps ----
 
+SPREAD = 0.02  # each setting's three repeats lie 2% either side of its median: a band of 3.2%
+
+
 def _record_sweep(tmp_path, monkeypatch, times, cols=ch04.WARPS_COLS,
-                  dtype=str(ch04.WARPS_DTYPE).replace("torch.", "")):
+                  dtype=str(ch04.WARPS_DTYPE).replace("torch.", ""), spread=SPREAD):
     monkeypatch.setattr(records, "DATA_DIR", tmp_path)
     recs = [dict(group="width sweep", rows=ch04.WARPS_ROWS, cols=cols, dtype=dtype, num_warps=k,
-                 median_us=v, gbps=1.0) for k, v in times.items()]
+                 median_us=v, gbps=1.0,
+                 **({"repeat_medians_us": [v * (1 - spread), v, v * (1 + spread)], "repeats": 3}
+                    if spread is not None else {}))
+            for k, v in times.items()]
     recs.append({"rows": "garbage"})  # a malformed record is skipped, not fatal
     records.write(tmp_path / "h200" / "triton_warps.json", recs)
 
@@ -206,6 +213,85 @@ def test_a_tie_within_noise_is_accepted(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(ENV.on_gpu, reason="on a GPU the checker measures instead of reading records")
+def test_the_tie_band_is_derived_from_the_recording_not_asserted(tmp_path, monkeypatch):
+    """A tie is within the band of the recorded run-to-run spread: a wider spread accepts a
+    setting a narrower one rejects, in the reader's medians and in the recorded ones alike."""
+    times = {4: 31.0, 8: 27.5, 16: 29.0}  # 16 warps 5.5% slower than 8
+    answer = {"num_warps": 16, "timings_us": times}
+    _record_sweep(tmp_path, monkeypatch, times, spread=0.02)
+    assert ch04.tie_band() == pytest.approx(0.032)
+    fb = ch04.choose_num_warps.check(answer)
+    assert not fb.ok and "5.5%" in fb.message and "3.2%" in fb.message and fb.hint
+    _record_sweep(tmp_path, monkeypatch, times, spread=0.04)
+    assert ch04.tie_band() == pytest.approx(0.064)
+    fb = ch04.choose_num_warps.check(answer)
+    assert fb.ok and "6.4%" in fb.message
+
+
+def test_the_exercise_uses_the_band_the_chapter_derives():
+    from fusedrms.book import ch04 as chapter
+    from fusedrms.book import ch04_story
+
+    docs = ch04_story.load(None)
+    assert ch04.tie_band() == chapter.tie_band(docs["warps"], docs["versions"])["band"]
+    assert 0 < ch04.tie_band() < 0.05
+    assert not hasattr(ch04, "NOISE") and not hasattr(ch04, "RENOISE")
+
+
+@pytest.mark.skipif(ENV.on_gpu, reason="on a GPU the checker measures instead of reading records")
+def test_a_sweep_without_repeats_has_no_band_and_says_so(tmp_path, monkeypatch):
+    _record_sweep(tmp_path, monkeypatch, {4: 31.0, 8: 27.5, 16: 29.9}, spread=None)
+    assert ch04.tie_band() is None
+    fb = ch04.choose_num_warps.check({"num_warps": 8, "timings_us": {4: 31.0, 8: 27.5}})
+    assert isinstance(fb, ch04.NotCheckedHere) and not fb.ok and "tie band" in fb.message
+    assert "record" in fb.hint and "Hint" in fb._repr_html_()
+    (tmp_path / "h200" / "triton_warps.json").write_text("{not json")  # damaged: no traceback
+    fb = ch04.choose_num_warps.check({"num_warps": 8, "timings_us": {4: 31.0, 8: 27.5}})
+    assert not fb.ok and fb.message and not fb.error
+
+
+def test_a_gpu_judges_a_fresh_measurement_with_the_same_band(tmp_path, monkeypatch):
+    """The verdicts on a GPU (a fresh measurement) are those a machine without one gives for the
+    same medians: one band, from the recording."""
+    real = ch04.env.current()
+
+    class OnGpu:  # this machine's environment, as if it had a GPU
+        on_gpu = True
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    recorded = {4: 31.0, 8: 27.5, 16: 29.0}
+    _record_sweep(tmp_path, monkeypatch, recorded)
+    answers = [{"num_warps": k, "timings_us": dict(recorded)} for k in recorded]
+    answers += [{"num_warps": 16, "timings_us": {8: 27.5, 16: 28.3}},  # within 3.2%
+                {"num_warps": 16, "timings_us": {16: 29.0, 4: 31.0}}]  # leaves out 8 warps
+    on_cpu = [ch04.choose_num_warps.check(a).ok for a in answers]
+    monkeypatch.setattr(ch04.env, "current", OnGpu)
+    monkeypatch.setattr(ch04, "measure_num_warps", lambda *a, **k: dict(recorded))
+    on_gpu = [ch04.choose_num_warps.check(a).ok for a in answers]
+    assert on_cpu == on_gpu == [False, True, False, False, False]
+    monkeypatch.setattr(ch04, "measure_num_warps",  # 16 warps within the band in a fresh run
+                        lambda *a, **k: {4: 31.0, 8: 27.5, 16: 28.3})
+    assert ch04.choose_num_warps.check({"num_warps": 16, "timings_us": {8: 27.5, 16: 28.3}}).ok
+
+
+@pytest.mark.skipif(ENV.on_gpu, reason="on a GPU the checker measures instead of reading records")
+def test_every_right_form_passes(tmp_path, monkeypatch):
+    _record_sweep(tmp_path, monkeypatch, {4: 9.05, 8: 10.36, 16: 9.30})  # 16 within 3.2% of 4
+    for answer in ({"num_warps": 4, "timings_us": {4: 9.05, 8: 10.36, 16: 9.30}},
+                   {"num_warps": 16, "timings_us": {4: 9.05, 8: 10.36, 16: 9.30}},
+                   {"num_warps": 4, "timings_us": {4: 9.05, 16: 9.30}},
+                   {"num_warps": 4.0, "timings_us": {4.0: 9.05, 8.0: 10.36}},
+                   {"num_warps": "16", "timings_us": {"4": "9.05", "16": "9.3"}},
+                   {"num_warps": torch.tensor(4), "timings_us": {4: torch.tensor(9.05),
+                                                                 8: 10.36}},
+                   ch04.warps_solution()):
+        fb = ch04.choose_num_warps.check(answer)
+        assert fb.ok, (answer, str(fb))
+
+
+@pytest.mark.skipif(ENV.on_gpu, reason="on a GPU the checker measures instead of reading records")
 def test_recorded_sweep_for_another_shape_is_not_used(tmp_path, monkeypatch):
     _record_sweep(tmp_path, monkeypatch, {4: 31.0, 8: 27.5}, cols=2 * ch04.WARPS_COLS)
     assert ch04.recorded_warps() is None
@@ -227,7 +313,7 @@ def test_the_num_warps_exercise_is_posed_where_the_rule_misses():
     times = found[0]
     best = min(times, key=times.get)
     assert ch04.RULE_WARPS in times and best != ch04.RULE_WARPS
-    assert times[ch04.RULE_WARPS] > (1 + ch04.NOISE) * times[best]
+    assert times[ch04.RULE_WARPS] > (1 + ch04.tie_band()) * times[best]
     mistakes = ch04.choose_num_warps.mistakes
     assert mistakes["the rule's choice against the medians"]["num_warps"] == ch04.RULE_WARPS
     assert ch04.warps_solution()["num_warps"] == best

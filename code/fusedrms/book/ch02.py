@@ -82,6 +82,9 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[
 # chapter is against. The chain that applies the weight in a separate multiply is an illustration.
 BASELINE, BASELINE_STEP = "torch.rms_norm_add", "torch_add_rmsnorm"
 CHAIN = "torch.eager_chain"
+# the roofline's points: the three designs, and plain RMSNorm fused and unfused
+ROOFLINE_STEPS = (BASELINE_STEP, "fused_add_rmsnorm", "fused_add_rmsnorm_residual", "rmsnorm",
+                  "rmsnorm_unfused")
 FUSED = ("capstone.fused", "capstone.fused_residual")
 CENSUS_DESIGNS = {  # census implementation -> the model's step for it
     BASELINE: BASELINE_STEP,
@@ -194,33 +197,8 @@ def best_pct_of_floor(grid_doc: dict, floor: records.CopyFloor,
     return max(pcts) if pcts else None
 
 
-# ---------------------------------------------------------------- sentences for the page
-# The measured answers in words that stay true and read well whatever the recording holds.
+# ---------------------------------------------------------------- names for the page
 
-NOT_RECORDED = "not recorded yet (chapter {}'s GPU recording measures it)"
 EAGER_KERNEL_NAMES = {"add": "residual add", "rmsnorm": "normalization",  # model kernel -> words
                       "scale": "weight multiply", "fused_add_rmsnorm": "one kernel",
                       "fused_add_rmsnorm_residual": "one kernel"}
-
-
-def _pct(fraction: float) -> str:
-    return f"{100 * fraction:.0f}%"
-
-
-def fusion_outlook(totals: dict, bounds: tuple) -> str:
-    """The chapter's closing recap of its measurement, a clause: whether PyTorch's two kernels
-    lost more or less than their bytes against the two fused kernels (``bounds``: two
-    Fractions)."""
-    need = (BASELINE, *FUSED)
-    if any(n not in totals for n in need):
-        return "its measurement on a real GPU is " + NOT_RECORDED.format(7)
-    base, fused, resid = (totals[n]["measured_us"] for n in need)
-    above = [base / fused > float(bounds[0]), base / resid > float(bounds[1])]
-    if all(above):
-        return "the measurement says that PyTorch's two kernels lose more than their bytes"
-    if not any(above):
-        return "the measurement says that fusion bought less than the bytes promise"
-    return ("the measurement says that fusion bought more than the bytes promise against one "
-            "fused kernel and less against the other")
-
-

@@ -1,15 +1,16 @@
 """Chapter 2's story values: the numbers its Markdown quotes from the committed recording.
 
 The measured half of chapter 2 is written about the committed H200 recording: the copy
-(``traffic_bandwidth.json``'s rate, the book's one floor), chapter 6's grid at 4096 x 4096 bf16 and
-chapter 7's kernel census. :func:`story_facts` reads what the prose states in words (a test holds
-it against the committed recording) and :func:`story_values` formats what it shows inline.
+(``traffic_bandwidth.json``'s rate, the book's one floor) with the roofline priced at it,
+chapter 6's grid at 4096 x 4096 bf16 and chapter 7's kernel census. :func:`story_facts` reads
+what the prose states in words (a test holds it against the committed recording) and
+:func:`story_values` formats what it shows inline.
 """
 from __future__ import annotations
 
-from .. import records
+from .. import records, traffic
 from . import ch02 as companion
-from .story import MISSING, value  # noqa: F401 (the notebook reads story.value)
+from .story import MISSING, beside, value  # noqa: F401 (the notebook reads story.value)
 
 SHAPE = (4096, 4096, "bf16")
 
@@ -29,12 +30,25 @@ def load(machine: str | None = records.COMMITTED) -> dict:
     return out
 
 
+def _roofline(floor: records.CopyFloor) -> dict:
+    """The roofline's designs at the chapter's shape, priced at ``floor`` and its data sheet's
+    fp32 peak: how many there are, how many are memory-bound, the highest intensity and the
+    ridges (this GPU's, and the lowest in the published table)."""
+    ceil = companion.ceilings(floor)
+    priced = [traffic.price(s, *SHAPE, ceil["bandwidth_GBps"], ceil["peak_tflops"])
+              for s in companion.ROOFLINE_STEPS]
+    return {"designs": len(priced), "memory_bound": sum(e.bound == "memory" for e in priced),
+            "max_intensity": max(e.intensity for e in priced), "ridge": priced[0].ridge,
+            "lowest_ridge": min(peak * 1000 / bw for bw, peak, _ in traffic.PUBLISHED.values())}
+
+
 def story_facts(docs: dict) -> dict:
     """The numbers behind the prose, unformatted (a key is absent where its file is missing)."""
     out: dict = {}
     floor, grid, extra = docs["floor"], docs["grid"], docs["extra"]
     if floor:
         out["copy"] = floor
+        out["roofline"] = _roofline(floor)
     if grid:
         try:
             out["best_pct"] = companion.best_pct_of_floor(grid, records.copy_floor(beside=grid))
@@ -97,3 +111,27 @@ def story_values(docs: dict) -> dict[str, str]:
                      add_more=f"{100 * (chain['add']['row_trips'] / chain['scale']['row_trips'] - 1):.0f}%")
     return v
 
+
+def _speedup(facts: dict, design: str) -> str:
+    """PyTorch's two kernels' measured time over ``design``'s, in the census."""
+    t = facts["totals"]
+    return f"{t[companion.BASELINE]['measured_us'] / t[design]['measured_us']:.2f}×"
+
+
+def your_gpu_rows(own: dict, h200: dict) -> list[dict] | None:
+    """The chapter's measured answers on the reader's GPU beside the H200's (None when the
+    reader's recording has neither the copy nor the kernel census)."""
+    if not (own["floor"] or own["extra"]):
+        return None
+    fused, residual = companion.FUSED
+    rows = [
+        ("copy bandwidth (device to device)", lambda f: f"{f['copy'].GBps:,.0f} GB/s"),
+        ("fused kernel's speedup over PyTorch's two", lambda f: _speedup(f, fused)),
+        ("residual-writing kernel's speedup over PyTorch's two",
+         lambda f: _speedup(f, residual)),
+        ("fused kernel, % of the copy rate",
+         lambda f: f"{f['totals'][fused]['pct_of_copy']:.0f}%"),
+        ("PyTorch's two kernels, % of the copy rate",
+         lambda f: f"{f['totals'][companion.BASELINE]['pct_of_copy']:.0f}%"),
+    ]
+    return beside(rows, story_facts(own), story_facts(h200))

@@ -13,7 +13,7 @@ import math
 from .. import records
 from . import ch03 as ladder
 from . import page
-from .story import MISSING, value  # noqa: F401 (the notebook reads story.value)
+from .story import MISSING, beside, value  # noqa: F401 (the notebook reads story.value)
 
 
 def load(machine: str | None = records.COMMITTED) -> dict:
@@ -126,3 +126,22 @@ def story_values(docs: dict) -> dict[str, str]:
                  one_row_us=f"{s['one_row_us']:,.0f} µs" if s["one_row_us"] else MISSING)
     return v
 
+
+def your_gpu_rows(own: dict, h200: dict) -> list[dict] | None:
+    """The chapter's measured answers on the reader's GPU beside the H200's (None when the reader
+    has not recorded the ladder)."""
+    if not own["ladder"]:
+        return None
+    rows = [
+        ("hip.block's speedup over hip.serial, 1024×4096 fp32",
+         lambda f: f"{f['serial_gains'][1024]:.0f}×"),
+        ("hip.vectorized's speedup over hip.shuffle",
+         lambda f: ladder.span(f["vector_gains"])),
+        ("best kernel, % of its copy floor's rate",
+         lambda f: f"{100 * f['floor']['best']['fraction_of_floor']:.0f}%"),
+        ("fusion's speedup, scalar loads",
+         lambda f: ladder.span(f["fusion"]["scalar"]["speedups"])),
+        ("fusion's speedup, 16-byte loads",
+         lambda f: ladder.span(f["fusion"]["vector"]["speedups"])),
+    ]
+    return beside(rows, story_facts(own), story_facts(h200))

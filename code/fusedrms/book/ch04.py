@@ -349,18 +349,6 @@ def version_ratios(recs: list, wide_cols: int) -> dict:
             "seed_spread": max(seed) / min(seed) if len(seed) >= 2 else None}
 
 
-def rounding_here(live: dict, where: str) -> str:
-    """What the bf16 outputs computed on this machine follow (``live``, from
-    :func:`bf16_rounding_census`; ``where`` says what ran them), as a sentence."""
-    n = live["elements"]
-    if live["equal_to_truncation"] == n and live["equal_to_nearest_even"] < n:
-        return f"Here ({where}) every output equals the truncated value."
-    if live["equal_to_nearest_even"] == n:
-        return f"Here ({where}) every output equals the round-to-nearest-even value."
-    return (f"Here ({where}) {live['equal_to_nearest_even']:,} of {n:,} outputs equal the "
-            f"round-to-nearest-even value and {live['equal_to_truncation']:,} the truncated one.")
-
-
 def _load_bytes(summary: dict):
     """Bytes the widest global load moves per thread (``ld.global.v4.b32``: 16), from the
     recorded load forms; else the vector width times 4 bytes; None when unknown."""

@@ -1,12 +1,11 @@
 """Chapter 4's registers on AMD: the row kernel compiled for RDNA4 and CDNA3 (no AMD GPU needed,
 :mod:`fusedrms.kernels.amd_targets`) beside the registers recorded on the NVIDIA GPU, as a narrow
-table and two sentences that read right whatever was recorded or compiled.
+table, and the values the page's fixed sentences beside it show.
 """
 from __future__ import annotations
 
 from ..kernels import amd_targets
 from ..kernels.rmsnorm import ROW_MAX_COLS, num_warps_for
-from . import page
 
 # fp32 columns: the compiler section's width, the row kernel's limit, one step past it
 WIDTHS = (4096, ROW_MAX_COLS, 2 * ROW_MAX_COLS)
@@ -65,36 +64,17 @@ def table(nvidia: dict, nvidia_gpu: str, results, targets=TARGETS) -> list[dict]
     return rows
 
 
-def answer(nvidia: dict, nvidia_gpu: str, results, targets=TARGETS) -> str:
-    """Two sentences: what the widest row does on each AMD target, and why the 64-lane one holds
-    fewer values per thread."""
+def lane_values(targets=TARGETS) -> dict[str, str]:
+    """What the page says beside the table, as values: each target's name and VGPRs per lane, and
+    at the widest row how many values a thread holds on a 64-lane target and on a 32-lane GPU
+    (arithmetic on the rule and the targets, the same whatever was compiled here)."""
     cols = WIDTHS[-1]
-    by_key = amd_targets.compiled_by_key(results)
-    got = [(amd_targets.TARGETS[a], by_key.get((amd_targets.row_launch(cols).key, a)))
-           for a in targets]
-    if not got or any(r is None or not r.compiled for _, r in got):
-        return ("The AMD compile did not run here, so the AMD columns are empty "
-                "(`python -m fusedrms.kernels.amd_targets` says why).")
-    nv = nvidia.get(cols)
-    lead = (f"At {cols:,} columns, where the {nvidia_gpu} spilled "
-            f"{page.counted(nv[1], 'value')} per thread, " if nv and nv[1]
-            else f"At {cols:,} columns ")
-    spilling = [(t, r) for t, r in got if r.spills]
-    if not spilling:
-        first = lead + ("neither" if len(got) == 2 else "no") + " AMD target spills: "
-        first += page.listed([f"the {t.short} takes {r.vgprs} of a lane's {t.max_vgprs} VGPRs"
-                              if i == 0 else f"the {t.short} {r.vgprs}"
-                              for i, (t, r) in enumerate(got)]) + "."
-    else:
-        first = lead + page.listed([f"the {t.short} spills {page.counted(r.spills, 'value')}"
-                                    for t, r in spilling]) + "."
     warps = num_warps_for(cols)
-    wide = [t for t, _ in got if t.wavefront == 64]
-    if not wide:
-        return first
-    t = wide[0]
-    threads = warps * t.wavefront
-    second = (f" On the {t.short} Triton's {warps} warps are {warps} wavefronts of {t.wavefront} "
-              f"lanes, {threads:,} threads, so each holds {cols // threads} values where a "
-              f"32-lane GPU's thread holds {cols // (warps * 32)}.")
-    return first + second
+    chosen = [amd_targets.TARGETS[a] for a in targets]
+    narrow = next(t for t in chosen if t.wavefront == 32)
+    wide = next(t for t in chosen if t.wavefront == 64)
+    return {"amd_cols": f"{cols:,}", "amd_narrow": narrow.short,
+            "amd_narrow_vgprs": str(narrow.max_vgprs), "amd_wide": wide.short,
+            "amd_wide_vgprs": str(wide.max_vgprs),
+            "amd_values": str(cols // (warps * wide.wavefront)),
+            "nv_values": str(cols // (warps * 32))}

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .. import env, records, tuning, verify
-from . import broken, ch07_tuning, page
+from . import broken, ch07_tuning
 
 FILES = {
     "verify_gpu.json": "the boundary suite, every registered kernel x dtype x case",
@@ -187,38 +187,12 @@ def fp8_cast_mismatch(n: int = 1 << 16, seed: int = 0) -> tuple[int, int] | None
     return int((code_bits(cast) != code_bits(want)).sum()), n
 
 
-# ---------------------------------------------------------------- sentences for the page
-# Good English whatever the recording holds (complete, partial, nothing yet); no measurements.
-
 MATRIX_KEY = ", ".join(f"{code} = {name}" for name, code in verify.SHORT_DTYPE.items())
 
 
-def fp8_cast_phrase(mismatch: tuple[int, int] | None) -> str:
-    """:func:`fp8_cast_mismatch` as a sentence (without its full stop)."""
-    if mismatch is None:
-        return "Triton cannot convert to fp8 e4m3 on this GPU"
-    wrong, n = mismatch
-    if wrong == 0:
-        return f"Triton's fp32 → fp8 cast got every one of {n:,} random values right"
-    return (f"Triton's fp32 → fp8 cast got {wrong:,} of {n:,} random values wrong "
-            f"({100 * wrong / n:.2f}%)")
-
-def nan_rows_phrase(indices: list) -> str:
-    """``row 1 is NaN``, ``rows 1 and 2 are NaN`` or ``no row is NaN``."""
-    if not indices:
-        return "no row is NaN"
-    if len(indices) == 1:
-        return f"row {indices[0]} is NaN"
-    return f"rows {page.listed(indices, serial=True)} are NaN"
-
-
-def shrunk_phrase(cases) -> str:
-    """The cases a CPU runs smaller than a GPU, by name: ``5 cases shrink (1024x4096, ...)``."""
-    shrunk = [c.name for c in cases if c.shape(False) != c.shape(True)]
-    if not shrunk:
-        return "no case shrinks"
-    return (f"{page.counted(len(shrunk), 'case')} {'shrinks' if len(shrunk) == 1 else 'shrink'} "
-            f"({page.listed(shrunk)})")
+def shrunk_cases(cases) -> list[str]:
+    """The names of the cases a CPU runs smaller than a GPU (the interpreter is slow)."""
+    return [c.name for c in cases if c.shape(False) != c.shape(True)]
 
 
 def drawer_on_gpu(doc: dict | None, shown) -> dict | None:

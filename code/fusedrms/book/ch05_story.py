@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import records
 from . import broken, ch05
-from .story import MISSING, recorded, value  # noqa: F401 (the notebook reads story.value)
+from .story import MISSING, beside, recorded, value  # noqa: F401 (the notebook reads story.value)
 
 
 def load(machine: str | None = records.COMMITTED) -> dict:
@@ -57,3 +57,28 @@ def story_values(docs: dict) -> dict[str, str]:
         v.update(configs_checks=str(c["checks"]), configs_capstone=str(c["capstone_config"]),
                  configs_fp8=str(c["fp8_config"]))
     return v
+
+
+def your_gpu_rows(own: dict, book: dict) -> list[dict] | None:
+    """The section's measured answers on the reader's GPU beside the H200's (None when the reader
+    has not recorded chapter 5: files the reader's recording lacks come from the committed one,
+    and are not theirs)."""
+    mine = {k: d if d and (d.get("source") or {}).get("own") else None for k, d in own.items()}
+    if not any(mine.values()):
+        return None
+    theirs = story_facts(book)
+    rows = [
+        ("suite: checks passed", lambda f: f"{f['suite']['passed']:,} of {f['suite']['checks']:,}"),
+        ("drawer: wrong kernels caught",
+         lambda f: f"{len(f['drawer']['caught'])} of {len(f['drawer']['wrong'])}"),
+        ("drawer: unmasked_weight passed",
+         lambda f: "yes" if f["drawer"]["silent"]["broken.unmasked_weight"] else "no"),
+        ("tuned configurations passed",
+         lambda f: f"{f['configs']['passed']} of {f['configs']['checks']}"),
+        ("row kernel, 33×257 bf16: share of its tolerance",
+         lambda f: f"{f['suite']['bf16_share']:.2f}"),
+        ("FP8 checks matched code for code",
+         lambda f: f"{f['suite']['fp8_passed']} of {f['suite']['fp8_checks']}"),
+    ]
+    gpu = ((theirs.get("suite") or {}).get("gpu") or "H200").removeprefix("NVIDIA ")
+    return beside(rows, story_facts(mine), theirs, f"{gpu} (the book)")

@@ -37,7 +37,8 @@ import triton
 import triton.language as tl
 
 from .. import checks, reference, records
-from ..book.ch04 import measure_num_warps
+from ..book import ch04_story
+from ..book.ch04 import measure_num_warps, tie_band as chapter_tie_band
 from ..book.page import listed
 from ..kernels.rmsnorm import num_warps_for, rmsnorm_row_kernel
 from . import grader, interpreter_audit, predictions
@@ -509,13 +510,23 @@ fix_weight_load = Exercise(
 # ---- choose num_warps by measurement ----
 
 # The seed's shape: there the book's rule (num_warps_for) picks 8 warps and the recorded H200 sweep
-# has another setting faster by more than the noise, so the rule is a real mistake here
+# has another setting faster by more than the tie band, so the rule is a real mistake here
 # (tests/exercises/test_ch04.py checks that against the recorded file).
 WARPS_ROWS, WARPS_COLS, WARPS_DTYPE = 1024, 4096, torch.float32
 ALLOWED_WARPS = (1, 2, 4, 8, 16, 32)
 SWEPT_WARPS = (4, 8, 16)  # what measure_num_warps and the recorded sweep time
-NOISE = 0.05  # two medians of one measurement within 5% are a tie
-RENOISE = 0.08  # a fresh measurement may reorder settings that close; allow a little more
+
+
+def tie_band() -> float | None:
+    """The difference the exercise counts as a tie: chapter 4's band, derived from the run-to-run
+    spread of the recording the page reads (the reader's own where it exists, else the committed
+    one; :func:`fusedrms.book.ch04.tie_band`). None when that recording has no repeated
+    measurements. The same band judges the reader's medians and a fresh measurement."""
+    try:
+        docs = ch04_story.load(None)
+        return chapter_tie_band(docs["warps"], docs["versions"])["band"]
+    except (KeyError, TypeError, ValueError):  # a damaged file: no band, as with none recorded
+        return None
 
 
 class NotCheckedHere(Feedback):
@@ -527,8 +538,9 @@ class NotCheckedHere(Feedback):
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
+        hint = f"<br><i>Hint:</i> {escape(self.hint)}" if self.hint else ""
         return ('<div style="border-left:4px solid #6b7280;padding:4px 10px"><b>Not checked '
-                f"here.</b> {escape(self.message)}</div>")
+                f"here.</b> {escape(self.message)}{hint}</div>")
 
 
 def recorded_warps(cols: int = WARPS_COLS, dtype: torch.dtype = WARPS_DTYPE,
@@ -592,23 +604,34 @@ def _grade_warps(answer) -> Feedback:
     if chosen not in timings:
         return wrong(f"You chose {chosen} warps but timed only {sorted(timings)}.",
                      "Include the median of your choice in timings_us.")
-    best = min(timings, key=timings.get)
-    if timings[chosen] > (1 + NOISE) * timings[best]:
-        return wrong(f"The medians you gave say {best} warps ({timings[best]:.2f} µs) beat "
-                     f"{chosen} ({timings[chosen]:.2f} µs) by more than {NOISE:.0%}.",
-                     "Choose what the measurement says, not what a rule or intuition says.")
     shape = f"{WARPS_ROWS}x{WARPS_COLS} {str(WARPS_DTYPE).replace('torch.', '')}"
-    if env.current().on_gpu:
+    on_gpu = env.current().on_gpu
+    found = None if on_gpu else recorded_warps()
+    if not on_gpu and found is None:
+        return NotCheckedHere(
+            False, f"choosing num_warps needs a GPU to measure {shape}, or the recorded "
+                   f"sweep (code/fusedrms/data/h200/triton_warps.json), and this machine has "
+                   f"neither.")
+    band = tie_band()
+    if band is None:
+        return NotCheckedHere(
+            False, "a tie between settings is judged with the tie band chapter 4 derives from "
+                   "repeated measurements, and the recording this page reads has none.",
+            "Record chapter 4 on a GPU (python -m fusedrms.record --chapters 4); its sweep "
+            "repeats every measurement.")
+    best = min(timings, key=timings.get)
+    if timings[chosen] > (1 + band) * timings[best]:
+        return wrong(f"The medians you gave say {best} warps ({timings[best]:.2f} µs) beat "
+                     f"{chosen} ({timings[chosen]:.2f} µs) by "
+                     f"{timings[chosen] / timings[best] - 1:.1%}, more than the tie band of "
+                     f"{band:.1%}.",
+                     "Choose the fastest setting of your medians, or one within the tie band of "
+                     "it, not what a rule or intuition says.")
+    if on_gpu:
         measured = measure_num_warps(WARPS_ROWS, WARPS_COLS, WARPS_DTYPE,
                                      warps=tuple(sorted(set(timings) | set(SWEPT_WARPS))))
         source = "re-measured on this GPU"
     else:
-        found = recorded_warps()
-        if found is None:
-            return NotCheckedHere(
-                False, f"choosing num_warps needs a GPU to measure {shape}, or the recorded "
-                       f"sweep (code/fusedrms/data/h200/triton_warps.json), and this machine has "
-                       f"neither. Your answer is consistent with the timings you gave.")
         measured, doc = found
         missing = [k for k in timings if k not in measured]
         if missing:
@@ -637,17 +660,19 @@ def _grade_warps(answer) -> Feedback:
     # setting that wins is not a way to win
     other = min(measured, key=measured.get)
     fastest = measured[other]
-    if measured[chosen] > (1 + (RENOISE if env.current().on_gpu else NOISE)) * fastest:
+    if measured[chosen] > (1 + band) * fastest:
         if other not in timings:
             return wrong(f"In {source}, {other} warps, which your timings leave out, took "
                          f"{fastest:.2f} µs and {chosen} took {measured[chosen]:.2f} µs.",
                          f"Time every setting ({', '.join(map(str, sorted(measured)))} warps) "
                          f"before choosing: the one you leave out may be the fastest.")
         return wrong(f"In {source}, {other} warps took {fastest:.2f} µs and {chosen} took "
-                     f"{measured[chosen]:.2f} µs.",
+                     f"{measured[chosen]:.2f} µs, {measured[chosen] / fastest - 1:.1%} more: "
+                     f"beyond the tie band of {band:.1%}.",
                      "Measure again on an idle GPU; the ranking must hold in a fresh measurement.")
     return correct(f"{chosen} warps is as fast as the fastest setting for {shape} in {source}, "
-                   f"within measurement noise ({measured[chosen]:.2f} µs vs {fastest:.2f} µs).")
+                   f"within the tie band of {band:.1%} ({measured[chosen]:.2f} µs vs "
+                   f"{fastest:.2f} µs).")
 
 
 def warps_solution() -> dict | None:
@@ -673,7 +698,7 @@ def _warps_mistakes() -> dict:
         return mistakes
     times = found[0]
     best = min(times, key=times.get)
-    slow = [k for k in times if times[k] > (1 + NOISE) * times[best]]
+    slow = [k for k in times if times[k] > (1 + (tie_band() or 0.0)) * times[best]]
     if RULE_WARPS in slow:
         mistakes["the rule's choice against the medians"] = {"num_warps": RULE_WARPS, "timings_us": times}
     if max(times) in slow:
