@@ -320,7 +320,8 @@ def test_chapter_1_calls_the_fp32_allowance_an_estimate():
 # prose that uses one (chapters in book order) links it to the glossary.
 INTRODUCED = {"Register file": r"\bregister(s| file)\b", "Multiprocessor": r"multiprocessor|\bSMs?\b",
               "Coalesced access": r"coalesc", "Warp": r"\bwarps?\b", "Shared memory": r"shared memory",
-              "Barrier": r"\bbarriers?\b"}
+              "Barrier": r"\bbarriers?\b", "L2": r"\bL2\b", "DRAM": r"\bDRAM\b",
+              "Occupancy": r"occupancy", "Wave": r"\bwaves?\b"}
 
 
 @pytest.mark.parametrize("term", INTRODUCED)
@@ -333,3 +334,50 @@ def test_a_gpu_word_is_linked_to_the_glossary_where_it_first_appears(term):
                     f"{where} first uses {term!r} without a {{term}} link to the glossary")
                 return
     pytest.fail(f"no chapter uses {term!r}")
+
+
+# A chapter tells its story in about 2,400 words of prose: the Markdown a reader of the book
+# reads, without the JupyterLab-only cells, the dropdown solutions and fenced code.
+PROSE_WORDS = 2460
+
+
+def prose_words(path) -> int:
+    nb = nbformat.read(path, as_version=4)
+    count = 0
+    for cell in nb.cells:
+        if cell.cell_type != "markdown" or {"lab-only", "remove-cell"} & set(
+                cell.metadata.get("tags", [])):
+            continue
+        text = re.sub(r"(`{3,})\{admonition\}[^\n]*\n:class: dropdown.*?\n\1", " ", cell.source,
+                      flags=re.S)
+        text = re.sub(r"(`{3,})[^\n]*\n.*?\n\1", " ", text, flags=re.S)
+        text = re.sub(r"\$\$.*?\$\$", " math ", text, flags=re.S)
+        count += sum(1 for t in text.split() if re.search(r"[A-Za-z0-9]", t))
+    return count
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_a_chapter_tells_its_story_in_about_2400_words(path):
+    assert prose_words(path) <= PROSE_WORDS
+
+
+def test_the_word_count_skips_solutions_code_and_lab_only_cells(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("one two three\n\n```python\nx = 1\n```"),
+                nbformat.v4.new_markdown_cell("```{admonition} Solution\n:class: dropdown\n"
+                                              "hidden words here\n```\nfour"),
+                nbformat.v4.new_markdown_cell("lab only words")]
+    nb.cells[2].metadata["tags"] = ["lab-only", "remove-cell"]
+    path = tmp_path / "n.ipynb"
+    nbformat.write(nb, path)
+    assert prose_words(path) == 4
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_a_your_gpu_panel_shows_only_a_chapter_the_reader_recorded(path):
+    """A page falls back to the committed recording file by file: a panel gated on any recording
+    of the reader's would show the H200's numbers as theirs."""
+    chapter = "ch" + path.name[:2]
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "code" and "your_gpu_rows(" in cell.source:
+            assert f'records.own_recording_has("{chapter}")' in cell.source, path.name
