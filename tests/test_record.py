@@ -121,3 +121,13 @@ def test_every_companion_takes_the_smoke_flag():
     for chapter in record.CHAPTERS:
         params = inspect.signature(record.companion(chapter).record).parameters
         assert {"tune", "log", "smoke"} <= set(params), chapter
+
+
+def test_the_whole_book_records_in_two_device_calls():
+    """Each group of DEVICE_CALLS fits one device call by the chapters' measured estimates, and
+    together they record every chapter once."""
+    flat = [c for group in record.DEVICE_CALLS for c in group]
+    assert sorted(flat) == sorted(record.CHAPTERS) and len(record.DEVICE_CALLS) == 2
+    for group in record.DEVICE_CALLS:
+        assert sum(record.estimate_s(c) for c in group) <= record.DEVICE_CALL_S, group
+    assert "device call 2: --chapters 7,9" in record.listing()

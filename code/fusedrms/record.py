@@ -58,6 +58,10 @@ def parse_chapters(text: str | None) -> list[str]:
 
 
 SMOKE_ESTIMATE_S = 20  # per chapter: every record() at minimal sizes
+# The whole book on an H200 in two device calls of at most 10 minutes each (less a margin for
+# the machine's start and the packing): record each group with --chapters into its own folder.
+DEVICE_CALL_S = 570
+DEVICE_CALLS = (("ch02", "ch03", "ch04", "ch05", "ch06", "ch08"), ("ch07", "ch09"))
 
 
 def estimate_s(chapter: str, tune: bool = False, smoke: bool = False) -> float:
@@ -75,6 +79,9 @@ def listing() -> str:
         tune_s = getattr(mod, "TUNING_ESTIMATE_S", 0)
         lines.append(f"{chapter:8s} {mod.ESTIMATE_S:>10.0f} {('+' + str(tune_s)) if tune_s else '':>9s}"
                      f"  {', '.join(files)}")
+    for i, group in enumerate(DEVICE_CALLS, 1):
+        lines.append(f"device call {i}: --chapters {','.join(c[2:].lstrip('0') for c in group)}"
+                     f" (~{sum(estimate_s(c) for c in group):.0f} s of at most {DEVICE_CALL_S})")
     return "\n".join(lines)
 
 
