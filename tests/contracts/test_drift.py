@@ -36,3 +36,13 @@ def test_bad_arguments_are_named(kwargs, match):
     args = {"a": "llama", "b": "fp32_once", "layers": 2, "rows": 2, "cols": 8, **kwargs}
     with pytest.raises(InputError, match=match):
         contracts.drift(**args)
+
+
+def test_chapter_7bs_streams_are_different_not_more_or_less_accurate():
+    """Chapter 7b, section 5, at its parameters: "neither stream is closer to the exact one by
+    more than a fifth", and the two stay apart by more than either is from the exact stream."""
+    d = contracts.drift("llama", "fp32_once", layers=32, rows=32, cols=256, dtypes="bf16")
+    err_a, err_b = d.error_a["bf16"][-1], d.error_b["bf16"][-1]
+    assert abs(err_a - err_b) <= 0.2 * max(err_a, err_b)
+    assert d.distance["bf16"][-1] > max(err_a, err_b)  # "... times the larger of their distances"
+    assert d.differing["bf16"][-1] > 0.5  # "changes most elements of the last hidden state"
