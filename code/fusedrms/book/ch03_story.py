@@ -87,6 +87,9 @@ def story_values(docs: dict) -> dict[str, str]:
     if not f:
         return {}
     v: dict[str, str] = {}
+    doc = docs["ladder"]
+    v["ladder_compiler"] = "hipcc" if doc["provenance"].get("hip") else "nvcc"
+    v["ladder_shapes"] = str(len(ladder.ladder_shapes(doc)))
     band = f["band"]
     v["hip_band"] = f"±{100 * band:.1f}%" if band is not None else MISSING
     shuffle = f["shuffle"]
