@@ -381,3 +381,51 @@ def test_a_your_gpu_panel_shows_only_a_chapter_the_reader_recorded(path):
     for cell in nbformat.read(path, as_version=4).cells:
         if cell.cell_type == "code" and "your_gpu_rows(" in cell.source:
             assert f'records.own_recording_has("{chapter}")' in cell.source, path.name
+
+
+def _bound_and_read(source: str) -> tuple[set, set]:
+    """Names a cell binds (assignments, imports, definitions, arguments) and names it reads."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # a cell of shell or magic: nothing to check
+        return set(), set()
+    bound, read = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return bound, read
+
+
+def names_only_hidden_cells_bind(nb) -> list[tuple[int, list[str]]]:
+    """(cell, names) where a cell the page shows reads a name that only removed cells bind: a
+    reader who copies the cell gets a NameError."""
+    hidden, shown, reads = set(), set(), []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        bound, read = _bound_and_read(cell.source)
+        if {"remove-input", "remove-cell"} & set(cell.metadata.get("tags", [])):
+            hidden |= bound
+        else:
+            shown |= bound
+            reads.append((i, read))
+    return [(i, sorted((read & hidden) - shown)) for i, read in reads if (read & hidden) - shown]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_a_cell_the_page_shows_binds_or_imports_what_it_reads(path):
+    assert names_only_hidden_cells_bind(nbformat.read(path, as_version=4)) == []
+
+
+def test_the_hidden_name_lint_catches_what_it_is_for():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import torch.nn.functional as F\nk = 3"),
+                nbformat.v4.new_code_cell("y = F.relu(k)"), nbformat.v4.new_code_cell("k = 4")]
+    nb.cells[0].metadata["tags"] = ["remove-input"]
+    assert names_only_hidden_cells_bind(nb) == [(1, ["F"])]  # k: a shown cell binds it too
