@@ -2,6 +2,7 @@
 tells (a re-recording that contradicts a sentence fails here), and its values in every state."""
 
 from fusedrms import records
+from fusedrms.book import ch03 as ladder
 from fusedrms.book import ch03_story as story
 from tests.book.story import assert_prose_values_exist
 
@@ -39,6 +40,13 @@ def test_the_serial_kernel_is_slow_for_its_grid_and_its_chain():
     s = f["serial"]
     assert s["grid_x"] > 1.5 and s["rest_x"] > 1.5  # "slow twice over"
     assert 0.8 <= s["one_row_us"] / s["quick_us"] <= 1.25  # "about as long as"
+
+
+def test_the_serial_default_grid_leaves_some_of_the_h200s_multiprocessors_idle():
+    f = _facts()
+    assert f["gpu"] == "NVIDIA H200"  # "of the H200's ... multiprocessors"
+    grid = -(-1024 // ladder.serial_default_block())
+    assert grid < f["sm_count"]  # "have work and the rest idle"
 
 
 def test_every_value_the_prose_shows_exists_on_the_committed_recording():

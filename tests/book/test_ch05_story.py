@@ -44,15 +44,11 @@ def test_without_a_recording_there_are_no_values(monkeypatch, tmp_path):
     assert story.value({}, "gpu_checks") == story.MISSING
 
 
-def _as_own(docs):
-    return {k: d and {**d, "source": {**d["source"], "own": True}} for k, d in docs.items()}
-
-
-def test_the_your_gpu_panel_needs_the_readers_own_files_and_reads_both():
+def test_the_your_gpu_panel_sets_a_recording_beside_the_h200():
     book = story.load(records.COMMITTED)
-    assert story.your_gpu_rows(book, book) is None  # committed files are not the reader's
     assert story.your_gpu_rows({"suite": None, "drawer": None, "configs": None}, book) is None
-    rows = story.your_gpu_rows(_as_own(book), book)
+    rows = story.your_gpu_rows(book, book)
     assert len(rows) == 6 and all(r["your GPU"] == r["H200 (the book)"] != "-" for r in rows)
-    partial = story.your_gpu_rows({**_as_own(book), "configs": None}, book)
+    partial = story.your_gpu_rows({**book, "configs": None}, book)
     assert [r["your GPU"] for r in partial if r[""].startswith("tuned")] == ["-"]
+    assert all(r["your GPU"] != "-" for r in partial if not r[""].startswith("tuned"))

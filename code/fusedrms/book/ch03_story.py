@@ -37,7 +37,9 @@ def story_facts(docs: dict) -> dict:
     band = ladder.tie_band(grid)
     points = ladder.ladder_points(doc)
     gains = ladder.rung_gains(doc)
-    out: dict = {"band": band, "points": points}
+    provenance = doc.get("provenance") or {}
+    out: dict = {"band": band, "points": points, "gpu": provenance.get("gpu"),
+                 "sm_count": provenance.get("sm_count")}
     out["shuffle"] = ladder.shuffle_effect(points, band)
     correct = [p for p in points if p.get("correct") and p.get("fraction_of_floor")]
     out["floor"] = dict(correct=len(correct), over=sum(p["fraction_of_floor"] > 1 for p in correct),
@@ -90,6 +92,7 @@ def story_values(docs: dict) -> dict[str, str]:
     doc = docs["ladder"]
     v["ladder_compiler"] = "hipcc" if doc["provenance"].get("hip") else "nvcc"
     v["ladder_shapes"] = str(len(ladder.ladder_shapes(doc)))
+    v["ladder_sms"] = f"{f['sm_count']}" if f["sm_count"] else MISSING
     band = f["band"]
     v["hip_band"] = f"±{100 * band:.1f}%" if band is not None else MISSING
     shuffle = f["shuffle"]

@@ -60,11 +60,10 @@ def story_values(docs: dict) -> dict[str, str]:
 
 
 def your_gpu_rows(own: dict, book: dict) -> list[dict] | None:
-    """The section's measured answers on the reader's GPU beside the H200's (None when the reader
-    has not recorded chapter 5: files the reader's recording lacks come from the committed one,
-    and are not theirs)."""
-    mine = {k: d if d and (d.get("source") or {}).get("own") else None for k, d in own.items()}
-    if not any(mine.values()):
+    """The section's measured answers on the reader's recording beside the H200's (None when it
+    holds none of the section's files). The page calls it only when the reader recorded chapter 5,
+    whose recording writes all three files."""
+    if not any(own.values()):
         return None
     theirs = story_facts(book)
     rows = [
@@ -81,4 +80,4 @@ def your_gpu_rows(own: dict, book: dict) -> list[dict] | None:
          lambda f: f"{f['suite']['fp8_passed']} of {f['suite']['fp8_checks']}"),
     ]
     gpu = ((theirs.get("suite") or {}).get("gpu") or "H200").removeprefix("NVIDIA ")
-    return beside(rows, story_facts(mine), theirs, f"{gpu} (the book)")
+    return beside(rows, story_facts(own), theirs, f"{gpu} (the book)")
