@@ -450,21 +450,22 @@ def _remembered_config(cols: int, dtype: torch.dtype, generation: int) -> Launch
 # registers is shorter: the table holds the winners measured there. The switch is a rule on rows,
 # like the one above, and needs no tuning.
 # The second pass re-reads x and r from L2 only while the rows in flight fit in it. At 16384 x
-# 32768 bf16, four programs per SM hold 69 MB of x and r, more than the 60 MB L2, and Nsight
-# Compute counted 1.47x the op's bytes from DRAM. So wider rows take fewer programs per SM:
-# 4096-column chunks (more registers per program) for 32 KB rows, and from 64 KB the whole row in
-# registers, 32 warps, one pass that reads nothing twice. The residual-writing op re-reads only
-# s, half the bytes, and keeps 2048-column chunks until 64 KB.
+# 32768 bf16, four 512-thread programs per SM hold 69 MB of x and r, more than the 60 MB L2, and
+# Nsight Compute counted 1.47x the op's bytes from DRAM. So rows of 32 KB and more take 4096-column
+# chunks with 32 warps: two 1024-thread programs per SM, 17-35 MB in flight (Inductor's kernel
+# runs one row per 1024-thread program too). From 128 KB the whole row stays in registers, one
+# pass that reads nothing twice. The residual-writing op re-reads only s, half the bytes, and
+# keeps 2048-column chunks until 64 KB, then the whole row.
 LARGE_BATCH_ROWS_PER_SM = 16
 LARGE_BATCH_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1, chunk=2048)
-WIDE_ROW_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1, chunk=4096)
+WIDE_ROW_CONFIG = LaunchConfig(rows_per_program=1, num_warps=32, num_stages=1, chunk=4096)
 WHOLE_ROW_CONFIG = LaunchConfig(rows_per_program=1, num_warps=32, num_stages=1)
 
 
 def large_batch_config(cols: int, dtype: torch.dtype, write_sum: bool) -> LaunchConfig:
     """The large-batch launch for a row width and dtype (``write_sum``: the residual-writing op)."""
     row_bytes = triton.next_power_of_2(cols) * torch.empty((), dtype=dtype).element_size()
-    if row_bytes >= 64 << 10:
+    if row_bytes >= (64 << 10 if write_sum else 128 << 10):
         return WHOLE_ROW_CONFIG  # at most 32 values per thread up to MAX_COLS columns
     if row_bytes >= 32 << 10 and not write_sum:
         return WIDE_ROW_CONFIG
