@@ -130,4 +130,22 @@ def test_the_whole_book_records_in_two_device_calls():
     assert sorted(flat) == sorted(record.CHAPTERS) and len(record.DEVICE_CALLS) == 2
     for group in record.DEVICE_CALLS:
         assert sum(record.estimate_s(c) for c in group) <= record.DEVICE_CALL_S, group
-    assert "device call 2: --chapters 7,9" in record.listing()
+    assert "device call 1: --chapters 6,7" in record.listing()
+    # chapter 6's grid times chapter 7's peers only when one call records both
+    assert any({"ch06", "ch07"} <= set(group) for group in record.DEVICE_CALLS)
+
+
+def test_chapters_that_ask_are_told_which_chapters_this_run_records(tmp_path, monkeypatch):
+    _fake_chapters(monkeypatch, tmp_path)
+    seen = []
+    mod = record.companion("ch02")
+
+    def run_aware(out_dir, tune=False, log=print, smoke=False, run=None):
+        seen.append(run)
+        return [records.write(out_dir / "good.json", [])]
+
+    monkeypatch.setattr(mod, "record", run_aware)
+    record.run(["ch02", "ch03"], tmp_path / "a", require_gpu=False)
+    record.run(["ch02"], tmp_path / "b", require_gpu=False)
+    assert seen[0]["chapters"] == ("ch02", "ch03") and seen[1]["chapters"] == ("ch02",)
+    assert seen[0]["id"] != seen[1]["id"]  # a later run never reuses an earlier run's files

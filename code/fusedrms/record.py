@@ -25,9 +25,11 @@ import argparse
 import contextlib
 import datetime as _dt
 import importlib
+import inspect
 import sys
 import time
 import traceback
+import uuid
 from pathlib import Path
 
 from . import env, records
@@ -61,7 +63,8 @@ SMOKE_ESTIMATE_S = 20  # per chapter: every record() at minimal sizes
 # The whole book on an H200 in two device calls of at most 10 minutes each (less a margin for
 # the machine's start and the packing): record each group with --chapters into its own folder.
 DEVICE_CALL_S = 570
-DEVICE_CALLS = (("ch02", "ch03", "ch04", "ch05", "ch06", "ch08"), ("ch07", "ch09"))
+# Chapters 6 and 7 share one call: chapter 6's grid then times chapter 7's peers too.
+DEVICE_CALLS = (("ch06", "ch07"), ("ch02", "ch03", "ch04", "ch05", "ch08", "ch09"))
 
 
 def estimate_s(chapter: str, tune: bool = False, smoke: bool = False) -> float:
@@ -153,6 +156,9 @@ def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
     except ImportError:  # progress is a convenience; the log lines carry the same information
         bar = None
     print(f"recording {', '.join(chapters)} into {out} (about {total:.0f} s on an H200)", flush=True)
+    # what a chapter may share with a later one of this same run (chapter 6's grid times
+    # chapter 7's peers when both are recorded)
+    this_run = {"id": uuid.uuid4().hex, "chapters": tuple(chapters)}
     for chapter in chapters:
         mod = companion(chapter)
         est = estimate_s(chapter, tune, smoke)
@@ -174,6 +180,8 @@ def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
             with contextlib.redirect_stdout(tee):
                 try:
                     kwargs = {"smoke": True} if smoke else {}
+                    if "run" in inspect.signature(mod.record).parameters:
+                        kwargs["run"] = this_run
                     written = [Path(p) for p in mod.record(out, tune=tune, log=print, **kwargs) or []]
                     entry["status"] = "ok"
                 except Exception as e:  # noqa: BLE001 - logged; the next chapter still runs

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fusedrms.book import ch07 as G, ch07_results as CR
-from fusedrms import env, tuning
+from fusedrms import env, records, tuning
 
 
 def test_kernel_census_counts_launches():
@@ -81,6 +81,28 @@ def test_peer_sweeps_cover_the_goal_grid_and_every_peer():
     assert any(c["mode"] == "python" and c["rows"] == 1 and c["cols"] == 4096 for c in cases)
     assert not harness.check_floors(sweeps)
     assert harness.expand(ch07.peer_sweeps(smoke=True))[0]
+
+
+def test_peers_timed_by_chapter_6_in_the_same_run_are_reused_and_no_others(tmp_path, monkeypatch):
+    from dataclasses import asdict
+
+    from fusedrms.book import ch07
+
+    path = tmp_path / ch07.PEERS_FILE
+    sweeps = ch07.peer_sweeps()
+    run = {"id": "this-run", "chapters": ("ch06", "ch07")}
+    assert not ch07.timed_in_this_run(path, sweeps, run)  # no file yet
+
+    def write(run_id, listed):
+        records.write(path, [], {"run_id": run_id, "sweeps": [asdict(s) for s in listed]})
+
+    write("this-run", sweeps)
+    assert ch07.timed_in_this_run(path, sweeps, run)
+    assert not ch07.timed_in_this_run(path, sweeps, None)  # chapter 7 on its own times them
+    write("an-earlier-run", sweeps)
+    assert not ch07.timed_in_this_run(path, sweeps, run)
+    write("this-run", sweeps[:-1])  # another grid: not this chapter's question
+    assert not ch07.timed_in_this_run(path, sweeps, run)
 
 
 def _peers_doc():

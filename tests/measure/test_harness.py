@@ -503,3 +503,62 @@ def test_liger_is_imported_beside_the_warm_up(monkeypatch):
     doc = harness.run_sweeps(SMALL, harness.Settings(processes=2), None, log=lambda m: None,
                              runner=runner, warm=lambda cases, workers, log: {})
     assert calls == [1] and doc["provenance"]["liger"] == "status"
+
+
+def test_two_documents_from_one_run_time_each_shared_case_once(monkeypatch, tmp_path):
+    timed = []
+
+    def runner(cases, settings, deadline, index, bar, log, device_info):
+        timed.append([harness.timing_key(c) for c in cases])
+        return [dict(c, process=index, status="ok", median_us=float(len(c["impl"]) + index),
+                     p10_us=1.0, p90_us=2.0, n=5, first_call_ms=1.0, correct=True, check="ok",
+                     l2_method="rotating") for c in cases], 1000.0, None
+
+    warmed = []
+    a = [harness.Sweep("grid", "add_rmsnorm", (4, 8), (64,), ("fp32",),
+                       impls=("torch.eager_chain", "torch.rms_norm_add")),
+         harness.Sweep("l2", "add_rmsnorm", (4,), (64,), ("fp32",), impls=("torch.eager_chain",))]
+    b = [harness.Sweep("peers", "add_rmsnorm", (8, 16), (64,), ("fp32",),
+                       impls=("torch.rms_norm_add",))]
+    docs = harness.run_documents(
+        {"a": (a, tmp_path / "a.json"), "b": (b, tmp_path / "b.json")},
+        harness.Settings(processes=3), log=lambda m: None, runner=runner,
+        warm=lambda cases, workers, log: warmed.append(len(cases)) or {},
+        provenance={"run_id": "r1"})
+    # union of (impl, shape): eager 4, 8; rms_norm_add 4, 8, 16 -> 5 timings per process
+    assert warmed == [5] and [len(k) for k in timed] == [5, 5, 5]
+    assert all(len(set(k)) == len(k) for k in timed)
+    rec = {name: {(r["sweep"], r["impl"], r["rows"]): r for r in d["records"]}
+           for name, d in docs.items()}
+    assert set(rec["a"]) == {("grid", "torch.eager_chain", 4), ("grid", "torch.eager_chain", 8),
+                             ("grid", "torch.rms_norm_add", 4), ("grid", "torch.rms_norm_add", 8),
+                             ("l2", "torch.eager_chain", 4)}
+    assert set(rec["b"]) == {("peers", "torch.rms_norm_add", 8), ("peers", "torch.rms_norm_add", 16)}
+    shared_a, shared_b = rec["a"][("grid", "torch.rms_norm_add", 8)], rec["b"][("peers", "torch.rms_norm_add", 8)]
+    assert shared_a["process_medians_us"] == shared_b["process_medians_us"] == [18.0, 19.0, 20.0]
+    assert rec["a"][("l2", "torch.eager_chain", 4)]["median_us"] == rec["a"][("grid", "torch.eager_chain", 4)]["median_us"]
+    for name, sweeps in (("a", a), ("b", b)):
+        assert docs[name]["incomplete"] == []
+        written = json.loads((tmp_path / f"{name}.json").read_text())
+        prov = written["provenance"]
+        assert prov["sweeps"] == json.loads(json.dumps([asdict(s) for s in sweeps]))
+        assert prov["run_id"] == "r1" and prov["timed_with"] == ["a", "b"]
+        assert len(written["records"]) == len(docs[name]["records"])
+
+
+def test_a_case_a_shared_run_did_not_time_is_missing_from_every_document_that_lists_it():
+    def runner(cases, settings, deadline, index, bar, log, device_info):
+        got = [dict(c, process=index, status="ok", median_us=1.0, p10_us=1.0, p90_us=1.0, n=5,
+                    first_call_ms=1.0, correct=True, check="ok", l2_method="rotating")
+               for c in cases if c["rows"] != 8]
+        return harness.complete(got, cases, index, "hung"), 1000.0, "hung"
+
+    a = [harness.Sweep("grid", "add_rmsnorm", (4, 8), (64,), ("fp32",), impls=("torch.eager_chain",))]
+    b = [harness.Sweep("peers", "add_rmsnorm", (8,), (64,), ("fp32",), impls=("torch.eager_chain",))]
+    docs = harness.run_documents({"a": (a, None), "b": (b, None)}, harness.Settings(processes=1),
+                                 log=lambda m: None, runner=runner, warm=lambda *x, **k: {})
+    for name in ("a", "b"):
+        [missing] = docs[name]["incomplete"]
+        assert missing["rows"] == 8 and "hung" in missing["status"]
+        with pytest.raises(harness.Incomplete):
+            harness.require_complete(docs[name], name)

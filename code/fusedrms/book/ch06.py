@@ -491,7 +491,7 @@ FILES = {
     "bench_plot.svg": "the same chart (SVG)",
 }
 GRID_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far above its ~60 s
-ESTIMATE_S = 215  # H200 at b6cfbb0: 199 s (grid: warm-up 40 s + 3 processes of ~46 s; rules, ncu, plot)
+ESTIMATE_S = 260  # H200: 199 s alone at b6cfbb0; ~250 s when its grid also times chapter 7's peers
 SOURCES = ("tuning/h200/capstone.json", "tuning/h200/fp8.json", "kernels/rmsnorm.py",
            "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rmsnorm_fp8_spec.py",
            "kernels/rounding.py", "kernels/peers.py", "kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py",
@@ -521,9 +521,12 @@ def config_in_use(impl_name: str, rows: int, cols: int, dt: str) -> dict | None:
 SMOKE_SWEEPS = [harness.Sweep("smoke", "add_rmsnorm", (1024,), (4096,), ("bf16",))]
 
 
-def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[Path]:
+def record(out_dir, tune: bool = False, log=print, smoke: bool = False,
+           run: dict | None = None) -> list[Path]:
     """Chapter 6 on the GPU: grid, rules, profile, chart; each step fails on its own.
-    ``smoke``: one shape in one process; the rules and the profile are skipped (logged)."""
+    ``smoke``: one shape in one process; the rules and the profile are skipped (logged).
+    ``run``: the recording this is part of (``id``, ``chapters``); when it records chapter 7 too,
+    the grid's processes also time chapter 7's peers (one warm-up, the shared cases once)."""
     env.require_gpu("recording chapter 6")
     out_dir = Path(out_dir)
     failed = []
@@ -533,9 +536,14 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False) -> list[
     steps = []
 
     def grid():
-        doc = harness.run_sweeps(SMOKE_SWEEPS if smoke else harness.PLANS["h200"], settings,
-                                 grid_path)
-        harness.require_complete(doc, "chapter 6's grid")
+        documents = {"grid": (SMOKE_SWEEPS if smoke else harness.PLANS["h200"], grid_path)}
+        if run and "ch07" in run["chapters"]:
+            from . import ch07
+
+            documents["peers"] = (ch07.peer_sweeps(smoke), out_dir / ch07.PEERS_FILE)
+        docs = harness.run_documents(documents, settings, log=log,
+                                     provenance={"run_id": run["id"]} if run else None)
+        harness.require_complete(docs["grid"], "chapter 6's grid")
 
     def rules():
         # An empty Triton cache, so that the warm-up rule's first call includes a real JIT.

@@ -18,6 +18,7 @@ from __future__ import annotations
 from .. import env  # first
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -295,12 +296,33 @@ def peer_sweeps(smoke: bool = False) -> list:
     return out
 
 
-def peers_bench(out_dir: Path, timeout_s: float, smoke: bool = False) -> Path:
-    """``capstone_peers.json``: :func:`peer_sweeps` through the harness (3 processes each)."""
+PEERS_FILE = "capstone_peers.json"
+
+
+def timed_in_this_run(path: Path, sweeps: list, run: dict | None) -> bool:
+    """Whether ``path`` holds exactly ``sweeps``, timed earlier in the recording ``run`` (chapter
+    6's grid times them beside its own cases when a recording includes both chapters)."""
+    from dataclasses import asdict
+
+    if run is None or not Path(path).exists():
+        return False
+    prov = json.loads(Path(path).read_text()).get("provenance", {})
+    wanted = json.loads(json.dumps([asdict(s) for s in sweeps]))
+    return prov.get("run_id") == run["id"] and prov.get("sweeps") == wanted
+
+
+def peers_bench(out_dir: Path, timeout_s: float, smoke: bool = False,
+                run: dict | None = None) -> Path:
+    """``capstone_peers.json``: :func:`peer_sweeps` through the harness (3 processes each), or
+    the file chapter 6's grid wrote with them in the same recording ``run``."""
     from ..measure import harness
 
     env.require_gpu("timing the capstone against its peers")
-    path = Path(out_dir) / "capstone_peers.json"
+    path = Path(out_dir) / PEERS_FILE
+    if timed_in_this_run(path, peer_sweeps(smoke), run):
+        log(f"peers: timed beside chapter 6's grid in this recording ({path.name})")
+        harness.require_complete(harness.load(path), "chapter 7's peers")
+        return path
     settings = harness.Settings(processes=1 if smoke else 3, timeout_s=timeout_s,
                                 allow_missing_floor=True)
     doc = harness.run_sweeps(peer_sweeps(smoke), settings, path, log=log)
@@ -325,7 +347,7 @@ EXTRAS_BUDGET_S, TUNE_BUDGET_S, CHECK_BUDGET_S, CONFIRM_BUDGET_S = 40, 300, 40, 
 SMOKE_LEVERS_BUDGET_S = 40  # one shape, one process: it compiles every candidate and torch.compile
 LEVERS_BUDGET_S = 150  # a limit (candidate launches at 4 shapes, both ops, 3 processes: ~60 s)
 PEERS_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far above its ~60 s
-ESTIMATE_S = 300  # H200 at b6cfbb0: 284 s (extras, confirmation, peers 168 s, levers, profiles)
+ESTIMATE_S = 130  # H200: ~120 s when chapter 6 timed its peers in the same run (284 s alone at b6cfbb0)
 TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
 # where the wide-row losses were: which bytes are extra, ours against Inductor's kernel
 WIDE_NCU_SHAPE = ("add_rmsnorm", 16384, 32768, "bf16")
@@ -337,10 +359,12 @@ SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/round
            "book/seed_capstone.py")
 
 
-def record(out_dir, tune: bool = False, log=log, smoke: bool = False) -> list[Path]:
+def record(out_dir, tune: bool = False, log=log, smoke: bool = False,
+           run: dict | None = None) -> list[Path]:
     """Chapter 7 on the GPU: the extras, then (``tune``) the tuner and the check of its two-pass
     entries, then the confirmation run with the table in use (the new one when just tuned).
-    ``smoke``: every step with a budget of a few seconds (each stops cleanly at its budget)."""
+    ``smoke``: every step with a budget of a few seconds (each stops cleanly at its budget).
+    ``run``: the recording this is part of (its peers may have been timed with chapter 6's grid)."""
     env.require_gpu("recording chapter 7")
     out_dir = Path(out_dir)
     budget = (lambda s: 4) if smoke else (lambda s: s)
@@ -354,7 +378,7 @@ def record(out_dir, tune: bool = False, log=log, smoke: bool = False) -> list[Pa
             raise RuntimeError(f"the tuned table {table} failed its check: do not install it")
     try:
         written.append(confirm(out_dir, budget(CONFIRM_BUDGET_S), table))
-        written.append(peers_bench(out_dir, PEERS_TIMEOUT_S, smoke=smoke))
+        written.append(peers_bench(out_dir, PEERS_TIMEOUT_S, smoke=smoke, run=run))
         from . import study
 
         written.append(study.lever_bench(out_dir, SMOKE_LEVERS_BUDGET_S if smoke else LEVERS_BUDGET_S,

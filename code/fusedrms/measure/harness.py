@@ -444,16 +444,42 @@ def run_sweeps(sweeps: list[Sweep], settings: Settings, out: str | Path | None =
     other, after compiling every case side by side (:func:`warm_ahead`); write and return the
     result document. ``doc["incomplete"]`` lists the cases not timed (see :func:`require_complete`).
     """
+    return run_documents({"doc": (sweeps, out)}, settings, log=log, runner=runner,
+                         warm=warm)["doc"]
+
+
+def timing_key(c: dict) -> tuple:
+    """What a timing measures: the case without the sweep that lists it."""
+    return case_key(c)[1:]
+
+
+def _relabel(per_process: list[dict], cases: list[dict]) -> list[dict]:
+    """The records of ``cases``, each under its own sweep name, from records timed once per key."""
+    by_key: dict = {}
+    for r in per_process:
+        by_key.setdefault(timing_key(r), []).append(r)
+    return [{**r, "sweep": c["sweep"]} for c in cases for r in by_key.get(timing_key(c), [])]
+
+
+def run_documents(documents: dict, settings: Settings, log=print, runner=None, warm=None,
+                  provenance: dict | None = None) -> dict:
+    """Several result documents from one run: ``documents`` maps a name to ``(sweeps, out)``.
+    A case two documents (or two sweeps) list is timed once, in the same processes as every other
+    case, and appears in each under its own sweep name; one warm-up compiles them all. Each
+    document is written to its ``out`` (if any) with its own sweeps and ``provenance`` added.
+    Returns name -> document."""
     runner = runner or _run_process
     if runner is _run_process and not env.current().on_gpu:
         raise NoGPU(_no_gpu_message())
-    problems = check_floors(sweeps)
+    every_sweep = [sw for sweeps, _ in documents.values() for sw in sweeps]
+    problems = check_floors(every_sweep)
     if problems and not settings.allow_missing_floor:
         raise FloorUnavailable("; ".join(problems) + ". Fix the traffic model, or pass "
                                "--allow-missing-floor to record times without a floor.")
     for p in problems:
         log(f"warning: {p}")
-    cases, not_run = expand(sweeps)
+    expanded = {name: expand(sweeps) for name, (sweeps, _) in documents.items()}
+    cases = list({timing_key(c): c for name in expanded for c in expanded[name][0]}.values())
     start = time.time()
     from ..kernels import peers
 
@@ -466,16 +492,20 @@ def run_sweeps(sweeps: list[Sweep], settings: Settings, out: str | Path | None =
         warm = (warm_ahead if runner is _run_process and settings.processes > 1
                 else (lambda *a, **k: {}))
     first_calls = warm(cases, workers, log=log)
-    log(f"{len(cases)} cases x {settings.processes} processes; {len(not_run)} combinations "
-        f"unsupported")
+    listed = sum(len(run) for run, _ in expanded.values())
+    log(f"{len(cases)} cases x {settings.processes} processes ({listed} listed by "
+        f"{len(documents)} document(s)); "
+        f"{sum(len(nr) for _, nr in expanded.values())} combinations unsupported")
     bar = _progress(len(cases) * settings.processes, "bench")
     per_process, bws, failures, device_info = [], [], [], {}
-    extra = {"settings": asdict(settings), "warm_workers": workers,
-             "sweeps": [asdict(s) for s in sweeps], "liger": liger.result(),
+    extra = {"settings": asdict(settings), "warm_workers": workers, "liger": liger.result(),
+             **(provenance or {}),
              "method": "median of per-process medians of device-event timings; range = min-max "
                        "of process medians; p10/p90 = median over processes; compile_s = the "
                        f"first call while {workers} processes compiled side by side"}
-    doc = {}
+    if len(documents) > 1:
+        extra["timed_with"] = sorted(documents)
+    docs = {}
     for i in range(settings.processes):
         deadline = time.time() + settings.timeout_s if settings.timeout_s else None
         t0 = time.time()
@@ -492,22 +522,27 @@ def run_sweeps(sweeps: list[Sweep], settings: Settings, out: str | Path | None =
             failures.append(f"process {i}: {failure}")
         if failure and failure.startswith("No GPU"):
             raise NoGPU(failure)
-        recs = aggregate(per_process, bws, allow_missing_floor=True, expected=settings.processes)
-        for r in recs:
-            ms = first_calls.get((r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]))
-            if ms is not None and is_compiled_peer(r["impl"]):
-                r["compile_s"] = round(ms / 1e3, 3)
-        recs += not_run
-        run_extra = {**extra, **device_info, "copy_GBps_per_process": bws,
-                     "failures": failures, "elapsed_s": round(time.time() - start, 1)}
-        doc = {"provenance": {**records.provenance(), **run_extra}, "records": recs,
-               "incomplete": incomplete(recs)}
-        if out:
-            write_results(out, recs, run_extra)
+        for name, (sweeps, out) in documents.items():
+            run, not_run = expanded[name]
+            recs = aggregate(_relabel(per_process, run), bws, allow_missing_floor=True,
+                             expected=settings.processes)
+            for r in recs:
+                ms = first_calls.get((r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]))
+                if ms is not None and is_compiled_peer(r["impl"]):
+                    r["compile_s"] = round(ms / 1e3, 3)
+            recs += not_run
+            run_extra = {**extra, "sweeps": [asdict(s) for s in sweeps], **device_info,
+                         "copy_GBps_per_process": bws, "failures": failures,
+                         "elapsed_s": round(time.time() - start, 1)}
+            docs[name] = {"provenance": {**records.provenance(), **run_extra}, "records": recs,
+                          "incomplete": incomplete(recs)}
+            if out:
+                write_results(out, recs, run_extra)
     bar.close()
-    if out:
-        log(f"wrote {out} and {Path(out).with_suffix('.csv')}")
-    return doc
+    for sweeps, out in documents.values():
+        if out:
+            log(f"wrote {out} and {Path(out).with_suffix('.csv')}")
+    return docs
 
 
 # ---------------------------------------------------------------- files: JSON + CSV, loading
