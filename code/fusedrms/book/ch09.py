@@ -462,7 +462,7 @@ def warm_parts(every: list[dict], workers: int) -> list[list[int]]:
     return [sorted(p) for p in parts if p]
 
 
-def warm_ahead(smoke: bool, liger_missing: bool, workers: int, log) -> dict:
+def warm_ahead(smoke: bool, workers: int, log) -> dict:
     """Every case's first call, the cases spread over ``workers`` processes side by side, so that
     the timing processes find torch.compile's and Triton's kernels in the shared on-disk caches.
     Each case's gradients are checked there too. Returns the warm-up's record per case key
@@ -470,7 +470,7 @@ def warm_ahead(smoke: bool, liger_missing: bool, workers: int, log) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     every = cases(smoke)
-    specs = [{"smoke": smoke, "liger_missing": liger_missing, "warm_only": True, "only": part}
+    specs = [{"smoke": smoke, "warm_only": True, "only": part}
              for part in warm_parts(every, workers)]
     workers = len(specs)
     t0 = time.time()
@@ -506,7 +506,7 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processe
     pool = concurrent.futures.ThreadPoolExecutor(1)
     liger = pool.submit(liger_status)
     pool.shutdown(wait=False)
-    first = (warm_ahead(smoke, False, harness.warm_worker_count(harness.Settings()), log)
+    first = (warm_ahead(smoke, harness.warm_worker_count(harness.Settings()), log)
              if processes > 1 else {})  # one process compiles as it goes: nothing to share
     missing = liger.result()
     parts = []
