@@ -1,12 +1,13 @@
 """fusedrms.verify: the boundary suite catches broken kernels and passes correct ones."""
 import json
 import math
+import re
 
 import pytest
 import torch
 
 from fusedrms.book import broken
-from fusedrms import checks, env, reference, registry, verify
+from fusedrms import checks, env, reference, registry, verify, verify_jobs
 
 ENV = env.current()
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -268,7 +269,7 @@ def test_cli_fails_on_a_broken_kernel(capsys):
 
 
 def test_cli_jobs_runs_routes_in_processes(tmp_path, capsys):
-    assert verify.route_groups(verify.lookup("triton.row,triton.multirow,broken.rows_floor")) == [
+    assert verify_jobs.route_groups(verify.lookup("triton.row,triton.multirow,broken.rows_floor")) == [
         ["triton.row"], ["triton.multirow"], ["broken.rows_floor"]]
     out = tmp_path / "jobs.json"
     rc = verify.main(["--kernel", "triton.row,broken.rows_floor", "--case", "3x13", "--dtype",
@@ -281,7 +282,7 @@ def test_cli_jobs_runs_routes_in_processes(tmp_path, capsys):
 
 def test_route_groups_keep_hip_together_and_start_the_slowest_first():
     impls = verify.lookup("all", peers=True)
-    groups = verify.route_groups(impls)
+    groups = verify_jobs.route_groups(impls)
     names = [n for g in groups for n in g]
     assert sorted(names) == sorted(i.name for i in impls)  # every implementation once
     hip = [g for g in groups if any(n.startswith("hip.") for n in g)]
@@ -290,6 +291,94 @@ def test_route_groups_keep_hip_together_and_start_the_slowest_first():
     firsts = [g[0] for g in groups]
     assert firsts.index("torch.compile") < firsts.index("bwd.two_stage") < firsts.index(hip[0][0])
     assert firsts.index(hip[0][0]) < firsts.index("triton.row")
+
+
+def _pairs(impls, dtypes=None):
+    return sorted((i.name, verify_jobs._dtype_name(d)) for i in impls for d in i.dtypes
+                  if dtypes is None or d in dtypes)
+
+
+@pytest.mark.parametrize("dtypes", [None, [torch.float32, torch.bfloat16], [torch.float16]])
+def test_route_parts_run_every_check_once_and_split_the_per_dtype_compilers(dtypes):
+    impls = verify.lookup("all", peers=True)
+    by_name = {i.name: i for i in impls}
+    parts = verify_jobs.route_parts(impls, jobs=12, dtypes=dtypes)
+    ran = sorted((n, d) for p in parts for n in p.names
+                 for d in (p.dtypes or [verify_jobs._dtype_name(t) for t in by_name[n].dtypes
+                                        if dtypes is None or t in dtypes]))
+    assert ran == _pairs(impls, dtypes)  # the parts partition the (implementation, dtype) pairs
+    hip = [p for p in parts if p.names[0].startswith("hip.")]
+    assert len(hip) == 1 and hip[0].dtypes is None
+    assert sorted(hip[0].names) == sorted(n for n in by_name if n.startswith("hip."))
+    for name in ("torch.compile", "torch.compile_add", "torch.compile_residual", "bwd.two_stage"):
+        mine = [p for p in parts if name in p.names]
+        assert all(p.names == (name,) for p in mine)
+        if dtypes is None or len(dtypes) > 1:  # each dtype in its own process, once
+            assert len(mine) == len(ran_for := [p.dtypes for p in mine]) > 1
+            assert all(len(d) == 1 for d in ran_for) and len(set(ran_for)) == len(mine)
+        else:  # one dtype asked for: nothing to split
+            assert [p.dtypes for p in mine] == [None]
+    for p in parts:  # every other implementation alone, all its dtypes in one process
+        if not p.names[0].startswith(("hip.", *verify_jobs.SPLIT_BY_DTYPE)):
+            assert len(p.names) == 1 and p.dtypes is None
+
+
+def test_route_parts_start_the_longest_first_and_split_nothing_in_one_process():
+    impls = verify.lookup("all")
+    parts = verify_jobs.route_parts(impls, jobs=12)
+    cost = [len(p.dtypes) if p.dtypes else 1 if p.names[0].startswith("hip.") else
+            len(registry.get(p.names[0]).dtypes) for p in parts]
+    assert cost == sorted(cost, reverse=True)
+    assert parts[0].names == ("triton.row",)  # three dtypes before one backward dtype
+    assert [p.names[0] for p in parts].index("bwd.forward") < [p.names[0] for p in parts].index(
+        "hip.serial")  # SLOW_FIRST among equals
+    alone = verify_jobs.route_parts(impls, jobs=1)
+    assert sorted(p.names for p in alone) == sorted(tuple(g) for g in verify_jobs.route_groups(impls))
+    assert all(p.dtypes is None for p in alone)
+
+
+def test_checks_finishing_in_any_order_are_recorded_in_one_process_order():
+    impls = verify.lookup("bwd.forward,triton.row")
+    cases = [verify.case("3x13"), verify.case("1x1")]  # in CASES order, as the CLI runs them
+    single = verify.run(impls, cases=cases)
+    shuffled = [single[i] for i in (7, 0, 9, 3, 1, 8, 2, 5, 4, 6, 10, 11, 12, 13)]
+    assert sorted(shuffled, key=verify.canonical_order(impls)) == single
+
+
+def test_cli_jobs_splits_dtypes_with_the_same_records_and_ends_with_the_longest_parts(
+        tmp_path, capsys):
+    args = ["--kernel", "triton.row,bwd.forward", "--case", "3x13"]
+    assert verify.main([*args, "--json", str(tmp_path / "one.json")]) == 0
+    capsys.readouterr()
+    assert verify.main([*args, "--jobs", "3", "--json", str(tmp_path / "jobs.json")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    one, jobs = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "jobs.json"))
+
+    def same(doc):
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in doc["records"]]
+    assert same(jobs) == same(one) and len(same(one)) == 7
+    assert jobs["provenance"]["table"] == one["provenance"]["table"]
+    assert jobs["provenance"]["matrix"] == one["provenance"]["matrix"]
+    assert lines[-1] == "7 passed, 0 failed"
+    head = next(i for i, line in enumerate(lines) if line.startswith("longest parts"))
+    assert head == len(lines) - 7 and lines[head].startswith("longest parts (5 of 5")
+    rows = [re.fullmatch(r" +([\d.]+) s  done at \+ *[\d.]+ s  (.+?)(  \(first in its process\))?",
+                         line) for line in lines[head + 1:-1]]
+    walls = [float(m.group(1)) for m in rows]
+    assert walls == sorted(walls, reverse=True) and any(m.group(3) for m in rows)
+    assert sorted(m.group(2) for m in rows) == [
+        "bwd.forward bf16", "bwd.forward fp16", "bwd.forward fp32", "bwd.forward torch.float64",
+        "triton.row"]
+
+
+def test_group_times_keep_the_eight_longest_parts():
+    parts = [verify_jobs.Part((f"k{i}",)) for i in range(10)]
+    text = verify_jobs.group_times([(p, float(i), 10.0 + i, i == 0) for i, p in enumerate(parts)])
+    lines = text.splitlines()
+    assert lines[0].startswith("longest parts (8 of 10") and len(lines) == 9
+    assert [line.split()[-1] for line in lines[1:]] == [f"k{i}" for i in range(9, 1, -1)]
+    assert verify_jobs.group_times([(parts[0], float("nan"), 1.0, True), (parts[1], 2.0, 3.0, False)]
+                              ).splitlines()[1].split()[-1] == "k1"  # a crashed part last
 
 
 def test_cli_errors_are_messages(capsys):

@@ -43,6 +43,7 @@ from typing import Callable
 import torch
 
 from . import checks, cli, dtypes, reference, registry
+from . import verify_jobs as jobs
 
 F64 = torch.float64
 DTYPE_NAMES = {d: dtypes.short(d) for d in (torch.float32, torch.float16, torch.bfloat16)}
@@ -627,54 +628,31 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-SLOW_FIRST = ("torch.compile", "bwd.", "hip.")  # the longest groups start first (H200 logs)
+_PARTS_RUN = []  # in a worker process: the parts it ran before (its first pays the imports)
 
 
-def route_groups(impls: list[registry.Impl]) -> list[list[str]]:
-    """Implementation names in groups for ``--jobs``: the HIP routes together (they share one
-    build), every other implementation alone, the slowest to compile first."""
-    groups: dict[str, list[str]] = {}
-    for impl in impls:
-        key = "hip" if impl.name.startswith("hip.") else impl.name
-        groups.setdefault(key, []).append(impl.name)
-
-    def rank(names):
-        return next((i for i, p in enumerate(SLOW_FIRST) if names[0].startswith(p)), len(SLOW_FIRST))
-    return sorted(groups.values(), key=rank)
-
-
-def _run_group(names: list[str], dtype_names, case_names, seed: int) -> list[Check]:
-    """Worker of ``--jobs``: a fresh process (spawn) runs one group of implementations."""
-    by_name = {v: k for k, v in DTYPE_NAMES.items()}
+def _run_group(names: list[str], dtype_names, case_names, seed: int):
+    """Worker of ``--jobs``: a fresh process (spawn) runs one part; returns its checks, its wall
+    seconds and whether it was this process's first part."""
+    start = time.perf_counter()
+    by_name = {jobs._dtype_name(d): d for d in (*DTYPE_NAMES, F64)}
     dtypes = None if dtype_names is None else [by_name[d] for d in dtype_names]
     cases = None if case_names is None else [case(c) for c in case_names]
     impls = lookup(",".join(names), peers=True)
-    return run(impls, dtypes=dtypes, cases=cases, seed=seed)
+    results = run(impls, dtypes=dtypes, cases=cases, seed=seed)
+    _PARTS_RUN.append(names)
+    return results, time.perf_counter() - start, len(_PARTS_RUN) == 1
 
 
-def _run_in_processes(impls, args, dtypes, cases, collect, progress) -> None:
-    import concurrent.futures
-    import multiprocessing
-
-    dtype_names = None if dtypes is None else [DTYPE_NAMES[d] for d in dtypes]
-    case_names = None if cases is None else [c.name for c in cases]
-    groups = route_groups(impls)
-    pool = concurrent.futures.ProcessPoolExecutor(
-        max_workers=min(args.jobs, len(groups)), mp_context=multiprocessing.get_context("spawn"))
-    with pool:
-        futures = {pool.submit(_run_group, names, dtype_names, case_names, args.seed): names
-                   for names in groups}
-        for future in concurrent.futures.as_completed(futures):
-            names = futures[future]
-            try:
-                group_results = future.result()
-            except Exception as e:  # a crashed worker: its kernels fail, the others still report
-                group_results = [Check(kernel=n, op=registry.get(n).op if not n.startswith(
-                    "broken") else "rmsnorm", dtype="-", case="(worker)", shape=(), status="FAIL",
-                    message=f"worker raised {type(e).__name__}: {e}"[:300]) for n in names]
-            for check in group_results:
-                progress(check)
-            collect(group_results)
+def canonical_order(impls: list[registry.Impl]) -> Callable[[Check], tuple]:
+    """A sort key putting checks in the order a single process runs them (implementation,
+    dtype, case), whichever part finished first."""
+    kernels = {impl.name: i for i, impl in enumerate(impls)}
+    dtype_rank = {(impl.name, jobs._dtype_name(d)): i for impl in impls
+                  for i, d in enumerate(impl.dtypes)}
+    case_rank = {c.name: i for i, c in enumerate(CASES)}
+    return lambda r: (kernels.get(r.kernel, -1), dtype_rank.get((r.kernel, r.dtype), -1),
+                      case_rank.get(r.case, -1))
 
 
 def main(argv=None) -> int:
@@ -731,20 +709,37 @@ def main(argv=None) -> int:
             unsaved.append(f"--json {args.json}: cannot write it ({err.strerror or err})")
             print(f"error: {unsaved[0]}; the results are printed only", file=sys.stderr)
 
-    order = {impl.name: i for i, impl in enumerate(impls)}
+    order = canonical_order(impls)
     results: list[Check] = []
 
-    def collect(group_results: list[Check]):
+    def collect(group_results: list[Check], part=None, wall: float | None = None):
         results.extend(group_results)
-        results.sort(key=lambda r: order[r.kernel])  # stable: dtype and case order kept
+        results.sort(key=order)  # a single process's order, whichever part finished first
         save(results, complete=False)  # a timeout keeps what finished
         for name in dict.fromkeys(r.kernel for r in group_results):
             ran = [r for r in group_results if r.kernel == name and r.status != "skip"]
-            print(f"  {name}: {sum(r.ok for r in ran)}/{len(ran)} passed "
-                  f"({time.perf_counter() - start:.1f} s)", flush=True)
+            where = f" {','.join(part.dtypes)}" if part is not None and part.dtypes else ""
+            took = f"part {wall:.1f} s, " if wall is not None else ""
+            print(f"  {name}{where}: {sum(r.ok for r in ran)}/{len(ran)} passed "
+                  f"({took}at {time.perf_counter() - start:.1f} s)", flush=True)
 
+    times = []
     if args.jobs > 1 and len(impls) > 1:
-        _run_in_processes(impls, args, dtypes, cases, collect, progress)
+        case_names = None if cases is None else [c.name for c in cases]
+        all_dtypes = None if dtypes is None else [jobs._dtype_name(d) for d in dtypes]
+
+        def worker_args(part):
+            return (list(part.names), list(part.dtypes) if part.dtypes else all_dtypes,
+                    case_names, args.seed)
+
+        def on_crash(part, e):
+            return [Check(kernel=n, op=registry.get(n).op if not n.startswith("broken")
+                          else "rmsnorm", dtype=",".join(part.dtypes or ("-",)), case="(worker)",
+                          shape=(), status="FAIL",
+                          message=f"worker raised {type(e).__name__}: {e}"[:300])
+                    for n in part.names]
+        times = jobs.run_in_processes(jobs.route_parts(impls, args.jobs, dtypes), args.jobs,
+                                      _run_group, worker_args, on_crash, collect, progress, start)
     else:
         for impl in impls:
             collect(run([impl], dtypes=dtypes, cases=cases, seed=args.seed, progress=progress))
@@ -759,6 +754,8 @@ def main(argv=None) -> int:
           f"width or device)")
     if args.json and not unsaved:
         print(f"wrote {args.json}")
+    if times:
+        print(jobs.group_times(times))
     print(summary(results))
     if unsaved:
         print(f"error: {unsaved[0]}", file=sys.stderr)

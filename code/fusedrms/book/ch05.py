@@ -32,9 +32,9 @@ FILES = {
 ESTIMATE_S = 140  # H200 at b6cfbb0: 130 s (the suite's torch.compile checks are its longest part)
 VERIFY_JOBS = max(1, min(12, (os.cpu_count() or 2) - 2))  # a 16-core H200 host: 12
 BROKEN_JOBS = max(1, min(4, VERIFY_JOBS // 3))  # six small kernels, beside the suite
-SOURCES = ("verify.py", "checks.py", "reference.py", "registry.py", "kernels/rmsnorm.py",
-           "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rmsnorm_fp8_spec.py",
-           "kernels/rounding.py", "kernels/peers.py", "kernels/hip/rmsnorm.hip",
+SOURCES = ("verify.py", "verify_jobs.py", "checks.py", "reference.py", "registry.py",
+           "kernels/rmsnorm.py", "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py",
+           "kernels/rmsnorm_fp8_spec.py", "kernels/rounding.py", "kernels/peers.py", "kernels/hip/rmsnorm.hip",
            "kernels/hip/kernels.py", "book/broken.py", "book/ch05.py::record",
            "book/ch07_tuning.py::check_table", "tuning/h200/capstone.json",
            "tuning/h200/fp8.json")

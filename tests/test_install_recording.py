@@ -1,0 +1,144 @@
+"""code/scripts/install_recording.sh: one recording, or the parts of one made in several device
+calls (their manifests merged as the committed one was by hand), or a refusal that changes
+nothing."""
+import copy
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "code" / "scripts"))
+
+import install_recording  # noqa: E402
+
+COMMITTED = ROOT / "code" / "fusedrms" / "data" / "h200" / "MANIFEST.json"
+
+
+def _part(manifest: dict, chapters, command: str) -> dict:
+    """What one device call's record run wrote: its chapters, their files, its command."""
+    part = copy.deepcopy(manifest)
+    part["chapters"] = {c: e for c, e in part["chapters"].items() if c in chapters}
+    part["files"] = {f: e for f, e in part["files"].items() if e["chapter"] in chapters}
+    part["command"] = command
+    return part
+
+
+def test_merging_the_two_calls_gives_the_committed_manifest():
+    committed = json.loads(COMMITTED.read_text())
+    first, second = committed["command"].split(" ; ")
+    a = _part(committed, ("ch02", "ch03", "ch04", "ch05", "ch06", "ch08"), first)
+    b = _part(committed, ("ch07", "ch09"), second)
+    a["finished"], b["started"] = "2026-12-02T08:07:10+00:00", "2026-12-02T08:07:15+00:00"
+    merged = install_recording.merge_manifests([a, b])
+    assert merged == committed
+    assert list(merged) == list(committed) and list(merged["files"]) == list(committed["files"])
+
+
+def _recording(folder: Path, commit="c0ffee", chapters=("ch02",),
+               started="2026-01-01T10:00:00+00:00", finished="2026-01-01T10:05:00+00:00", command="python -m fusedrms.record") -> dict:
+    folder.mkdir(parents=True)
+    (folder / "logs").mkdir()
+    manifest = {"format": 1, "commit": commit, "started": started, "gpu": "NVIDIA H200",
+                "backend": "cuda", "driver": "580", "versions": {"torch": "2.11", "triton": "3.6"},
+                "command": command, "chapters": {}, "files": {}, "stale": {}, "finished": finished}
+    for ch in chapters:
+        (folder / f"{ch}.json").write_text(json.dumps({"chapter": ch}))
+        (folder / "logs" / f"{ch}.log").write_text(f"{ch} log\n")
+        manifest["chapters"][ch] = {"status": "ok", "commit": commit, "log": f"logs/{ch}.log",
+                                    "files": [f"{ch}.json"]}
+        manifest["files"][f"{ch}.json"] = {"chapter": ch, "sha256": "x"}
+        manifest["files"][f"logs/{ch}.log"] = {"chapter": ch, "sha256": "y"}
+    (folder / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def _tarball(folder: Path) -> Path:
+    out = folder.with_suffix(".tar.gz")
+    subprocess.run(["tar", "czf", str(out), "-C", str(folder), "."], check=True)
+    return out
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """The script and its Python half in a tree of their own, with a committed recording."""
+    tree = tmp_path / "tree"
+    (tree / "code" / "scripts").mkdir(parents=True)
+    for name in ("install_recording.sh", "install_recording.py"):
+        shutil.copy2(ROOT / "code" / "scripts" / name, tree / "code" / "scripts" / name)
+    _recording(tree / "code" / "fusedrms" / "data" / "h200", commit="old", chapters=("ch03",))
+    return tree
+
+
+def _install(tree: Path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(tree / "code" / "scripts" / "install_recording.sh"),
+                           *map(str, args)], capture_output=True, text=True)
+
+
+def _files(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_two_tarballs_install_as_one_recording(tmp_path, checkout):
+    a = _recording(tmp_path / "a", chapters=("ch02", "ch05"), command="record --chapters 2,5")
+    b = _recording(tmp_path / "b", chapters=("ch04",), started="2026-01-01T10:06:00+00:00",
+                   finished="2026-01-01T10:09:00+00:00", command="record --chapters 4")
+    run = _install(checkout, _tarball(tmp_path / "a"), _tarball(tmp_path / "b"))
+    assert run.returncode == 0, run.stderr
+    dest = checkout / "code" / "fusedrms" / "data" / "h200"
+    got = _files(dest)
+    want = {**_files(tmp_path / "a"), **_files(tmp_path / "b")}
+    assert sorted(got) == sorted(want) and "ch03.json" not in got  # wholesale, as one
+    assert all(got[f] == want[f] for f in got if f != "MANIFEST.json")
+    hand = copy.deepcopy(a)  # by hand: B's files into A, A's manifest updated from B's
+    hand["chapters"] = {c: {**a["chapters"], **b["chapters"]}[c] for c in ("ch02", "ch04", "ch05")}
+    hand["files"].update(b["files"])
+    hand["command"] = "record --chapters 2,5 ; record --chapters 4"
+    hand["finished"] = b["finished"]
+    assert json.loads(got["MANIFEST.json"]) == hand
+    assert "installed 7 files" in run.stdout
+
+
+def test_one_tarball_installs_byte_for_byte(tmp_path, checkout):
+    _recording(tmp_path / "a", chapters=("ch02", "ch05"))
+    run = _install(checkout, _tarball(tmp_path / "a"), "h200")
+    assert run.returncode == 0, run.stderr
+    assert _files(checkout / "code" / "fusedrms" / "data" / "h200") == _files(tmp_path / "a")
+
+
+@pytest.mark.parametrize("what, b_kwargs, message", [
+    ("commit", dict(commit="other", chapters=("ch04",)), "differ in commit"),
+    ("chapter", dict(chapters=("ch04", "ch05")), "both record ch05"),
+])
+def test_recordings_that_are_not_one_are_refused_and_nothing_changes(
+        tmp_path, checkout, what, b_kwargs, message):
+    _recording(tmp_path / "a", chapters=("ch02", "ch05"))
+    _recording(tmp_path / "b", **b_kwargs)
+    dest = checkout / "code" / "fusedrms" / "data" / "h200"
+    before = _files(dest)
+    run = _install(checkout, _tarball(tmp_path / "a"), _tarball(tmp_path / "b"))
+    assert run.returncode == 2 and message in run.stderr
+    assert "a.tar.gz" in run.stderr and "b.tar.gz" in run.stderr
+    assert _files(dest) == before
+
+
+@pytest.mark.parametrize("key, value", [("gpu", "NVIDIA H100"), ("driver", "575"),
+                                        ("versions", {"torch": "2.10", "triton": "3.6"})])
+def test_a_different_gpu_driver_or_version_is_refused(key, value):
+    a = {"commit": "c", "gpu": "NVIDIA H200", "driver": "580", "versions": {"torch": "2.11"},
+         "chapters": {"ch02": {}}, "files": {}}
+    b = {**a, "chapters": {"ch07": {}}, key: value}
+    with pytest.raises(install_recording.MergeError, match=f"differ in {key}"):
+        install_recording.merge_manifests([a, b], ["A", "B"])
+    assert list(install_recording.merge_manifests([a, {**a, "chapters": {"ch07": {}}}])[
+        "chapters"]) == ["ch02", "ch07"]
+
+
+def test_a_tarball_without_a_manifest_is_not_a_recording(tmp_path, checkout):
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "x.txt").write_text("x")
+    run = _install(checkout, _tarball(tmp_path / "junk"))
+    assert run.returncode == 2 and "has no MANIFEST.json: not a recording" in run.stderr
