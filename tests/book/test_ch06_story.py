@@ -38,7 +38,7 @@ def test_section_3_processes_agree_more_than_samples_yet_one_can_be_far_off():
     p = _facts()["proc"]
     assert p["process_counts"] == [3]  # "each of the ... cold cases ran in 3 processes"
     assert p["median_across_process_spread_pct"] < p["median_within_process_p10_p90_pct"]
-    assert p["cases_over_5pct"] >= 1 and p["worst"]["outlier_ratio"] > 2
+    assert p["cases_over_5pct"] >= 1 and abs(p["worst"]["outlier_ratio"] - 1) > 0.05  # "5% off"
 
 
 def test_section_4_the_cache_flatters_inside_l2_only_and_leaves_writes_dirty():

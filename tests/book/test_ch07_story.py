@@ -29,30 +29,35 @@ def test_the_losses_sit_at_one_row_at_16384_rows_and_on_wide_rows():
     lost = [r for r in f["fused"] if r["ratio"] > 1 + band]
     assert {(r["rows"], r["cols"]) for r in f["middle"]} == {
         (r["rows"], r["cols"]) for r in lost if r["rows"] > 1 and not R.is_wide(r)}
-    assert f["middle"] and all(r["rows"] == 16384 and r["cols"] < 16384 for r in f["middle"])
+    assert f["middle"] and all(r["rows"] >= 4096 and r["cols"] < 16384 for r in f["middle"])
     # "on wide rows at large batches ... slower at N of M shapes, by up to ..."
     assert f["wide_lost"] and f["wide_worst"]["ratio"] > 1 + band
 
 
-def test_the_widest_rows_read_the_minimum_and_tie_with_inductor():
+def test_the_widest_rows_tie_with_inductor_reading_what_is_left_beyond_the_minimum():
     f = _facts()
     ours, inductor = f["wide_ncu"]["capstone.fused"], f["wide_ncu"]["torch.compile_add"]
     widest = f["widest"]
     assert (widest["rows"], widest["cols"], widest["dtype"]) == (
         ours["rows"], ours["cols"], ours["dtype"])  # "... tie" is said of the profiled shape
     assert abs(widest["ratio"] - 1) <= f["band"]  # "the two times tie"
-    for k in (ours, inductor):  # "both the ... of x and r", "programs of ... threads"
-        assert abs(k["read"] / k["min_read"] - 1) < 0.001
+    for k in (ours, inductor):  # "against the ... of x and r", "programs of ... threads"
+        assert k["read"] >= 0.999 * k["min_read"]
         assert k["programs"] == k["rows"] and k["threads"] == 1024
-    # the launch rule gives that row to one program of 32 warps holding all of it
+    assert ours["read"] > inductor["read"]  # "shows what is left"
+    # the launch rule gives that row to one program of 32 warps walking it in 4096-column chunks
     import torch
 
     from fusedrms.kernels import add_rmsnorm as A
     cfg = A.large_batch_config(ours["cols"], torch.bfloat16, False)
-    assert cfg.num_warps * 32 == 1024 and cfg.chunk is None
-    # "the rows held between the passes come to ..., more than the ... of L2"
+    assert cfg.num_warps * 32 == 1024 and cfg.chunk == 4096
+    assert A.large_batch_config(16384, torch.bfloat16, False) == cfg  # "from rows of x of 32 KB"
+    assert A.large_batch_config(8192, torch.bfloat16, False) != cfg
+    # "the rows held between the passes came to ..., more than the ... of L2"; "only ... fit"
     v = story.story_values(story.load(records.COMMITTED))
     assert float(v["wncu_held"].split()[0]) > float(v["wncu_l2"].split()[0])
+    assert int(v["wncu_now_per_sm"]) < int(v["wncu_per_sm"])
+    assert float(v["wncu_now_held"].split()[0]) < float(v["wncu_l2"].split()[0])
 
 
 def test_liger_is_the_residual_variants_strongest_peer_at_large_shapes():
