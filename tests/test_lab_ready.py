@@ -123,7 +123,7 @@ Unit in the last place
   The gap to the next number; see {term}`unit roundoff <Unit roundoff>`
   and {term}`ulps <ULP>`.
 
-  A second paragraph {cite}`higham2002accuracy`.
+  A second paragraph \\[[Higham, 2002](cite-higham2002accuracy)\\].
 
 Unit roundoff
   Half an {term}`ULP` above 1.
@@ -137,14 +137,16 @@ def test_glossary_entries_read_sphinx_layout():
     assert set(entries) == {"ulp", "unit in the last place", "unit roundoff"}
     names, lines = entries["ulp"]
     assert names == ["ULP", "Unit in the last place"]
-    assert [line for line in lines if line][-1] == "A second paragraph {cite}`higham2002accuracy`."
+    assert [line for line in lines if line][-1] == \
+        "A second paragraph \\[[Higham, 2002](cite-higham2002accuracy)\\]."
 
 
 def test_terms_and_references_cell_for_lab_only(tmp_path, monkeypatch):
     glossary = tmp_path / "glossary.md"
     glossary.write_text(GLOSSARY)
     monkeypatch.setattr(lab_ready, "GLOSSARY", glossary)
-    nb = _notebook(("markdown", "A gap in {term}`ulps <ULP>` {cite}`zhang2019rmsnorm`.", []),
+    nb = _notebook(("markdown", "A gap in {term}`ulps <ULP>` "
+                                "\\[[Zhang and Sennrich, 2019](cite-zhang2019rmsnorm)\\].", []),
                    ("code", "x = 1", []))
     assert lab_ready.convert(nb)
     cell = nb.cells[-1]
@@ -154,8 +156,9 @@ def test_terms_and_references_cell_for_lab_only(tmp_path, monkeypatch):
     # mystmd's glossary: a definition list; a term outside the list reads as plain text
     assert "```{glossary}\nULP\nUnit in the last place\n: The gap to the next number; see " \
            "unit roundoff and {term}`ulps <ULP>`.\n\n  A second paragraph" in text
-    assert "- **higham2002accuracy**: Nicholas J\\. Higham" in text  # cited by the entry
-    assert "- **zhang2019rmsnorm**: Biao Zhang and Rico Sennrich" in text
+    # each work under the label the prose shows; the glossary entry's citation counts too
+    assert "- **Higham, 2002**: Nicholas J\\. Higham" in text
+    assert "- **Zhang and Sennrich, 2019**: Biao Zhang and Rico Sennrich" in text
     assert not lab_ready.convert(nb) and lab_ready.check(nb) == []
     glossary.write_text(GLOSSARY.replace("Half an", "One half of an"))
     nb.cells.insert(1, nbformat.v4.new_markdown_cell("{term}`Unit roundoff`"))
@@ -165,6 +168,12 @@ def test_terms_and_references_cell_for_lab_only(tmp_path, monkeypatch):
     nb.cells[:2] = [nbformat.v4.new_markdown_cell("No links.")]
     lab_ready.convert(nb)
     assert all("lab-only" not in c.metadata.get("tags", []) for c in nb.cells)
+
+
+def test_a_link_to_a_work_the_bibliography_lacks_is_refused():
+    nb = _notebook(("markdown", "\\[[Nobody, 2099](cite-nobody2099)\\]", []))
+    with pytest.raises(ValueError, match=r"keys missing from references.bib: \['nobody2099'\]"):
+        lab_ready.convert(nb)
 
 
 def test_a_term_the_glossary_lacks_is_refused(tmp_path, monkeypatch):

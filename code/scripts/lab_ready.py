@@ -19,9 +19,10 @@ A converted chapter:
   (one click opens either). The tags stay the one source: the metadata follows them;
 - ends with a "Terms and references" cell for JupyterLab only (tags ``lab-only``,
   ``remove-cell``: the book has its Glossary and References pages). jupyterlab-myst resolves a
-  ``{term}`` only against a glossary in the same notebook, and has no bibliography for
-  ``{cite}`` (it shows the key with a warning sign): the cell holds the glossary entries of the
-  chapter's terms (from book/glossary.md) and the works it cites, by key (from
+  ``{term}`` only against a glossary in the same notebook, and has no bibliography (the prose
+  cites with links, ``\\[[Higham, 2002](cite-higham2002accuracy)\\]``, that
+  code/scripts/references.py writes): the cell holds the glossary entries of the chapter's terms
+  (from book/glossary.md) and the works it cites, under the labels the prose shows (from
   book/references.bib). Rerun the script when either file changes (the check says so).
 
 It refuses, naming the cell, what it cannot convert mechanically: a format in the prose
@@ -43,6 +44,7 @@ import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import notebooks  # noqa: E402
+import references  # noqa: E402
 
 INLINE = {"execution_mode": "inline"}
 GLUE_ROLE = re.compile(r"\{glue(?::(?:text|any))?\}`([^`]*)`")
@@ -53,10 +55,8 @@ SOURCE_HIDDEN_BY = ("hide-input", "remove-input")
 OUTPUTS_HIDDEN_BY = ("hide-output", "remove-output")
 ROOT = Path(__file__).resolve().parents[2]
 GLOSSARY = ROOT / "book" / "glossary.md"
-REFERENCES = ROOT / "book" / "references.bib"
 LAB_ONLY = ["lab-only", "remove-cell"]
 TERM_ROLE = re.compile(r"\{term\}`([^`<]*?)(?:\s*<([^>`]+)>)?`")
-CITE_ROLE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]+)`")
 TERMS_HEADING = "## Terms and references"
 
 
@@ -281,21 +281,18 @@ def _glossary_markdown(targets: list[str], entries: dict) -> list[str]:
 
 
 def _reference_lines(keys: list[str]) -> list[str]:
-    from pybtex.database import parse_file
-    from pybtex.plugin import find_plugin
-
-    bib = parse_file(str(REFERENCES))
+    bib = references.load()
     missing = [k for k in keys if k not in bib.entries]
     if missing:
-        raise ValueError(f"{{cite}} keys missing from {REFERENCES.name}: {missing}")
-    style = find_plugin("pybtex.style.formatting", "plain")()
-    markdown = find_plugin("pybtex.backends", "markdown")()
-    return [f"- **{e.key}**: " + " ".join(e.text.render(markdown).split())
-            for e in style.format_entries(bib.entries[k] for k in keys)]
+        raise ValueError(f"cite- links to keys missing from {references.BIB.name}: {missing}")
+    label = references.labels(bib)  # in the References page's order
+    text = references.entry_markdown(bib.entries[k] for k in label if k in keys)
+    return [f"- **{label[k]}**: {line}" for k, line in text.items()]
 
 
 def terms_and_references(nb) -> str | None:
-    """The Lab-only cell's markdown for ``nb``'s ``{term}`` and ``{cite}`` roles, or None."""
+    """The Lab-only cell's markdown for ``nb``'s ``{term}`` roles and ``](cite-KEY)`` links, or
+    None."""
     prose = "\n".join(c.source for c in nb.cells
                       if c.cell_type == "markdown" and "lab-only" not in c.metadata.get("tags", []))
     targets = list(dict.fromkeys(_term_target(m) for m in TERM_ROLE.finditer(prose)))
@@ -306,8 +303,7 @@ def terms_and_references(nb) -> str | None:
         if unknown:
             raise ValueError(f"{{term}} targets missing from {GLOSSARY.name}: {unknown}")
         glossary = ["", "```{glossary}", *_glossary_markdown(targets, entries)[:-1], "```"]
-    keys = list(dict.fromkeys(k.strip() for m in CITE_ROLE.finditer(prose + "\n".join(glossary))
-                              for k in m.group(1).split(",")))
+    keys = list(dict.fromkeys(references.CITE_LINK.findall(prose + "\n".join(glossary))))
     if not targets and not keys:
         return None
     what = " and ".join(w for w, used in (("glossary entries", targets), ("works", keys)) if used)

@@ -6,7 +6,7 @@ from .. import records
 from . import ch08, ch08_page
 from .story import MISSING, recorded, value  # noqa: F401 (the notebook reads story.value)
 
-# tilefoundry's static analysis of the two programs at 2 x 7168 bf16 {cite}`tilefoundry`:
+# tilefoundry's static analysis of the two programs at 2 x 7168 bf16 (references.bib: tilefoundry):
 # (bytes read, bytes written, ideal ns at the H200's data-sheet bandwidth)
 TILEFOUNDRY = {"rmsnorm_fp8_naive": (71680, 43456, 24), "rmsnorm_fp8_fused": (43008, 14784, 13)}
 TILEFOUNDRY_ROWS = 2
