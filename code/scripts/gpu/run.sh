@@ -48,6 +48,10 @@ case "$what" in
     python3 -m fusedrms.env ;;
   check)
     t0=$(date +%s); logs="$OUT/logs"
+    last() {
+      local l; l=$(grep -E '[0-9]+ (passed|failed|errors?)' "$1" | grep -v '^\[' | tail -n 1 | sed 's/=//g; s/^ *//; s/ *$//')
+      echo "${l:-no summary line (stopped at its limit)}"
+    }
     python3 -m fusedrms.env | tee "$logs/check_env.log"
     # The notebooks first, alone: run beside the other parts (tried on the H200) their kernels
     # starved and died waiting to start. Then the HIP library is built once (the notebooks have
@@ -57,8 +61,19 @@ case "$what" in
     # 121 s instead of 40) and it missed its limit. So the tests run niced, with two threads per
     # process and in-process Inductor compiles, and the smoke keeps the CPU it needs. The notebooks
     # took 150 s at e4cce5a (limit 180 s).
-    timeout -k 10 180 python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
+    COLUMNS=400 timeout -k 10 180 python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
       -n 4 --dist loadscope --durations=12 chapters > "$logs/check_notebooks.log" 2>&1; nb=$?
+    # A Jupyter kernel that dies before it answers kernel_info has run no cell of its notebook
+    # (seen once in 4 kernels starting together, a64ae00): those notebooks run again, once, alone.
+    died=$(grep -E '^ERROR [^ ]+::.*Kernel died' "$logs/check_notebooks.log" \
+      | sed -E 's/^ERROR ([^:]+)::.*/\1/' | sort -u | tr '\n' ' ')
+    nb_rerun=""
+    if [ $nb -ne 0 ] && [ -n "$died" ] && [ -z "$(grep -E '^(FAILED|ERROR) [^ ]+::' "$logs/check_notebooks.log" \
+        | grep -v 'Kernel died')" ]; then
+      timeout -k 10 120 python3 -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env \
+        $died > "$logs/check_notebooks_rerun.log" 2>&1; nb=$?
+      nb_rerun="; rerun of ${died% } (its kernel died at start): $(last "$logs/check_notebooks_rerun.log")"
+    fi
     timeout -k 10 40 python3 -m fusedrms.kernels.hip.kernels --device cuda \
       > "$logs/check_hip_build.log" 2>&1
     smoke=$(mktemp -d)
@@ -69,15 +84,12 @@ case "$what" in
       -n 6 --dist loadfile --durations=25 -rfE -o faulthandler_timeout=120 \
       --junitxml="$logs/gpu_tests_junit.xml" > "$logs/check_gpu_tests.log" 2>&1; gt=$?
     wait $smoke_pid; sm=$?
-    last() {
-      local l; l=$(grep -E '[0-9]+ (passed|failed|errors?)' "$1" | grep -v '^\[' | tail -n 1 | sed 's/=//g; s/^ *//; s/ *$//')
-      echo "${l:-no summary line (stopped at its limit)}"
-    }
     recorded=$(grep -E '^done: ' "$logs/check_smoke.log" | tail -n 1 | sed 's/^done: //')
     verdict=PASS; [ $nb -eq 0 ] && [ $gt -eq 0 ] && [ $sm -eq 0 ] || verdict=FAIL
-    line="GPU check $verdict at ${FUSEDRMS_COMMIT:0:10} on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1): notebooks: $(last "$logs/check_notebooks.log"); gpu tests: $(last "$logs/check_gpu_tests.log"); smoke recording: ${recorded:-none} ($(( $(date +%s) - t0 )) s)"
-    for f in check_notebooks check_gpu_tests check_smoke; do
-      [ "$verdict" = PASS ] || { echo "--- tail of $f.log"; tail -n 25 "$logs/$f.log"; }
+    line="GPU check $verdict at ${FUSEDRMS_COMMIT:0:10} on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1): notebooks: $(last "$logs/check_notebooks.log")$nb_rerun; gpu tests: $(last "$logs/check_gpu_tests.log"); smoke recording: ${recorded:-none} ($(( $(date +%s) - t0 )) s)"
+    for f in check_notebooks check_notebooks_rerun check_gpu_tests check_smoke; do
+      [ "$verdict" = PASS ] && break; [ -f "$logs/$f.log" ] || continue
+      echo "--- tail of $f.log"; tail -n 25 "$logs/$f.log"
     done
     echo "$line" | tee "$logs/check_summary.txt"
     [ "$verdict" = PASS ] ;;
