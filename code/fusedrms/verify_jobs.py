@@ -14,8 +14,10 @@ _NAMED = (torch.float32, torch.float16, torch.bfloat16)
 
 SLOW_FIRST = ("torch.compile", "bwd.", "hip.")  # the longest groups start first (H200 logs)
 # Implementations that compile a new kernel for each dtype (torch.compile per shape and dtype, the
-# backward's Triton kernels per dtype and width): with --jobs their dtypes run side by side.
-SPLIT_BY_DTYPE = ("torch.compile", "bwd.")
+# backward's Triton kernels per dtype and width, the capstone's per dtype and launch; the capstone's
+# parts were the suite's longest on the H200, 106 s at 06f3124): with --jobs their dtypes run side
+# by side.
+SPLIT_BY_DTYPE = ("torch.compile", "bwd.", "capstone.")
 
 
 def route_groups(impls: list[registry.Impl]) -> list[list[str]]:

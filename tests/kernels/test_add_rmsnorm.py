@@ -451,15 +451,16 @@ def test_large_batches_take_the_two_pass_launch_and_small_ones_the_table():
     (8192, torch.bfloat16, False, "LARGE_BATCH_CONFIG"),  # 16 KB rows: 2048-column chunks
     (16384, torch.bfloat16, False, "WIDE_ROW_CONFIG"),  # 32 KB: 4096-column chunks, 32 warps
     (8192, torch.float32, False, "WIDE_ROW_CONFIG"),  # 32 KB in fp32 too: bytes, not columns
-    (4096, torch.bfloat16, True, "LARGE_BATCH_CONFIG"),  # the residual op: chunks below 16 KB
-    (8192, torch.bfloat16, True, "WHOLE_ROW_CONFIG"),  # and one pass from 16 KB
-    (16384, torch.bfloat16, True, "WHOLE_ROW_CONFIG"),
-    (32768, torch.bfloat16, False, "WIDE_ROW_CONFIG"),  # 64 KB: two 1024-thread programs per SM
-    (32768, torch.bfloat16, True, "WHOLE_ROW_CONFIG"),
+    (32768, torch.bfloat16, False, "WHOLE_ROW_CONFIG"),  # 64 KB: one pass, nothing re-read
+    (32768, torch.float32, False, "WHOLE_ROW_CONFIG"),
+    (20000, torch.float16, False, "WHOLE_ROW_CONFIG"),  # the row's BLOCK decides: 32768
+    (12000, torch.float16, False, "WIDE_ROW_CONFIG"),  # BLOCK 16384: 32 KB
+    (4096, torch.bfloat16, True, "LARGE_BATCH_CONFIG"),  # the residual op: 2048-column chunks
+    (8192, torch.bfloat16, True, "LARGE_BATCH_CONFIG"),
+    (16384, torch.bfloat16, True, "LARGE_BATCH_CONFIG"),  # up to 32 KB
+    (8192, torch.float32, True, "LARGE_BATCH_CONFIG"),
+    (32768, torch.bfloat16, True, "WHOLE_ROW_CONFIG"),  # then one pass
     (16384, torch.float32, True, "WHOLE_ROW_CONFIG"),
-    (32768, torch.float32, False, "WHOLE_ROW_CONFIG"),  # 128 KB: one pass, nothing re-read
-    (20000, torch.float16, False, "WIDE_ROW_CONFIG"),  # the row's BLOCK decides: 32768
-    (20000, torch.float32, False, "WHOLE_ROW_CONFIG"),
 ])
 def test_wider_rows_keep_fewer_rows_in_flight_between_the_passes(cols, dtype, write_sum, expected):
     from fusedrms.kernels import add_rmsnorm as A

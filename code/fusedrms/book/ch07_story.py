@@ -174,10 +174,6 @@ def story_values(docs: dict) -> dict[str, str]:
             v.update(wncu_per_sm=str(per_sm), wncu_held=f"{held / 1e6:.0f} MB",
                      wncu_l2=f"{l2 / 1e6:.0f} MB",
                      wncu_row_kb=f"{ours['min_read'] / ours['rows'] / 1024:.0f} KB")
-        if ours["per_sm"]:  # the launch in use: programs resident per SM, by Nsight Compute
-            now_held = H200_SMS * ours["per_sm"] * ours["min_read"] / ours["rows"]
-            v.update(wncu_now_per_sm=f"{ours['per_sm']:.0f}",
-                     wncu_now_held=f"{now_held / 1e6:.0f} MB")
         v.update(wncu_at=CR.shape_text(ours["rows"], ours["cols"], ours["dtype"]),
                  wncu_min=f"{ours['min_read'] / 1e9:.3f} GB",
                  wncu_ours=f"{ours['read'] / 1e9:.3f} GB",

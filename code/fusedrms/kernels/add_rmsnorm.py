@@ -451,12 +451,13 @@ def _remembered_config(cols: int, dtype: torch.dtype, generation: int) -> Launch
 # like the one above, and needs no tuning.
 # The second pass re-reads x and r from L2 only while the rows in flight fit in it. At 16384 x
 # 32768 bf16, four 512-thread programs per SM hold 69 MB of x and r, more than the 60 MB L2, and
-# Nsight Compute counted 1.47x the op's bytes from DRAM. So rows of 32 KB and more take 4096-column
-# chunks with 32 warps: two 1024-thread programs per SM, 17-35 MB in flight (Inductor's kernel
-# runs one row per 1024-thread program too). From 128 KB the whole row stays in registers, one
-# pass that reads nothing twice. The residual-writing op keeps the whole row from 16 KB (two
-# passes would re-read the s it wrote): one pass measured 7-8% faster at 16 KB rows and at
-# 4096 x 16384 bf16, and 2% slower at 16384 x 16384.
+# Nsight Compute counted 1.47x the op's bytes from DRAM. So rows of 32 KB take 4096-column chunks
+# with 32 warps: two 1024-thread programs per SM, 17 MB in flight (Inductor's kernel runs one row
+# per 1024-thread program too). From 64 KB the whole row stays in registers, one pass that reads
+# nothing twice. The residual-writing op re-reads only s, half the bytes, and keeps 2048-column
+# chunks below 64 KB. H200, every candidate warmed, timed in turn (medians of three rounds, us):
+# fused 4096 x 32768 bf16 whole row 204.7, 4096-column chunks 210.5; residual 16384 x 8192 bf16
+# 2048-column chunks 266.6, whole row 270.8; residual 16384 x 16384 bf16 533.0 and 545.2.
 LARGE_BATCH_ROWS_PER_SM = 16
 LARGE_BATCH_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1, chunk=2048)
 WIDE_ROW_CONFIG = LaunchConfig(rows_per_program=1, num_warps=32, num_stages=1, chunk=4096)
@@ -466,7 +467,7 @@ WHOLE_ROW_CONFIG = LaunchConfig(rows_per_program=1, num_warps=32, num_stages=1)
 def large_batch_config(cols: int, dtype: torch.dtype, write_sum: bool) -> LaunchConfig:
     """The large-batch launch for a row width and dtype (``write_sum``: the residual-writing op)."""
     row_bytes = triton.next_power_of_2(cols) * torch.empty((), dtype=dtype).element_size()
-    if row_bytes >= (16 << 10 if write_sum else 128 << 10):
+    if row_bytes >= 64 << 10:
         return WHOLE_ROW_CONFIG  # at most 32 values per thread up to MAX_COLS columns
     if row_bytes >= 32 << 10 and not write_sum:
         return WIDE_ROW_CONFIG
