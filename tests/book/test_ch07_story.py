@@ -20,31 +20,30 @@ def test_every_peer_was_timed_at_every_shape_and_the_fastest_is_torch_compile():
     assert c["faster"] + c["tie"] + c["slower"] == c["shapes"] == len(f["fused"])
 
 
-def test_the_losses_sit_at_one_row_at_16384_rows_and_on_wide_rows():
+def test_the_losses_sit_at_one_row_on_wide_rows_and_from_1024_rows():
     f = _facts()
     band = f["band"]
     # "at a single row, where a call lasts ... to ..." (a few microseconds)
     assert f["single"] and all(r["capstone_us"] < 5 for r in f["single"])
-    # "at 16384 rows of fewer columns it loses at N shapes": every other loss but the wide ones
+    # "elsewhere, from 1024 rows, it loses at N shapes": every other loss but the wide ones
     lost = [r for r in f["fused"] if r["ratio"] > 1 + band]
     assert {(r["rows"], r["cols"]) for r in f["middle"]} == {
         (r["rows"], r["cols"]) for r in lost if r["rows"] > 1 and not R.is_wide(r)}
-    assert f["middle"] and all(r["rows"] >= 4096 and r["cols"] < 16384 for r in f["middle"])
+    assert f["middle"] and all(r["rows"] >= 1024 for r in f["middle"])  # "elsewhere, from 1024 rows"
     # "on wide rows at large batches ... slower at N of M shapes, by up to ..."
     assert f["wide_lost"] and f["wide_worst"]["ratio"] > 1 + band
 
 
-def test_the_widest_rows_tie_with_inductor_reading_what_is_left_beyond_the_minimum():
+def test_the_widest_rows_tie_with_inductor_both_reading_x_and_r_once():
     f = _facts()
     ours, inductor = f["wide_ncu"]["capstone.fused"], f["wide_ncu"]["torch.compile_add"]
     widest = f["widest"]
     assert (widest["rows"], widest["cols"], widest["dtype"]) == (
         ours["rows"], ours["cols"], ours["dtype"])  # "... tie" is said of the profiled shape
     assert abs(widest["ratio"] - 1) <= f["band"]  # "the two times tie"
-    for k in (ours, inductor):  # "against the ... of x and r", "programs of ... threads"
-        assert k["read"] >= 0.999 * k["min_read"]
+    for k in (ours, inductor):  # "no byte read twice", "... programs of ... threads"
+        assert 0.999 * k["min_read"] <= k["read"] <= 1.002 * k["min_read"]
         assert k["programs"] == k["rows"] and k["threads"] == 1024
-    assert ours["read"] > inductor["read"]  # "shows what is left"
     # "keeps a row of x of 64 KB whole, in the registers of one program of 32 warps"
     import torch
 

@@ -72,12 +72,10 @@ def test_the_backward_alone_recompute_atomic_and_determinism_read_as_the_prose_s
     assert d["two_stage"]["distinct"] == 1 and d["atomic"]["distinct"] > 1  # "not reproducible"
 
 
-def test_the_grid_rule_picks_the_fastest_at_the_two_large_shapes_not_the_small_one():
+def test_the_grid_rule_picks_the_fastest_grid_at_all_three_shapes():
     grid = _facts()["grid"]
     assert [g["shape"] for g in grid] == ["1024x4096 bf16", "16384x2048 bf16", "16384x8192 bf16"]
-    assert grid[1]["rule"]["programs"] == grid[1]["best"]["programs"]
-    assert grid[2]["rule"]["programs"] == grid[2]["best"]["programs"]
-    assert grid[0]["rule"]["programs"] != grid[0]["best"]["programs"]  # "... slower than ..."
+    assert all(g["rule"]["programs"] == g["best"]["programs"] for g in grid)
     assert grid[1]["best"]["design"] != grid[2]["best"]["design"]  # "depends on the shape"
 
 

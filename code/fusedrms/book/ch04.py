@@ -404,7 +404,7 @@ FILES = {
     "triton_warps.json": "num_warps 4/8/16: the seed shape and widths 1024..16384",
     "triton_versions.json": "row / looped / multirow where each one matters",
 }
-ESTIMATE_S = 45  # H200 at b6cfbb0: 38 s, most of it compiling ~40 kernel configurations
+ESTIMATE_S = 50  # H200 at 347eb14: 50 s, most of it compiling ~40 kernel configurations
 SOURCES = ("kernels/rmsnorm.py", "measure/timer.py", "traffic.py", "book/ch04.py::record")
 
 

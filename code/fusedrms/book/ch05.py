@@ -29,7 +29,7 @@ FILES = {
     "verify_broken_gpu.txt": "its printed report",
     "verify_configs_gpu.json": "every tuned configuration in use, through the wrappers at its width",
 }
-ESTIMATE_S = 135  # H200 at 06f3124: 124 s (the capstone's residual checks are the suite's longest part)
+ESTIMATE_S = 135  # H200 at 347eb14: 134 s (its longest parts: the Triton routes, 63-73 s)
 VERIFY_JOBS = max(1, min(12, (os.cpu_count() or 2) - 2))  # a 16-core H200 host: 12
 BROKEN_JOBS = max(1, min(4, VERIFY_JOBS // 3))  # six small kernels, beside the suite
 SOURCES = ("verify.py", "verify_jobs.py", "checks.py", "reference.py", "registry.py",

@@ -347,7 +347,7 @@ EXTRAS_BUDGET_S, TUNE_BUDGET_S, CHECK_BUDGET_S, CONFIRM_BUDGET_S = 40, 300, 40, 
 SMOKE_LEVERS_BUDGET_S = 40  # one shape, one process: it compiles every candidate and torch.compile
 LEVERS_BUDGET_S = 150  # a limit (candidate launches at 4 shapes, both ops, 3 processes: ~60 s)
 PEERS_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far above its ~60 s
-ESTIMATE_S = 130  # H200 at 06f3124: 124 s when chapter 6 timed its peers (284 s alone at b6cfbb0)
+ESTIMATE_S = 135  # H200 at 347eb14: 134 s when chapter 6 timed its peers (284 s alone at b6cfbb0)
 TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
 # where the wide-row losses were: which bytes are extra, ours against Inductor's kernel
 WIDE_NCU_SHAPE = ("add_rmsnorm", 16384, 32768, "bf16")

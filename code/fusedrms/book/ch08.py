@@ -358,7 +358,7 @@ FILES = {
                                "% of floor, SASS opcodes, Nsight Compute pipes",
 }
 TUNING_FILES = {"tuning/fp8.json": "the fastest bit-exact candidate (written with --tune)"}
-ESTIMATE_S = 130  # H200 at b6cfbb0: 117 s (exactness, timings, sweep, 12 candidates, two profiles)
+ESTIMATE_S = 130  # H200 at 347eb14: 130 s (exactness, timings, sweep, 12 candidates, two profiles)
 EXACTNESS_COST_S = 80  # the diagnostic's timing, then Nsight Compute on both kernels (~20 s each)
 SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/rmsnorm_fp8_spec.py",
            "kernels/rounding.py", "measure/timer.py", "traffic.py", "book/ch08.py::record",
