@@ -41,12 +41,18 @@ def _tarball(folder: Path) -> Path:
 
 @pytest.fixture
 def checkout(tmp_path):
-    """The script and its Python half in a tree of their own, with a committed recording."""
+    """The script and its Python half in a tree of their own, with the package (linked, its data
+    apart) and a committed recording."""
     tree = tmp_path / "tree"
     (tree / "code" / "scripts").mkdir(parents=True)
     for name in ("install_recording.sh", "install_recording.py"):
         shutil.copy2(ROOT / "code" / "scripts" / name, tree / "code" / "scripts" / name)
-    _recording(tree / "code" / "fusedrms" / "data" / "h200", commit="old", chapters=("ch03",))
+    package = tree / "code" / "fusedrms"
+    package.mkdir()
+    for entry in (ROOT / "code" / "fusedrms").iterdir():
+        if entry.name not in ("data", "__pycache__"):
+            (package / entry.name).symlink_to(entry)
+    _recording(package / "data" / "h200", commit="old", chapters=("ch03", "ch04"))
     return tree
 
 
@@ -119,3 +125,35 @@ def test_a_tarball_without_a_manifest_is_not_a_recording(tmp_path, checkout):
     (tmp_path / "junk" / "x.txt").write_text("x")
     run = _install(checkout, _tarball(tmp_path / "junk"))
     assert run.returncode == 2 and "has no MANIFEST.json: not a recording" in run.stderr
+
+
+def test_kept_chapters_come_over_whole_and_only_a_changed_one_is_marked(tmp_path, checkout):
+    from fusedrms import records
+
+    dest = checkout / "code" / "fusedrms" / "data" / "h200"
+    committed = json.loads((dest / "MANIFEST.json").read_text())
+    committed["chapters"]["ch03"]["sources"] = records.source_hashes(["traffic.py"])  # unchanged
+    committed["chapters"]["ch04"]["sources"] = {"traffic.py": "an older hash"}  # changed since
+    (dest / "MANIFEST.json").write_text(json.dumps(committed))
+    before = _files(dest)
+    _recording(tmp_path / "a", commit="new", chapters=("ch02",))
+    run = _install(checkout, _tarball(tmp_path / "a"), "--keep", "ch03,ch04")
+    assert run.returncode == 0, run.stderr
+    got = _files(dest)
+    for f in ("ch03.json", "logs/ch03.log", "ch04.json", "logs/ch04.log", "ch02.json"):
+        assert got[f] == (before.get(f) or _files(tmp_path / "a")[f])
+    manifest = json.loads(got["MANIFEST.json"])
+    assert manifest["commit"] == "new" and list(manifest["chapters"]) == ["ch02", "ch03", "ch04"]
+    assert manifest["chapters"]["ch03"] == committed["chapters"]["ch03"]
+    assert list(manifest["stale"]) == ["ch04"] and "commit old" in manifest["stale"]["ch04"]
+    assert "ch03 (2 files) from commit old: current" in run.stdout
+    assert "ch04 (2 files) from commit old: acknowledged" in run.stdout
+
+
+def test_keeping_a_chapter_the_committed_recording_lacks_is_refused_and_nothing_changes(tmp_path, checkout):
+    dest = checkout / "code" / "fusedrms" / "data" / "h200"
+    before = _files(dest)
+    _recording(tmp_path / "a", commit="new", chapters=("ch02",))
+    run = _install(checkout, _tarball(tmp_path / "a"), "--keep", "ch03,ch09")
+    assert run.returncode != 0 and "the committed recording has no finished ch09" in run.stderr
+    assert _files(dest) == before  # nothing changes

@@ -7,19 +7,21 @@
 MANIFEST.json, as ``python -m fusedrms.record`` writes it) into the empty folder OUT: every file,
 and one manifest (:func:`merge_manifests`). One tarball is unpacked as it is. Recordings that
 differ in commit, GPU, driver or versions, or that record the same chapter, are refused (exit 2).
-``keep`` carries chapters over from the committed recording OLD into NEW (``--keep``).
+``keep`` carries chapters over from the committed recording OLD into the staged NEW (``--keep``).
 """
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import shutil
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
-MANIFEST = "MANIFEST.json"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # code/, whatever the working folder
+from fusedrms import records  # noqa: E402
+
+MANIFEST = records.MANIFEST
 # What makes two recordings one: the same commit measured on the same machine and software.
 SAME = ("format", "commit", "gpu", "backend", "driver", "versions", "smoke")
 
@@ -75,9 +77,13 @@ def merge_dirs(out: Path, dirs: list[Path], names: list[str] | None = None) -> d
     names = names or [str(d) for d in dirs]
     manifests = []
     for name, d in zip(names, dirs):
-        if not (d / MANIFEST).is_file():
+        try:
+            manifest = records.read_manifest(d)
+        except ValueError as e:
+            raise MergeError(f"{name}: {e}") from None
+        if manifest is None:
             raise MergeError(f"{name} has no {MANIFEST}: not a recording")
-        manifests.append(json.loads((d / MANIFEST).read_text()))
+        manifests.append(manifest)
     merged = merge_manifests(manifests, names)
     if len(dirs) == 1:  # one recording installs as it is, byte for byte
         shutil.copytree(dirs[0], out, dirs_exist_ok=True)
@@ -94,7 +100,7 @@ def merge_dirs(out: Path, dirs: list[Path], names: list[str] | None = None) -> d
     for d in dirs:
         shutil.copytree(d, out, dirs_exist_ok=True, ignore=lambda folder, files: [
             f for f in files if Path(folder) == d and f == MANIFEST])
-    (out / MANIFEST).write_text(json.dumps(merged, indent=1) + "\n")
+    records.write_manifest(out, merged)
     return merged
 
 
@@ -108,8 +114,11 @@ def unpack(tarball: Path, folder: Path) -> None:
 
 def keep(old: Path, new: Path, chapters: list[str]) -> None:
     """``--keep``: the named chapters' files, logs and manifest entries from the committed
-    recording ``old`` into ``new``; a kept chapter whose sources changed is listed as stale."""
-    mo, mn = (json.loads((d / MANIFEST).read_text()) for d in (old, new))
+    recording ``old`` into ``new``. A kept chapter whose sources changed since it was measured is
+    listed as stale, with the reason; one whose sources did not change stays current (no note
+    that would hide a later change)."""
+    mo, mn = records.read_manifest(old), records.read_manifest(new)
+    stale = dict(mn.get("stale", {}))
     for ch in chapters:
         entry = mo["chapters"].get(ch)
         if not entry or entry.get("status") != "ok":
@@ -120,24 +129,18 @@ def keep(old: Path, new: Path, chapters: list[str]) -> None:
             shutil.copy2(old / f, new / f)
         mn["files"] = {f: e for f, e in mn["files"].items() if e.get("chapter") != ch} | files
         mn["chapters"][ch] = entry
-        print(f"kept {ch} ({len(files)} files) from commit {str(entry.get('commit'))[:10]}")
-    (new / MANIFEST).write_text(json.dumps(mn, indent=1) + "\n")
-    # a kept chapter whose sources changed since it was measured is acknowledged, with the
-    # reason; one whose sources did not change stays current (no note that would hide a change)
-    sys.path.insert(0, "code")
-    from fusedrms import records
-
-    for ch in chapters:
-        state = records.staleness(ch, new)
-        if state.state != "current":
-            mn["stale"] = {**mn.get("stale", {}), ch: (
-                f"kept from the recording of commit {str(mn['chapters'][ch].get('commit'))[:10]}: "
-                "its sources changed since, and the new recording did not include it; "
-                "re-recorded in the next GPU run")}
+        recorded = entry.get("sources") or {}
+        current = bool(recorded) and records.source_hashes(recorded) == recorded
+        if current:
+            stale.pop(ch, None)
         else:
-            mn.get("stale", {}).pop(ch, None)
-        print(f"{ch}: {state.state}")
-    (new / MANIFEST).write_text(json.dumps(mn, indent=1) + "\n")
+            stale[ch] = (f"kept from the recording of commit {str(entry.get('commit'))[:10]}: its "
+                         "sources changed since, and the new recording did not include it; "
+                         "re-recorded in the next GPU run")
+        print(f"kept {ch} ({len(files)} files) from commit {str(entry.get('commit'))[:10]}: "
+              f"{'current' if current else 'acknowledged'}")
+    mn["stale"] = stale
+    records.write_manifest(new, mn)
 
 
 def main(argv: list[str]) -> int:

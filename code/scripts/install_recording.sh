@@ -30,11 +30,9 @@ staged=$(mktemp -d)
 trap 'rm -rf "$staged"' EXIT
 python3 code/scripts/install_recording.py merge "$staged" "${tarballs[@]}"
 dest=code/fusedrms/data/$machine
-old=$(mktemp -d)
-[ -z "$keep" ] || cp -a "$dest/." "$old/"
+# the kept chapters join the staged recording first: a refusal leaves the committed one as it was
+[ -z "$keep" ] || python3 code/scripts/install_recording.py keep "$dest" "$staged" "$keep"
 rm -rf "$dest"
 mkdir -p "$dest"
 cp -a "$staged/." "$dest/"
-[ -z "$keep" ] || python3 code/scripts/install_recording.py keep "$old" "$dest" "$keep"
-rm -rf "$old"
 echo "installed $(find "$dest" -type f | wc -l) files into $dest"
