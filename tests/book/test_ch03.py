@@ -59,7 +59,7 @@ def _full_doc_records():
     for rows, cols, dtype, floor in [(1024, 4096, "float32", 8.0), (16384, 8192, "float32", 250.0),
                                      (16384, 8192, "bfloat16", 125.0)]:
         for name, factor in [("hip.serial", 40.0), ("hip.block", 1.4), ("hip.shuffle", 1.3),
-                             ("hip.vectorized", 1.1), ("hip.unfused", 3.0),
+                             ("hip.registers", 1.2), ("hip.vectorized", 1.1), ("hip.unfused", 3.0),
                              ("hip.vectorized_unfused", 2.2), ("triton.row", 1.05)]:
             recs.append(_rec(name, rows, cols, dtype, floor * factor, floor))
     for block in ch03.BLOCK_SIZES:
@@ -135,6 +135,7 @@ def test_rung_gains_sweeps_and_host_results(tmp_path):
         _rec("hip.serial", 1024, 4096, "float32", 1000.0, 8.0),
         _rec("hip.block", 1024, 4096, "float32", 20.0, 8.0),
         _rec("hip.shuffle", 1024, 4096, "float32", 20.0, 8.0),
+        _rec("hip.registers", 1024, 4096, "float32", 16.0, 8.0),
         _rec("hip.vectorized", 1024, 4096, "float32", 10.0, 8.0, correct=False),  # never counts
         {**_rec("hip.serial", 1024, 4096, "float32", 2000.0, 8.0), "kind": "serial_block_size",
          "block_size": 256, "grid_blocks": 4, "min_us": 1990.0, "max_us": 2010.0},
@@ -143,12 +144,13 @@ def test_rung_gains_sweeps_and_host_results(tmp_path):
     ])
     gains = ch03.rung_gains(doc)
     assert [(g["from"], g["to"], g["gain"]) for g in gains] == [
-        ("hip.serial", "hip.block", 50.0), ("hip.block", "hip.shuffle", 1.0)]
+        ("hip.serial", "hip.block", 50.0), ("hip.block", "hip.shuffle", 1.0),
+        ("hip.shuffle", "hip.registers", 1.25)]
     serial = ch03.sweep(doc, "serial_block_size")
     assert [(p["block_size"], p["grid_blocks"]) for p in serial] == [(128, 8), (256, 4)]
     assert serial[1]["min_us"] == 1990.0 and ch03.sweep(doc) == []
     assert [p["name"] for p in ch03.ladder_points(doc)] == [
-        "hip.serial", "hip.block", "hip.shuffle", "hip.vectorized"]
+        "hip.serial", "hip.block", "hip.shuffle", "hip.registers", "hip.vectorized"]
     text = ("built with nvcc\nRESULT variant=serial rows=1024 cols=4096 block=256 median_ms=2.0 "
             "min_ms=1.9 max_ms=2.1 max_abs_err=1e-6 max_rel_err=2e-6 ok=1\n"
             "RESULT variant=block rows=1024 cols=4096 block=256 median_ms=0.02 max_rel_err=2e-7 ok=0\n"
@@ -192,14 +194,16 @@ def test_the_story_reads_a_full_recording(tmp_path):
 
     doc = _doc(tmp_path, _full_doc_records())
     f = ch03_story.story_facts({"ladder": doc, "grid": None})
-    assert f["vector_gains"] == [pytest.approx(1.18, abs=0.005)] * 3  # one per shape
+    assert f["registers_gains"] == [pytest.approx(1.3 / 1.2)] * 3  # one per shape
+    assert f["vector_gains"] == [pytest.approx(1.2 / 1.1)] * 3
     assert f["hip_vs_triton"] == [pytest.approx(1.05, abs=0.005)] * 3
-    assert (f["floor"]["correct"], f["floor"]["over"]) == (21, 0)
+    assert (f["floor"]["correct"], f["floor"]["over"]) == (24, 0)
     assert f["serial_gains"] == {1024: pytest.approx(28.57, abs=0.01),
                                  16384: pytest.approx(28.57, abs=0.01)}
     assert f["blocks"]["best"] == 32 and f["blocks"]["largest_x"] == pytest.approx(1.5, abs=0.05)
     assert f["serial"]["quick_blocks"] == 1024
-    assert ch03_story.story_values({"ladder": doc, "grid": None})["vector_gain"] == "1.18×"
+    values = ch03_story.story_values({"ladder": doc, "grid": None})
+    assert (values["registers_gain"], values["vector_gain"]) == ("1.08×", "1.09×")
 
 def _sweep(kind_sizes):
     return [{"block_size": b, "grid_blocks": -(-1024 // b), "median_us": us} for b, us in kind_sizes]
@@ -250,3 +254,27 @@ def test_the_early_return_example_names_its_unwritten_columns():
                      if c["cell_type"] == "markdown")
     assert "if (tid >= stride) return;" in prose
     assert "columns of `y` are never written" in prose
+
+
+def test_the_registers_rung_is_the_vectorized_kernel_with_one_value_per_load():
+    """hip.registers changes one thing from hip.shuffle (the row held in registers, x read once)
+    and hip.vectorized one thing from it (16-byte loads): the same kernel, built with
+    FUSEDRMS_SCALAR_LOADS, on the CPU runtime as on a GPU."""
+    import torch
+
+    from fusedrms import checks, reference
+    from fusedrms.kernels.hip import kernels
+
+    i = ch03.LADDER.index("hip.registers")
+    assert ch03.LADDER[i - 1:i + 2] == ("hip.shuffle", "hip.registers", "hip.vectorized")
+    x, w = torch.randn(5, 256), torch.randn(256)
+    assert kernels.vector_width(x, w) == 4  # aligned fp32, 256 columns: 16-byte packs
+    lib = kernels.library("cpu", defines=ch03.SCALAR_LOADS)
+    assert lib.fusedrms_vector_width(0, x.data_ptr(), w.data_ptr(), x.data_ptr(), 256, 256) == 1
+    for dtype in (torch.float32, torch.bfloat16):
+        xd, wd = x.to(dtype), w.to(dtype)
+        y = ch03.rmsnorm_registers(xd, wd, 1e-5)
+        assert checks.allclose(y, reference.rmsnorm(xd, wd, 1e-5, accum=torch.float64)).ok
+    rec = ch03.measure_one("hip.registers", 3, 64, "float32", 4000.0, device="cpu",
+                           timer=lambda fn, warmup, reps: [fn(), [10.0] * reps][1])
+    assert rec["correct"] and "error" not in rec, rec

@@ -357,7 +357,12 @@ int fusedrms_rmsnorm_shuffle(int dtype, const void* x, const void* w, void* y, i
 }
 
 // Which vector width the vectorized kernel will use for these pointers (1 = scalar fallback).
+// Built with -DFUSEDRMS_SCALAR_LOADS it is always 1: the same kernel, one value per load (chapter
+// 3's ladder measures the vectorized kernel's two changes one at a time).
 int fusedrms_vector_width(int dtype, const void* x, const void* w, const void* y, int cols, long x_stride) {
+#ifdef FUSEDRMS_SCALAR_LOADS
+    return 1;
+#endif
     const int elem = dtype == 0 ? 4 : 2, vec = 16 / elem;
     const bool aligned = ((uintptr_t)x % 16 == 0) && ((uintptr_t)w % 16 == 0) && ((uintptr_t)y % 16 == 0) &&
                          (x_stride * elem) % 16 == 0;
