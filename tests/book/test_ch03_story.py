@@ -21,7 +21,17 @@ def test_the_shuffle_finish_never_helped():
 def test_no_correct_measurement_passes_the_floor_and_vector_loads_pay():
     f = _facts()
     assert f["floor"]["correct"] > 1 and f["floor"]["over"] == 0  # "None of the ... passes it"
-    assert min(f["vector_gains"]) > 1  # "made the kernel ... faster"
+    assert min(f["vector_gains"]) > 1 + f["band"]  # "then made the kernel ... faster"
+
+
+def test_holding_the_row_in_registers_did_not_pay_by_itself():
+    f = _facts()
+    gains = dict(zip(("1024x4096 float32", "16384x8192 bfloat16", "16384x8192 float32"),
+                     f["registers_gains"]))
+    assert len(gains) == 3 and max(gains.values()) < min(f["vector_gains"])  # "did not pay"
+    slower = [s for s, g in gains.items() if g < 1 - f["band"]]
+    assert len(slower) >= 2 and all("float32" in s for s in slower)  # "slower at ... cost ... fp32"
+    assert story.story_values(story.load(records.COMMITTED))["registers_slower"] == str(len(slower))
 
 
 def test_fusion_beat_the_bytes_with_scalar_loads_and_reached_them_at_most_with_vector_loads():
@@ -64,4 +74,4 @@ def test_without_a_recording_there_are_no_values_and_no_panel(monkeypatch, tmp_p
 def test_your_gpu_panel_sets_a_recording_beside_the_h200():
     h200 = story.load(records.COMMITTED)
     rows = story.your_gpu_rows(h200, h200)
-    assert len(rows) == 5 and all(r["your GPU"] == r["H200 (the book)"] != "-" for r in rows)
+    assert len(rows) == 6 and all(r["your GPU"] == r["H200 (the book)"] != "-" for r in rows)

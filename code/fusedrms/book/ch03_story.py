@@ -110,6 +110,9 @@ def story_values(docs: dict) -> dict[str, str]:
         v["best_floor_pct"] = f"{100 * fl['best']['fraction_of_floor']:.0f}%"
         v["best_floor_where"] = f"{fl['best']['name']} at {fl['best']['shape']}"
     v["registers_gain"] = _span(f["registers_gains"])
+    if f["registers_gains"] and band is not None:
+        v["registers_slower"] = f"{sum(g < 1 - band for g in f['registers_gains'])}"
+        v["registers_shapes"] = f"{len(f['registers_gains'])}"
     v["vector_gain"] = _span(f["vector_gains"])
     v["hip_vs_triton"] = _span(f["hip_vs_triton"])
     for kind, entry in f["fusion"].items():
