@@ -201,6 +201,23 @@ def test_gpu_rotating_timer_gives_per_call_times():
 
 
 @pytest.mark.gpu
+def test_gpu_rotating_timer_gives_each_captured_call_its_own_output():
+    import torch
+
+    xs = [torch.randn(1 << 16, device="cuda") for _ in range(3)]
+    addresses = []
+
+    def call(x):
+        y = x * 2.0
+        addresses.append(y.data_ptr())
+        return y
+
+    # min_replay_us=0: one pass per replay, so the last three calls are the captured ones
+    timer.time_rotating([lambda x=x: call(x) for x in xs], reps=2, min_replay_us=0)
+    assert len(set(addresses[-3:])) == 3, "pooled outputs: every call wrote at one address"
+
+
+@pytest.mark.gpu
 def test_held_warm_graph_shows_l2_flattering_a_small_input():
     x = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)  # 8 MB in, 8 MB out
     y = torch.empty_like(x)

@@ -185,6 +185,8 @@ def time_rotating(calls: list[Callable[[], object]], reps: int = 9, warmup: int 
     replays ``calls`` (one call per input set, the sets together larger than a few L2s, so
     each call's inputs were evicted by the others), repeated inside the graph until a replay
     lasts at least ``min_replay_us``. Each sample is one replay's time divided by the calls in it.
+    Every call in the graph writes its outputs to memory of its own (what ``calls`` return is
+    held until the graph is captured), so no call finds its output lines still in L2.
     """
     env.require_gpu("Timing with device events")
     _check_args("warm", warmup, reps)
@@ -204,12 +206,20 @@ def time_rotating(calls: list[Callable[[], object]], reps: int = 9, warmup: int 
     pass_us = max(start.elapsed_time(end) * 1000.0, 1e-3)
     passes = max(1, min(64, int(min_replay_us / pass_us) + 1))
 
+    held = []
+
     def one_replay():
+        # each captured call keeps its outputs until capture ends, so the graph gives every call
+        # its own output memory, as a model's layers get: pooled outputs at one address stay in
+        # L2 between calls and flatter out-of-place against in-place (H200, 1024x4096 bf16:
+        # 8.8 us pooled, 10.2 us rotating outputs, 10.3 in place)
+        held.clear()
         for _ in range(passes):
             for c in calls:
-                c()
+                held.append(c())
 
     graph = _capture(one_replay, 1)
+    held.clear()
     for _ in range(warmup):
         graph.replay()
     torch.cuda.synchronize()
