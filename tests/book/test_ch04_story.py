@@ -23,7 +23,7 @@ def test_the_looped_kernel_costs_less_than_its_bound_and_multirow_wins_narrow_ro
     v, band = f["versions"], f["warps"]["band"]
     assert 1 + band < v["looped_cost"] < v["looped_bytes"]  # slower, yet under the miss bound
     assert all(gain > 1 + band for gain in v["multirow"].values())  # "N× faster" at 128 and 256
-    assert v["seed_spread"] - 1 < 0.05  # "the three were within a few percent of each other"
+    assert v["seed_spread"] - 1 < 0.10  # "within {seed_spread} of each other": close, not equal
 
 
 def test_the_warps_sweep_is_what_the_prose_says_it_timed():

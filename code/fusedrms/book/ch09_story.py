@@ -145,6 +145,9 @@ def story_values(docs: dict) -> dict[str, str]:
         v[f"grid{k}_best_us"] = f"{g['best']['us']:.1f} µs"
         v[f"grid{k}_slowest"] = g["slowest"]["design"]
         v[f"grid{k}_slowest_us"] = f"{g['slowest']['us']:.1f} µs"
+        if g["rule"]:
+            v[f"grid{k}_rule"] = g["rule"]["design"]
+            v[f"grid{k}_rule_us"] = f"{g['rule']['us']:.1f} µs"
     d = f["determinism"]
     if "atomic" in d and "two_stage" in d:
         v.update(det_runs=str(d["atomic"]["runs"]), det_patterns=str(d["atomic"]["distinct"]),
