@@ -34,7 +34,7 @@ def test_the_losses_sit_at_one_row_on_wide_rows_and_from_1024_rows():
     assert f["wide_lost"] and f["wide_worst"]["ratio"] > 1 + band
 
 
-def test_the_widest_rows_tie_with_inductor_both_reading_x_and_r_once():
+def test_the_widest_rows_read_what_inductor_reads_and_take_less_time():
     f = _facts()
     ours, inductor = f["wide_ncu"]["capstone.fused"], f["wide_ncu"]["torch.compile_add"]
     widest = f["widest"]

@@ -76,7 +76,7 @@ def test_the_grid_rule_picks_the_fastest_grid_at_the_two_large_shapes_only():
     grid = _facts()["grid"]
     assert [g["shape"] for g in grid] == ["1024x4096 bf16", "16384x2048 bf16", "16384x8192 bf16"]
     assert all(g["rule"]["programs"] == g["best"]["programs"] for g in grid[1:])
-    # "at 1,024 x 4,096 it picks ... per SM, ... against the fastest grid's ..."
+    # "at 1,024 x 4,096 it picks ... per SM, which takes ...": not the fastest, outside the band
     assert grid[0]["rule"]["programs"] != grid[0]["best"]["programs"]
     assert not grid[0]["rule_within_band"]
     assert grid[1]["best"]["design"] != grid[2]["best"]["design"]  # "depends on the shape"
