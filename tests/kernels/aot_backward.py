@@ -45,13 +45,14 @@ def main():
         aligned = ["x_ptr", "res_ptr", "w_ptr", "dy_ptr", "dsum_ptr", "rstd_ptr", "dx_ptr",
                    "dw_ptr", "cols", "x_stride", "res_stride", "dy_stride", "dsum_stride",
                    "dx_stride"]
-        for atomic in (False, True):
+        for atomic, prefetch in ((False, True), (True, True), (False, False)):
             for residual in (False, True):
                 c = {"BLOCK": 4096, "HAS_RESIDUAL": residual, "HAS_DSUM": residual,
                      "SAVED_R": not atomic, "ATOMIC_DW": atomic, "ACC": acc,
-                     "F64": dt == "fp64"}
+                     "F64": dt == "fp64", "PREFETCH": prefetch}
                 ptx = compile_ptx(B.rmsnorm_backward_kernel, types, c, aligned, 8)
-                out[f"backward {dt} atomic={atomic} residual={residual}"] = loads(ptx)
+                out[f"backward {dt} atomic={atomic} residual={residual} "
+                    f"prefetch={prefetch}"] = loads(ptx)
         ftypes = [p] * 5 + [accp] + ["i32"] * 5 + ["fp32"]
         faligned = ["x_ptr", "res_ptr", "w_ptr", "y_ptr", "s_ptr", "rstd_ptr", "cols",
                     "x_stride", "res_stride", "y_stride", "s_stride"]

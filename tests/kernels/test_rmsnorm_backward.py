@@ -137,6 +137,27 @@ def test_programs_override_changes_partials_but_not_the_answer():
         assert checks.allclose(dw, ref["dw"], n=10, scale=ref["dw_scale"]), programs
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, F64])
+@pytest.mark.parametrize("programs", [1, 3, 7])
+def test_prefetching_the_next_row_changes_no_bit(dtype, programs):
+    # 7 rows over 1, 3 (3 + 3 + 1) or 7 programs: the last row of a range, and one-row ranges,
+    # are where a prefetch could read past its rows
+    x, res, w, dy, ds = _inputs(7, 300, dtype, seed=5)
+    for kwargs in ({}, {"residual": res, "d_sum": ds}, {"rstd": B.forward(x, w)[2]}):
+        before = B.backward(x, w, dy, programs=programs, prefetch=False, **kwargs)
+        after = B.backward(x, w, dy, programs=programs, **kwargs)
+        assert all(torch.equal(a, b) for a, b in zip(before, after)), kwargs
+
+
+@pytest.mark.gpu
+def test_prefetching_the_next_row_changes_no_bit_on_gpu():
+    x, res, w, dy, ds = _inputs(1000, 4096, torch.bfloat16, seed=6)
+    for programs in (None, 999):
+        before = B.backward(x, w, dy, programs=programs, prefetch=False, residual=res, d_sum=ds)
+        after = B.backward(x, w, dy, programs=programs, residual=res, d_sum=ds)
+        assert all(torch.equal(a, b) for a, b in zip(before, after)), programs
+
+
 def test_empty_rows():
     x, _, w, dy, _ = _inputs(1, 8)
     dx, dw = B.backward(x[:0], w, dy[:0])

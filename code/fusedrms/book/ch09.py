@@ -64,6 +64,7 @@ OURS = ("triton.two_stage", "triton.atomic")
 BACKWARD_IMPLS = {("rmsnorm", "two_stage"): "rmsnorm_backward",
                   ("rmsnorm", "atomic"): "rmsnorm_backward_atomic",
                   ("rmsnorm", "recompute_r"): "rmsnorm_backward_recompute",
+                  ("rmsnorm", "no_prefetch"): "rmsnorm_backward",
                   ("add_rmsnorm", "two_stage"): "add_rmsnorm_backward"}
 # the grid of the two-stage backward: programs per SM against the default rule
 PROGRAM_SHAPES = ((1024, 4096, "bf16"), (16384, 2048, "bf16"), (16384, 8192, "bf16"))
@@ -181,7 +182,8 @@ def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor,
                   programs: int | None = None):
     """``step(bundle)`` of our backward alone. The bundle holds what the forward saved and the
     output gradients: ``[x, dy]`` (rmsnorm) or ``[s, dy, ds]`` (fused add); ``rstd`` is the saved
-    row scale (4 bytes per row, not rotated), unused by the ``recompute_r`` design."""
+    row scale (4 bytes per row, not rotated), unused by the ``recompute_r`` design;
+    ``no_prefetch`` is the two-stage design loading each row only when its turn comes."""
     from ..kernels import rmsnorm_backward as B
 
     mode = "atomic" if design == "atomic" else "two_stage"
@@ -190,7 +192,7 @@ def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor,
     def step(bundle):
         d_sum = None if op == "rmsnorm" else bundle[2]
         return B.backward(bundle[0], w, bundle[1], EPS, d_sum=d_sum, rstd=saved_r, dw_mode=mode,
-                          programs=programs)
+                          programs=programs, prefetch=design != "no_prefetch")
     return step
 
 

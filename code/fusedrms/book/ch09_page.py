@@ -33,7 +33,8 @@ PLAIN_NAMES = {"triton.two_stage": "ours", "triton.atomic": "ours with atomic dw
                "torch.eager": "eager PyTorch", "torch.rms_norm": "F.rms_norm",
                "torch.compile": "torch.compile", "liger": "Liger"}
 DESIGN_NAMES = {"two_stage": "two-stage dw", "atomic": "atomic dw",
-                "recompute_r": "two-stage dw, r recomputed"}
+                "recompute_r": "two-stage dw, r recomputed",
+                "no_prefetch": "two-stage dw, no prefetch"}
 OP_NAMES = {"rmsnorm": "RMSNorm", "add_rmsnorm": "fused add + RMSNorm"}
 
 

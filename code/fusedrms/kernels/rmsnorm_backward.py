@@ -49,8 +49,8 @@ from .rmsnorm import loud_scale, num_warps_for
 # A row of x, dy, w and the dw accumulator live in registers together (four fp32 vectors):
 # past 16384 columns they no longer fit and the compiler spills.
 MAX_COLS = 16384
-# The grid: a program keeps its row of x and dy in flight while it computes; to keep enough bytes
-# in flight per SM, narrow rows get more programs per SM (BYTES_IN_FLIGHT_PER_SM / row bytes, 1 to
+# The grid: a program keeps its next row of x and dy in flight while it computes one; to keep
+# enough bytes in flight per SM, narrow rows get more programs per SM (BYTES_IN_FLIGHT_PER_SM / row bytes, 1 to
 # MAX_PROGRAMS_PER_SM). More programs mean more dw partials (programs x cols x 4 bytes, written and
 # read once), so the grid also stays below one program per MIN_ROWS_PER_PROGRAM rows (but never
 # below one program per SM). traffic.py prices the partials.
@@ -104,6 +104,22 @@ def rmsnorm_forward_kernel(x_ptr, res_ptr, w_ptr, y_ptr, s_ptr, rstd_ptr, cols,
 
 # [book:backward-kernel]
 @triton.jit
+def _row_loads(x_row, res_row, dy_row, dsum_row, rstd_row, offsets, mask,
+               HAS_RESIDUAL: tl.constexpr, HAS_DSUM: tl.constexpr, SAVED_R: tl.constexpr):
+    """One row's loads, as stored (raw dtype); an input the op does not have is x again (unused)."""
+    x = tl.load(x_row + offsets, mask=mask, other=0.0)
+    dy = tl.load(dy_row + offsets, mask=mask, other=0.0)
+    res = x
+    dsum = x
+    r = tl.load(rstd_row) if SAVED_R else 0.0
+    if HAS_RESIDUAL:
+        res = tl.load(res_row + offsets, mask=mask, other=0.0)
+    if HAS_DSUM:
+        dsum = tl.load(dsum_row + offsets, mask=mask, other=0.0)
+    return x, res, dy, dsum, r
+
+
+@triton.jit
 def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
                             dx_ptr, dw_ptr, rows, cols, rows_per_program,
                             x_stride, res_stride, dy_stride, dsum_stride,
@@ -111,7 +127,7 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
                             BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
                             HAS_DSUM: tl.constexpr, SAVED_R: tl.constexpr,
                             ATOMIC_DW: tl.constexpr, ACC: tl.constexpr,
-                            F64: tl.constexpr):
+                            F64: tl.constexpr, PREFETCH: tl.constexpr):
     pid = tl.program_id(0)
     offsets = tl.arange(0, BLOCK)
     mask = offsets < cols
@@ -126,13 +142,37 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
     dsum_row = dsum_ptr + start * dsum_stride
     dx_row = dx_ptr + start * dx_stride
     rstd_row = rstd_ptr + start
-    for _ in range(first, last):  # a fixed range of rows: a fixed order
-        x = tl.load(x_row + offsets, mask=mask, other=0.0).to(ACC)
+    if PREFETCH:  # the first row's loads
+        nxt = _row_loads(x_row, res_row, dy_row, dsum_row, rstd_row, offsets, mask,
+                         HAS_RESIDUAL, HAS_DSUM, SAVED_R)
+    for i in range(first, last):  # a fixed range of rows: a fixed order
+        if PREFETCH:
+            x_in, res_in, dy_in, dsum_in, r_in = nxt
+            # the next row's loads go out before this row's arithmetic, so they are in flight
+            # while it computes (past the last row they are masked off)
+            step = tl.where(i + 1 < last, 1, 0)
+            x_row += x_stride * step
+            res_row += res_stride * step
+            dy_row += dy_stride * step
+            dsum_row += dsum_stride * step
+            rstd_row += step
+            nxt = _row_loads(x_row, res_row, dy_row, dsum_row, rstd_row, offsets,
+                             offsets < cols * step, HAS_RESIDUAL, HAS_DSUM, SAVED_R)
+        else:  # load this row, wait for it, compute, store: one row in flight per program
+            x_in, res_in, dy_in, dsum_in, r_in = _row_loads(
+                x_row, res_row, dy_row, dsum_row, rstd_row, offsets, mask,
+                HAS_RESIDUAL, HAS_DSUM, SAVED_R)
+            x_row += x_stride
+            res_row += res_stride
+            dy_row += dy_stride
+            dsum_row += dsum_stride
+            rstd_row += 1
+        x = x_in.to(ACC)
         if HAS_RESIDUAL:  # the add op: the normalized input is x + residual
-            x += tl.load(res_row + offsets, mask=mask, other=0.0).to(ACC)
-        dy = tl.load(dy_row + offsets, mask=mask, other=0.0).to(ACC)
+            x += res_in.to(ACC)
+        dy = dy_in.to(ACC)
         if SAVED_R:
-            r = tl.load(rstd_row).to(ACC)
+            r = r_in.to(ACC)
         else:  # recompute: one more reduction, no more bytes (x is here)
             denominator = tl.sum(x * x, axis=0) / cols + eps
             r = _loud(1.0 / tl.sqrt(denominator), denominator, F64)
@@ -141,15 +181,10 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
         # reduction 1, along the row: the dot product of g and xhat
         dx = r * (g - xhat * (tl.sum(g * xhat, axis=0) / cols))
         if HAS_DSUM:  # gradient arriving through the residual output
-            dx += tl.load(dsum_row + offsets, mask=mask, other=0.0).to(ACC)
+            dx += dsum_in.to(ACC)
         tl.store(dx_row + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         dw += dy * xhat  # reduction 2 (across rows): this program's part
-        x_row += x_stride
-        res_row += res_stride
-        dy_row += dy_stride
-        dsum_row += dsum_stride
         dx_row += dx_stride
-        rstd_row += 1
     if ATOMIC_DW:  # the order of arrival decides the last bits
         tl.atomic_add(dw_ptr + offsets, dw, mask=mask)
     else:  # one row of partials per program
@@ -286,7 +321,7 @@ def forward(x, w, eps: float = 1e-5, residual=None):
 # ---------------------------------------------------------------- backward
 
 def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=None,
-             dw_mode: str = "two_stage", programs: int | None = None):
+             dw_mode: str = "two_stage", programs: int | None = None, prefetch: bool = True):
     """``(dx, dw)`` for ``y = rmsnorm(x [+ residual]) * w`` given the output gradient ``dy``.
 
     ``residual``: the op normalized ``x + residual`` (formed in fp32 here); ``dx`` is then the
@@ -294,12 +329,15 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
     from elsewhere (the residual output of the fused add), added to ``dx``. ``rstd``: the saved row
     scale (else recomputed). ``dw_mode``: ``"two_stage"`` (bitwise reproducible) or ``"atomic"``.
     ``programs`` overrides the number of programs (each takes a contiguous range of rows).
+    ``prefetch=False`` loads each row only when its turn comes (the kernel's first design, kept so
+    the recording can time what prefetching the next row gains); the results are the same bits.
     """
     validation.check_forward_only({"x": x, "residual": residual, "w": w, "dy": dy,
                                    "d_sum": d_sum, "rstd": rstd}, "rmsnorm_backward.backward",
                                   role="a backward that is not itself differentiable")
     dw_mode = _check_mode(dw_mode)
     programs = _check_programs(programs)
+    validation.check_flag(prefetch, "prefetch")
     x2, w, eps, r2 = _prepare(x, w, eps, residual)
     rows, cols = x2.shape
     dy2 = _rows(dy, "dy", x)
@@ -330,7 +368,7 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
         dx2.stride(0) if ds2 is None else ds2.stride(0), dx2.stride(0), eps,
         BLOCK=block, HAS_RESIDUAL=r2 is not None, HAS_DSUM=ds2 is not None,
         SAVED_R=rstd is not None, ATOMIC_DW=atomic, ACC=acc_dtype(x2.dtype),
-        F64=x2.dtype == torch.float64, num_warps=num_warps_for(block))
+        F64=x2.dtype == torch.float64, PREFETCH=prefetch, num_warps=num_warps_for(block))
     if atomic:
         dw = dw_buffer if w.dtype == acc else dw_buffer.to(w.dtype)
     else:
