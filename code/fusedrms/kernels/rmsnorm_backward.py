@@ -105,8 +105,10 @@ def rmsnorm_forward_kernel(x_ptr, res_ptr, w_ptr, y_ptr, s_ptr, rstd_ptr, cols,
 # [book:backward-kernel]
 @triton.jit
 def _row_loads(x_row, res_row, dy_row, dsum_row, rstd_row, offsets, mask,
-               HAS_RESIDUAL: tl.constexpr, HAS_DSUM: tl.constexpr, SAVED_R: tl.constexpr):
-    """One row's loads, as stored (raw dtype); an input the op does not have is x again (unused)."""
+               HAS_RESIDUAL: tl.constexpr, HAS_DSUM: tl.constexpr,
+               SAVED_R: tl.constexpr):
+    """One row's loads in their stored dtype (an input the op does not
+    have is x again, unused)."""
     x = tl.load(x_row + offsets, mask=mask, other=0.0)
     dy = tl.load(dy_row + offsets, mask=mask, other=0.0)
     res = x
@@ -143,22 +145,24 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
     dx_row = dx_ptr + start * dx_stride
     rstd_row = rstd_ptr + start
     if PREFETCH:  # the first row's loads
-        nxt = _row_loads(x_row, res_row, dy_row, dsum_row, rstd_row, offsets, mask,
-                         HAS_RESIDUAL, HAS_DSUM, SAVED_R)
+        nxt = _row_loads(x_row, res_row, dy_row, dsum_row, rstd_row, offsets,
+                         mask, HAS_RESIDUAL, HAS_DSUM, SAVED_R)
     for i in range(first, last):  # a fixed range of rows: a fixed order
         if PREFETCH:
             x_in, res_in, dy_in, dsum_in, r_in = nxt
-            # the next row's loads go out before this row's arithmetic, so they are in flight
-            # while it computes (past the last row they are masked off)
+            # the next row's loads go out before this row's arithmetic,
+            # so they are in flight while it computes (past the last row
+            # they are masked off)
             step = tl.where(i + 1 < last, 1, 0)
             x_row += x_stride * step
             res_row += res_stride * step
             dy_row += dy_stride * step
             dsum_row += dsum_stride * step
             rstd_row += step
-            nxt = _row_loads(x_row, res_row, dy_row, dsum_row, rstd_row, offsets,
-                             offsets < cols * step, HAS_RESIDUAL, HAS_DSUM, SAVED_R)
-        else:  # load this row, wait for it, compute, store: one row in flight per program
+            nxt = _row_loads(x_row, res_row, dy_row, dsum_row, rstd_row,
+                             offsets, offsets < cols * step, HAS_RESIDUAL,
+                             HAS_DSUM, SAVED_R)
+        else:  # load, wait, compute, store: one row in flight per program
             x_in, res_in, dy_in, dsum_in, r_in = _row_loads(
                 x_row, res_row, dy_row, dsum_row, rstd_row, offsets, mask,
                 HAS_RESIDUAL, HAS_DSUM, SAVED_R)
