@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fusedrms import cli, traffic, verify
-from fusedrms.kernels import rmsnorm, rmsnorm_fp8
+from fusedrms.kernels import rmsnorm, rmsnorm_fp8_cli
 from fusedrms.measure import harness, plots
 
 
@@ -68,10 +68,10 @@ USAGE_ERRORS = [
     (verify.main, ["--kernel", "fp8.fused", "--dtype", "fp16"]),
     (rmsnorm.main, ["--rows", "0", "--cols", "8"]), (rmsnorm.main, ["--eps", "-1"]),
     (rmsnorm.main, ["--eps", "nan"]), (rmsnorm.main, ["--seed", "99999999999999999999"]),
-    (rmsnorm_fp8._main, ["check", "--rows", "-1"]), (rmsnorm_fp8._main, ["check", "--cols", "0"]),
-    (rmsnorm_fp8._main, ["check", "--cols", "99999"]),
-    (rmsnorm_fp8._main, ["check", "--seed", "99999999999999999999"]),
-    (rmsnorm_fp8._main, ["check", "--rows", "65536", "--cols", "16384"]),  # issue 26: OOM
+    (rmsnorm_fp8_cli.main, ["check", "--rows", "-1"]), (rmsnorm_fp8_cli.main, ["check", "--cols", "0"]),
+    (rmsnorm_fp8_cli.main, ["check", "--cols", "99999"]),
+    (rmsnorm_fp8_cli.main, ["check", "--seed", "99999999999999999999"]),
+    (rmsnorm_fp8_cli.main, ["check", "--rows", "65536", "--cols", "16384"]),  # issue 26: OOM
     (harness.main, ["run", "--dtypes", "fp64"]), (harness.main, ["run", "--rows", "0"]),
     (harness.main, ["run", "--impls", ","]), (harness.main, ["run", "--modes", "hot"]),
     (harness.main, ["run", "--op", "softmax"]), (harness.main, ["run", "--reps", "0"]),

@@ -19,3 +19,18 @@ def test_fp8_worker_on_cpu(capsys, tmp_path):
     for name in ("fp8.fused_baseline", "fp8.approx_w8"):
         assert got[name]["status"] == "ok", got[name]
 
+
+
+def test_fp8_worker_prices_each_lever_at_the_deepseek_width(capsys, tmp_path):
+    import time
+
+    study_fp8.run_fp8_worker(tmp_path, time.time() + 300, device="cpu", shapes=((1, 7168),),
+                             rounds=1)
+    got = {m["impl"]: m for m in _messages(capsys) if m["kind"] == "fp8"}
+    assert set(study_fp8.LEVERS) <= set(got)
+    for name, (_, stated) in study_fp8.LEVERS.items():
+        rec = got[name]
+        assert rec["status"] == "ok" and len(rec["round_us"]) == 1, rec
+        # every departure with a stated form equals it bit for bit; the rest state none
+        assert rec.get("own_spec_ok") is (True if stated is not None else None), rec
+    assert got["lever.none"]["differing_codes"] == 0

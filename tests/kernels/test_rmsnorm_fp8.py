@@ -10,6 +10,7 @@ import torch
 from fusedrms import env, records, registry, validation
 from fusedrms.book import ch08
 from fusedrms.kernels import rmsnorm_fp8 as q
+from fusedrms.kernels import rmsnorm_fp8_cli as qcli
 from fusedrms.kernels import rmsnorm_fp8_spec as spec
 
 ENV = env.current()
@@ -331,7 +332,7 @@ def test_gpu_reports_hardware_support():
 # ---------------------------------------------------------------- command line
 
 def test_cli_check(capsys):
-    assert q._main(["check", "--rows", "2", "--cols", "300"]) == 0
+    assert qcli.main(["check", "--rows", "2", "--cols", "300"]) == 0
     assert "fused: PASS" in capsys.readouterr().out
 
 
@@ -342,26 +343,26 @@ def test_cli_check(capsys):
 ])
 def test_cli_refuses_what_it_cannot_check_with_usage(argv, match, capsys):
     with pytest.raises(SystemExit) as e:
-        q._main(["check", *argv])
+        qcli.main(["check", *argv])
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "usage: python -m fusedrms.kernels.rmsnorm_fp8 check" in err and match in err
 
 
 def test_cli_size_limits_fit_the_interpreter_and_the_device(capsys):
-    assert q.cli_size_problem(4, 7168, on_gpu=False) == ""  # the default fits
-    assert q.cli_size_problem(8, 16384, on_gpu=False) == ""  # 1024 row-blocks
-    slow = q.cli_size_problem(9, 16384, on_gpu=False)
+    assert qcli.cli_size_problem(4, 7168, on_gpu=False) == ""  # the default fits
+    assert qcli.cli_size_problem(8, 16384, on_gpu=False) == ""  # 1024 row-blocks
+    slow = qcli.cli_size_problem(9, 16384, on_gpu=False)
     assert "1,152 blocks of 128 columns" in slow and "--rows 8 or fewer" in slow
     if not ENV.on_gpu:
         with pytest.raises(SystemExit) as e:
-            q._main(["check", "--rows", "65536", "--cols", "128"])
+            qcli.main(["check", "--rows", "65536", "--cols", "128"])
         assert e.value.code == 2 and "--rows 1024 or fewer" in capsys.readouterr().err
     gib = 1 << 30
-    assert q.cli_size_problem(65536, 16384, True, device_free=140 * gib, host_free=100 * gib) == ""
-    short = q.cli_size_problem(65536, 16384, True, device_free=16 * gib, host_free=100 * gib)
+    assert qcli.cli_size_problem(65536, 16384, True, device_free=140 * gib, host_free=100 * gib) == ""
+    short = qcli.cli_size_problem(65536, 16384, True, device_free=16 * gib, host_free=100 * gib)
     assert "needs about 24.0 GiB on the GPU" in short and "16.0 GiB is free" in short
-    host = q.cli_size_problem(65536, 16384, True, device_free=140 * gib, host_free=8 * gib)
+    host = qcli.cli_size_problem(65536, 16384, True, device_free=140 * gib, host_free=8 * gib)
     assert "of host memory" in host
 
 

@@ -89,8 +89,8 @@ def cost_table(cost_rows: list[dict]) -> list[dict]:
         same = [r for r in cost_rows if (r["rows"], r["cols"]) == shape]
         exact = next((r for r in same if r["impl"] == "fp8.fused"), None)
         base = next((r for r in same if r["impl"] == "fp8.fused_baseline"), None)
-        approx = min((r for r in same if not r["exact"]), key=lambda r: r["median_us"],
-                     default=None)
+        approx = min((r for r in same if r["impl"].startswith("fp8.approx")),
+                     key=lambda r: r["median_us"], default=None)
         out.append({"shape": f"{shape[0]}x{shape[1]}",
                     "exact µs": exact["median_us"] if exact else None,
                     "exact % of floor": exact["pct_of_floor"] if exact else None,
@@ -101,3 +101,58 @@ def cost_table(cost_rows: list[dict]) -> list[dict]:
                     if approx and approx["impl"].rsplit("_w", 1)[-1].isdigit() else None,
                     "codes differing": approx["differing_codes"] if approx else None})
     return out
+
+
+# chapter 8's price list (study_fp8.LEVERS): what each row of the table departs from
+LEVER_NAMES = {
+    "lever.none": "none: the specification",
+    "lever.pairwise_sum": "fp32 sum, pairwise tree (stated)",
+    "lever.any_order_sum": "fp32 sum, the compiler's order",
+    "lever.rsqrt": "hardware rsqrt for r",
+    "lever.reciprocal": "q = y × RN(448 / absmax) (stated)",
+    "lever.pairwise_reciprocal": "pairwise sum + reciprocal (stated)",
+    "lever.all_three": "all three: fp32 sum, rsqrt, reciprocal",
+}
+
+
+def lever_prices(cost_rows: list[dict]) -> list[dict]:
+    """The exactness levers one at a time, per shape (study_fp8.LEVERS, on fp8.fused's unpadded
+    kernel): µs (median of the interleaved rounds) and their spread, time against the
+    specification's own kernel, % of the copy floor, codes that differ from the float64
+    specification, and whether the departure equals its own stated specification bit for bit
+    (None: it has none). ``cost_rows``: :func:`fusedrms.book.ch08.exactness_cost_rows`."""
+    out = []
+    for shape in dict.fromkeys((r["rows"], r["cols"]) for r in cost_rows):
+        same = {r["impl"]: r for r in cost_rows if (r["rows"], r["cols"]) == shape}
+        spec_row = same.get("lever.none")
+        if not spec_row:
+            continue
+        for impl, name in LEVER_NAMES.items():
+            r = same.get(impl)
+            if not r:
+                continue
+            lo, hi = r["spread_us"] or (r["median_us"], r["median_us"])
+            out.append({"rows": shape[0], "cols": shape[1], "impl": impl, "lever": name,
+                        "us": r["median_us"], "spread": (lo, hi),
+                        "vs_spec": r["median_us"] / spec_row["median_us"],
+                        "pct_of_floor": r["pct_of_floor"], "codes_moved": r["differing_codes"],
+                        "own_spec_ok": r["own_spec_ok"]})
+    return out
+
+
+def lever_band(prices: list[dict]) -> float | None:
+    """The tie band of the price list: the widest spread of any row's rounds, relative to its
+    median (a lever moves the time only outside it)."""
+    spreads = [(r["spread"][1] - r["spread"][0]) / r["us"] for r in prices if r["us"]]
+    return max(spreads) if spreads else None
+
+
+def lever_table(prices: list[dict], rows: int) -> list[dict]:
+    """The page's rows of the price list at ``rows`` rows."""
+    return [{"departure": r["lever"], "µs": r["us"],
+             "spread µs": f"{r['spread'][0]:.1f}–{r['spread'][1]:.1f}",
+             "× spec": r["vs_spec"], "% of floor": r["pct_of_floor"],
+             "codes moved": r["codes_moved"],
+             "own spec": {True: "bit-exact", False: "differs", None: "none stated"}[
+                 r["own_spec_ok"]]}
+            for r in prices if r["rows"] == rows]

@@ -91,13 +91,25 @@ def _cost(cost_doc: dict | None, fused_label: str | None) -> dict | None:
                 ncu=ch08_page.ncu_numbers(folder) if folder else None)
 
 
+def _prices(cost_doc: dict | None) -> dict | None:
+    prices = ch08_page.lever_prices(ch08.exactness_cost_rows(cost_doc)) if cost_doc else []
+    if not prices:
+        return None
+    rows = sorted({r["rows"] for r in prices})
+    at = {r["impl"]: r for r in prices if r["rows"] == rows[-1]}
+    small = {r["impl"]: r for r in prices if r["rows"] == rows[0]}
+    return {"rows": rows[-1], "cols": prices[0]["cols"], "at": at, "small_rows": rows[0],
+            "small": small, "band": ch08_page.lever_band(prices)}
+
+
 def story_facts(docs: dict) -> dict:
     """The numbers behind the prose, unformatted (a part is absent where its file is)."""
     out: dict = {}
     parts = {"exact": _exactness(docs["quant"]), "candidates": _candidates(docs["candidates"]),
              "timing": _timing(docs["quant"]), "levers": _levers(docs["candidates"]),
              "cost": _cost(docs["cost"], ((docs["quant"] or {}).get("provenance") or {})
-                           .get("fused_config"))}
+                           .get("fused_config")),
+             "prices": _prices(docs["cost"])}
     for name, part in parts.items():
         if part:
             out[name] = part
@@ -169,6 +181,25 @@ def story_values(docs: dict) -> dict[str, str]:
         if n and n["per_element"] and n["issue_busy_pct"] and n["dram_pct"]:
             v.update(ncu_rows=f"{n['rows']:,}", ncu_per_element=f"{n['per_element']:.0f}",
                      ncu_issue=f"{n['issue_busy_pct']:.0f}%", ncu_dram=f"{n['dram_pct']:.0f}%")
+    p = f.get("prices")
+    if p and {"lever.none", "lever.pairwise_reciprocal"} <= set(p["at"]):
+        at, band = p["at"], p["band"]
+        v.update(pr_shape=f"{p['rows']:,} × {p['cols']:,}", pr_band=f"±{100 * band:.1f}%",
+                 pr_all_codes=f"{p['rows'] * p['cols']:,}",
+                 pr_spec_us=f"{at['lever.none']['us']:.1f} µs",
+                 pr_spec_pct=f"{at['lever.none']['pct_of_floor']:.0f}%")
+        for impl, key in (("lever.pairwise_sum", "pairwise"), ("lever.any_order_sum", "anyorder"),
+                          ("lever.rsqrt", "rsqrt"), ("lever.reciprocal", "recip"),
+                          ("lever.pairwise_reciprocal", "both"), ("lever.all_three", "all")):
+            if impl in at:
+                r = at[impl]
+                v[f"pr_{key}"] = _change(100 * (1 - r["vs_spec"]))
+                v[f"pr_{key}_pct"] = f"{r['pct_of_floor']:.0f}%"
+                v[f"pr_{key}_us"] = f"{r['us']:.1f} µs"
+                v[f"pr_{key}_codes"] = f"{r['codes_moved']:,}"
+        if "lever.pairwise_reciprocal" in p["small"]:
+            v.update(pr_small_rows=f"{p['small_rows']:,}",
+                     pr_small_both_pct=f"{p['small']['lever.pairwise_reciprocal']['pct_of_floor']:.0f}%")
     return v
 
 

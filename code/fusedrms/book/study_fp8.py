@@ -14,14 +14,30 @@ from pathlib import Path
 
 from .study_timing import L2_MULTIPLE, MAX_SETS, _sync, _time_calls, emit
 
-FP8_SHAPES = ((16384, 7168), (4096, 7168), (16384, 4096))
+FP8_SHAPES = ((16384, 7168), (4096, 7168), (16384, 4096), (32768, 7168))
+ROUNDS = 3  # each variant timed once per round, the rounds interleaved: the spread is theirs
+
+# The exactness levers, one at a time, on fp8.fused's unpadded kernel (DeepSeek-V3's width only):
+# impl -> (departures, the stated specification it is checked against, or None: none can state it)
+LEVERS = {
+    "lever.none": ({}, {}),
+    "lever.pairwise_sum": ({"sum_order": "pairwise"}, {"sum_order": "pairwise"}),
+    "lever.any_order_sum": ({"sum_order": "compiler"}, None),
+    "lever.rsqrt": ({"exact_r": False}, None),
+    "lever.reciprocal": ({"division": "reciprocal"}, {"division": "reciprocal"}),
+    "lever.pairwise_reciprocal": ({"sum_order": "pairwise", "division": "reciprocal"},
+                                  {"sum_order": "pairwise", "division": "reciprocal"}),
+    "lever.all_three": ({"sum_order": "compiler", "exact_r": False, "division": "reciprocal"},
+                        None),
+}
 
 
 def run_fp8_worker(out_dir: Path, deadline: float, device: str = "cuda",
-                   shapes=FP8_SHAPES) -> None:
+                   shapes=FP8_SHAPES, rounds: int = ROUNDS) -> None:
     import torch
 
     from ..kernels import rmsnorm_fp8 as Q
+    from ..kernels import rmsnorm_fp8_departures as D
     from ..kernels import rmsnorm_fp8_spec as spec
     from ..measure import timer
 
@@ -29,12 +45,14 @@ def run_fp8_worker(out_dir: Path, deadline: float, device: str = "cuda",
         bw, l2 = 1.0, 1 << 10
     else:
         bw, l2 = timer.copy_bandwidth_GBps(), timer.l2_bytes() or (50 << 20)
-    variants = {"fp8.fused": lambda x, w: Q.rmsnorm_fp8_fused(x, w),
-                "fp8.fused_baseline": lambda x, w: Q.rmsnorm_fp8_fused(x, w,
-                                                                       config=Q.baseline_config(x.shape[1])),
-                "fp8.approx_w4": lambda x, w: Q.rmsnorm_fp8_approx(x, w, num_warps=4),
-                "fp8.approx_w8": lambda x, w: Q.rmsnorm_fp8_approx(x, w, num_warps=8),
-                "fp8.approx_w16": lambda x, w: Q.rmsnorm_fp8_approx(x, w, num_warps=16)}
+    variants = {"fp8.fused": (lambda x, w: Q.rmsnorm_fp8_fused(x, w), {}),
+                "fp8.fused_baseline": (lambda x, w: Q.rmsnorm_fp8_fused(
+                    x, w, config=Q.baseline_config(x.shape[1])), {}),
+                "fp8.approx_w4": (lambda x, w: Q.rmsnorm_fp8_approx(x, w, num_warps=4), None),
+                "fp8.approx_w8": (lambda x, w: Q.rmsnorm_fp8_approx(x, w, num_warps=8), None),
+                "fp8.approx_w16": (lambda x, w: Q.rmsnorm_fp8_approx(x, w, num_warps=16), None)}
+    for name, (kw, stated) in LEVERS.items():
+        variants[name] = ((lambda x, w, kw=kw: D.rmsnorm_fp8_departing(x, w, **kw)), stated)
     for rows, cols in shapes:
         floor_bytes = rows * cols * 2 + rows * cols + rows * math.ceil(cols / 128) * 4 + cols * 2
         floor_us = floor_bytes / (bw * 1e3)
@@ -42,10 +60,10 @@ def run_fp8_worker(out_dir: Path, deadline: float, device: str = "cuda",
         k = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2 / per_set)))
         xs = [spec.make_inputs(rows, cols, seed=i, device=device) for i in range(k)]
         ref_codes, ref_scales = spec.reference(*xs[0])
-        for name, fn in variants.items():
-            if time.time() > deadline:
-                emit("fp8", rows=rows, cols=cols, impl=name, status="skipped: time budget")
-                continue
+        here = {n: v for n, v in variants.items()
+                if not n.startswith("lever.") or Q.split_pieces(spec.n_blocks(cols))}
+        recs, samples = {}, {}
+        for name, (fn, stated) in here.items():
             rec = dict(rows=rows, cols=cols, impl=name, floor_us=floor_us, copy_GBps=bw)
             try:
                 codes, scales = fn(*xs[0])
@@ -53,12 +71,34 @@ def run_fp8_worker(out_dir: Path, deadline: float, device: str = "cuda",
                 rec["differing_codes"] = int(spec.differing_codes(codes, ref_codes))
                 rec["scale_max_rel_diff"] = float(((scales - ref_scales).abs()
                                                    / ref_scales.abs().clamp_min(1e-30)).max())
-                calls = [(lambda f=fn, x=x, w=w: f(x, w)) for x, w in xs]
-                samples = _time_calls(calls, device)
-                med = statistics.median(samples)
-                rec.update(status="ok", median_us=med, pct_of_floor=100 * floor_us / med)
+                if name.startswith("lever."):
+                    rec["stated_spec"] = stated
+                    if stated is not None:  # equal to its own stated specification?
+                        own = spec.reference(*xs[0], **stated)
+                        rec["own_spec_ok"] = bool(spec.compare(codes, scales, *own).ok)
+                        del own
+                recs[name], samples[name] = rec, []
             except Exception as e:  # noqa: BLE001
                 rec["status"] = f"error: {type(e).__name__}: {e}"[:300]
+                emit("fp8", **rec)
+        for _ in range(rounds):
+            for name in recs:
+                if time.time() > deadline:
+                    break
+                fn = here[name][0]
+                calls = [(lambda f=fn, x=x, w=w: f(x, w)) for x, w in xs]
+                try:
+                    samples[name].append(statistics.median(_time_calls(calls, device)))
+                except Exception as e:  # noqa: BLE001
+                    recs[name]["status"] = f"error: {type(e).__name__}: {e}"[:300]
+        for name, rec in recs.items():
+            got = samples[name]
+            if "status" not in rec and got:
+                med = statistics.median(got)
+                rec.update(status="ok", median_us=med, pct_of_floor=100 * floor_us / med,
+                           round_us=got)
+            elif "status" not in rec:
+                rec["status"] = "skipped: time budget"
             emit("fp8", **rec)
         del xs
         if device != "cpu":

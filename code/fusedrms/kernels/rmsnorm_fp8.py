@@ -30,20 +30,18 @@ from __future__ import annotations
 
 from .. import env  # first: decides GPU or interpreter before any @triton.jit below
 
-import argparse
 import contextlib
 import dataclasses
-import sys
 
 import torch
 import triton
 import triton.language as tl
 
-from .. import cli, registry, tuning, validation
+from .. import registry, tuning, validation
 from .rmsnorm import loud_scale  # chapter 4's guard: NaN, never 0, for an overflowed row
 from .rmsnorm_fp8_spec import (  # the specification these kernels match bit for bit
     ABSMAX_FLOOR, BF16, BLOCK_COLS, FP8_DTYPE, FP8_MAX, FP32, HIDDEN_SIZE, RMS_NORM_EPS,
-    check_inputs, compare, make_inputs, n_blocks, reference)
+    check_inputs, make_inputs, n_blocks)
 from .rounding import round_to_bf16  # chapter 7's bit-level rounding, shared
 
 MAX_COLS = 16384  # the fused kernel keeps a whole row in registers
@@ -113,6 +111,36 @@ def row_rscale_tile(x, cols_f, eps):
     return loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)
 
 
+# [book:departures]
+@triton.jit
+def pairwise_sum(t, N: tl.constexpr):
+    """The sum of a (N, 128) fp32 tile by a stated tree: columns (0, 1),
+    (2, 3), ... of each block, then pairs of those sums, then the blocks
+    pairwise the same way (N a power of two). Every addition adds two
+    numbers, so any processor that follows the tree gets the same bits."""
+    for k in tl.static_range(7):
+        t = tl.sum(tl.reshape(t, (N, 64 >> k, 2)), axis=2)
+    t = tl.reshape(t, (N,))
+    for k in tl.static_range(16):
+        if (N >> k) > 1:
+            t = tl.sum(tl.reshape(t, (N >> (k + 1), 2)), axis=1)
+    return tl.sum(t, axis=0)
+
+
+@triton.jit
+def sum_of_squares(x, SUM_ORDER: tl.constexpr, N: tl.constexpr):
+    """Step 1 on a (N, 128) tile of fp32 x: 0, the specification's float64
+    sum (float64); 1, fp32 by the pairwise tree; 2, fp32 in whatever order
+    the compiler picks (no reference can promise its bits)."""
+    if SUM_ORDER == 0:
+        return tl.sum(tl.sum((x * x).to(tl.float64), axis=1), axis=0)
+    elif SUM_ORDER == 1:
+        return pairwise_sum(x * x, N)
+    else:
+        return tl.sum(tl.sum(x * x, axis=1), axis=0)
+# [/book:departures]
+
+
 @triton.jit
 def normalize_bf16(x, r, w, SOFTWARE_ROUNDING: tl.constexpr):
     """Step 3: returns the bf16 values of the normalized, weighted row (held
@@ -161,16 +189,21 @@ def max_keeping_nan(a, b):
 @triton.jit
 def quantize_tile(y, absmax_floor, FP8_MAX: tl.constexpr,
                   SOFTWARE_ROUNDING: tl.constexpr,
-                  BLOCK_RECIPROCAL: tl.constexpr):
+                  BLOCK_RECIPROCAL: tl.constexpr,
+                  MULTIPLY: tl.constexpr = False):
     """Steps 4-5 on a (blocks, 128) tile: returns (codes, one scale per
     block). A block holding a NaN or an Inf gets a NaN scale, so all its
-    codes are NaN too."""
+    codes are NaN too. ``MULTIPLY`` departs from step 5: q = y times
+    RN(448 / absmax), one correctly rounded division per block."""
     absmax = tl.reduce(tl.abs(y), 1, max_keeping_nan)
     # False for NaN and Inf: one compare per block
     finite = absmax <= 3.4028234663852886e38
     absmax = tl.maximum(absmax, absmax_floor)  # floor 0: no floor
     scale = tl.where(finite, tl.div_rn(absmax, FP8_MAX), float("nan"))
-    if BLOCK_RECIPROCAL:
+    if MULTIPLY:
+        inv = tl.where(finite, tl.div_rn(FP8_MAX, absmax), float("nan"))
+        q = y * inv[:, None]
+    elif BLOCK_RECIPROCAL:
         # the same quotient, bit for bit, cheaper
         q = divide_by_block_scale(y, scale)
     else:
@@ -252,12 +285,13 @@ def _piece_offsets(START_BLOCK: tl.constexpr, NB: tl.constexpr, BLOCK_COLS: tl.c
 def _quantize_piece(x, r, w_ptr, codes_ptr, scales_ptr, row, cols,
                     absmax_floor, blocks, offsets, FP8_MAX: tl.constexpr,
                     SOFTWARE_ROUNDING: tl.constexpr,
-                    BLOCK_RECIPROCAL: tl.constexpr, BLOCK_COLS: tl.constexpr):
+                    BLOCK_RECIPROCAL: tl.constexpr, BLOCK_COLS: tl.constexpr,
+                    MULTIPLY: tl.constexpr = False):
     mask = offsets < cols
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)
     codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING,
-                                 BLOCK_RECIPROCAL)
+                                 BLOCK_RECIPROCAL, MULTIPLY)
     tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
     n_blocks = tl.cdiv(cols, BLOCK_COLS)
     tl.store(scales_ptr + row * n_blocks + blocks, scale,
@@ -272,10 +306,14 @@ def rmsnorm_fp8_fused_split_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols,
                                    B0: tl.constexpr, B1: tl.constexpr,
                                    B2: tl.constexpr,
                                    SOFTWARE_ROUNDING: tl.constexpr,
-                                   BLOCK_RECIPROCAL: tl.constexpr):
+                                   BLOCK_RECIPROCAL: tl.constexpr,
+                                   SUM_ORDER: tl.constexpr = 0,
+                                   EXACT_R: tl.constexpr = True,
+                                   MULTIPLY: tl.constexpr = False):
     """The fused kernel without padding: the row's blocks as three
     power-of-two pieces (56 blocks = 32 + 16 + 8), so no lane works on a
-    padded block."""
+    padded block. SUM_ORDER, EXACT_R and MULTIPLY at their defaults are
+    the specification; chapter 8 prices each departure."""
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_row_stride
     blocks0, offsets0 = _piece_offsets(0, B0, BLOCK_COLS)
@@ -287,22 +325,25 @@ def rmsnorm_fp8_fused_split_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols,
                  other=0.0).to(tl.float32)
     x2 = tl.load(x_row + offsets2, mask=offsets2 < cols,
                  other=0.0).to(tl.float32)
-    # float64: order-free
-    sum_sq = (tl.sum(tl.sum((x0 * x0).to(tl.float64), axis=1), axis=0)
-              + tl.sum(tl.sum((x1 * x1).to(tl.float64), axis=1), axis=0)
-              + tl.sum(tl.sum((x2 * x2).to(tl.float64), axis=1), axis=0)
-              ).to(tl.float32)
+    # the padded tree's nodes: [0, 32) + ([32, 48) + [48, 64))
+    sum_sq = (sum_of_squares(x0, SUM_ORDER, B0)
+              + (sum_of_squares(x1, SUM_ORDER, B1)
+                 + sum_of_squares(x2, SUM_ORDER, B2))).to(tl.float32)
     denominator = tl.div_rn(sum_sq, cols_f) + eps
-    r = loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)
+    if EXACT_R:
+        r = tl.div_rn(1.0, tl.sqrt_rn(denominator))
+    else:
+        r = tl.rsqrt(denominator)
+    r = loud_scale(r, denominator)
     _quantize_piece(x0, r, w_ptr, codes_ptr, scales_ptr, row, cols,
                     absmax_floor, blocks0, offsets0, FP8_MAX,
-                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS, MULTIPLY)
     _quantize_piece(x1, r, w_ptr, codes_ptr, scales_ptr, row, cols,
                     absmax_floor, blocks1, offsets1, FP8_MAX,
-                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS, MULTIPLY)
     _quantize_piece(x2, r, w_ptr, codes_ptr, scales_ptr, row, cols,
                     absmax_floor, blocks2, offsets2, FP8_MAX,
-                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS)
+                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS, MULTIPLY)
 
 
 # [book:approx-kernel]
@@ -742,71 +783,7 @@ registry.register(registry.Impl(
 
 # ---------------------------------------------------------------- command line
 
-# ---------------------------------------------------------------- command line
+if __name__ == "__main__":  # the check command lives in rmsnorm_fp8_cli.py (it imports this module)
+    import runpy
 
-# Under the interpreter each program runs its row's 128-column blocks as NumPy operations, so the
-# time grows with rows x blocks: the command line stops at 1024 row-blocks (the default 4 x 7168 is
-# 224). On a GPU a check holds about 24 bytes per element at once on the device (x, the
-# reference's fp32 temporaries, both kernels' outputs) and on the host (inputs drawn there, the
-# comparison's copies): measured 16 B for the reference, 6 B for the inputs, 13 B to compare.
-INTERPRETER_MAX_ROW_BLOCKS = 1024
-CHECK_BYTES_PER_ELEMENT = 24
-
-
-def cli_size_problem(rows: int, cols: int, on_gpu: bool, device_free: int | None = None,
-                     host_free: int | None = None) -> str:
-    """Why ``check`` refuses ``rows x cols`` here (empty when it fits): under the interpreter the
-    row-blocks it would run, on a GPU the memory it would hold (``device_free``/``host_free``
-    default to what is free now)."""
-    shape = f"--rows {rows} x --cols {cols}"
-    if not on_gpu:
-        per_row = n_blocks(cols)
-        if rows * per_row > INTERPRETER_MAX_ROW_BLOCKS:
-            fits = INTERPRETER_MAX_ROW_BLOCKS // per_row
-            return (f"{shape} is {rows * per_row:,} blocks of {BLOCK_COLS} columns; with no GPU "
-                    f"the Triton interpreter runs each as NumPy operations, so this check stops "
-                    f"at {INTERPRETER_MAX_ROW_BLOCKS:,} (the default, 4 x {HIDDEN_SIZE}, is "
-                    f"{4 * n_blocks(HIDDEN_SIZE)}). Use --rows {fits} or fewer at this width.")
-        return ""
-    need, gib = rows * cols * CHECK_BYTES_PER_ELEMENT, 1 << 30
-    if device_free is None:
-        device_free = torch.cuda.mem_get_info()[0]
-    if host_free is None:
-        host_free = cli.host_available_bytes()
-    for where, free in (("on the GPU", device_free), ("of host memory", host_free)):
-        if free is not None and need > free:
-            return (f"{shape} needs about {need / gib:.1f} GiB {where} "
-                    f"({CHECK_BYTES_PER_ELEMENT} bytes per element); {free / gib:.1f} GiB is "
-                    f"free. Use fewer rows.")
-    return ""
-
-
-def _main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fusedrms.kernels.rmsnorm_fp8", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    chk = sub.add_parser("check", help="compare naive and fused with the reference")
-    chk.add_argument("--rows", type=cli.whole(1, 1 << 16), default=4)
-    chk.add_argument("--cols", type=cli.whole(1, MAX_COLS), default=HIDDEN_SIZE,
-                     help=f"row width, at most {MAX_COLS} (the fused kernel keeps a row on chip)")
-    chk.add_argument("--seed", type=cli.seed, default=0)
-    chk.add_argument("--rounding", choices=ROUNDINGS, default="auto")
-    args = parser.parse_args(argv)
-    if args.cmd == "check":
-        cli.check_elements(chk, args.rows, args.cols)
-        too_big = cli_size_problem(args.rows, args.cols, env.current().on_gpu)
-        if too_big:
-            chk.error(too_big)
-        x, w = make_inputs(args.rows, args.cols, args.seed)
-        ref = reference(x, w)
-        ok = True
-        for name, fn in (("naive", rmsnorm_fp8_naive), ("fused", rmsnorm_fp8_fused)):
-            report = compare(*fn(x, w, rounding=args.rounding), *ref)
-            ok &= report.ok
-            print(f"{name}: {report}")
-        return 0 if ok else 1
-    return 2  # unreachable: the parser requires a command
-
-
-if __name__ == "__main__":
-    sys.exit(_main())
+    runpy.run_module("fusedrms.kernels.rmsnorm_fp8_cli", run_name="__main__")

@@ -84,23 +84,44 @@ def _full(like: torch.Tensor, value: float) -> torch.Tensor:
     return torch.tensor(value, dtype=FP32, device=like.device)
 
 
-def row_rscale(x2: torch.Tensor, eps: float) -> torch.Tensor:
+SUM_ORDERS = ("float64", "pairwise")  # step 1 as specified, and the stated fp32 departure
+DIVISIONS = ("exact", "reciprocal")  # step 5 as specified, and the stated departure
+
+
+def pairwise_sum_of_squares(xf: torch.Tensor) -> torch.Tensor:
+    """The fp32 sum of each row's squares by the stated tree: zeros appended up to a power of two,
+    then neighbours added, (0, 1), (2, 3), ..., level by level (``rows x 1``). Adding zeros and
+    adding two numbers are exact-order operations, so every processor gets these bits."""
+    t = xf * xf
+    width = 1 << max(0, t.shape[-1] - 1).bit_length()
+    t = F.pad(t, (0, width - t.shape[-1]))
+    while t.shape[-1] > 1:
+        t = t[..., 0::2] + t[..., 1::2]
+    return t
+
+
+def row_rscale(x2: torch.Tensor, eps: float,
+               sum_order: str = "float64") -> torch.Tensor:
     """r = 1 / sqrt(mean(x^2) + eps) per row, fp32, in the specified order
-    (steps 1-2)."""
+    (steps 1-2); ``sum_order="pairwise"``: step 1 in fp32 by the stated
+    tree."""
     xf = x2.to(FP32)
-    # order-free up to 2^-53
-    sum_sq = (xf * xf).to(torch.float64).sum(dim=-1, keepdim=True)
-    sum_sq = sum_sq.to(FP32)
+    if sum_order == "pairwise":
+        sum_sq = pairwise_sum_of_squares(xf)
+    else:
+        # order-free up to 2^-53
+        sum_sq = (xf * xf).to(torch.float64).sum(dim=-1, keepdim=True)
+        sum_sq = sum_sq.to(FP32)
     denominator = sum_sq / _full(xf, x2.shape[-1]) + _full(xf, eps)
     return reference_module.loud(torch.reciprocal(torch.sqrt(denominator)),
                                  sum_sq, denominator)
 
 
 def quantize_blocks(y: torch.Tensor, absmax_floor: float = ABSMAX_FLOOR,
-                    block_cols: int = BLOCK_COLS
+                    block_cols: int = BLOCK_COLS, division: str = "exact"
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-block scales and e4m3 codes of the (rows, cols) values ``y``
-    (steps 4-5)."""
+    (steps 4-5); ``division="reciprocal"``: q = y * RN(448 / absmax)."""
     rows, cols = y.shape
     nb = n_blocks(cols, block_cols)
     # a partial last block: zeros
@@ -112,10 +133,22 @@ def quantize_blocks(y: torch.Tensor, absmax_floor: float = ABSMAX_FLOOR,
         absmax = torch.maximum(absmax, _full(absmax, absmax_floor))
     scales = torch.where(finite, absmax / _full(absmax, FP8_MAX),
                          _full(absmax, float("nan")))
+    if division == "reciprocal":
+        inv = torch.where(finite, _full(absmax, FP8_MAX) / absmax,
+                          _full(absmax, float("nan")))
+        q = blocks * inv[..., None]
+    else:
+        q = blocks / scales[..., None]
     # clamp first: the cast does not saturate
-    q = (blocks / scales[..., None]).clamp(-FP8_MAX, FP8_MAX)
+    q = q.clamp(-FP8_MAX, FP8_MAX)
     codes = q.to(FP8_DTYPE).reshape(rows, nb * block_cols)[:, :cols]
     return codes.contiguous(), scales
+
+
+def _check_choice(name: str, value, allowed: tuple) -> None:
+    if value not in allowed:
+        raise validation.InputError(f"{name} must be one of {', '.join(map(repr, allowed))}, "
+                                    f"got {value!r}.")
 
 
 def check_inputs(x, w, eps, absmax_floor, device=None):
@@ -133,15 +166,20 @@ def check_inputs(x, w, eps, absmax_floor, device=None):
 
 
 def reference(x, w, eps: float = RMS_NORM_EPS,
-              absmax_floor: float = ABSMAX_FLOOR
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+              absmax_floor: float = ABSMAX_FLOOR, *, sum_order: str = "float64",
+              division: str = "exact") -> tuple[torch.Tensor, torch.Tensor]:
     """The specification, in PyTorch: ``(codes e4m3 of x's shape,
-    scales fp32 (..., blocks))``."""
+    scales fp32 (..., blocks))``. ``sum_order="pairwise"`` and
+    ``division="reciprocal"`` state two departures chapter 8 prices
+    (:func:`pairwise_sum_of_squares`; q = y * RN(448 / absmax)), so a
+    kernel that takes them is still checked bit for bit."""
+    _check_choice("sum_order", sum_order, SUM_ORDERS)
+    _check_choice("division", division, DIVISIONS)
     x2, w, eps, floor, shape = check_inputs(x, w, eps, absmax_floor)
     # step 3: one rounding to bf16 ...
-    normed = (x2.to(FP32) * row_rscale(x2, eps)).to(BF16)
+    normed = (x2.to(FP32) * row_rscale(x2, eps, sum_order)).to(BF16)
     y = normed * w  # ... then gamma in bf16 (exact product, rounded once)
-    codes, scales = quantize_blocks(y, floor)
+    codes, scales = quantize_blocks(y, floor, division=division)
     return (codes.reshape(shape),
             scales.reshape(shape[:-1] + (scales.shape[-1],)))
 
