@@ -349,8 +349,7 @@ def write_table(study_dir: Path, out_dir: Path) -> Path:
 
 def fp8_exactness_cost(out_dir: Path, budget_s: float = 60.0) -> Path:
     """``fp8_exactness_cost.json``: the exact fused FP8 kernel beside the diagnostic one that
-    drops exactness (:func:`fusedrms.kernels.rmsnorm_fp8.rmsnorm_fp8_approx`) and the exactness
-    levers one at a time (``study_fp8.LEVERS``), timed with the
+    drops exactness (:func:`fusedrms.kernels.rmsnorm_fp8.rmsnorm_fp8_approx`), timed with the
     rotating-input graph timer, percent of the copy floor, differing codes; the SASS opcode
     counts of both kernels; Nsight Compute's compute-pipe sections on both at 16384x7168."""
     out_dir = Path(out_dir)
