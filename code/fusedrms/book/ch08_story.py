@@ -185,7 +185,7 @@ def story_values(docs: dict) -> dict[str, str]:
     if p and {"lever.none", "lever.pairwise_reciprocal"} <= set(p["at"]):
         at, band = p["at"], p["band"]
         v.update(pr_shape=f"{p['rows']:,} × {p['cols']:,}", pr_band=f"±{100 * band:.1f}%",
-                 pr_all_codes=f"{p['rows'] * p['cols']:,}",
+                 pr_total_codes=f"{p['rows'] * p['cols']:,}",
                  pr_spec_us=f"{at['lever.none']['us']:.1f} µs",
                  pr_spec_pct=f"{at['lever.none']['pct_of_floor']:.0f}%")
         for impl, key in (("lever.pairwise_sum", "pairwise"), ("lever.any_order_sum", "anyorder"),

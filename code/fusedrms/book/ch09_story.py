@@ -53,7 +53,8 @@ def _backward(doc: dict) -> dict | None:
     big = [r for r in table if r["MB"] * 1e6 >= R.LARGE_BYTES
            and r["design"] != R.DESIGN_NAMES["no_prefetch"]]
     return {"two_stage": two, "recompute": recompute, "atomic": atomic, "unfetched": unfetched,
-            "large_pct": [r["pct_floor"] for r in big]}
+            "large_pct": [r["pct_floor"] for r in big],
+            "large_lowest": min(big, key=lambda r: r["pct_floor"]) if big else None}
 
 
 def _grid(doc: dict, band: float) -> list[dict]:
@@ -138,6 +139,11 @@ def story_values(docs: dict) -> dict[str, str]:
     b = f["backward"]
     if b:
         v.update(bw_pct_hi=f"{max(b['large_pct']):.0f}%", bw_pct_lo=f"{min(b['large_pct']):.0f}%")
+        low = b["large_lowest"]
+        dims, dt = low["shape"].split()
+        rows, cols = (int(n) for n in dims.split("x"))
+        v["bw_pct_lo_at"] = (f"the {low['op'][0].lower() + low['op'][1:]} at {rows:,} × {cols:,} "
+                             f"{dt}")
         if b["unfetched"]:
             v.update(bw_unfetched_lo=_x(min(b["unfetched"])), bw_unfetched_hi=_x(max(b["unfetched"])))
         if b["recompute"]:
