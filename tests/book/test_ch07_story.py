@@ -50,13 +50,12 @@ def test_the_widest_rows_read_what_inductor_reads_and_take_less_time():
     from fusedrms.kernels import add_rmsnorm as A
     bf16 = torch.bfloat16
     assert ours["cols"] * 2 == 64 << 10
-    cfg = A.large_batch_config(ours["cols"], bf16, False)
-    assert cfg == A.WHOLE_ROW_CONFIG and cfg.chunk is None and cfg.num_warps == 32
-    # "rows of 32 KB are walked in chunks of 4096 columns by programs of 32 warps ... only two"
-    chunked = A.large_batch_config(16384, bf16, False)
-    assert chunked.chunk == 4096 and chunked.num_warps == 32
-    assert A.large_batch_config(8192, bf16, False) != chunked
-    assert 64 // chunked.num_warps == 2  # an H200 SM holds at most 64 warps
+    cfg = A.large_batch_config(ours["cols"], bf16)
+    assert cfg == A.LaunchConfig(1, 32) and cfg.chunk is None
+    # "... every row of a large batch stays whole: one 16-byte vector per thread, up to 32 warps"
+    for cols in (4096, 8192, 16384):
+        rule = A.large_batch_config(cols, bf16)
+        assert rule.chunk is None and rule.num_warps == min(32, cols * 2 // 16 // 32)
     # "the rows held between the passes came to ..., more than the ... of L2"
     v = story.story_values(story.load(records.COMMITTED))
     assert float(v["wncu_held"].split()[0]) > float(v["wncu_l2"].split()[0])

@@ -1,5 +1,6 @@
 """The capstone kernels: both ops against the float64 references, every launch path, validation,
 in-place mode, the bf16 rounding of the stored residual, and the configuration choice."""
+import itertools
 import json
 
 import pytest
@@ -430,74 +431,86 @@ def test_fast_path_can_be_switched_off(monkeypatch):
     assert not A._PLANS
 
 
-def test_large_batches_take_the_two_pass_launch_and_small_ones_the_table():
+def test_large_batches_take_the_whole_row_launch_and_small_ones_the_table():
     from fusedrms.kernels import add_rmsnorm as A
 
-    table_cfg = A.LaunchConfig(1, 16)
+    table_cfg = A.LaunchConfig(2, 8)
     sms, bf16 = 132, torch.bfloat16
-    big, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms, 8192, sms, bf16,
-                                   write_sum=False)
-    assert replaced and big == A.LARGE_BATCH_CONFIG and big.chunk == 2048
+    big, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms, 8192, sms, bf16)
+    assert replaced and big == A.LaunchConfig(1, 32) and big.chunk is None
     small, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms - 1, 8192, sms,
-                                     bf16, write_sum=False)
+                                     bf16)
     assert not replaced and small is table_cfg
-    # a row that fits one chunk has nothing to split: the table's entry at any batch
-    assert A.batch_config(table_cfg, 10**6, 2048, sms, bf16, write_sum=False) == (table_cfg, False)
+    # rows of 2048 columns or fewer keep the table's entry at any batch
+    assert A.batch_config(table_cfg, 10**6, 2048, sms, bf16) == (table_cfg, False)
     # the interpreter keeps its one configuration
     assert A.launch_config(10**5, 8192, torch.float32, torch.device("cpu")) == A.INTERPRETER_CONFIG
 
 
-@pytest.mark.parametrize("cols, dtype, write_sum, expected", [
-    (8192, torch.bfloat16, False, "LARGE_BATCH_CONFIG"),  # 16 KB rows: 2048-column chunks
-    (16384, torch.bfloat16, False, "WIDE_ROW_CONFIG"),  # 32 KB: 4096-column chunks, 32 warps
-    (8192, torch.float32, False, "WIDE_ROW_CONFIG"),  # 32 KB in fp32 too: bytes, not columns
-    (32768, torch.bfloat16, False, "WHOLE_ROW_CONFIG"),  # 64 KB: one pass, nothing re-read
-    (32768, torch.float32, False, "WHOLE_ROW_CONFIG"),
-    (20000, torch.float16, False, "WHOLE_ROW_CONFIG"),  # the row's BLOCK decides: 32768
-    (12000, torch.float16, False, "WIDE_ROW_CONFIG"),  # BLOCK 16384: 32 KB
-    (4096, torch.bfloat16, True, "LARGE_BATCH_CONFIG"),  # the residual op: 2048-column chunks
-    (8192, torch.bfloat16, True, "LARGE_BATCH_CONFIG"),
-    (16384, torch.bfloat16, True, "LARGE_BATCH_CONFIG"),  # up to 32 KB
-    (8192, torch.float32, True, "LARGE_BATCH_CONFIG"),
-    (32768, torch.bfloat16, True, "WHOLE_ROW_CONFIG"),  # then one pass
-    (16384, torch.float32, True, "WHOLE_ROW_CONFIG"),
+@pytest.mark.parametrize("cols, dtype, warps", [
+    (4096, torch.bfloat16, 16),  # 8 KB rows: one 16-byte vector per thread, 512 threads
+    (8192, torch.bfloat16, 32),
+    (4096, torch.float32, 32),  # bytes decide, not columns
+    (16384, torch.bfloat16, 32),  # then 32 warps at most: two vectors per thread
+    (32768, torch.float32, 32),  # 32 fp32 values per thread, the most MAX_COLS needs
+    (20000, torch.float16, 32),  # the row's BLOCK decides: 32768
+    (3000, torch.float16, 16),  # BLOCK 4096
 ])
-def test_wider_rows_keep_fewer_rows_in_flight_between_the_passes(cols, dtype, write_sum, expected):
+def test_the_large_batch_launch_gives_each_thread_one_vector_up_to_32_warps(cols, dtype, warps):
     from fusedrms.kernels import add_rmsnorm as A
 
-    sms = 132
-    got, replaced = A.batch_config(A.LaunchConfig(1, 16), 10**5, cols, sms, dtype, write_sum)
-    assert replaced and got == getattr(A, expected)
-    assert got.chunk is None or got.chunk < triton.next_power_of_2(cols)  # two passes for real
+    got, replaced = A.batch_config(A.LaunchConfig(1, 4), 10**5, cols, 132, dtype)
+    assert replaced and got == A.LaunchConfig(1, warps) and got.chunk is None
+    size = torch.empty((), dtype=dtype).element_size()
+    assert triton.next_power_of_2(cols) // (32 * warps) <= 32  # values per thread in registers
+    assert warps == 32 or triton.next_power_of_2(cols) * size == 16 * 32 * warps
 
 
-def test_the_large_batch_launch_is_correct_on_both_ops():
+def test_the_hinted_control_computes_the_same_bits(monkeypatch):
+    """The study's control (the design before: cache hints, w after the reduction) changes where
+    bytes wait, not what is computed: both ops, in place too, give the shipped kernel's bits."""
+    from fusedrms.kernels import add_rmsnorm as A
+
+    x, r = (torch.randn(5, 3000).to(torch.bfloat16) for _ in range(2))
+    w = (torch.rand(3000) + 0.5).to(torch.bfloat16)
+    outs = []
+    for hinted in (False, True):
+        monkeypatch.setattr(A, "HINTED_LOADS", hinted)
+        xi, ri = x.clone(), r.clone()
+        A.add_rmsnorm_residual(xi, ri, w, in_place=True)
+        outs.append((A.add_rmsnorm(x, r, w), *A.add_rmsnorm_residual(x, r, w), xi, ri))
+    assert all(torch.equal(a, b) for a, b in zip(*outs))
+
+
+def test_the_two_pass_launch_is_correct_on_both_ops():
     from fusedrms.kernels import add_rmsnorm as A
 
     x, r, w = (torch.randn(3, 4100), torch.randn(3, 4100), torch.rand(4100) + 0.5)
-    y = A.add_rmsnorm(x, r, w, config=A.LARGE_BATCH_CONFIG)
+    y = A.add_rmsnorm(x, r, w, config=A.TWO_PASS_CONFIG)
     assert checks.allclose(y, reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64,
                                                     out_dtype=torch.float64)).ok
-    y2, s2 = A.add_rmsnorm_residual(x, r, w, config=A.LARGE_BATCH_CONFIG)
+    y2, s2 = A.add_rmsnorm_residual(x, r, w, config=A.TWO_PASS_CONFIG)
     y_ref, s_ref = reference.add_rmsnorm_residual(x, r, w, 1e-5, accum=torch.float64)
     assert torch.equal(s2, s_ref) and checks.allclose(y2, y_ref).ok
     xi, ri = x.clone(), r.clone()
-    A.add_rmsnorm_residual(xi, ri, w, in_place=True, config=A.LARGE_BATCH_CONFIG)
+    A.add_rmsnorm_residual(xi, ri, w, in_place=True, config=A.TWO_PASS_CONFIG)
     assert torch.equal(ri, s_ref) and torch.equal(xi, y2)  # s read back from residual's memory
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dtype):
+def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dtype, monkeypatch):
     """On a GPU the second call launches the compiled kernel directly; it must give the bits the
-    full path gives, for both ops and in place, at a decode shape and large batches of each
-    large-batch launch (2048- and 4096-column chunks, the whole row at 32 warps)."""
+    full path gives, for both ops and in place, at a decode shape and large batches of 16 to 64
+    KB rows (the whole row at 32 warps), with and without the cache hints of the design before."""
     from fusedrms.kernels import add_rmsnorm as A
 
     sms = A.sm_count(torch.device("cuda"))
     big = A.LARGE_BATCH_ROWS_PER_SM * sms
-    for rows, cols in ((1, 4096), (big, 8192), (big, 16384), (big, 32768), (3, 5000)):
+    for (rows, cols), hinted in itertools.product(
+            ((1, 4096), (big, 8192), (big, 16384), (big, 32768), (3, 5000)), (False, True)):
         A.clear_plans()
+        monkeypatch.setattr(A, "HINTED_LOADS", hinted)
         x, r = (torch.randn(rows, cols, device="cuda").to(dtype) for _ in range(2))
         w = (torch.rand(cols, device="cuda") + 0.5).to(dtype)
         first = A.add_rmsnorm(x, r, w)
@@ -525,7 +538,8 @@ def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dty
 def _installed_entries():
     path = tuning.installed_path("capstone", "h200")
     table = tuning.load("capstone", path)
-    return sorted(table["configs"].items()) + [((8192, "bfloat16"), A.LARGE_BATCH_CONFIG)]
+    return sorted(table["configs"].items()) + [
+        ((8192, "bfloat16"), A.large_batch_config(8192, torch.bfloat16))]
 
 
 @pytest.mark.parametrize("key,cfg", _installed_entries(), ids=lambda v: str(v))

@@ -235,8 +235,7 @@ def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> P
         x, r = (torch.randn(rows, cols, device=_device(), dtype=dtype) for _ in range(2))
         w = torch.randn(cols, device=_device(), dtype=dtype)
         cfg, source = A.choose_config(cols, dtype)
-        cfg, large = A.batch_config(cfg, rows, cols, A.sm_count(_device()), dtype,
-                                    write_sum=False)
+        cfg, large = A.batch_config(cfg, rows, cols, A.sm_count(_device()), dtype)
         if large:
             source = f"large-batch rule ({A.LARGE_BATCH_ROWS_PER_SM} rows per SM or more)"
         floor = traffic.floor_us("add_rmsnorm", rows, cols, dtype, bw)
@@ -524,6 +523,7 @@ LEVERS = (  # (study candidate, lever, what it tests) - study_timing.candidates
     ("two_pass_c2048_w16", "two passes, 2048-column chunks, 16 warps", "Inductor's launch"),
     ("two_pass_c4096_w16", "two passes, 4096-column chunks", "wider chunks"),
     ("two_pass_c1024_w8", "two passes, 1024-column chunks, 8 warps", "narrower chunks"),
+    ("hinted_loads", "x and r evict_first, w after the reduction", "the whole-row kernel before"),
 )
 
 

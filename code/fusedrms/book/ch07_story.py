@@ -167,7 +167,7 @@ def story_values(docs: dict) -> dict[str, str]:
 
         # the two-pass launch this shape had before: programs of 16 warps, four to an SM, each
         # holding its row of x and r in L2 between the passes
-        per_sm = WARPS_PER_SM // A.LARGE_BATCH_CONFIG.num_warps
+        per_sm = WARPS_PER_SM // A.TWO_PASS_CONFIG.num_warps
         held = H200_SMS * per_sm * ours["min_read"] / ours["rows"]
         l2 = ((docs["peers"] or {}).get("provenance") or {}).get("l2_bytes")
         if l2:

@@ -33,8 +33,9 @@ import time
 from pathlib import Path
 
 from .study_fp8 import run_fp8_worker
-from .study_timing import (DTYPES, LEVER_SHAPES, SMOKE_LEVER_SHAPES, TAG, WIDE_LEVER_SHAPES,
-                           candidates, run_ncu_target, run_python_worker, run_timing_worker)
+from .study_timing import (CONTROLS, DTYPES, LEVER_SHAPES, SMOKE_LEVER_SHAPES, TAG,
+                           WIDE_LEVER_SHAPES, candidates, run_ncu_target, run_python_worker,
+                           run_timing_worker)
 
 DEFAULT_BUDGET_S = 360.0
 PROCESS_SHARES = (0.5, 0.25, 0.25)  # of the timing step; the first process compiles everything
@@ -283,7 +284,7 @@ def table_records(recs: list[dict], rows_range=SMALL_BATCH_ROWS, gpu: str = "NVI
     for r in recs:
         if (r.get("median_us") and r["impl"].startswith("ours.")
                 and rows_range[0] <= r["rows"] <= rows_range[1]
-                and r["impl"] != "ours.current_in_place" and r.get("correct") is not False):
+                and r["impl"] not in CONTROLS and r.get("correct") is not False):
             by_key.setdefault((r["cols"], r["dtype"]), []).append(r)
     out = []
     for (cols, dt), rs in sorted(by_key.items()):

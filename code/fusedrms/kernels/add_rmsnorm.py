@@ -77,7 +77,7 @@ def _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
                       COLS: tl.constexpr, x_stride, r_stride, y_stride,
                       s_stride, eps, BLOCK: tl.constexpr,
                       ROWS_PER_PROGRAM: tl.constexpr, WRITE_SUM: tl.constexpr,
-                      SOFTWARE_BF16: tl.constexpr):
+                      SOFTWARE_BF16: tl.constexpr, HINTED: tl.constexpr):
     """One tile of ROWS_PER_PROGRAM whole rows: load, add, reduce, scale,
     store."""
     col = tl.arange(0, BLOCK)
@@ -86,10 +86,21 @@ def _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
     row = (tile * ROWS_PER_PROGRAM
            + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
     mask = (row < rows)[:, None] & col_ok[None, :]
-    x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask,
-                other=0.0, eviction_policy="evict_first").to(tl.float32)
-    r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask,
-                other=0.0, eviction_policy="evict_first").to(tl.float32)
+    if HINTED:  # the design before (HINTED_LOADS): x, r evict_first, w late
+        x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :],
+                    mask=mask, other=0.0,
+                    eviction_policy="evict_first").to(tl.float32)
+        r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :],
+                    mask=mask, other=0.0,
+                    eviction_policy="evict_first").to(tl.float32)
+    else:
+        # no cache hints, and the weight goes out with x and r so that its
+        # latency hides behind theirs, not after the reduction
+        x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :],
+                    mask=mask, other=0.0).to(tl.float32)
+        r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :],
+                    mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + col, mask=col_ok, other=0.0).to(tl.float32)
     s = x + r  # the residual add: registers only
     if WRITE_SUM:
         # the next layer's residual, in x's dtype;
@@ -102,12 +113,9 @@ def _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
     denominator = tl.sum(s * s, axis=1) / COLS + eps
     # NaN, not 0, on overflow
     rstd = loud_scale(tl.rsqrt(denominator), denominator)
-    # The weight only now: loaded earlier it would hold registers through
-    # the reduction, and registers per thread decide how many programs an SM
-    # keeps in flight. Every program reads the same bytes, so ask L2 to keep
-    # them (and to let the streamed rows go first).
-    w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
-                eviction_policy="evict_last").to(tl.float32)
+    if HINTED:
+        w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
+                    eviction_policy="evict_last").to(tl.float32)
     y = s * rstd[:, None] * w[None, :]
     tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
              _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
@@ -119,7 +127,7 @@ def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows,
                        s_stride, eps, BLOCK: tl.constexpr,
                        ROWS_PER_PROGRAM: tl.constexpr,
                        WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
-                       PERSISTENT: tl.constexpr):
+                       PERSISTENT: tl.constexpr, HINTED: tl.constexpr = False):
     if PERSISTENT:
         # a few programs per SM walk the tiles (the loads pipelined
         # num_stages deep)
@@ -129,14 +137,14 @@ def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows,
             _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
                               COLS, x_stride, r_stride, y_stride, s_stride,
                               eps, BLOCK, ROWS_PER_PROGRAM, WRITE_SUM,
-                              SOFTWARE_BF16)
+                              SOFTWARE_BF16, HINTED)
     else:
         # one tile per program, no loop: nothing for the compiler to keep
         # live across iterations
         _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tl.program_id(0),
                           rows, COLS, x_stride, r_stride, y_stride, s_stride,
                           eps, BLOCK, ROWS_PER_PROGRAM, WRITE_SUM,
-                          SOFTWARE_BF16)
+                          SOFTWARE_BF16, HINTED)
 # [/book:kernel]
 
 
@@ -444,54 +452,45 @@ def _remembered_config(cols: int, dtype: torch.dtype, generation: int) -> Launch
 
 
 # [book:large-batch]
-# Large batches are bound by DRAM bandwidth, not by latency: there, two passes over 2048-column
-# chunks with 16 warps per row keep four 512-thread programs per SM streaming, where a whole row
-# in registers fits two or three. Small batches are bound by latency, and one pass over a row in
-# registers is shorter: the table holds the winners measured there. The switch is a rule on rows,
-# like the one above, and needs no tuning.
-# The second pass re-reads x and r from L2 only while the rows in flight fit in it. At 16384 x
-# 32768 bf16, four 512-thread programs per SM hold 69 MB of x and r, more than the 60 MB L2, and
-# Nsight Compute counted 1.47x the op's bytes from DRAM. So rows of 32 KB take 4096-column chunks
-# with 32 warps: two 1024-thread programs per SM, 17 MB in flight (Inductor's kernel runs one row
-# per 1024-thread program too). From 64 KB the whole row stays in registers, one pass that reads
-# nothing twice. The residual-writing op re-reads only s, half the bytes, and keeps 2048-column
-# chunks below 64 KB. H200, every candidate warmed, timed in turn (medians of three rounds, us):
-# fused 4096 x 32768 bf16 whole row 204.7, 4096-column chunks 210.5; residual 16384 x 8192 bf16
-# 2048-column chunks 266.6, whole row 270.8; residual 16384 x 16384 bf16 533.0 and 545.2.
+# Large batches are bound by DRAM bandwidth, not by latency. There, one row per program with the
+# whole row in registers and one 16-byte vector of each tensor per thread (8 bf16 or 4 fp32
+# values; 32 warps at most, so wider rows give a thread more vectors) reads every byte once. It
+# replaced two passes over column chunks (Inductor's shape, TWO_PASS_CONFIG), whose second pass
+# re-reads the row from L2, once the whole-row kernel stopped asking L2 to evict x and r first.
+# Small batches are bound by latency: the table holds the winners measured there. The switch is
+# a rule on rows, like the one above, and needs no tuning. H200, every candidate timed in turn
+# (medians of three rounds), time against two passes in 2048-column chunks at 4096 and 16384
+# rows of 4096 to 16384 bf16 columns: the residual-writing op 0.96 to 0.98, add + RMSNorm 0.98
+# to 1.00.
 LARGE_BATCH_ROWS_PER_SM = 16
-LARGE_BATCH_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1, chunk=2048)
-WIDE_ROW_CONFIG = LaunchConfig(rows_per_program=1, num_warps=32, num_stages=1, chunk=4096)
-WHOLE_ROW_CONFIG = LaunchConfig(rows_per_program=1, num_warps=32, num_stages=1)
+VECTOR_BYTES = 16
+TWO_PASS_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1, chunk=2048)
 
 
-def large_batch_config(cols: int, dtype: torch.dtype, write_sum: bool) -> LaunchConfig:
-    """The large-batch launch for a row width and dtype (``write_sum``: the residual-writing op)."""
+def large_batch_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
+    """The large-batch launch for a row width and dtype: one row per program, one 16-byte vector
+    per thread per tensor, 4 to 32 warps (32 warps hold up to MAX_COLS columns in registers)."""
     row_bytes = triton.next_power_of_2(cols) * torch.empty((), dtype=dtype).element_size()
-    if row_bytes >= 64 << 10:
-        return WHOLE_ROW_CONFIG  # at most 32 values per thread up to MAX_COLS columns
-    if row_bytes >= 32 << 10 and not write_sum:
-        return WIDE_ROW_CONFIG
-    return LARGE_BATCH_CONFIG
+    warps = max(4, min(32, row_bytes // (VECTOR_BYTES * 32)))
+    return LaunchConfig(rows_per_program=1, num_warps=warps, num_stages=1)
 
 
-def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int, dtype: torch.dtype,
-                 write_sum: bool) -> tuple[LaunchConfig, bool]:
+def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int,
+                 dtype: torch.dtype) -> tuple[LaunchConfig, bool]:
     """(configuration for this batch, whether the large-batch rule replaced the table's)."""
-    if (rows >= LARGE_BATCH_ROWS_PER_SM * sms
-            and triton.next_power_of_2(cols) > LARGE_BATCH_CONFIG.chunk):
-        return large_batch_config(cols, dtype, write_sum), True
+    if rows >= LARGE_BATCH_ROWS_PER_SM * sms and triton.next_power_of_2(cols) > 2048:
+        return large_batch_config(cols, dtype), True
     return config, False
 # [/book:large-batch]
 
 
-def launch_config(rows: int, cols: int, dtype: torch.dtype, device,
-                  write_sum: bool = False) -> LaunchConfig:
+def launch_config(rows: int, cols: int, dtype: torch.dtype, device) -> LaunchConfig:
     """What a call without ``config=`` runs: the table's entry, or on a GPU the large-batch rule
-    (``write_sum``: for the residual-writing op)."""
+    (the same for both ops)."""
     config = _default_config(cols, dtype)
     if device.type != "cuda":
         return config  # the interpreter: one fixed configuration
-    return batch_config(config, rows, cols, sm_count(device), dtype, write_sum)[0]
+    return batch_config(config, rows, cols, sm_count(device), dtype)[0]
 
 
 def _default_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
@@ -532,6 +531,9 @@ def _check_config(config) -> LaunchConfig | None:
 
 # The study's control for the loop hypothesis: True runs one-tile programs through the loop too.
 TILE_LOOP_ALWAYS = False
+# The study's control for the cache-hint hypothesis: True runs the whole-row kernel as it was
+# before, x and r loaded evict_first and w after the reduction, evict_last.
+HINTED_LOADS = False
 
 
 def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
@@ -555,13 +557,16 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
     persistent = config.programs_per_sm is not None or TILE_LOOP_ALWAYS
     if config.chunk is not None and config.chunk < block:
         kernel, width = add_rmsnorm_chunked_kernel, {"CHUNK": config.chunk}
+        hinted = {}
     else:
         kernel, width = add_rmsnorm_kernel, {"BLOCK": block}
+        hinted = {"HINTED": HINTED_LOADS}
     # in the kernel's order
-    constants = (*width.values(), rpp, write_sum, software_bf16, persistent)
+    constants = (*width.values(), rpp, write_sum, software_bf16, persistent,
+                 *hinted.values())
     compiled = kernel[(programs,)](
         *args, **width, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum,
-        SOFTWARE_BF16=software_bf16, PERSISTENT=persistent,
+        SOFTWARE_BF16=software_bf16, PERSISTENT=persistent, **hinted,
         num_warps=config.num_warps, num_stages=config.num_stages)
     if (x2.device.type == "cuda" and hasattr(compiled, "run")
             and hasattr(compiled, "__getitem__")):
@@ -605,7 +610,7 @@ def _call_key(op: str, x, residual, w, eps) -> tuple | None:
     return (op, x.shape, x.stride(), x.dtype, x.device, residual.shape, residual.stride(),
             residual.dtype, residual.device, w.shape, w.stride(), w.dtype, w.device, eps,
             x.data_ptr() % 16 == 0, residual.data_ptr() % 16 == 0, w.data_ptr() % 16 == 0,
-            tuning.generation(), TILE_LOOP_ALWAYS, recorded)
+            tuning.generation(), TILE_LOOP_ALWAYS, HINTED_LOADS, recorded)
 
 
 class _Plan:
@@ -716,8 +721,7 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
     config = _check_config(config)
     in_place = validation.check_flag(in_place, "in_place")
     x2, r2, w2, eps, shape = _prepare(x, residual, w, eps, "capstone.fused_residual")
-    config = config or launch_config(x2.shape[0], x2.shape[1], x2.dtype, x2.device,
-                                     write_sum=True)
+    config = config or launch_config(x2.shape[0], x2.shape[1], x2.dtype, x2.device)
     if in_place:
         for t, name in ((x, "x"), (residual, "residual")):
             if not t.is_contiguous():

@@ -411,7 +411,7 @@ def _build_add_rmsnorm(cols: int, dtype: str, design: str, write_sum: bool):
     x, w = _rows_and_weight(cols, dtype)
     r, y = torch.empty_like(x), torch.empty_like(x)
     s = torch.empty_like(x) if write_sum else y
-    config = m.heuristic_config(cols, x.dtype) if design == "whole" else m.LARGE_BATCH_CONFIG
+    config = m.heuristic_config(cols, x.dtype) if design == "whole" else m.TWO_PASS_CONFIG
     block = triton.next_power_of_2(cols)
     if config.chunk is not None and config.chunk < block:
         kernel, width = m.add_rmsnorm_chunked_kernel, {"CHUNK": config.chunk}
