@@ -235,12 +235,17 @@ def test_two_questions_pairs_one_call_with_a_call_in_a_stream():
 
 
 def test_the_profile_names_the_configuration_ncu_profiled():
-    """The committed profile ran the two-pass kernel (the large-batch rule); its label says so."""
+    """The committed profile ran the row-in-registers kernel (the large-batch rule) and its label
+    says so; an older recording that kept the table's entry while the two-pass kernel ran is
+    labelled with the two-pass launch."""
     from fusedrms.measure import harness
 
     view = ch06.ncu_view(harness.recorded("ncu_summary", machine="h200"))
-    assert "chunked" in view["kernel"]
-    assert view["config"]["chunk"] is not None and "two passes" in view["config"]["label"]
+    assert "chunked" not in view["kernel"] and view["config"]["chunk"] is None
+    assert view["config"]["source"] == "the large-batch rule"
+    old = {"records": [{"status": "ok", "kernel": "add_rmsnorm_chunked_kernel",
+                        "config": {"chunk": None, "label": "rows/prog 2"}}]}
+    assert "two passes" in ch06.ncu_view(old)["config"]["label"]
     # a record whose kernel is the row-in-registers one keeps its configuration
     doc = {"records": [{"status": "ok", "kernel": "add_rmsnorm_kernel",
                         "config": {"chunk": None, "label": "rows/prog 1"}}]}

@@ -20,18 +20,23 @@ def test_every_peer_was_timed_at_every_shape_and_the_fastest_is_torch_compile():
     assert c["faster"] + c["tie"] + c["slower"] == c["shapes"] == len(f["fused"])
 
 
-def test_the_losses_sit_at_one_row_on_wide_rows_and_from_1024_rows():
+def test_the_losses_are_few_and_none_at_one_row_or_on_wide_rows():
     f = _facts()
     band = f["band"]
-    # "at a single row, where a call lasts ... to ..." (a few microseconds)
-    assert f["single"] and all(r["capstone_us"] < 5 for r in f["single"])
-    # "elsewhere, from 1024 rows, it loses at N shapes": every other loss but the wide ones
+    # "at a single row, where a call lasts ... to ..., it is never slower"
+    assert f["single"] and all(r["capstone_us"] < 5 for r in f["single"]) and not f["single_lost"]
+    # "on wide rows at large batches ... slower at none of the N shapes"
+    assert f["wide"] and not f["wide_lost"]
+    # "it loses at N shapes": every loss, all of them to Inductor ("Inductor's kernel still wins")
     lost = [r for r in f["fused"] if r["ratio"] > 1 + band]
-    assert {(r["rows"], r["cols"]) for r in f["middle"]} == {
-        (r["rows"], r["cols"]) for r in lost if r["rows"] > 1 and not R.is_wide(r)}
-    assert f["middle"] and all(r["rows"] >= 1024 for r in f["middle"])  # "elsewhere, from 1024 rows"
-    # "on wide rows at large batches ... slower at N of M shapes, by up to ..."
-    assert f["wide_lost"] and f["wide_worst"]["ratio"] > 1 + band
+    assert {(r["rows"], r["cols"]) for r in f["middle"]} == {(r["rows"], r["cols"]) for r in lost}
+    assert {r["peer"] for r in lost} <= {"torch.compile_add"}
+    # intro: "where a peer wins, it wins by a few percent at a handful of shapes"
+    rs_lost = [r for r in f["residual"] if not r["missing"] and r["ratio"] > 1 + band]
+    assert len(lost) + len(rs_lost) <= 8 and max(r["ratio"] for r in lost + rs_lost) < 1.15
+    # "the same in-place kernel at ... took ... in one process and ... in another"
+    v = story.story_values(story.load(records.COMMITTED))
+    assert float(v["mode_hi"].split()[0]) > float(v["mode_lo"]) * (1 + band)
 
 
 def test_the_widest_rows_read_what_inductor_reads_and_take_less_time():
@@ -84,12 +89,16 @@ def test_every_value_the_prose_shows_exists_on_the_committed_recording():
     assert_prose_values_exist("07_capstone.ipynb", story, 20)
 
 
-def test_the_levers_counted_both_ways_beyond_the_launchs_own_gap():
+def test_no_lever_shortened_the_time_and_the_hinted_kernel_was_slower():
     lv = _facts()["levers"]
-    # "N of the M levers shortened the time; the most ...", "N lengthened it; the most ..."
-    assert lv["shorter"] and lv["longer"] and lv["count"] >= len(lv["shorter"])
-    assert all(h["pct"] > story.LEVER_THRESHOLD_PCT for h in lv["shorter"] + lv["longer"])
+    # "none of the N levers shortened the time; N lengthened it, by up to ..."
+    assert not lv["shorter"] and lv["longer"] and lv["count"] >= len(lv["longer"])
+    assert all(h["pct"] > story.LEVER_THRESHOLD_PCT for h in lv["longer"])
     assert lv["gap"] is not None  # "at most ... (at ...)"
+    # "the kernel as it was before ... took ... longer at ..."
+    from fusedrms.book import ch07
+
+    assert any(h["lever"] == ch07.HINT_LEVER for h in lv["longer"])
 
 
 def test_the_result_paragraph_holds():

@@ -235,8 +235,9 @@ FUSED = ch02.predict_fused_speedup
 
 def test_the_speedup_prediction_is_graded_against_the_census_the_page_tells():
     found = ch02.recorded_speedup()
-    # the folded solution: a little above the byte ratio, because the fused kernel's rate is higher
-    assert float(ch02.BYTE_RATIO) < found["speedup"] < 1.1 * float(ch02.BYTE_RATIO)
+    # the folded solution: above the byte ratio, because the fused kernel's rate is higher (and
+    # by less than a quarter: the rates differ, the bytes still set the time)
+    assert float(ch02.BYTE_RATIO) < found["speedup"] < 1.25 * float(ch02.BYTE_RATIO)
     assert found["fused"]["pct_of_copy"] > found["torch"]["pct_of_copy"]
     assert_prediction_contract(FUSED, f"{found['speedup']:.2f}x", f"{found['speedup']:.2f}×.")
 

@@ -516,6 +516,7 @@ def goal_status(doc: dict, op: str = "add_rmsnorm") -> list[dict]:
     return rows
 
 
+HINT_LEVER = "x and r evict_first, w after the reduction"  # the whole-row kernel before
 LEVERS = (  # (study candidate, lever, what it tests) - study_timing.candidates
     ("liger_w", "one row per program, Liger's warps", "Liger's launch in our kernel"),
     ("whole_r1_w", "twice the threads", "fewer values per thread, more loads in flight"),
@@ -523,7 +524,7 @@ LEVERS = (  # (study candidate, lever, what it tests) - study_timing.candidates
     ("two_pass_c2048_w16", "two passes, 2048-column chunks, 16 warps", "Inductor's launch"),
     ("two_pass_c4096_w16", "two passes, 4096-column chunks", "wider chunks"),
     ("two_pass_c1024_w8", "two passes, 1024-column chunks, 8 warps", "narrower chunks"),
-    ("hinted_loads", "x and r evict_first, w after the reduction", "the whole-row kernel before"),
+    ("hinted_loads", HINT_LEVER, "the whole-row kernel before"),
 )
 
 

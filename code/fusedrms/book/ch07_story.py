@@ -192,8 +192,16 @@ def story_values(docs: dict) -> dict[str, str]:
         v.update(mid_hi=CR.ratio_text(w["ratio"]), mid_at=CR.shape_text(w["rows"], w["cols"]))
     if f["big_rs"]:
         ratios = [r["ratio"] for r in f["big_rs"]]
+        worst_rs = max(f["big_rs"], key=lambda r: r["ratio"])
         v.update(rs_big_median=CR.ratio_text(statistics.median(ratios)),
-                 rs_big_max=CR.ratio_text(max(ratios)))
+                 rs_big_max=CR.ratio_text(max(ratios)),
+                 rs_big_max_at=CR.shape_text(worst_rs["rows"], worst_rs["cols"],
+                                             worst_rs["dtype"]),
+                 rs_big_max_peer=CR.display_name(worst_rs["peer"]))
+    modes = _process_modes(docs["peers"], "capstone.fused_residual_in_place")
+    if modes:
+        v.update(mode_at=CR.shape_text(*modes["shape"]), mode_lo=f"{modes['lo']:.0f}",
+                 mode_hi=f"{modes['hi']:.0f} µs", mode_gap=f"{modes['gap']:.0f}%")
     if f["ip_small"]:
         v["ip_small_max"] = f"{100 * (f['ip_small'][-1] - 1):.0f}%"
     if f["ip_large"]:
@@ -219,16 +227,36 @@ def story_values(docs: dict) -> dict[str, str]:
     if f["py_fused"] and f["py_torch"]:
         v.update(py_fused=f"{f['py_fused']:.1f} µs", py_torch=f"{f['py_torch']:.1f} µs")
     lv = f["levers"]
-    if lv and lv["shorter"] and lv["longer"]:
-        best, worst = lv["shorter"][0], lv["longer"][0]
+    if lv and lv["longer"]:
+        worst = lv["longer"][0]
         v.update(lv_threshold=f"{LEVER_THRESHOLD_PCT:g}%", lv_n=str(lv["count"]),
                  lv_shorter=str(len(lv["shorter"])), lv_longer=str(len(lv["longer"])),
-                 lv_best=best["lever"], lv_best_pct=f"{best['pct']:.1f}%",
-                 lv_best_at=CR.shape_text(*best["shape"]), lv_worst=worst["lever"],
-                 lv_worst_pct=f"{worst['pct']:.1f}%", lv_worst_at=CR.shape_text(*worst["shape"]))
+                 lv_worst=worst["lever"], lv_worst_pct=f"{worst['pct']:.1f}%",
+                 lv_worst_at=CR.shape_text(*worst["shape"]))
+        from . import ch07
+
+        hint = [h for h in lv["longer"] if h["lever"] == ch07.HINT_LEVER]
+        if hint:
+            v.update(lv_hint_pct=f"{hint[0]['pct']:.0f}%",
+                     lv_hint_at=CR.shape_text(*hint[0]["shape"]))
         if lv["gap"] is not None:
             v.update(lv_gap=f"{lv['gap']:.1f}%", lv_gap_at=CR.shape_text(*lv["gap_at"]))
     return v
+
+
+def _process_modes(doc: dict | None, impl: str) -> dict | None:
+    """The widest spread between one implementation's process medians at one shape (rotating
+    timer, the residual op): the same kernel, timed in separate processes."""
+    best = None
+    for r in (doc or {}).get("records", []):
+        meds = r.get("process_medians_us") or []
+        if (r.get("impl") == impl and r.get("status") == "ok" and r.get("mode") == "rotating"
+                and len(meds) > 1):
+            gap = 100 * (max(meds) / min(meds) - 1)
+            if best is None or gap > best["gap"]:
+                best = {"shape": (r["rows"], r["cols"], r["dtype"]), "lo": min(meds),
+                        "hi": max(meds), "gap": gap}
+    return best
 
 
 def your_gpu_rows(own: dict, book: dict) -> list[dict] | None:
