@@ -15,7 +15,8 @@ def test_fp8_worker_on_cpu(capsys, tmp_path):
 
     study_fp8.run_fp8_worker(tmp_path, time.time() + 300, device="cpu", shapes=((3, 256),))
     got = {m["impl"]: m for m in _messages(capsys) if m["kind"] == "fp8"}
-    assert got["fp8.fused"]["status"] == "ok" and got["fp8.fused"]["differing_codes"] == 0
+    exact = got["fp8.fused_exact"]  # the exact contract, against the exact reference
+    assert exact["status"] == "ok" and exact["differing_codes"] == 0
     for name in ("fp8.fused_baseline", "fp8.approx_w8"):
         assert got[name]["status"] == "ok", got[name]
 
@@ -34,3 +35,4 @@ def test_fp8_worker_prices_each_lever_at_the_deepseek_width(capsys, tmp_path):
         # every departure with a stated form equals it bit for bit; the rest state none
         assert rec.get("own_spec_ok") is (True if stated is not None else None), rec
     assert got["lever.none"]["differing_codes"] == 0
+    assert got["lever.pairwise_reciprocal"]["own_spec_ok"] is True  # the served contract

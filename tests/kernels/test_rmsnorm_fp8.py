@@ -74,22 +74,47 @@ def test_software_path_refuses_unclamped_values():
 SHAPES = [(1, 1), (1, 128), (3, 127), (3, 129), (2, 200), (2, 7168), (1, 16384)]
 
 
+@pytest.mark.parametrize("contract", list(spec.CONTRACTS))
 @pytest.mark.parametrize("version", ["fp8.naive", "fp8.fused"])
 @pytest.mark.parametrize("rows,cols", SHAPES)
-def test_kernels_match_the_reference_bit_for_bit(version, rows, cols):
+def test_kernels_match_the_reference_bit_for_bit(version, rows, cols, contract):
     fn = registry.get(version).fn
     for seed in (0, 1):
         x, w = spec.make_inputs(rows, cols, seed)
-        report = spec.compare(*fn(x, w, 1e-6), *spec.reference(x, w, 1e-6))
-        assert report.ok, f"{version} {rows}x{cols} seed {seed}: {report}"
+        report = spec.compare(*fn(x, w, 1e-6, contract=contract),
+                              *spec.reference(x, w, 1e-6, contract=contract))
+        assert report.ok, f"{version} {contract} {rows}x{cols} seed {seed}: {report}"
+
+
+def test_the_library_follows_the_served_contract_and_the_two_differ():
+    """fp8.fused's default is the served contract; the exact one moves a few codes of 64 rows
+    (a check that could not tell the contracts apart would pass either way)."""
+    assert spec.DEFAULT_CONTRACT == "served"
+    x, w = spec.make_inputs(64, 7168, 0)
+    served, exact = spec.reference(x, w, contract="served"), spec.reference(x, w, contract="exact")
+    assert spec.compare(*q.rmsnorm_fp8_fused(x, w), *served).ok
+    moved = spec.compare(*q.rmsnorm_fp8_fused(x, w), *exact).mismatches
+    assert 0 < moved < x.numel() // 1000, moved
+    assert torch.equal(served[1].cpu(), exact[1].cpu())  # RN(absmax / 448) in both
+
+
+def test_contracts_refuse_unknown_names_and_rows_per_program_is_exact_only():
+    x, w = spec.make_inputs(2, 256, 0)
+    for fn in (q.rmsnorm_fp8_fused, q.rmsnorm_fp8_naive, spec.reference):
+        with pytest.raises(validation.InputError, match="contract must be one of 'exact', 'served'"):
+            fn(x, w, contract="fast")
+    with pytest.raises(validation.InputError, match="runs the exact contract only"):
+        q.rmsnorm_fp8_fused(x, w, config=q.FusedConfig(8, None, "block_reciprocal", 2))
 
 
 def test_eps_and_floor_are_honoured():
     x, w = spec.make_inputs(3, 300, seed=4)
     for eps, floor in ((1e-2, 0.0), (0.0, 1e-10), (1e-5, 0.5)):
         for fn in (q.rmsnorm_fp8_fused, q.rmsnorm_fp8_naive):
-            report = spec.compare(*fn(x, w, eps, absmax_floor=floor), *spec.reference(x, w, eps, floor))
-            assert report.ok, (eps, floor, report)
+            for contract in spec.CONTRACTS:
+                report = spec.compare(*fn(x, w, eps, absmax_floor=floor, contract=contract),
+                                      *spec.reference(x, w, eps, floor, contract=contract))
+                assert report.ok, (eps, floor, contract, report)
 
 
 def test_leading_dimensions_and_strided_rows():
@@ -111,10 +136,16 @@ def test_empty_rows():
 
 
 FP8_PATHS = {"naive": dict(fn=q.rmsnorm_fp8_naive), "fused": dict(fn=q.rmsnorm_fp8_fused),
-             "rows": dict(fn=q.rmsnorm_fp8_fused, config=q.FusedConfig(8, None, "block_reciprocal", 2)),
+             "naive exact": dict(fn=q.rmsnorm_fp8_naive, contract="exact"),
+             "fused exact": dict(fn=q.rmsnorm_fp8_fused, contract="exact"),
+             "rows": dict(fn=q.rmsnorm_fp8_fused, config=q.FusedConfig(8, None, "block_reciprocal", 2),
+                          contract="exact"),
              "split": dict(fn=q.rmsnorm_fp8_fused,
                            config=q.FusedConfig(4, None, "block_reciprocal", 1, "split")),
-             "per_element": dict(fn=q.rmsnorm_fp8_fused, config=q.FusedConfig(8, None, "per_element"))}
+             "split exact": dict(fn=q.rmsnorm_fp8_fused, contract="exact",
+                                 config=q.FusedConfig(4, None, "block_reciprocal", 1, "split")),
+             "per_element": dict(fn=q.rmsnorm_fp8_fused, config=q.FusedConfig(8, None, "per_element"),
+                                 contract="exact")}
 
 
 def _nan_blocks(codes, scales):
@@ -132,15 +163,16 @@ def test_nan_in_nan_out_per_block_kernels_agree_with_the_reference(path, roundin
     row NaN; a NaN or Inf in gamma makes its block NaN (scale and every code); the rest is exact."""
     kw = dict(FP8_PATHS[path])
     fn, config = kw.pop("fn"), kw.pop("config", None)
-    x, w = spec.make_inputs(6, 7168 if path == "split" else 512, seed=3)
+    contract = kw.pop("contract", spec.DEFAULT_CONTRACT)
+    x, w = spec.make_inputs(6, 7168 if path.startswith("split") else 512, seed=3)
     x[1, 5] = float("nan")
     x[2, 300] = float("inf")
     x[3] = 1e19  # bf16 holds it; the fp32 sum of squares overflows
     w[130] = float("nan")  # block 1 of every row
     w[260] = float("-inf")  # block 2 of every row
     extra = {"rounding": rounding} if config is None else {"config": config, "rounding": rounding}
-    codes, scales = fn(x, w, **extra)
-    ref_codes, ref_scales = spec.reference(x, w)
+    codes, scales = fn(x, w, contract=contract, **extra)
+    ref_codes, ref_scales = spec.reference(x, w, contract=contract)
     report = spec.compare(codes, scales, ref_codes, ref_scales)
     assert report.ok, report
     scale_nan, codes_nan = _nan_blocks(codes, scales)
@@ -294,16 +326,36 @@ def test_kernel_resources_runs_everywhere():
 # ---------------------------------------------------------------- on the GPU
 
 @pytest.mark.gpu
-def test_gpu_bit_exact_at_scale_all_paths():
+@pytest.mark.parametrize("contract", list(spec.CONTRACTS))
+def test_gpu_bit_exact_at_scale_all_paths(contract):
     for seed in (0, 1, 2):
         x, w = spec.make_inputs(1024, 7168, seed)
-        ref = spec.reference(x, w)
-        for name, out in (("fused", q.rmsnorm_fp8_fused(x, w)),
-                          ("naive", q.rmsnorm_fp8_naive(x, w)),
-                          ("fused software", q.rmsnorm_fp8_fused(x, w, rounding="software")),
-                          ("naive software", q.rmsnorm_fp8_naive(x, w, rounding="software"))):
+        ref = spec.reference(x, w, contract=contract)
+        c = {"contract": contract}
+        for name, out in (("fused", q.rmsnorm_fp8_fused(x, w, **c)),
+                          ("naive", q.rmsnorm_fp8_naive(x, w, **c)),
+                          ("fused software", q.rmsnorm_fp8_fused(x, w, rounding="software", **c)),
+                          ("naive software", q.rmsnorm_fp8_naive(x, w, rounding="software", **c))):
             report = spec.compare(*out, *ref)
             assert report.ok, f"{name} seed {seed}: {report}"
+
+
+@pytest.mark.gpu
+def test_gpu_repeated_calls_take_the_direct_launch_and_stay_exact():
+    """The second call of a shape skips Triton's launch path (the plan's direct launch); its codes
+    must still be the contract's, on fresh inputs of the same shape and on an unaligned view."""
+    q._PLANS.clear()
+    x, w = spec.make_inputs(33, 7168, 0)
+    q.rmsnorm_fp8_fused(x, w)
+    plan = next(iter(q._PLANS.values()))
+    assert plan.direct is not None
+    for seed in (1, 2):
+        x2, _ = spec.make_inputs(33, 7168, seed)
+        assert spec.compare(*q.rmsnorm_fp8_fused(x2, w), *spec.reference(x2, w)).ok
+    buf = torch.empty(33 * 7168 + 1, dtype=BF16, device=x.device)
+    odd = buf[1:].view(33, 7168)
+    odd.copy_(x)
+    assert spec.compare(*q.rmsnorm_fp8_fused(odd, w), *spec.reference(x, w)).ok
 
 
 @pytest.mark.gpu
@@ -374,14 +426,15 @@ def test_block_reciprocal_division_is_bit_exact(version, rows, cols):
     fn = registry.get(version).fn
     for seed in (0, 1):
         x, w = spec.make_inputs(rows, cols, seed)
-        report = spec.compare(*fn(x, w, division="block_reciprocal"), *spec.reference(x, w))
+        report = spec.compare(*fn(x, w, division="block_reciprocal", contract="exact"),
+                              *spec.reference(x, w, contract="exact"))
         assert report.ok, f"{version} {rows}x{cols} seed {seed}: {report}"
 
 
 def test_a_reciprocal_without_the_corrections_is_caught():
     """y * (1 / scale) alone differs from y / scale now and then: the check must see it."""
     x, w = spec.make_inputs(64, 7168, 0)
-    ref_codes, ref_scales = spec.reference(x, w)
+    ref_codes, ref_scales = spec.reference(x, w, contract="exact")
     rows, cols = x.shape
     y = (x.float() * spec.row_rscale(x, spec.RMS_NORM_EPS)).to(BF16) * w
     blocks = y.float().reshape(rows, -1, spec.BLOCK_COLS)
@@ -409,12 +462,17 @@ def test_bad_division_and_config_get_clear_errors():
 def test_gpu_chosen_and_new_designs_are_bit_exact_at_scale():
     """The configuration fp8.fused runs here, and one of each new design (08_fp8.sh checks all)."""
     x, w = spec.make_inputs(1024, 7168, 3)
-    ref = spec.reference(x, w)
+    ref = spec.reference(x, w, contract="exact")
     for cfg in {q.choose_config(7168)[0], q.FusedConfig(16, 64, "block_reciprocal"),
                 q.FusedConfig(8, None, "block_reciprocal", 2),
                 q.FusedConfig(4, None, "block_reciprocal", 1, "split")}:
-        report = spec.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg), *ref)
+        report = spec.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg, contract="exact"), *ref)
         assert report.ok, f"{cfg.label}: {report}"
+    served = spec.reference(x, w)
+    for cfg in {q.choose_config(7168)[0], q.FusedConfig(16, 64, "block_reciprocal"),
+                q.FusedConfig(4, None, "block_reciprocal", 1, "split")}:
+        report = spec.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg), *served)
+        assert report.ok, f"served, {cfg.label}: {report}"
 
 
 @pytest.mark.parametrize("rows_per_program", [2, 4])
@@ -423,10 +481,11 @@ def test_several_rows_per_program_is_bit_exact(rows_per_program, division):
     cfg = q.FusedConfig(8, None, division, rows_per_program)
     for rows, cols in [(1, 1), (3, 129), (5, 200), (3, 7168)]:  # row counts not a multiple of R
         x, w = spec.make_inputs(rows, cols, 0)
-        report = spec.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg), *spec.reference(x, w))
+        report = spec.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg, contract="exact"),
+                              *spec.reference(x, w, contract="exact"))
         assert report.ok, f"{cfg.label} {rows}x{cols}: {report}"
     with pytest.raises(validation.InputError, match="rows_per_program"):
-        q.rmsnorm_fp8_fused(x, w, config=q.FusedConfig(8, None, division, 3))
+        q.rmsnorm_fp8_fused(x, w, config=q.FusedConfig(8, None, division, 3), contract="exact")
 
 
 @pytest.mark.parametrize("division", ["per_element", "block_reciprocal"])
@@ -444,12 +503,15 @@ def test_unpadded_split_tile_is_bit_exact(division):
 def test_every_launch_keyword_is_a_parameter_of_its_kernel():
     # Triton on a GPU rejects keywords a kernel does not declare; the interpreter ignores them.
     x, w = spec.make_inputs(2, 256, 0)
-    *_, meta = q._launch_setup(x, w, 1e-6, spec.ABSMAX_FLOOR, "auto", None)
     options = {"num_warps", "num_stages", "maxnreg"}
-    for kernel, kwargs in ((q.rmsnorm_bf16_kernel, q.norm_meta(meta)),
-                           (q.quantize_fp8_kernel, meta)):
-        unknown = set(kwargs) - options - set(kernel.arg_names)
-        assert not unknown, f"{kernel.fn.__name__} does not declare {unknown}"
+    for contract in spec.CONTRACTS:
+        *_, meta = q._launch_setup(x, w, 1e-6, spec.ABSMAX_FLOOR, "auto", None, contract=contract)
+        for kernel, kwargs in ((q.rmsnorm_bf16_kernel, q.norm_meta(meta)),
+                               (q.quantize_fp8_kernel, q.quantize_meta(meta))):
+            unknown = set(kwargs) - options - set(kernel.arg_names)
+            assert not unknown, f"{kernel.fn.__name__} does not declare {unknown}"
+            missing = {n for n in kernel.arg_names if n.isupper()} - set(kwargs) - {"FP8_MAX"}
+            assert not missing, f"{kernel.fn.__name__} is not given {missing}"
 
 
 @pytest.mark.parametrize("path", list(FP8_PATHS))
@@ -463,10 +525,11 @@ def test_bf16_subnormals_give_the_specification_s_codes_and_scales(path):
     w = torch.ones(256, dtype=BF16, device=DEV)
     w[::7] = 0.5
     fn, config = FP8_PATHS[path]["fn"], FP8_PATHS[path].get("config")
-    kwargs = {} if config is None else {"config": config}
+    contract = FP8_PATHS[path].get("contract", spec.DEFAULT_CONTRACT)
+    kwargs = {"contract": contract} if config is None else {"config": config, "contract": contract}
     for eps, floor in ((1e-6, 0.0), (0.0, 0.0), (1e-6, 1e-4)):
         report = spec.compare(*fn(x, w, eps, absmax_floor=floor, **kwargs),
-                              *spec.reference(x, w, eps, floor))
+                              *spec.reference(x, w, eps, floor, contract=contract))
         assert report.ok, (eps, floor, report)
 
 

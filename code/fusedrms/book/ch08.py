@@ -102,16 +102,19 @@ TARGET_FLOOR_FRACTION = 0.90
 
 def exactness_records(shapes=CHECK_SHAPES, seeds=CHECK_SEEDS, log=print,
                       budget_s: float | None = None) -> list[dict]:
-    """Codes and scales of every version against the reference, shape by shape, seed by seed.
-    With ``budget_s``, shapes left when it has passed are recorded as skipped."""
+    """Codes and scales of every version against its contract's reference, shape by shape, seed
+    by seed: the library's versions the served contract, the untuned baseline and the reordered
+    formula the exact one. With ``budget_s``, shapes left when it has passed are recorded as
+    skipped."""
     out = []
     t0 = time.time()
     versions = {"fused": lambda x, w: rmsnorm_fp8_fused(x, w),
                 "fused_baseline": lambda x, w: rmsnorm_fp8_fused(x, w, config=baseline_config(
-                    x.shape[-1])),
+                    x.shape[-1]), contract="exact"),
                 "naive": lambda x, w: rmsnorm_fp8_naive(x, w),
                 "fused_software": lambda x, w: rmsnorm_fp8_fused(x, w, rounding="software"),
                 "reordered_reference": lambda x, w: reference_reordered(x, w)}
+    against_exact = ("fused_baseline", "reordered_reference")
     for rows, cols in shapes:
         for seed in seeds:
             if budget_s is not None and time.time() - t0 > budget_s:
@@ -120,11 +123,13 @@ def exactness_records(shapes=CHECK_SHAPES, seeds=CHECK_SEEDS, log=print,
                 log(f"  exact {rows}x{cols} seed {seed}: skipped (budget spent)")
                 continue
             x, w = make_inputs(rows, cols, seed)
-            ref_codes, ref_scales = reference(x, w)
+            refs = {"served": reference(x, w, contract="served"),
+                    "exact": reference(x, w, contract="exact")}
             rec = {"kind": "exactness", "rows": rows, "cols": cols, "seed": seed,
                    "codes": rows * cols}
             for name, fn in versions.items():
                 try:
+                    ref_codes, ref_scales = refs["exact" if name in against_exact else "served"]
                     codes, scales = fn(x, w)
                     report = compare(codes, scales, ref_codes, ref_scales)
                     rec[f"{name}_differing_codes"] = report.mismatches
@@ -166,7 +171,8 @@ SWEEP_CONFIGS = ((16, True), (16, False), (8, False), (32, False))  # (num_warps
 
 def sweep_records(shape=SWEEP_SHAPE, configs=SWEEP_CONFIGS, warmup: int = 5, reps: int = 30,
                   log=print) -> list[dict]:
-    """The fused kernel's launch configuration at one large shape: time, registers, spills."""
+    """The fused kernel's launch configuration at one large shape (the exact contract, whose
+    tuning the chapter tells): time, registers, spills."""
     from ..measure import timer
 
     rows, cols = shape
@@ -176,9 +182,10 @@ def sweep_records(shape=SWEEP_SHAPE, configs=SWEEP_CONFIGS, warmup: int = 5, rep
         rec = {"kind": "sweep", "rows": rows, "cols": cols, "num_warps": num_warps,
                "cap_registers": cap}
         try:
-            rec.update(kernel_resources(num_warps=num_warps, cap_registers=cap))
+            rec.update(kernel_resources(num_warps=num_warps, cap_registers=cap, contract="exact"))
             times = sorted(timer.time_gpu(
-                lambda: rmsnorm_fp8_fused(x, w, num_warps=num_warps, cap_registers=cap),
+                lambda: rmsnorm_fp8_fused(x, w, num_warps=num_warps, cap_registers=cap,
+                                          contract="exact"),
                 warmup, reps, l2="cold", graph=True))
             rec["fused_graph_us"] = float(times[len(times) // 2])
         except Exception as e:  # noqa: BLE001
@@ -218,10 +225,11 @@ def edge_inputs(device=None):
 
 
 def fused_resources(config: FusedConfig, cols: int = HIDDEN_SIZE) -> tuple:
-    """(registers, spills) per thread of the fused kernel compiled for ``config`` (None: interpreter)."""
+    """(registers, spills) per thread of the exact contract's fused kernel compiled for ``config``
+    (None: interpreter)."""
     x, w = make_inputs(2, cols, 0)
     x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
-        x, w, RMS_NORM_EPS, ABSMAX_FLOOR, "auto", None, True, None, config)
+        x, w, RMS_NORM_EPS, ABSMAX_FLOOR, "auto", None, True, None, config, "exact")
     k = _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
     return getattr(k, "n_regs", None), getattr(k, "n_spills", None)
 
@@ -230,7 +238,7 @@ def fused_resources(config: FusedConfig, cols: int = HIDDEN_SIZE) -> tuple:
 def _case(rows: int, cols: int, seed: int):
     """Inputs and reference of one check, kept: every candidate is checked on the same cases."""
     x, w = make_inputs(rows, cols, seed)
-    return x, w, reference(x, w)
+    return x, w, reference(x, w, contract="exact")
 
 
 def candidate_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seeds=(0, 1)) -> dict:
@@ -243,17 +251,19 @@ def candidate_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seed
     for rows, cols in shapes:
         for seed in seeds:
             x, w, ref = _case(rows, cols, seed)
-            report = compare(*rmsnorm_fp8_fused(x, w, config=config), *ref)
+            report = compare(*rmsnorm_fp8_fused(x, w, config=config, contract="exact"), *ref)
             checked += 1
             differing += report.mismatches
             if not report.ok:
                 failures.append(f"{rows}x{cols} seed {seed}: {report}")
     edge_vs_reference = 0
     for name, x, w, floor in edge_inputs():
-        out = rmsnorm_fp8_fused(x, w, absmax_floor=floor, config=config)
-        base = rmsnorm_fp8_fused(x, w, absmax_floor=floor, config=baseline_config(x.shape[-1]))
+        out = rmsnorm_fp8_fused(x, w, absmax_floor=floor, config=config, contract="exact")
+        base = rmsnorm_fp8_fused(x, w, absmax_floor=floor, config=baseline_config(x.shape[-1]),
+                                 contract="exact")
         report = compare(*out, *base)
-        edge_vs_reference += compare(*out, *reference(x, w, absmax_floor=floor)).mismatches
+        edge_vs_reference += compare(*out, *reference(x, w, absmax_floor=floor,
+                                                      contract="exact")).mismatches
         checked += 1
         differing += report.mismatches
         if not report.ok:
@@ -264,7 +274,8 @@ def candidate_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seed
 
 def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int = 5, reps: int = 20,
                        log=print, deadline: float | None = None, progress=None) -> list[dict]:
-    """Every candidate configuration of the fused kernel: bit-exactness on the GPU, registers,
+    """Every candidate configuration of the fused kernel under the exact contract (the tuning
+    the chapter tells; the served contract launches with its winner): bit-exactness on the GPU, registers,
     and median times (cold L2, with and without CUDA-graph replay) at the large shapes. The
     naive pair is timed next to them (baseline division and block reciprocal) for the ratio."""
     from ..measure import timer
@@ -285,7 +296,8 @@ def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int 
     for division in DIVISIONS:
         rec = {"kind": "naive_reference", "division": division}
         try:
-            time_into(rec, "naive", lambda x, w: rmsnorm_fp8_naive(x, w, division=division))
+            time_into(rec, "naive", lambda x, w: rmsnorm_fp8_naive(x, w, division=division,
+                                                                   contract="exact"))
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {e}"
         out.append(rec)
@@ -304,7 +316,8 @@ def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int 
             rec.update(bit_exact=False, error=f"exactness: {type(e).__name__}: {e}")
         try:
             rec["registers"], rec["spills"] = fused_resources(cfg)
-            time_into(rec, "fused", lambda x, w: rmsnorm_fp8_fused(x, w, config=cfg))
+            time_into(rec, "fused", lambda x, w: rmsnorm_fp8_fused(x, w, config=cfg,
+                                                                   contract="exact"))
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {e}"
         out.append(rec)
@@ -393,7 +406,7 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, check_sh
              "fused_config": choose_config(HIDDEN_SIZE)[0].label,  # what "fused" ran as
              "baseline_config": baseline_config(HIDDEN_SIZE).label}
     steps = (("exactness", lambda: exactness_records(check_shapes, log=log)),
-             ("resources", lambda: [{"kind": "resources", **kernel_resources()}]),
+             ("resources", lambda: [{"kind": "resources", **kernel_resources(contract="exact")}]),
              ("timing", lambda: ch08_timing.timing_in_processes(
                  timing_shapes, processes=1 if smoke else ch08_timing.TIMING_PROCESSES, log=log)),
              ("sweep", lambda: sweep_records(log=log) if full else []))
@@ -575,28 +588,34 @@ def pipe_utilization(folder) -> list[dict]:
 # What the page shows, computed from the recorded files (and, for the seed's twin, on the CPU).
 
 def timing_rows(doc: dict | None, floor: records.CopyFloor | None = None) -> list[dict]:
-    """Per timed shape: the naive pair and ``fp8.fused`` (CUDA-graph times, cold L2: the kernels'
-    own time), the copy floor of each design's bytes at ``floor`` (by default the book's, beside
-    ``doc``; None where no copy was measured), the speedup and the fused kernel's share of its
-    floor. Shapes whose timing failed are left out."""
+    """Per timed shape: the exact contract's naive pair and fused kernel (CUDA-graph times, cold
+    L2: the kernels' own time), the copy floor of each design's bytes at ``floor`` (by default the
+    book's, beside ``doc``; None where no copy was measured), the speedup and the fused kernel's
+    share of its floor; ``served_*``, the same for ``fp8.fused`` (the served contract). Shapes
+    whose timing failed are left out."""
     floor = floor or records.copy_floor_beside(doc)
     out = []
     for r in timing_table(doc) if doc else []:
-        naive, fused = r.get("naive_graph_us"), r.get("fused_graph_us")
-        if not (naive and fused):
+        naive, fused = r.get("naive_graph_us"), r.get("fused_exact_graph_us")
+        served = r.get("fused_graph_us")
+        if not (naive and fused and served):
             continue
         nbytes = r.get("fused_bytes") or _fused_bytes(r["rows"], r["cols"])
         naive_bytes = r.get("naive_bytes")
         out.append({"rows": r["rows"], "cols": r["cols"], "naive_us": naive, "fused_us": fused,
                     "naive_process_us": r.get("naive_graph_process_us") or [naive],
-                    "fused_process_us": r.get("fused_graph_process_us") or [fused],
+                    "fused_process_us": r.get("fused_exact_graph_process_us") or [fused],
                     "naive_spread": _spread(r.get("naive_graph_process_us")),
-                    "fused_spread": _spread(r.get("fused_graph_process_us")),
+                    "fused_spread": _spread(r.get("fused_exact_graph_process_us")),
                     "processes": r.get("processes", 1),
                     "floor_us": floor.us(nbytes) if floor else None,
                     "naive_floor_us": floor.us(naive_bytes) if floor and naive_bytes else None,
                     "speedup": naive / fused,
                     "pct_floor": floor.pct(nbytes, fused) if floor else None,
+                    "served_us": served,
+                    "served_process_us": r.get("fused_graph_process_us") or [served],
+                    "served_spread": _spread(r.get("fused_graph_process_us")),
+                    "served_pct_floor": floor.pct(nbytes, served) if floor else None,
                     "fused_MB": r.get("fused_bytes", 0) / 1e6,
                     "bytes_ratio": r["naive_bytes"] / r["fused_bytes"]
                     if r.get("naive_bytes") and r.get("fused_bytes") else None})
@@ -614,12 +633,20 @@ def _spread(process_us) -> tuple[float, float] | None:
 
 def timing_tie_band(timing: list[dict]) -> float | None:
     """The tie band of :func:`timing_rows` (:func:`fusedrms.measure.compare.tie_band` over the
-    naive and fused times' process medians); None when every time comes from one process."""
+    naive, fused and served times' process medians); None when every time comes from one
+    process."""
     from ..measure import compare
 
     return compare.tie_band([{"status": "ok", "median_us": r[f"{name}_us"],
                               "process_medians_us": r[f"{name}_process_us"]}
-                             for r in timing for name in ("naive", "fused")])
+                             for r in timing for name in ("naive", "fused", "served")])
+
+
+def python_call(doc: dict | None) -> dict | None:
+    """The recorded Python call of ``fp8.fused`` beside ``F.rms_norm``'s (µs per call, one row)."""
+    rec = next((r for r in (doc or {}).get("records", []) if r.get("kind") == "python_call"
+                and r.get("fused_call_us") and r.get("rms_norm_call_us")), None)
+    return None if rec is None else dict(rec, ratio=rec["fused_call_us"] / rec["rms_norm_call_us"])
 
 
 # One lever at a time, each from the configuration the previous one left: (lever, hypothesis,
@@ -709,7 +736,7 @@ def twin_differences(rows: int = 64, cols: int = HIDDEN_SIZE, seed: int = 0) -> 
     """Codes and scales of the seed's twin against the specification (CPU, seeded inputs): each
     shortcut alone, then all four. Scales count as differing when they are not bit-equal."""
     x, w = make_inputs(rows, cols, seed, device="cpu")
-    ref_codes, ref_scales = reference(x, w)
+    ref_codes, ref_scales = reference(x, w, contract="exact")
     cases = [(name, (key,)) for name, key in TWIN_DEPARTURES.items()]
     cases.append(("all four (the twin)", tuple(TWIN_DEPARTURES.values())))
     out = []

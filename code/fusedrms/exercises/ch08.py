@@ -320,9 +320,9 @@ def _share_mistakes() -> dict:
 def _share_question() -> str:
     found = recorded_timing()
     rows = f"{found['rows']:,} x {found['cols']:,}" if found else f"32,768 x {COLS:,}"
-    return (f"Predict the fused RMSNorm + FP8 kernel's share of its copy floor at {rows} bf16 on "
-            f"the H200: its floor time (its bytes at the copy rate) over its measured time, in "
-            f"percent, e.g. 75%.")
+    return (f"Predict the exact contract's fused RMSNorm + FP8 kernel's share of its copy floor "
+            f"at {rows} bf16 on the H200: its floor time (its bytes at the copy rate) over its "
+            f"measured time, in percent, e.g. 75%.")
 
 
 predict_floor_share = Exercise("predict_floor_share", _share_question(), _grade_share,

@@ -445,8 +445,9 @@ def _build_fp8(cols: int, variant: str, rounding: str):
     candidates = {"rows": next(c for c in m.CANDIDATES if c.rows_per_program > 1),
                   "split": next(c for c in m.CANDIDATES if c.tile == "split")}
     config = candidates.get(variant, m.baseline_config(cols))
+    contract = "exact" if variant == "rows" else spec.DEFAULT_CONTRACT  # rows: exact only
     x2, w, eps, floor, _, _, codes_out, scales, meta = m._launch_setup(
-        x, w, spec.RMS_NORM_EPS, spec.ABSMAX_FLOOR, rounding, None, True, None, config)
+        x, w, spec.RMS_NORM_EPS, spec.ABSMAX_FLOOR, rounding, None, True, None, config, contract)
     common = (x2, w, codes_out, scales)
     if variant == "split":
         b0, b1, b2 = meta.pop("PIECES")
@@ -455,6 +456,7 @@ def _build_fp8(cols: int, variant: str, rounding: str):
                 (*common, cols, float(cols), x2.stride(0), eps, floor),
                 dict(FP8_MAX=spec.FP8_MAX, B0=b0, B1=b1, B2=b2, **meta))
     if variant == "rows":
+        del meta["SUM_ORDER"], meta["MULTIPLY"]
         return (m.rmsnorm_fp8_fused_rows_kernel,
                 (*common, ROWS, cols, float(cols), x2.stride(0), eps, floor),
                 dict(FP8_MAX=spec.FP8_MAX, **meta))
@@ -467,7 +469,7 @@ def _build_fp8(cols: int, variant: str, rounding: str):
                 m.norm_meta(meta))
     if variant == "quantize":
         return (m.quantize_fp8_kernel, (y, codes_out, scales, cols, floor),
-                dict(FP8_MAX=spec.FP8_MAX, **meta))
+                dict(FP8_MAX=spec.FP8_MAX, **m.quantize_meta(meta)))
     raise ValueError(f"unknown fp8 variant {variant!r}")
 
 

@@ -5,7 +5,9 @@ Each row is normalized, multiplied by the weight ``gamma`` and quantized in bloc
 fp8 e4m3 codes, with one fp32 scale per block. The codes must equal the specification's bit for bit:
 :mod:`fusedrms.kernels.rmsnorm_fp8_spec` holds the constants, the operation order, the PyTorch
 reference and the comparison rule, and the decisions on zero blocks, NaN and Inf, partial blocks
-and input formats.
+and input formats. ``contract`` picks which of its two contracts a call follows: ``"served"`` (the
+default: the squares summed in fp32 by a stated tree, ``q = y * RN(448 / absmax)``) or ``"exact"``
+(the chapter's teaching specification: a float64 sum, a correctly rounded ``y / scale``).
 
 **Rounding paths.** ``rounding="cast"`` uses Triton's casts (``.to(tl.bfloat16)``,
 ``.to(tl.float8e4nv)``): hardware conversions on a GPU of compute capability >= 8.9 (Ada, Hopper
@@ -32,6 +34,7 @@ from .. import env  # first: decides GPU or interpreter before any @triton.jit b
 
 import contextlib
 import dataclasses
+import inspect
 
 import torch
 import triton
@@ -40,8 +43,8 @@ import triton.language as tl
 from .. import registry, tuning, validation
 from .rmsnorm import loud_scale  # chapter 4's guard: NaN, never 0, for an overflowed row
 from .rmsnorm_fp8_spec import (  # the specification these kernels match bit for bit
-    ABSMAX_FLOOR, BF16, BLOCK_COLS, FP8_DTYPE, FP8_MAX, FP32, HIDDEN_SIZE, RMS_NORM_EPS,
-    check_inputs, make_inputs, n_blocks)
+    ABSMAX_FLOOR, BF16, BLOCK_COLS, DEFAULT_CONTRACT, FP8_DTYPE, FP8_MAX, FP32, HIDDEN_SIZE,
+    RMS_NORM_EPS, check_inputs, contract_steps, make_inputs, n_blocks)
 from .rounding import round_to_bf16  # chapter 7's bit-level rounding, shared
 
 MAX_COLS = 16384  # the fused kernel keeps a whole row in registers
@@ -100,12 +103,10 @@ def to_bf16_value(v, SOFTWARE_ROUNDING: tl.constexpr):
 
 
 @triton.jit
-def row_rscale_tile(x, cols_f, eps):
-    """Steps 1-2 on a (blocks, 128) tile of fp32 x (masked lanes 0):
-    r = 1 / sqrt(mean + eps)."""
-    # exact for bf16 x; summed in float64, so order-free
-    squares = (x * x).to(tl.float64)
-    sum_sq = tl.sum(tl.sum(squares, axis=1), axis=0).to(tl.float32)
+def row_rscale_tile(x, cols_f, eps, SUM_ORDER: tl.constexpr, N: tl.constexpr):
+    """Steps 1-2 on a (N, 128) tile of fp32 x (masked lanes 0):
+    r = 1 / sqrt(mean + eps), the squares summed as the contract says."""
+    sum_sq = sum_of_squares(x, SUM_ORDER, N).to(tl.float32)
     denominator = tl.div_rn(sum_sq, cols_f) + eps
     # correctly rounded
     return loud_scale(tl.div_rn(1.0, tl.sqrt_rn(denominator)), denominator)
@@ -129,9 +130,10 @@ def pairwise_sum(t, N: tl.constexpr):
 
 @triton.jit
 def sum_of_squares(x, SUM_ORDER: tl.constexpr, N: tl.constexpr):
-    """Step 1 on a (N, 128) tile of fp32 x: 0, the specification's float64
-    sum (float64); 1, fp32 by the pairwise tree; 2, fp32 in whatever order
-    the compiler picks (no reference can promise its bits)."""
+    """Step 1 on a (N, 128) tile of fp32 x: 0, the exact contract's float64
+    sum (squares of bf16 values are exact; any order gives the same fp32
+    result); 1, the served contract's fp32 by the pairwise tree; 2, fp32 in
+    whatever order the compiler picks (no reference can promise its bits)."""
     if SUM_ORDER == 0:
         return tl.sum(tl.sum((x * x).to(tl.float64), axis=1), axis=0)
     elif SUM_ORDER == 1:
@@ -226,18 +228,20 @@ def quantize_tile(y, absmax_floor, FP8_MAX: tl.constexpr,
 def rmsnorm_fp8_fused_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, cols_f, x_row_stride,
                              eps, absmax_floor, FP8_MAX: tl.constexpr, BLOCK_COLS: tl.constexpr,
                              BLOCKS: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
-                             BLOCK_RECIPROCAL: tl.constexpr):
+                             BLOCK_RECIPROCAL: tl.constexpr, SUM_ORDER: tl.constexpr,
+                             MULTIPLY: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     blocks = tl.arange(0, BLOCKS)  # the row as a (blocks, 128) tile, padded to a power of two
     offsets = blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
     mask = offsets < cols
     x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0).to(tl.float32)
-    r = row_rscale_tile(x, cols_f, eps)
+    r = row_rscale_tile(x, cols_f, eps, SUM_ORDER, BLOCKS)
     # gamma is loaded only now: loaded earlier it would hold registers through the reduction,
     # and registers per thread decide how many rows an SM keeps in flight
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)  # stays in registers
-    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL)
+    codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL,
+                                 MULTIPLY)
     tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
     n_blocks = tl.cdiv(cols, BLOCK_COLS)
     tl.store(scales_ptr + row * n_blocks + blocks, scale, mask=blocks < n_blocks)
@@ -251,7 +255,8 @@ def rmsnorm_fp8_fused_rows_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, rows, col
                                   ROWS: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
                                   BLOCK_RECIPROCAL: tl.constexpr):
     """The fused kernel with ``ROWS`` rows per program: a (rows, blocks, 128) tile, so the loads of
-    several rows are in flight together and the per-row scalar work is shared by more lanes."""
+    several rows are in flight together and the per-row scalar work is shared by more lanes.
+    The exact contract only (a launch candidate of its study)."""
     row_ids = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     blocks = tl.arange(0, BLOCKS)
     offsets = (blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :])[None, :, :]
@@ -402,14 +407,15 @@ def split_pieces(n_blocks_: int) -> tuple[int, int, int] | None:
 @triton.jit
 def rmsnorm_bf16_kernel(x_ptr, w_ptr, y_ptr, cols, cols_f, x_row_stride, eps,
                         BLOCK_COLS: tl.constexpr, BLOCKS: tl.constexpr,
-                        SOFTWARE_ROUNDING: tl.constexpr):
+                        SOFTWARE_ROUNDING: tl.constexpr,
+                        SUM_ORDER: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offsets = (tl.arange(0, BLOCKS)[:, None] * BLOCK_COLS
                + tl.arange(0, BLOCK_COLS)[None, :])
     mask = offsets < cols
     x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask,
                 other=0.0).to(tl.float32)
-    r = row_rscale_tile(x, cols_f, eps)
+    r = row_rscale_tile(x, cols_f, eps, SUM_ORDER, BLOCKS)
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)
     # exact: y is bf16 already
@@ -420,7 +426,7 @@ def rmsnorm_bf16_kernel(x_ptr, w_ptr, y_ptr, cols, cols_f, x_row_stride, eps,
 def quantize_fp8_kernel(y_ptr, codes_ptr, scales_ptr, cols, absmax_floor,
                         FP8_MAX: tl.constexpr, BLOCK_COLS: tl.constexpr,
                         BLOCKS: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
-                        BLOCK_RECIPROCAL: tl.constexpr):
+                        BLOCK_RECIPROCAL: tl.constexpr, MULTIPLY: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     blocks = tl.arange(0, BLOCKS)
     offsets = blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
@@ -429,7 +435,7 @@ def quantize_fp8_kernel(y_ptr, codes_ptr, scales_ptr, cols, absmax_floor,
     y = tl.load(y_ptr + row * cols + offsets, mask=mask,
                 other=0.0).to(tl.float32)
     codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING,
-                                 BLOCK_RECIPROCAL)
+                                 BLOCK_RECIPROCAL, MULTIPLY)
     tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
     n_blocks = tl.cdiv(cols, BLOCK_COLS)
     tl.store(scales_ptr + row * n_blocks + blocks, scale,
@@ -592,8 +598,9 @@ def _resolve_config(cols, num_warps, cap_registers, division, config) -> FusedCo
 
 
 def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=True,
-                  division=None, config=None):
+                  division=None, config=None, contract=DEFAULT_CONTRACT):
     validation.check_flag(cap_registers, "cap_registers")
+    steps = contract_steps(contract)
     x2, w, eps, floor, shape = check_inputs(x, w, eps, absmax_floor, env.current().device)
     cols = x2.shape[1]
     validation.check_width(cols, MAX_COLS, "fp8_quant (one row per program)")
@@ -609,8 +616,14 @@ def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=Tr
     if cfg.maxnreg and env.current().backend == "cuda" and _supports_maxnreg():
         options["maxnreg"] = cfg.maxnreg
     meta = dict(BLOCK_COLS=BLOCK_COLS, BLOCKS=blocks, SOFTWARE_ROUNDING=software,
-                BLOCK_RECIPROCAL=cfg.division == "block_reciprocal", **options)
+                BLOCK_RECIPROCAL=cfg.division == "block_reciprocal",
+                SUM_ORDER=0 if steps["sum_order"] == "float64" else 1,
+                MULTIPLY=steps["division"] == "reciprocal", **options)
     if cfg.rows_per_program > 1:
+        if contract != "exact":
+            raise validation.InputError(f"rows_per_program {cfg.rows_per_program} runs the exact "
+                                        f"contract only; pass contract='exact' or one row per "
+                                        f"program.")
         meta["ROWS"] = cfg.rows_per_program  # the fused wrapper then launches the rows kernel
     pieces = split_pieces(nb) if cfg.tile == "split" else None
     if pieces:  # a width that is not three powers of two of blocks keeps the padded tile
@@ -618,21 +631,63 @@ def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=Tr
     return x2, w, eps, floor, shape, codes, codes_out, scales, meta
 
 
-def _launch_fused(x2, w, codes_out, scales, eps, floor, meta):
+LAUNCH_OPTIONS = ("num_warps", "maxnreg")
+
+
+def _fused_launch(x2, w, codes_out, scales, eps, floor, meta):
+    """(kernel, grid, its arguments by name, launch options) of the fused kernel ``meta`` picks."""
     rows, cols = x2.shape
+    args = dict(x_ptr=x2, w_ptr=w, codes_ptr=codes_out, scales_ptr=scales, cols=cols,
+                cols_f=float(cols), x_row_stride=x2.stride(0), eps=eps, absmax_floor=floor,
+                FP8_MAX=FP8_MAX)
+    options = {k: v for k, v in meta.items() if k in LAUNCH_OPTIONS}
+    consts = {k: v for k, v in meta.items() if k not in LAUNCH_OPTIONS}
+    if "PIECES" in consts:
+        b0, b1, b2 = consts.pop("PIECES")
+        del consts["BLOCKS"]
+        return (rmsnorm_fp8_fused_split_kernel, rows,
+                {**args, **consts, "B0": b0, "B1": b1, "B2": b2}, options)
+    if "ROWS" in consts:
+        del consts["SUM_ORDER"], consts["MULTIPLY"]  # the exact contract (_launch_setup)
+        return (rmsnorm_fp8_fused_rows_kernel, triton.cdiv(rows, consts["ROWS"]),
+                {**args, "rows": rows, **consts}, options)
+    return rmsnorm_fp8_fused_kernel, rows, {**args, **consts}, options
+
+
+def _launch_fused(x2, w, codes_out, scales, eps, floor, meta):
+    kernel, grid, args, options = _fused_launch(x2, w, codes_out, scales, eps, floor, meta)
     with _interpreter_quiet():
-        if "PIECES" in meta:
-            b0, b1, b2 = meta["PIECES"]
-            split_meta = {k: v for k, v in meta.items() if k not in ("PIECES", "BLOCKS")}
-            return rmsnorm_fp8_fused_split_kernel[(rows,)](
-                x2, w, codes_out, scales, cols, float(cols), x2.stride(0), eps, floor,
-                FP8_MAX=FP8_MAX, B0=b0, B1=b1, B2=b2, **split_meta)
-        if "ROWS" in meta:
-            return rmsnorm_fp8_fused_rows_kernel[(triton.cdiv(rows, meta["ROWS"]),)](
-                x2, w, codes_out, scales, rows, cols, float(cols), x2.stride(0), eps, floor,
-                FP8_MAX=FP8_MAX, **meta)
-        return rmsnorm_fp8_fused_kernel[(rows,)](x2, w, codes_out, scales, cols, float(cols),
-                                                 x2.stride(0), eps, floor, FP8_MAX=FP8_MAX, **meta)
+        return kernel[(grid,)](**args, **options)
+
+
+class _DirectLaunch:
+    """The compiled kernel of a first launch, called again without Triton's Python launch path
+    (binding the arguments and the specialization key cost tens of microseconds a call), as
+    ``add_rmsnorm`` does. Only the four pointers change between calls."""
+
+    __slots__ = ("runner", "args", "pointers")
+
+    def __init__(self, runner, kernel, args: dict):
+        names = list(inspect.signature(kernel.fn).parameters.items())
+        self.runner = runner
+        self.args = [args[n] if n in args else p.default for n, p in names]
+        self.pointers = [i for i, (n, _) in enumerate(names)
+                         if n in ("x_ptr", "w_ptr", "codes_ptr", "scales_ptr")]
+
+    def __call__(self, x, w, codes, scales) -> None:
+        args = list(self.args)
+        for i, t in zip(self.pointers, (x, w, codes, scales)):
+            args[i] = t
+        self.runner(*args)
+
+
+def _direct_launch(compiled, x2, w, codes_out, scales, eps, floor, meta):
+    """A :class:`_DirectLaunch` of the launch just made (CUDA only), else None."""
+    if not (x2.device.type == "cuda" and hasattr(compiled, "run")
+            and hasattr(compiled, "__getitem__")):
+        return None
+    kernel, grid, args, _ = _fused_launch(x2, w, codes_out, scales, eps, floor, meta)
+    return _DirectLaunch(compiled[(grid, 1, 1)], kernel, args)
 
 
 def _interpreter_quiet():
@@ -653,9 +708,11 @@ def _shaped(codes, scales, shape):
 def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR,
                       rounding: str = "auto", num_warps: int | None = None,
                       cap_registers: bool = True, division: str | None = None,
-                      config: FusedConfig | None = None):
+                      config: FusedConfig | None = None, contract: str = DEFAULT_CONTRACT):
     """One kernel: normalize and quantize each row on chip. Returns ``(codes, scales)``.
 
+    ``contract``: ``"served"`` (default) or ``"exact"`` (module docstring); the codes equal
+    ``rmsnorm_fp8_spec.reference(x, w, contract=contract)``'s bit for bit.
     ``rounding``: ``"auto"`` (default), ``"cast"`` or ``"software"`` (module docstring).
     With no launch arguments the configuration is :func:`choose_config`'s: the bit-exact winner of
     the recorded candidates on this GPU (``tuning/h200/fp8.json``), else the baseline.
@@ -663,7 +720,7 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
     override the baseline piece by piece; ``config`` (a :class:`FusedConfig`) sets all three.
     """
     default = num_warps is None and division is None and config is None and cap_registers is True
-    key = _plan_key(x, w, eps, absmax_floor, rounding) if default else None
+    key = _plan_key(x, w, eps, absmax_floor, rounding, contract) if default else None
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         return plan.run(x, w)
@@ -671,13 +728,14 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
     if default:
         config = choose_config(x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0)[0]
     x2, w2, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
-        x, w, eps, absmax_floor, rounding, num_warps, cap_registers, division, config)
+        x, w, eps, absmax_floor, rounding, num_warps, cap_registers, division, config, contract)
     if x2.shape[0] == 0:
         return _shaped(codes, scales, shape)
-    _launch_fused(x2, w2, codes_out, scales, eps, floor, meta)
+    compiled = _launch_fused(x2, w2, codes_out, scales, eps, floor, meta)
     if key is not None and x2.data_ptr() == x.data_ptr() and x.is_contiguous() and w2 is w:
+        direct = _direct_launch(compiled, x2, w2, codes_out, scales, eps, floor, meta)
         _PLANS[key] = _Plan(x2.shape, scales.shape[1], codes_out.dtype != codes.dtype, eps,
-                            floor, meta)
+                            floor, meta, direct)
     return _shaped(codes, scales, shape)
 
 
@@ -688,50 +746,65 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
 _PLANS: dict = {}
 
 
-def _plan_key(x, w, eps, absmax_floor, rounding) -> tuple | None:
+def _plan_key(x, w, eps, absmax_floor, rounding, contract) -> tuple | None:
     from . import add_rmsnorm  # its FAST_PATH switch (FUSEDRMS_FAST_PATH) covers both ops
 
     if not (add_rmsnorm.FAST_PATH and type(x) is torch.Tensor and type(w) is torch.Tensor  # noqa: E721
-            and type(eps) is float and type(absmax_floor) is float and type(rounding) is str):  # noqa: E721
+            and type(eps) is float and type(absmax_floor) is float and type(rounding) is str  # noqa: E721
+            and type(contract) is str):  # noqa: E721
         return None
     recorded = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
     if len(_PLANS) >= 256:
         _PLANS.clear()
+    # Triton specializes the compiled kernel on 16-byte pointer alignment: part of the key
     return (x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype, w.device, eps,
-            absmax_floor, rounding, tuning.generation(), recorded)
+            absmax_floor, rounding, contract, x.data_ptr() % 16 == 0, w.data_ptr() % 16 == 0,
+            tuning.generation(), recorded)
 
 
 class _Plan:
-    __slots__ = ("rows_cols", "blocks", "software", "eps", "floor", "meta")
+    __slots__ = ("rows_cols", "blocks", "software", "eps", "floor", "meta", "direct")
 
-    def __init__(self, rows_cols, blocks, software, eps, floor, meta):
+    def __init__(self, rows_cols, blocks, software, eps, floor, meta, direct=None):
         self.rows_cols, self.blocks, self.software = tuple(rows_cols), blocks, software
-        self.eps, self.floor, self.meta = eps, floor, meta
+        self.eps, self.floor, self.meta, self.direct = eps, floor, meta, direct
 
     def run(self, x, w):
         rows, cols = self.rows_cols
         codes = torch.empty((rows, cols), dtype=FP8_DTYPE, device=x.device)
         scales = torch.empty((rows, self.blocks), dtype=FP32, device=x.device)
         codes_out = codes.view(torch.uint8) if self.software else codes
-        _launch_fused(x.view(rows, cols), w, codes_out, scales, self.eps, self.floor, self.meta)
+        if self.direct is not None:
+            self.direct(x, w, codes_out, scales)
+        else:  # the interpreter: the same launch, without the checks already made
+            _launch_fused(x.view(rows, cols), w, codes_out, scales, self.eps, self.floor,
+                          self.meta)
         return _shaped(codes, scales, tuple(x.shape))
 
 
 def norm_meta(meta: dict) -> dict:
     """The launch keywords the naive norm kernel takes: it does not divide, so it has no
-    BLOCK_RECIPROCAL (Triton on a GPU rejects keywords a kernel does not declare; the interpreter
-    ignores them, which is how this once slipped through CPU tests)."""
-    return {k: v for k, v in meta.items() if k != "BLOCK_RECIPROCAL"}
+    BLOCK_RECIPROCAL or MULTIPLY (Triton on a GPU rejects keywords a kernel does not declare; the
+    interpreter ignores them, which is how this once slipped through CPU tests)."""
+    return {k: v for k, v in meta.items() if k not in ("BLOCK_RECIPROCAL", "MULTIPLY")}
+
+
+def quantize_meta(meta: dict) -> dict:
+    """The launch keywords the naive quantizer takes: it does not sum, so no SUM_ORDER."""
+    return {k: v for k, v in meta.items() if k != "SUM_ORDER"}
 
 
 def rmsnorm_fp8_naive(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR,
                       rounding: str = "auto", num_warps: int | None = None,
-                      cap_registers: bool = True, division: str | None = None):
+                      cap_registers: bool = True, division: str | None = None,
+                      contract: str = DEFAULT_CONTRACT):
     """Two kernels: the norm writes bf16 rows to memory, the quantizer reads them back.
-    Always the baseline launch (never the tuned table): the comparison the chapter starts from."""
+    Always the baseline launch (never the tuned table): the comparison the chapter starts from.
+    ``contract`` as :func:`rmsnorm_fp8_fused`'s."""
     validation.check_forward_only({"x": x, "w": w}, "fp8.naive")
     x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
-        x, w, eps, absmax_floor, rounding, num_warps, cap_registers, division)
+        x, w, eps, absmax_floor, rounding, num_warps, cap_registers, division,
+        contract=contract)
     rows, cols = x2.shape
     if rows == 0:
         return _shaped(codes, scales, shape)
@@ -741,16 +814,19 @@ def rmsnorm_fp8_naive(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
     with _interpreter_quiet():
         rmsnorm_bf16_kernel[(rows,)](x2, w, y, cols, float(cols), x2.stride(0), eps,
                                      **norm_meta(meta))
-        quantize_fp8_kernel[(rows,)](y, codes_out, scales, cols, floor, FP8_MAX=FP8_MAX, **meta)
+        quantize_fp8_kernel[(rows,)](y, codes_out, scales, cols, floor, FP8_MAX=FP8_MAX,
+                                     **quantize_meta(meta))
     return _shaped(codes, scales, shape)
 
 
 def kernel_resources(rows: int = 4, cols: int = HIDDEN_SIZE, num_warps: int | None = None,
-                     cap_registers: bool = True, config: FusedConfig | None = None) -> dict:
+                     cap_registers: bool = True, config: FusedConfig | None = None,
+                     contract: str = DEFAULT_CONTRACT) -> dict:
     """Registers and spills per thread of the compiled kernels (GPU; None in the interpreter)."""
     x, w = make_inputs(rows, cols, 0)
     x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
-        x, w, RMS_NORM_EPS, ABSMAX_FLOOR, "auto", num_warps, cap_registers, None, config)
+        x, w, RMS_NORM_EPS, ABSMAX_FLOOR, "auto", num_warps, cap_registers, None, config,
+        contract)
     y = torch.empty(x2.shape, dtype=BF16, device=x2.device)
     fused = _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
     meta.pop("ROWS", None)
@@ -761,7 +837,7 @@ def kernel_resources(rows: int = 4, cols: int = HIDDEN_SIZE, num_warps: int | No
             "norm": rmsnorm_bf16_kernel[(rows,)](x2, w, y, cols, float(cols), x2.stride(0), eps,
                                                  **norm_meta(meta)),
             "quantize": quantize_fp8_kernel[(rows,)](y, codes_out, scales, cols, floor,
-                                                     FP8_MAX=FP8_MAX, **meta)}
+                                                     FP8_MAX=FP8_MAX, **quantize_meta(meta))}
     out = {"num_warps": meta["num_warps"], "maxnreg": meta.get("maxnreg")}
     for name, k in launched.items():
         out[f"{name}_registers"] = getattr(k, "n_regs", None)
@@ -773,12 +849,12 @@ registry.register(registry.Impl(
     "fp8.naive", op="rmsnorm_fp8", fn=rmsnorm_fp8_naive, route="triton", dtypes=(BF16,),
     max_cols=MAX_COLS,
     description="RMSNorm kernel writes bf16 rows, a second kernel quantizes them to fp8 e4m3 "
-                "in 128-column blocks (chapter 8)"))
+                "in 128-column blocks, the served contract (chapter 8)"))
 registry.register(registry.Impl(
     "fp8.fused", op="rmsnorm_fp8", fn=rmsnorm_fp8_fused, route="triton", dtypes=(BF16,),
     max_cols=MAX_COLS,
-    description="RMSNorm + fp8 e4m3 block quantization in one kernel, one row per program "
-                "(chapter 8)"))
+    description="RMSNorm + fp8 e4m3 block quantization in one kernel, one row per program, "
+                "the served contract (chapter 8)"))
 
 
 # ---------------------------------------------------------------- command line

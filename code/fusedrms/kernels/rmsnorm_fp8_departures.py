@@ -1,4 +1,4 @@
-"""Chapter 8's price list: ``fp8.fused``'s unpadded kernel with the specification's exactness
+"""Chapter 8's price list: ``fp8.fused``'s unpadded kernel with the exact contract's
 features switched off one at a time (:func:`rmsnorm_fp8_departing`). The switches are constexpr
 arguments of :func:`fusedrms.kernels.rmsnorm_fp8.rmsnorm_fp8_fused_split_kernel` (one kernel
 source), whose defaults are the specification."""
@@ -16,11 +16,12 @@ DEPARTING_DIVISIONS = ("exact", "reciprocal")
 def rmsnorm_fp8_departing(x, w, sum_order: str = "float64", exact_r: bool = True,
                           division: str = "exact", num_warps: int = 4,
                           eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR):
-    """``fp8.fused``'s unpadded kernel with the specification's exactness features switched off
-    one at a time, so chapter 8 can price each: ``sum_order`` ``"pairwise"`` (fp32, the stated
+    """``fp8.fused``'s unpadded kernel with the exact contract's features switched off one at a
+    time, so chapter 8 can price each: ``sum_order`` ``"pairwise"`` (fp32, the stated
     tree of :func:`pairwise_sum`) or ``"compiler"`` (fp32, any order); ``exact_r=False`` (the
     hardware ``rsqrt``); ``division="reciprocal"`` (``q = y * RN(448 / absmax)``). The defaults
-    are ``fp8.fused`` at ``FusedConfig(num_warps, None, "block_reciprocal", 1, "split")``.
+    are ``fp8.fused(contract="exact")`` at ``FusedConfig(num_warps, None, "block_reciprocal", 1,
+    "split")``; ``sum_order="pairwise", division="reciprocal"`` is the served contract.
     Returns ``(codes, scales)``; :func:`rmsnorm_fp8_spec.reference` states the pairwise sum and
     the reciprocal division too, so those departures are checked bit for bit against it."""
     validation.check_forward_only({"x": x, "w": w}, "fp8.departing")
@@ -32,14 +33,15 @@ def rmsnorm_fp8_departing(x, w, sum_order: str = "float64", exact_r: bool = True
     validation.check_flag(exact_r, "exact_r")
     config = FusedConfig(num_warps, None, "block_reciprocal", 1, "split")
     x2, w2, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
-        x, w, eps, absmax_floor, "auto", None, True, None, config)
+        x, w, eps, absmax_floor, "auto", None, True, None, config, "exact")
     if "PIECES" not in meta:
         raise validation.InputError(f"{x2.shape[1]} columns are not three powers of two of "
                                     f"{BLOCK_COLS}-column blocks (as 7168 = (32 + 16 + 8) x 128); "
                                     f"the departures run on the unpadded kernel only.")
     if x2.shape[0]:
         b0, b1, b2 = meta.pop("PIECES")
-        meta.pop("BLOCKS")
+        for set_below in ("BLOCKS", "SUM_ORDER", "MULTIPLY"):
+            del meta[set_below]
         with _interpreter_quiet():
             rmsnorm_fp8_fused_split_kernel[(x2.shape[0],)](
                 x2, w2, codes_out, scales, x2.shape[1], float(x2.shape[1]), x2.stride(0), eps,
