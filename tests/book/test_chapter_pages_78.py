@@ -65,8 +65,8 @@ def test_python_calls_and_eager_ratio():
 
 def fp8_doc():
     timing = {"kind": "timing", "rows": 16384, "cols": 7168, "naive_graph_us": 300.0,
-              "fused_graph_us": 150.0, "fused_floor_us": 84.0, "naive_floor_us": 194.0,
-              "naive_bytes": 825767936, "fused_bytes": 356005888}
+              "fused_exact_graph_us": 150.0, "fused_graph_us": 105.0, "fused_floor_us": 84.0,
+              "naive_floor_us": 194.0, "naive_bytes": 825767936, "fused_bytes": 356005888}
     failed = {"kind": "timing", "rows": 2, "cols": 7168, "error_graph": "boom"}
     return {"provenance": {}, "records": [failed, timing]}
 
@@ -76,7 +76,8 @@ def test_fp8_timing_rows_skip_failed_shapes():
     rows = ch08.timing_rows(fp8_doc(), floor)
     assert len(rows) == 1
     r = rows[0]
-    assert r["speedup"] == 2.0 and r["pct_floor"] == pytest.approx(56.0)
+    assert r["speedup"] == 2.0 and r["pct_floor"] == pytest.approx(56.0)  # the exact contract
+    assert r["served_us"] == 105.0 and r["served_pct_floor"] == pytest.approx(80.0)
     assert r["bytes_ratio"] == pytest.approx(2.3196, rel=1e-3)
     assert ch08.timing_rows(None) == []
 

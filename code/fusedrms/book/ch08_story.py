@@ -116,6 +116,8 @@ def story_facts(docs: dict) -> dict:
     for name, part in parts.items():
         if part:
             out[name] = part
+    if docs["cost"]:
+        out["cost_rows"] = ch08.exactness_cost_rows(docs["cost"])
     return out
 
 
@@ -166,6 +168,11 @@ def story_values(docs: dict) -> dict[str, str]:
         if mid and mid is not last and mid["served_pct_floor"] is not None:
             v.update(sv_mid_rows=f"{mid['rows']:,}", sv_mid_pct=f"{mid['served_pct_floor']:.0f}%",
                      sv_mid_mb=f"{mid['fused_MB']:.0f} MB")
+            diag = [r["pct_of_floor"] for r in f.get("cost_rows", [])
+                    if r["rows"] == mid["rows"] and r["cols"] == mid["cols"]
+                    and r["impl"].startswith("fp8.approx") and r["pct_of_floor"] is not None]
+            if diag:  # the fastest diagnostic there: what no exactness buys at this size
+                v["sv_mid_diag_pct"] = f"{max(diag):.0f}%"
         call = t["call"]
         if call:
             v.update(pc_fused=f"{call['fused_call_us']:.1f} µs",
