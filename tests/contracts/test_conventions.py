@@ -95,11 +95,13 @@ def test_fused_adds_against_the_books_references(dtype):
     assert not same(y_v, y) and not same(y_fi, y)
 
 
-def test_fp8_divide_is_chapter_8s_specification():
-    x, w = spec.make_inputs(6, 384, seed=3, device="cpu", zero_block=True)
-    codes, scales = fp8.divide(x, w, 1e-6)
-    ref_codes, ref_scales = spec.reference(x, w, 1e-6)
-    assert spec.differing_codes(codes, ref_codes) == 0 and torch.equal(scales, ref_scales)
+def test_fp8_divide_and_served_are_chapter_8s_two_contracts():
+    x, w = spec.make_inputs(64, 7168, seed=3, device="cpu", zero_block=True)
+    for restated, contract in ((fp8.divide, "exact"), (fp8.served, "served")):
+        codes, scales = restated(x, w, 1e-6)
+        ref_codes, ref_scales = spec.reference(x, w, 1e-6, contract=contract)
+        assert spec.differing_codes(codes, ref_codes) == 0 and torch.equal(scales, ref_scales)
+    assert spec.differing_codes(fp8.served(x, w, 1e-6)[0], fp8.divide(x, w, 1e-6)[0]) > 0
 
 
 def test_fp8_conventions_differ_where_they_should():

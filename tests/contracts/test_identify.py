@@ -56,10 +56,12 @@ def test_triton_kernels_in_fp16_and_the_interpreters_bf16():
 
 
 def test_fp8_kernel_matches_chapter_8s_convention():
-    found = contracts.identify("fp8.fused")
-    assert found.dtypes == ("bf16",) and found.matches == ["fp8_divide"], str(found)
+    found = contracts.identify("fp8.fused")  # the served contract, told apart from the others
+    assert found.dtypes == ("bf16",) and found.matches == ["fp8_served"], str(found)
     assert found.difference("fp8_reciprocal").output == "codes"
-    assert found.difference("fp8_divide_floor_1e-10").output == "scales"
+    assert found.difference("fp8_divide").output == "codes"
+    # TransformerEngine's codes are the served contract's (q = y * (448 / absmax)); its scales not
+    assert found.difference("fp8_transformer_engine").output == "scales"
     assert "float8_e4m3fnuz" in found.difference("fp8_divide_fnuz").note
 
 
@@ -133,7 +135,7 @@ GPU_EXPECTED = {
     # Inductor may drop a cast to bf16 that is followed by one back to fp32
     # (emulate_precision_casts is off); its CPU code keeps it, and so matches the book's
     "torch.compile_residual": ("stored_sum_once", "flashinfer_fused_add"),
-    "fp8.fused": "fp8_divide", "fp8.naive": "fp8_divide",
+    "fp8.fused": "fp8_served", "fp8.naive": "fp8_served",
     "liger.rms_norm": "llama", "liger.fused_add_rms_norm": "vllm_fused_add",
     "flashinfer.rms_norm": "fp32_once", "flashinfer.fused_add_rmsnorm": "flashinfer_fused_add",
 }

@@ -29,13 +29,15 @@ BLOCK_COLS = spec.BLOCK_COLS
 E4M3FN = torch.float8_e4m3fn
 E4M3FNUZ = torch.float8_e4m3fnuz
 FORMAT_MAX = {E4M3FN: 448.0, E4M3FNUZ: 240.0}
-QUANTIZERS = ("divide", "reciprocal", "transformer_engine")
+QUANTIZERS = ("divide", "reciprocal", "transformer_engine", "multiply")
 
 
-def normalized(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """Chapter 8's step 3: ``x * r`` rounded to bf16, times ``w`` in bf16, as (rows, cols)."""
+def normalized(x: torch.Tensor, w: torch.Tensor, eps: float,
+               sum_order: str = "float64") -> torch.Tensor:
+    """Chapter 8's step 3: ``x * r`` rounded to bf16, times ``w`` in bf16, as (rows, cols);
+    ``sum_order`` as :func:`rmsnorm_fp8_spec.row_rscale`'s."""
     x2 = x.reshape(-1, x.shape[-1])
-    return (x2.to(FP32) * spec.row_rscale(x2, eps)).to(BF16) * w.to(BF16)
+    return (x2.to(FP32) * spec.row_rscale(x2, eps, sum_order)).to(BF16) * w.to(BF16)
 
 
 def _fp32(value: float, like: torch.Tensor) -> torch.Tensor:
@@ -51,7 +53,9 @@ def quantize(y: torch.Tensor, quantizer: str = "divide", absmax_floor: float = 1
     - ``"divide"``: ``scale = absmax / max``, ``q = y / scale``;
     - ``"reciprocal"``: the same scale, ``q = y * (1 / scale)``;
     - ``"transformer_engine"``: ``m = max / absmax`` (1 when absmax is 0), ``q = y * m``,
-      ``scale = 1 / m``.
+      ``scale = 1 / m``;
+    - ``"multiply"``: ``scale = absmax / max``, ``q = y * (max / absmax)`` (the multiplier
+      rounded once: chapter 8's served contract).
 
     ``absmax`` is floored at ``absmax_floor`` first (0: no floor); ``fmt_max`` defaults to the
     format's largest finite value.
@@ -74,6 +78,8 @@ def quantize(y: torch.Tensor, quantizer: str = "divide", absmax_floor: float = 1
         scales = absmax / top
         if quantizer == "divide":
             q = blocks / scales[..., None]
+        elif quantizer == "multiply":
+            q = blocks * (top / absmax)[..., None]
         else:
             q = blocks * torch.reciprocal(scales)[..., None]
     codes = q.clamp(-top, top).to(fmt).reshape(rows, nb * BLOCK_COLS)[:, :cols]
@@ -81,11 +87,12 @@ def quantize(y: torch.Tensor, quantizer: str = "divide", absmax_floor: float = 1
 
 
 def convention(quantizer: str, absmax_floor: float, fmt: torch.dtype = E4M3FN,
-               fmt_max: float | None = None):
+               fmt_max: float | None = None, sum_order: str = "float64"):
     """``fn(x, w, eps) -> (codes, scales)`` for one FP8 convention, shaped as the registry's
     ``rmsnorm_fp8`` op returns them."""
     def fn(x: torch.Tensor, w: torch.Tensor, eps: float):
-        codes, scales = quantize(normalized(x, w, eps), quantizer, absmax_floor, fmt, fmt_max)
+        codes, scales = quantize(normalized(x, w, eps, sum_order), quantizer, absmax_floor, fmt,
+                                 fmt_max)
         return (codes.reshape(x.shape),
                 scales.reshape(tuple(x.shape[:-1]) + (scales.shape[-1],)))
 
@@ -93,8 +100,10 @@ def convention(quantizer: str, absmax_floor: float, fmt: torch.dtype = E4M3FN,
     return fn
 
 
-# The book's chapter 8 (kernels/rmsnorm_fp8_spec.py): division, floor 1e-4, e4m3fn.
+# The book's chapter 8 (kernels/rmsnorm_fp8_spec.py), its exact contract: division, floor 1e-4,
+# e4m3fn; and its served contract, fp8.fused's default: the pairwise fp32 sum, a multiplier.
 divide = convention("divide", spec.ABSMAX_FLOOR)
+served = convention("multiply", spec.ABSMAX_FLOOR, sum_order="pairwise")
 # vllm-project/vllm csrc/quantization/fp8/per_token_group_quant.cu: local_absmax starts at eps
 # (1e-10 from the Python side), y_s = absmax / max_8bit, q = src / y_s.
 divide_floor_1e10 = convention("divide", 1e-10)

@@ -220,8 +220,9 @@ def fused_cases(dtype: torch.dtype, eps: float) -> Cases:
 @functools.lru_cache(maxsize=1)
 def separating_blocks() -> dict:
     """For bf16 absmax values A in [1, 2): the bf16 values y <= A (multiples of 2^-8) whose e4m3
-    code under ``divide`` differs from that under another quantizer (:func:`fp8.quantize`), for the
-    A with the most of them: ``{"reciprocal": (A, ys), "transformer_engine": (A, ys)}``.
+    code under one quantizer differs from that under another (:func:`fp8.quantize`), for the A
+    with the most of them: ``{"reciprocal": (A, ys), "transformer_engine": (A, ys),
+    "multiply": (A, ys)}``, the first two against ``divide``, the last against ``reciprocal``.
     TransformerEngine's A is chosen among those whose stored scale differs too."""
     a = (1 + torch.arange(128, dtype=FP32) / 128)[:, None]
     y = torch.arange(1, 512, dtype=FP32) / 256
@@ -230,16 +231,17 @@ def separating_blocks() -> dict:
     scale = a / top
     multiplier = top / a
     quotients = {"divide": y / scale, "reciprocal": y * torch.reciprocal(scale),
-                 "transformer_engine": y * multiplier}
+                 "transformer_engine": y * multiplier, "multiply": y * multiplier}
     codes = {q: v.to(fp8.E4M3FN).view(torch.uint8) for q, v in quotients.items()}
     inside = y <= a
     scale_differs = (torch.reciprocal(multiplier) != scale)[:, 0]
     out = {}
-    for other, allowed in (("reciprocal", torch.ones_like(scale_differs)),
-                           ("transformer_engine", scale_differs)):
-        count = ((codes["divide"] != codes[other]) & inside).sum(dim=1)
+    for base, other, allowed in (("divide", "reciprocal", torch.ones_like(scale_differs)),
+                                 ("divide", "transformer_engine", scale_differs),
+                                 ("reciprocal", "multiply", torch.ones_like(scale_differs))):
+        count = ((codes[base] != codes[other]) & inside).sum(dim=1)
         best = int(torch.where(allowed, count, -1).argmax())
-        differs = (codes["divide"][best] != codes[other][best]) & inside[best]
+        differs = (codes[base][best] != codes[other][best]) & inside[best]
         out[other] = (float(a[best, 0]), y[0][differs].tolist())
     return out
 

@@ -27,8 +27,8 @@ The operation order is part of the specification, because the codes are checked 
 These five steps are the ``"exact"`` contract, the chapter's teaching reference. The library's
 kernels default to the ``"served"`` contract (:data:`CONTRACTS`), which changes two steps and is
 checked bit for bit just the same: step 1 sums the squares in fp32 by a stated pairwise tree
-(:func:`pairwise_sum_of_squares`), and step 5 computes ``q = y * RN(448 / absmax)``, as
-DeepGEMM's reference cast does, with the scale still ``RN(absmax / 448)``.
+(:func:`pairwise_sum_of_squares`), and step 5 computes ``q = y * RN(448 / absmax)``, the form
+of DeepGEMM's reference cast ``x * (448 / amax)``, with the scale still ``RN(absmax / 448)``.
 
 Decisions (documented in the chapter):
 
@@ -93,8 +93,8 @@ def _full(like: torch.Tensor, value: float) -> torch.Tensor:
 SUM_ORDERS = ("float64", "pairwise")  # step 1 as specified, and the stated fp32 departure
 DIVISIONS = ("exact", "reciprocal")  # step 5 as specified, and the stated departure
 # Two contracts, each bit for bit: "exact", the chapter's teaching specification, and "served",
-# the library's (an fp32 sum by a stated tree, and q = y * RN(448 / absmax) as DeepGEMM's cast
-# computes it), which chapter 8's price list chose: 1.35x faster on the H200, 0.02% of codes moved.
+# the library's (an fp32 sum by a stated tree, and q = y * RN(448 / absmax), the form of
+# DeepGEMM's reference cast), which chapter 8's price list chose: it moves 0.02% of the codes.
 CONTRACTS = {"exact": {"sum_order": "float64", "division": "exact"},
              "served": {"sum_order": "pairwise", "division": "reciprocal"}}
 DEFAULT_CONTRACT = "served"
@@ -184,9 +184,9 @@ def check_inputs(x, w, eps, absmax_floor, device=None):
 
 
 def reference(x, w, eps: float = RMS_NORM_EPS,
-              absmax_floor: float = ABSMAX_FLOOR, *, contract: str = DEFAULT_CONTRACT,
-              sum_order: str | None = None, division: str | None = None
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+              absmax_floor: float = ABSMAX_FLOOR, *,
+              contract: str = DEFAULT_CONTRACT, sum_order: str | None = None,
+              division: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A contract in PyTorch: ``(codes e4m3 of x's shape, scales fp32
     (..., blocks))``. ``contract`` (:data:`CONTRACTS`) sets step 1's
     ``sum_order`` and step 5's ``division``; either can be set on its own
