@@ -53,15 +53,17 @@ def test_block_sizes_solution_is_measured_here_and_small_on_the_cpu_runtime():
     assert ch03.block_sizes.check(solution).ok
 
 
-@pytest.mark.parametrize("label,needle", [
-    ("times in milliseconds", "looks like milliseconds"),
-    ("made-up times", "more than 3x away"),
-    ("a shape it never ran", "x257"),
-    ("correctness not checked", "correct=False"),
+@pytest.mark.parametrize("label,needles", [
+    ("times in milliseconds", ("looks like milliseconds",)),
+    # 1 us for every size: on a loaded 2-core CI machine the CPU runtime once took 2,762 us, and
+    # 1 us read as milliseconds is then within 3x of it; either rejection names the measured time
+    ("made-up times", ("more than 3x away", "looks like milliseconds")),
+    ("a shape it never ran", ("x257",)),
+    ("correctness not checked", ("correct=False",)),
 ])
-def test_block_sizes_rejects_numbers_it_cannot_reproduce(label, needle):
+def test_block_sizes_rejects_numbers_it_cannot_reproduce(label, needles):
     fb = ch03.block_sizes.check(ch03.block_sizes.mistakes[label])
-    assert not fb.ok and needle in fb.message and fb.hint
+    assert not fb.ok and any(n in fb.message for n in needles) and fb.hint, fb.message
 
 
 def test_block_sizes_rejects_seconds_and_a_smaller_shape_than_claimed():
