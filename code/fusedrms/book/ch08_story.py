@@ -168,11 +168,10 @@ def story_values(docs: dict) -> dict[str, str]:
         if mid and mid is not last and mid["served_pct_floor"] is not None:
             v.update(sv_mid_rows=f"{mid['rows']:,}", sv_mid_pct=f"{mid['served_pct_floor']:.0f}%",
                      sv_mid_mb=f"{mid['fused_MB']:.0f} MB")
-            diag = [r["pct_of_floor"] for r in f.get("cost_rows", [])
-                    if r["rows"] == mid["rows"] and r["cols"] == mid["cols"]
-                    and r["impl"].startswith("fp8.approx") and r["pct_of_floor"] is not None]
-            if diag:  # the fastest diagnostic there: what no exactness buys at this size
-                v["sv_mid_diag_pct"] = f"{max(diag):.0f}%"
+            at = next((r for r in ch08_page.cost_table(f.get("cost_rows", []))
+                       if r["shape"] == f"{mid['rows']}x{mid['cols']}"), None)
+            if at and at["diagnostic % of floor"] is not None:  # what no exactness buys there
+                v["sv_mid_diag_pct"] = f"{at['diagnostic % of floor']:.0f}%"
         call = t["call"]
         if call:
             v.update(pc_fused=f"{call['fused_call_us']:.1f} µs",

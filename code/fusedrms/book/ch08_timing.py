@@ -83,28 +83,19 @@ def timing_records(shapes=TIMING_SHAPES, warmup: int = 10, reps: int = 50, log=p
 
 def python_call_record(cols: int = CALL_COLS, calls: int = 2000, reps: int = 5) -> dict:
     """Wall time per call of ``fp8.fused`` and ``F.rms_norm`` on one bf16 row, called back to back
-    from Python (the median of ``reps`` loops of ``calls``): what a caller pays besides the GPU."""
-    import time
-
-    import torch
+    from Python (:func:`fusedrms.measure.worker.python_call_us`, the median of ``reps`` loops of
+    ``calls``): what a caller pays besides the GPU."""
     import torch.nn.functional as F
+
+    from ..measure import worker
 
     x, w = make_inputs(1, cols, 0)
     fns = {"fused": lambda: rmsnorm_fp8_fused(x, w),
            "rms_norm": lambda: F.rms_norm(x, (cols,), w, 1e-6)}
     rec = {"kind": "python_call", "rows": 1, "cols": cols}
     for name, fn in fns.items():
-        for _ in range(200):
-            fn()
-        torch.cuda.synchronize()
-        per = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            torch.cuda.synchronize()
-            per.append((time.perf_counter() - t0) / calls * 1e6)
-        rec[f"{name}_call_us"] = statistics.median(per)
+        rec[f"{name}_call_us"] = statistics.median(
+            worker.python_call_us(fn, "cuda", reps=reps, calls=calls))
     return rec
 
 
