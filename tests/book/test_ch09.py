@@ -17,6 +17,8 @@ def test_the_sweep_covers_every_shape_op_and_implementation():
     assert {(c["op"], c["impl"]) for c in cs if c["kind"] == "backward"} == set(ch09.BACKWARD_IMPLS)
     sweep = [c for c in cs if c["kind"] == "programs"]
     assert len(sweep) == len(ch09.PROGRAM_SHAPES) * len(ch09.PROGRAMS_PER_SM)
+    reduce = [c for c in cs if c["kind"] == "reduce"]
+    assert len(reduce) == len(ch09.REDUCE_SHAPES) * len(ch09.REDUCE_TILES)
     assert len(ch09.cases(smoke=True)) < len(cs) / 4
 
 

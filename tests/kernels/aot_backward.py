@@ -11,6 +11,7 @@ import fusedrms.env  # noqa: F401  decides the device (and turns the interpreter
 
 os.environ.pop("TRITON_INTERPRET", None)  # ...which this compile must not use
 
+import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -36,6 +37,11 @@ def loads(ptx):
     return sorted(set(re.findall(r"ld\.global\S*", ptx)))
 
 
+# the rule's rows per step for 4096 columns of each dtype: 2 (bf16), 1 (fp32, fp64)
+TILE = {dt: B.tile_rows_for(4096, getattr(torch, name))
+        for dt, name in (("bf16", "bfloat16"), ("fp32", "float32"), ("fp64", "float64"))}
+
+
 def main():
     out = {}
     for dt in ("bf16", "fp32", "fp64"):
@@ -47,7 +53,7 @@ def main():
                    "dx_stride"]
         for atomic, prefetch in ((False, True), (True, True), (False, False)):
             for residual in (False, True):
-                c = {"BLOCK": 4096, "HAS_RESIDUAL": residual, "HAS_DSUM": residual,
+                c = {"BLOCK": 4096, "TILE_ROWS": TILE[dt], "HAS_RESIDUAL": residual, "HAS_DSUM": residual,
                      "SAVED_R": not atomic, "ATOMIC_DW": atomic, "ACC": acc,
                      "F64": dt == "fp64", "PREFETCH": prefetch}
                 ptx = compile_ptx(B.rmsnorm_backward_kernel, types, c, aligned, 8)
@@ -62,7 +68,7 @@ def main():
             out[f"forward {dt} residual={residual}"] = loads(ptx)
         ptx = compile_ptx(B.dw_reduce_kernel, [accp, p, "i32", "i32"],
                           {"BLOCK_P": B.REDUCE_BLOCK_P, "BLOCK_COLS": B.REDUCE_BLOCK_COLS},
-                          ["partials_ptr", "dw_ptr", "cols"], 4)
+                          ["partials_ptr", "dw_ptr", "cols"], B.REDUCE_WARPS)
         out[f"dw_reduce {dt}"] = loads(ptx)
     for bug in (1, 2, 3, 4):
         ptx = compile_ptx(BB.broken_backward_kernel, ["*fp32"] * 5 + ["i32"] * 6 + ["fp32"],

@@ -139,7 +139,7 @@ def test_programs_override_changes_partials_but_not_the_answer():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, F64])
 @pytest.mark.parametrize("programs", [1, 3, 7])
-def test_prefetching_the_next_row_changes_no_bit(dtype, programs):
+def test_prefetching_the_next_tile_changes_no_bit(dtype, programs):
     # 7 rows over 1, 3 (3 + 3 + 1) or 7 programs: the last row of a range, and one-row ranges,
     # are where a prefetch could read past its rows
     x, res, w, dy, ds = _inputs(7, 300, dtype, seed=5)
@@ -150,7 +150,7 @@ def test_prefetching_the_next_row_changes_no_bit(dtype, programs):
 
 
 @pytest.mark.gpu
-def test_prefetching_the_next_row_changes_no_bit_on_gpu():
+def test_prefetching_the_next_tile_changes_no_bit_on_gpu():
     x, res, w, dy, ds = _inputs(1000, 4096, torch.bfloat16, seed=6)
     for programs in (None, 999):
         before = B.backward(x, w, dy, programs=programs, prefetch=False, residual=res, d_sum=ds)
@@ -228,7 +228,21 @@ def test_suite_on_gpu():
 
 
 def test_grid_rule():
-    assert B.programs_per_sm(2048, torch.bfloat16) == 4
+    # rows per step: a tile of about 16 KiB of one tensor, 1 to 4 rows
+    assert B.tile_rows_for(2048, torch.bfloat16) == 4
+    assert B.tile_rows_for(4096, torch.bfloat16) == 2
+    assert B.tile_rows_for(8192, torch.bfloat16) == 1
+    assert B.tile_rows_for(4096, torch.float32) == 1
+    assert B.tile_rows_for(64, torch.float32) == B.MAX_TILE_ROWS
+    # warps: one per KiB of tile, 4 to 16, at most 8 over several rows
+    assert B.warps_for(4, 2048, torch.bfloat16) == 8
+    assert B.warps_for(1, 8192, torch.bfloat16) == 16
+    assert B.warps_for(1, 16384, torch.float32) == 16
+    assert B.warps_for(4, 64, torch.float32) == 4
+    # programs per SM: 32 KiB of x and dy tiles in flight per SM
+    assert B.programs_per_sm(2048, torch.bfloat16) == 1
+    assert B.programs_per_sm(1024, torch.bfloat16) == 2
+    assert B.programs_per_sm(256, torch.float32) == 4
     assert B.programs_per_sm(8192, torch.bfloat16) == 1
     assert B.programs_per_sm(65536, torch.float32) == 1
     cpu = torch.device("cpu")
@@ -240,10 +254,37 @@ def test_grid_rule():
 def test_grid_rule_on_a_gpu_sized_machine(monkeypatch):
     monkeypatch.setattr(B, "sm_count", lambda device: 132)
     gpu = torch.device("cuda")
-    assert B.programs_for(16384, 2048, torch.bfloat16, gpu) == 132 * 4
-    assert B.programs_for(1024, 2048, torch.bfloat16, gpu) == 132  # at least one per SM
+    assert B.programs_for(16384, 2048, torch.bfloat16, gpu) == 132
+    assert B.programs_for(16384, 1024, torch.bfloat16, gpu) == 132 * 2
+    assert B.programs_for(1024, 256, torch.float32, gpu) == 132  # at least one per SM
     assert B.programs_for(16384, 8192, torch.bfloat16, gpu) == 132
     assert B.programs_for(16384, 4096, torch.bfloat16, gpu, per_sm=8) == 132 * 8
+
+
+@pytest.mark.parametrize("tile_rows", [1, 2, 4, 8])
+@pytest.mark.parametrize("programs", [1, 2, 3])
+def test_every_tile_of_rows_gives_the_formula(tile_rows, programs):
+    # 7 rows: every program's last tile is partly masked off; eps = 0 and r recomputed, so a
+    # masked-off row (all zeros) has r = NaN and must still add nothing to dw
+    x, res, w, dy, ds = _inputs(7, 33, torch.float32, seed=8)
+    ref = reference.rmsnorm_backward(x, w, dy, 0.0, accum=F64)
+    for mode in B.DW_MODES:
+        dx, dw = B.backward(x, w, dy, 0.0, programs=programs, tile_rows=tile_rows, dw_mode=mode)
+        assert checks.allclose(dx, ref["dx"], scale=ref["dx_scale"]), (mode, "dx")
+        assert checks.allclose(dw, ref["dw"], n=7, scale=ref["dw_scale"]), (mode, "dw")
+    s = x.to(F64) + res.to(F64)
+    ref = reference.rmsnorm_backward(s, w, dy, 0.0, accum=F64, d_sum=ds)
+    dx, dw = B.backward(x, w, dy, 0.0, residual=res, d_sum=ds, programs=programs,
+                        tile_rows=tile_rows)
+    assert checks.allclose(dx, ref["dx"], scale=ref["dx_scale"])
+    assert checks.allclose(dw, ref["dw"], n=7, scale=ref["dw_scale"])
+
+
+@pytest.mark.parametrize("tile_rows", [0, 3, 16, 2.0, True, "4"])
+def test_a_bad_tile_of_rows_is_named(tile_rows):
+    x, _, w, dy, _ = _inputs(4, 8)
+    with pytest.raises(InputError, match="tile_rows"):
+        B.backward(x, w, dy, tile_rows=tile_rows)
 
 
 def test_a_gradient_of_the_gradient_raises_instead_of_being_dropped():

@@ -95,7 +95,9 @@ def _real_stage_one(x, w, dy, eps, atomic: bool):
     x2, w, eps, _ = B._prepare(x, w, eps)
     dy2 = B._rows(dy, "dy", x)
     rows, cols = x2.shape
-    rpp = triton.cdiv(rows, B.programs_for(rows, cols, x2.dtype, x2.device))
+    tile = B.tile_rows_for(cols, x2.dtype)
+    rpp = triton.cdiv(rows, B.programs_for(rows, cols, x2.dtype, x2.device, tile_rows=tile))
+    rpp = triton.cdiv(rpp, tile) * tile
     programs = triton.cdiv(rows, rpp)
     dx2 = torch.empty_like(x2)
     dw_buffer = torch.empty((cols,) if atomic else (programs, cols), dtype=torch.float32,
@@ -103,9 +105,9 @@ def _real_stage_one(x, w, dy, eps, atomic: bool):
     block = triton.next_power_of_2(cols)
     B.rmsnorm_backward_kernel[(programs,)](
         x2, x2, w, dy2, dx2, dx2, dx2, dw_buffer, rows, cols, rpp, x2.stride(0), x2.stride(0),
-        dy2.stride(0), dx2.stride(0), dx2.stride(0), eps, BLOCK=block, HAS_RESIDUAL=False,
-        HAS_DSUM=False, SAVED_R=False, ATOMIC_DW=atomic, ACC=tl.float32, F64=False,
-        num_warps=num_warps_for(block))
+        dy2.stride(0), dx2.stride(0), dx2.stride(0), eps, BLOCK=block, TILE_ROWS=tile,
+        HAS_RESIDUAL=False, HAS_DSUM=False, SAVED_R=False, ATOMIC_DW=atomic, ACC=tl.float32,
+        F64=False, PREFETCH=True, num_warps=B.warps_for(tile, cols, x2.dtype))
     return dx2.reshape(x.shape), dw_buffer, programs, w
 
 
@@ -116,7 +118,7 @@ def partial_lost(x, w, dy, eps: float = 1e-5):
     dw = torch.empty((cols,), dtype=w.dtype, device=w.device)
     B.dw_reduce_kernel[(triton.cdiv(cols, B.REDUCE_BLOCK_COLS),)](
         partials, dw, programs - 1, cols,  # BUG: programs - 1
-        BLOCK_P=B.REDUCE_BLOCK_P, BLOCK_COLS=B.REDUCE_BLOCK_COLS)
+        BLOCK_P=B.REDUCE_BLOCK_P, BLOCK_COLS=B.REDUCE_BLOCK_COLS, num_warps=B.REDUCE_WARPS)
     return dx, dw
 
 

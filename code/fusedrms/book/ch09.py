@@ -65,10 +65,18 @@ BACKWARD_IMPLS = {("rmsnorm", "two_stage"): "rmsnorm_backward",
                   ("rmsnorm", "atomic"): "rmsnorm_backward_atomic",
                   ("rmsnorm", "recompute_r"): "rmsnorm_backward_recompute",
                   ("rmsnorm", "no_prefetch"): "rmsnorm_backward",
-                  ("add_rmsnorm", "two_stage"): "add_rmsnorm_backward"}
+                  ("rmsnorm", "one_row"): "rmsnorm_backward",
+                  ("add_rmsnorm", "two_stage"): "add_rmsnorm_backward",
+                  ("add_rmsnorm", "one_row"): "add_rmsnorm_backward"}
+# designs that are a lever's "before", not what the library ships
+BEFORE_DESIGNS = ("no_prefetch", "one_row")
 # the grid of the two-stage backward: programs per SM against the default rule
 PROGRAM_SHAPES = ((1024, 4096, "bf16"), (16384, 2048, "bf16"), (16384, 8192, "bf16"))
 PROGRAMS_PER_SM = (1, 2, 4, 8)
+# stage 2 alone (the dw reduce) over the one-row design's partials at 16384 rows: the tile it
+# had (rows x columns of partials per step, warps) and the library's
+REDUCE_SHAPES = ((16384, 2048, "bf16"), (16384, 4096, "bf16"), (16384, 8192, "bf16"))
+REDUCE_TILES = {"32x64": (32, 64, 4), "128x16": (128, 16, 8)}
 DETERMINISM_SHAPE = (16384, 4096, "bf16")
 DETERMINISM_RUNS = 5
 
@@ -183,16 +191,35 @@ def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor,
     """``step(bundle)`` of our backward alone. The bundle holds what the forward saved and the
     output gradients: ``[x, dy]`` (rmsnorm) or ``[s, dy, ds]`` (fused add); ``rstd`` is the saved
     row scale (4 bytes per row, not rotated), unused by the ``recompute_r`` design;
-    ``no_prefetch`` is the two-stage design loading each row only when its turn comes."""
+    ``no_prefetch`` is the two-stage design loading each tile only when its turn comes;
+    ``one_row`` the two-stage design stepping one row at a time (the grid its rule gives)."""
     from ..kernels import rmsnorm_backward as B
 
     mode = "atomic" if design == "atomic" else "two_stage"
     saved_r = None if design == "recompute_r" else rstd
+    tile_rows = 1 if design == "one_row" else None
 
     def step(bundle):
         d_sum = None if op == "rmsnorm" else bundle[2]
         return B.backward(bundle[0], w, bundle[1], EPS, d_sum=d_sum, rstd=saved_r, dw_mode=mode,
-                          programs=programs, prefetch=design != "no_prefetch")
+                          programs=programs, prefetch=design != "no_prefetch",
+                          tile_rows=tile_rows)
+    return step
+
+
+def reduce_step(programs: int, cols: int, tile: str, dw: torch.Tensor):
+    """``step(partials)``: stage 2 alone, :func:`fusedrms.kernels.rmsnorm_backward.dw_reduce_kernel`
+    with one of :data:`REDUCE_TILES`."""
+    import triton
+
+    from ..kernels import rmsnorm_backward as B
+
+    block_p, block_cols, warps = REDUCE_TILES[tile]
+
+    def step(partials):
+        B.dw_reduce_kernel[(triton.cdiv(cols, block_cols),)](
+            partials, dw, programs, cols, BLOCK_P=block_p, BLOCK_COLS=block_cols, num_warps=warps)
+        return dw
     return step
 
 
@@ -262,8 +289,12 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
     device = env.current().device
     rec = {"kind": kind, "op": op, "impl": impl, "rows": rows, "cols": cols, "dtype": dt}
     per_sm = int(impl.split("/")[0]) if kind == "programs" else None
-    programs = B.programs_for(rows, cols, dtype, device, per_sm=per_sm)
-    if kind == "train":
+    one_row = kind in ("backward", "reduce") and impl in ("one_row", *REDUCE_TILES)
+    programs = B.programs_for(rows, cols, dtype, device, per_sm=per_sm,
+                              tile_rows=1 if one_row else None)
+    if kind == "reduce":  # read the fp32 partials, write dw
+        nbytes = programs * cols * 4 + cols * dtype.itemsize
+    elif kind == "train":
         nbytes = traffic.training_bytes(op, rows, cols, dt, programs=programs)["total"]
     else:
         step_name = "rmsnorm_backward" if kind == "programs" else BACKWARD_IMPLS[(op, impl)]
@@ -275,7 +306,11 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
                         device=device).to(dtype).requires_grad_(kind == "train")
         bundle = make_bundle(op, rows, cols, dtype, device=device)
         check_bundle = bundle
-        if kind == "train":
+        if kind == "reduce":
+            bundle = torch.randn((programs, cols), device=device)
+            step = reduce_step(programs, cols, impl, torch.empty(cols, dtype=dtype, device=device))
+            check_bundle = None
+        elif kind == "train":
             step = train_step(impl, op, cols, dtype, w)
         else:  # the forward's saved tensors, then the backward alone
             residual = None if op == "rmsnorm" else bundle[1]
@@ -361,6 +396,9 @@ def cases(smoke: bool = False) -> list[dict]:
     for rows, cols, dt in (SMOKE_SHAPES[:1] if smoke else PROGRAM_SHAPES):
         out += [dict(kind="programs", op="rmsnorm", impl=f"{n}/SM", rows=rows, cols=cols, dt=dt)
                 for n in PROGRAMS_PER_SM]
+    for rows, cols, dt in (SMOKE_SHAPES[:1] if smoke else REDUCE_SHAPES):
+        out += [dict(kind="reduce", op="rmsnorm", impl=t, rows=rows, cols=cols, dt=dt)
+                for t in REDUCE_TILES]
     return out
 
 
@@ -546,7 +584,7 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processe
         "eps": EPS, "timer": next((r["method"] for r in recs if "method" in r), None),
         "seconds": round(time.time() - start, 1)})
     log(f"[ch09] wrote {path} in {time.time() - start:.0f} s")
-    untimed = [r for r in recs if r.get("kind") in ("train", "backward", "programs")
+    untimed = [r for r in recs if r.get("kind") in ("train", "backward", "programs", "reduce")
                and r.get("processes", 0) < processes]
     problems = ([f"{len(untimed)} case(s) not timed in all {processes} processes ("
                  + "; ".join(f"{r['impl']} {r['op']} {r['rows']}x{r['cols']} {r['dtype']}: "

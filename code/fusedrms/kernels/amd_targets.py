@@ -498,17 +498,20 @@ def _build_backward(cols: int, dtype: str, op: str, residual: bool = False, atom
     if op == "dw_reduce":
         partials = torch.empty((programs, cols), dtype=torch.float32)
         return (m.dw_reduce_kernel, (partials, torch.empty_like(w), programs, cols),
-                dict(BLOCK_P=m.REDUCE_BLOCK_P, BLOCK_COLS=m.REDUCE_BLOCK_COLS, num_warps=4))
+                dict(BLOCK_P=m.REDUCE_BLOCK_P, BLOCK_COLS=m.REDUCE_BLOCK_COLS,
+                     num_warps=m.REDUCE_WARPS))
     dy, dx = torch.empty_like(x), torch.empty_like(x)
     ds = torch.empty_like(x) if d_sum else dx
+    tile = m.tile_rows_for(cols, x.dtype)
     rstd = torch.empty(ROWS, dtype=torch.float32)
     dw = (torch.empty(cols, dtype=torch.float32) if atomic
           else torch.empty((programs, cols), dtype=torch.float32))
     return (m.rmsnorm_backward_kernel,
             (x, x, w, dy, ds, rstd, dx, dw, ROWS, cols, triton.cdiv(ROWS, programs),
              x.stride(0), x.stride(0), dy.stride(0), ds.stride(0), dx.stride(0), 1e-5),
-            dict(BLOCK=block, HAS_RESIDUAL=False, HAS_DSUM=d_sum, SAVED_R=True, ATOMIC_DW=atomic,
-                 ACC=acc, F64=f64, PREFETCH=True, num_warps=m.num_warps_for(block)))
+            dict(BLOCK=block, TILE_ROWS=tile, HAS_RESIDUAL=False, HAS_DSUM=d_sum, SAVED_R=True,
+                 ATOMIC_DW=atomic, ACC=acc, F64=f64, PREFETCH=True,
+                 num_warps=m.warps_for(tile, cols, x.dtype)))
 
 
 _BUILDERS = {"row": _build_row, "looped": _build_looped, "multirow": _build_multirow,

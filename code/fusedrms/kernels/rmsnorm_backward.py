@@ -49,11 +49,17 @@ from .rmsnorm import loud_scale, num_warps_for
 # A row of x, dy, w and the dw accumulator live in registers together (four fp32 vectors):
 # past 16384 columns they no longer fit and the compiler spills.
 MAX_COLS = 16384
-# The grid: a program keeps its next row of x and dy in flight while it computes one; to keep
-# enough bytes in flight per SM, narrow rows get more programs per SM (BYTES_IN_FLIGHT_PER_SM / row bytes, 1 to
-# MAX_PROGRAMS_PER_SM). More programs mean more dw partials (programs x cols x 4 bytes, written and
-# read once), so the grid also stays below one program per MIN_ROWS_PER_PROGRAM rows (but never
-# below one program per SM). traffic.py prices the partials.
+# A step of a program handles a tile of TILE_ROWS rows: narrow rows are stacked until a tile of one
+# tensor holds about TILE_BYTES (bf16 rows of 2048 columns: 4 rows, of 4096: 2), so each step keeps
+# as many bytes in flight as a wide row does. H200 (one run, 16384 x 2048 bf16, fused add): 111 us
+# one row per step and one program per SM, 70 us four rows per step.
+TILE_BYTES = 16384
+MAX_TILE_ROWS = 4
+# The grid: a program keeps its next tile of x and dy in flight while it computes one; to keep
+# enough bytes in flight per SM, small tiles get more programs per SM (BYTES_IN_FLIGHT_PER_SM / the
+# bytes of a tile of x and dy, 1 to MAX_PROGRAMS_PER_SM). More programs mean more dw partials
+# (programs x cols x 4 bytes, written and read once), so the grid also stays below one program per
+# MIN_ROWS_PER_PROGRAM rows (but never below one program per SM). traffic.py prices the partials.
 BYTES_IN_FLIGHT_PER_SM = 32768
 MAX_PROGRAMS_PER_SM = 4
 MIN_ROWS_PER_PROGRAM = 16
@@ -61,9 +67,12 @@ MIN_ROWS_PER_PROGRAM = 16
 INTERPRETER_PROGRAMS = 4
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 DW_MODES = ("two_stage", "atomic")
-# The second stage: a tile of partial rows x columns per step.
-REDUCE_BLOCK_P = 32
-REDUCE_BLOCK_COLS = 64
+# The second stage: a tile of partial rows x columns per step; narrow column slices give every SM
+# a slice (2048 columns: 128 programs) instead of a few long loops (H200, 528 x 2048 partials:
+# 16.5 us with 64-column slices and one running sum per column, 4.2 us as here).
+REDUCE_BLOCK_P = 128
+REDUCE_BLOCK_COLS = 16
+REDUCE_WARPS = 8
 
 
 @triton.jit
@@ -104,20 +113,28 @@ def rmsnorm_forward_kernel(x_ptr, res_ptr, w_ptr, y_ptr, s_ptr, rstd_ptr, cols,
 
 # [book:backward-kernel]
 @triton.jit
-def _row_loads(x_row, res_row, dy_row, dsum_row, rstd_row, offsets, mask,
-               HAS_RESIDUAL: tl.constexpr, HAS_DSUM: tl.constexpr,
-               SAVED_R: tl.constexpr):
-    """One row's loads in their stored dtype (an input the op does not
-    have is x again, unused)."""
-    x = tl.load(x_row + offsets, mask=mask, other=0.0)
-    dy = tl.load(dy_row + offsets, mask=mask, other=0.0)
+def _tile_loads(x_ptr, res_ptr, dy_ptr, dsum_ptr, rstd_ptr, row, last,
+                x_stride, res_stride, dy_stride, dsum_stride, offsets, cols,
+                HAS_RESIDUAL: tl.constexpr, HAS_DSUM: tl.constexpr,
+                SAVED_R: tl.constexpr):
+    """A tile's loads (rows ``row``, those from ``last`` on masked off) in
+    their stored dtype; an input the op does not have is x again, unused."""
+    row_mask = row < last
+    mask = row_mask[:, None] & (offsets < cols)[None, :]
+    at = row.to(tl.int64)[:, None]  # 64-bit: rows x stride may pass 2^31
+    x = tl.load(x_ptr + at * x_stride + offsets[None, :], mask=mask,
+                other=0.0)
+    dy = tl.load(dy_ptr + at * dy_stride + offsets[None, :], mask=mask,
+                 other=0.0)
     res = x
     dsum = x
-    r = tl.load(rstd_row) if SAVED_R else 0.0
+    r = tl.load(rstd_ptr + row, mask=row_mask, other=0.0) if SAVED_R else 0.0
     if HAS_RESIDUAL:
-        res = tl.load(res_row + offsets, mask=mask, other=0.0)
+        res = tl.load(res_ptr + at * res_stride + offsets[None, :], mask=mask,
+                      other=0.0)
     if HAS_DSUM:
-        dsum = tl.load(dsum_row + offsets, mask=mask, other=0.0)
+        dsum = tl.load(dsum_ptr + at * dsum_stride + offsets[None, :],
+                       mask=mask, other=0.0)
     return x, res, dy, dsum, r
 
 
@@ -126,51 +143,40 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
                             dx_ptr, dw_ptr, rows, cols, rows_per_program,
                             x_stride, res_stride, dy_stride, dsum_stride,
                             dx_stride, eps,
-                            BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                            BLOCK: tl.constexpr, TILE_ROWS: tl.constexpr,
+                            HAS_RESIDUAL: tl.constexpr,
                             HAS_DSUM: tl.constexpr, SAVED_R: tl.constexpr,
                             ATOMIC_DW: tl.constexpr, ACC: tl.constexpr,
                             F64: tl.constexpr, PREFETCH: tl.constexpr):
     pid = tl.program_id(0)
     offsets = tl.arange(0, BLOCK)
-    mask = offsets < cols
-    w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(ACC)  # once
-    dw = tl.zeros([BLOCK], dtype=ACC)  # this program's share of dw
+    col_mask = offsets < cols
+    tile = tl.arange(0, TILE_ROWS)  # a step handles TILE_ROWS rows at once
+    w = tl.load(w_ptr + offsets, mask=col_mask, other=0.0).to(ACC)  # once
+    dw = tl.zeros([TILE_ROWS, BLOCK], dtype=ACC)  # this program's share
     first = pid * rows_per_program
     last = tl.minimum(first + rows_per_program, rows)
-    start = first.to(tl.int64)  # pointers walk the rows in 64-bit arithmetic
-    x_row = x_ptr + start * x_stride
-    res_row = res_ptr + start * res_stride
-    dy_row = dy_ptr + start * dy_stride
-    dsum_row = dsum_ptr + start * dsum_stride
-    dx_row = dx_ptr + start * dx_stride
-    rstd_row = rstd_ptr + start
-    if PREFETCH:  # the first row's loads
-        nxt = _row_loads(x_row, res_row, dy_row, dsum_row, rstd_row, offsets,
-                         mask, HAS_RESIDUAL, HAS_DSUM, SAVED_R)
-    for i in range(first, last):  # a fixed range of rows: a fixed order
+    if PREFETCH:  # the first tile's loads
+        nxt = _tile_loads(x_ptr, res_ptr, dy_ptr, dsum_ptr, rstd_ptr,
+                          first + tile, last, x_stride, res_stride, dy_stride,
+                          dsum_stride, offsets, cols, HAS_RESIDUAL, HAS_DSUM,
+                          SAVED_R)
+    for start in range(first, last, TILE_ROWS):  # a fixed order
+        row = start + tile
         if PREFETCH:
             x_in, res_in, dy_in, dsum_in, r_in = nxt
-            # the next row's loads go out before this row's arithmetic,
+            # the next tile's loads go out before this tile's arithmetic,
             # so they are in flight while it computes (past the last row
             # they are masked off)
-            step = tl.where(i + 1 < last, 1, 0)
-            x_row += x_stride * step
-            res_row += res_stride * step
-            dy_row += dy_stride * step
-            dsum_row += dsum_stride * step
-            rstd_row += step
-            nxt = _row_loads(x_row, res_row, dy_row, dsum_row, rstd_row,
-                             offsets, offsets < cols * step, HAS_RESIDUAL,
-                             HAS_DSUM, SAVED_R)
-        else:  # load, wait, compute, store: one row in flight per program
-            x_in, res_in, dy_in, dsum_in, r_in = _row_loads(
-                x_row, res_row, dy_row, dsum_row, rstd_row, offsets, mask,
+            nxt = _tile_loads(x_ptr, res_ptr, dy_ptr, dsum_ptr, rstd_ptr,
+                              row + TILE_ROWS, last, x_stride, res_stride,
+                              dy_stride, dsum_stride, offsets, cols,
+                              HAS_RESIDUAL, HAS_DSUM, SAVED_R)
+        else:  # load, wait, compute, store: one tile in flight per program
+            x_in, res_in, dy_in, dsum_in, r_in = _tile_loads(
+                x_ptr, res_ptr, dy_ptr, dsum_ptr, rstd_ptr, row, last,
+                x_stride, res_stride, dy_stride, dsum_stride, offsets, cols,
                 HAS_RESIDUAL, HAS_DSUM, SAVED_R)
-            x_row += x_stride
-            res_row += res_stride
-            dy_row += dy_stride
-            dsum_row += dsum_stride
-            rstd_row += 1
         x = x_in.to(ACC)
         if HAS_RESIDUAL:  # the add op: the normalized input is x + residual
             x += res_in.to(ACC)
@@ -178,21 +184,25 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
         if SAVED_R:
             r = r_in.to(ACC)
         else:  # recompute: one more reduction, no more bytes (x is here)
-            denominator = tl.sum(x * x, axis=0) / cols + eps
+            denominator = tl.sum(x * x, axis=1) / cols + eps
             r = _loud(1.0 / tl.sqrt(denominator), denominator, F64)
-        xhat = x * r
-        g = dy * w
-        # reduction 1, along the row: the dot product of g and xhat
-        dx = r * (g - xhat * (tl.sum(g * xhat, axis=0) / cols))
+        r = tl.where(row < last, r, 0.0)  # a masked-off row adds nothing
+        xhat = x * r[:, None]
+        g = dy * w[None, :]
+        # reduction 1, along each row: the dot product of g and xhat
+        dot = tl.sum(g * xhat, axis=1) / cols
+        dx = r[:, None] * (g - xhat * dot[:, None])
         if HAS_DSUM:  # gradient arriving through the residual output
             dx += dsum_in.to(ACC)
-        tl.store(dx_row + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        at = dx_ptr + row.to(tl.int64)[:, None] * dx_stride + offsets[None, :]
+        tl.store(at, dx.to(dx_ptr.dtype.element_ty),
+                 mask=(row < last)[:, None] & col_mask[None, :])
         dw += dy * xhat  # reduction 2 (across rows): this program's part
-        dx_row += dx_stride
+    share = tl.sum(dw, axis=0)  # the tile's rows, in a fixed order
     if ATOMIC_DW:  # the order of arrival decides the last bits
-        tl.atomic_add(dw_ptr + offsets, dw, mask=mask)
+        tl.atomic_add(dw_ptr + offsets, share, mask=col_mask)
     else:  # one row of partials per program
-        tl.store(dw_ptr + pid * cols + offsets, dw, mask=mask)
+        tl.store(dw_ptr + pid * cols + offsets, share, mask=col_mask)
 # [/book:backward-kernel]
 
 
@@ -200,17 +210,19 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
 @triton.jit
 def dw_reduce_kernel(partials_ptr, dw_ptr, programs, cols,
                      BLOCK_P: tl.constexpr, BLOCK_COLS: tl.constexpr):
-    """Stage 2: dw[c] = the sum over p of partials[p, c], in a fixed order."""
+    """Stage 2: dw[c] = the sum over p of partials[p, c], in a fixed order.
+    Each lane keeps its own running sum, so a tile's loads wait on no add;
+    the lanes are summed once, at the end."""
     col = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
     col_mask = col < cols
-    acc = tl.zeros([BLOCK_COLS], dtype=partials_ptr.dtype.element_ty)
+    acc = tl.zeros([BLOCK_P, BLOCK_COLS], dtype=partials_ptr.dtype.element_ty)
     for start in range(0, programs, BLOCK_P):
         p = start + tl.arange(0, BLOCK_P)
         offsets = p[:, None].to(tl.int64) * cols + col[None, :]
         mask = (p[:, None] < programs) & col_mask[None, :]
-        tile = tl.load(partials_ptr + offsets, mask=mask, other=0.0)
-        acc += tl.sum(tile, axis=0)
-    tl.store(dw_ptr + col, acc.to(dw_ptr.dtype.element_ty), mask=col_mask)
+        acc += tl.load(partials_ptr + offsets, mask=mask, other=0.0)
+    dw = tl.sum(acc, axis=0)
+    tl.store(dw_ptr + col, dw.to(dw_ptr.dtype.element_ty), mask=col_mask)
 # [/book:dw-reduce-kernel]
 
 
@@ -225,14 +237,34 @@ def _torch_acc(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def programs_per_sm(cols: int, dtype: torch.dtype) -> int:
-    """Programs per SM for rows of ``cols`` elements of ``dtype`` (x and dy in flight per row)."""
-    row_bytes = 2 * cols * torch.empty((), dtype=dtype).element_size()
-    return max(1, min(MAX_PROGRAMS_PER_SM, BYTES_IN_FLIGHT_PER_SM // row_bytes))
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def tile_rows_for(cols: int, dtype: torch.dtype) -> int:
+    """Rows per step: as many as fit :data:`TILE_BYTES` (1 to :data:`MAX_TILE_ROWS`)."""
+    row_bytes = triton.next_power_of_2(max(1, cols)) * _element_size(dtype)
+    return max(1, min(MAX_TILE_ROWS, TILE_BYTES // row_bytes))
+
+
+def warps_for(tile_rows: int, cols: int, dtype: torch.dtype) -> int:
+    """Warps for a tile: one per KiB of one tensor's tile, 4 to 16, and at most 8 for a tile of
+    several rows (H200: a 4-row tile of 2048 bf16 columns on 4 warps spills and runs 10-30x slower;
+    on 16 warps it is no faster than on 8)."""
+    tile_bytes = tile_rows * triton.next_power_of_2(max(1, cols)) * _element_size(dtype)
+    return max(4, min(16 if tile_rows == 1 else 8, tile_bytes // 1024))
+
+
+def programs_per_sm(cols: int, dtype: torch.dtype, tile_rows: int | None = None) -> int:
+    """Programs per SM for tiles of ``tile_rows`` rows (default :func:`tile_rows_for`) of ``cols``
+    elements of ``dtype``: x and dy in flight per tile."""
+    tile = tile_rows or tile_rows_for(cols, dtype)
+    tile_bytes = 2 * tile * cols * _element_size(dtype)
+    return max(1, min(MAX_PROGRAMS_PER_SM, BYTES_IN_FLIGHT_PER_SM // tile_bytes))
 
 
 def programs_for(rows: int, cols: int, dtype: torch.dtype, device: torch.device,
-                 per_sm: int | None = None) -> int:
+                 per_sm: int | None = None, tile_rows: int | None = None) -> int:
     """Programs of the backward grid (each takes a contiguous range of rows).
 
     On a GPU: :func:`programs_per_sm` per SM (or ``per_sm``), at most one program per
@@ -242,15 +274,15 @@ def programs_for(rows: int, cols: int, dtype: torch.dtype, device: torch.device,
         return 0
     if device.type == "cpu":
         return max(1, min(rows, INTERPRETER_PROGRAMS))
-    return programs_on_gpu(rows, cols, dtype, sm_count(device), per_sm)
+    return programs_on_gpu(rows, cols, dtype, sm_count(device), per_sm, tile_rows)
 
 
 def programs_on_gpu(rows: int, cols: int, dtype: torch.dtype, sms: int,
-                    per_sm: int | None = None) -> int:
+                    per_sm: int | None = None, tile_rows: int | None = None) -> int:
     """:func:`programs_for` on a GPU of ``sms`` SMs (a page prices the H200's grid anywhere)."""
     if rows < 1:
         return 0
-    wanted = sms * (per_sm or programs_per_sm(cols, dtype))
+    wanted = sms * (per_sm or programs_per_sm(cols, dtype, tile_rows))
     if per_sm is None:
         wanted = min(wanted, max(sms, rows // MIN_ROWS_PER_PROGRAM))
     return max(1, min(rows, wanted))
@@ -263,6 +295,17 @@ def _check_programs(programs) -> int | None:
         raise validation.InputError(f"programs must be a positive whole number (or None for the "
                                     f"book's rule), got {programs!r}.")
     return programs
+
+
+def _check_tile_rows(tile_rows) -> int | None:
+    if tile_rows is None:
+        return None
+    if (isinstance(tile_rows, bool) or not isinstance(tile_rows, int) or tile_rows < 1
+            or tile_rows & (tile_rows - 1) or tile_rows > 2 * MAX_TILE_ROWS):
+        raise validation.InputError(f"tile_rows must be a power of two from 1 to "
+                                    f"{2 * MAX_TILE_ROWS} (or None for the book's rule), got "
+                                    f"{tile_rows!r}.")
+    return tile_rows
 
 
 def _check_mode(dw_mode) -> str:
@@ -325,7 +368,8 @@ def forward(x, w, eps: float = 1e-5, residual=None):
 # ---------------------------------------------------------------- backward
 
 def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=None,
-             dw_mode: str = "two_stage", programs: int | None = None, prefetch: bool = True):
+             dw_mode: str = "two_stage", programs: int | None = None, prefetch: bool = True,
+             tile_rows: int | None = None):
     """``(dx, dw)`` for ``y = rmsnorm(x [+ residual]) * w`` given the output gradient ``dy``.
 
     ``residual``: the op normalized ``x + residual`` (formed in fp32 here); ``dx`` is then the
@@ -333,8 +377,9 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
     from elsewhere (the residual output of the fused add), added to ``dx``. ``rstd``: the saved row
     scale (else recomputed). ``dw_mode``: ``"two_stage"`` (bitwise reproducible) or ``"atomic"``.
     ``programs`` overrides the number of programs (each takes a contiguous range of rows).
-    ``prefetch=False`` loads each row only when its turn comes (the kernel's first design, kept so
-    the recording can time what prefetching the next row gains); the results are the same bits.
+    ``prefetch=False`` loads each tile only when its turn comes (the kernel's first design, kept so
+    the recording can time what prefetching the next tile gains); the results are the same bits.
+    ``tile_rows`` overrides the rows per step (a power of two; default :func:`tile_rows_for`).
     """
     validation.check_forward_only({"x": x, "residual": residual, "w": w, "dy": dy,
                                    "d_sum": d_sum, "rstd": rstd}, "rmsnorm_backward.backward",
@@ -342,6 +387,7 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
     dw_mode = _check_mode(dw_mode)
     programs = _check_programs(programs)
     validation.check_flag(prefetch, "prefetch")
+    tile_rows = _check_tile_rows(tile_rows)
     x2, w, eps, r2 = _prepare(x, w, eps, residual)
     rows, cols = x2.shape
     dy2 = _rows(dy, "dy", x)
@@ -356,8 +402,11 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
     dx2 = torch.empty((rows, cols), dtype=x2.dtype, device=x2.device)
     if rows == 0:
         return dx2.reshape(x.shape), torch.zeros_like(w)
-    programs = min(rows, programs or programs_for(rows, cols, x2.dtype, x2.device))
-    rows_per_program = triton.cdiv(rows, programs)
+    tile_rows = tile_rows or tile_rows_for(cols, x2.dtype)
+    programs = min(rows, programs or programs_for(rows, cols, x2.dtype, x2.device,
+                                                  tile_rows=tile_rows))
+    # whole tiles per program (only the last program's last tile is partly masked off)
+    rows_per_program = triton.cdiv(triton.cdiv(rows, programs), tile_rows) * tile_rows
     programs = triton.cdiv(rows, rows_per_program)  # no program without rows
     atomic = dw_mode == "atomic"
     if atomic:
@@ -370,9 +419,10 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
         dx2 if rstd is None else rstd, dx2, dw_buffer, rows, cols, rows_per_program,
         x2.stride(0), x2.stride(0) if r2 is None else r2.stride(0), dy2.stride(0),
         dx2.stride(0) if ds2 is None else ds2.stride(0), dx2.stride(0), eps,
-        BLOCK=block, HAS_RESIDUAL=r2 is not None, HAS_DSUM=ds2 is not None,
+        BLOCK=block, TILE_ROWS=tile_rows, HAS_RESIDUAL=r2 is not None, HAS_DSUM=ds2 is not None,
         SAVED_R=rstd is not None, ATOMIC_DW=atomic, ACC=acc_dtype(x2.dtype),
-        F64=x2.dtype == torch.float64, PREFETCH=prefetch, num_warps=num_warps_for(block))
+        F64=x2.dtype == torch.float64, PREFETCH=prefetch,
+        num_warps=warps_for(tile_rows, cols, x2.dtype))
     if atomic:
         dw = dw_buffer if w.dtype == acc else dw_buffer.to(w.dtype)
     else:
@@ -382,7 +432,7 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
         dw = torch.empty((cols,), dtype=w.dtype if direct else acc, device=x2.device)
         dw_reduce_kernel[(triton.cdiv(cols, REDUCE_BLOCK_COLS),)](
             dw_buffer, dw, programs, cols, BLOCK_P=REDUCE_BLOCK_P, BLOCK_COLS=REDUCE_BLOCK_COLS,
-            num_warps=4)
+            num_warps=REDUCE_WARPS)
         dw = dw if direct else dw.to(w.dtype)
     return dx2.reshape(x.shape), dw
 
