@@ -198,3 +198,12 @@ def test_the_warm_up_compiles_each_kernel_in_one_process(smoke, workers):
         assert len(set(owner.values())) == 8
         compiles = [sum(every[i]["impl"] == "torch.compile" for i in p) for p in parts]
         assert sum(compiles) == 22 and max(compiles) - min(compiles) <= 2
+
+
+def test_the_recorded_stage_two_tile_is_the_librarys():
+    from fusedrms.book import ch09_page
+    from fusedrms.kernels import rmsnorm_backward as B
+
+    now = ch09.REDUCE_TILES[ch09_page.REDUCE_TILE_NOW]
+    assert now == (B.REDUCE_BLOCK_P, B.REDUCE_BLOCK_COLS, B.REDUCE_WARPS)
+    assert len(ch09.REDUCE_TILES) == 2  # the tile it had, and the library's

@@ -14,6 +14,7 @@ from . import page
 from .ch09 import OPS, OURS, RECORD_NAME, TRAIN_IMPLS
 
 LARGE_BYTES = 64 << 20  # the chapter's comparison counts shapes moving at least this much
+REDUCE_TILE_NOW = "128x16"  # the library's stage-2 tile among the recorded ones
 
 
 def load(machine: str | None = None) -> dict | None:
@@ -34,7 +35,8 @@ PLAIN_NAMES = {"triton.two_stage": "ours", "triton.atomic": "ours with atomic dw
                "torch.compile": "torch.compile", "liger": "Liger"}
 DESIGN_NAMES = {"two_stage": "two-stage dw", "atomic": "atomic dw",
                 "recompute_r": "two-stage dw, r recomputed",
-                "no_prefetch": "two-stage dw, no prefetch"}
+                "no_prefetch": "two-stage dw, no prefetch",
+                "one_row": "two-stage dw, one row per step"}
 OP_NAMES = {"rmsnorm": "RMSNorm", "add_rmsnorm": "fused add + RMSNorm"}
 
 
@@ -105,6 +107,15 @@ def backward_table(doc, kind: str = "backward") -> list[dict] | None:
                         "us": r["us"], "pct_floor": r["pct_floor"],
                         "partials_pct": 100.0 * partials / r["bytes"]})
     return out
+
+
+def reduce_table(doc) -> list[dict] | None:
+    """Stage 2 alone (the dw reduce) per tile and partials: µs and the partials' bytes."""
+    if doc is None:
+        return None
+    return [{"partials": f"{r['programs']} x {r['cols']}", "programs": r["programs"],
+             "cols": r["cols"], "tile": r["impl"], "MB": r["bytes"] / 1e6, "us": r["us"]}
+            for r in _select(doc, kind="reduce") if "us" in r] or None
 
 
 def tie_band(doc) -> float | None:
@@ -223,6 +234,9 @@ BACKWARD_COLUMNS = {"op": ("op", ""), "design": ("design", ""), "shape": ("shape
                     "programs": ("programs", ""), "MB": ("MB", ".0f"), "us": ("µs", ".1f"),
                     "pct_floor": ("% floor", ".0f"),
                     "partials_pct": ("partials, % of bytes", ".0f")}
+REDUCE_COLUMNS = {"partials": ("partials (programs x columns)", ""),
+                  "tile": ("tile (partials x columns)", ""), "MB": ("MB", ".1f"),
+                  "us": ("µs", ".1f")}
 PROGRAM_COLUMNS = {"shape": ("shape", ""), "design": ("programs per SM", ""),
                    "programs": ("programs", ""), "us": ("µs", ".1f"), "pct_floor": ("% floor", ".0f"),
                    "partials_pct": ("partials, % of bytes", ".1f")}

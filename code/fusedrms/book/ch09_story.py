@@ -49,12 +49,19 @@ def _backward(doc: dict) -> dict | None:
               for r in two if (plain, R.DESIGN_NAMES["atomic"], r["shape"]) in by]
     unfetched = [by[(plain, R.DESIGN_NAMES["no_prefetch"], r["shape"])]["us"] / r["us"]
                  for r in two if (plain, R.DESIGN_NAMES["no_prefetch"], r["shape"]) in by]
-    # the designs the library ships: the first design (no prefetch) is the lever's "before"
+    # one row per step against the tiles, per op: (ratio of times, the row of the tiles)
+    one_row = {op: [(by[(op, R.DESIGN_NAMES["one_row"], r["shape"])]["us"] / r["us"], r)
+                    for r in table if r["op"] == op and r["design"] == R.DESIGN_NAMES["two_stage"]
+                    and (op, R.DESIGN_NAMES["one_row"], r["shape"]) in by]
+               for op in (R.OP_NAMES[o] for o in OPS)}
+    # the design the library ships (two-stage dw, r saved) of both ops, at 64 MB or more
     big = [r for r in table if r["MB"] * 1e6 >= R.LARGE_BYTES
-           and r["design"] != R.DESIGN_NAMES["no_prefetch"]]
+           and r["design"] == R.DESIGN_NAMES["two_stage"]]
     return {"two_stage": two, "recompute": recompute, "atomic": atomic, "unfetched": unfetched,
-            "large_pct": [r["pct_floor"] for r in big],
-            "large_lowest": min(big, key=lambda r: r["pct_floor"]) if big else None}
+            "one_row": one_row, "large": big, "large_pct": [r["pct_floor"] for r in big],
+            "large_below_80": [r for r in big if r["pct_floor"] < 80],
+            "large_lowest": min(big, key=lambda r: r["pct_floor"]) if big else None,
+            "reduce": R.reduce_table(doc) or []}
 
 
 def _grid(doc: dict, band: float) -> list[dict]:
@@ -92,6 +99,13 @@ def _x(ratio: float) -> str:
     return f"{ratio:.2f}x"
 
 
+def _table_shape(shape: str) -> str:
+    """'4096x2048 bf16' as the prose writes it: '4,096 × 2,048'."""
+    dims, dt = shape.split()
+    rows, cols = (int(n) for n in dims.split("x"))
+    return f"{rows:,} × {cols:,}" + ("" if dt == "bf16" else f" {dt}")
+
+
 def _shape(r: dict) -> str:
     return f"{r['rows']:,} × {r['cols']:,}" + ("" if r["dtype"] == "bf16" else f" {r['dtype']}")
 
@@ -123,10 +137,6 @@ def story_values(docs: dict) -> dict[str, str]:
     if small:
         v.update(rms_small_loss=_x(small[0]["vs_fastest"]),
                  rms_small_peer=R.plain_name(small[0]["fastest_peer"]))
-    fp32 = [r for r in lost if r["dtype"] == "fp32"]
-    if fp32:
-        v.update(rms_fp32_loss=_x(fp32[0]["vs_fastest"]),
-                 rms_fp32_at=f"{fp32[0]['rows']:,} × {fp32[0]['cols']:,}")
     rows, cols, _dt = MEMORY_SHAPE
     v["mem_shape"] = f"{rows:,} × {cols:,}"
     for op, key in (("rmsnorm", "rms"), ("add_rmsnorm", "add")):
@@ -138,12 +148,24 @@ def story_values(docs: dict) -> dict[str, str]:
         v["mem_eager_ratio"] = f"{p['torch.eager'] / p['triton.two_stage']:.1f} times"
     b = f["backward"]
     if b:
-        v.update(bw_pct_hi=f"{max(b['large_pct']):.0f}%", bw_pct_lo=f"{min(b['large_pct']):.0f}%")
-        low = b["large_lowest"]
-        dims, dt = low["shape"].split()
-        rows, cols = (int(n) for n in dims.split("x"))
-        v["bw_pct_lo_at"] = (f"the {low['op'][0].lower() + low['op'][1:]} at {rows:,} × {cols:,} "
-                             f"{dt}")
+        v.update(bw_pct_hi=f"{max(b['large_pct']):.0f}%", bw_pct_lo=f"{min(b['large_pct']):.0f}%",
+                 bw_large=str(len(b["large"])),
+                 bw_80=str(len(b["large"]) - len(b["large_below_80"])),
+                 bw_below_80=" and ".join(f"{r['op']} at {_table_shape(r['shape'])} "
+                                          f"({r['pct_floor']:.0f}%)"
+                                          for r in b["large_below_80"]))
+        for op, key in ((R.OP_NAMES["rmsnorm"], "rms"), (R.OP_NAMES["add_rmsnorm"], "add")):
+            ratios = b["one_row"][op]
+            if ratios:
+                lo, hi = min(ratios, key=lambda t: t[0]), max(ratios, key=lambda t: t[0])
+                v.update({f"tiles_{key}_lo": _x(lo[0]), f"tiles_{key}_hi": _x(hi[0]),
+                          f"tiles_{key}_lo_at": _table_shape(lo[1]["shape"]),
+                          f"tiles_{key}_hi_at": _table_shape(hi[1]["shape"])})
+        for k, cols in enumerate(sorted({r["cols"] for r in b["reduce"]})):
+            for r in (r for r in b["reduce"] if r["cols"] == cols):
+                name = "new" if r["tile"] == R.REDUCE_TILE_NOW else "old"
+                v[f"red{k}_{name}"] = f"{r['us']:.1f} µs"
+                v[f"red{k}_partials"] = f"{r['programs']} × {r['cols']:,}"
         if b["unfetched"]:
             v.update(bw_unfetched_lo=_x(min(b["unfetched"])), bw_unfetched_hi=_x(max(b["unfetched"])))
         if b["recompute"]:
