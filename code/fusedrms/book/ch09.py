@@ -68,8 +68,6 @@ BACKWARD_IMPLS = {("rmsnorm", "two_stage"): "rmsnorm_backward",
                   ("rmsnorm", "one_row"): "rmsnorm_backward",
                   ("add_rmsnorm", "two_stage"): "add_rmsnorm_backward",
                   ("add_rmsnorm", "one_row"): "add_rmsnorm_backward"}
-# designs that are a lever's "before", not what the library ships
-BEFORE_DESIGNS = ("no_prefetch", "one_row")
 # the grid of the two-stage backward: programs per SM against the default rule
 PROGRAM_SHAPES = ((1024, 4096, "bf16"), (16384, 2048, "bf16"), (16384, 8192, "bf16"))
 PROGRAMS_PER_SM = (1, 2, 4, 8)

@@ -103,6 +103,7 @@ def backward_table(doc, kind: str = "backward") -> list[dict] | None:
                       else DESIGN_NAMES.get(r["impl"], r["impl"]))
             out.append({"op": OP_NAMES.get(r["op"], r["op"]), "design": design,
                         "shape": _shape(r["rows"], r["cols"], r["dtype"]),
+                        "rows": r["rows"], "cols": r["cols"], "dtype": r["dtype"],
                         "programs": r["programs"], "MB": r["bytes"] / 1e6,
                         "us": r["us"], "pct_floor": r["pct_floor"],
                         "partials_pct": 100.0 * partials / r["bytes"]})

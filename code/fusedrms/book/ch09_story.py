@@ -99,13 +99,6 @@ def _x(ratio: float) -> str:
     return f"{ratio:.2f}x"
 
 
-def _table_shape(shape: str) -> str:
-    """'4096x2048 bf16' as the prose writes it: '4,096 × 2,048'."""
-    dims, dt = shape.split()
-    rows, cols = (int(n) for n in dims.split("x"))
-    return f"{rows:,} × {cols:,}" + ("" if dt == "bf16" else f" {dt}")
-
-
 def _shape(r: dict) -> str:
     return f"{r['rows']:,} × {r['cols']:,}" + ("" if r["dtype"] == "bf16" else f" {r['dtype']}")
 
@@ -151,7 +144,7 @@ def story_values(docs: dict) -> dict[str, str]:
         v.update(bw_pct_hi=f"{max(b['large_pct']):.0f}%", bw_pct_lo=f"{min(b['large_pct']):.0f}%",
                  bw_large=str(len(b["large"])),
                  bw_80=str(len(b["large"]) - len(b["large_below_80"])),
-                 bw_below_80=" and ".join(f"{r['op']} at {_table_shape(r['shape'])} "
+                 bw_below_80=" and ".join(f"{r['op']} at {_shape(r)} "
                                           f"({r['pct_floor']:.0f}%)"
                                           for r in b["large_below_80"]))
         for op, key in ((R.OP_NAMES["rmsnorm"], "rms"), (R.OP_NAMES["add_rmsnorm"], "add")):
@@ -159,8 +152,8 @@ def story_values(docs: dict) -> dict[str, str]:
             if ratios:
                 lo, hi = min(ratios, key=lambda t: t[0]), max(ratios, key=lambda t: t[0])
                 v.update({f"tiles_{key}_lo": _x(lo[0]), f"tiles_{key}_hi": _x(hi[0]),
-                          f"tiles_{key}_lo_at": _table_shape(lo[1]["shape"]),
-                          f"tiles_{key}_hi_at": _table_shape(hi[1]["shape"])})
+                          f"tiles_{key}_lo_at": _shape(lo[1]),
+                          f"tiles_{key}_hi_at": _shape(hi[1])})
         for k, cols in enumerate(sorted({r["cols"] for r in b["reduce"]})):
             for r in (r for r in b["reduce"] if r["cols"] == cols):
                 name = "new" if r["tile"] == R.REDUCE_TILE_NOW else "old"
@@ -173,8 +166,7 @@ def story_values(docs: dict) -> dict[str, str]:
         if b["atomic"]:
             v.update(bw_atomic_lo=_x(min(b["atomic"])), bw_atomic_hi=_x(max(b["atomic"])))
     for k, g in enumerate(f["grid"]):
-        rows, cols = (int(n) for n in g["shape"].split()[0].split("x"))
-        v[f"grid{k}_shape"] = f"{rows:,} × {cols:,}"
+        v[f"grid{k}_shape"] = _shape(g["best"])
         v[f"grid{k}_best"] = g["best"]["design"]
         v[f"grid{k}_best_us"] = f"{g['best']['us']:.1f} µs"
         v[f"grid{k}_slowest"] = g["slowest"]["design"]
