@@ -549,6 +549,24 @@ def test_approx_kernel_is_close_but_not_the_specification():
     assert torch.isfinite(scales).all()
 
 
+def test_the_plan_returns_what_the_full_path_returns_for_any_leading_shape():
+    """Codes in x's shape and scales in x's leading shape plus the blocks, contiguous, on the
+    first call (the full path) and on the repeated one (the plan), whatever x's leading shape."""
+    x3, w = spec.make_inputs(6, 256, 3)
+    odd = torch.empty_strided((1, 256), (7, 1), dtype=x3.dtype)  # contiguous, odd unit stride
+    odd.copy_(x3[:1])
+    for x in (x3.view(2, 3, 256), x3[0], odd):
+        q._PLANS.clear()
+        outs = [q.rmsnorm_fp8_fused(x, w) for _ in range(2)]
+        assert len(q._PLANS) == 1
+        want = spec.reference(x.reshape(-1, 256), w)
+        for codes, scales in outs:
+            assert codes.shape == x.shape and scales.shape == x.shape[:-1] + (2,)
+            assert codes.is_contiguous() and scales.is_contiguous()
+            assert codes.stride() == torch.empty(x.shape).stride()
+            assert spec.compare(codes.reshape(-1, 256), scales.reshape(-1, 2), *want).ok
+
+
 def test_a_repeated_call_skips_to_the_launch_and_gives_the_same_bits():
     """The second call with the same layout uses the remembered plan: same codes and scales as
     the full path, for new values in the same tensors' layout; anything else takes the full path."""

@@ -74,14 +74,17 @@ def fp8_configs_in_use(results: list, log=print, rows_list=FP8_ROWS) -> bool:
     from ..kernels import rmsnorm_fp8_spec as spec
 
     ok_all = True
-    for cols, cfg in sorted(tuning.active("fp8")["configs"].items()):
+    for (cols, contract), cfg in sorted(tuning.active("fp8")["configs"].items()):
         for rows in rows_list:
             x, w = spec.make_inputs(rows, cols, seed=rows)
-            report = spec.compare(*Q.rmsnorm_fp8_fused(x, w, config=cfg), *spec.reference(x, w))
-            results.append({"kind": "fp8_config", "cols": cols, "config": cfg.label, "rows": rows,
-                            "ok": bool(report.ok), "message": str(report)[:300]})
+            report = spec.compare(*Q.rmsnorm_fp8_fused(x, w, config=cfg, contract=contract),
+                                  *spec.reference(x, w, contract=contract))
+            results.append({"kind": "fp8_config", "cols": cols, "contract": contract,
+                            "config": cfg.label, "rows": rows, "ok": bool(report.ok),
+                            "message": str(report)[:300]})
             ok_all &= bool(report.ok)
-            log(f"fp8 {rows}x{cols} ({cfg.label}): {'ok' if report.ok else 'FAILED'}")
+            log(f"fp8 {rows}x{cols}, {contract} contract ({cfg.label}): "
+                f"{'ok' if report.ok else 'FAILED'}")
     return ok_all
 
 

@@ -272,6 +272,24 @@ def candidate_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seed
             "edge_codes_differing_from_reference": edge_vs_reference, "failures": failures[:3]}
 
 
+def served_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seeds=(0, 1)) -> dict:
+    """One configuration under the served contract: its codes and scales against the served
+    reference, bit for bit, on the candidates' random inputs."""
+    checked = differing = 0
+    failures = []
+    for rows, cols in shapes:
+        for seed in seeds:
+            x, w = make_inputs(rows, cols, seed)
+            report = compare(*rmsnorm_fp8_fused(x, w, config=config, contract="served"),
+                             *reference(x, w, contract="served"))
+            checked += 1
+            differing += report.mismatches
+            if not report.ok:
+                failures.append(f"{rows}x{cols} seed {seed}: {report}")
+    return {"served_checks": checked, "served_differing_codes": differing,
+            "served_bit_exact": not failures, "served_failures": failures[:3]}
+
+
 def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int = 5, reps: int = 20,
                        log=print, deadline: float | None = None, progress=None) -> list[dict]:
     """Every candidate configuration of the fused kernel under the exact contract (the tuning
@@ -320,6 +338,13 @@ def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int 
                                                                    contract="exact"))
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {e}"
+        if cfg.rows_per_program == 1:  # the served contract (the rows kernel runs exact only)
+            try:
+                rec.update(served_exactness(cfg))
+                time_into(rec, "served", lambda x, w: rmsnorm_fp8_fused(x, w, config=cfg,
+                                                                        contract="served"))
+            except Exception as e:  # noqa: BLE001
+                rec["served_error"] = f"{type(e).__name__}: {e}"
         out.append(rec)
         if progress is not None:
             progress(out)  # written after every candidate: a timeout keeps what was measured
@@ -330,38 +355,57 @@ def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int 
     return out
 
 
-def best_candidate(recs: list[dict], rows: int | None = None) -> dict | None:
-    """The bit-exact candidate with the smallest CUDA-graph time summed over the timed shapes
-    (or at ``rows``); None when none is bit-exact and timed."""
+# what each contract's tuning reads from a candidate record: (its times' prefix, its exactness key,
+# its error key)
+CONTRACT_KEYS = {"exact": ("fused", "bit_exact", "error"),
+                 "served": ("served", "served_bit_exact", "served_error")}
+
+
+def best_candidate(recs: list[dict], rows: int | None = None,
+                   contract: str = "exact") -> dict | None:
+    """The candidate bit-exact under ``contract`` with the smallest CUDA-graph time under it,
+    summed over the timed shapes (or at ``rows``); None when none is bit-exact and timed."""
+    prefix, exact_key, error_key = CONTRACT_KEYS[contract]
     cands = [r for r in recs if r.get("kind") == "candidate"]
-    timed = {k for r in cands for k in r if k.startswith("fused_graph_us_")}
-    keys = [f"fused_graph_us_{rows}"] if rows is not None else sorted(timed)
+    timed = {k for r in cands for k in r if k.startswith(f"{prefix}_graph_us_")}
+    keys = [f"{prefix}_graph_us_{rows}"] if rows is not None else sorted(timed)
 
     def total(r):  # a candidate missing one of the shapes others were timed at cannot win
         return sum(r[k] for k in keys) if keys and all(k in r for k in keys) else None
 
-    fine = [r for r in cands if r.get("bit_exact") is True and "error" not in r
+    fine = [r for r in cands if r.get(exact_key) is True and error_key not in r
             and "skipped" not in r and total(r) is not None]
     return min(fine, key=total) if fine else None
 
 
-def write_tuning_table(path, recs: list[dict], log=print) -> FusedConfig | None:
-    """Write ``fp8_tuning.json`` (the winner, for the wrapper) and return the winner's config."""
-    best = best_candidate(recs)
-    if best is None:
+def write_tuning_table(path, recs: list[dict], log=print) -> dict[str, FusedConfig]:
+    """Write ``tuning/fp8.json``: each contract's winner (one entry per contract, for the wrapper);
+    returns ``{contract: config}`` of the winners (empty, and no file, when none is bit-exact)."""
+    rows, winners = [], {}
+    for contract, (prefix, _, _) in CONTRACT_KEYS.items():
+        best = best_candidate(recs, contract=contract)
+        if best is None:
+            log(f"  no candidate bit-exact and timed under the {contract} contract")
+            continue
+        cfg = FusedConfig(best["num_warps"], best["maxnreg"], best["division"],
+                          best.get("rows_per_program", 1), best.get("tile", "padded"))
+        winners[contract] = cfg
+        rows.append({"cols": best["cols"], "contract": contract, "num_warps": cfg.num_warps,
+                     "maxnreg": cfg.maxnreg, "division": cfg.division,
+                     "rows_per_program": cfg.rows_per_program, "tile": cfg.tile,
+                     "bit_exact": True, "label": cfg.label,
+                     **{k: v for k, v in best.items() if k.startswith(f"{prefix}_")
+                        and "_us" in k}})
+        log(f"  {contract} contract's winner: {cfg.label}")
+    if not rows:
         log("  no bit-exact timed candidate: no tuning table written")
-        return None
-    cfg = FusedConfig(best["num_warps"], best["maxnreg"], best["division"],
-                      best.get("rows_per_program", 1), best.get("tile", "padded"))
-    row = {"cols": best["cols"], "num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg,
-           "division": cfg.division, "rows_per_program": cfg.rows_per_program, "tile": cfg.tile,
-           "bit_exact": True, "label": cfg.label,
-           **{k: v for k, v in best.items() if k.startswith("fused")}}
-    records.write(path, [row], extra={"objective": "smallest CUDA-graph time summed over "
-                                      + ", ".join(f"{r}x{c}" for r, c in CANDIDATE_SHAPES)
-                                      + " among the bit-exact candidates"})
-    log(f"  winner: {cfg.label}; wrote {path}")
-    return cfg
+        return {}
+    records.write(path, rows, extra={"objective": "per contract, the smallest CUDA-graph time "
+                                     "summed over " + ", ".join(f"{r}x{c}" for r, c in
+                                                                CANDIDATE_SHAPES)
+                                     + " among the candidates bit-exact under it"})
+    log(f"  wrote {path}")
+    return winners
 
 
 FILES = {
@@ -403,7 +447,9 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, check_sh
     extra = {"rounding": rounding, "targets": {"speedup": TARGET_SPEEDUP,
                                                "floor_fraction": TARGET_FLOOR_FRACTION,
                                                "large_rows": LARGE_ROWS},
-             "fused_config": choose_config(HIDDEN_SIZE)[0].label,  # what "fused" ran as
+             # what the exact contract's "fused_exact" ran as, and the library's fp8.fused
+             "fused_config": choose_config(HIDDEN_SIZE, "exact")[0].label,
+             "served_config": choose_config(HIDDEN_SIZE, "served")[0].label,
              "baseline_config": baseline_config(HIDDEN_SIZE).label}
     steps = (("exactness", lambda: exactness_records(check_shapes, log=log)),
              ("resources", lambda: [{"kind": "resources", **kernel_resources(contract="exact")}]),
@@ -429,8 +475,9 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, check_sh
     except Exception as e:  # noqa: BLE001
         cands = [{"kind": "error", "step": "candidates", "error": f"{type(e).__name__}: {e}"}]
         log(f"  candidates FAILED: {type(e).__name__}: {e}")
-    winner = best_candidate(cands)
+    winner, served_winner = best_candidate(cands), best_candidate(cands, contract="served")
     extra["candidates_winner"] = winner["label"] if winner else None
+    extra["served_candidates_winner"] = served_winner["label"] if served_winner else None
     records.write(cand_path, cands, extra=extra)
     written.append(cand_path)
     cost_missing = []
@@ -448,12 +495,13 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, check_sh
         log(f"  exactness cost FAILED: {type(e).__name__}: {e}")
         cost_missing = [f"exactness cost: {type(e).__name__}: {e}"]
     if tune:
-        table = write_tuning_table(out_dir / "tuning" / "fp8.json", cands, log=log)
-        if table is not None:
+        if write_tuning_table(out_dir / "tuning" / "fp8.json", cands, log=log):
             written.append(out_dir / "tuning" / "fp8.json")
     failed = [f"{r.get('step', r['kind'])}: {r.get('error') or r.get('reason')}"
               for r in out + cands if r.get("kind") in ("error", "skipped")]
     failed += [f"candidate {r['label']}: {r['skipped']}" for r in cands if r.get("skipped")]
+    failed += [f"candidate {r['label']}, served: {r['served_error']}" for r in cands
+               if r.get("served_error")]
     failed += cost_missing
     if failed:
         from ..measure import harness

@@ -43,7 +43,7 @@ import triton.language as tl
 from .. import registry, tuning, validation
 from .rmsnorm import loud_scale  # chapter 4's guard: NaN, never 0, for an overflowed row
 from .rmsnorm_fp8_spec import (  # the specification these kernels match bit for bit
-    ABSMAX_FLOOR, BF16, BLOCK_COLS, DEFAULT_CONTRACT, FP8_DTYPE, FP8_MAX, FP32, HIDDEN_SIZE,
+    ABSMAX_FLOOR, BF16, BLOCK_COLS, CONTRACTS, DEFAULT_CONTRACT, FP8_DTYPE, FP8_MAX, FP32, HIDDEN_SIZE,
     RMS_NORM_EPS, check_inputs, contract_steps, make_inputs, n_blocks)
 from .rounding import round_to_bf16  # chapter 7's bit-level rounding, shared
 
@@ -548,27 +548,37 @@ CANDIDATES = (FusedConfig(16, 64, "per_element"), FusedConfig(8, None, "block_re
 
 
 def config_from_record(rec: dict) -> tuple:
-    """One tuning-table entry -> ``(cols, FusedConfig)``; raises for a malformed or inexact one."""
+    """One tuning-table entry -> ``((cols, contract), FusedConfig)``; raises for a malformed or
+    inexact one. An entry without a contract is the exact contract's (tables before both were
+    tuned)."""
     cfg = FusedConfig(int(rec["num_warps"]), None if rec.get("maxnreg") is None else int(rec["maxnreg"]),
                       str(rec["division"]), int(rec.get("rows_per_program", 1)),
                       str(rec.get("tile", "padded")))
+    contract = rec.get("contract", "exact")
     if not (cfg.division in DIVISIONS and cfg.num_warps in (1, 2, 4, 8, 16, 32)
             and cfg.rows_per_program in (1, 2, 4, 8) and cfg.tile in TILES
-            and rec.get("bit_exact") is True):
+            and contract in CONTRACTS and rec.get("bit_exact") is True
+            and (cfg.rows_per_program == 1 or contract == "exact")):
         raise ValueError(f"not a bit-exact fused configuration: {rec!r}")
-    return int(rec["cols"]), cfg
+    return (int(rec["cols"]), contract), cfg
 
 
 tuning.register("fp8", config_from_record)
 
 
-def choose_config(cols: int) -> tuple[FusedConfig, str]:
-    """(configuration, where it came from): the tuned entry for this GPU and width, else the
-    baseline. The interpreter always takes the baseline (a GPU table says nothing about it)."""
+def choose_config(cols: int, contract: str = DEFAULT_CONTRACT) -> tuple[FusedConfig, str]:
+    """(configuration, where it came from): the entry tuned on this GPU for this width and
+    contract, else the exact contract's entry for the width (a table tuned before the served
+    contract had its own), else the baseline. The interpreter always takes the baseline (a GPU
+    table says nothing about it)."""
     e = env.current()
     table = tuning.active("fp8")
-    if e.on_gpu and table.get("gpu") == e.gpu_name and cols in table.get("configs", {}):
-        return table["configs"][cols], f"tuned on {table['gpu']} for {cols} columns"
+    if e.on_gpu and table.get("gpu") == e.gpu_name:
+        configs = table.get("configs", {})
+        for key in ((cols, contract), (cols, "exact")):
+            if key in configs:
+                how = "" if key[1] == contract else f", the {key[1]} contract's entry"
+                return configs[key], f"tuned on {table['gpu']} for {cols} columns{how}"
     return baseline_config(cols), "baseline (no tuned entry for this GPU and width)"
 
 
@@ -663,22 +673,21 @@ def _launch_fused(x2, w, codes_out, scales, eps, floor, meta):
 class _DirectLaunch:
     """The compiled kernel of a first launch, called again without Triton's Python launch path
     (binding the arguments and the specialization key cost tens of microseconds a call), as
-    ``add_rmsnorm`` does. Only the four pointers change between calls."""
+    ``add_rmsnorm`` does. Only the four pointers change between calls: every fused kernel takes
+    them first, so a call passes them and then the arguments kept from the first launch."""
 
-    __slots__ = ("runner", "args", "pointers")
+    __slots__ = ("runner", "rest")
+    POINTERS = ("x_ptr", "w_ptr", "codes_ptr", "scales_ptr")
 
     def __init__(self, runner, kernel, args: dict):
         names = list(inspect.signature(kernel.fn).parameters.items())
+        if tuple(n for n, _ in names[:4]) != self.POINTERS:
+            raise TypeError(f"{kernel.fn.__name__} must take {', '.join(self.POINTERS)} first")
         self.runner = runner
-        self.args = [args[n] if n in args else p.default for n, p in names]
-        self.pointers = [i for i, (n, _) in enumerate(names)
-                         if n in ("x_ptr", "w_ptr", "codes_ptr", "scales_ptr")]
+        self.rest = tuple(args[n] if n in args else p.default for n, p in names[4:])
 
     def __call__(self, x, w, codes, scales) -> None:
-        args = list(self.args)
-        for i, t in zip(self.pointers, (x, w, codes, scales)):
-            args[i] = t
-        self.runner(*args)
+        self.runner(x, w, codes, scales, *self.rest)
 
 
 def _direct_launch(compiled, x2, w, codes_out, scales, eps, floor, meta):
@@ -726,7 +735,9 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
         return plan.run(x, w)
     validation.check_forward_only({"x": x, "w": w}, "fp8.fused")
     if default:
-        config = choose_config(x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0)[0]
+        contract_steps(contract)  # a clear message for an unknown contract, before the lookup
+        config = choose_config(x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else 0,
+                               contract)[0]
     x2, w2, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
         x, w, eps, absmax_floor, rounding, num_warps, cap_registers, division, config, contract)
     if x2.shape[0] == 0:
@@ -734,7 +745,7 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
     compiled = _launch_fused(x2, w2, codes_out, scales, eps, floor, meta)
     if key is not None and x2.data_ptr() == x.data_ptr() and x.is_contiguous() and w2 is w:
         direct = _direct_launch(compiled, x2, w2, codes_out, scales, eps, floor, meta)
-        _PLANS[key] = _Plan(x2.shape, scales.shape[1], codes_out.dtype != codes.dtype, eps,
+        _PLANS[key] = _Plan(x.shape, scales.shape[1], codes_out.dtype != codes.dtype, eps,
                             floor, meta, direct)
     return _shaped(codes, scales, shape)
 
@@ -763,23 +774,28 @@ def _plan_key(x, w, eps, absmax_floor, rounding, contract) -> tuple | None:
 
 
 class _Plan:
-    __slots__ = ("rows_cols", "blocks", "software", "eps", "floor", "meta", "direct")
+    """What a validated call decided. Outputs come from ``empty_like`` / ``new_empty`` of x, in
+    x's own shape (x is contiguous here): on the H200 a ``torch.empty`` with a device argument
+    took about 6 us, and reshaping both outputs 4 us more, of a call that costs about 18."""
 
-    def __init__(self, rows_cols, blocks, software, eps, floor, meta, direct=None):
-        self.rows_cols, self.blocks, self.software = tuple(rows_cols), blocks, software
-        self.eps, self.floor, self.meta, self.direct = eps, floor, meta, direct
+    __slots__ = ("rows_cols", "scales_shape", "software", "eps", "floor", "meta", "direct")
+
+    def __init__(self, shape, blocks, software, eps, floor, meta, direct=None):
+        self.rows_cols = (shape[:-1].numel(), shape[-1])
+        self.scales_shape = tuple(shape[:-1]) + (blocks,)
+        self.software, self.eps, self.floor, self.meta, self.direct = (software, eps, floor,
+                                                                        meta, direct)
 
     def run(self, x, w):
-        rows, cols = self.rows_cols
-        codes = torch.empty((rows, cols), dtype=FP8_DTYPE, device=x.device)
-        scales = torch.empty((rows, self.blocks), dtype=FP32, device=x.device)
+        codes = torch.empty_like(x, dtype=FP8_DTYPE, memory_format=torch.contiguous_format)
+        scales = x.new_empty(self.scales_shape, dtype=FP32)
         codes_out = codes.view(torch.uint8) if self.software else codes
         if self.direct is not None:
             self.direct(x, w, codes_out, scales)
         else:  # the interpreter: the same launch, without the checks already made
-            _launch_fused(x.view(rows, cols), w, codes_out, scales, self.eps, self.floor,
+            _launch_fused(x.view(self.rows_cols), w, codes_out, scales, self.eps, self.floor,
                           self.meta)
-        return _shaped(codes, scales, tuple(x.shape))
+        return codes, scales
 
 
 def norm_meta(meta: dict) -> dict:
