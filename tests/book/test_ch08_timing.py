@@ -38,6 +38,28 @@ def test_the_python_call_is_merged_and_read_beside_f_rms_norm():
     assert call["fused_call_us"] == 16.0 and call["fused_call_us_process"] == [16.0, 15.0, 17.0]
     assert call["ratio"] == pytest.approx(16.0 / 12.0) and call["processes"] == 3
     assert ch08.python_call({"records": []}) is None
+    # interleaved pairs recorded: their ratio, the median over processes, is the one read
+    for c, ratio in zip(calls, (1.2, 1.1, 1.4)):
+        c["call_ratio"] = ratio
+    call = ch08.python_call({"records": ch08_timing.merge_processes(runs), "provenance": {}})
+    assert call["ratio"] == 1.2 and call["call_ratio_process"] == [1.2, 1.1, 1.4]
+
+
+def test_the_python_call_pairs_batches_of_both_calls(monkeypatch):
+    """Batches alternate between the two calls; the ratio is the median of the pairs' ratios."""
+    from fusedrms.measure import worker
+
+    order, times = [], iter([20.0, 10.0, 30.0, 10.0, 12.0, 12.0])
+    monkeypatch.setattr(ch08_timing, "make_inputs", lambda rows, cols, seed: (None, None))
+
+    def fake(fn, device, reps, calls):
+        order.append(fn)
+        return [next(times)]
+    monkeypatch.setattr(worker, "python_call_us", fake)
+    rec = ch08_timing.python_call_record(reps=3)
+    assert order[0] is not order[1] and order[0] is order[2]  # fused, rms_norm, fused, ...
+    assert rec["fused_call_us"] == 20.0 and rec["rms_norm_call_us"] == 10.0
+    assert rec["call_ratio"] == 2.0  # the pairs' ratios 2, 3 and 1
 
 
 def test_a_failed_process_is_an_error_record_and_a_missing_time_is_not_invented():

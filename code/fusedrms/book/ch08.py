@@ -421,7 +421,7 @@ ESTIMATE_S = 200
 # the diagnostic's and the levers' timing, then Nsight Compute on two kernels (~20 s each)
 EXACTNESS_COST_S = 150
 SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/rmsnorm_fp8_spec.py",
-           "kernels/rmsnorm_fp8_departures.py", "kernels/rounding.py", "measure/timer.py", "traffic.py", "book/ch08.py::record",
+           "kernels/rmsnorm_fp8_departures.py", "kernels/rounding.py", "measure/timer.py", "traffic.py", "book/ch08.py::record", "book/ch08_timing.py",
            "book/study.py", "book/study_timing.py", "book/study_fp8.py")
 
 
@@ -694,7 +694,9 @@ def python_call(doc: dict | None) -> dict | None:
     """The recorded Python call of ``fp8.fused`` beside ``F.rms_norm``'s (µs per call, one row)."""
     rec = next((r for r in (doc or {}).get("records", []) if r.get("kind") == "python_call"
                 and r.get("fused_call_us") and r.get("rms_norm_call_us")), None)
-    return None if rec is None else dict(rec, ratio=rec["fused_call_us"] / rec["rms_norm_call_us"])
+    if rec is None:
+        return None  # the ratio of interleaved pairs where recorded (ch08_timing), else of medians
+    return dict(rec, ratio=rec.get("call_ratio") or rec["fused_call_us"] / rec["rms_norm_call_us"])
 
 
 # One lever at a time, each from the configuration the previous one left: (lever, hypothesis,

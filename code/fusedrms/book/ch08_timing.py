@@ -81,10 +81,12 @@ def timing_records(shapes=TIMING_SHAPES, warmup: int = 10, reps: int = 50, log=p
     return out
 
 
-def python_call_record(cols: int = CALL_COLS, calls: int = 2000, reps: int = 5) -> dict:
+def python_call_record(cols: int = CALL_COLS, calls: int = 2000, reps: int = 7) -> dict:
     """Wall time per call of ``fp8.fused`` and ``F.rms_norm`` on one bf16 row, called back to back
-    from Python (:func:`fusedrms.measure.worker.python_call_us`, the median of ``reps`` loops of
-    ``calls``): what a caller pays besides the GPU."""
+    from Python (:func:`fusedrms.measure.worker.python_call_us`): ``reps`` batches of ``calls``
+    each, the two calls' batches interleaved, so that a drift of the host's speed (the H200's
+    host gave 11-16 us for F.rms_norm within one recording) moves both sides of each pair.
+    ``call_ratio`` is the median over the pairs of fp8.fused's time over F.rms_norm's."""
     import torch.nn.functional as F
 
     from ..measure import worker
@@ -92,10 +94,15 @@ def python_call_record(cols: int = CALL_COLS, calls: int = 2000, reps: int = 5) 
     x, w = make_inputs(1, cols, 0)
     fns = {"fused": lambda: rmsnorm_fp8_fused(x, w),
            "rms_norm": lambda: F.rms_norm(x, (cols,), w, 1e-6)}
-    rec = {"kind": "python_call", "rows": 1, "cols": cols}
-    for name, fn in fns.items():
-        rec[f"{name}_call_us"] = statistics.median(
-            worker.python_call_us(fn, "cuda", reps=reps, calls=calls))
+    samples: dict = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            samples[name] += worker.python_call_us(fn, "cuda", reps=1, calls=calls)
+    rec = {"kind": "python_call", "rows": 1, "cols": cols, "batches": reps, "calls": calls}
+    for name, got in samples.items():
+        rec[f"{name}_call_us"] = statistics.median(got)
+    rec["call_ratio"] = statistics.median(f / r for f, r in zip(samples["fused"],
+                                                                samples["rms_norm"]))
     return rec
 
 
@@ -140,7 +147,7 @@ def merge_processes(runs: list[list[dict]]) -> list[dict]:
     if calls:  # the median over processes, each process's own beside it
         merged_call = {"kind": "python_call", "rows": calls[0]["rows"], "cols": calls[0]["cols"],
                        "processes": len(calls)}
-        for key in ("fused_call_us", "rms_norm_call_us"):
+        for key in ("fused_call_us", "rms_norm_call_us", "call_ratio"):
             got = [r[key] for r in calls if isinstance(r.get(key), (int, float))]
             if got:
                 merged_call[key], merged_call[f"{key}_process"] = statistics.median(got), got
