@@ -76,6 +76,24 @@ def _timing(quant: dict | None) -> dict | None:
                             and abs(r["speedup"] - 1) <= band]}
 
 
+def _served_tuning(cand_doc: dict | None, quant: dict | None) -> dict | None:
+    """The served contract's own winner beside the exact contract's, both timed under the served
+    contract among the recorded candidates, at the most rows timed."""
+    prov = (quant or {}).get("provenance") or {}
+    labels = prov.get("served_config"), prov.get("fused_config")
+    cands = {r.get("label"): r for r in ch08.candidate_table(cand_doc or {"records": []})
+             if r.get("served_bit_exact") is True}
+    if not all(labels) or not all(l in cands for l in labels):
+        return None
+    served, exact = (cands[l] for l in labels)
+    rows = max(int(k.rsplit("_", 1)[1]) for k in served if k.startswith("served_graph_us_"))
+    key = f"served_graph_us_{rows}"
+    if key not in exact:
+        return None
+    return {"rows": rows, "served": config_parts(labels[0]), "exact": config_parts(labels[1]),
+            "served_us": served[key], "exact_us": exact[key]}
+
+
 def _levers(cand_doc: dict | None) -> dict | None:
     levers = {l["lever"]: l for l in ch08.fp8_levers(cand_doc)}
     return levers or None
@@ -110,6 +128,7 @@ def story_facts(docs: dict) -> dict:
     out: dict = {}
     parts = {"exact": _exactness(docs["quant"]), "candidates": _candidates(docs["candidates"]),
              "timing": _timing(docs["quant"]), "levers": _levers(docs["candidates"]),
+             "served_tuning": _served_tuning(docs["candidates"], docs["quant"]),
              "cost": _cost(docs["cost"], ((docs["quant"] or {}).get("provenance") or {})
                            .get("fused_config")),
              "prices": _prices(docs["cost"])}
@@ -176,6 +195,12 @@ def story_values(docs: dict) -> dict[str, str]:
         if call:
             v.update(pc_fused=f"{call['fused_call_us']:.1f} µs",
                      pc_rms=f"{call['rms_norm_call_us']:.1f} µs", pc_ratio=f"{call['ratio']:.2f}x")
+    st = f.get("served_tuning")
+    if st and st["served"]["warps"]:
+        v.update(st_warps=str(st["served"]["warps"]), st_rows=f"{st['rows']:,}",
+                 st_tile="unpadded" if st["served"]["split"] else "padded",
+                 st_exact_tile="unpadded" if st["exact"]["split"] else "padded",
+                 st_us=f"{st['served_us']:.1f} µs", st_exact_us=f"{st['exact_us']:.1f} µs")
     lv = f.get("levers")
     if lv:
         for name, key in {**WORK_LEVERS, **WARP_LEVERS}.items():
