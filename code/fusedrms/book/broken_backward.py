@@ -95,10 +95,7 @@ def _real_stage_one(x, w, dy, eps, atomic: bool):
     x2, w, eps, _ = B._prepare(x, w, eps)
     dy2 = B._rows(dy, "dy", x)
     rows, cols = x2.shape
-    tile = B.tile_rows_for(cols, x2.dtype)
-    rpp = triton.cdiv(rows, B.programs_for(rows, cols, x2.dtype, x2.device, tile_rows=tile))
-    rpp = triton.cdiv(rpp, tile) * tile
-    programs = triton.cdiv(rows, rpp)
+    tile, rpp, programs = B.grid(rows, cols, x2.dtype, x2.device)
     dx2 = torch.empty_like(x2)
     dw_buffer = torch.empty((cols,) if atomic else (programs, cols), dtype=torch.float32,
                             device=x2.device)
@@ -116,9 +113,7 @@ def partial_lost(x, w, dy, eps: float = 1e-5):
     dx, partials, programs, w = _real_stage_one(x, w, dy, eps, atomic=False)
     cols = partials.shape[1]
     dw = torch.empty((cols,), dtype=w.dtype, device=w.device)
-    B.dw_reduce_kernel[(triton.cdiv(cols, B.REDUCE_BLOCK_COLS),)](
-        partials, dw, programs - 1, cols,  # BUG: programs - 1
-        BLOCK_P=B.REDUCE_BLOCK_P, BLOCK_COLS=B.REDUCE_BLOCK_COLS, num_warps=B.REDUCE_WARPS)
+    B.reduce_partials(partials, dw, programs - 1, cols)  # BUG: programs - 1
     return dx, dw
 
 

@@ -206,18 +206,14 @@ def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor,
 
 
 def reduce_step(programs: int, cols: int, tile: str, dw: torch.Tensor):
-    """``step(partials)``: stage 2 alone, :func:`fusedrms.kernels.rmsnorm_backward.dw_reduce_kernel`
+    """``step(partials)``: stage 2 alone, :func:`fusedrms.kernels.rmsnorm_backward.reduce_partials`
     with one of :data:`REDUCE_TILES`."""
-    import triton
-
     from ..kernels import rmsnorm_backward as B
 
     block_p, block_cols, warps = REDUCE_TILES[tile]
 
     def step(partials):
-        B.dw_reduce_kernel[(triton.cdiv(cols, block_cols),)](
-            partials, dw, programs, cols, BLOCK_P=block_p, BLOCK_COLS=block_cols, num_warps=warps)
-        return dw
+        return B.reduce_partials(partials, dw, programs, cols, block_p, block_cols, warps)
     return step
 
 

@@ -231,8 +231,11 @@ def separating_blocks() -> dict:
     scale = a / top
     multiplier = top / a
     quotients = {"divide": y / scale, "reciprocal": y * torch.reciprocal(scale),
-                 "transformer_engine": y * multiplier, "multiply": y * multiplier}
+                 "multiply": y * multiplier}
     codes = {q: v.to(fp8.E4M3FN).view(torch.uint8) for q, v in quotients.items()}
+    # TransformerEngine multiplies by the 448 / absmax it stores: the same codes as "multiply";
+    # what sets it apart is its stored scale, 1 / multiplier (scale_differs below)
+    codes["transformer_engine"] = codes["multiply"]
     inside = y <= a
     scale_differs = (torch.reciprocal(multiplier) != scale)[:, 0]
     out = {}
