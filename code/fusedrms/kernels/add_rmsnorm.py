@@ -53,6 +53,7 @@ import triton
 import triton.language as tl
 
 from .. import dtypes, registry, tuning, validation
+from . import direct_launch
 from .rmsnorm import loud_scale  # chapter 4's overflow guard, reused
 from .rounding import round_to_bf16
 
@@ -542,8 +543,8 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
 
     A config with a ``chunk`` narrower than the row's BLOCK runs the two-pass
     kernel; otherwise (no chunk, or the whole row fits in one chunk) the row
-    lives in registers. Returns a :class:`_DirectLaunch` for calls with the
-    same shapes (on a GPU), else None."""
+    lives in registers. Returns a :class:`~fusedrms.kernels.direct_launch.DirectLaunch` for
+    calls with the same shapes (on a GPU), else None."""
     rows, cols = x2.shape
     if rows == 0:
         return None
@@ -561,31 +562,11 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
     else:
         kernel, width = add_rmsnorm_kernel, {"BLOCK": block}
         hinted = {"HINTED": HINTED_LOADS}
-    # in the kernel's order
-    constants = (*width.values(), rpp, write_sum, software_bf16, persistent,
-                 *hinted.values())
-    compiled = kernel[(programs,)](
-        *args, **width, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum,
-        SOFTWARE_BF16=software_bf16, PERSISTENT=persistent, **hinted,
-        num_warps=config.num_warps, num_stages=config.num_stages)
-    if (x2.device.type == "cuda" and hasattr(compiled, "run")
-            and hasattr(compiled, "__getitem__")):
-        return _DirectLaunch(compiled[(programs, 1, 1)], constants)
-    return None
-
-
-class _DirectLaunch:
-    """The compiled kernel of one first launch, called again without Triton's Python launch path
-    (argument binding and the specialization key cost tens of microseconds per call)."""
-
-    __slots__ = ("runner", "constants")
-
-    def __init__(self, runner, constants: tuple):
-        self.runner, self.constants = runner, constants
-
-    def __call__(self, x, r, w, y, s, rows: int, cols: int, eps: float) -> None:
-        # contiguous rows only (the plan cache below guarantees it): every row stride is cols
-        self.runner(x, r, w, y, s, rows, cols, cols, cols, cols, cols, eps, *self.constants)
+    params = dict(width, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum, SOFTWARE_BF16=software_bf16,
+                  PERSISTENT=persistent, **hinted)
+    compiled = kernel[(programs,)](*args, **params, num_warps=config.num_warps,
+                                   num_stages=config.num_stages)
+    return direct_launch.after_first_launch(compiled, programs, kernel, 5, *args, **params)
 
 
 # ---------------------------------------------------------------- repeated calls
@@ -616,14 +597,14 @@ def _call_key(op: str, x, residual, w, eps) -> tuple | None:
 class _Plan:
     """What a validated call decided: the config, and (on a GPU) the compiled kernel."""
 
-    __slots__ = ("rows", "cols", "config", "direct")
+    __slots__ = ("cols", "config", "direct")
 
-    def __init__(self, rows, cols, config, direct):
-        self.rows, self.cols, self.config, self.direct = rows, cols, config, direct
+    def __init__(self, cols, config, direct):
+        self.cols, self.config, self.direct = cols, config, direct
 
     def run(self, x, r, w, y, s, eps: float) -> None:
-        if self.direct is not None:
-            self.direct(x, r, w, y, s if s is not None else y, self.rows, self.cols, eps)
+        if self.direct is not None:  # rows, strides and eps are the first launch's (the key's)
+            self.direct(x, r, w, y, s if s is not None else y)
         else:  # the interpreter: the same launch, without the checks already made
             c = self.cols
             launch(x.view(-1, c), r.view(-1, c), w, y.view(-1, c),
@@ -637,7 +618,7 @@ def _remember(key, x, residual, w, x2, config, direct) -> None:
         return
     if len(_PLANS) >= MAX_PLANS:
         _PLANS.clear()
-    _PLANS[key] = _Plan(x2.shape[0], x2.shape[1], config, direct)
+    _PLANS[key] = _Plan(x2.shape[1], config, direct)
 
 
 def clear_plans() -> None:

@@ -34,13 +34,13 @@ from .. import env  # first: decides GPU or interpreter before any @triton.jit b
 
 import contextlib
 import dataclasses
-import inspect
 
 import torch
 import triton
 import triton.language as tl
 
 from .. import registry, tuning, validation
+from . import direct_launch
 from .rmsnorm import loud_scale  # chapter 4's guard: NaN, never 0, for an overflowed row
 from .rmsnorm_fp8_spec import (  # the specification these kernels match bit for bit
     ABSMAX_FLOOR, BF16, BLOCK_COLS, CONTRACTS, DEFAULT_CONTRACT, FP8_DTYPE, FP8_MAX, FP32, HIDDEN_SIZE,
@@ -670,33 +670,11 @@ def _launch_fused(x2, w, codes_out, scales, eps, floor, meta):
         return kernel[(grid,)](**args, **options)
 
 
-class _DirectLaunch:
-    """The compiled kernel of a first launch, called again without Triton's Python launch path
-    (binding the arguments and the specialization key cost tens of microseconds a call), as
-    ``add_rmsnorm`` does. Only the four pointers change between calls: every fused kernel takes
-    them first, so a call passes them and then the arguments kept from the first launch."""
-
-    __slots__ = ("runner", "rest")
-    POINTERS = ("x_ptr", "w_ptr", "codes_ptr", "scales_ptr")
-
-    def __init__(self, runner, kernel, args: dict):
-        names = list(inspect.signature(kernel.fn).parameters.items())
-        if tuple(n for n, _ in names[:4]) != self.POINTERS:
-            raise TypeError(f"{kernel.fn.__name__} must take {', '.join(self.POINTERS)} first")
-        self.runner = runner
-        self.rest = tuple(args[n] if n in args else p.default for n, p in names[4:])
-
-    def __call__(self, x, w, codes, scales) -> None:
-        self.runner(x, w, codes, scales, *self.rest)
-
-
 def _direct_launch(compiled, x2, w, codes_out, scales, eps, floor, meta):
-    """A :class:`_DirectLaunch` of the launch just made (CUDA only), else None."""
-    if not (x2.device.type == "cuda" and hasattr(compiled, "run")
-            and hasattr(compiled, "__getitem__")):
-        return None
+    """A :class:`~fusedrms.kernels.direct_launch.DirectLaunch` of the launch just made (on a
+    GPU), else None. Every fused kernel takes x, w, the codes and the scales first."""
     kernel, grid, args, _ = _fused_launch(x2, w, codes_out, scales, eps, floor, meta)
-    return _DirectLaunch(compiled[(grid, 1, 1)], kernel, args)
+    return direct_launch.after_first_launch(compiled, grid, kernel, 4, **args)
 
 
 def _interpreter_quiet():
@@ -752,8 +730,7 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
 
 # Repeated calls (a model calls with the same shapes every step): every check above depends only
 # on the inputs' type, shape, strides, dtype, device, eps, floor, rounding and the tuning table,
-# so a call whose key matches one that passed them skips to the launch (Triton's own launch path,
-# which specializes on the pointers itself).
+# so a call whose key matches one that passed them skips to the launch (direct_launch).
 _PLANS: dict = {}
 
 
