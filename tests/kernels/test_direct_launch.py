@@ -84,6 +84,25 @@ def test_a_profilers_hook_still_sees_a_direct_launch(monkeypatch):
     assert call[6] == {"name": "fake_kernel"} and call[7] is hook
 
 
+def test_empty_hook_chains_cost_a_launch_nothing_and_a_hook_added_to_one_is_called(monkeypatch):
+    """Triton 3.5 and later keep the hooks in chains that are never None: an empty chain passes
+    as no hook (no metadata built, nothing to call), a chain with a hook passes as itself."""
+    chain = pytest.importorskip("triton.knobs").HookChain
+    monkeypatch.setattr(D, "_current_stream", lambda: 3)
+    enter, leave = chain(), chain(reversed=True)
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", enter)
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", leave)
+    fake, a = FakeCompiled(), torch.zeros(2)
+    D.DirectLaunch(fake, (2, 1, 1), 1, (8,))(a)
+    assert fake.metadata_asked == [] and fake.calls[-1][6:9] == (None, None, None)
+    seen = []
+    enter.add(seen.append)
+    D.DirectLaunch(fake, (2, 1, 1), 1, (8,))(a)
+    assert fake.calls[-1][6:9] == ({"name": "fake_kernel"}, enter, None)
+    fake.calls[-1][7](fake.calls[-1][6])  # what the launcher does with them
+    assert seen == [{"name": "fake_kernel"}]
+
+
 def test_a_direct_launch_given_the_wrong_number_of_tensors_says_so(monkeypatch):
     monkeypatch.setattr(D, "_current_stream", lambda: 0)
     with pytest.raises(TypeError, match="fake_kernel takes 2 tensors, got 1"):

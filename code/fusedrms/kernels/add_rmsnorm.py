@@ -543,8 +543,8 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
 
     A config with a ``chunk`` narrower than the row's BLOCK runs the two-pass
     kernel; otherwise (no chunk, or the whole row fits in one chunk) the row
-    lives in registers. Returns a :class:`~fusedrms.kernels.direct_launch.DirectLaunch` for
-    calls with the same shapes (on a GPU), else None."""
+    lives in registers. Returns a :class:`~.direct_launch.DirectLaunch`
+    for calls with the same shapes (on a GPU), else None."""
     rows, cols = x2.shape
     if rows == 0:
         return None
@@ -562,11 +562,12 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
     else:
         kernel, width = add_rmsnorm_kernel, {"BLOCK": block}
         hinted = {"HINTED": HINTED_LOADS}
-    params = dict(width, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum, SOFTWARE_BF16=software_bf16,
-                  PERSISTENT=persistent, **hinted)
+    params = dict(width, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum,
+                  SOFTWARE_BF16=software_bf16, PERSISTENT=persistent, **hinted)
     compiled = kernel[(programs,)](*args, **params, num_warps=config.num_warps,
                                    num_stages=config.num_stages)
-    return direct_launch.after_first_launch(compiled, programs, kernel, 5, *args, **params)
+    return direct_launch.after_first_launch(compiled, programs, kernel, 5,
+                                            *args, **params)
 
 
 # ---------------------------------------------------------------- repeated calls

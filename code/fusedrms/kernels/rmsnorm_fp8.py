@@ -40,6 +40,7 @@ import triton
 import triton.language as tl
 
 from .. import registry, tuning, validation
+from . import add_rmsnorm  # its FAST_PATH switch (FUSEDRMS_FAST_PATH) covers both ops
 from . import direct_launch
 from .rmsnorm import loud_scale  # chapter 4's guard: NaN, never 0, for an overflowed row
 from .rmsnorm_fp8_spec import (  # the specification these kernels match bit for bit
@@ -735,8 +736,6 @@ _PLANS: dict = {}
 
 
 def _plan_key(x, w, eps, absmax_floor, rounding, contract) -> tuple | None:
-    from . import add_rmsnorm  # its FAST_PATH switch (FUSEDRMS_FAST_PATH) covers both ops
-
     if not (add_rmsnorm.FAST_PATH and type(x) is torch.Tensor and type(w) is torch.Tensor  # noqa: E721
             and type(eps) is float and type(absmax_floor) is float and type(rounding) is str  # noqa: E721
             and type(contract) is str):  # noqa: E721
