@@ -171,6 +171,9 @@ def test_an_overflowed_row_is_nan_on_every_launch_path(config):
     (lambda x, r, w: A.add_rmsnorm(x, r, w, config=A.LaunchConfig(3, 4)), "power of two"),
     (lambda x, r, w: A.add_rmsnorm(x, r, w, config="fast"), "config must be"),
     (lambda x, r, w: A.add_rmsnorm_residual(x, r, w, config={"num_warps": 64}), "num_warps"),
+    # a tensor with no storage has no address for the repeated-call key: the full path explains
+    (lambda x, r, w: A.add_rmsnorm(x.to_sparse(), r, w), "sparse_coo tensor"),
+    (lambda x, r, w: A.add_rmsnorm_residual(x, r.to_sparse(), w, in_place=True), "sparse_coo"),
 ])
 def test_validation_messages(call, match):
     x, r, w = inputs(3, 8, torch.float32)

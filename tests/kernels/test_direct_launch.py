@@ -2,6 +2,7 @@
 that it runs where and what Triton's own launch would."""
 import pytest
 import torch
+import triton
 from triton import knobs
 
 from fusedrms.kernels import add_rmsnorm as A
@@ -70,6 +71,16 @@ def test_a_direct_launch_passes_addresses_the_current_stream_and_the_kept_argume
     assert fake.metadata_asked == []  # no profiler hook: no metadata built
 
 
+def test_a_launch_at_addresses_passes_them_as_given(monkeypatch):
+    """``at`` is the same launch for a caller that read the addresses already."""
+    monkeypatch.setattr(D, "_current_stream", lambda: 5)
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", None)
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", None)
+    fake = FakeCompiled()
+    D.DirectLaunch(fake, (3, 1, 1), 2, (7,)).at(4096, 8192)
+    assert fake.calls == [(3, 1, 1, 5, 1234, ("warps", 4), None, None, None, 4096, 8192, 7)]
+
+
 def test_a_profilers_hook_still_sees_a_direct_launch(monkeypatch):
     monkeypatch.setattr(D, "_current_stream", lambda: 3)
     def hook(metadata):
@@ -109,6 +120,47 @@ def test_a_direct_launch_given_the_wrong_number_of_tensors_says_so(monkeypatch):
         D.DirectLaunch(FakeCompiled(), (1, 1, 1), 2, ())(torch.zeros(1))
 
 
+class CudaLauncher:
+    """Stands for Triton's CUDA launcher object: scratch sizes, flags and its C ``launch``."""
+
+    __module__ = "triton.backends.nvidia.driver"
+
+    def __init__(self, global_scratch=0, profile_scratch=0):
+        self.global_scratch_size, self.profile_scratch_size = global_scratch, profile_scratch
+        self.launch_cooperative_grid, self.launch_pdl = False, True
+        self.calls = []
+
+    def launch(self, *args):
+        self.calls.append(args)
+
+
+def test_the_bare_launch_is_taken_only_for_triton_3_6s_cuda_launcher_with_no_scratch(monkeypatch):
+    monkeypatch.setattr(D.triton, "__version__", "3.6.0")
+    plain = CudaLauncher()
+    assert D.bare_launch(plain) == (plain.launch, False, True)
+    assert D.bare_launch(CudaLauncher(global_scratch=64)) is None
+    assert D.bare_launch(CudaLauncher(profile_scratch=8)) is None
+    assert D.bare_launch(FakeCompiled().run) is None
+    for version in ("3.5.1", "3.9.0", "3.60.0"):
+        monkeypatch.setattr(D.triton, "__version__", version)
+        assert D.bare_launch(plain) is None
+
+
+def test_a_bare_launch_passes_the_c_launch_what_triton_3_6s_launcher_would(monkeypatch):
+    """Triton 3.6's launcher calls ``launch(gx, gy, gz, stream, function, cooperative, pdl,
+    global_scratch, profile_scratch, *args)``, its own arguments after the function as ``args``."""
+    monkeypatch.setattr(D, "_current_stream", lambda: 9)
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", None)
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", None)
+    fake, low = FakeCompiled(), CudaLauncher()
+    launch = D.DirectLaunch(fake, (4, 1, 1), 2, (6, 0.5))
+    launch.bare = (low.launch, False, True)
+    launch.at(4096, 8192)
+    assert fake.calls == []
+    assert low.calls == [(4, 1, 1, 9, 1234, False, True, None, None, ("warps", 4), None, None,
+                          None, 4096, 8192, 6, 0.5)]
+
+
 def test_no_direct_launch_without_a_compiled_binary():
     """The interpreter returns no CompiledKernel: its plans relaunch through Triton."""
     x = torch.zeros(1, 8)
@@ -126,6 +178,7 @@ def test_gpu_a_direct_launch_runs_on_the_callers_stream_and_matches_the_full_pat
     A.add_rmsnorm(x, r, w)
     (plan,) = A._PLANS.values()
     assert isinstance(plan.direct, D.DirectLaunch)
+    assert (plan.direct.bare is not None) == triton.__version__.startswith("3.6.")
     q_x = torch.randn(64, 7168, device="cuda", dtype=torch.bfloat16)
     q_w = torch.rand(7168, device="cuda", dtype=torch.bfloat16) + 0.5
     Q.rmsnorm_fp8_fused(q_x, q_w)

@@ -217,6 +217,8 @@ def test_zero_block_with_the_default_floor():
      r"\(256,\)"),
     (lambda: (torch.randn(1, 16385, device=DEV).to(BF16), torch.ones(16385, dtype=BF16, device=DEV)),
      "16384"),
+    (lambda: (torch.randn(2, 256, device=DEV).to(BF16).to_sparse(),
+              torch.ones(256, dtype=BF16, device=DEV)), "sparse_coo tensor"),
 ])
 def test_clear_errors(make, match):
     x, w = make()
@@ -352,6 +354,11 @@ def test_gpu_repeated_calls_take_the_direct_launch_and_stay_exact():
     for seed in (1, 2):
         x2, _ = spec.make_inputs(33, 7168, seed)
         assert spec.compare(*q.rmsnorm_fp8_fused(x2, w), *spec.reference(x2, w)).ok
+        # software rounding writes the codes as bytes: the plan passes the fp8 codes' address
+        for _ in range(2):
+            got = q.rmsnorm_fp8_fused(x2, w, rounding="software")
+            assert got[0].dtype == spec.FP8_DTYPE
+            assert spec.compare(*got, *spec.reference(x2, w)).ok
     buf = torch.empty(33 * 7168 + 1, dtype=BF16, device=x.device)
     odd = buf[1:].view(33, 7168)
     odd.copy_(x)
@@ -555,7 +562,7 @@ def test_the_plan_returns_what_the_full_path_returns_for_any_leading_shape():
     x3, w = spec.make_inputs(6, 256, 3)
     odd = torch.empty_strided((1, 256), (7, 1), dtype=x3.dtype)  # contiguous, odd unit stride
     odd.copy_(x3[:1])
-    for x in (x3.view(2, 3, 256), x3[0], odd):
+    for x in (x3.view(2, 3, 256), x3.view(1, 2, 3, 256), x3[0], odd):
         q._PLANS.clear()
         outs = [q.rmsnorm_fp8_fused(x, w) for _ in range(2)]
         assert len(q._PLANS) == 1
@@ -565,6 +572,19 @@ def test_the_plan_returns_what_the_full_path_returns_for_any_leading_shape():
             assert codes.is_contiguous() and scales.is_contiguous()
             assert codes.stride() == torch.empty(x.shape).stride()
             assert spec.compare(codes.reshape(-1, 256), scales.reshape(-1, 2), *want).ok
+
+
+def test_a_plan_made_under_inference_mode_gives_ordinary_tensors_outside_it():
+    """The plan's output templates come from the first call; outside inference mode a repeated
+    call must still return tensors autograd can use."""
+    q._PLANS.clear()
+    x, w = spec.make_inputs(2, 256, 0)
+    with torch.inference_mode():
+        assert q.rmsnorm_fp8_fused(x, w)[0].is_inference()
+    codes, scales = q.rmsnorm_fp8_fused(x, w)
+    assert len(q._PLANS) == 1
+    assert not codes.is_inference() and not scales.is_inference()
+    assert spec.compare(codes, scales, *spec.reference(x, w)).ok
 
 
 def test_a_repeated_call_skips_to_the_launch_and_gives_the_same_bits():

@@ -351,10 +351,10 @@ TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
 # where the wide-row losses were: which bytes are extra, ours against Inductor's kernel
 WIDE_NCU_SHAPE = ("add_rmsnorm", 16384, 32768, "bf16")
 WIDE_NCU_IMPLS = ("capstone.fused", "torch.compile_add")
-SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/direct_launch.py", "kernels/rounding.py",
-           "kernels/peers.py", "kernels/peers_flashinfer.py", "measure/timer.py",
-           "measure/harness.py", "measure/worker.py", "traffic.py", "book/ch07.py::record",
-           "book/ch07_tuning.py", "book/study.py", "book/study_timing.py",
+SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/direct_launch.py",
+           "kernels/rounding.py", "kernels/peers.py", "kernels/peers_flashinfer.py",
+           "measure/timer.py", "measure/harness.py", "measure/worker.py", "traffic.py",
+           "book/ch07.py::record", "book/ch07_tuning.py", "book/study.py", "book/study_timing.py",
            "book/seed_capstone.py", "book/ch06.py::record")  # ch06 times the peers in a joint run
 
 

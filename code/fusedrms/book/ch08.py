@@ -230,7 +230,7 @@ def fused_resources(config: FusedConfig, cols: int = HIDDEN_SIZE) -> tuple:
     x, w = make_inputs(2, cols, 0)
     x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
         x, w, RMS_NORM_EPS, ABSMAX_FLOOR, "auto", None, True, None, config, "exact")
-    k = _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
+    k, _ = _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
     return getattr(k, "n_regs", None), getattr(k, "n_spills", None)
 
 
@@ -420,9 +420,10 @@ TUNING_FILES = {"tuning/fp8.json": "the fastest bit-exact candidate (written wit
 ESTIMATE_S = 200
 # the diagnostic's and the levers' timing, then Nsight Compute on two kernels (~20 s each)
 EXACTNESS_COST_S = 150
-SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/direct_launch.py", "kernels/rmsnorm_fp8_spec.py",
-           "kernels/rmsnorm_fp8_departures.py", "kernels/rounding.py", "measure/timer.py", "traffic.py", "book/ch08.py::record", "book/ch08_timing.py",
-           "book/study.py", "book/study_timing.py", "book/study_fp8.py")
+SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/direct_launch.py",
+           "kernels/rmsnorm_fp8_spec.py", "kernels/rmsnorm_fp8_departures.py",
+           "kernels/rounding.py", "measure/timer.py", "traffic.py", "book/ch08.py::record",
+           "book/ch08_timing.py", "book/study.py", "book/study_timing.py", "book/study_fp8.py")
 
 
 SMOKE_CANDIDATE_SHAPES = ((1024, 7168),)

@@ -587,12 +587,15 @@ def _call_key(op: str, x, residual, w, eps) -> tuple | None:
             and type(w) is torch.Tensor and type(eps) is float):  # noqa: E721
         return None  # subclasses and other eps types: always the full path
     # a call autograd would record takes the full path, which refuses it (forward only)
+    try:
+        aligned = (x.data_ptr() % 16 == 0, residual.data_ptr() % 16 == 0, w.data_ptr() % 16 == 0)
+    except RuntimeError:  # no storage (a sparse tensor): the full path says what to do
+        return None
     recorded = torch.is_grad_enabled() and (x.requires_grad or residual.requires_grad
                                             or w.requires_grad)
     return (op, x.shape, x.stride(), x.dtype, x.device, residual.shape, residual.stride(),
             residual.dtype, residual.device, w.shape, w.stride(), w.dtype, w.device, eps,
-            x.data_ptr() % 16 == 0, residual.data_ptr() % 16 == 0, w.data_ptr() % 16 == 0,
-            tuning.generation(), TILE_LOOP_ALWAYS, HINTED_LOADS, recorded)
+            aligned, tuning.generation(), TILE_LOOP_ALWAYS, HINTED_LOADS, recorded)
 
 
 class _Plan:

@@ -30,36 +30,60 @@ class DirectLaunch:
     shapes. Built by :func:`after_first_launch`; called with the kernel's pointer arguments (the
     tensors, in the kernel's order), which every kernel here takes first."""
 
-    __slots__ = ("compiled", "grid", "pointers", "rest")
+    __slots__ = ("compiled", "grid", "pointers", "rest", "bare")
 
     def __init__(self, compiled, grid: tuple[int, int, int], pointers: int, rest: tuple):
         self.compiled, self.grid, self.pointers, self.rest = compiled, grid, pointers, rest
+        self.bare = bare_launch(compiled.run)
 
     def __call__(self, *tensors) -> None:
         if len(tensors) != self.pointers:
             raise TypeError(f"{self.compiled.name} takes {self.pointers} tensors, got {len(tensors)}")
+        self.at(*[t.data_ptr() for t in tensors])
+
+    def at(self, *addresses: int) -> None:
+        """The launch on tensors given by their addresses (``data_ptr()``), in the kernel's order:
+        for a caller that already read them (``fp8.fused`` keys its plans on their alignment)."""
         c, grid = self.compiled, self.grid
         stream = _current_stream()
-        args = (*[t.data_ptr() for t in tensors], *self.rest)
-        # a profiler's hooks (Proton) still see the launch; no hook costs nothing
-        enter, leave = _hook(knobs.runtime.launch_enter_hook), _hook(knobs.runtime.launch_exit_hook)
+        args = (*addresses, *self.rest)
+        # a profiler's hooks (Proton) still see the launch; no hook costs nothing. Triton 3.5+
+        # holds the hooks in a HookChain, never None: an empty one still had every launch build
+        # its metadata and call two empty chains (4.8 of 11.7 us of a launch on the H200)
+        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        if enter is not None and not getattr(enter, "calls", True):
+            enter = None
+        if leave is not None and not getattr(leave, "calls", True):
+            leave = None
         meta = None if enter is None else c.launch_metadata(grid, stream, *args)
-        c.run(*grid, stream, c.function, c.packed_metadata, meta, enter, leave, *args)
+        if self.bare is not None:
+            launch, cooperative, pdl = self.bare
+            launch(*grid, stream, c.function, cooperative, pdl, None, None, c.packed_metadata,
+                   meta, enter, leave, *args)
+        else:
+            c.run(*grid, stream, c.function, c.packed_metadata, meta, enter, leave, *args)
 
 
-def _hook(hook):
-    """None where no launch hook is set. Triton 3.5 and later hold the hooks in a ``HookChain``,
-    which is never None: an empty one still had the launch build its metadata and call two empty
-    chains, 4.8 of the 11.7 us of a direct launch on the H200 (6.9 with None)."""
-    return None if hook is None or not getattr(hook, "calls", True) else hook
+def bare_launch(launcher) -> tuple | None:
+    """(C launch, cooperative, PDL) of Triton 3.6's CUDA launcher where the kernel needs no
+    scratch memory, else None. That launcher's ``__call__`` only allocates scratch memory and
+    then calls its compiled C launch; calling the C launch directly took 1.5 us less per call on
+    the H200. Other Triton versions and backends order the C launch's arguments otherwise (and
+    only 3.6 was measured), so they keep the launcher."""
+    if not (triton.__version__.startswith("3.6.") and type(launcher).__name__ == "CudaLauncher"
+            and type(launcher).__module__.startswith("triton.backends.nvidia")):
+        return None
+    if getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1):
+        return None
+    return launcher.launch, launcher.launch_cooperative_grid, launcher.launch_pdl
 
 
 def after_first_launch(compiled, grid: int, kernel, pointers: int, *args,
                        **kwargs) -> DirectLaunch | None:
     """A :class:`DirectLaunch` of ``kernel`` as just launched (``compiled``, what
     ``kernel[(grid,)](*args, **kwargs)`` returned), or None where there is no compiled binary to
-    launch again (the interpreter, or a device Triton does not compile for)."""
-    if not (isinstance(compiled, triton.compiler.CompiledKernel) and _on_gpu(args, kwargs)):
+    launch again (the interpreter returns none)."""
+    if not isinstance(compiled, triton.compiler.CompiledKernel):
         return None
     compiled._init_handles()  # the binary is loaded at the first launch; this only makes sure
     return DirectLaunch(compiled, (grid, 1, 1), pointers,
@@ -80,12 +104,16 @@ def arguments_after(kernel, pointers: int, *args, **kwargs) -> tuple:
     return tuple(values[pointers:])
 
 
+_stream_of = _device_now = None  # bound at the first direct launch (there is a GPU then)
+
+
 def _current_stream() -> int:
-    """The stream Triton's own launch would use: the current device's current stream."""
-    driver = triton.runtime.driver.active
-    return driver.get_current_stream(driver.get_current_device())
-
-
-def _on_gpu(args, kwargs) -> bool:
-    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-    return bool(tensors) and all(t.device.type == "cuda" for t in tensors)
+    """The stream Triton's own launch would use: the current device's current stream. Triton
+    reads the device through ``torch.cuda.current_device()``, which first makes sure CUDA is
+    initialized; a plan exists only after a launch, so the device is read directly."""
+    global _stream_of, _device_now
+    if _stream_of is None:
+        driver = triton.runtime.driver.active
+        _stream_of = driver.get_current_stream
+        _device_now = getattr(torch._C, "_cuda_getDevice", None) or driver.get_current_device
+    return _stream_of(_device_now())

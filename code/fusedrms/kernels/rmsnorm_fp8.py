@@ -642,17 +642,14 @@ def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=Tr
     return x2, w, eps, floor, shape, codes, codes_out, scales, meta
 
 
-LAUNCH_OPTIONS = ("num_warps", "maxnreg")
-
-
 def _fused_launch(x2, w, codes_out, scales, eps, floor, meta):
     """(kernel, grid, its arguments by name, launch options) of the fused kernel ``meta`` picks."""
     rows, cols = x2.shape
     args = dict(x_ptr=x2, w_ptr=w, codes_ptr=codes_out, scales_ptr=scales, cols=cols,
                 cols_f=float(cols), x_row_stride=x2.stride(0), eps=eps, absmax_floor=floor,
                 FP8_MAX=FP8_MAX)
-    options = {k: v for k, v in meta.items() if k in LAUNCH_OPTIONS}
-    consts = {k: v for k, v in meta.items() if k not in LAUNCH_OPTIONS}
+    options = {k: v for k, v in meta.items() if k in direct_launch.LAUNCH_OPTIONS}
+    consts = {k: v for k, v in meta.items() if k not in direct_launch.LAUNCH_OPTIONS}
     if "PIECES" in consts:
         b0, b1, b2 = consts.pop("PIECES")
         del consts["BLOCKS"]
@@ -665,17 +662,16 @@ def _fused_launch(x2, w, codes_out, scales, eps, floor, meta):
     return rmsnorm_fp8_fused_kernel, rows, {**args, **consts}, options
 
 
-def _launch_fused(x2, w, codes_out, scales, eps, floor, meta):
+def _launch_fused(x2, w, codes_out, scales, eps, floor, meta, keep: bool = False):
+    """Launch the fused kernel ``meta`` picks. Returns what Triton returned (the compiled kernel
+    on a GPU) and, with ``keep``, a :class:`~fusedrms.kernels.direct_launch.DirectLaunch` of this
+    launch for the next calls of the same shapes (None under the interpreter, or without
+    ``keep``). Every fused kernel takes x, w, the codes and the scales first."""
     kernel, grid, args, options = _fused_launch(x2, w, codes_out, scales, eps, floor, meta)
     with _interpreter_quiet():
-        return kernel[(grid,)](**args, **options)
-
-
-def _direct_launch(compiled, x2, w, codes_out, scales, eps, floor, meta):
-    """A :class:`~fusedrms.kernels.direct_launch.DirectLaunch` of the launch just made (on a
-    GPU), else None. Every fused kernel takes x, w, the codes and the scales first."""
-    kernel, grid, args, _ = _fused_launch(x2, w, codes_out, scales, eps, floor, meta)
-    return direct_launch.after_first_launch(compiled, grid, kernel, 4, **args)
+        compiled = kernel[(grid,)](**args, **options)
+    return compiled, (direct_launch.after_first_launch(compiled, grid, kernel, 4, **args)
+                      if keep else None)
 
 
 def _interpreter_quiet():
@@ -708,10 +704,11 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
     override the baseline piece by piece; ``config`` (a :class:`FusedConfig`) sets all three.
     """
     default = num_warps is None and division is None and config is None and cap_registers is True
-    key = _plan_key(x, w, eps, absmax_floor, rounding, contract) if default else None
+    key, x_at, w_at = (_plan_key(x, w, eps, absmax_floor, rounding, contract) if default
+                       else _NO_KEY)
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
-        return plan.run(x, w)
+        return plan.run(x, w, x_at, w_at)
     validation.check_forward_only({"x": x, "w": w}, "fp8.fused")
     if default:
         contract_steps(contract)  # a clear message for an unknown contract, before the lookup
@@ -721,11 +718,13 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
         x, w, eps, absmax_floor, rounding, num_warps, cap_registers, division, config, contract)
     if x2.shape[0] == 0:
         return _shaped(codes, scales, shape)
-    compiled = _launch_fused(x2, w2, codes_out, scales, eps, floor, meta)
-    if key is not None and x2.data_ptr() == x.data_ptr() and x.is_contiguous() and w2 is w:
-        direct = _direct_launch(compiled, x2, w2, codes_out, scales, eps, floor, meta)
-        _PLANS[key] = _Plan(x.shape, scales.shape[1], codes_out.dtype != codes.dtype, eps,
-                            floor, meta, direct)
+    keep = key is not None and x2.data_ptr() == x.data_ptr() and x.is_contiguous() and w2 is w
+    _, direct = _launch_fused(x2, w2, codes_out, scales, eps, floor, meta, keep=keep)
+    if keep:
+        if len(_PLANS) >= 256:
+            _PLANS.clear()
+        _PLANS[key] = _Plan(x, scales.shape[1], codes_out.dtype != codes.dtype, eps, floor,
+                            meta, direct)
     return _shaped(codes, scales, shape)
 
 
@@ -735,40 +734,51 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
 _PLANS: dict = {}
 
 
-def _plan_key(x, w, eps, absmax_floor, rounding, contract) -> tuple | None:
+_NO_KEY = (None, 0, 0)
+
+
+def _plan_key(x, w, eps, absmax_floor, rounding, contract) -> tuple:
+    """(key, x's address, w's address): the key holds everything the checks and the launch
+    depend on (Triton specializes the compiled kernel on the addresses' 16-byte alignment), and
+    the launch reuses the addresses. :data:`_NO_KEY` where the call takes the full path."""
     if not (add_rmsnorm.FAST_PATH and type(x) is torch.Tensor and type(w) is torch.Tensor  # noqa: E721
             and type(eps) is float and type(absmax_floor) is float and type(rounding) is str  # noqa: E721
             and type(contract) is str):  # noqa: E721
-        return None
+        return _NO_KEY
+    try:
+        x_at, w_at = x.data_ptr(), w.data_ptr()
+    except RuntimeError:  # no storage (a sparse tensor): the full path says what to do
+        return _NO_KEY
     recorded = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
-    if len(_PLANS) >= 256:
-        _PLANS.clear()
-    # Triton specializes the compiled kernel on 16-byte pointer alignment: part of the key
-    return (x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype, w.device, eps,
-            absmax_floor, rounding, contract, x.data_ptr() % 16 == 0, w.data_ptr() % 16 == 0,
-            tuning.generation(), recorded)
+    return ((x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype, w.device, eps,
+             absmax_floor, rounding, contract, x_at % 16 == 0, w_at % 16 == 0,
+             tuning.generation(), recorded), x_at, w_at)
 
 
 class _Plan:
-    """What a validated call decided. Outputs come from ``empty_like`` / ``new_empty`` of x, in
-    x's own shape (x is contiguous here): on the H200 a ``torch.empty`` with a device argument
-    took about 6 us, and reshaping both outputs 4 us more, of a call that costs about 18."""
+    """What a validated call decided. The outputs are ``empty_like`` of two templates of their
+    shape and dtype (one element each, expanded; x is contiguous here, so the outputs are too):
+    on the H200 ``x.new_empty(shape, dtype=...)`` took 5.2 us where ``empty_like`` of a template
+    took 3.9, and ``torch.empty`` with a device argument 6.1, of a call that costs about 20."""
 
-    __slots__ = ("rows_cols", "scales_shape", "software", "eps", "floor", "meta", "direct")
+    __slots__ = ("rows_cols", "codes_like", "scales_like", "software", "eps", "floor", "meta",
+                 "direct")
 
-    def __init__(self, shape, blocks, software, eps, floor, meta, direct=None):
+    def __init__(self, x, blocks, software, eps, floor, meta, direct=None):
+        shape = x.shape
         self.rows_cols = (shape[:-1].numel(), shape[-1])
-        self.scales_shape = tuple(shape[:-1]) + (blocks,)
+        self.codes_like = x.new_empty((), dtype=FP8_DTYPE).expand(shape)
+        self.scales_like = x.new_empty((), dtype=FP32).expand(*shape[:-1], blocks)
         self.software, self.eps, self.floor, self.meta, self.direct = (software, eps, floor,
                                                                         meta, direct)
 
-    def run(self, x, w):
-        codes = torch.empty_like(x, dtype=FP8_DTYPE, memory_format=torch.contiguous_format)
-        scales = x.new_empty(self.scales_shape, dtype=FP32)
-        codes_out = codes.view(torch.uint8) if self.software else codes
-        if self.direct is not None:
-            self.direct(x, w, codes_out, scales)
+    def run(self, x, w, x_at: int, w_at: int):
+        """The launch on x and w (at the addresses ``x_at``, ``w_at``), into new outputs."""
+        codes, scales = torch.empty_like(self.codes_like), torch.empty_like(self.scales_like)
+        if self.direct is not None:  # the codes' bytes are the same whatever their dtype
+            self.direct.at(x_at, w_at, codes.data_ptr(), scales.data_ptr())
         else:  # the interpreter: the same launch, without the checks already made
+            codes_out = codes.view(torch.uint8) if self.software else codes
             _launch_fused(x.view(self.rows_cols), w, codes_out, scales, self.eps, self.floor,
                           self.meta)
         return codes, scales
@@ -820,7 +830,7 @@ def kernel_resources(rows: int = 4, cols: int = HIDDEN_SIZE, num_warps: int | No
         x, w, RMS_NORM_EPS, ABSMAX_FLOOR, "auto", num_warps, cap_registers, None, config,
         contract)
     y = torch.empty(x2.shape, dtype=BF16, device=x2.device)
-    fused = _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
+    fused, _ = _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
     meta.pop("ROWS", None)
     meta.pop("PIECES", None)
     with _interpreter_quiet():
