@@ -242,6 +242,27 @@ def test_heuristic_values():
     assert A.heuristic_config(16384, torch.float32) == A.LaunchConfig(1, 16, 1, None)
     assert A.heuristic_config(32768, torch.bfloat16) == A.LaunchConfig(1, 32, 1, None)
     assert A.heuristic_config(13, torch.float32).rows_per_program == 8
+    # past what registers hold: two passes over column chunks
+    assert A.heuristic_config(A.WHOLE_ROW_MAX_COLS + 1, torch.float32) == A.TWO_PASS_CONFIG
+    assert A.heuristic_config(A.MAX_COLS, torch.bfloat16) == A.TWO_PASS_CONFIG
+
+
+def test_rows_wider_than_the_registers_hold_take_two_passes_at_any_batch():
+    for rows in (1, 10**5):
+        for dtype in (torch.bfloat16, torch.float32):
+            got = A.batch_config(A.heuristic_config(65536, dtype), rows, 65536, 132, dtype)[0]
+            assert got == A.TWO_PASS_CONFIG and got.chunk < 65536
+
+
+def test_a_row_of_max_cols_is_computed_right_by_both_designs():
+    """The interpreter's one configuration keeps the row whole; the GPU's takes two passes: both
+    give the reference at the widest row the capstone takes."""
+    x, r, w = inputs(2, A.MAX_COLS, torch.float32)
+    ref = reference.add_rmsnorm(x, r, w, accum=torch.float64)
+    assert checks.allclose(A.add_rmsnorm(x, r, w), ref)
+    y, s = A.add_rmsnorm_residual(x, r, w, config=A.TWO_PASS_CONFIG)
+    ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, accum=torch.float64)
+    assert checks.equal(s, ref_s) and checks.allclose(y, ref_y)
 
 
 def test_small_grids_get_fewer_rows_per_program():
@@ -305,7 +326,7 @@ def test_choose_config_prefers_the_table_on_its_gpu(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 4096), (1024, 4096), (257, 16384), (4096, 2048),
-                                   (3, 32768)])
+                                   (3, 32768), (3, 65536), (2112, 65536)])
 def test_gpu_default_config(shape, dtype):
     x, r, w = inputs(*shape, dtype)
     assert checks.allclose(A.add_rmsnorm(x, r, w),
@@ -505,13 +526,15 @@ def test_the_two_pass_launch_is_correct_on_both_ops():
 def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dtype, monkeypatch):
     """On a GPU the second call launches the compiled kernel directly; it must give the bits the
     full path gives, for both ops and in place, at a decode shape and large batches of 16 to 64
-    KB rows (the whole row at 32 warps), with and without the cache hints of the design before."""
+    KB rows (the whole row at 32 warps) and of 65536 columns (two passes), with and without the
+    cache hints of the design before."""
     from fusedrms.kernels import add_rmsnorm as A
 
     sms = A.sm_count(torch.device("cuda"))
     big = A.LARGE_BATCH_ROWS_PER_SM * sms
     for (rows, cols), hinted in itertools.product(
-            ((1, 4096), (big, 8192), (big, 16384), (big, 32768), (3, 5000)), (False, True)):
+            ((1, 4096), (big, 8192), (big, 16384), (big, 32768), (3, 5000), (big, 65536)),
+            (False, True)):
         A.clear_plans()
         monkeypatch.setattr(A, "HINTED_LOADS", hinted)
         x, r = (torch.randn(rows, cols, device="cuda").to(dtype) for _ in range(2))

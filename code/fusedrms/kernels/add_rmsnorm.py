@@ -58,8 +58,11 @@ from .rmsnorm import loud_scale  # chapter 4's overflow guard, reused
 from .rounding import round_to_bf16
 
 # The whole row lives in registers: 32768 fp32 sums over 1024 threads is 32 values per thread for
-# s and 32 for w, the most that stays out of local memory. Wider rows need a looped design.
-MAX_COLS = 32768
+# s and 32 for w, the most that stays out of local memory. Wider rows take two passes over column
+# chunks (TWO_PASS_CONFIG): at 4096 x 65536 bf16 on the H200 the whole-row kernel at 32 warps
+# spilled and took 1361 us, the two passes 651.
+WHOLE_ROW_MAX_COLS = 32768
+MAX_COLS = 65536
 
 
 # ---------------------------------------------------------------- the kernel
@@ -306,11 +309,14 @@ def heuristic_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
     - warps: about 32 bytes (two 16-byte vector loads) per thread per tensor, 4 to 16 warps,
       and enough warps that no thread holds more than 32 values of a row (32 warps at 32768
       columns, as Liger's rule has it): more would spill registers;
-    - one program per tile, no pipelining.
+    - one program per tile, no pipelining;
+    - rows wider than ``WHOLE_ROW_MAX_COLS``: two passes over column chunks (``TWO_PASS_CONFIG``).
     """
     _check_cols(cols)
     size = torch.empty((), dtype=dtype).element_size()
     block = triton.next_power_of_2(cols)
+    if block > WHOLE_ROW_MAX_COLS:
+        return TWO_PASS_CONFIG
     rows_per_program = max(1, min(8, 16384 // (block * size)))
     tile_bytes = rows_per_program * block * size
     num_warps = max(4, min(16, tile_bytes // (32 * 32)), rows_per_program * block // (32 * 32))
@@ -470,7 +476,10 @@ TWO_PASS_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1, c
 
 def large_batch_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
     """The large-batch launch for a row width and dtype: one row per program, one 16-byte vector
-    per thread per tensor, 4 to 32 warps (32 warps hold up to MAX_COLS columns in registers)."""
+    per thread per tensor, 4 to 32 warps (32 warps hold up to WHOLE_ROW_MAX_COLS columns in
+    registers; wider rows take two passes)."""
+    if triton.next_power_of_2(cols) > WHOLE_ROW_MAX_COLS:
+        return TWO_PASS_CONFIG
     row_bytes = triton.next_power_of_2(cols) * torch.empty((), dtype=dtype).element_size()
     warps = max(4, min(32, row_bytes // (VECTOR_BYTES * 32)))
     return LaunchConfig(rows_per_program=1, num_warps=warps, num_stages=1)
