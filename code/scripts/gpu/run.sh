@@ -14,6 +14,8 @@
 # same one to add chapters to a recording (same commit only, see python -m fusedrms.record --help).
 # FUSEDRMS_COMMIT names the commit where the tree has no .git (default: git, else ./.commit).
 # Install the recording into the book with: bash code/scripts/install_recording.sh TARBALL
+# Both ignored folders travel to the GPU machine: .whl/ (the wheels) and .gpu/flashinfer_include
+# (FlashInfer's headers, for chapter 7's peers; FUSEDRMS_FLASHINFER_INCLUDE names another folder).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 what=${1:-record}; shift || true
@@ -25,6 +27,14 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && echo "installed $(ls .whl/*.whl | wc -l) carried wheels"
   export PYTHONPATH="$PYTHONPATH:/tmp/site" PATH="/tmp/site/bin:$PATH"
+fi
+# A recording or check without FlashInfer fails chapter 7 only after minutes of device time
+flashinfer_include=${FUSEDRMS_FLASHINFER_INCLUDE:-$PWD/.gpu/flashinfer_include}
+if { [ "$what" = record ] || [ "$what" = check ]; } && [ ! -f "$flashinfer_include/flashinfer/norm.cuh" ] \
+    && ! python3 -c "import flashinfer" >/dev/null 2>&1; then
+  echo "$what: FlashInfer is not here (no flashinfer package, no $flashinfer_include/flashinfer/norm.cuh);" \
+    "chapter 7 times it as a peer: carry .gpu/flashinfer_include" >&2
+  exit 2
 fi
 case "$what" in
   record)
