@@ -30,8 +30,16 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 # A recording or check without FlashInfer fails chapter 7 only after minutes of device time
 flashinfer_include=${FUSEDRMS_FLASHINFER_INCLUDE:-$PWD/.gpu/flashinfer_include}
-if { [ "$what" = record ] || [ "$what" = check ]; } && [ ! -f "$flashinfer_include/flashinfer/norm.cuh" ] \
-    && ! python3 -c "import flashinfer" >/dev/null 2>&1; then
+peers=0  # whether this run times chapter 7's peers (ch06 and ch07 record them jointly)
+case "$what" in
+  check) peers=1 ;;
+  record) case " $* " in
+      *" --chapters"*) case ",$(echo "$*" | sed -E 's/.*--chapters[ =]([^ ]+).*/\1/')," in
+          *,6,*|*,7,*|*,06,*|*,07,*|*ch06*|*ch07*) peers=1 ;; esac ;;
+      *) peers=1 ;; esac ;;
+esac
+if [ $peers -eq 1 ] && [ ! -f "$flashinfer_include/flashinfer/norm.cuh" ] \
+    && ! python3 -m pip show -q flashinfer-python >/dev/null 2>&1; then
   echo "$what: FlashInfer is not here (no flashinfer package, no $flashinfer_include/flashinfer/norm.cuh);" \
     "chapter 7 times it as a peer: carry .gpu/flashinfer_include" >&2
   exit 2
