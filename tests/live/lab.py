@@ -34,6 +34,7 @@ SETTINGS = {
     "@jupyterlab/apputils-extension/notification": {"checkForUpdates": False, "fetchNews": "false"},
 }
 START_TIMEOUT_S = 90
+UNFOLD_WAIT_MS = 3_000  # a click on a live node opens it within a frame; longer means it was lost
 
 
 def free_port() -> int:
@@ -332,6 +333,26 @@ class Notebook:
     def output_with(self, selector: str):
         """The output area that holds ``selector`` (a widget's class)."""
         return self.page.locator(".jp-OutputArea-output").filter(has=self.page.locator(selector))
+
+    def unfold(self, details, timeout_ms: int):
+        """Open a folded ``<details>`` as a reader does, by clicking its summary, and wait until
+        its body shows. jupyterlab-myst renders a markdown cell again when the cell runs or the
+        kernel's answers for its values arrive, and a click on the node it replaces is lost (the
+        new node is folded): so click again, but only while the details are folded (a second
+        click on an open one would fold it)."""
+        from playwright.sync_api import expect
+
+        deadline = time.monotonic() + timeout_ms / 1000
+        body = details.locator(".details-body")
+        while True:
+            if details.get_attribute("open") is None:
+                details.locator("summary").click()
+            try:
+                expect(body).to_be_visible(timeout=UNFOLD_WAIT_MS)
+                return
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
 
     def edit_and_run(self, cell, source: str):
         """Replace a cell's source as a reader types it, then Shift+Enter."""
