@@ -103,8 +103,17 @@ def test_contracts_refuse_unknown_names_and_rows_per_program_is_exact_only():
     for fn in (q.rmsnorm_fp8_fused, q.rmsnorm_fp8_naive, spec.reference):
         with pytest.raises(validation.InputError, match="contract must be one of 'exact', 'served'"):
             fn(x, w, contract="fast")
+    rows = q.FusedConfig(8, None, "block_reciprocal", 2)
     with pytest.raises(validation.InputError, match="runs the exact contract only"):
-        q.rmsnorm_fp8_fused(x, w, config=q.FusedConfig(8, None, "block_reciprocal", 2))
+        q.rmsnorm_fp8_fused(x, w, config=rows)
+    assert spec.compare(*q.rmsnorm_fp8_fused(x, w, config=rows, contract="exact"),
+                        *spec.reference(x, w, contract="exact")).ok
+    # a tuning table cannot hand the served contract a rows launch either
+    entry = {"cols": 256, "num_warps": 8, "division": "block_reciprocal", "rows_per_program": 2,
+             "bit_exact": True}
+    assert q.config_from_record({**entry, "contract": "exact"}) == ((256, "exact"), rows)
+    with pytest.raises(ValueError, match="not a bit-exact fused configuration"):
+        q.config_from_record({**entry, "contract": "served"})
 
 
 def test_eps_and_floor_are_honoured():

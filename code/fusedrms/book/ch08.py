@@ -234,11 +234,27 @@ def fused_resources(config: FusedConfig, cols: int = HIDDEN_SIZE) -> tuple:
     return getattr(k, "n_regs", None), getattr(k, "n_spills", None)
 
 
-@functools.lru_cache(maxsize=16)
-def _case(rows: int, cols: int, seed: int):
+@functools.lru_cache(maxsize=32)  # every shape and seed, under both contracts
+def _case(rows: int, cols: int, seed: int, contract: str = "exact"):
     """Inputs and reference of one check, kept: every candidate is checked on the same cases."""
     x, w = make_inputs(rows, cols, seed)
-    return x, w, reference(x, w, contract="exact")
+    return x, w, reference(x, w, contract=contract)
+
+
+def _random_exactness(config: FusedConfig, contract: str, shapes, seeds) -> tuple:
+    """``config``'s codes and scales under ``contract`` against that contract's reference, bit
+    for bit, on random inputs: (checks, differing codes, failures)."""
+    checked = differing = 0
+    failures = []
+    for rows, cols in shapes:
+        for seed in seeds:
+            x, w, ref = _case(rows, cols, seed, contract)
+            report = compare(*rmsnorm_fp8_fused(x, w, config=config, contract=contract), *ref)
+            checked += 1
+            differing += report.mismatches
+            if not report.ok:
+                failures.append(f"{rows}x{cols} seed {seed}: {report}")
+    return checked, differing, failures
 
 
 def candidate_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seeds=(0, 1)) -> dict:
@@ -246,16 +262,7 @@ def candidate_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seed
     reference's bit for bit; on :func:`edge_inputs` they must equal the baseline kernel's (the
     same arithmetic up to the division: any difference there is the candidate's fault, while a
     difference between baseline and reference at those corners is recorded, not blamed on it)."""
-    checked = differing = 0
-    failures = []
-    for rows, cols in shapes:
-        for seed in seeds:
-            x, w, ref = _case(rows, cols, seed)
-            report = compare(*rmsnorm_fp8_fused(x, w, config=config, contract="exact"), *ref)
-            checked += 1
-            differing += report.mismatches
-            if not report.ok:
-                failures.append(f"{rows}x{cols} seed {seed}: {report}")
+    checked, differing, failures = _random_exactness(config, "exact", shapes, seeds)
     edge_vs_reference = 0
     for name, x, w, floor in edge_inputs():
         out = rmsnorm_fp8_fused(x, w, absmax_floor=floor, config=config, contract="exact")
@@ -275,17 +282,7 @@ def candidate_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seed
 def served_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seeds=(0, 1)) -> dict:
     """One configuration under the served contract: its codes and scales against the served
     reference, bit for bit, on the candidates' random inputs."""
-    checked = differing = 0
-    failures = []
-    for rows, cols in shapes:
-        for seed in seeds:
-            x, w = make_inputs(rows, cols, seed)
-            report = compare(*rmsnorm_fp8_fused(x, w, config=config, contract="served"),
-                             *reference(x, w, contract="served"))
-            checked += 1
-            differing += report.mismatches
-            if not report.ok:
-                failures.append(f"{rows}x{cols} seed {seed}: {report}")
+    checked, differing, failures = _random_exactness(config, "served", shapes, seeds)
     return {"served_checks": checked, "served_differing_codes": differing,
             "served_bit_exact": not failures, "served_failures": failures[:3]}
 
@@ -338,7 +335,7 @@ def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int 
                                                                    contract="exact"))
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {e}"
-        if cfg.rows_per_program == 1:  # the served contract (the rows kernel runs exact only)
+        if cfg.runs("served"):
             try:
                 rec.update(served_exactness(cfg))
                 time_into(rec, "served", lambda x, w: rmsnorm_fp8_fused(x, w, config=cfg,

@@ -83,21 +83,18 @@ def timing_records(shapes=TIMING_SHAPES, warmup: int = 10, reps: int = 50, log=p
 
 def python_call_record(cols: int = CALL_COLS, calls: int = 2000, reps: int = 7) -> dict:
     """Wall time per call of ``fp8.fused`` and ``F.rms_norm`` on one bf16 row, called back to back
-    from Python (:func:`fusedrms.measure.worker.python_call_us`): ``reps`` batches of ``calls``
-    each, the two calls' batches interleaved, so that a drift of the host's speed (the H200's
-    host gave 11-16 us for F.rms_norm within one recording) moves both sides of each pair.
+    from Python, ``reps`` batches of ``calls`` each, the two calls' batches taken in turn
+    (:func:`fusedrms.measure.worker.interleaved_python_calls`, as chapter 7's Python calls).
     ``call_ratio`` is the median over the pairs of fp8.fused's time over F.rms_norm's."""
     import torch.nn.functional as F
 
     from ..measure import worker
 
     x, w = make_inputs(1, cols, 0)
-    fns = {"fused": lambda: rmsnorm_fp8_fused(x, w),
-           "rms_norm": lambda: F.rms_norm(x, (cols,), w, 1e-6)}
-    samples: dict = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            samples[name] += worker.python_call_us(fn, "cuda", reps=1, calls=calls)
+    samples = worker.interleaved_python_calls(
+        {"fused": lambda: rmsnorm_fp8_fused(x, w),
+         "rms_norm": lambda: F.rms_norm(x, (cols,), w, 1e-6)},
+        "cuda", reps=reps, calls_per_batch=calls)
     rec = {"kind": "python_call", "rows": 1, "cols": cols, "batches": reps, "calls": calls}
     for name, got in samples.items():
         rec[f"{name}_call_us"] = statistics.median(got)

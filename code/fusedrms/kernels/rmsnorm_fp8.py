@@ -526,6 +526,11 @@ class FusedConfig:
         tile = ", unpadded (split) tile" if self.tile == "split" else ""
         return f"warps {self.num_warps}{cap}{per}{tile}, {self.division.replace('_', ' ')} division"
 
+    def runs(self, contract: str) -> bool:
+        """Whether this launch computes ``contract``: the rows kernel (several rows per program)
+        computes the exact one only."""
+        return self.rows_per_program == 1 or contract == "exact"
+
 
 def baseline_config(cols: int = HIDDEN_SIZE) -> FusedConfig:
     """The chapter's first design: the book's warps rule, the 16-warp register cap, div_rn per
@@ -559,7 +564,7 @@ def config_from_record(rec: dict) -> tuple:
     if not (cfg.division in DIVISIONS and cfg.num_warps in (1, 2, 4, 8, 16, 32)
             and cfg.rows_per_program in (1, 2, 4, 8) and cfg.tile in TILES
             and contract in CONTRACTS and rec.get("bit_exact") is True
-            and (cfg.rows_per_program == 1 or contract == "exact")):
+            and cfg.runs(contract)):
         raise ValueError(f"not a bit-exact fused configuration: {rec!r}")
     return (int(rec["cols"]), contract), cfg
 
@@ -630,11 +635,11 @@ def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=Tr
                 BLOCK_RECIPROCAL=cfg.division == "block_reciprocal",
                 SUM_ORDER=0 if steps["sum_order"] == "float64" else 1,
                 MULTIPLY=steps["division"] == "reciprocal", **options)
+    if not cfg.runs(contract):
+        raise validation.InputError(f"rows_per_program {cfg.rows_per_program} runs the exact "
+                                    f"contract only; pass contract='exact' or one row per "
+                                    f"program.")
     if cfg.rows_per_program > 1:
-        if contract != "exact":
-            raise validation.InputError(f"rows_per_program {cfg.rows_per_program} runs the exact "
-                                        f"contract only; pass contract='exact' or one row per "
-                                        f"program.")
         meta["ROWS"] = cfg.rows_per_program  # the fused wrapper then launches the rows kernel
     pieces = split_pieces(nb) if cfg.tile == "split" else None
     if pieces:  # a width that is not three powers of two of blocks keeps the padded tile

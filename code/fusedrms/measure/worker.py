@@ -55,6 +55,27 @@ def python_call_us(call, device: str = "cuda", reps: int = 10,
     return out
 
 
+def interleaved_python_calls(calls: dict, device: str = "cuda", reps: int = 10,
+                             calls_per_batch: int = PYTHON_CALLS, errors: dict | None = None) -> dict:
+    """:func:`python_call_us` of several calls, one batch of each in turn (A B C A B C ...), so
+    that a drift of the host's speed (the H200's host gave 11-16 us for F.rms_norm within one
+    recording) moves every call's samples alike: the i-th samples were taken in the same round.
+    {name: samples}. ``errors``: a call that raises is dropped there ({name: exception}) and the
+    others go on; without it the exception propagates."""
+    samples: dict = {name: [] for name in calls}
+    for _ in range(reps):
+        for name, fn in calls.items():
+            if errors is not None and name in errors:
+                continue
+            try:
+                samples[name] += python_call_us(fn, device, reps=1, calls=calls_per_batch)
+            except Exception as e:  # noqa: BLE001 - reported by the caller
+                if errors is None:
+                    raise
+                errors[name] = e
+    return {name: got for name, got in samples.items() if errors is None or name not in errors}
+
+
 def rotating_inputs(op: str, rows: int, cols: int, dtype, device, first: tuple) -> list[tuple]:
     """Input sets for the rotating timer: ``first`` plus fresh ones (other seeds) until they
     hold more than ``L2_MULTIPLE`` L2s (at least 2 sets, at most ``MAX_SETS``)."""
@@ -180,6 +201,7 @@ def run_worker(spec: dict) -> int:
             by_impl.setdefault(c["impl"], []).append(c)
         # in-place peers overwrite the inputs: they run last, and are checked on copies
         order = sorted(by_impl, key=lambda n: registry.get(n).mutates)
+        python_cases: dict = {}  # name -> (call, record base): timed together, after the loop
         for name in order:
             impl_cases = by_impl[name]
             if deadline and time.time() > deadline:
@@ -219,14 +241,12 @@ def run_worker(spec: dict) -> int:
             for c in impl_cases:
                 mode = c["mode"]
                 base = dict(c, first_call_ms=first_ms, correct=ok, check=message, copy_GBps=bw)
+                if mode == "python":
+                    python_cases[name] = (call, base)
+                    continue
                 timed = time.perf_counter()
                 try:
-                    if mode == "python":
-                        samples = python_call_us(call, device, reps=s.min_reps)
-                        base.update(warmup=20, l2_method=f"python: {PYTHON_CALLS} calls back to "
-                                    f"back from Python, no graph; wall clock to the last "
-                                    f"kernel's end, per call")
-                    elif mode == "rotating":
+                    if mode == "rotating":
                         if not rotating_sets:
                             with phase("inputs"):
                                 rotating_sets = rotating_inputs(op, rows, cols, dtype, device,
@@ -250,11 +270,13 @@ def run_worker(spec: dict) -> int:
                 finally:
                     phase[f"timing ({mode})"] = (phase.get(f"timing ({mode})", 0.0)
                                                  + time.perf_counter() - timed)
-            if is_compiled_peer(name):
-                from ..kernels import peers
-
-                for sc in peers.COMPILED:
-                    sc.reset()  # free the compiled graphs of this shape
+            if is_compiled_peer(name) and name not in python_cases:
+                _free_compiled_graphs()
+        if python_cases:
+            with phase("timing (python)"):
+                _time_python_calls(python_cases, device, s.min_reps)
+            if any(is_compiled_peer(name) for name in python_cases):
+                _free_compiled_graphs()
         del args, rotating_sets
         if device != "cpu":
             torch.cuda.empty_cache()
@@ -262,6 +284,35 @@ def run_worker(spec: dict) -> int:
           **{name: round(seconds, 2) for name, seconds in phase.items()})
     _emit("done")
     return 0
+
+
+def _free_compiled_graphs() -> None:
+    """Free the compiled peers' graphs of the shape just timed."""
+    from ..kernels import peers
+
+    for sc in peers.COMPILED:
+        sc.reset()
+
+
+def _time_python_calls(python_cases: dict, device: str, reps: int) -> None:
+    """The shape's python-mode cases ({name: (call, record base)}), their batches interleaved,
+    one record each."""
+    from . import timer
+
+    errors: dict = {}
+    samples = interleaved_python_calls({name: call for name, (call, _) in python_cases.items()},
+                                       device, reps=reps, errors=errors)
+    others = len(python_cases) - 1
+    for name, (_, base) in python_cases.items():
+        base = dict(base, warmup=20, l2_method=(
+            f"python: {PYTHON_CALLS} calls back to back from Python, no graph; wall clock to the "
+            f"last kernel's end, per call" + (f"; batches taken in turn with {others} other "
+                                              f"implementations" if others else "")))
+        if name in errors:
+            e = errors[name]
+            _emit("record", **base, status=f"error: {type(e).__name__}: {e}"[:500])
+        else:
+            _emit("record", **base, status="ok", **timer.summarize(samples[name]))
 
 
 def warm_worker(cases: list[dict], device: str = "cuda") -> int:
@@ -290,10 +341,7 @@ def warm_worker(cases: list[dict], device: str = "cuda") -> int:
                 if "CUDA error" in str(e) or "illegal" in str(e).lower():
                     return 1
             if is_compiled_peer(name):
-                from ..kernels import peers
-
-                for sc in peers.COMPILED:
-                    sc.reset()
+                _free_compiled_graphs()
         del args
         if device != "cpu":
             torch.cuda.empty_cache()

@@ -1,0 +1,61 @@
+"""The timing process's Python-call mode: several calls' batches taken in turn."""
+from __future__ import annotations
+
+import pytest
+
+from fusedrms.measure import harness, worker
+from tests.measure.test_harness import fake_clock, inprocess_runner
+
+
+def _fake_batches(monkeypatch, times: dict):
+    """python_call_us replaced: it logs which call ran and returns that call's next time."""
+    order = []
+
+    def fake(fn, device="cuda", reps=10, calls=worker.PYTHON_CALLS):
+        name = fn()
+        order.append(name)
+        return [next(times[name])]
+    monkeypatch.setattr(worker, "python_call_us", fake)
+    return order
+
+
+def test_batches_are_taken_in_turn_and_the_ith_samples_share_a_round(monkeypatch):
+    order = _fake_batches(monkeypatch, {"a": iter([1.0, 2.0, 3.0]), "b": iter([4.0, 5.0, 6.0])})
+    got = worker.interleaved_python_calls({"a": lambda: "a", "b": lambda: "b"}, "cpu", reps=3)
+    assert order == ["a", "b"] * 3
+    assert got == {"a": [1.0, 2.0, 3.0], "b": [4.0, 5.0, 6.0]}
+
+
+def test_a_call_that_raises_is_dropped_and_reported_or_propagates(monkeypatch):
+    _fake_batches(monkeypatch, {"a": iter([1.0, 2.0])})
+
+    def broken():
+        raise RuntimeError("no kernel image")
+    errors: dict = {}
+    got = worker.interleaved_python_calls({"a": lambda: "a", "b": broken}, "cpu", reps=2,
+                                          errors=errors)
+    assert got == {"a": [1.0, 2.0]} and isinstance(errors["b"], RuntimeError)
+    with pytest.raises(RuntimeError, match="no kernel image"):
+        worker.interleaved_python_calls({"b": broken}, "cpu", reps=1)
+
+
+def test_the_python_sweep_times_a_shapes_implementations_in_turn(monkeypatch):
+    """Every implementation of the shape gets its record, and says it was timed in turn."""
+    state = fake_clock(monkeypatch)
+    impls = ("torch.rms_norm_add", "torch.eager_chain")
+    seen = []
+    real = worker.python_call_us
+
+    def logged(fn, device="cuda", reps=10, calls=worker.PYTHON_CALLS):
+        seen.append(fn)
+        return real(fn, device, reps=reps, calls=2)
+    monkeypatch.setattr(worker, "python_call_us", logged)
+    sweep = [harness.Sweep("py", "add_rmsnorm", (1,), (64,), ("fp32",), ("python",), impls=impls)]
+    doc = harness.run_sweeps(sweep, harness.Settings(processes=1, min_reps=3), None,
+                             log=lambda m: None, runner=inprocess_runner(state))
+    recs = {r["impl"]: r for r in doc["records"]}
+    assert set(recs) == set(impls)
+    for rec in recs.values():
+        assert rec["status"] == "ok" and rec["median_us"] > 0, rec
+        assert "taken in turn with 1 other implementations" in rec["l2_method"]
+    assert len(seen) == 6 and seen[0] is not seen[1] and seen[0] is seen[2]
