@@ -555,7 +555,8 @@ def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dty
         assert torch.equal(first, full) and torch.equal(again, full)
         assert torch.equal(y2, y_full) and torch.equal(s2, s_full) and torch.equal(y, y_full)
         ref = reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64, out_dtype=torch.float64)
-        assert checks.allclose(again, ref).ok
+        # compared on the GPU: on the host it is float64 copies of 2112 rows on two threads
+        assert checks.allclose(again, ref, on_device=True).ok
         xi, ri = x.clone(), r.clone()
         A.add_rmsnorm_residual(xi, ri, w, in_place=True)
         xi, ri = x.clone(), r.clone()
