@@ -270,7 +270,8 @@ def run_worker(spec: dict) -> int:
                 finally:
                     phase[f"timing ({mode})"] = (phase.get(f"timing ({mode})", 0.0)
                                                  + time.perf_counter() - timed)
-            if is_compiled_peer(name) and name not in python_cases:
+            # free the compiled graphs of this shape, unless a compiled peer's Python calls wait
+            if is_compiled_peer(name) and not any(map(is_compiled_peer, python_cases)):
                 _free_compiled_graphs()
         if python_cases:
             with phase("timing (python)"):
