@@ -108,12 +108,6 @@ def test_contracts_refuse_unknown_names_and_rows_per_program_is_exact_only():
         q.rmsnorm_fp8_fused(x, w, config=rows)
     assert spec.compare(*q.rmsnorm_fp8_fused(x, w, config=rows, contract="exact"),
                         *spec.reference(x, w, contract="exact")).ok
-    # a tuning table cannot hand the served contract a rows launch either
-    entry = {"cols": 256, "num_warps": 8, "division": "block_reciprocal", "rows_per_program": 2,
-             "bit_exact": True}
-    assert q.config_from_record({**entry, "contract": "exact"}) == ((256, "exact"), rows)
-    with pytest.raises(ValueError, match="not a bit-exact fused configuration"):
-        q.config_from_record({**entry, "contract": "served"})
 
 
 def test_eps_and_floor_are_honoured():
@@ -315,18 +309,6 @@ def test_traffic_prices_match_first_principles():
 # ---------------------------------------------------------------- recorded results
 
 
-def test_launch_options_cap_registers_only_on_cuda_at_16_warps(monkeypatch):
-    if ENV.backend != "cuda":
-        assert q.launch_options(16) == {"num_warps": 16}
-    fake = env.Env("cuda", torch.device("cuda"), "NVIDIA H200", "compiled for the GPU", "nvcc",
-                   {"torch": torch.__version__, "python": "3"})
-    monkeypatch.setattr(env, "current", lambda: fake)
-    monkeypatch.setattr(q, "_supports_maxnreg", lambda: True)
-    assert q.launch_options(16) == {"num_warps": 16, "maxnreg": 64}
-    assert q.launch_options(16, cap_registers=False) == {"num_warps": 16}
-    assert q.launch_options(8) == {"num_warps": 8}
-
-
 def test_kernel_resources_runs_everywhere():
     res = q.kernel_resources(rows=2, cols=300)
     assert res["num_warps"] == 4 and set(res) >= {"fused_registers", "norm_spills"}
@@ -457,13 +439,6 @@ def test_a_reciprocal_without_the_corrections_is_caught():
     inv = 1.0 / ref_scales.cpu()[..., None]
     codes = (blocks.cpu() * inv).clamp(-spec.FP8_MAX, spec.FP8_MAX).to(spec.FP8_DTYPE).reshape(rows, cols)
     assert spec.compare(codes, ref_scales, ref_codes, ref_scales).mismatches > 0
-
-
-def test_baseline_is_the_first_candidate_and_the_interpreter_uses_it():
-    assert q.CANDIDATES[0] == q.baseline_config(spec.HIDDEN_SIZE)
-    assert len(set(q.CANDIDATES)) == len(q.CANDIDATES)
-    if not ENV.on_gpu:
-        assert q.choose_config(spec.HIDDEN_SIZE)[0] == q.baseline_config(spec.HIDDEN_SIZE)
 
 
 def test_bad_division_and_config_get_clear_errors():

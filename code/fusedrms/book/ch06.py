@@ -495,7 +495,8 @@ GRID_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far ab
 # timing processes spent 42-48 s of its ~75 s on first calls and checks
 ESTIMATE_S = 330
 SOURCES = ("tuning/h200/capstone.json", "tuning/h200/fp8.json", "kernels/rmsnorm.py",
-           "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rmsnorm_fp8_spec.py",
+           "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rmsnorm_fp8_config.py",
+           "kernels/rmsnorm_fp8_spec.py",
            "kernels/direct_launch.py", "kernels/rounding.py", "kernels/peers.py",
            "kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py", "measure/timer.py",
            "measure/harness.py", "measure/worker.py", "measure/ncu.py", "measure/plots.py",

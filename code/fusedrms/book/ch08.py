@@ -417,7 +417,8 @@ TUNING_FILES = {"tuning/fp8.json": "the fastest bit-exact candidate (written wit
 ESTIMATE_S = 200
 # the diagnostic's and the levers' timing, then Nsight Compute on two kernels (~20 s each)
 EXACTNESS_COST_S = 150
-SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/direct_launch.py",
+SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/rmsnorm_fp8_config.py",
+           "kernels/direct_launch.py",
            "kernels/rmsnorm_fp8_spec.py", "kernels/rmsnorm_fp8_departures.py",
            "kernels/rounding.py", "measure/timer.py", "traffic.py", "book/ch08.py::record",
            "book/ch08_timing.py", "book/study.py", "book/study_timing.py", "book/study_fp8.py")
