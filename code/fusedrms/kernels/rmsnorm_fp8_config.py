@@ -27,6 +27,7 @@ REGISTER_CAP = {16: 64}
 
 
 def supports_maxnreg() -> bool:
+    """Whether this Triton's CUDA backend takes the ``maxnreg`` launch option."""
     try:
         from triton.backends.nvidia.compiler import CUDAOptions
     except ImportError:
