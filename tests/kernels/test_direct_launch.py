@@ -200,3 +200,14 @@ def test_gpu_a_direct_launch_runs_on_the_callers_stream_and_matches_the_full_pat
     full = Q.rmsnorm_fp8_fused(q_x, q_w, config=Q.choose_config(7168)[0])
     assert torch.equal(codes.view(torch.uint8), full[0].view(torch.uint8))
     assert torch.equal(scales, full[1])
+
+
+def test_the_store_of_plans_starts_afresh_at_its_bound():
+    """Both ops keep their plans with ``remember``: a program calling with ever new shapes (a
+    sweep) never holds more than MAX_PLANS of them."""
+    plans: dict = {}
+    for key in range(D.MAX_PLANS):
+        D.remember(plans, key, str(key))
+    assert len(plans) == D.MAX_PLANS and plans[0] == "0"
+    D.remember(plans, "new", "plan")
+    assert plans == {"new": "plan"}

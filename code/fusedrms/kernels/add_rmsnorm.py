@@ -65,6 +65,11 @@ WHOLE_ROW_MAX_COLS = 32768
 MAX_COLS = 65536
 
 
+def takes_two_passes(cols: int) -> bool:
+    """Whether a row of ``cols`` is wider than one program's registers hold whole."""
+    return triton.next_power_of_2(cols) > WHOLE_ROW_MAX_COLS
+
+
 # ---------------------------------------------------------------- the kernel
 
 @triton.jit
@@ -313,10 +318,10 @@ def heuristic_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
     - rows wider than ``WHOLE_ROW_MAX_COLS``: two passes over column chunks (``TWO_PASS_CONFIG``).
     """
     _check_cols(cols)
+    if takes_two_passes(cols):
+        return TWO_PASS_CONFIG
     size = torch.empty((), dtype=dtype).element_size()
     block = triton.next_power_of_2(cols)
-    if block > WHOLE_ROW_MAX_COLS:
-        return TWO_PASS_CONFIG
     rows_per_program = max(1, min(8, 16384 // (block * size)))
     tile_bytes = rows_per_program * block * size
     num_warps = max(4, min(16, tile_bytes // (32 * 32)), rows_per_program * block // (32 * 32))
@@ -478,7 +483,7 @@ def large_batch_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
     """The large-batch launch for a row width and dtype: one row per program, one 16-byte vector
     per thread per tensor, 4 to 32 warps (32 warps hold up to WHOLE_ROW_MAX_COLS columns in
     registers; wider rows take two passes)."""
-    if triton.next_power_of_2(cols) > WHOLE_ROW_MAX_COLS:
+    if takes_two_passes(cols):
         return TWO_PASS_CONFIG
     row_bytes = triton.next_power_of_2(cols) * torch.empty((), dtype=dtype).element_size()
     warps = max(4, min(32, row_bytes // (VECTOR_BYTES * 32)))
@@ -587,7 +592,6 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
 # call whose key matches one that passed every check skips straight to the launch; anything
 # else (another shape, dtype, device, stride, eps, a non-tensor) takes the full path and its checks.
 FAST_PATH = os.environ.get("FUSEDRMS_FAST_PATH", "1") not in ("0", "off")
-MAX_PLANS = 256
 _PLANS: dict = {}
 
 
@@ -629,9 +633,7 @@ def _remember(key, x, residual, w, x2, config, direct) -> None:
     if key is None or not (x.is_contiguous() and residual.is_contiguous()
                            and w.is_contiguous() and x2.shape[0] > 0):
         return
-    if len(_PLANS) >= MAX_PLANS:
-        _PLANS.clear()
-    _PLANS[key] = _Plan(x2.shape[1], config, direct)
+    direct_launch.remember(_PLANS, key, _Plan(x2.shape[1], config, direct))
 
 
 def clear_plans() -> None:

@@ -50,11 +50,7 @@ class DirectLaunch:
         # a profiler's hooks (Proton) still see the launch; no hook costs nothing. Triton 3.5+
         # holds the hooks in a HookChain, never None: an empty one still had every launch build
         # its metadata and call two empty chains (4.8 of 11.7 us of a launch on the H200)
-        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-        if enter is not None and not getattr(enter, "calls", True):
-            enter = None
-        if leave is not None and not getattr(leave, "calls", True):
-            leave = None
+        enter, leave = _hook(knobs.runtime.launch_enter_hook), _hook(knobs.runtime.launch_exit_hook)
         meta = None if enter is None else c.launch_metadata(grid, stream, *args)
         if self.bare is not None:
             launch, cooperative, pdl = self.bare
@@ -62,6 +58,11 @@ class DirectLaunch:
                    meta, enter, leave, *args)
         else:
             c.run(*grid, stream, c.function, c.packed_metadata, meta, enter, leave, *args)
+
+
+def _hook(hook):
+    """None where no launch hook is set (an empty HookChain included)."""
+    return None if hook is None or not getattr(hook, "calls", True) else hook
 
 
 def bare_launch(launcher) -> tuple | None:
@@ -76,6 +77,18 @@ def bare_launch(launcher) -> tuple | None:
     if getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1):
         return None
     return launcher.launch, launcher.launch_cooperative_grid, launcher.launch_pdl
+
+
+# A model calls an op with a few shapes; a program that makes many (a sweep) starts the store of
+# plans afresh at this bound rather than let it grow
+MAX_PLANS = 256
+
+
+def remember(plans: dict, key, plan) -> None:
+    """Keep ``plan`` in ``plans`` under ``key``; a store of :data:`MAX_PLANS` starts afresh."""
+    if len(plans) >= MAX_PLANS:
+        plans.clear()
+    plans[key] = plan
 
 
 def after_first_launch(compiled, grid: int, kernel, pointers: int, *args,

@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 
 from .. import registry, tuning, validation
-from . import add_rmsnorm  # its FAST_PATH switch and MAX_PLANS bound cover both ops
+from . import add_rmsnorm  # its FAST_PATH switch (FUSEDRMS_FAST_PATH) covers both ops
 from . import direct_launch
 from . import rmsnorm_fp8_config as launch_rules
 from .rmsnorm_fp8_config import (  # its launch rules, re-exported (chapter 8 and tests use them)
@@ -591,10 +591,9 @@ def rmsnorm_fp8_fused(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABS
     keep = key is not None and x2.data_ptr() == x.data_ptr() and x.is_contiguous() and w2 is w
     _, direct = _launch_fused(x2, w2, codes_out, scales, eps, floor, meta, keep=keep)
     if keep:
-        if len(_PLANS) >= add_rmsnorm.MAX_PLANS:  # the capstone's bound on remembered calls
-            _PLANS.clear()
-        _PLANS[key] = _Plan(x, scales.shape[1], codes_out.dtype != codes.dtype, eps, floor,
-                            meta, direct)
+        software = codes_out.dtype != codes.dtype
+        plan = _Plan(x, scales.shape[1], software, eps, floor, meta, direct)
+        direct_launch.remember(_PLANS, key, plan)
     return _shaped(codes, scales, shape)
 
 
