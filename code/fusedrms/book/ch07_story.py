@@ -190,7 +190,7 @@ def story_values(docs: dict) -> dict[str, str]:
     if f["single_lost"]:
         v["single_gap"] = (f"{max(r['capstone_us'] - r['peer_us'] for r in f['single_lost']):.2f}"
                            " µs")
-    v["mid_count"] = str(len(f["middle"]))
+    v["mid_count"] = page.counted(len(f["middle"]), "shape")
     if f["worst_middle"]:
         w = f["worst_middle"]
         v.update(mid_hi=CR.ratio_text(w["ratio"]), mid_at=CR.shape_text(w["rows"], w["cols"]))
