@@ -25,6 +25,19 @@ def test_max_cols_limits_support():
     assert impl.supports("cpu", torch.float32, 64) and not impl.supports("cpu", torch.float32, 65)
 
 
+def test_a_device_dependent_width_limit_applies_on_its_device_only():
+    """FlashInfer's fused op keeps a row in shared memory: its limit is the GPU's, not a constant."""
+    limits = {"cuda": 100}
+    impl = registry.Impl("t", "rmsnorm", print, route="cuda", max_cols=200,
+                         width_limit=lambda device: limits.get(device))
+    assert impl.col_limit("cuda") == 100 and impl.col_limit("cpu") == 200
+    assert impl.supports("cuda", torch.float32, 100)
+    assert not impl.supports("cuda", torch.float32, 101)
+    assert impl.supports("cpu", torch.float32, 200) and not impl.supports("cpu", torch.float32, 201)
+    limits["cuda"] = None  # not known on this GPU: only the fixed limit holds
+    assert impl.supports("cuda", torch.float32, 200)
+
+
 def test_every_registered_module_imports():
     for module in registry.MODULES:
         __import__(module)

@@ -53,10 +53,21 @@ class Impl:
     kernel: bool = True  # False for library peers (torch ops), which verify may skip
     gpu_only_reason: str = ""  # why it cannot run on the CPU path, when "cpu" not in devices
     mutates: bool = False  # in place (FlashInfer's, vLLM's layout): callers pass copies to check it
+    # A limit that depends on the GPU (FlashInfer keeps a row in shared memory): the widest row
+    # on a device kind ("cpu", "cuda"), None when it is not known there; and why.
+    width_limit: Callable[[str], int | None] | None = None
+    width_reason: str = ""
+
+    def col_limit(self, device: str) -> int | None:
+        """The widest row this implementation takes on ``device`` (None: no limit)."""
+        limits = [self.max_cols, self.width_limit(device) if self.width_limit else None]
+        known = [n for n in limits if n is not None]
+        return min(known) if known else None
 
     def supports(self, device: str, dtype: torch.dtype, cols: int) -> bool:
+        limit = self.col_limit(device) if device in self.devices else None
         return (device in self.devices and dtype in self.dtypes
-                and (self.max_cols is None or cols <= self.max_cols))
+                and (limit is None or cols <= limit))
 
 
 _IMPLS: dict[str, Impl] = {}

@@ -150,6 +150,47 @@ def test_gpu_flashinfer_and_liger_peers_compute_the_op_or_say_missing():
         assert checks.allclose(y, y_ref).ok
 
 
+def test_flashinfer_fused_add_width_follows_the_gpus_shared_memory(monkeypatch):
+    """norm.cuh asks for (32 + cols) fp32 of shared memory per block: on an H200 (227 KiB opt-in)
+    65,536 columns do not fit, and the harness lists that peer's case as unsupported, with why."""
+    from fusedrms.kernels import peers_flashinfer as fi
+    from fusedrms.measure import harness
+
+    monkeypatch.setattr(fi, "_optin_shared_memory", lambda: 232448)
+    assert fi.fused_add_max_cols() == 58080 and fi.fused_add_max_cols("cpu") is None
+    impl = registry.get("flashinfer.fused_add_rmsnorm")
+    assert impl.supports("cuda", torch.bfloat16, 32768)
+    assert not impl.supports("cuda", torch.bfloat16, 65536)
+    run, not_run = harness.expand([harness.Sweep(
+        "t", "add_rmsnorm_residual", (16,), (32768, 65536), ("bf16",), modes=("rotating",),
+        impls=("flashinfer.fused_add_rmsnorm",))])
+    assert [c["cols"] for c in run] == [32768]
+    assert [r["cols"] for r in not_run] == [65536]
+    assert "over its limit of 58080 (it keeps the row in shared memory" in not_run[0]["status"]
+    monkeypatch.setattr(fi, "_optin_shared_memory", lambda: None)
+    assert impl.supports("cuda", torch.bfloat16, 65536)  # unknown: no limit is claimed
+
+
+@pytest.mark.gpu
+def test_gpu_flashinfer_fused_add_refuses_a_row_wider_than_shared_memory_and_the_gpu_goes_on():
+    from fusedrms.kernels import peers_flashinfer as fi
+
+    widest = fi.fused_add_max_cols()
+    if widest is None or ENV.device != "cuda":
+        pytest.skip("the GPU's shared-memory limit is not known here")
+    cols = (widest // 1024 + 1) * 1024
+    x, r, w = inputs(rows=2, cols=cols, dtype=torch.bfloat16, device="cuda")
+    try:
+        fi.load()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    with pytest.raises(InputError, match=f"x has {cols} columns; .* holds {widest} columns"):
+        fi.fused_add_rmsnorm(x, r, w)
+    y, s = fi.fused_add_rmsnorm(x[:, :1024].contiguous(), r[:, :1024].contiguous(), w[:1024])
+    torch.cuda.synchronize()
+    assert torch.isfinite(y.float()).all()
+
+
 def test_forward_only_peers_refuse_inputs_that_require_grad():
     """Issue 26: FlashInfer's kernels (and Liger's forward alone) return outputs with no grad_fn."""
     from fusedrms.kernels import peers_flashinfer as fi

@@ -227,6 +227,12 @@ def flashinfer_rms_norm(x, w, eps: float = 1e-5):
     return peers_flashinfer.rmsnorm(_rows(x), w, eps).reshape(x.shape)
 
 
+def _flashinfer_fused_add_limit(device: str) -> int | None:
+    from . import peers_flashinfer
+
+    return peers_flashinfer.fused_add_max_cols(device)
+
+
 def register() -> None:
     """Register the peers (called at import)."""
     R = registry
@@ -263,6 +269,8 @@ def register() -> None:
     R.register(R.Impl("flashinfer.fused_add_rmsnorm", "add_rmsnorm_residual",
                       flashinfer_fused_add_rmsnorm, "cuda", kernel=False, devices=("cuda",),
                       gpu_only_reason=fi_reason, mutates=True,
+                      width_limit=_flashinfer_fused_add_limit,
+                      width_reason="it keeps the row in shared memory as fp32",
                       description="FlashInfer norm::FusedAddRMSNorm (norm.cuh), in place"))
 
 

@@ -129,6 +129,40 @@ def _stream() -> ctypes.c_void_p:
     return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
 
 
+# FusedAddRMSNorm keeps the summed row in shared memory as fp32 after a pad of
+# ceil(warps / 4) * 4 floats, 32 for rows of over 8192 columns (norm.cuh). A wider row asks for
+# more than a block may have, cudaFuncSetAttribute refuses, and nothing runs.
+SMEM_PAD_FLOATS = 32
+FUSED_ADD_WIDTH_REASON = ("FlashInfer's FusedAddRMSNorm keeps the row in shared memory as "
+                          "fp32, and a block has at most the GPU's opt-in shared memory")
+
+
+def _optin_shared_memory() -> int | None:
+    """The most dynamic shared memory one block may have on the current GPU, in bytes."""
+    if not torch.cuda.is_available():
+        return None
+    device = torch.cuda.current_device()
+    if device not in _STATE.setdefault("optin", {}):
+        props = torch.cuda.get_device_properties(device)
+        optin = getattr(props, "shared_memory_per_block_optin", None)
+        if not optin:
+            try:
+                from triton.runtime import driver
+
+                optin = driver.active.utils.get_device_properties(device)["max_shared_mem"]
+            except Exception:  # noqa: BLE001 - unknown: no limit is claimed
+                optin = None
+        _STATE["optin"][device] = optin
+    return _STATE["optin"][device]
+
+
+def fused_add_max_cols(device: str = "cuda") -> int | None:
+    """The widest row FlashInfer's FusedAddRMSNorm runs on this GPU (58,080 on an H100 or
+    H200); None off the GPU or when the GPU's limit is not known."""
+    optin = _optin_shared_memory() if device == "cuda" else None
+    return None if optin is None else optin // 4 - SMEM_PAD_FLOATS
+
+
 def _check(x: torch.Tensor, name: str = "x") -> None:
     validation.check_tensor(x, name)
     if x.device.type != "cuda":
@@ -145,6 +179,11 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
     validation.check_forward_only({"x": x, "residual": residual, "w": w},
                                   "flashinfer.fused_add_rmsnorm")
     _check(x), _check(residual, "residual")
+    widest = fused_add_max_cols()
+    if widest is not None and x.shape[1] > widest:
+        raise validation.InputError(
+            f"x has {x.shape[1]} columns; on this GPU {FUSED_ADD_WIDTH_REASON}, which holds "
+            f"{widest} columns. Use flashinfer.rms_norm on x + residual for wider rows.")
     route, mod = load()
     if route == "python":
         mod.fused_add_rmsnorm(x, residual, w, eps)
