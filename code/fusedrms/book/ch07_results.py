@@ -202,14 +202,17 @@ def _capstone_for(op: str) -> str:
     return {v: k for k, v in CAPSTONE_OPS.items()}.get(op, CAPSTONE)
 
 
-def peer_attempts(doc: dict | None, op: str = "add_rmsnorm") -> dict:
+def peer_attempts(doc: dict | None, op: str = "add_rmsnorm", unsupported: bool = False) -> dict:
     """{shape: {peer impl}} of every peer the recording meant to time for ``op`` at each shape,
-    timed or not (a record skipped for time, or missing a library, still names its peer)."""
+    timed or not (a record skipped for time, or missing a library, still names its peer); a peer
+    that cannot run the shape is not meant to (``unsupported``: those instead)."""
     out: dict = {}
     for rec in (doc or {}).get("records", []) if isinstance(doc, dict) else []:
         if not isinstance(rec, dict) or rec.get("sweep", "peers") not in PEER_SWEEPS:
             continue
         if _mode(rec) != "cold" or (rec.get("op") and rec.get("op") != op):
+            continue
+        if str(rec.get("status", "")).startswith("unsupported") != unsupported:
             continue
         impl, dtype = str(rec.get("impl", "")), _dtype(rec.get("dtype"))
         try:
@@ -221,13 +224,20 @@ def peer_attempts(doc: dict | None, op: str = "add_rmsnorm") -> dict:
     return out
 
 
-def peer_rows(points: list[Point], op: str = "add_rmsnorm",
-              attempted: dict | None = None) -> list[dict]:
+def peer_unsupported(doc: dict | None, op: str = "add_rmsnorm") -> dict:
+    """{shape: {peer impl}} of the peers that cannot run ``op`` at each shape (FlashInfer's fused
+    op past its shared memory): listed by the harness as unsupported, never timed, never missing."""
+    return peer_attempts(doc, op, unsupported=True)
+
+
+def peer_rows(points: list[Point], op: str = "add_rmsnorm", attempted: dict | None = None,
+              unsupported: dict | None = None) -> list[dict]:
     """One row per shape timed for ``op``: the capstone's time and share of the copy floor, the
     fastest peer timed there and its time, the ratio (capstone / that peer; below 1 is faster),
     and ``missing``: the peers not timed there although the recording timed them elsewhere or
-    meant to time them there (``attempted``, from :func:`peer_attempts`). Sorted by the bytes
-    the fused design moves."""
+    meant to time them there (``attempted``, from :func:`peer_attempts`), but for those that
+    cannot run the shape (``unsupported``, from :func:`peer_unsupported`: the row's
+    ``unsupported``). Sorted by the bytes the fused design moves."""
     mine = _capstone_for(op)
     by_shape: dict = {}
     for p in points:
@@ -243,7 +253,8 @@ def peer_rows(points: list[Point], op: str = "add_rmsnorm",
             continue
         best = min(peers.values(), key=lambda p: p.median_us)
         me = got[mine]
-        expected = timed | set((attempted or {}).get(shape, ()))
+        cannot = set((unsupported or {}).get(shape, ()))
+        expected = (timed | set((attempted or {}).get(shape, ()))) - cannot
         rows.append({"rows": shape[0], "cols": shape[1], "dtype": shape[2],
                      "MB": bytes_moved(op, *shape) / MB, "capstone_us": me.median_us,
                      "pct_floor": me.pct_floor, "peer": best.impl, "peer_us": best.median_us,
@@ -252,7 +263,7 @@ def peer_rows(points: list[Point], op: str = "add_rmsnorm",
                      # each median with its p10-p90 across processes, as the tables show it
                      "capstone_spread": _with_spread(me), "peer_spread": _with_spread(best),
                      # peers not timed here: never counted as a win
-                     "missing": sorted(expected - set(peers))})
+                     "missing": sorted(expected - set(peers)), "unsupported": sorted(cannot)})
     return sorted(rows, key=lambda r: (r["MB"], r["dtype"]))
 
 

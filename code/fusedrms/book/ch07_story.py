@@ -31,18 +31,21 @@ def story_facts(docs: dict) -> dict:
 
     doc = docs["peers"]
     points = CR.peer_points(doc)
-    fused = CR.peer_rows(points, "add_rmsnorm", CR.peer_attempts(doc, "add_rmsnorm"))
-    residual = CR.peer_rows(points, "add_rmsnorm_residual",
-                            CR.peer_attempts(doc, "add_rmsnorm_residual"))
+    fused, residual = (CR.peer_rows(points, op, CR.peer_attempts(doc, op),
+                                    CR.peer_unsupported(doc, op))
+                       for op in ("add_rmsnorm", "add_rmsnorm_residual"))
     if not (fused and residual):
         return {}
     band = compare.tie_band([r for r in doc.get("records", []) if r.get("mode") == "rotating"])
     complete = [r for r in fused if not r["missing"]]
     lost = [r for r in complete if band is not None and r["ratio"] > 1 + band]
-    wide = [r for r in complete if CR.is_wide(r)]
-    single = [r for r in complete if r["rows"] == 1]
-    middle = [r for r in lost if r["rows"] > 1 and not CR.is_wide(r)]
-    big_rs = [r for r in residual if r["MB"] >= BIG_MB and not r["missing"]]
+    # rows the kernel holds whole (one pass) and rows it walks twice in chunks
+    whole, two = _by_passes(complete)
+    wide = [r for r in whole if CR.is_wide(r)]
+    single = [r for r in whole if r["rows"] == 1]
+    middle = [r for r in lost if r in whole and r["rows"] > 1 and not CR.is_wide(r)]
+    rs_whole, rs_two = _by_passes([r for r in residual if not r["missing"]])
+    big_rs = [r for r in rs_whole if r["MB"] >= BIG_MB]
     calls = CR.python_calls(doc, "add_rmsnorm_residual", spread=True)
     processes = sorted({int(r["processes"]) for r in doc.get("records", [])
                         if r.get("status", "ok") == "ok" and r.get("sweep", "peers") in CR.PEER_SWEEPS
@@ -63,6 +66,14 @@ def story_facts(docs: dict) -> dict:
         "single": single, "single_lost": [r for r in single if r in lost],
         "middle": middle, "worst_middle": max(middle, key=lambda r: r["ratio"], default=None),
         "big_rs": big_rs, "big_rs_peers": [r["peer"] for r in big_rs],
+        "whole_lost": [r for r in lost if r in whole],
+        "rs_whole_lost": [r for r in rs_whole if band is not None and r["ratio"] > 1 + band],
+        # two passes: fewer rows than the GPU has SMs leave SMs idle (one program per row)
+        "two": two, "two_few": [r for r in two if r["rows"] < H200_SMS],
+        "two_many": [r for r in two if r["rows"] >= H200_SMS],
+        "rs_two_few": [r for r in rs_two if r["rows"] < H200_SMS],
+        "rs_two_many": [r for r in rs_two if r["rows"] >= H200_SMS],
+        "fi_max_cols": _unsupported_limit(doc, "flashinfer.fused_add_rmsnorm"),
         "ip_small": CR.in_place_ratios(points, max_rows=SMALL_ROWS),
         "ip_large": CR.in_place_ratios(points, min_rows=LARGE_ROWS),
         "py_out": calls.get("capstone.fused_residual"),
@@ -74,6 +85,30 @@ def story_facts(docs: dict) -> dict:
                         key=lambda r: -r["pct_floor"]),
         "dram": _dram(docs.get("ncu")), "levers": _levers(docs.get("levers"), points),
     }
+
+
+def _by_passes(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(rows of shapes the capstone holds whole, rows of shapes it takes in two passes)."""
+    from ..kernels import add_rmsnorm as A
+
+    two = [r for r in rows if A.takes_two_passes(r["cols"])]
+    return [r for r in rows if r not in two], two
+
+
+def _unsupported_limit(doc: dict | None, impl: str) -> int | None:
+    """The widest row ``impl`` runs, as the harness said when it listed a wider one unsupported."""
+    import re
+
+    for r in (doc or {}).get("records", []):
+        found = re.search(r"over its limit of (\d+)", str(r.get("status", "")))
+        if r.get("impl") == impl and found:
+            return int(found.group(1))
+    return None
+
+
+def _ratio_range(rows: list[dict]) -> str:
+    lo, hi = min(r["ratio"] for r in rows), max(r["ratio"] for r in rows)
+    return f"{CR.ratio_text(lo)} to {CR.ratio_text(hi)}"
 
 
 def _dram(ncu_doc: dict | None) -> list[dict]:
@@ -211,8 +246,23 @@ def story_values(docs: dict) -> dict[str, str]:
     if f["ip_large"]:
         v["ip_large"] = f"{CR.ratio_text(f['ip_large'][0])} to {CR.ratio_text(f['ip_large'][-1])}"
     if f["py_out"] is not None and f["py_in"] is not None:
-        v.update(py_out=f"{f['py_out'][0]:.0f}-{f['py_out'][1]:.0f} µs",
-                 py_in=f"{f['py_in'][0]:.0f}-{f['py_in'][1]:.0f} µs")
+        v.update(py_out=f"{f['py_out'][0]:.1f}-{f['py_out'][1]:.1f} µs",
+                 py_in=f"{f['py_in'][0]:.1f}-{f['py_in'][1]:.1f} µs")
+    for key in ("two_few", "two_many", "rs_two_few", "rs_two_many"):
+        if f[key]:
+            v[key] = _ratio_range(f[key])
+    if f["two_few"]:
+        worst = max(f["two_few"], key=lambda r: r["ratio"])
+        v.update(two_few_hi=CR.ratio_text(worst["ratio"]),
+                 two_few_at=CR.shape_text(worst["rows"], worst["cols"], worst["dtype"]))
+    big_two = [r for r in f["two"] if r["MB"] >= BIG_MB and r["peer_pct_floor"]]
+    if big_two:
+        v["two_peer_pct"] = f"{max(r['peer_pct_floor'] for r in big_two):.0f}%"
+    whole_lost = f["whole_lost"] + f["rs_whole_lost"]
+    if whole_lost:
+        v["whole_lost_max"] = f"{100 * (max(r['ratio'] for r in whole_lost) - 1):.0f}%"
+    if f["fi_max_cols"]:
+        v["fi_max_cols"] = f"{f['fi_max_cols']:,}"
     if f["eager"]:
         v.update(eager_median=CR.ratio_text(statistics.median(f["eager"])),
                  eager_shapes=str(len(f["eager"])))
