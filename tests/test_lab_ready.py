@@ -183,4 +183,3 @@ def test_a_term_the_glossary_lacks_is_refused(tmp_path, monkeypatch):
     nb = _notebook(("markdown", "{term}`Warp`", []))
     with pytest.raises(ValueError, match=r"\{term\} targets missing from glossary.md: \['Warp'\]"):
         lab_ready.convert(nb)
-

@@ -192,7 +192,7 @@ def peer_doc(times, skipped=()):
 
 
 def summary(doc, op="add_rmsnorm"):
-    return CR.peer_summary(CR.peer_rows(CR.peer_points(doc), op, CR.peer_attempts(doc, op)))
+    return CR.peer_summary(CR.peer_table(doc, op))
 
 
 SHAPES = ((1, 4096), (4096, 8192), (16384, 8192))

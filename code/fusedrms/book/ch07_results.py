@@ -267,6 +267,14 @@ def peer_rows(points: list[Point], op: str = "add_rmsnorm", attempted: dict | No
     return sorted(rows, key=lambda r: (r["MB"], r["dtype"]))
 
 
+def peer_table(doc: dict | None, op: str = "add_rmsnorm", points: list[Point] | None = None
+               ) -> list[dict]:
+    """:func:`peer_rows` of a peers recording for ``op``, with the peers it meant to time and
+    those that cannot run a shape (``points``: :func:`peer_points` of ``doc``, if already read)."""
+    points = peer_points(doc) if points is None else points
+    return peer_rows(points, op, peer_attempts(doc, op), peer_unsupported(doc, op))
+
+
 def _with_spread(p: Point) -> str:
     return page.median_with_spread({**p.raw, "median_us": p.median_us})
 

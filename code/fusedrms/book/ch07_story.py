@@ -31,8 +31,7 @@ def story_facts(docs: dict) -> dict:
 
     doc = docs["peers"]
     points = CR.peer_points(doc)
-    fused, residual = (CR.peer_rows(points, op, CR.peer_attempts(doc, op),
-                                    CR.peer_unsupported(doc, op))
+    fused, residual = (CR.peer_table(doc, op, points)
                        for op in ("add_rmsnorm", "add_rmsnorm_residual"))
     if not (fused and residual):
         return {}
@@ -60,7 +59,6 @@ def story_facts(docs: dict) -> dict:
         "fastest_peers": {r["peer"] for r in complete},
         "wide": wide,
         "wide_lost": [r for r in wide if r in lost],
-        "widest": max(wide, key=lambda r: (r["rows"] * r["cols"], -len(r["dtype"])), default=None),
         "wide_worst": max(wide, key=lambda r: r["ratio"], default=None),
         "wide_ncu": _wide_ncu(docs.get("wide_ncu")),
         "single": single, "single_lost": [r for r in single if r in lost],
@@ -190,12 +188,10 @@ def story_values(docs: dict) -> dict[str, str]:
         if counts:
             v.update({f"{prefix}_{k}": str(counts[k]) for k in ("faster", "tie", "slower", "shapes")})
     if f["wide"]:
-        worst, widest = f["wide_worst"], f["widest"]
+        worst = f["wide_worst"]
         v.update(wide_n=str(len(f["wide"])), wide_lost=str(len(f["wide_lost"])),
                  wide_worst=CR.ratio_text(worst["ratio"]),
-                 wide_worst_at=CR.shape_text(worst["rows"], worst["cols"], worst["dtype"]),
-                 widest_at=CR.shape_text(widest["rows"], widest["cols"], widest["dtype"]),
-                 widest_ratio=CR.ratio_text(widest["ratio"]))
+                 wide_worst_at=CR.shape_text(worst["rows"], worst["cols"], worst["dtype"]))
     ours, inductor = (f["wide_ncu"].get(k) for k in (CR.CAPSTONE, "torch.compile_add"))
     if ours and inductor:
         from ..kernels import add_rmsnorm as A
