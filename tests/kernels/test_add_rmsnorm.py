@@ -15,10 +15,12 @@ ENV = env.current()
 DEV = ENV.device
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # interpreter default, one row per program, a persistent grid that loops over tiles, pipelined;
-# the two-pass design in chunks (whole-row for 13 columns; 3 to 64 chunks, the last one partial)
+# the two-pass design in chunks (whole-row for 13 columns; 3 to 64 chunks, the last one partial);
+# a row split over programs (5 or 17 segments at 257 columns, 32 or 128 at 2048)
 CONFIGS = (None, A.LaunchConfig(1, 4, 1, None), A.LaunchConfig(2, 4, 2, 1),
            A.LaunchConfig(8, 2, 3, 2), A.LaunchConfig(1, 4, 1, None, 128),
-           A.LaunchConfig(2, 2, 1, 2, 32))
+           A.LaunchConfig(2, 2, 1, 2, 32), A.LaunchConfig(1, 4, segment=64),
+           A.LaunchConfig(1, 2, segment=16))
 
 
 def inputs(rows, cols, dtype, device=DEV, seed=0):
@@ -247,11 +249,16 @@ def test_heuristic_values():
     assert A.heuristic_config(A.MAX_COLS, torch.bfloat16) == A.TWO_PASS_CONFIG
 
 
-def test_rows_wider_than_the_registers_hold_take_two_passes_at_any_batch():
-    for rows in (1, 10**5):
-        for dtype in (torch.bfloat16, torch.float32):
+def test_rows_wider_than_the_registers_hold_split_in_small_batches_else_take_two_passes():
+    for dtype in (torch.bfloat16, torch.float32):
+        for rows in (1, 66):  # at most half of 132 SMs: a row split over programs
+            got, rule = A.batch_config(A.heuristic_config(65536, dtype), rows, 65536, 132, dtype)
+            assert got == A.SPLIT_CONFIG and got.segment < 65536 and rule.startswith("split")
+        for rows in (67, 1000, 10**5):
             got = A.batch_config(A.heuristic_config(65536, dtype), rows, 65536, 132, dtype)[0]
             assert got == A.TWO_PASS_CONFIG and got.chunk < 65536
+    # rows held whole are never split
+    assert A.batch_config(A.LaunchConfig(1, 32), 1, 32768, 132, torch.bfloat16)[0].segment is None
 
 
 def test_a_row_of_max_cols_is_computed_right_by_both_designs():
@@ -466,7 +473,7 @@ def test_large_batches_take_the_whole_row_launch_and_small_ones_the_table():
                                      bf16)
     assert not replaced and small is table_cfg
     # rows of 2048 columns or fewer keep the table's entry at any batch
-    assert A.batch_config(table_cfg, 10**6, 2048, sms, bf16) == (table_cfg, False)
+    assert A.batch_config(table_cfg, 10**6, 2048, sms, bf16) == (table_cfg, None)
     # the interpreter keeps its one configuration
     assert A.launch_config(10**5, 8192, torch.float32, torch.device("cpu")) == A.INTERPRETER_CONFIG
 
@@ -510,14 +517,15 @@ def test_the_two_pass_launch_is_correct_on_both_ops():
     from fusedrms.kernels import add_rmsnorm as A
 
     x, r, w = (torch.randn(3, 4100), torch.randn(3, 4100), torch.rand(4100) + 0.5)
-    y = A.add_rmsnorm(x, r, w, config=A.TWO_PASS_CONFIG)
+    two_pass = A.LaunchConfig(1, 4, 1, None, 1024)  # TWO_PASS_CONFIG's design, chunks narrower
+    y = A.add_rmsnorm(x, r, w, config=two_pass)
     assert checks.allclose(y, reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64,
                                                     out_dtype=torch.float64)).ok
-    y2, s2 = A.add_rmsnorm_residual(x, r, w, config=A.TWO_PASS_CONFIG)
+    y2, s2 = A.add_rmsnorm_residual(x, r, w, config=two_pass)
     y_ref, s_ref = reference.add_rmsnorm_residual(x, r, w, 1e-5, accum=torch.float64)
     assert torch.equal(s2, s_ref) and checks.allclose(y2, y_ref).ok
     xi, ri = x.clone(), r.clone()
-    A.add_rmsnorm_residual(xi, ri, w, in_place=True, config=A.TWO_PASS_CONFIG)
+    A.add_rmsnorm_residual(xi, ri, w, in_place=True, config=two_pass)
     assert torch.equal(ri, s_ref) and torch.equal(xi, y2)  # s read back from residual's memory
 
 
@@ -526,14 +534,15 @@ def test_the_two_pass_launch_is_correct_on_both_ops():
 def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dtype, monkeypatch):
     """On a GPU the second call launches the compiled kernel directly; it must give the bits the
     full path gives, for both ops and in place, at a decode shape and large batches of 16 to 64
-    KB rows (the whole row at 32 warps) and of 65536 columns (two passes), with and without the
-    cache hints of the design before."""
+    KB rows (the whole row at 32 warps) and of 65536 columns (two passes; a row split over
+    programs at 1 and 3 rows), with and without the cache hints of the design before."""
     from fusedrms.kernels import add_rmsnorm as A
 
     sms = A.sm_count(torch.device("cuda"))
     big = A.LARGE_BATCH_ROWS_PER_SM * sms
     for (rows, cols), hinted in itertools.product(
-            ((1, 4096), (big, 8192), (big, 16384), (big, 32768), (3, 5000), (big, 65536)),
+            ((1, 4096), (big, 8192), (big, 16384), (big, 32768), (3, 5000), (big, 65536),
+             (1, 65536), (3, 40000), (sms, 65536)),
             (False, True)):
         if cols > A.WHOLE_ROW_MAX_COLS and hinted:
             continue  # the hints are the whole-row kernel's; two passes have their own

@@ -1,4 +1,4 @@
-"""The timing process's Python-call mode: several calls' batches taken in turn."""
+"""The timing process: its Python-call mode, and telling a lost GPU context from a failed case."""
 from __future__ import annotations
 
 import pytest
@@ -59,3 +59,18 @@ def test_the_python_sweep_times_a_shapes_implementations_in_turn(monkeypatch):
         assert rec["status"] == "ok" and rec["median_us"] > 0, rec
         assert "taken in turn with 1 other implementations" in rec["l2_method"]
     assert len(seen) == 6 and seen[0] is not seen[1] and seen[0] is seen[2]
+
+
+def test_an_error_on_the_cpu_never_counts_as_a_lost_gpu_context():
+    assert worker.context_lost("cpu") is False
+
+
+@pytest.mark.gpu
+def test_gpu_a_refused_request_leaves_the_context_usable():
+    """An out-of-memory request fails only itself: the worker goes on with the next case
+    (matching "CUDA error" in the message stopped a whole recording at FlashInfer's refusal)."""
+    import torch
+
+    with pytest.raises(RuntimeError):
+        torch.empty(1 << 50, dtype=torch.uint8, device="cuda")
+    assert worker.context_lost("cuda") is False

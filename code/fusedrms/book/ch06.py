@@ -226,7 +226,7 @@ def _config_launched(view: dict) -> dict | None:
         return cfg
     from ..kernels import add_rmsnorm as k
 
-    rule = k.TWO_PASS_CONFIG  # the rule's choice in those recordings
+    rule = k.LaunchConfig(1, 16, 1, None, 2048)  # the rule's two-pass launch in those recordings
     return dict(cfg, **rule.as_dict(), label=rule.label(), source="the large-batch rule",
                 rows_per_program_used=rule.rows_per_program)
 
@@ -495,7 +495,8 @@ GRID_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far ab
 # timing processes spent 42-48 s of its ~75 s on first calls and checks
 ESTIMATE_S = 330
 SOURCES = ("tuning/h200/capstone.json", "tuning/h200/fp8.json", "kernels/rmsnorm.py",
-           "kernels/add_rmsnorm.py", "kernels/rmsnorm_fp8.py", "kernels/rmsnorm_fp8_config.py",
+           "kernels/add_rmsnorm.py", "kernels/add_rmsnorm_split.py", "kernels/rmsnorm_fp8.py",
+           "kernels/rmsnorm_fp8_config.py",
            "kernels/rmsnorm_fp8_spec.py",
            "kernels/direct_launch.py", "kernels/rounding.py", "kernels/peers.py",
            "kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py", "measure/timer.py",
@@ -514,8 +515,8 @@ def config_in_use(impl_name: str, rows: int, cols: int, dt: str) -> dict | None:
 
     cfg, source = k.choose_config(cols, dtypes.torch_dtype(dt))
     sms = k.sm_count(torch.device("cuda"))
-    cfg, by_rule = k.batch_config(cfg, rows, cols, sms, dtypes.torch_dtype(dt))
-    source = "the large-batch rule" if by_rule else source
+    cfg, rule = k.batch_config(cfg, rows, cols, sms, dtypes.torch_dtype(dt))
+    source = rule or source
     rpp, programs = k.grid_size(cfg, rows, sms)
     return dict(cfg.as_dict(), label=cfg.label(), source=source, rows_per_program_used=rpp,
                 programs=programs)

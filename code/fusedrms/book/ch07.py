@@ -235,9 +235,8 @@ def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> P
         x, r = (torch.randn(rows, cols, device=_device(), dtype=dtype) for _ in range(2))
         w = torch.randn(cols, device=_device(), dtype=dtype)
         cfg, source = A.choose_config(cols, dtype)
-        cfg, large = A.batch_config(cfg, rows, cols, A.sm_count(_device()), dtype)
-        if large:
-            source = f"large-batch rule ({A.LARGE_BATCH_ROWS_PER_SM} rows per SM or more)"
+        cfg, rule = A.batch_config(cfg, rows, cols, A.sm_count(_device()), dtype)
+        source = rule or source
         floor = traffic.floor_us("add_rmsnorm", rows, cols, dtype, bw)
         line = []
         for name, impl in impls.items():
@@ -351,7 +350,8 @@ TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
 # where the wide-row losses were: which bytes are extra, ours against Inductor's kernel
 WIDE_NCU_SHAPE = ("add_rmsnorm", 16384, 32768, "bf16")
 WIDE_NCU_IMPLS = ("capstone.fused", "torch.compile_add")
-SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/direct_launch.py",
+SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/add_rmsnorm_split.py",
+           "kernels/direct_launch.py",
            "kernels/rounding.py", "kernels/peers.py", "kernels/peers_flashinfer.py",
            "measure/timer.py", "measure/harness.py", "measure/worker.py", "traffic.py",
            "book/ch07.py::record", "book/ch07_tuning.py", "book/study.py", "book/study_timing.py",

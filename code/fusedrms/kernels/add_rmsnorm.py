@@ -2,7 +2,9 @@
 
 Two ops, one kernel source per design: :func:`add_rmsnorm_kernel` keeps the whole row in registers;
 :func:`add_rmsnorm_chunked_kernel` (for wide rows) walks it twice in column chunks, the second pass
-re-reading x and r mostly from L2. The tuner tries both and keeps the faster per (cols, dtype).
+re-reading x and r mostly from L2; :mod:`.add_rmsnorm_split` splits a wide row over several
+programs, for batches with fewer rows than SMs. The tuner tries the first two and keeps the faster
+per (cols, dtype); rules on the batch pick the others (:func:`batch_config`).
 
 - ``add_rmsnorm``: ``y = rmsnorm(x + residual) * w``. Reads x and the residual, writes y: three
   row-trips. The sum ``s = x + residual`` lives in fp32 registers and is never rounded
@@ -53,9 +55,9 @@ import triton
 import triton.language as tl
 
 from .. import dtypes, registry, tuning, validation
-from . import direct_launch
+from . import add_rmsnorm_split, direct_launch
 from .rmsnorm import loud_scale  # chapter 4's overflow guard, reused
-from .rounding import round_to_bf16
+from .rounding import store_cast  # fp32 -> stored dtype, the same bits on GPU and CPU
 
 # The whole row lives in registers: 32768 fp32 sums over 1024 threads is 32 values per thread for
 # s and 32 for w, the most that stays out of local memory. Wider rows take two passes over column
@@ -71,14 +73,6 @@ def takes_two_passes(cols: int) -> bool:
 
 
 # ---------------------------------------------------------------- the kernel
-
-@triton.jit
-def _store_cast(v, dtype: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
-    if SOFTWARE_BF16:
-        return round_to_bf16(v)
-    else:
-        return v.to(dtype)
-
 
 # [book:kernel]
 @triton.jit
@@ -114,7 +108,7 @@ def _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
     if WRITE_SUM:
         # the next layer's residual, in x's dtype;
         # y is computed from s as stored
-        s_stored = _store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
+        s_stored = store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
         tl.store(s_ptr + row[:, None] * s_stride + col[None, :], s_stored,
                  mask=mask)
         s = s_stored.to(tl.float32)
@@ -127,7 +121,7 @@ def _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
                     eviction_policy="evict_last").to(tl.float32)
     y = s * rstd[:, None] * w[None, :]
     tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
-             _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
+             store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16), mask=mask)
 
 
 @triton.jit
@@ -183,8 +177,8 @@ def _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
             r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :],
                         mask=mask, other=0.0,
                         eviction_policy="evict_first").to(tl.float32)
-            s_stored = _store_cast(x + r, s_ptr.dtype.element_ty,
-                                   SOFTWARE_BF16)
+            s_stored = store_cast(x + r, s_ptr.dtype.element_ty,
+                                  SOFTWARE_BF16)
             tl.store(s_ptr + row[:, None] * s_stride + col[None, :],
                      s_stored, mask=mask)
             s = s_stored.to(tl.float32)
@@ -222,7 +216,7 @@ def _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
                     eviction_policy="evict_last").to(tl.float32)
         y = s * rstd[:, None] * w[None, :]
         tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
-                 _store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16),
+                 store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16),
                  mask=mask)
 
 
@@ -262,6 +256,7 @@ class LaunchConfig:
     num_stages: int = 1
     programs_per_sm: int | None = None  # None: one program per tile; else a persistent grid
     chunk: int | None = None  # None: the whole row in registers; else two passes over chunks
+    segment: int | None = None  # else a row split over programs of this many columns each
 
     def __post_init__(self):
         for name in ("rows_per_program", "num_warps", "num_stages"):
@@ -284,10 +279,21 @@ class LaunchConfig:
                 or self.chunk & (self.chunk - 1)):
             raise validation.InputError(f"chunk must be None or a power of two (columns per "
                                         f"pass step), got {self.chunk!r}.")
+        if self.segment is not None and (
+                isinstance(self.segment, bool) or not isinstance(self.segment, int)
+                or self.segment < 1 or self.segment & (self.segment - 1)):
+            raise validation.InputError(f"segment must be None or a power of two (columns per "
+                                        f"program of a split row), got {self.segment!r}.")
+        if self.segment is not None and (self.chunk is not None or self.rows_per_program != 1
+                                         or self.programs_per_sm is not None):
+            raise validation.InputError("segment splits one row over programs: it takes "
+                                        "rows_per_program=1, chunk=None and programs_per_sm=None.")
 
     def label(self) -> str:
         grid = "tile grid" if self.programs_per_sm is None else f"{self.programs_per_sm}/SM"
         chunked = "" if self.chunk is None else f", two passes in chunks of {self.chunk}"
+        if self.segment is not None:
+            chunked = f", rows split into programs of {self.segment} columns (two kernels)"
         return (f"rows/prog {self.rows_per_program}, warps {self.num_warps}, "
                 f"stages {self.num_stages}, {grid}{chunked}")
 
@@ -427,7 +433,8 @@ def config_from_record(rec: dict) -> tuple:
     """One tuning-table entry -> ``((cols, dtype name), LaunchConfig)`` (raises if malformed)."""
     cfg = LaunchConfig(int(rec["rows_per_program"]), int(rec["num_warps"]), int(rec["num_stages"]),
                        None if rec.get("programs_per_sm") is None else int(rec["programs_per_sm"]),
-                       None if rec.get("chunk") is None else int(rec["chunk"]))
+                       None if rec.get("chunk") is None else int(rec["chunk"]),
+                       None if rec.get("segment") is None else int(rec["segment"]))
     return (int(rec["cols"]), dtypes.long_name(rec["dtype"])), cfg
 
 
@@ -467,16 +474,25 @@ def _remembered_config(cols: int, dtype: torch.dtype, generation: int) -> Launch
 # Large batches are bound by DRAM bandwidth, not by latency. There, one row per program with the
 # whole row in registers and one 16-byte vector of each tensor per thread (8 bf16 or 4 fp32
 # values; 32 warps at most, so wider rows give a thread more vectors) reads every byte once. It
-# replaced two passes over column chunks (Inductor's shape, TWO_PASS_CONFIG), whose second pass
-# re-reads the row from L2, once the whole-row kernel stopped asking L2 to evict x and r first.
-# Small batches are bound by latency: the table holds the winners measured there. The switch is
-# a rule on rows, like the one above, and needs no tuning. H200, every candidate timed in turn
-# (medians of three rounds), time against two passes in 2048-column chunks at 4096 and 16384
-# rows of 4096 to 16384 bf16 columns: the residual-writing op 0.96 to 0.98, add + RMSNorm 0.98
-# to 1.00.
+# replaced two passes over column chunks (Inductor's shape), whose second pass re-reads the row
+# from L2, once the whole-row kernel stopped asking L2 to evict x and r first. Small batches are
+# bound by latency: the table holds the winners measured there. The switch is a rule on rows,
+# like the one above, and needs no tuning. H200, every candidate timed in turn (medians of three
+# rounds), time against two passes in 2048-column chunks at 4096 and 16384 rows of 4096 to 16384
+# bf16 columns: the residual-writing op 0.96 to 0.98, add + RMSNorm 0.98 to 1.00.
 LARGE_BATCH_ROWS_PER_SM = 16
 VECTOR_BYTES = 16
-TWO_PASS_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1, chunk=2048)
+# Rows wider than registers hold take two passes. One 32-warp program per SM, 16384-column chunks:
+# 132 rows of x and r in flight (34 MB at 65,536 bf16 columns) stay in the 60 MB L2 between the
+# passes. Four 16-warp programs per SM in 2048-column chunks (the launch before) kept 528 rows,
+# 135 MB, and pass 2 went back to DRAM. H200, 1024 x 65536 bf16: 133 us against 168 (Inductor's
+# kernel 167); the residual-writing op 141 against 176; 128 to 16384 rows and fp16, fp32 alike.
+TWO_PASS_CONFIG = LaunchConfig(rows_per_program=1, num_warps=32, num_stages=1, chunk=16384)
+# With at most half as many rows as SMs, one program per row leaves most SMs idle: a row is split
+# into 2048-column programs instead (add_rmsnorm_split). H200, 65,536 bf16 columns: 1, 16, 32
+# rows 4.0, 5.8, 7.8 us against 9.7, 10.0, 10.5 in two passes (Inductor 5.4, 7.2, 9.9); from 80
+# rows the two passes are faster, at 64 the two tie.
+SPLIT_CONFIG = LaunchConfig(rows_per_program=1, num_warps=8, num_stages=1, segment=2048)
 
 
 def large_batch_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
@@ -491,11 +507,14 @@ def large_batch_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
 
 
 def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int,
-                 dtype: torch.dtype) -> tuple[LaunchConfig, bool]:
-    """(configuration for this batch, whether the large-batch rule replaced the table's)."""
+                 dtype: torch.dtype) -> tuple[LaunchConfig, str | None]:
+    """(configuration for this batch, the rule that replaced the table's, or None)."""
+    if takes_two_passes(cols) and 2 * rows <= sms:
+        return SPLIT_CONFIG, "split rule (rows at most half the SMs, wider than registers hold)"
     if rows >= LARGE_BATCH_ROWS_PER_SM * sms and triton.next_power_of_2(cols) > 2048:
-        return large_batch_config(cols, dtype), True
-    return config, False
+        return large_batch_config(cols, dtype), (f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} "
+                                                 f"rows per SM or more)")
+    return config, None
 # [/book:large-batch]
 
 
@@ -555,10 +574,12 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
     """Launch the kernel on validated 2-D tensors (``s2`` None: don't write
     the sum).
 
-    A config with a ``chunk`` narrower than the row's BLOCK runs the two-pass
-    kernel; otherwise (no chunk, or the whole row fits in one chunk) the row
-    lives in registers. Returns a :class:`~.direct_launch.DirectLaunch`
-    for calls with the same shapes (on a GPU), else None."""
+    A config with a ``segment`` narrower than the row's BLOCK splits each row
+    over programs (:mod:`.add_rmsnorm_split`); one with a ``chunk`` narrower
+    than BLOCK runs the two-pass kernel; otherwise the row lives in
+    registers. Returns a :class:`~.direct_launch.DirectLaunch` (or the
+    split's pair of them) for calls with the same shapes (on a GPU), else
+    None."""
     rows, cols = x2.shape
     if rows == 0:
         return None
@@ -569,6 +590,10 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
     block = triton.next_power_of_2(cols)
     args = (x2, r2, w, y2, s_out, rows, cols,
             x2.stride(0), r2.stride(0), y2.stride(0), s_out.stride(0), eps)
+    if config.segment is not None and config.segment < block:
+        return add_rmsnorm_split.launch_split(
+            x2, r2, w, y2, s2, eps, config.segment, config.num_warps,
+            software_bf16)
     persistent = config.programs_per_sm is not None or TILE_LOOP_ALWAYS
     if config.chunk is not None and config.chunk < block:
         kernel, width = add_rmsnorm_chunked_kernel, {"CHUNK": config.chunk}

@@ -137,12 +137,15 @@ def _book_launches() -> tuple:
                    cols=4096, dtype=bf16),
            _launch("multirow", 4, "rmsnorm_multirow_kernel", "1024 bf16", "multirow",
                    cols=1024, dtype=bf16)]
-    for design, kernel in (("whole", "add_rmsnorm_kernel"),
-                           ("chunked", "add_rmsnorm_chunked_kernel")):
+    # each design at a width it runs at: two passes and the split only past 32,768 columns
+    for design, kernel, cols in (("whole", "add_rmsnorm_kernel", 4096),
+                                 ("chunked", "add_rmsnorm_chunked_kernel", 65536),
+                                 ("split partials", "split_partials_kernel", 65536),
+                                 ("split normalize", "split_normalize_kernel", 65536)):
         for write_sum in (False, True):
             out.append(_launch(f"add {design}{' +sum' if write_sum else ''}", 7, kernel,
-                               "4096 bf16", "add_rmsnorm", cols=4096, dtype=bf16, design=design,
-                               write_sum=write_sum))
+                               f"{cols} bf16", "add_rmsnorm", cols=cols, dtype=bf16,
+                               design=design, write_sum=write_sum))
     fp8 = (("fp8 fused", "rmsnorm_fp8_fused_kernel", "fused", "software"),
            ("fp8 fused cast", "rmsnorm_fp8_fused_kernel", "fused", "cast"),
            ("fp8 norm", "rmsnorm_bf16_kernel", "norm", "software"),
@@ -401,8 +404,8 @@ def _build_multirow(cols: int, dtype: str):
 
 
 def _build_add_rmsnorm(cols: int, dtype: str, design: str, write_sum: bool):
-    """``add_rmsnorm.launch``: the heuristic config (no tuned table applies on an AMD GPU), or the
-    large-batch two-pass config for the chunked design."""
+    """``add_rmsnorm.launch``: the heuristic config (no tuned table applies on an AMD GPU), the
+    two-pass config for the chunked design, or the split config's two kernels."""
     import torch
     import triton
 
@@ -411,6 +414,19 @@ def _build_add_rmsnorm(cols: int, dtype: str, design: str, write_sum: bool):
     x, w = _rows_and_weight(cols, dtype)
     r, y = torch.empty_like(x), torch.empty_like(x)
     s = torch.empty_like(x) if write_sum else y
+    if design.startswith("split"):
+        from . import add_rmsnorm_split as split
+
+        seg, per_row = m.SPLIT_CONFIG.segment, split.segments(cols, m.SPLIT_CONFIG.segment)
+        partial = torch.empty(ROWS * per_row, dtype=torch.float32)
+        common = dict(SEGMENT=seg, SEGMENTS=per_row, WRITE_SUM=write_sum, SOFTWARE_BF16=False,
+                      num_warps=m.SPLIT_CONFIG.num_warps)
+        if design == "split partials":
+            return (split.split_partials_kernel,
+                    (x, r, s, partial, cols, x.stride(0), r.stride(0), s.stride(0)), common)
+        return (split.split_normalize_kernel,
+                (x, r, w, y, s, partial, cols, x.stride(0), r.stride(0), y.stride(0),
+                 s.stride(0), 1e-5), dict(common, SEGMENTS_POW2=triton.next_power_of_2(per_row)))
     config = m.heuristic_config(cols, x.dtype) if design == "whole" else m.TWO_PASS_CONFIG
     block = triton.next_power_of_2(cols)
     if config.chunk is not None and config.chunk < block:

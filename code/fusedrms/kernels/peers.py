@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import env, reference, registry, validation  # env first: decides the Triton mode
+from . import peers_flashinfer  # its loader builds nothing until a peer is called
 
 class PeerMissing(RuntimeError):
     """A peer library that is not installed (or cannot be built) here."""
@@ -206,8 +207,6 @@ def liger_fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, w: torch.T
 
 def flashinfer_fused_add_rmsnorm(x, residual, w, eps: float = 1e-5):
     """FlashInfer's FusedAddRMSNorm, in place: ``residual <- x + residual``, ``x <- y``."""
-    from . import peers_flashinfer
-
     eps = _check(x, w, eps, residual)
     try:
         peers_flashinfer.load()
@@ -217,8 +216,6 @@ def flashinfer_fused_add_rmsnorm(x, residual, w, eps: float = 1e-5):
 
 
 def flashinfer_rms_norm(x, w, eps: float = 1e-5):
-    from . import peers_flashinfer
-
     eps = _check(x, w, eps)
     try:
         peers_flashinfer.load()
@@ -228,8 +225,6 @@ def flashinfer_rms_norm(x, w, eps: float = 1e-5):
 
 
 def _flashinfer_fused_add_limit(device: str) -> int | None:
-    from . import peers_flashinfer
-
     return peers_flashinfer.fused_add_max_cols(device)
 
 
@@ -270,7 +265,7 @@ def register() -> None:
                       flashinfer_fused_add_rmsnorm, "cuda", kernel=False, devices=("cuda",),
                       gpu_only_reason=fi_reason, mutates=True,
                       width_limit=_flashinfer_fused_add_limit,
-                      width_reason="it keeps the row in shared memory as fp32",
+                      width_reason=peers_flashinfer.FUSED_ADD_WIDTH_REASON,
                       description="FlashInfer norm::FusedAddRMSNorm (norm.cuh), in place"))
 
 

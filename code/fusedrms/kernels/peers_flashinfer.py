@@ -133,8 +133,7 @@ def _stream() -> ctypes.c_void_p:
 # ceil(warps / 4) * 4 floats, 32 for rows of over 8192 columns (norm.cuh). A wider row asks for
 # more than a block may have, cudaFuncSetAttribute refuses, and nothing runs.
 SMEM_PAD_FLOATS = 32
-FUSED_ADD_WIDTH_REASON = ("FlashInfer's FusedAddRMSNorm keeps the row in shared memory as "
-                          "fp32, and a block has at most the GPU's opt-in shared memory")
+FUSED_ADD_WIDTH_REASON = "it keeps the row in shared memory as fp32"  # the registry's too
 
 
 def _optin_shared_memory() -> int | None:
@@ -182,8 +181,9 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
     widest = fused_add_max_cols()
     if widest is not None and x.shape[1] > widest:
         raise validation.InputError(
-            f"x has {x.shape[1]} columns; on this GPU {FUSED_ADD_WIDTH_REASON}, which holds "
-            f"{widest} columns. Use flashinfer.rms_norm on x + residual for wider rows.")
+            f"x has {x.shape[1]} columns; FlashInfer's FusedAddRMSNorm takes at most {widest} "
+            f"on this GPU ({FUSED_ADD_WIDTH_REASON}, within the opt-in shared memory of a "
+            f"block). Use flashinfer.rms_norm on x + residual for wider rows.")
     route, mod = load()
     if route == "python":
         mod.fused_add_rmsnorm(x, residual, w, eps)

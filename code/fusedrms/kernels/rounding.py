@@ -26,6 +26,16 @@ def round_to_bf16(v):
 # [/book:round-bf16]
 
 
+@triton.jit
+def store_cast(v, dtype: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
+    """fp32 -> the stored dtype: the GPU's cast, or :func:`round_to_bf16` for bf16 under the
+    interpreter (SOFTWARE_BF16), so that both paths store the same bits."""
+    if SOFTWARE_BF16:
+        return round_to_bf16(v)
+    else:
+        return v.to(dtype)
+
+
 def widen_bf16_bits(bits: np.ndarray) -> np.ndarray:
     """bf16 bit patterns (uint16) -> their fp32 values: the 16 bits on top, exact for every value."""
     return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)

@@ -142,6 +142,22 @@ def _sync(device: str = "cuda") -> None:
         torch.cuda.synchronize()
 
 
+def context_lost(device: str = "cuda") -> bool:
+    """Whether an error left the GPU unusable. A sticky error (an illegal address, a trap) fails
+    every later call in the process; a refused launch or attribute (FlashInfer's shared memory
+    request past a block's limit) fails only itself, and the next case can run."""
+    import torch
+
+    if device == "cpu":
+        return False
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device=device).add_(1).item()
+        return False
+    except Exception:  # noqa: BLE001 - any failure here means the context is gone
+        return True
+
+
 def _sync_wall_ms(fn, device: str = "cuda") -> tuple[float, object]:
     _sync(device)
     t0 = time.perf_counter()
@@ -232,7 +248,7 @@ def run_worker(spec: dict) -> int:
                 for c in impl_cases:
                     _emit("record", **c, status=(f"missing: {e}" if missing else
                                                  f"error: {type(e).__name__}: {e}")[:500])
-                if "CUDA error" in str(e) or "illegal" in str(e).lower():
+                if context_lost(device):
                     _emit("fatal", error=f"CUDA context lost after {name}: {e}"[:500])
                     return 1
                 continue
@@ -339,7 +355,7 @@ def warm_worker(cases: list[dict], device: str = "cuda") -> int:
                 _emit("warm", **key, first_call_ms=ms, status="ok")
             except Exception as e:  # noqa: BLE001 - the timing processes report it as the case's
                 _emit("warm", **key, status=f"error: {type(e).__name__}: {e}"[:300])
-                if "CUDA error" in str(e) or "illegal" in str(e).lower():
+                if context_lost(device):
                     return 1
             if is_compiled_peer(name):
                 _free_compiled_graphs()
