@@ -14,6 +14,8 @@ BIG_MB = 64  # "where a call moves 64 MB or more"
 LEVER_THRESHOLD_PCT = 3.0  # a lever counts beyond this plus the launch's own run-to-run gap
 SMALL_ROWS, LARGE_ROWS = 1024, 4096  # in place: "at 1024 rows or fewer", "from 4096 rows"
 H200_SMS, WARPS_PER_SM = 132, 64  # the H200's SMs and resident warps per SM (Hopper)
+# the two-pass launch before (programs of 16 warps, four to an SM, a row each between the passes)
+TWO_PASS_PER_SM_BEFORE = WARPS_PER_SM // 16
 
 
 def load(machine: str | None = records.COMMITTED) -> dict:
@@ -95,20 +97,21 @@ def _by_passes(rows: list[dict]) -> tuple[list[dict], list[dict]]:
 
 def _two_pass_launches(row: dict) -> dict:
     """The launches the prose compares at a two-pass width: rows of x and r between the passes
-    in 16-warp programs, four to an SM (the launch before), and in TWO_PASS_CONFIG's 32-warp
-    programs, one to an SM (46 to 52 registers a thread: a second does not fit in 64K); the
-    row split over programs in small batches."""
+    in the launch before and in TWO_PASS_CONFIG's 32-warp programs, one to an SM (on the H200,
+    Triton 3.6, 64 registers a thread for the fused op, 54 for the residual op: a second
+    program does not fit in 64K); the row split over programs in small batches."""
     from .. import dtypes
     from ..kernels import add_rmsnorm as A
+    from ..kernels import add_rmsnorm_split as S
 
     row_bytes = 2 * row["cols"] * dtypes.nbytes(row["dtype"])  # x and r
-    before = H200_SMS * (WARPS_PER_SM // 16)
+    before = H200_SMS * TWO_PASS_PER_SM_BEFORE
     return {"two_rows_before": f"{before:,}",
             "two_held_before": f"{before * row_bytes / 1e6:.0f} MB",
             "two_held": f"{H200_SMS * row_bytes / 1e6:.0f} MB",
             "two_chunk": f"{A.TWO_PASS_CONFIG.chunk:,}",
             "two_warps": str(A.TWO_PASS_CONFIG.num_warps), "split_max_rows": str(H200_SMS // 2),
-            "split_pieces": str(-(-row["cols"] // A.SPLIT_CONFIG.segment)),
+            "split_pieces": str(S.segments(row["cols"], A.SPLIT_CONFIG.segment)),
             "split_cols": f"{A.SPLIT_CONFIG.segment:,}"}
 
 
@@ -213,9 +216,9 @@ def story_values(docs: dict) -> dict[str, str]:
                  wide_worst_at=CR.shape_text(worst["rows"], worst["cols"], worst["dtype"]))
     ours, inductor = (f["wide_ncu"].get(k) for k in (CR.CAPSTONE, "torch.compile_add"))
     if ours and inductor:
-        # the two-pass launch this shape had before: programs of 16 warps, four to an SM, each
-        # holding its row of x and r in L2 between the passes
-        per_sm = WARPS_PER_SM // 16
+        # the two-pass launch this shape had before, each program holding its row of x and r
+        # in L2 between the passes
+        per_sm = TWO_PASS_PER_SM_BEFORE
         held = H200_SMS * per_sm * ours["min_read"] / ours["rows"]
         l2 = ((docs["peers"] or {}).get("provenance") or {}).get("l2_bytes")
         if l2:
