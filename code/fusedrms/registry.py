@@ -64,6 +64,10 @@ class Impl:
         known = [n for n in limits if n is not None]
         return min(known) if known else None
 
+    def width_note(self) -> str:
+        """`` (why)`` after a width refusal, or nothing when no reason is recorded."""
+        return f" ({self.width_reason})" if self.width_reason else ""
+
     def supports(self, device: str, dtype: torch.dtype, cols: int) -> bool:
         limit = self.col_limit(device) if device in self.devices else None
         return (device in self.devices and dtype in self.dtypes

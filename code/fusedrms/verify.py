@@ -416,8 +416,7 @@ def skip_reason(impl: registry.Impl, c: Case, dtype: torch.dtype, on_gpu: bool) 
         return f"takes {', '.join(_label(d) for d in impl.dtypes)} only, not {_label(dtype)}"
     limit = impl.col_limit(dev_key)
     if limit is not None and c.shape(on_gpu)[1] > limit:
-        why = f" ({impl.width_reason})" if impl.width_reason else ""
-        return f"rows wider than {limit} columns are not supported{why}"
+        return f"rows wider than {limit} columns are not supported{impl.width_note()}"
     if not impl.kernel and c.kind in LOUD_KINDS:
         return ("a library peer computes what PyTorch does here (zeros for an overflowed row); "
                 "the loud policy is the book's kernels'")

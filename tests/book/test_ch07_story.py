@@ -70,8 +70,11 @@ def test_rows_of_65536_columns_beat_every_peer_at_every_batch():
     from fusedrms.kernels import add_rmsnorm as A
     bf16, sms = torch.bfloat16, story.H200_SMS
     most = int(v["split_max_rows"])
-    assert A.batch_config(A.TWO_PASS_CONFIG, most, 65536, sms, bf16)[0] == A.SPLIT_CONFIG
-    assert A.batch_config(A.TWO_PASS_CONFIG, most + 1, 65536, sms, bf16)[0] == A.TWO_PASS_CONFIG
+    for write_sum in (False, True):
+        assert A.batch_config(A.TWO_PASS_CONFIG, most, 65536, sms, bf16,
+                              write_sum=write_sum)[0] == A.SPLIT_CONFIG
+        assert A.batch_config(A.TWO_PASS_CONFIG, most + 1, 65536, sms, bf16,
+                              write_sum=write_sum)[0] == A.two_pass_config(write_sum)
     assert int(v["split_pieces"]) * int(v["split_cols"].replace(",", "")) == 65536
     # "one 32-warp program per SM in 16,384-column chunks keeps ...": within L2, where the
     # launch before held more than L2

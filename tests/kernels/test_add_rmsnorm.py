@@ -251,14 +251,32 @@ def test_heuristic_values():
 
 def test_rows_wider_than_the_registers_hold_split_in_small_batches_else_take_two_passes():
     for dtype in (torch.bfloat16, torch.float32):
-        for rows in (1, 66):  # at most half of 132 SMs: a row split over programs
-            got, rule = A.batch_config(A.heuristic_config(65536, dtype), rows, 65536, 132, dtype)
-            assert got == A.SPLIT_CONFIG and got.segment < 65536 and rule.startswith("split")
-        for rows in (67, 1000, 10**5):
-            got = A.batch_config(A.heuristic_config(65536, dtype), rows, 65536, 132, dtype)[0]
-            assert got == A.TWO_PASS_CONFIG and got.chunk < 65536
+        for write_sum in (False, True):
+            table = A.heuristic_config(65536, dtype)
+            for rows in (1, 66):  # at most half of 132 SMs: a row split over programs
+                got, rule = A.batch_config(table, rows, 65536, 132, dtype, write_sum=write_sum)
+                assert got == A.SPLIT_CONFIG and got.segment < 65536 and rule.startswith("split")
+            for rows in (67, 1000, 10**5):
+                got = A.batch_config(table, rows, 65536, 132, dtype, write_sum=write_sum)[0]
+                assert got == A.two_pass_config(write_sum) and got.chunk < 65536
     # rows held whole are never split
-    assert A.batch_config(A.LaunchConfig(1, 32), 1, 32768, 132, torch.bfloat16)[0].segment is None
+    assert A.batch_config(A.LaunchConfig(1, 32), 1, 32768, 132, torch.bfloat16,
+                          write_sum=False)[0].segment is None
+
+
+def test_each_op_has_its_two_pass_launch_with_one_program_per_sm():
+    """The residual-writing op: a tile grid of 32-warp programs (one fits an SM); the fused op: a
+    persistent grid of one 16-warp program per SM. Both keep as many rows in flight as SMs."""
+    fused, residual = A.two_pass_config(False), A.two_pass_config(True)
+    assert residual == A.TWO_PASS_CONFIG and fused == A.TWO_PASS_FUSED_CONFIG
+    assert residual.programs_per_sm is None and residual.num_warps == 32
+    assert fused.programs_per_sm == 1 and fused.chunk == residual.chunk
+    assert A.grid_size(fused, 1000, 132) == (1, 132)
+    got, rule = A.batch_config(A.TWO_PASS_CONFIG, 1000, 65536, 132, torch.bfloat16,
+                               write_sum=False)
+    assert got == fused and rule.startswith("two-pass")
+    assert A.batch_config(A.TWO_PASS_CONFIG, 1000, 65536, 132, torch.bfloat16,
+                          write_sum=True) == (residual, None)
 
 
 def test_a_row_of_max_cols_is_computed_right_by_both_designs():
@@ -270,6 +288,7 @@ def test_a_row_of_max_cols_is_computed_right_by_both_designs():
     y, s = A.add_rmsnorm_residual(x, r, w, config=A.TWO_PASS_CONFIG)
     ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, accum=torch.float64)
     assert checks.equal(s, ref_s) and checks.allclose(y, ref_y)
+    assert checks.equal(A.add_rmsnorm(x, r, w, config=A.TWO_PASS_FUSED_CONFIG), y)
 
 
 def test_small_grids_get_fewer_rows_per_program():
@@ -467,15 +486,17 @@ def test_large_batches_take_the_whole_row_launch_and_small_ones_the_table():
 
     table_cfg = A.LaunchConfig(2, 8)
     sms, bf16 = 132, torch.bfloat16
-    big, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms, 8192, sms, bf16)
+    big, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms, 8192, sms, bf16,
+                                   write_sum=False)
     assert replaced and big == A.LaunchConfig(1, 32) and big.chunk is None
     small, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms - 1, 8192, sms,
-                                     bf16)
+                                     bf16, write_sum=True)
     assert not replaced and small is table_cfg
     # rows of 2048 columns or fewer keep the table's entry at any batch
-    assert A.batch_config(table_cfg, 10**6, 2048, sms, bf16) == (table_cfg, None)
+    assert A.batch_config(table_cfg, 10**6, 2048, sms, bf16, write_sum=False) == (table_cfg, None)
     # the interpreter keeps its one configuration
-    assert A.launch_config(10**5, 8192, torch.float32, torch.device("cpu")) == A.INTERPRETER_CONFIG
+    assert A.launch_config(10**5, 8192, torch.float32, torch.device("cpu"),
+                           write_sum=False) == A.INTERPRETER_CONFIG
 
 
 @pytest.mark.parametrize("cols, dtype, warps", [
@@ -490,7 +511,8 @@ def test_large_batches_take_the_whole_row_launch_and_small_ones_the_table():
 def test_the_large_batch_launch_gives_each_thread_one_vector_up_to_32_warps(cols, dtype, warps):
     from fusedrms.kernels import add_rmsnorm as A
 
-    got, replaced = A.batch_config(A.LaunchConfig(1, 4), 10**5, cols, 132, dtype)
+    got, replaced = A.batch_config(A.LaunchConfig(1, 4), 10**5, cols, 132, dtype,
+                                   write_sum=True)
     assert replaced and got == A.LaunchConfig(1, warps) and got.chunk is None
     size = torch.empty((), dtype=dtype).element_size()
     assert triton.next_power_of_2(cols) // (32 * warps) <= 32  # values per thread in registers

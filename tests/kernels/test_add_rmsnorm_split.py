@@ -101,7 +101,7 @@ def test_gpu_the_remembered_split_launch_runs_in_a_cuda_graph():
     x, r, w = inputs(4, 65536, torch.bfloat16)
     A.clear_plans()
     y0, s0 = A.add_rmsnorm_residual(x, r, w)  # the full path; remembers the plan
-    assert A.launch_config(4, 65536, torch.bfloat16, x.device) == A.SPLIT_CONFIG
+    assert A.launch_config(4, 65536, torch.bfloat16, x.device, write_sum=True) == A.SPLIT_CONFIG
     out = {}
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()

@@ -515,7 +515,8 @@ def config_in_use(impl_name: str, rows: int, cols: int, dt: str) -> dict | None:
 
     cfg, source = k.choose_config(cols, dtypes.torch_dtype(dt))
     sms = k.sm_count(torch.device("cuda"))
-    cfg, rule = k.batch_config(cfg, rows, cols, sms, dtypes.torch_dtype(dt))
+    cfg, rule = k.batch_config(cfg, rows, cols, sms, dtypes.torch_dtype(dt),
+                               write_sum=impl_name.endswith("residual"))
     source = rule or source
     rpp, programs = k.grid_size(cfg, rows, sms)
     return dict(cfg.as_dict(), label=cfg.label(), source=source, rows_per_program_used=rpp,

@@ -235,7 +235,8 @@ def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> P
         x, r = (torch.randn(rows, cols, device=_device(), dtype=dtype) for _ in range(2))
         w = torch.randn(cols, device=_device(), dtype=dtype)
         cfg, source = A.choose_config(cols, dtype)
-        cfg, rule = A.batch_config(cfg, rows, cols, A.sm_count(_device()), dtype)
+        cfg, rule = A.batch_config(cfg, rows, cols, A.sm_count(_device()), dtype,
+                                   write_sum=False)
         source = rule or source
         floor = traffic.floor_us("add_rmsnorm", rows, cols, dtype, bw)
         line = []

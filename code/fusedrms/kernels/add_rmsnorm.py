@@ -247,6 +247,13 @@ def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows,
 
 # ---------------------------------------------------------------- launch configurations
 
+def _check_columns_or_none(value, name: str, meaning: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1
+                              or value & (value - 1)):
+        raise validation.InputError(f"{name} must be None or a power of two ({meaning}), "
+                                    f"got {value!r}.")
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
     """What the tuner chooses. BLOCK is not here: it follows from the width."""
@@ -274,16 +281,8 @@ class LaunchConfig:
                 or self.programs_per_sm < 1):
             raise validation.InputError(f"programs_per_sm must be None or a positive whole number, "
                                         f"got {self.programs_per_sm!r}.")
-        if self.chunk is not None and (
-                isinstance(self.chunk, bool) or not isinstance(self.chunk, int) or self.chunk < 1
-                or self.chunk & (self.chunk - 1)):
-            raise validation.InputError(f"chunk must be None or a power of two (columns per "
-                                        f"pass step), got {self.chunk!r}.")
-        if self.segment is not None and (
-                isinstance(self.segment, bool) or not isinstance(self.segment, int)
-                or self.segment < 1 or self.segment & (self.segment - 1)):
-            raise validation.InputError(f"segment must be None or a power of two (columns per "
-                                        f"program of a split row), got {self.segment!r}.")
+        _check_columns_or_none(self.chunk, "chunk", "columns per pass step")
+        _check_columns_or_none(self.segment, "segment", "columns per program of a split row")
         if self.segment is not None and (self.chunk is not None or self.rows_per_program != 1
                                          or self.programs_per_sm is not None):
             raise validation.InputError("segment splits one row over programs: it takes "
@@ -483,16 +482,29 @@ def _remembered_config(cols: int, dtype: torch.dtype, generation: int) -> Launch
 LARGE_BATCH_ROWS_PER_SM = 16
 VECTOR_BYTES = 16
 # Rows wider than registers hold take two passes. One 32-warp program per SM, 16384-column chunks:
-# 132 rows of x and r in flight (34 MB at 65,536 bf16 columns) stay in the 60 MB L2 between the
+# 132 rows of x and r in flight (35 MB at 65,536 bf16 columns) stay in the 63 MB L2 between the
 # passes. Four 16-warp programs per SM in 2048-column chunks (the launch before) kept 528 rows,
-# 135 MB, and pass 2 went back to DRAM. H200, 1024 x 65536 bf16: 133 us against 168 (Inductor's
-# kernel 167); the residual-writing op 141 against 176; 128 to 16384 rows and fp16, fp32 alike.
+# 138 MB, and pass 2 went back to DRAM. H200, 1024 x 65536 bf16: the residual-writing op 141 us
+# against 176 (Inductor's kernel 167); 128 to 16384 rows and fp16, fp32 alike.
 TWO_PASS_CONFIG = LaunchConfig(rows_per_program=1, num_warps=32, num_stages=1, chunk=16384)
+# The fused op (no sum written) compiled the same launch to 64 registers with 14 spilled, and at
+# 4096 x 65536 bf16 Nsight Compute counted 101 MB written beyond y (local memory) and 148 MB read
+# beyond x and r. A persistent grid of one 16-warp program per SM keeps the same 132 rows in
+# flight and compiles to 128 registers, none spilled. H200: 1024 and 4096 rows, 120 and 443 us
+# against 133 and 525 (fp32, 1024 rows: 287 against 304). The residual-writing op runs 2-3%
+# slower that way, so each op has its launch.
+TWO_PASS_FUSED_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1,
+                                     programs_per_sm=1, chunk=16384)
 # With at most half as many rows as SMs, one program per row leaves most SMs idle: a row is split
 # into 2048-column programs instead (add_rmsnorm_split). H200, 65,536 bf16 columns: 1, 16, 32
 # rows 4.0, 5.8, 7.8 us against 9.7, 10.0, 10.5 in two passes (Inductor 5.4, 7.2, 9.9); from 80
 # rows the two passes are faster, at 64 the two tie.
 SPLIT_CONFIG = LaunchConfig(rows_per_program=1, num_warps=8, num_stages=1, segment=2048)
+
+
+def two_pass_config(write_sum: bool) -> LaunchConfig:
+    """The two-pass launch of each op (``write_sum``: the residual-writing op)."""
+    return TWO_PASS_CONFIG if write_sum else TWO_PASS_FUSED_CONFIG
 
 
 def large_batch_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
@@ -506,11 +518,16 @@ def large_batch_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
     return LaunchConfig(rows_per_program=1, num_warps=warps, num_stages=1)
 
 
-def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int,
-                 dtype: torch.dtype) -> tuple[LaunchConfig, str | None]:
-    """(configuration for this batch, the rule that replaced the table's, or None)."""
+def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int, dtype: torch.dtype,
+                 *, write_sum: bool) -> tuple[LaunchConfig, str | None]:
+    """(configuration for this batch and op, the rule that replaced the table's, or None);
+    ``write_sum``: the residual-writing op."""
     if takes_two_passes(cols) and 2 * rows <= sms:
         return SPLIT_CONFIG, "split rule (rows at most half the SMs, wider than registers hold)"
+    if takes_two_passes(cols):
+        chosen = two_pass_config(write_sum)
+        return chosen, (None if chosen == config else
+                        "two-pass rule (each op its launch, rows wider than registers hold)")
     if rows >= LARGE_BATCH_ROWS_PER_SM * sms and triton.next_power_of_2(cols) > 2048:
         return large_batch_config(cols, dtype), (f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} "
                                                  f"rows per SM or more)")
@@ -518,13 +535,14 @@ def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int,
 # [/book:large-batch]
 
 
-def launch_config(rows: int, cols: int, dtype: torch.dtype, device) -> LaunchConfig:
-    """What a call without ``config=`` runs: the table's entry, or on a GPU the large-batch rule
-    (the same for both ops)."""
+def launch_config(rows: int, cols: int, dtype: torch.dtype, device, *,
+                  write_sum: bool) -> LaunchConfig:
+    """What a call without ``config=`` runs: the table's entry, or on a GPU a rule on the batch
+    (``write_sum``: the residual-writing op)."""
     config = _default_config(cols, dtype)
     if device.type != "cuda":
         return config  # the interpreter: one fixed configuration
-    return batch_config(config, rows, cols, sm_count(device), dtype)[0]
+    return batch_config(config, rows, cols, sm_count(device), dtype, write_sum=write_sum)[0]
 
 
 def _default_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
@@ -583,17 +601,17 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
     rows, cols = x2.shape
     if rows == 0:
         return None
-    write_sum = s2 is not None
-    s_out = s2 if write_sum else y2
-    rpp, programs = grid_size(config, rows, sm_count(x2.device))
     software_bf16 = (not env.current().on_gpu) and x2.dtype == torch.bfloat16
     block = triton.next_power_of_2(cols)
-    args = (x2, r2, w, y2, s_out, rows, cols,
-            x2.stride(0), r2.stride(0), y2.stride(0), s_out.stride(0), eps)
     if config.segment is not None and config.segment < block:
         return add_rmsnorm_split.launch_split(
             x2, r2, w, y2, s2, eps, config.segment, config.num_warps,
             software_bf16)
+    write_sum = s2 is not None
+    s_out = s2 if write_sum else y2
+    rpp, programs = grid_size(config, rows, sm_count(x2.device))
+    args = (x2, r2, w, y2, s_out, rows, cols,
+            x2.stride(0), r2.stride(0), y2.stride(0), s_out.stride(0), eps)
     persistent = config.programs_per_sm is not None or TILE_LOOP_ALWAYS
     if config.chunk is not None and config.chunk < block:
         kernel, width = add_rmsnorm_chunked_kernel, {"CHUNK": config.chunk}
@@ -679,7 +697,8 @@ def add_rmsnorm(x, residual, w, eps: float = 1e-5, *, config=None) -> torch.Tens
         return y
     config = _check_config(config)
     x2, r2, w2, eps, shape = _prepare(x, residual, w, eps, "capstone.fused")
-    config = config or launch_config(x2.shape[0], x2.shape[1], x2.dtype, x2.device)
+    config = config or launch_config(x2.shape[0], x2.shape[1], x2.dtype, x2.device,
+                                     write_sum=False)
     y2 = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
     direct = launch(x2, r2, w2, y2, None, eps, config)
     _remember(key, x, residual, w, x2, config, direct)
@@ -742,7 +761,8 @@ def add_rmsnorm_residual(x, residual, w, eps: float = 1e-5, *, in_place: bool = 
     config = _check_config(config)
     in_place = validation.check_flag(in_place, "in_place")
     x2, r2, w2, eps, shape = _prepare(x, residual, w, eps, "capstone.fused_residual")
-    config = config or launch_config(x2.shape[0], x2.shape[1], x2.dtype, x2.device)
+    config = config or launch_config(x2.shape[0], x2.shape[1], x2.dtype, x2.device,
+                                     write_sum=True)
     if in_place:
         for t, name in ((x, "x"), (residual, "residual")):
             if not t.is_contiguous():

@@ -35,7 +35,8 @@ def split_partials_kernel(x_ptr, r_ptr, s_ptr, partial_ptr, COLS: tl.constexpr,
                           x_stride, r_stride, s_stride, SEGMENT: tl.constexpr,
                           SEGMENTS: tl.constexpr, WRITE_SUM: tl.constexpr,
                           SOFTWARE_BF16: tl.constexpr):
-    """Program ``row * SEGMENTS + k``: segment k of that row, its sum of squares."""
+    """Program ``row * SEGMENTS + k``: segment k of that row, its sum of
+    squares."""
     pid = tl.program_id(0)
     row = (pid // SEGMENTS).to(tl.int64)
     col = (pid % SEGMENTS) * SEGMENT + tl.arange(0, SEGMENT)
@@ -46,7 +47,7 @@ def split_partials_kernel(x_ptr, r_ptr, s_ptr, partial_ptr, COLS: tl.constexpr,
     r = tl.load(r_ptr + row * r_stride + col, mask=mask, other=0.0,
                 eviction_policy="evict_last").to(tl.float32)
     s = x + r
-    if WRITE_SUM:  # the next layer's residual; the sum of squares is of s as stored
+    if WRITE_SUM:  # the next layer's residual; squares of s as stored
         s_stored = store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
         tl.store(s_ptr + row * s_stride + col, s_stored, mask=mask)
         s = s_stored.to(tl.float32)
@@ -57,8 +58,10 @@ def split_partials_kernel(x_ptr, r_ptr, s_ptr, partial_ptr, COLS: tl.constexpr,
 def split_normalize_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, partial_ptr,
                            COLS: tl.constexpr, x_stride, r_stride, y_stride,
                            s_stride, eps, SEGMENT: tl.constexpr,
-                           SEGMENTS: tl.constexpr, SEGMENTS_POW2: tl.constexpr,
-                           WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
+                           SEGMENTS: tl.constexpr,
+                           SEGMENTS_POW2: tl.constexpr,
+                           WRITE_SUM: tl.constexpr,
+                           SOFTWARE_BF16: tl.constexpr):
     """Program ``row * SEGMENTS + k``: the row's scale from every segment's
     partial sum, then segment k normalized."""
     pid = tl.program_id(0)
@@ -91,6 +94,23 @@ def segments(cols: int, segment: int) -> int:
     return -(-cols // segment)
 
 
+def kernel_arguments(x2, r2, w, y2, s2, partial, eps: float, segment: int,
+                     software_bf16: bool) -> tuple[tuple[tuple, dict], tuple[tuple, dict]]:
+    """``(args, constexprs)`` of the partial-sums kernel and of the normalizing kernel (``s2``
+    None: don't write the sum); the AMD compile check builds the same launches."""
+    cols = x2.shape[1]
+    write_sum = s2 is not None
+    s_out = s2 if write_sum else y2
+    per_row = segments(cols, segment)
+    common = dict(SEGMENT=segment, SEGMENTS=per_row, WRITE_SUM=write_sum,
+                  SOFTWARE_BF16=software_bf16)
+    first_args = (x2, r2, s_out, partial, cols, x2.stride(0), r2.stride(0), s_out.stride(0))
+    second_args = (x2, r2, w, y2, s_out, partial, cols, x2.stride(0), r2.stride(0),
+                   y2.stride(0), s_out.stride(0), eps)
+    pow2 = dict(common, SEGMENTS_POW2=triton.next_power_of_2(per_row))
+    return (first_args, common), (second_args, pow2)
+
+
 class SplitLaunch:
     """Both compiled kernels of a first launch, launched again on tensors of the same shapes:
     ``(x, r, w, y, s)`` as :class:`~.direct_launch.DirectLaunch` takes them (s is y when the sum
@@ -112,19 +132,12 @@ def launch_split(x2, r2, w, y2, s2, eps: float, segment: int, num_warps: int,
     """Run the two kernels on validated 2-D tensors (``s2`` None: don't write the sum). Returns
     a :class:`SplitLaunch` for calls with the same shapes (on a GPU), else None."""
     rows, cols = x2.shape
-    write_sum = s2 is not None
-    s_out = s2 if write_sum else y2
-    per_row = segments(cols, segment)
-    programs = rows * per_row
+    programs = rows * segments(cols, segment)
     # every slot is written by kernel 1 before kernel 2 reads it
     partial = torch.empty(programs, dtype=torch.float32, device=x2.device)
-    common = dict(SEGMENT=segment, SEGMENTS=per_row, WRITE_SUM=write_sum,
-                  SOFTWARE_BF16=software_bf16)
-    first_args = (x2, r2, s_out, partial, cols, x2.stride(0), r2.stride(0), s_out.stride(0))
+    (first_args, common), (second_args, pow2) = kernel_arguments(
+        x2, r2, w, y2, s2, partial, eps, segment, software_bf16)
     first = split_partials_kernel[(programs,)](*first_args, **common, num_warps=num_warps)
-    second_args = (x2, r2, w, y2, s_out, partial, cols, x2.stride(0), r2.stride(0),
-                   y2.stride(0), s_out.stride(0), eps)
-    pow2 = dict(common, SEGMENTS_POW2=triton.next_power_of_2(per_row))
     second = split_normalize_kernel[(programs,)](*second_args, **pow2, num_warps=num_warps)
     partials = direct_launch.after_first_launch(first, programs, split_partials_kernel, 4,
                                                 *first_args, **common)

@@ -417,17 +417,16 @@ def _build_add_rmsnorm(cols: int, dtype: str, design: str, write_sum: bool):
     if design.startswith("split"):
         from . import add_rmsnorm_split as split
 
-        seg, per_row = m.SPLIT_CONFIG.segment, split.segments(cols, m.SPLIT_CONFIG.segment)
-        partial = torch.empty(ROWS * per_row, dtype=torch.float32)
-        common = dict(SEGMENT=seg, SEGMENTS=per_row, WRITE_SUM=write_sum, SOFTWARE_BF16=False,
-                      num_warps=m.SPLIT_CONFIG.num_warps)
-        if design == "split partials":
-            return (split.split_partials_kernel,
-                    (x, r, s, partial, cols, x.stride(0), r.stride(0), s.stride(0)), common)
-        return (split.split_normalize_kernel,
-                (x, r, w, y, s, partial, cols, x.stride(0), r.stride(0), y.stride(0),
-                 s.stride(0), 1e-5), dict(common, SEGMENTS_POW2=triton.next_power_of_2(per_row)))
-    config = m.heuristic_config(cols, x.dtype) if design == "whole" else m.TWO_PASS_CONFIG
+        seg = m.SPLIT_CONFIG.segment
+        partial = torch.empty(ROWS * split.segments(cols, seg), dtype=torch.float32)
+        first, second = split.kernel_arguments(x, r, w, y, s if write_sum else None, partial,
+                                               1e-5, seg, False)
+        kernel, (args, constexprs) = ((split.split_partials_kernel, first)
+                                      if design == "split partials"
+                                      else (split.split_normalize_kernel, second))
+        return kernel, args, dict(constexprs, num_warps=m.SPLIT_CONFIG.num_warps)
+    config = (m.heuristic_config(cols, x.dtype) if design == "whole"
+              else m.two_pass_config(write_sum))
     block = triton.next_power_of_2(cols)
     if config.chunk is not None and config.chunk < block:
         kernel, width = m.add_rmsnorm_chunked_kernel, {"CHUNK": config.chunk}

@@ -224,10 +224,6 @@ def flashinfer_rms_norm(x, w, eps: float = 1e-5):
     return peers_flashinfer.rmsnorm(_rows(x), w, eps).reshape(x.shape)
 
 
-def _flashinfer_fused_add_limit(device: str) -> int | None:
-    return peers_flashinfer.fused_add_max_cols(device)
-
-
 def register() -> None:
     """Register the peers (called at import)."""
     R = registry
@@ -264,7 +260,7 @@ def register() -> None:
     R.register(R.Impl("flashinfer.fused_add_rmsnorm", "add_rmsnorm_residual",
                       flashinfer_fused_add_rmsnorm, "cuda", kernel=False, devices=("cuda",),
                       gpu_only_reason=fi_reason, mutates=True,
-                      width_limit=_flashinfer_fused_add_limit,
+                      width_limit=peers_flashinfer.fused_add_max_cols,
                       width_reason=peers_flashinfer.FUSED_ADD_WIDTH_REASON,
                       description="FlashInfer norm::FusedAddRMSNorm (norm.cuh), in place"))
 

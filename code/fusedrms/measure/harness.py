@@ -193,8 +193,7 @@ def _why_unsupported(impl, dt: str, cols: int) -> str:
         return f"no GPU path ({impl.gpu_only_reason or 'devices ' + str(impl.devices)})"
     if dtypes.torch_dtype(dt) not in impl.dtypes:
         return f"dtype {dt} not supported"
-    why = f" ({impl.width_reason})" if impl.width_reason else ""
-    return f"{cols} columns over its limit of {impl.col_limit('cuda')}{why}"
+    return f"{cols} columns over its limit of {impl.col_limit('cuda')}{impl.width_note()}"
 
 
 def case_key(c: dict) -> tuple:
