@@ -80,6 +80,10 @@ def test_rows_of_65536_columns_beat_every_peer_at_every_batch():
     # launch before held more than L2
     assert (A.TWO_PASS_CONFIG.num_warps, A.TWO_PASS_CONFIG.chunk) == (32, 16384)
     assert v["two_warps"] == "32" and v["two_chunk"] == "16,384"
+    # "a persistent 16-warp program per SM, looping over rows": the plain variant's launch
+    fused = A.two_pass_config(False)
+    assert fused.programs_per_sm == 1 and v["two_fused_warps"] == str(fused.num_warps) == "16"
+    assert A.grid_size(fused, 1024, sms) == (1, sms) and fused.chunk == A.TWO_PASS_CONFIG.chunk
     l2 = float(v["wncu_l2"].split()[0])
     assert float(v["two_held"].split()[0]) < l2 < float(v["two_held_before"].split()[0])
     assert int(v["two_rows_before"]) == 4 * sms

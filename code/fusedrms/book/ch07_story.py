@@ -98,8 +98,10 @@ def _by_passes(rows: list[dict]) -> tuple[list[dict], list[dict]]:
 def _two_pass_launches(row: dict) -> dict:
     """The launches the prose compares at a two-pass width: rows of x and r between the passes
     in the launch before and in TWO_PASS_CONFIG's 32-warp programs, one to an SM (on the H200,
-    Triton 3.6, 64 registers a thread for the fused op, 54 for the residual op: a second
-    program does not fit in 64K); the row split over programs in small batches."""
+    Triton 3.6, 54 registers a thread for the residual op: a second program does not fit in
+    64K); the fused op's persistent grid of one program per SM (TWO_PASS_FUSED_CONFIG: 128
+    registers, none spilled, where TWO_PASS_CONFIG spilled 14 of 64); the row split over
+    programs in small batches."""
     from .. import dtypes
     from ..kernels import add_rmsnorm as A
     from ..kernels import add_rmsnorm_split as S
@@ -110,7 +112,9 @@ def _two_pass_launches(row: dict) -> dict:
             "two_held_before": f"{before * row_bytes / 1e6:.0f} MB",
             "two_held": f"{H200_SMS * row_bytes / 1e6:.0f} MB",
             "two_chunk": f"{A.TWO_PASS_CONFIG.chunk:,}",
-            "two_warps": str(A.TWO_PASS_CONFIG.num_warps), "split_max_rows": str(H200_SMS // 2),
+            "two_warps": str(A.TWO_PASS_CONFIG.num_warps),
+            "two_fused_warps": str(A.TWO_PASS_FUSED_CONFIG.num_warps),
+            "split_max_rows": str(H200_SMS // 2),
             "split_pieces": str(S.segments(row["cols"], A.SPLIT_CONFIG.segment)),
             "split_cols": f"{A.SPLIT_CONFIG.segment:,}"}
 
