@@ -130,9 +130,9 @@ def _unsupported_limit(doc: dict | None, impl: str) -> int | None:
     return None
 
 
-def _ratio_range(rows: list[dict]) -> str:
-    lo, hi = min(r["ratio"] for r in rows), max(r["ratio"] for r in rows)
-    return f"{CR.ratio_text(lo)} to {CR.ratio_text(hi)}"
+def _ratio_range(ratios) -> str:
+    ratios = list(ratios)
+    return f"{CR.ratio_text(min(ratios))} to {CR.ratio_text(max(ratios))}"
 
 
 def _dram(ncu_doc: dict | None) -> list[dict]:
@@ -262,13 +262,13 @@ def story_values(docs: dict) -> dict[str, str]:
     if f["ip_small"]:
         v["ip_small_max"] = f"{100 * (f['ip_small'][-1] - 1):.0f}%"
     if f["ip_large"]:
-        v["ip_large"] = f"{CR.ratio_text(f['ip_large'][0])} to {CR.ratio_text(f['ip_large'][-1])}"
+        v["ip_large"] = _ratio_range(f["ip_large"])
     if f["py_out"] is not None and f["py_in"] is not None:
         v.update(py_out=f"{f['py_out'][0]:.1f}-{f['py_out'][1]:.1f} µs",
                  py_in=f"{f['py_in'][0]:.1f}-{f['py_in'][1]:.1f} µs")
     for key in ("two_few", "two_many", "rs_two_few", "rs_two_many"):
         if f[key]:
-            v[key] = _ratio_range(f[key])
+            v[key] = _ratio_range(r["ratio"] for r in f[key])
     both_two = f["two"] + f["rs_two_few"] + f["rs_two_many"]
     if both_two:
         v["two_hi"] = CR.ratio_text(max(r["ratio"] for r in both_two))
