@@ -507,12 +507,12 @@ def two_pass_config(write_sum: bool) -> LaunchConfig:
     return TWO_PASS_CONFIG if write_sum else TWO_PASS_FUSED_CONFIG
 
 
-def large_batch_config(cols: int, dtype: torch.dtype, *, write_sum: bool) -> LaunchConfig:
-    """The large-batch launch for a row width, dtype and op (``write_sum``: the residual-writing
-    op): one row per program, one 16-byte vector per thread per tensor, 4 to 32 warps (32 warps
-    hold up to WHOLE_ROW_MAX_COLS columns in registers; wider rows take the op's two passes)."""
+def large_batch_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
+    """The large-batch launch for a row width and dtype: one row per program, one 16-byte vector
+    per thread per tensor, 4 to 32 warps (32 warps hold up to WHOLE_ROW_MAX_COLS columns in
+    registers; wider rows take two passes)."""
     if takes_two_passes(cols):
-        return two_pass_config(write_sum)
+        return TWO_PASS_CONFIG
     row_bytes = triton.next_power_of_2(cols) * torch.empty((), dtype=dtype).element_size()
     warps = max(4, min(32, row_bytes // (VECTOR_BYTES * 32)))
     return LaunchConfig(rows_per_program=1, num_warps=warps, num_stages=1)
@@ -522,15 +522,15 @@ def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int, dtype: to
                  *, write_sum: bool) -> tuple[LaunchConfig, str | None]:
     """(configuration for this batch and op, the rule that replaced the table's, or None);
     ``write_sum``: the residual-writing op."""
+    if takes_two_passes(cols) and 2 * rows <= sms:
+        return SPLIT_CONFIG, "split rule (rows at most half the SMs, wider than registers hold)"
     if takes_two_passes(cols):
-        if 2 * rows <= sms:
-            return SPLIT_CONFIG, "split rule (rows at most half the SMs, wider than registers hold)"
         chosen = two_pass_config(write_sum)
         return chosen, (None if chosen == config else
                         "two-pass rule (each op its launch, rows wider than registers hold)")
     if rows >= LARGE_BATCH_ROWS_PER_SM * sms and triton.next_power_of_2(cols) > 2048:
-        return (large_batch_config(cols, dtype, write_sum=write_sum),
-                f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} rows per SM or more)")
+        return large_batch_config(cols, dtype), (f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} "
+                                                 f"rows per SM or more)")
     return config, None
 # [/book:large-batch]
 
