@@ -194,8 +194,7 @@ def _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
         partial += s * s
     denominator = tl.sum(partial, axis=1) / COLS + eps
     rstd = loud_scale(tl.rsqrt(denominator), denominator)
-    # pass 2: s again (x + r, or the stored s), from L2 mostly, last use;
-    # write y
+    # pass 2: s again (x + r, or the stored s), mostly from L2; write y
     for start in tl.range(0, COLS, CHUNK):
         col = start + tl.arange(0, CHUNK)
         col_ok = col < COLS
@@ -214,10 +213,13 @@ def _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
             s = x + r
         w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
                     eviction_policy="evict_last").to(tl.float32)
-        y = s * rstd[:, None] * w[None, :]
-        tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
-                 store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16),
-                 mask=mask)
+        y = store_cast(s * rstd[:, None] * w[None, :], y_ptr.dtype.element_ty,
+                       SOFTWARE_BF16)
+        y_at = y_ptr + row[:, None] * y_stride + col[None, :]
+        if WRITE_SUM:
+            tl.store(y_at, y, mask=mask)
+        else:  # y is not read again: evict it first, keeping x and r in L2
+            tl.store(y_at, y, mask=mask, eviction_policy="evict_first")
 
 
 @triton.jit
@@ -507,12 +509,12 @@ def two_pass_config(write_sum: bool) -> LaunchConfig:
     return TWO_PASS_CONFIG if write_sum else TWO_PASS_FUSED_CONFIG
 
 
-def large_batch_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
-    """The large-batch launch for a row width and dtype: one row per program, one 16-byte vector
-    per thread per tensor, 4 to 32 warps (32 warps hold up to WHOLE_ROW_MAX_COLS columns in
-    registers; wider rows take two passes)."""
+def large_batch_config(cols: int, dtype: torch.dtype, *, write_sum: bool) -> LaunchConfig:
+    """The large-batch launch for a row width, dtype and op (``write_sum``: the residual-writing
+    op): one row per program, one 16-byte vector per thread per tensor, 4 to 32 warps (32 warps
+    hold up to WHOLE_ROW_MAX_COLS columns in registers; wider rows take the op's two passes)."""
     if takes_two_passes(cols):
-        return TWO_PASS_CONFIG
+        return two_pass_config(write_sum)
     row_bytes = triton.next_power_of_2(cols) * torch.empty((), dtype=dtype).element_size()
     warps = max(4, min(32, row_bytes // (VECTOR_BYTES * 32)))
     return LaunchConfig(rows_per_program=1, num_warps=warps, num_stages=1)
@@ -522,15 +524,15 @@ def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int, dtype: to
                  *, write_sum: bool) -> tuple[LaunchConfig, str | None]:
     """(configuration for this batch and op, the rule that replaced the table's, or None);
     ``write_sum``: the residual-writing op."""
-    if takes_two_passes(cols) and 2 * rows <= sms:
-        return SPLIT_CONFIG, "split rule (rows at most half the SMs, wider than registers hold)"
     if takes_two_passes(cols):
+        if 2 * rows <= sms:
+            return SPLIT_CONFIG, "split rule (rows at most half the SMs, wider than registers hold)"
         chosen = two_pass_config(write_sum)
         return chosen, (None if chosen == config else
                         "two-pass rule (each op its launch, rows wider than registers hold)")
     if rows >= LARGE_BATCH_ROWS_PER_SM * sms and triton.next_power_of_2(cols) > 2048:
-        return large_batch_config(cols, dtype), (f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} "
-                                                 f"rows per SM or more)")
+        return (large_batch_config(cols, dtype, write_sum=write_sum),
+                f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} rows per SM or more)")
     return config, None
 # [/book:large-batch]
 
