@@ -213,13 +213,10 @@ def _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
             s = x + r
         w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
                     eviction_policy="evict_last").to(tl.float32)
-        y = store_cast(s * rstd[:, None] * w[None, :], y_ptr.dtype.element_ty,
-                       SOFTWARE_BF16)
-        y_at = y_ptr + row[:, None] * y_stride + col[None, :]
-        if WRITE_SUM:
-            tl.store(y_at, y, mask=mask)
-        else:  # y is not read again: evict it first, keeping x and r in L2
-            tl.store(y_at, y, mask=mask, eviction_policy="evict_first")
+        y = s * rstd[:, None] * w[None, :]
+        tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
+                 store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16),
+                 mask=mask)
 
 
 @triton.jit
