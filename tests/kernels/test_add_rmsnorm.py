@@ -494,9 +494,28 @@ def test_large_batches_take_the_whole_row_launch_and_small_ones_the_table():
     assert not replaced and small is table_cfg
     # rows of 2048 columns or fewer keep the table's entry at any batch
     assert A.batch_config(table_cfg, 10**6, 2048, sms, bf16, write_sum=False) == (table_cfg, None)
-    # the interpreter keeps its one configuration
+    # the interpreter keeps its one configuration, and says so
+    cfg, source = A.config_and_source(10**5, 8192, torch.float32, torch.device("cpu"),
+                                      write_sum=False)
+    assert cfg == A.INTERPRETER_CONFIG and source.startswith("interpreter")
     assert A.launch_config(10**5, 8192, torch.float32, torch.device("cpu"),
                            write_sum=False) == A.INTERPRETER_CONFIG
+
+
+@pytest.mark.gpu
+def test_gpu_config_and_source_names_the_rule_that_replaced_the_table():
+    sms = A.sm_count(torch.device("cuda"))
+    many = A.LARGE_BATCH_ROWS_PER_SM * sms
+    cfg, source = A.config_and_source(many, 8192, torch.bfloat16, torch.device("cuda"),
+                                      write_sum=False)
+    assert cfg == A.large_batch_config(8192, torch.bfloat16, write_sum=False)
+    assert source.startswith("large-batch rule")
+    cfg, source = A.config_and_source(1, 65536, torch.bfloat16, torch.device("cuda"),
+                                      write_sum=True)
+    assert cfg == A.SPLIT_CONFIG and source.startswith("split rule")
+    cfg, source = A.config_and_source(1, 4096, torch.bfloat16, torch.device("cuda"),
+                                      write_sum=False)
+    assert (cfg, source) == A.choose_config(4096, torch.bfloat16)
 
 
 @pytest.mark.parametrize("cols, dtype, warps", [

@@ -217,6 +217,11 @@ def ncu_view(doc: dict | None) -> dict | None:
     return out
 
 
+# The large-batch rule's two-pass launch in recordings before TWO_PASS_CONFIG: programs of 16 warps
+# over 2,048-column chunks (four to an SM, a row each between the passes).
+TWO_PASS_BEFORE_WARPS, TWO_PASS_BEFORE_CHUNK = 16, 2048
+
+
 def _config_launched(view: dict) -> dict | None:
     """The recorded configuration, or, where a recording kept the table's entry although the
     large-batch rule launched the two-pass kernel (recordings before the rule was asked), the
@@ -226,7 +231,7 @@ def _config_launched(view: dict) -> dict | None:
         return cfg
     from ..kernels import add_rmsnorm as k
 
-    rule = k.LaunchConfig(1, 16, 1, None, 2048)  # the rule's two-pass launch in those recordings
+    rule = k.LaunchConfig(1, TWO_PASS_BEFORE_WARPS, 1, None, TWO_PASS_BEFORE_CHUNK)
     return dict(cfg, **rule.as_dict(), label=rule.label(), source="the large-batch rule",
                 rows_per_program_used=rule.rows_per_program)
 
@@ -513,12 +518,10 @@ def config_in_use(impl_name: str, rows: int, cols: int, dt: str) -> dict | None:
 
     from ..kernels import add_rmsnorm as k
 
-    cfg, source = k.choose_config(cols, dtypes.torch_dtype(dt))
-    sms = k.sm_count(torch.device("cuda"))
-    cfg, rule = k.batch_config(cfg, rows, cols, sms, dtypes.torch_dtype(dt),
-                               write_sum=impl_name.endswith("residual"))
-    source = rule or source
-    rpp, programs = k.grid_size(cfg, rows, sms)
+    device = torch.device("cuda")
+    cfg, source = k.config_and_source(rows, cols, dtypes.torch_dtype(dt), device,
+                                      write_sum=impl_name.endswith("residual"))
+    rpp, programs = k.grid_size(cfg, rows, k.sm_count(device))
     return dict(cfg.as_dict(), label=cfg.label(), source=source, rows_per_program_used=rpp,
                 programs=programs)
 

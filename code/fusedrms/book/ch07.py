@@ -234,10 +234,7 @@ def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> P
             break
         x, r = (torch.randn(rows, cols, device=_device(), dtype=dtype) for _ in range(2))
         w = torch.randn(cols, device=_device(), dtype=dtype)
-        cfg, source = A.choose_config(cols, dtype)
-        cfg, rule = A.batch_config(cfg, rows, cols, A.sm_count(_device()), dtype,
-                                   write_sum=False)
-        source = rule or source
+        cfg, source = A.config_and_source(rows, cols, dtype, _device(), write_sum=False)
         floor = traffic.floor_us("add_rmsnorm", rows, cols, dtype, bw)
         line = []
         for name, impl in impls.items():

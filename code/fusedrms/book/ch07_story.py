@@ -7,6 +7,7 @@ import statistics
 
 from .. import records
 from . import ch07_results as CR
+from .ch06 import TWO_PASS_BEFORE_WARPS
 from . import page
 from .story import MISSING, recorded, value  # noqa: F401 (the notebook reads story.value)
 
@@ -14,8 +15,7 @@ BIG_MB = 64  # "where a call moves 64 MB or more"
 LEVER_THRESHOLD_PCT = 3.0  # a lever counts beyond this plus the launch's own run-to-run gap
 SMALL_ROWS, LARGE_ROWS = 1024, 4096  # in place: "at 1024 rows or fewer", "from 4096 rows"
 H200_SMS, WARPS_PER_SM = 132, 64  # the H200's SMs and resident warps per SM (Hopper)
-# the two-pass launch before (programs of 16 warps, four to an SM, a row each between the passes)
-TWO_PASS_PER_SM_BEFORE = WARPS_PER_SM // 16
+TWO_PASS_PER_SM_BEFORE = WARPS_PER_SM // TWO_PASS_BEFORE_WARPS  # the two-pass launch before
 
 
 def load(machine: str | None = records.COMMITTED) -> dict:
@@ -210,9 +210,11 @@ def story_values(docs: dict) -> dict[str, str]:
         v["floor_rate"] = f"{f['floor_GBps']:,.0f} GB/s"
     v["fu_peer_names"] = page.listed(CR.display_names(f["fu_peers"], prose=True))
     v["rs_peer_names"] = page.listed(CR.display_names(f["rs_peers"], prose=True))
-    for prefix, counts in (("fu", f["fu_counts"]), ("rs", f["rs_counts"])):
+    tallies = ("faster", "tie", "slower")
+    for prefix, counts, told in (("fu", f["fu_counts"], tallies + ("shapes",)),
+                                 ("rs", f["rs_counts"], tallies)):
         if counts:
-            v.update({f"{prefix}_{k}": str(counts[k]) for k in ("faster", "tie", "slower", "shapes")})
+            v.update({f"{prefix}_{k}": str(counts[k]) for k in told})
     if f["wide"]:
         worst = f["wide_worst"]
         v.update(wide_n=str(len(f["wide"])), wide_lost=str(len(f["wide_lost"])),
@@ -258,7 +260,7 @@ def story_values(docs: dict) -> dict[str, str]:
     modes = _process_modes(docs["peers"], "capstone.fused_residual_in_place")
     if modes:
         v.update(mode_at=CR.shape_text(*modes["shape"]), mode_lo=f"{modes['lo']:.0f}",
-                 mode_hi=f"{modes['hi']:.0f} µs", mode_gap=f"{modes['gap']:.0f}%")
+                 mode_hi=f"{modes['hi']:.0f} µs")
     if f["ip_small"]:
         v["ip_small_max"] = f"{100 * (f['ip_small'][-1] - 1):.0f}%"
     if f["ip_large"]:
@@ -304,7 +306,7 @@ def story_values(docs: dict) -> dict[str, str]:
     if lv and lv["longer"]:
         worst = lv["longer"][0]
         v.update(lv_threshold=f"{LEVER_THRESHOLD_PCT:g}%", lv_n=str(lv["count"]),
-                 lv_shorter=str(len(lv["shorter"])), lv_longer=str(len(lv["longer"])),
+                 lv_longer=str(len(lv["longer"])),
                  lv_worst=worst["lever"], lv_worst_pct=f"{worst['pct']:.1f}%",
                  lv_worst_at=CR.shape_text(*worst["shape"]))
         from . import ch07

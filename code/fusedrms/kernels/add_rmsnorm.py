@@ -464,8 +464,10 @@ def choose_config(cols: int, dtype: torch.dtype, table: dict | None = None,
 
 
 @functools.lru_cache(maxsize=512)
-def _remembered_config(cols: int, dtype: torch.dtype, generation: int) -> LaunchConfig:
-    return choose_config(cols, dtype)[0]
+def _remembered_config(cols: int, dtype: torch.dtype, generation: int
+                       ) -> tuple[LaunchConfig, str]:
+    """choose_config, remembered: the wrappers ask on every call (``generation``: the tables')."""
+    return choose_config(cols, dtype)
 
 
 # [book:large-batch]
@@ -534,20 +536,21 @@ def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int, dtype: to
 # [/book:large-batch]
 
 
+def config_and_source(rows: int, cols: int, dtype: torch.dtype, device, *,
+                      write_sum: bool) -> tuple[LaunchConfig, str]:
+    """(what a call without ``config=`` runs, where it came from): the table's entry, or on a GPU
+    a rule on the batch (``write_sum``: the residual-writing op)."""
+    config, source = _remembered_config(cols, dtype, tuning.generation())
+    if device.type != "cuda":
+        return config, source  # the interpreter: one fixed configuration
+    config, rule = batch_config(config, rows, cols, sm_count(device), dtype, write_sum=write_sum)
+    return config, rule or source
+
+
 def launch_config(rows: int, cols: int, dtype: torch.dtype, device, *,
                   write_sum: bool) -> LaunchConfig:
-    """What a call without ``config=`` runs: the table's entry, or on a GPU a rule on the batch
-    (``write_sum``: the residual-writing op)."""
-    config = _default_config(cols, dtype)
-    if device.type != "cuda":
-        return config  # the interpreter: one fixed configuration
-    return batch_config(config, rows, cols, sm_count(device), dtype, write_sum=write_sum)[0]
-
-
-def _default_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
-    """choose_config, remembered: the wrappers ask on every call, the answer changes only when a
-    tuning table is overridden."""
-    return _remembered_config(cols, dtype, tuning.generation())
+    """What a call without ``config=`` runs (config_and_source without the source)."""
+    return config_and_source(rows, cols, dtype, device, write_sum=write_sum)[0]
 
 
 # ---------------------------------------------------------------- wrappers
