@@ -226,3 +226,15 @@ def test_held_warm_graph_shows_l2_flattering_a_small_input():
                                             graph_calls=1))
     cold = statistics.median(timer.time_gpu(fn, reps=50, l2="cold", graph=True))
     assert cold > warm > 0
+
+
+def test_rotating_warm_up_lasts_at_least_its_time():
+    from fusedrms.measure import timer
+
+    # a short replay repeats until the GPU has been busy ROTATING_WARM_MS
+    n = timer.warm_replays(400.0, 2)
+    assert n * 400.0 >= timer.ROTATING_WARM_MS * 1000 > (n - 1) * 400.0
+    # a replay longer than the warm-up still runs the asked-for replays, never fewer
+    assert timer.warm_replays(50_000.0, 2) == 2
+    assert timer.warm_replays(50_000.0, 0) == 1
+    assert timer.warm_replays(0.0, 2, warm_ms=0.0) == 2

@@ -33,6 +33,10 @@ from typing import Callable
 from .. import env
 
 GRAPH_CALLS = 20  # calls per graph replay in warm graph mode
+# Rotating replays warm up for this long: after an idle moment (a first call and its CPU check)
+# two replays were not a steady state (H200, 16384x2048 bf16: 53.8 us after 2 replays, 49.1
+# after 50; 4096x2048: 14.3 and 15.6), and a model's layers run on a busy GPU.
+ROTATING_WARM_MS = 25.0
 MIN_FLUSH_BYTES = 256 << 20
 _FLUSH: dict = {}
 
@@ -179,12 +183,18 @@ def time_gpu(fn: Callable[[], object], warmup: int = 25, reps: int = 100, l2: st
     return [s.elapsed_time(e) * 1000.0 / per_replay for s, e in zip(starts, ends)]
 
 
+def warm_replays(replay_us: float, warmup: int, warm_ms: float = ROTATING_WARM_MS) -> int:
+    """Replays to run untimed: ``warmup`` at least, and enough to keep the GPU busy ``warm_ms``."""
+    return max(warmup, min(10_000, -(-int(warm_ms * 1000.0) // max(int(replay_us), 1))))
+
+
 def time_rotating(calls: list[Callable[[], object]], reps: int = 9, warmup: int = 2,
                   min_replay_us: float = 200.0) -> list[float]:
     """Microseconds per call, back to back, with inputs coming from DRAM: one CUDA/HIP graph
     replays ``calls`` (one call per input set, the sets together larger than a few L2s, so
     each call's inputs were evicted by the others), repeated inside the graph until a replay
-    lasts at least ``min_replay_us``. Each sample is one replay's time divided by the calls in it.
+    lasts at least ``min_replay_us``. Each sample is one replay's time divided by the calls in it;
+    untimed replays first (:func:`warm_replays`) bring the GPU to a steady state.
     Every call in the graph writes its outputs to memory of its own (what ``calls`` return is
     held until the graph is captured), so no call finds its output lines still in L2.
     """
@@ -220,7 +230,7 @@ def time_rotating(calls: list[Callable[[], object]], reps: int = 9, warmup: int 
 
     graph = _capture(one_replay, 1)
     held.clear()
-    for _ in range(warmup):
+    for _ in range(warm_replays(pass_us * passes, warmup)):
         graph.replay()
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]

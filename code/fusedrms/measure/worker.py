@@ -269,7 +269,8 @@ def run_worker(spec: dict) -> int:
                                                                 args)
                         calls = [(lambda f=impl.fn, a=a: f(*a)) for a in rotating_sets]
                         samples = timer.time_rotating(calls, reps=s.rotating_reps)
-                        base.update(warmup=2, l2_method=f"rotating: a graph replays calls over "
+                        base.update(warmup=f"{timer.ROTATING_WARM_MS:g} ms",
+                                    l2_method=f"rotating: a graph replays calls over "
                                               f"{len(rotating_sets)} input sets (> "
                                               f"{L2_MULTIPLE}x L2 where memory allows)",
                                     sets=len(rotating_sets))
