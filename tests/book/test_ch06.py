@@ -242,7 +242,7 @@ def test_the_profile_names_the_configuration_ncu_profiled():
 
     view = ch06.ncu_view(harness.recorded("ncu_summary", machine="h200"))
     assert "chunked" not in view["kernel"] and view["config"]["chunk"] is None
-    assert view["config"]["source"] == "the large-batch rule"
+    assert "large-batch rule" in view["config"]["source"]
     old = {"records": [{"status": "ok", "kernel": "add_rmsnorm_chunked_kernel",
                         "config": {"chunk": None, "label": "rows/prog 2"}}]}
     assert "two passes" in ch06.ncu_view(old)["config"]["label"]

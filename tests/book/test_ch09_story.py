@@ -80,10 +80,12 @@ def test_stage_two_and_the_tiles_read_as_the_prose_says():
     # "2048 columns 32 programs, each adding 528 partial rows"
     assert any(r["programs"] == 528 and r["cols"] == 2048 for r in b["reduce"])
     add, plain = (b["one_row"][name] for name in ("fused add + RMSNorm", "RMSNorm"))
-    # "the fused add up to ... the time"; never faster in one-row steps
-    assert max(t for t, _ in add) > 1.15 and min(t for t, _ in add) > 1 - band
-    # "plain RMSNorm ... (faster, at ...) to ...": one shape where one row per step wins
-    assert min(t for t, _ in plain) < 1 - band and max(t for t, _ in plain) > 1.15
+    # "up to ... the time for the fused add ... and ... for plain RMSNorm": tiles win by more
+    # than 15% somewhere for each op
+    assert max(t for t, _ in add) > 1.15 and max(t for t, _ in plain) > 1.15
+    # "at its best, one row per step takes ... and ... the time with tiles": within a few
+    # percent of tiles where it is closest (wide rows)
+    assert all(0.95 < min(t for t, _ in ratios) < 1 + band for ratios in (add, plain))
 
 
 def test_the_grid_rule_picks_the_fastest_grid_at_every_swept_shape():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import records, traffic
 from . import ch06
 from .ch06 import readable_us, times_in_words
-from .story import MISSING, beside, value  # noqa: F401 (the notebook reads story.value)
+from .story import MISSING, beside, rotating_warm_up, value  # noqa: F401 (value: the notebook)
 
 LARGE_BYTES = 64e6  # the answer's shapes: calls that move at least this much
 
@@ -183,6 +183,9 @@ def story_values(docs: dict) -> dict[str, str]:
         v.update(floor_cases=f"{fs['cases']:,}", floor_median=f"{fs['median_pct']:.1f}%",
                  floor_min=f"{fs['min_pct']:.1f}%", floor_max=f"{fs['max_pct']:.1f}%",
                  floor_at_least=f"{fs['at_least']:,}")
+    warm = rotating_warm_up(docs.get("grid"))
+    if warm:
+        v["rotating_warm"] = warm
     h = f.get("health")
     if h:
         v.update(health_cases=f"{h['cases']:,}", health_measured=f"{h['measured']:,}",

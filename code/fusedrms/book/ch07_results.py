@@ -457,14 +457,6 @@ def change_text(pct: float) -> str:
 
 # ---------------------------------------------------------------- where the capstone loses
 
-WIDE_ROWS, WIDE_COLS = 4096, 16384  # "wide rows at large batches"
-
-
-def is_wide(r: dict) -> bool:
-    """A shape of at least :data:`WIDE_ROWS` rows of at least :data:`WIDE_COLS` columns."""
-    return r["rows"] >= WIDE_ROWS and r["cols"] >= WIDE_COLS
-
-
 def in_place_ratios(points: list[Point], max_rows: int | None = None,
                     min_rows: int | None = None) -> list[float]:
     """In-place time over out-of-place time of the residual-writing capstone, per shape (sorted),

@@ -9,7 +9,7 @@ from .. import records
 from . import ch07_results as CR
 from .ch06 import TWO_PASS_BEFORE_WARPS
 from . import page
-from .story import MISSING, recorded, value  # noqa: F401 (the notebook reads story.value)
+from .story import MISSING, recorded, rotating_warm_up, value  # noqa: F401 (value: the notebook)
 
 BIG_MB = 64  # "where a call moves 64 MB or more"
 LEVER_THRESHOLD_PCT = 3.0  # a lever counts beyond this plus the launch's own run-to-run gap
@@ -42,9 +42,7 @@ def story_facts(docs: dict) -> dict:
     lost = [r for r in complete if band is not None and r["ratio"] > 1 + band]
     # rows the kernel holds whole (one pass) and rows it walks twice in chunks
     whole, two = _by_passes(complete)
-    wide = [r for r in whole if CR.is_wide(r)]
     single = [r for r in whole if r["rows"] == 1]
-    middle = [r for r in lost if r in whole and r["rows"] > 1 and not CR.is_wide(r)]
     rs_whole, rs_two = _by_passes([r for r in residual if not r["missing"]])
     big_rs = [r for r in rs_whole if r["MB"] >= BIG_MB]
     calls = CR.python_calls(doc, "add_rmsnorm_residual", spread=True)
@@ -59,12 +57,8 @@ def story_facts(docs: dict) -> dict:
                        if records.copy_floor_beside(doc) else None),
         "fu_counts": CR.tie_counts(fused, band), "rs_counts": CR.tie_counts(residual, band),
         "fastest_peers": {r["peer"] for r in complete},
-        "wide": wide,
-        "wide_lost": [r for r in wide if r in lost],
-        "wide_worst": max(wide, key=lambda r: r["ratio"], default=None),
         "wide_ncu": _wide_ncu(docs.get("wide_ncu")),
         "single": single, "single_lost": [r for r in single if r in lost],
-        "middle": middle, "worst_middle": max(middle, key=lambda r: r["ratio"], default=None),
         "big_rs": big_rs, "big_rs_peers": [r["peer"] for r in big_rs],
         "whole_lost": [r for r in lost if r in whole],
         "rs_whole_lost": [r for r in rs_whole if band is not None and r["ratio"] > 1 + band],
@@ -215,11 +209,13 @@ def story_values(docs: dict) -> dict[str, str]:
                                  ("rs", f["rs_counts"], tallies)):
         if counts:
             v.update({f"{prefix}_{k}": str(counts[k]) for k in told})
-    if f["wide"]:
-        worst = f["wide_worst"]
-        v.update(wide_n=str(len(f["wide"])), wide_lost=str(len(f["wide_lost"])),
-                 wide_worst=CR.ratio_text(worst["ratio"]),
-                 wide_worst_at=CR.shape_text(worst["rows"], worst["cols"], worst["dtype"]))
+    if f["whole_lost"]:  # the fused op's losses (all on rows held whole, the tests hold it)
+        worst = max(f["whole_lost"], key=lambda r: r["ratio"])
+        v.update(fu_lost_at=page.listed([CR.shape_text(r["rows"], r["cols"], r["dtype"])
+                                         for r in f["whole_lost"]]),
+                 fu_lost_max=CR.ratio_text(worst["ratio"]),
+                 fu_lost_pct=f"{worst['pct_floor']:.0f}%",
+                 fu_lost_peer_pct=f"{worst['peer_pct_floor']:.0f}%")
     ours, inductor = (f["wide_ncu"].get(k) for k in (CR.CAPSTONE, "torch.compile_add"))
     if ours and inductor:
         # the two-pass launch this shape had before, each program holding its row of x and r
@@ -245,10 +241,6 @@ def story_values(docs: dict) -> dict[str, str]:
     if f["single_lost"]:
         v["single_gap"] = (f"{max(r['capstone_us'] - r['peer_us'] for r in f['single_lost']):.2f}"
                            " µs")
-    v["mid_count"] = page.counted(len(f["middle"]), "shape")
-    if f["worst_middle"]:
-        w = f["worst_middle"]
-        v.update(mid_hi=CR.ratio_text(w["ratio"]), mid_at=CR.shape_text(w["rows"], w["cols"]))
     if f["big_rs"]:
         ratios = [r["ratio"] for r in f["big_rs"]]
         worst_rs = max(f["big_rs"], key=lambda r: r["ratio"])
@@ -259,8 +251,10 @@ def story_values(docs: dict) -> dict[str, str]:
                  rs_big_max_peer=CR.display_name(worst_rs["peer"]))
     modes = _process_modes(docs["peers"], "capstone.fused_residual_in_place")
     if modes:
-        v.update(mode_at=CR.shape_text(*modes["shape"]), mode_lo=f"{modes['lo']:.0f}",
-                 mode_hi=f"{modes['hi']:.0f} µs")
+        v.update(mode_at=CR.shape_text(*modes["shape"]), mode_gap=f"{modes['gap']:.1f}%")
+    warm = rotating_warm_up(docs["peers"])
+    if warm:
+        v["rotating_warm"] = warm
     if f["ip_small"]:
         v["ip_small_max"] = f"{100 * (f['ip_small'][-1] - 1):.0f}%"
     if f["ip_large"]:
@@ -350,8 +344,8 @@ def your_gpu_rows(own: dict, book: dict) -> list[dict] | None:
         ("fused kernel: faster / tie / slower than the fastest peer", counts("fu_counts")),
         ("residual-writing variant: faster / tie / slower", counts("rs_counts")),
         ("tie band (run-to-run spread)", lambda f: f"±{100 * f['band']:.1f}%"),
-        ("wide rows at large batches: slower at",
-         lambda f: f"{len(f['wide_lost'])} of {len(f['wide'])} shapes"),
+        ("fused kernel on rows held whole: slower at",
+         lambda f: page.counted(len(f["whole_lost"]), "shape")),
         ("from 64 MB a call: median % of the copy floor",
          lambda f: f"{f['large']['large_pct_median']:.0f}%"),
         ("a call from Python: capstone, F.rms_norm(x + r)",

@@ -145,7 +145,7 @@ def story_values(docs: dict) -> dict[str, str]:
                  bw_large=str(len(b["large"])),
                  bw_80=str(len(b["large"]) - len(b["large_below_80"])),
                  bw_below_80=" and ".join(f"{r['op']} at {_shape(r)} "
-                                          f"({r['pct_floor']:.0f}%)"
+                                          f"({r['pct_floor']:.1f}%)"  # 79.97 is no "80%"
                                           for r in b["large_below_80"]))
         for op, key in ((R.OP_NAMES["rmsnorm"], "rms"), (R.OP_NAMES["add_rmsnorm"], "add")):
             ratios = b["one_row"][op]

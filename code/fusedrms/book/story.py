@@ -24,6 +24,15 @@ def recorded(name: str, machine: str | None = records.COMMITTED) -> dict | None:
         return None
 
 
+def rotating_warm_up(doc: dict | None) -> str | None:
+    """The rotating timer's warm-up as a recording states it ("25 ms"; None where the recording
+    counted replays instead)."""
+    for r in (doc or {}).get("records", []):
+        if r.get("mode") == "rotating" and isinstance(r.get("warmup"), str):
+            return r["warmup"]
+    return None
+
+
 def value(values: dict[str, str], name: str) -> str:
     """One story value, or "not recorded" (a page without the recording still renders)."""
     return values.get(name, MISSING)
