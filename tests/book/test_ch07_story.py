@@ -20,7 +20,7 @@ def test_every_peer_was_timed_at_every_shape_and_the_fastest_is_torch_compile():
     assert c["faster"] + c["tie"] + c["slower"] == c["shapes"] == len(f["fused"])
 
 
-def test_on_rows_held_whole_the_losses_are_few_and_none_at_one_row_or_on_wide_rows():
+def test_the_fused_op_loses_only_on_rows_held_whole_never_at_one_row():
     from fusedrms.kernels import add_rmsnorm as A
 
     f = _facts()
@@ -29,22 +29,22 @@ def test_on_rows_held_whole_the_losses_are_few_and_none_at_one_row_or_on_wide_ro
     assert all(A.takes_two_passes(r["cols"]) == (r["cols"] > 32768) for r in f["fused"])
     # "It never loses at a single row (... a call)"
     assert f["single"] and all(r["capstone_us"] < 5 for r in f["single"]) and not f["single_lost"]
-    # "It loses at ..., rows held whole, taking ... Inductor's time": every loss of the fused op
-    # is on rows held whole, and to Inductor
+    # "It loses at ..., taking ... Inductor's time; there ours runs at ... of the copy floor":
+    # every loss of the fused op is on rows held whole, and to Inductor
     lost = [r for r in f["fused"] if r["ratio"] > 1 + band]
     assert lost == f["whole_lost"] and not any(A.takes_two_passes(r["cols"]) for r in lost)
     assert {r["peer"] for r in lost} == {"torch.compile_add"}
     v = story.story_values(story.load(records.COMMITTED))
     worst = max(lost, key=lambda r: r["ratio"])
     assert v["fu_lost_pct"] == f"{worst['pct_floor']:.0f}%"
-    # "An earlier recording's loss at 16,384 x 2,048 ... that loss is gone"; "warms up for ..."
+    # "An earlier loss at 16,384 x 2,048 was the timer's ... warms up for ...; the loss is gone"
     assert not any((r["rows"], r["cols"]) == (16384, 2048) for r in lost)
     assert v["rotating_warm"] == "25 ms"
     # intro: "a peer wins by at most ... at a handful of shapes"
     whole_lost = f["whole_lost"] + f["rs_whole_lost"]
     assert len(whole_lost) <= 8
     assert v["whole_lost_max"] == f"{100 * (max(r['ratio'] for r in whole_lost) - 1):.0f}%"
-    # "The in-place kernel's process medians agree within ... at every shape"
+    # "In place, the process medians agree within ... at every shape"
     assert v["mode_gap"].endswith("%") and float(v["mode_gap"][:-1]) < 5
 
 
