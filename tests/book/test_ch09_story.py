@@ -83,8 +83,7 @@ def test_stage_two_and_the_tiles_read_as_the_prose_says():
     # "up to ... the time for the fused add ... and ... for plain RMSNorm": tiles win by more
     # than 15% somewhere for each op
     assert max(t for t, _ in add) > 1.15 and max(t for t, _ in plain) > 1.15
-    # "Where it comes closest, it takes ... and ... the tiled time": within a few percent of
-    # tiles (wide rows)
+    # "at best ... and ...": within a few percent of tiles (wide rows)
     assert all(0.95 < min(t for t, _ in ratios) < 1 + band for ratios in (add, plain))
 
 
