@@ -104,3 +104,13 @@ def test_the_your_gpu_panel_needs_a_recording_and_reads_both():
     assert story.your_gpu_rows({"backward": None}, book) is None
     rows = story.your_gpu_rows(book, book)
     assert rows and all(r["your GPU"] == r["NVIDIA H200 (the book)"] != "-" for r in rows)
+
+
+def test_a_miss_of_the_80_percent_mark_never_reads_as_80():
+    import re
+
+    assert story._below(79.97) == "79.9%" and story._below(76.24) == "76.2%"
+    assert story._below(80.0) == "80.0%"
+    # "it misses at ... (N%)": every share the sentence prints is under 80
+    shown = story.story_values(story.load(records.COMMITTED))["bw_below_80"]
+    assert shown and all(float(p) < 80 for p in re.findall(r"\(([\d.]+)%\)", shown))

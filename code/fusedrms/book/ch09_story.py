@@ -2,6 +2,8 @@
 its grid and dw's bits, as the committed recording has them (the pattern: :mod:`fusedrms.book.story`)."""
 from __future__ import annotations
 
+import math
+
 from .. import records
 from . import ch09_page as R
 from .ch09 import OPS
@@ -103,6 +105,11 @@ def _shape(r: dict) -> str:
     return f"{r['rows']:,} × {r['cols']:,}" + ("" if r["dtype"] == "bf16" else f" {r['dtype']}")
 
 
+def _below(pct: float) -> str:
+    """A share under a threshold, cut (not rounded) to 0.1: 79.97% reads "79.9%", never "80.0%"."""
+    return f"{math.floor(pct * 10) / 10:.1f}%"
+
+
 def story_values(docs: dict) -> dict[str, str]:
     """Every value the measured sections' prose shows, formatted (absent where not recorded)."""
     f = story_facts(docs)
@@ -145,7 +152,7 @@ def story_values(docs: dict) -> dict[str, str]:
                  bw_large=str(len(b["large"])),
                  bw_80=str(len(b["large"]) - len(b["large_below_80"])),
                  bw_below_80=" and ".join(f"{r['op']} at {_shape(r)} "
-                                          f"({r['pct_floor']:.1f}%)"  # 79.97 is no "80%"
+                                          f"({_below(r['pct_floor'])})"
                                           for r in b["large_below_80"]))
         for op, key in ((R.OP_NAMES["rmsnorm"], "rms"), (R.OP_NAMES["add_rmsnorm"], "add")):
             ratios = b["one_row"][op]
