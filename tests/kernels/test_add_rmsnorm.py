@@ -712,3 +712,30 @@ def test_a_remembered_in_place_call_still_refuses_overlapping_memory(layout):
         ws = buf[256:320]
     with pytest.raises(InputError, match="share"):
         A.add_rmsnorm_residual(xs, rs, ws, in_place=True)
+
+
+def test_one_row_gets_one_program_with_no_more_warps_than_its_vectors_need():
+    bf16, fp32 = torch.bfloat16, torch.float32
+    table = A.LaunchConfig(2, 16)  # the H200 table's launch at 4096 bf16 columns
+    got, rule = A.batch_config(table, 1, 4096, 132, bf16, write_sum=True)
+    assert got == A.LaunchConfig(1, 8) and rule.startswith("one-row rule")
+    assert A.batch_config(table, 1, 2048, 132, fp32, write_sum=False)[0] == A.LaunchConfig(1, 8)
+    assert A.batch_config(A.LaunchConfig(1, 8), 1, 2048, 132, bf16,
+                          write_sum=False)[0] == A.LaunchConfig(1, 4)
+    # never more warps than the table's, and from two rows the table's launch
+    assert A.batch_config(A.LaunchConfig(1, 4), 1, 4096, 132, fp32, write_sum=True) == (
+        A.LaunchConfig(1, 4), None)
+    assert A.batch_config(table, 2, 4096, 132, bf16, write_sum=True) == (table, None)
+    # rows wider than registers hold keep their own rule
+    assert A.batch_config(table, 1, 65536, 132, bf16, write_sum=True)[0] == A.SPLIT_CONFIG
+
+
+@pytest.mark.gpu
+def test_a_one_row_call_on_the_gpu_runs_the_one_row_launch():
+    cfg, source = A.config_and_source(1, 4096, torch.float16, torch.device("cuda"),
+                                      write_sum=True)
+    assert cfg.rows_per_program == 1 and cfg.num_warps <= 8
+    x, r, w = inputs(1, 4096, torch.float16)
+    y, s = A.add_rmsnorm_residual(x, r, w)
+    ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, accum=torch.float64)
+    assert checks.equal(s, ref_s) and checks.allclose(y, ref_y), source
