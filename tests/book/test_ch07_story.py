@@ -146,11 +146,24 @@ def test_in_place_costs_time_at_small_batches_and_nothing_from_python():
     assert in_lo <= out_hi and out_lo <= in_hi  # the two process ranges overlap
 
 
-def test_in_place_costs_the_most_at_the_largest_shapes():
+def test_in_place_from_4096_rows_is_the_range_the_prose_shows_and_not_free():
+    """"from 4096 rows it takes {ip_large} the out-of-place time": the range is every such shape's
+    ratio, and its top lies outside the tie band (in place still costs something there)."""
     points = R.peer_points(story.load(records.COMMITTED)["peers"])
-    largest = R.in_place_ratios(points, min_rows=16384)
-    assert largest[-1] == _facts()["ip_large"][-1]  # "the most at the largest shapes"
-    assert largest[-1] > 1 + _facts()["band"]
+    ratios = R.in_place_ratios(points, min_rows=story.LARGE_ROWS)
+    assert ratios == _facts()["ip_large"]
+    assert ratios[-1] > 1 + _facts()["band"]
+
+
+def test_at_one_row_the_residual_variant_beats_every_peer_outside_the_band():
+    """"the residual variant's loss to Liger at 1 x 4,096 fp16 became a win" (the one-row rule)."""
+    points = R.peer_points(story.load(records.COMMITTED)["peers"])
+    one_row = [p for p in points if p.rows == 1 and p.op == "add_rmsnorm_residual"]
+    ours = {(p.cols, p.dtype): p.median_us for p in one_row if p.impl == "capstone.fused_residual"}
+    assert (4096, "fp16") in ours
+    for p in one_row:
+        if not p.impl.startswith("capstone"):
+            assert ours[(p.cols, p.dtype)] < p.median_us * (1 - _facts()["band"]), p
 
 
 def test_every_value_the_prose_shows_exists_on_the_committed_recording():
