@@ -515,6 +515,11 @@ def test_gpu_config_and_source_names_the_rule_that_replaced_the_table():
     assert cfg == A.SPLIT_CONFIG and source.startswith("split rule")
     cfg, source = A.config_and_source(1, 4096, torch.bfloat16, torch.device("cuda"),
                                       write_sum=False)
+    table = A.choose_config(4096, torch.bfloat16)[0]
+    assert cfg == A.one_row_config(table, 4096, torch.bfloat16)
+    assert source.startswith("one-row rule") or cfg == table
+    cfg, source = A.config_and_source(16, 4096, torch.bfloat16, torch.device("cuda"),
+                                      write_sum=False)
     assert (cfg, source) == A.choose_config(4096, torch.bfloat16)
 
 
