@@ -83,6 +83,18 @@ def test_a_failing_chapter_is_logged_and_the_others_still_run(tmp_path, monkeypa
     assert records.staleness("ch02", out, records.PACKAGE_DIR).state == "current"
 
 
+def test_each_chapter_names_the_run_that_recorded_it(tmp_path, monkeypatch):
+    """Chapters added to a recording by a second run, or kept by an install from another one,
+    still show their own command on the badge."""
+    _fake_chapters(monkeypatch, tmp_path)
+    out = tmp_path / "rec"
+    record.run(["ch02"], out, require_gpu=False, command="record --chapters 2")
+    manifest = record.run(["ch03"], out, require_gpu=False, command="record --chapters 3")
+    assert manifest["command"] == "record --chapters 2 ; record --chapters 3"
+    assert [manifest["chapters"][c]["command"] for c in ("ch02", "ch03")] == [
+        "record --chapters 2", "record --chapters 3"]
+
+
 def test_adding_to_a_recording_needs_the_same_commit_and_sources(tmp_path, monkeypatch):
     src = _fake_chapters(monkeypatch, tmp_path)
     out = tmp_path / "rec"

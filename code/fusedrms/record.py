@@ -167,8 +167,8 @@ def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
             bar.set_description(f"{chapter} (~{est:.0f} s)")
         log_path = out / "logs" / f"{chapter}.log"
         entry = {"status": "running", "started": _dt.datetime.now(_dt.timezone.utc).isoformat(
-            timespec="seconds"), "commit": manifest["commit"], "tune": tune, "smoke": smoke,
-            "sources": records.source_hashes(mod.SOURCES), "log": f"logs/{chapter}.log"}
+            timespec="seconds"), "commit": manifest["commit"], "command": command, "tune": tune,
+            "smoke": smoke, "sources": records.source_hashes(mod.SOURCES), "log": f"logs/{chapter}.log"}
         manifest["chapters"][chapter] = entry
         manifest["stale"].pop(chapter, None)
         records.write_manifest(out, manifest)

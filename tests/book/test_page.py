@@ -343,6 +343,24 @@ def test_chapter_badge_for_the_readers_own_current_recording(tmp_path, monkeypat
     assert ("driver", "590.1") in b.details() and ("torch", "2.11.0") in b.details()
 
 
+def test_chapter_badge_names_the_chapters_own_command(tmp_path, monkeypatch):
+    """A chapter kept from another run (install_recording --keep) shows that run's command, not
+    the newest one's at the manifest's top; a legacy entry without one shows the top's."""
+    from fusedrms import records
+
+    _manifest(tmp_path)
+    manifest = records.read_manifest(tmp_path)
+    manifest["chapters"]["ch05"] = dict(manifest["chapters"]["ch07"],
+                                        command="python -m fusedrms.record --chapters 5")
+    records.write_manifest(tmp_path, manifest)
+    monkeypatch.setattr(records, "staleness",
+                        lambda chapter, folder=None: records.Staleness(chapter, "current"))
+    assert ("command", "python -m fusedrms.record --chapters 5") in \
+        page.chapter_badge("ch05", tmp_path).details()
+    assert ("command", "python -m fusedrms.record ch07") in \
+        page.chapter_badge("ch07", tmp_path).details()
+
+
 def test_chapter_badge_marks_a_smoke_recording_and_names_missing_chapters(tmp_path):
     _manifest(tmp_path, smoke=True)
     assert "smoke recording" in page.chapter_badge("ch07", tmp_path).stale_line()

@@ -6,6 +6,7 @@ import math
 
 from .. import records
 from . import ch09_page as R
+from . import page
 from .ch09 import OPS
 from .story import MISSING, value  # noqa: F401 (the notebook reads story.value)
 
@@ -151,9 +152,8 @@ def story_values(docs: dict) -> dict[str, str]:
         v.update(bw_pct_hi=f"{max(b['large_pct']):.0f}%", bw_pct_lo=f"{min(b['large_pct']):.0f}%",
                  bw_large=str(len(b["large"])),
                  bw_80=str(len(b["large"]) - len(b["large_below_80"])),
-                 bw_below_80=" and ".join(f"{r['op']} at {_shape(r)} "
-                                          f"({_below(r['pct_floor'])})"
-                                          for r in b["large_below_80"]))
+                 bw_below_80=page.listed([f"{r['op']} at {_shape(r)} ({_below(r['pct_floor'])})"
+                                          for r in b["large_below_80"]]))
         for op, key in ((R.OP_NAMES["rmsnorm"], "rms"), (R.OP_NAMES["add_rmsnorm"], "add")):
             ratios = b["one_row"][op]
             if ratios:

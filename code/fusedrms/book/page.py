@@ -419,8 +419,9 @@ def chapter_badge(chapter: str, folder=None) -> Badge:
             "versions": manifest.get("versions") or files[0].get("versions") or {},
             "date": date, "commit": entry.get("commits") or entry.get("commit")
             or manifest.get("commit"),
-            # a legacy manifest only has each file's own command line: too machine-specific
-            "command": manifest.get("command")}
+            # the chapter's own command: a recording installed with chapters kept from another
+            # names its own run at the top (a legacy entry has none: the top's then)
+            "command": entry.get("command") or manifest.get("command")}
     own = records.own_recording_dir()
     prov["own"] = own is not None and Path(own).resolve() == folder.resolve()
     stale = records.staleness(chapter, folder).badge
