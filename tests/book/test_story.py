@@ -26,3 +26,11 @@ def test_a_file_not_recorded_is_none(monkeypatch, tmp_path):
     assert story.recorded("verify_gpu")["records"]
     monkeypatch.setattr(records, "DATA_DIR", tmp_path)
     assert story.recorded("verify_gpu") is None
+
+
+def test_the_rotating_warm_up_is_read_from_its_number():
+    doc = {"records": [{"mode": "cold", "warmup": 10},
+                       {"mode": "rotating", "warm_ms": 25.0, "sets": 200}]}
+    assert story.rotating_warm_up(doc) == "25 ms"
+    assert story.rotating_warm_up({"records": [{"mode": "cold", "warmup": 10}]}) is None
+    assert story.rotating_warm_up(None) is None

@@ -521,6 +521,13 @@ def test_gpu_config_and_source_names_the_rule_that_replaced_the_table():
     cfg, source = A.config_and_source(16, 4096, torch.bfloat16, torch.device("cuda"),
                                       write_sum=False)
     assert (cfg, source) == A.choose_config(4096, torch.bfloat16)
+    mid = A.MID_BATCH_ROWS_PER_SM * sms
+    cfg, source = A.config_and_source(mid, 4096, torch.bfloat16, torch.device("cuda"),
+                                      write_sum=False)
+    assert cfg == A.mid_batch_config(4096, torch.bfloat16) and source.startswith("mid-batch rule")
+    cfg, source = A.config_and_source(mid, 4096, torch.bfloat16, torch.device("cuda"),
+                                      write_sum=True)
+    assert (cfg, source) == A.choose_config(4096, torch.bfloat16)
 
 
 @pytest.mark.parametrize("cols, dtype, warps", [
@@ -733,6 +740,45 @@ def test_one_row_gets_one_program_with_no_more_warps_than_its_vectors_need():
     assert A.batch_config(table, 2, 4096, 132, bf16, write_sum=True) == (table, None)
     # rows wider than registers hold keep their own rule
     assert A.batch_config(table, 1, 65536, 132, bf16, write_sum=True)[0] == A.SPLIT_CONFIG
+
+
+def test_a_few_rows_per_sm_give_the_fused_op_one_row_per_program_and_two_vectors_a_thread():
+    bf16, fp32, sms = torch.bfloat16, torch.float32, 132
+    table = A.LaunchConfig(2, 16)  # the H200 table's launch at 4096 bf16 columns
+    first, last = A.MID_BATCH_ROWS_PER_SM * sms, A.LARGE_BATCH_ROWS_PER_SM * sms - 1
+    for rows in (first, 1024, last):
+        got, rule = A.batch_config(table, rows, 4096, sms, bf16, write_sum=False)
+        assert got == A.LaunchConfig(1, 8) and rule.startswith("mid-batch rule"), rows
+        # the residual-writing op keeps the table's launch
+        assert A.batch_config(table, rows, 4096, sms, bf16, write_sum=True) == (table, None)
+    # below the range the table's, above it the large-batch rule's
+    assert A.batch_config(table, first - 1, 4096, sms, bf16, write_sum=False) == (table, None)
+    assert A.batch_config(table, last + 1, 4096, sms, bf16,
+                          write_sum=False)[1].startswith("large-batch rule")
+    # one warp per KB of the padded row, from 2048 columns, up to 32 warps
+    for cols, dtype, warps in ((2048, bf16, 4), (3000, bf16, 8), (4096, fp32, 16),
+                               (16384, bf16, 32), (32768, bf16, 32)):
+        assert A.batch_config(table, 1024, cols, sms, dtype,
+                              write_sum=False)[0] == A.LaunchConfig(1, warps), (cols, dtype)
+    assert A.batch_config(table, 1024, 1024, sms, bf16, write_sum=False) == (table, None)
+    # a table entry equal to the rule's launch is the table's, and says so
+    assert A.batch_config(A.LaunchConfig(1, 8), 1024, 4096, sms, bf16,
+                          write_sum=False) == (A.LaunchConfig(1, 8), None)
+    # rows wider than registers hold keep their own rules
+    assert A.batch_config(table, 1024, 65536, sms, bf16,
+                          write_sum=False)[0] == A.two_pass_config(False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols, dtype", [(4096, torch.bfloat16), (2048, torch.float16),
+                                         (3000, torch.float32)])
+def test_gpu_the_mid_batch_launch_is_exact(cols, dtype):
+    rows = A.MID_BATCH_ROWS_PER_SM * A.sm_count(torch.device("cuda")) + 5
+    cfg, source = A.config_and_source(rows, cols, dtype, torch.device("cuda"), write_sum=False)
+    assert source.startswith("mid-batch rule") or cfg == A.choose_config(cols, dtype)[0]
+    x, r, w = inputs(rows, cols, dtype)
+    ref = reference.add_rmsnorm(x, r, w, accum=torch.float64)
+    assert checks.allclose(A.add_rmsnorm(x, r, w), ref), source
 
 
 @pytest.mark.gpu

@@ -441,6 +441,9 @@ def test_rotating_mode_missing_and_in_place_peers(monkeypatch):
     for name in ("test.a_in_place", "test.c_plain"):
         assert by[name]["status"] == "ok" and by[name]["correct"] is True, by[name]
         assert "rotating" in by[name]["l2_method"]
+        # the warm-up is a time, as a number; no count of warm-up calls
+        assert by[name]["warm_ms"] == timer.ROTATING_WARM_MS and "warmup" not in by[name]
+        assert by[name]["sets"] == seen["sets"]
     assert seen["sets"] >= 2
     assert order[0] == "plain" and order[-1] == "in_place"  # the in-place peer runs last
 

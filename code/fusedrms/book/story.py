@@ -25,11 +25,11 @@ def recorded(name: str, machine: str | None = records.COMMITTED) -> dict | None:
 
 
 def rotating_warm_up(doc: dict | None) -> str | None:
-    """The rotating timer's warm-up as a recording states it ("25 ms"; None where the recording
-    counted replays instead)."""
+    """The rotating timer's warm-up as a recording states it ("25 ms"; None where it was not
+    recorded)."""
     for r in (doc or {}).get("records", []):
-        if r.get("mode") == "rotating" and isinstance(r.get("warmup"), str):
-            return r["warmup"]
+        if r.get("mode") == "rotating" and isinstance(r.get("warm_ms"), (int, float)):
+            return f"{r['warm_ms']:g} ms"
     return None
 
 

@@ -1,7 +1,8 @@
 """The capstone (chapter 7): fused residual-add + RMSNorm, one kernel, three (or four) row-trips.
 
 Two ops, one kernel source per design: :func:`add_rmsnorm_kernel` keeps the whole row in registers;
-:func:`add_rmsnorm_chunked_kernel` (for wide rows) walks it twice in column chunks, the second pass
+:func:`~.add_rmsnorm_chunked.add_rmsnorm_chunked_kernel` (for wide rows, in its own module)
+walks it twice in column chunks, the second pass
 re-reading x and r mostly from L2; :mod:`.add_rmsnorm_split` splits a wide row over several
 programs, for batches with fewer rows than SMs. The tuner tries the first two and keeps the faster
 per (cols, dtype); rules on the batch pick the others (:func:`batch_config`).
@@ -38,9 +39,10 @@ Launch configuration ("autotuning done right"):
   ``python -m fusedrms.tuning install``) and is used on that GPU; elsewhere, or for a width the
   table lacks, :func:`heuristic_config` decides. Under the interpreter one fixed configuration
   (:data:`INTERPRETER_CONFIG`) is used: multi-config autotuning cannot run there.
-- One rule depends on rows, and it needs no tuning: when a grid of ``rows / rows_per_program``
-  programs would leave SMs idle, rows per program halves until every SM has a program
-  (:func:`effective_rows_per_program`).
+- Rules on the batch need no tuning (:func:`batch_config`): one row, a few rows per SM (the fused
+  op), many rows per SM, fewer rows than SMs on wide rows, each take a launch of their own; and
+  when a grid of ``rows / rows_per_program`` programs would leave SMs idle, rows per program
+  halves until every SM has a program (:func:`effective_rows_per_program`).
 """
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ import triton.language as tl
 
 from .. import dtypes, registry, tuning, validation
 from . import add_rmsnorm_split, direct_launch
+from .add_rmsnorm_chunked import add_rmsnorm_chunked_kernel  # the two-pass design
 from .rmsnorm import loud_scale  # chapter 4's overflow guard, reused
 from .rounding import store_cast  # fp32 -> stored dtype, the same bits on GPU and CPU
 
@@ -151,97 +154,6 @@ def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows,
 # [/book:kernel]
 
 
-# [book:chunked-kernel]
-@triton.jit
-def _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
-                   COLS: tl.constexpr, x_stride, r_stride, y_stride, s_stride,
-                   eps, CHUNK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
-                   WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr):
-    row = (tile * ROWS_PER_PROGRAM
-           + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
-    row_ok = row < rows
-    # pass 1: per-lane partial sums of squares. COLS is a compile-time
-    # constant, so the loop's trip count is too: the compiler unrolls it and
-    # drops the masks (Inductor's kernel bakes the shape in the same way).
-    partial = tl.zeros([ROWS_PER_PROGRAM, CHUNK], dtype=tl.float32)
-    for start in tl.range(0, COLS, CHUNK):
-        col = start + tl.arange(0, CHUNK)
-        mask = row_ok[:, None] & (col < COLS)[None, :]
-        if WRITE_SUM:
-            # x and r are read once: pass 1 writes s, which pass 2 reads
-            # back (half the bytes of reading x and r again, and from L2:
-            # it was just written)
-            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :],
-                        mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :],
-                        mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            s_stored = store_cast(x + r, s_ptr.dtype.element_ty,
-                                  SOFTWARE_BF16)
-            tl.store(s_ptr + row[:, None] * s_stride + col[None, :],
-                     s_stored, mask=mask)
-            s = s_stored.to(tl.float32)
-        else:
-            # ask L2 to keep x and r for pass 2
-            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :],
-                        mask=mask, other=0.0,
-                        eviction_policy="evict_last").to(tl.float32)
-            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :],
-                        mask=mask, other=0.0,
-                        eviction_policy="evict_last").to(tl.float32)
-            s = x + r
-        partial += s * s
-    denominator = tl.sum(partial, axis=1) / COLS + eps
-    rstd = loud_scale(tl.rsqrt(denominator), denominator)
-    # pass 2: s again (x + r, or the stored s), mostly from L2; write y
-    for start in tl.range(0, COLS, CHUNK):
-        col = start + tl.arange(0, CHUNK)
-        col_ok = col < COLS
-        mask = row_ok[:, None] & col_ok[None, :]
-        if WRITE_SUM:
-            s = tl.load(s_ptr + row[:, None] * s_stride + col[None, :],
-                        mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-        else:
-            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :],
-                        mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :],
-                        mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            s = x + r
-        w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
-                    eviction_policy="evict_last").to(tl.float32)
-        y = s * rstd[:, None] * w[None, :]
-        tl.store(y_ptr + row[:, None] * y_stride + col[None, :],
-                 store_cast(y, y_ptr.dtype.element_ty, SOFTWARE_BF16),
-                 mask=mask)
-
-
-@triton.jit
-def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows,
-                               COLS: tl.constexpr, x_stride, r_stride,
-                               y_stride, s_stride, eps, CHUNK: tl.constexpr,
-                               ROWS_PER_PROGRAM: tl.constexpr,
-                               WRITE_SUM: tl.constexpr,
-                               SOFTWARE_BF16: tl.constexpr,
-                               PERSISTENT: tl.constexpr):
-    """The same op for wide rows, in two passes over column chunks: few
-    registers per thread, so many programs share an SM and hide each other's
-    memory latency."""
-    if PERSISTENT:
-        for tile in tl.range(tl.program_id(0),
-                             (rows + ROWS_PER_PROGRAM - 1) // ROWS_PER_PROGRAM,
-                             tl.num_programs(0)):
-            _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
-                           COLS, x_stride, r_stride, y_stride, s_stride, eps,
-                           CHUNK, ROWS_PER_PROGRAM, WRITE_SUM, SOFTWARE_BF16)
-    else:
-        _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tl.program_id(0),
-                       rows, COLS, x_stride, r_stride, y_stride, s_stride,
-                       eps, CHUNK, ROWS_PER_PROGRAM, WRITE_SUM, SOFTWARE_BF16)
-# [/book:chunked-kernel]
 
 
 # ---------------------------------------------------------------- launch configurations
@@ -309,6 +221,12 @@ def _check_cols(cols) -> None:
         raise validation.InputError(f"cols must be a positive whole number (the row width), got {cols!r}.")
 
 
+def block_bytes(cols: int, dtype: torch.dtype) -> int:
+    """Bytes of one tensor's row as a program holds it: BLOCK (the width's next power of two)
+    elements of ``dtype``. Every launch rule sizes its warps from this."""
+    return triton.next_power_of_2(cols) * dtypes.nbytes(dtype)
+
+
 # [book:heuristic]
 def heuristic_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
     """The fallback when no measured table applies (documented rule, not a measurement).
@@ -324,10 +242,9 @@ def heuristic_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
     _check_cols(cols)
     if takes_two_passes(cols):
         return TWO_PASS_CONFIG
-    size = torch.empty((), dtype=dtype).element_size()
     block = triton.next_power_of_2(cols)
-    rows_per_program = max(1, min(8, 16384 // (block * size)))
-    tile_bytes = rows_per_program * block * size
+    rows_per_program = max(1, min(8, 16384 // block_bytes(cols, dtype)))
+    tile_bytes = rows_per_program * block_bytes(cols, dtype)
     num_warps = max(4, min(16, tile_bytes // (32 * 32)), rows_per_program * block // (32 * 32))
     return LaunchConfig(rows_per_program, triton.next_power_of_2(num_warps), 1, None)
 # [/book:heuristic]
@@ -342,7 +259,6 @@ def candidate_configs(cols: int, dtype: torch.dtype, max_elements_per_thread: in
     input tensor (whole 16-byte vectors), with at most ``max_elements_per_thread`` fp32 values per
     thread per tensor (registers) and a tile of at most ``max_tile_elements``.
     """
-    size = torch.empty((), dtype=dtype).element_size()
     block = triton.next_power_of_2(cols)
     out = []
     for rows_per_program in (1, 2, 4, 8):
@@ -350,7 +266,7 @@ def candidate_configs(cols: int, dtype: torch.dtype, max_elements_per_thread: in
         if tile > max_tile_elements and rows_per_program > 1:
             break
         for bytes_per_thread in (16, 32, 64, 128):
-            threads = tile * size // bytes_per_thread
+            threads = rows_per_program * block_bytes(cols, dtype) // bytes_per_thread
             warps = threads // 32
             if warps < 1 or warps > 32 or tile // threads > max_elements_per_thread:
                 continue
@@ -364,7 +280,6 @@ def chunked_candidates(cols: int, dtype: torch.dtype) -> list[LaunchConfig]:
     """The two-pass design's variants for wide rows (BLOCK of 4096 or more): chunks of 1024 to 4096
     columns, narrower than the row, one row per program, 16 or 32 bytes of each input per thread.
     Small register tiles let up to 64 warps' worth of programs share an SM."""
-    size = torch.empty((), dtype=dtype).element_size()
     block = triton.next_power_of_2(cols)
     out = []
     if block < 4096:
@@ -373,7 +288,7 @@ def chunked_candidates(cols: int, dtype: torch.dtype) -> list[LaunchConfig]:
         if chunk >= block:
             continue
         for bytes_per_thread in (16, 32):
-            warps = chunk * size // bytes_per_thread // 32
+            warps = chunk * dtypes.nbytes(dtype) // bytes_per_thread // 32
             if 1 <= warps <= 32:
                 out.append(LaunchConfig(1, warps, 1, None, chunk))
     return out
@@ -514,8 +429,7 @@ def large_batch_config(cols: int, dtype: torch.dtype, *, write_sum: bool) -> Lau
     hold up to WHOLE_ROW_MAX_COLS columns in registers; wider rows take the op's two passes)."""
     if takes_two_passes(cols):
         return two_pass_config(write_sum)
-    row_bytes = triton.next_power_of_2(cols) * torch.empty((), dtype=dtype).element_size()
-    warps = max(4, min(32, row_bytes // (VECTOR_BYTES * 32)))
+    warps = max(4, min(32, block_bytes(cols, dtype) // (VECTOR_BYTES * 32)))
     return LaunchConfig(rows_per_program=1, num_warps=warps, num_stages=1)
 
 
@@ -530,9 +444,26 @@ ONE_ROW_BYTES_PER_WARP = 32 * 2 * VECTOR_BYTES
 def one_row_config(config: LaunchConfig, cols: int, dtype: torch.dtype) -> LaunchConfig:
     """The launch of a one-row batch: the table's, with one row per program and at most one
     warp per ``ONE_ROW_BYTES_PER_WARP`` of the row."""
-    row_bytes = triton.next_power_of_2(cols) * torch.empty((), dtype=dtype).element_size()
-    warps = max(1, min(config.num_warps, row_bytes // ONE_ROW_BYTES_PER_WARP))
+    warps = max(1, min(config.num_warps, block_bytes(cols, dtype) // ONE_ROW_BYTES_PER_WARP))
     return replace(config, rows_per_program=1, num_warps=warps)
+
+
+# Between a few rows per SM and the large-batch rule, the fused op (no sum written) runs faster
+# with one row per program and the one-row rule's warps (two 16-byte vectors a thread per tensor)
+# than with the table's launch, tuned for its worst case over 1, 128 and 1024 rows. H200, fused
+# op, us, against the table's launch: 1024 x 4096 bf16 8.21 against 9.14, 512 x 4096 5.26 against
+# 5.49, 2048 x 2048 8.35 against 8.67, 512 x 4096 fp32 8.25 against 8.81; no width slower by
+# more than 0.6% from 512 to 2048 rows. At 256 rows 16,384 columns ran 2.4% slower, so the rule
+# starts above. The residual-writing op gained nowhere: at 1024 x 4096 it ran 5% slower.
+MID_BATCH_ROWS_PER_SM = 3
+
+
+def mid_batch_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
+    """The fused op's launch between :data:`MID_BATCH_ROWS_PER_SM` and
+    :data:`LARGE_BATCH_ROWS_PER_SM` rows per SM: one row per program, one warp per
+    ``ONE_ROW_BYTES_PER_WARP`` of the row (at most 32)."""
+    warps = max(1, min(32, block_bytes(cols, dtype) // ONE_ROW_BYTES_PER_WARP))
+    return LaunchConfig(rows_per_program=1, num_warps=warps, num_stages=1)
 
 
 def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int, dtype: torch.dtype,
@@ -545,9 +476,16 @@ def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int, dtype: to
         chosen = two_pass_config(write_sum)
         return chosen, (None if chosen == config else
                         "two-pass rule (each op its launch, rows wider than registers hold)")
-    if rows >= LARGE_BATCH_ROWS_PER_SM * sms and triton.next_power_of_2(cols) > 2048:
-        return (large_batch_config(cols, dtype, write_sum=write_sum),
-                f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} rows per SM or more)")
+    if rows >= LARGE_BATCH_ROWS_PER_SM * sms:
+        if triton.next_power_of_2(cols) > 2048:
+            return (large_batch_config(cols, dtype, write_sum=write_sum),
+                    f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} rows per SM or more)")
+    elif (not write_sum and rows >= MID_BATCH_ROWS_PER_SM * sms
+          and triton.next_power_of_2(cols) >= 2048):
+        chosen = mid_batch_config(cols, dtype)
+        if chosen != config:
+            return chosen, (f"mid-batch rule (the fused op from {MID_BATCH_ROWS_PER_SM} rows per "
+                            f"SM: one row per program, two 16-byte vectors a thread)")
     if rows == 1 and config.segment is None and config.chunk is None:
         chosen = one_row_config(config, cols, dtype)
         if chosen != config:

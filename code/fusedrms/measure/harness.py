@@ -401,12 +401,14 @@ def aggregate(per_process: list[dict], copy_bw: list[float], allow_missing_floor
                    process_p10_us=proc_p10, process_p90_us=proc_p90,
                    p10_us=statistics.median(r["p10_us"] for r in ok),
                    p90_us=statistics.median(r["p90_us"] for r in ok),
-                   reps=ok[0]["n"], warmup=ok[0].get("warmup"),
+                   reps=ok[0]["n"],
                    first_call_ms=[round(r["first_call_ms"], 3) for r in ok],
                    correct=_all_correct(r["correct"] for r in ok), check=ok[0]["check"],
                    l2_method=ok[0]["l2_method"])
-        if ok[0].get("sets"):
-            rec["sets"] = ok[0]["sets"]
+        # warm-up calls (event timers), or the rotating timer's warm-up time and input sets
+        for key in ("warmup", "warm_ms", "sets"):
+            if ok[0].get(key) is not None:
+                rec[key] = ok[0][key]
         if expected and len(ok) < expected:
             others = sorted({r.get("status", "?") for r in rs if r.get("status") != "ok"})
             rec["status"] = (f"timed in {len(ok)} of {expected} processes"

@@ -269,7 +269,7 @@ def run_worker(spec: dict) -> int:
                                                                 args)
                         calls = [(lambda f=impl.fn, a=a: f(*a)) for a in rotating_sets]
                         samples = timer.time_rotating(calls, reps=s.rotating_reps)
-                        base.update(warmup=f"{timer.ROTATING_WARM_MS:g} ms",
+                        base.update(warm_ms=timer.ROTATING_WARM_MS,
                                     l2_method=f"rotating: a graph replays calls over "
                                               f"{len(rotating_sets)} input sets (> "
                                               f"{L2_MULTIPLE}x L2 where memory allows)",
