@@ -9,9 +9,10 @@ from .. import records
 from . import ch07_results as CR
 from .ch06 import TWO_PASS_BEFORE_WARPS
 from . import page
-from .story import MISSING, recorded, rotating_warm_up, value  # noqa: F401 (value: the notebook)
+from .story import MISSING, recorded, value  # noqa: F401 (value: the notebook)
 
 BIG_MB = 64  # "where a call moves 64 MB or more"
+MID_SHAPE = (1024, 4096, "bf16")  # a few rows per SM: the fused op's mid-batch launch
 LEVER_THRESHOLD_PCT = 3.0  # a lever counts beyond this plus the launch's own run-to-run gap
 SMALL_ROWS, LARGE_ROWS = 1024, 4096  # in place: "at 1024 rows or fewer", "from 4096 rows"
 H200_SMS, WARPS_PER_SM = 132, 64  # the H200's SMs and resident warps per SM (Hopper)
@@ -59,6 +60,7 @@ def story_facts(docs: dict) -> dict:
         "fastest_peers": {r["peer"] for r in complete},
         "wide_ncu": _wide_ncu(docs.get("wide_ncu")),
         "single": single, "single_lost": [r for r in single if r in lost],
+        "mid": next((r for r in complete if (r["rows"], r["cols"], r["dtype"]) == MID_SHAPE), None),
         "big_rs": big_rs, "big_rs_peers": [r["peer"] for r in big_rs],
         "whole_lost": [r for r in lost if r in whole],
         "rs_whole_lost": [r for r in rs_whole if band is not None and r["ratio"] > 1 + band],
@@ -252,9 +254,10 @@ def story_values(docs: dict) -> dict[str, str]:
     modes = _process_modes(docs["peers"], "capstone.fused_residual_in_place")
     if modes:
         v.update(mode_at=CR.shape_text(*modes["shape"]), mode_gap=f"{modes['gap']:.1f}%")
-    warm = rotating_warm_up(docs["peers"])
-    if warm:
-        v["rotating_warm"] = warm
+    if f["mid"]:
+        v.update(mid_at=CR.shape_text(*MID_SHAPE), mid_us=f"{f['mid']['capstone_us']:.2f} µs",
+                 mid_ratio=CR.ratio_text(f["mid"]["ratio"]),
+                 mid_peer=CR.display_name(f["mid"]["peer"]))
     if f["ip_small"]:
         v["ip_small_max"] = f"{100 * (f['ip_small'][-1] - 1):.0f}%"
     if f["ip_large"]:
