@@ -74,16 +74,21 @@ def test_rows_of_65536_columns_beat_every_peer_at_every_batch():
         assert A.batch_config(A.TWO_PASS_CONFIG, most, 65536, sms, bf16,
                               write_sum=write_sum)[0] == A.SPLIT_CONFIG
         assert A.batch_config(A.TWO_PASS_CONFIG, most + 1, 65536, sms, bf16,
-                              write_sum=write_sum)[0] == A.two_pass_config(write_sum)
+                              write_sum=write_sum)[0] == (A.TWO_PASS_CONFIG if write_sum
+                                                          else A.EXCHANGE_CONFIG)
     assert int(v["split_pieces"]) * int(v["split_cols"].replace(",", "")) == 65536
     # "one 32-warp program per SM in 16,384-column chunks keeps ...": within L2, where the
     # launch before held more than L2
     assert (A.TWO_PASS_CONFIG.num_warps, A.TWO_PASS_CONFIG.chunk) == (32, 16384)
     assert v["two_warps"] == "32" and v["two_chunk"] == "16,384"
-    # "a persistent 16-warp program per SM, looping over rows": the plain variant's launch
-    fused = A.two_pass_config(False)
-    assert fused.programs_per_sm == 1 and v["two_fused_warps"] == str(fused.num_warps) == "16"
-    assert A.grid_size(fused, 1024, sms) == (1, sms) and fused.chunk == A.TWO_PASS_CONFIG.chunk
+    # "The plain variant reads it once: 16 programs of 4,096 columns, all resident at once":
+    # the plain variant's launch from half a row per SM at 65,536 columns
+    ex = A.EXCHANGE_CONFIG
+    assert v["ex_cols"] == f"{ex.segment:,}" == "4,096" and v["ex_pieces"] == "16"
+    assert int(v["ex_pieces"]) * ex.segment == 65536 and ex.programs_per_sm
+    for rows in (most + 1, 1024, 16384):
+        assert A.batch_config(A.TWO_PASS_CONFIG, rows, 65536, sms, bf16,
+                              write_sum=False)[0] == ex
     l2 = float(v["wncu_l2"].split()[0])
     assert float(v["two_held"].split()[0]) < l2 < float(v["two_held_before"].split()[0])
     assert int(v["two_rows_before"]) == 4 * sms
@@ -91,12 +96,12 @@ def test_rows_of_65536_columns_beat_every_peer_at_every_batch():
     assert f["fi_max_cols"] and 32768 < f["fi_max_cols"] < 65536
     assert all("flashinfer.fused_add_rmsnorm" in r["unsupported"] and not r["missing"]
                for r in f["residual"] if r["cols"] == 65536)
-    # result: "lowest ..., at 65,536 columns, where the fastest peer reaches ..."
+    # result: "lowest ..., at <shape>, where the fastest peer reaches ..."
     large = [r for r in f["fused"] if r["MB"] >= story.BIG_MB]
     lowest = min(large, key=lambda r: r["pct_floor"])
-    assert lowest["cols"] == 65536
-    best_two = max(r["peer_pct_floor"] for r in large if r["cols"] == 65536)
-    assert v["two_peer_pct"] == f"{best_two:.0f}%"
+    assert v["large_min"] == f"{lowest['pct_floor']:.0f}%"
+    assert v["large_min_at"] == f"{lowest['rows']}x{lowest['cols']} {lowest['dtype']}"
+    assert v["large_min_peer_pct"] == f"{lowest['peer_pct_floor']:.0f}%"
     assert all(r["pct_floor"] > r["peer_pct_floor"] for r in large if r["cols"] == 65536)
 
 

@@ -20,7 +20,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 CONFIGS = (None, A.LaunchConfig(1, 4, 1, None), A.LaunchConfig(2, 4, 2, 1),
            A.LaunchConfig(8, 2, 3, 2), A.LaunchConfig(1, 4, 1, None, 128),
            A.LaunchConfig(2, 2, 1, 2, 32), A.LaunchConfig(1, 4, segment=64),
-           A.LaunchConfig(1, 2, segment=16))
+           A.LaunchConfig(1, 2, segment=16), A.LaunchConfig(1, 4, programs_per_sm=2, segment=32))
 
 
 def inputs(rows, cols, dtype, device=DEV, seed=0):
@@ -249,7 +249,7 @@ def test_heuristic_values():
     assert A.heuristic_config(A.MAX_COLS, torch.bfloat16) == A.TWO_PASS_CONFIG
 
 
-def test_rows_wider_than_the_registers_hold_split_in_small_batches_else_take_two_passes():
+def test_rows_wider_than_the_registers_hold_split_in_small_batches_else_exchange_or_two_passes():
     for dtype in (torch.bfloat16, torch.float32):
         for write_sum in (False, True):
             table = A.heuristic_config(65536, dtype)
@@ -258,7 +258,15 @@ def test_rows_wider_than_the_registers_hold_split_in_small_batches_else_take_two
                 assert got == A.SPLIT_CONFIG and got.segment < 65536 and rule.startswith("split")
             for rows in (67, 1000, 10**5):
                 got = A.batch_config(table, rows, 65536, 132, dtype, write_sum=write_sum)[0]
-                assert got == A.two_pass_config(write_sum) and got.chunk < 65536
+                if A.takes_exchange(rows, 65536, 132, dtype, write_sum=write_sum):
+                    assert got == A.EXCHANGE_CONFIG
+                else:  # the residual-writing op in two-byte types, or fp32 near one row per SM
+                    assert write_sum and got == A.TWO_PASS_CONFIG and got.chunk < 65536
+    # the fused op exchanges from 67 rows; the residual-writing op keeps two passes in bf16
+    assert A.batch_config(A.TWO_PASS_CONFIG, 67, 65536, 132, torch.bfloat16,
+                          write_sum=False)[0] == A.EXCHANGE_CONFIG
+    assert A.batch_config(A.TWO_PASS_CONFIG, 10**5, 65536, 132, torch.bfloat16,
+                          write_sum=True)[0] == A.TWO_PASS_CONFIG
     # rows held whole are never split
     assert A.batch_config(A.LaunchConfig(1, 32), 1, 32768, 132, torch.bfloat16,
                           write_sum=False)[0].segment is None
@@ -272,9 +280,6 @@ def test_each_op_has_its_two_pass_launch_with_one_program_per_sm():
     assert residual.programs_per_sm is None and residual.num_warps == 32
     assert fused.programs_per_sm == 1 and fused.chunk == residual.chunk
     assert A.grid_size(fused, 1000, 132) == (1, 132)
-    got, rule = A.batch_config(A.TWO_PASS_CONFIG, 1000, 65536, 132, torch.bfloat16,
-                               write_sum=False)
-    assert got == fused and rule.startswith("two-pass")
     assert A.batch_config(A.TWO_PASS_CONFIG, 1000, 65536, 132, torch.bfloat16,
                           write_sum=True) == (residual, None)
 
@@ -542,10 +547,13 @@ def test_gpu_config_and_source_names_the_rule_that_replaced_the_table():
 def test_the_large_batch_launch_gives_each_thread_one_vector_up_to_32_warps(cols, dtype, warps):
     from fusedrms.kernels import add_rmsnorm as A
 
+    size = torch.empty((), dtype=dtype).element_size()
+    rule = A.large_batch_config(cols, dtype, write_sum=True)
+    assert rule == A.LaunchConfig(1, warps) and rule.chunk is None
     got, replaced = A.batch_config(A.LaunchConfig(1, 4), 10**5, cols, 132, dtype,
                                    write_sum=True)
-    assert replaced and got == A.LaunchConfig(1, warps) and got.chunk is None
-    size = torch.empty((), dtype=dtype).element_size()
+    # rows of 128 KB in fp32 take the exchange rule before the large-batch rule
+    assert got == (A.EXCHANGE_CONFIG if cols * size >= 128 << 10 else rule) and replaced
     assert triton.next_power_of_2(cols) // (32 * warps) <= 32  # values per thread in registers
     assert warps == 32 or triton.next_power_of_2(cols) * size == 16 * 32 * warps
 
@@ -766,7 +774,7 @@ def test_a_few_rows_per_sm_give_the_fused_op_one_row_per_program_and_two_vectors
                           write_sum=False) == (A.LaunchConfig(1, 8), None)
     # rows wider than registers hold keep their own rules
     assert A.batch_config(table, 1024, 65536, sms, bf16,
-                          write_sum=False)[0] == A.two_pass_config(False)
+                          write_sum=False)[0] == A.EXCHANGE_CONFIG
 
 
 @pytest.mark.gpu

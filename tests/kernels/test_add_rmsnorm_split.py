@@ -75,10 +75,9 @@ def test_a_segment_that_is_not_a_power_of_two_is_refused(bad):
         A.LaunchConfig(1, 4, segment=bad)
 
 
-@pytest.mark.parametrize("kwargs", [dict(chunk=1024), dict(rows_per_program=2),
-                                    dict(programs_per_sm=2)])
-def test_a_split_row_takes_one_row_and_no_chunks_or_persistent_grid(kwargs):
-    with pytest.raises(InputError, match="rows_per_program=1, chunk=None"):
+@pytest.mark.parametrize("kwargs", [dict(chunk=1024), dict(rows_per_program=2)])
+def test_a_split_row_takes_one_row_and_no_chunks(kwargs):
+    with pytest.raises(InputError, match="rows_per_program=1 and chunk=None"):
         A.LaunchConfig(**dict(dict(rows_per_program=1, num_warps=4, segment=2048), **kwargs))
 
 

@@ -34,7 +34,7 @@ VERIFY_JOBS = max(1, min(12, (os.cpu_count() or 2) - 2))  # a 16-core H200 host:
 BROKEN_JOBS = max(1, min(4, VERIFY_JOBS // 3))  # six small kernels, beside the suite
 SOURCES = ("verify.py", "verify_jobs.py", "checks.py", "reference.py", "registry.py",
            "kernels/rmsnorm.py", "kernels/add_rmsnorm.py", "kernels/add_rmsnorm_chunked.py",
-           "kernels/add_rmsnorm_split.py",
+           "kernels/add_rmsnorm_split.py", "kernels/add_rmsnorm_exchange.py",
            "kernels/rmsnorm_fp8.py",
            "kernels/rmsnorm_fp8_config.py", "kernels/direct_launch.py",
            "kernels/rmsnorm_fp8_spec.py", "kernels/rounding.py",

@@ -501,7 +501,8 @@ GRID_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far ab
 ESTIMATE_S = 330
 SOURCES = ("tuning/h200/capstone.json", "tuning/h200/fp8.json", "kernels/rmsnorm.py",
            "kernels/add_rmsnorm.py", "kernels/add_rmsnorm_chunked.py",
-           "kernels/add_rmsnorm_split.py", "kernels/rmsnorm_fp8.py",
+           "kernels/add_rmsnorm_split.py", "kernels/add_rmsnorm_exchange.py",
+           "kernels/rmsnorm_fp8.py",
            "kernels/rmsnorm_fp8_config.py",
            "kernels/rmsnorm_fp8_spec.py",
            "kernels/direct_launch.py", "kernels/rounding.py", "kernels/peers.py",

@@ -266,7 +266,7 @@ def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> P
 # (torch.compile's too, its cache warm after the first). Then what a call costs from Python.
 GOAL_ROWS, GOAL_COLS = (1, 16, 128, 1024, 4096, 16384), (2048, 4096, 8192, 16384, 32768, 65536)
 PEER_IMPLS = ("capstone.*", "torch.*", "liger.*", "flashinfer.*")
-DIAGONAL = ((1, 4096), (1024, 8192), (16384, 16384))
+DIAGONAL = ((1, 4096), (1024, 8192), (16384, 16384), (1024, 65536))
 
 
 def peer_sweeps(smoke: bool = False) -> list:
@@ -282,7 +282,8 @@ def peer_sweeps(smoke: bool = False) -> list:
     out = [S("peers", "add_rmsnorm", *bf16), S("peers", "add_rmsnorm_residual", *bf16),
            S("python", "add_rmsnorm", (1,), (4096,), ("bf16",), ("python",), PEER_IMPLS),
            S("python", "add_rmsnorm_residual", (1,), (4096,), ("bf16",), ("python",), PEER_IMPLS)]
-    # fp16 and fp32: a diagonal (decode-sized, mid, the largest), where they teach something new
+    # fp16 and fp32: a diagonal (decode-sized, mid, the largest, the widest), where they teach
+    # something new
     for rows, cols in DIAGONAL:
         for op in ("add_rmsnorm", "add_rmsnorm_residual"):
             out.append(S("peers", op, (rows,), (cols,), ("fp16", "fp32"), ("rotating",),
@@ -349,7 +350,7 @@ TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
 WIDE_NCU_SHAPE = ("add_rmsnorm", 16384, 32768, "bf16")
 WIDE_NCU_IMPLS = ("capstone.fused", "torch.compile_add")
 SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/add_rmsnorm_chunked.py",
-           "kernels/add_rmsnorm_split.py",
+           "kernels/add_rmsnorm_split.py", "kernels/add_rmsnorm_exchange.py",
            "kernels/direct_launch.py",
            "kernels/rounding.py", "kernels/peers.py", "kernels/peers_flashinfer.py",
            "measure/timer.py", "measure/harness.py", "measure/worker.py", "traffic.py",

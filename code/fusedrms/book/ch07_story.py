@@ -95,11 +95,12 @@ def _two_pass_launches(row: dict) -> dict:
     """The launches the prose compares at a two-pass width: rows of x and r between the passes
     in the launch before and in TWO_PASS_CONFIG's 32-warp programs, one to an SM (on the H200,
     Triton 3.6, 54 registers a thread for the residual op: a second program does not fit in
-    64K); the fused op's persistent grid of one program per SM (TWO_PASS_FUSED_CONFIG: 128
-    registers, none spilled, where TWO_PASS_CONFIG spilled 14 of 64); the row split over
-    programs in small batches."""
+    64K); the fused op's exchange design (EXCHANGE_CONFIG: a row over programs of 4096 columns,
+    all resident, that exchange their partial sums); the row split over programs in small
+    batches."""
     from .. import dtypes
     from ..kernels import add_rmsnorm as A
+    from ..kernels import add_rmsnorm_exchange as X
     from ..kernels import add_rmsnorm_split as S
 
     row_bytes = 2 * row["cols"] * dtypes.nbytes(row["dtype"])  # x and r
@@ -109,7 +110,8 @@ def _two_pass_launches(row: dict) -> dict:
             "two_held": f"{H200_SMS * row_bytes / 1e6:.0f} MB",
             "two_chunk": f"{A.TWO_PASS_CONFIG.chunk:,}",
             "two_warps": str(A.TWO_PASS_CONFIG.num_warps),
-            "two_fused_warps": str(A.TWO_PASS_FUSED_CONFIG.num_warps),
+            "ex_pieces": str(X.segments(row["cols"], A.EXCHANGE_CONFIG.segment)),
+            "ex_cols": f"{A.EXCHANGE_CONFIG.segment:,}",
             "split_max_rows": str(H200_SMS // 2),
             "split_pieces": str(S.segments(row["cols"], A.SPLIT_CONFIG.segment)),
             "split_cols": f"{A.SPLIT_CONFIG.segment:,}"}
@@ -273,9 +275,11 @@ def story_values(docs: dict) -> dict[str, str]:
         v["two_hi"] = CR.ratio_text(max(r["ratio"] for r in both_two))
     if f["two"]:
         v.update(_two_pass_launches(f["two"][0]))
-    big_two = [r for r in f["two"] if r["MB"] >= BIG_MB and r["peer_pct_floor"]]
-    if big_two:
-        v["two_peer_pct"] = f"{max(r['peer_pct_floor'] for r in big_two):.0f}%"
+    big = [r for r in f["fused"] if r["MB"] >= BIG_MB and r["pct_floor"] and r["peer_pct_floor"]]
+    if big:  # the lowest share of the floor among large calls, and the fastest peer's there
+        low = min(big, key=lambda r: r["pct_floor"])
+        v.update(large_min_at=CR.shape_text(low["rows"], low["cols"], low["dtype"]),
+                 large_min_peer_pct=f"{low['peer_pct_floor']:.0f}%")
     whole_lost = f["whole_lost"] + f["rs_whole_lost"]
     if whole_lost:
         v["whole_lost_max"] = f"{100 * (max(r['ratio'] for r in whole_lost) - 1):.0f}%"

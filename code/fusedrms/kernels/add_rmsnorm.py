@@ -4,8 +4,10 @@ Two ops, one kernel source per design: :func:`add_rmsnorm_kernel` keeps the whol
 :func:`~.add_rmsnorm_chunked.add_rmsnorm_chunked_kernel` (for wide rows, in its own module)
 walks it twice in column chunks, the second pass
 re-reading x and r mostly from L2; :mod:`.add_rmsnorm_split` splits a wide row over several
-programs, for batches with fewer rows than SMs. The tuner tries the first two and keeps the faster
-per (cols, dtype); rules on the batch pick the others (:func:`batch_config`).
+programs, for batches with fewer rows than SMs; :mod:`.add_rmsnorm_exchange` holds a row of 128 KB
+or more in the registers of several resident programs that exchange their partial sums. The tuner
+tries the first two and keeps the faster per (cols, dtype); rules on the batch pick the others
+(:func:`batch_config`).
 
 - ``add_rmsnorm``: ``y = rmsnorm(x + residual) * w``. Reads x and the residual, writes y: three
   row-trips. The sum ``s = x + residual`` lives in fp32 registers and is never rounded
@@ -57,7 +59,7 @@ import triton
 import triton.language as tl
 
 from .. import dtypes, registry, tuning, validation
-from . import add_rmsnorm_split, direct_launch
+from . import add_rmsnorm_exchange, add_rmsnorm_split, direct_launch
 from .add_rmsnorm_chunked import add_rmsnorm_chunked_kernel  # the two-pass design
 from .rmsnorm import loud_scale  # chapter 4's overflow guard, reused
 from .rounding import store_cast  # fp32 -> stored dtype, the same bits on GPU and CPU
@@ -194,16 +196,18 @@ class LaunchConfig:
                                         f"got {self.programs_per_sm!r}.")
         _check_columns_or_none(self.chunk, "chunk", "columns per pass step")
         _check_columns_or_none(self.segment, "segment", "columns per program of a split row")
-        if self.segment is not None and (self.chunk is not None or self.rows_per_program != 1
-                                         or self.programs_per_sm is not None):
+        if self.segment is not None and (self.chunk is not None or self.rows_per_program != 1):
             raise validation.InputError("segment splits one row over programs: it takes "
-                                        "rows_per_program=1, chunk=None and programs_per_sm=None.")
+                                        "rows_per_program=1 and chunk=None.")
 
     def label(self) -> str:
         grid = "tile grid" if self.programs_per_sm is None else f"{self.programs_per_sm}/SM"
         chunked = "" if self.chunk is None else f", two passes in chunks of {self.chunk}"
-        if self.segment is not None:
+        if self.segment is not None and self.programs_per_sm is None:
             chunked = f", rows split into programs of {self.segment} columns (two kernels)"
+        elif self.segment is not None:
+            chunked = (f", rows split into programs of {self.segment} columns that exchange "
+                       f"their sums")
         return (f"rows/prog {self.rows_per_program}, warps {self.num_warps}, "
                 f"stages {self.num_stages}, {grid}{chunked}")
 
@@ -416,6 +420,26 @@ TWO_PASS_FUSED_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stage
 # rows 4.0, 5.8, 7.8 us against 9.7, 10.0, 10.5 in two passes (Inductor 5.4, 7.2, 9.9); from 80
 # rows the two passes are faster, at 64 the two tie.
 SPLIT_CONFIG = LaunchConfig(rows_per_program=1, num_warps=8, num_stages=1, segment=2048)
+# Rows of 128 KB or more (65,536 bf16 columns, 32,768 fp32): the fused op splits each row over
+# resident programs of 4096 columns that exchange their partial sums (add_rmsnorm_exchange) and
+# reads every byte once. H200, us, against two passes (the whole row at 32,768 fp32): 65,536 bf16
+# at 1024, 4096, 16384 rows 114.6, 426, 1652 against 118.6, 446, 1741; 65,536 fp32 at 128, 1024,
+# 4096 rows 30.9, 201, 782 against 39.5, 301, 1134; 32,768 fp32 at 8 and 4096 rows 5.4, 385 against
+# 7.7, 440; from 67 to 512 rows of 65,536 bf16 it ties or wins by up to 5%. The residual-writing op
+# gains with fp32 only, and not between half a row and two rows per SM (128 x 65536: 41.3 against
+# 39.1; 1024 x 65536: 283 against 295; 16 x 32768: 6.4 against 9.8): with two-byte types its second
+# pass reads back s, half the bytes of x and r, from L2 and stays faster (1024 x 65536 bf16: 141
+# against 155).
+EXCHANGE_MIN_ROW_BYTES = 128 * 1024
+EXCHANGE_CONFIG = LaunchConfig(rows_per_program=1, num_warps=4, num_stages=1, programs_per_sm=8,
+                               segment=4096)
+
+
+def takes_exchange(rows: int, cols: int, sms: int, dtype: torch.dtype, *, write_sum: bool) -> bool:
+    """Whether a batch runs the exchange design (``write_sum``: the residual-writing op)."""
+    if block_bytes(cols, dtype) < EXCHANGE_MIN_ROW_BYTES:
+        return False
+    return not write_sum or (dtypes.nbytes(dtype) == 4 and (2 * rows <= sms or rows >= 2 * sms))
 
 
 def two_pass_config(write_sum: bool) -> LaunchConfig:
@@ -429,8 +453,14 @@ def large_batch_config(cols: int, dtype: torch.dtype, *, write_sum: bool) -> Lau
     hold up to WHOLE_ROW_MAX_COLS columns in registers; wider rows take the op's two passes)."""
     if takes_two_passes(cols):
         return two_pass_config(write_sum)
-    warps = max(4, min(32, block_bytes(cols, dtype) // (VECTOR_BYTES * 32)))
+    warps = _warps_for(cols, dtype, VECTOR_BYTES * 32, fewest=4, most=32)
     return LaunchConfig(rows_per_program=1, num_warps=warps, num_stages=1)
+
+
+def _warps_for(cols: int, dtype: torch.dtype, bytes_per_warp: int, *, fewest: int,
+               most: int) -> int:
+    """Warps for one row held whole: one per ``bytes_per_warp`` of the row, within the bounds."""
+    return max(fewest, min(most, block_bytes(cols, dtype) // bytes_per_warp))
 
 
 # One row (one token decoding) is one program on one SM: a chain of loads, a reduction across
@@ -444,7 +474,7 @@ ONE_ROW_BYTES_PER_WARP = 32 * 2 * VECTOR_BYTES
 def one_row_config(config: LaunchConfig, cols: int, dtype: torch.dtype) -> LaunchConfig:
     """The launch of a one-row batch: the table's, with one row per program and at most one
     warp per ``ONE_ROW_BYTES_PER_WARP`` of the row."""
-    warps = max(1, min(config.num_warps, block_bytes(cols, dtype) // ONE_ROW_BYTES_PER_WARP))
+    warps = _warps_for(cols, dtype, ONE_ROW_BYTES_PER_WARP, fewest=1, most=config.num_warps)
     return replace(config, rows_per_program=1, num_warps=warps)
 
 
@@ -462,7 +492,7 @@ def mid_batch_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
     """The fused op's launch between :data:`MID_BATCH_ROWS_PER_SM` and
     :data:`LARGE_BATCH_ROWS_PER_SM` rows per SM: one row per program, one warp per
     ``ONE_ROW_BYTES_PER_WARP`` of the row (at most 32)."""
-    warps = max(1, min(32, block_bytes(cols, dtype) // ONE_ROW_BYTES_PER_WARP))
+    warps = _warps_for(cols, dtype, ONE_ROW_BYTES_PER_WARP, fewest=1, most=32)
     return LaunchConfig(rows_per_program=1, num_warps=warps, num_stages=1)
 
 
@@ -470,18 +500,22 @@ def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int, dtype: to
                  *, write_sum: bool) -> tuple[LaunchConfig, str | None]:
     """(configuration for this batch and op, the rule that replaced the table's, or None);
     ``write_sum``: the residual-writing op."""
+    few = 2 * rows <= sms
+    if few and takes_two_passes(cols):
+        return SPLIT_CONFIG, "split rule (rows at most half the SMs, wider than registers hold)"
+    if takes_exchange(rows, cols, sms, dtype, write_sum=write_sum):
+        return EXCHANGE_CONFIG, ("exchange rule (rows of 128 KB or more: programs of 4096 columns "
+                                 "exchange their partial sums)")
     if takes_two_passes(cols):
-        if 2 * rows <= sms:
-            return SPLIT_CONFIG, "split rule (rows at most half the SMs, wider than registers hold)"
         chosen = two_pass_config(write_sum)
         return chosen, (None if chosen == config else
                         "two-pass rule (each op its launch, rows wider than registers hold)")
-    if rows >= LARGE_BATCH_ROWS_PER_SM * sms:
-        if triton.next_power_of_2(cols) > 2048:
-            return (large_batch_config(cols, dtype, write_sum=write_sum),
-                    f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} rows per SM or more)")
-    elif (not write_sum and rows >= MID_BATCH_ROWS_PER_SM * sms
-          and triton.next_power_of_2(cols) >= 2048):
+    large = rows >= LARGE_BATCH_ROWS_PER_SM * sms
+    if large and triton.next_power_of_2(cols) > 2048:
+        return (large_batch_config(cols, dtype, write_sum=write_sum),
+                f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} rows per SM or more)")
+    if (not large and not write_sum and rows >= MID_BATCH_ROWS_PER_SM * sms
+            and triton.next_power_of_2(cols) >= 2048):
         chosen = mid_batch_config(cols, dtype)
         if chosen != config:
             return chosen, (f"mid-batch rule (the fused op from {MID_BATCH_ROWS_PER_SM} rows per "
@@ -563,6 +597,10 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
         return None
     software_bf16 = (not env.current().on_gpu) and x2.dtype == torch.bfloat16
     block = triton.next_power_of_2(cols)
+    if config.segment is not None and config.segment < block and config.programs_per_sm:
+        return add_rmsnorm_exchange.launch_exchange(
+            x2, r2, w, y2, s2, eps, config.segment, config.num_warps,
+            config.programs_per_sm, sm_count(x2.device), software_bf16)
     if config.segment is not None and config.segment < block:
         return add_rmsnorm_split.launch_split(
             x2, r2, w, y2, s2, eps, config.segment, config.num_warps,

@@ -137,11 +137,12 @@ def _book_launches() -> tuple:
                    cols=4096, dtype=bf16),
            _launch("multirow", 4, "rmsnorm_multirow_kernel", "1024 bf16", "multirow",
                    cols=1024, dtype=bf16)]
-    # each design at a width it runs at: two passes and the split only past 32,768 columns
+    # each design at a width it runs at: two passes, the split and the exchange past 32,768 columns
     for design, kernel, cols in (("whole", "add_rmsnorm_kernel", 4096),
                                  ("chunked", "add_rmsnorm_chunked_kernel", 65536),
                                  ("split partials", "split_partials_kernel", 65536),
-                                 ("split normalize", "split_normalize_kernel", 65536)):
+                                 ("split normalize", "split_normalize_kernel", 65536),
+                                 ("exchange", "add_rmsnorm_exchange_kernel", 65536)):
         for write_sum in (False, True):
             out.append(_launch(f"add {design}{' +sum' if write_sum else ''}", 7, kernel,
                                f"{cols} bf16", "add_rmsnorm", cols=cols, dtype=bf16,
@@ -405,7 +406,8 @@ def _build_multirow(cols: int, dtype: str):
 
 def _build_add_rmsnorm(cols: int, dtype: str, design: str, write_sum: bool):
     """``add_rmsnorm.launch``: the heuristic config (no tuned table applies on an AMD GPU), the
-    two-pass config for the chunked design, or the split config's two kernels."""
+    two-pass config for the chunked design, the split config's two kernels, or the exchange
+    kernel as a GPU runs it (``PHASE=0``)."""
     import torch
     import triton
 
@@ -414,6 +416,15 @@ def _build_add_rmsnorm(cols: int, dtype: str, design: str, write_sum: bool):
     x, w = _rows_and_weight(cols, dtype)
     r, y = torch.empty_like(x), torch.empty_like(x)
     s = torch.empty_like(x) if write_sum else y
+    if design == "exchange":
+        from . import add_rmsnorm_exchange as exchange
+
+        seg = m.EXCHANGE_CONFIG.segment
+        sums = torch.empty(ROWS * exchange.segments(cols, seg), dtype=torch.float32)
+        args, constexprs = exchange.kernel_arguments(x, r, w, y, s if write_sum else None, sums,
+                                                     1e-5, seg, False)
+        return (exchange.add_rmsnorm_exchange_kernel, args,
+                dict(constexprs, PHASE=0, num_warps=m.EXCHANGE_CONFIG.num_warps))
     if design.startswith("split"):
         from . import add_rmsnorm_split as split
 

@@ -1,0 +1,166 @@
+"""The capstone's exchange design (add_rmsnorm_exchange): a row held by several programs that
+exchange their partial sums. Both ops and in place against the float64 references, strided rows,
+NaN and overflow, the same bits on every call, the launch rule that picks it, and on a GPU the
+persistent grid (several rows per program, every program resident) in a CUDA graph."""
+import pytest
+import torch
+
+from fusedrms import checks, env, reference
+from fusedrms.kernels import add_rmsnorm as A
+from fusedrms.kernels import add_rmsnorm_exchange as X
+from fusedrms.validation import InputError
+
+DEV = env.current().device
+
+
+def inputs(rows, cols, dtype, seed=0, stride=None):
+    g = torch.Generator().manual_seed(seed)
+    width = stride or cols
+    x = torch.randn(rows, width, generator=g).to(dtype).to(DEV)[:, :cols]
+    r = torch.randn(rows, width, generator=g).to(dtype).to(DEV)[:, :cols]
+    w = (torch.rand(cols, generator=g) + 0.5).to(dtype).to(DEV)
+    return x, r, w
+
+
+def exchange(segment, warps=4, programs_per_sm=2):
+    return A.LaunchConfig(1, warps, programs_per_sm=programs_per_sm, segment=segment)
+
+
+def test_segments_cover_the_row():
+    assert X.segments(65536, 4096) == 16
+    assert X.segments(40000, 4096) == 10  # the last one partial
+    assert X.segments(1, 4096) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("rows, cols, segment", [(3, 1000, 256), (2, 4096, 1024), (1, 777, 128),
+                                                 (5, 300, 64)])
+def test_both_ops_and_in_place_match_the_references(rows, cols, segment, dtype):
+    x, r, w = inputs(rows, cols, dtype, seed=rows * cols)
+    cfg = exchange(segment)
+    y = A.add_rmsnorm(x, r, w, 1e-5, config=cfg)
+    assert checks.allclose(y, reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64)).ok
+    y2, s2 = A.add_rmsnorm_residual(x, r, w, 1e-5, config=cfg)
+    y_ref, s_ref = reference.add_rmsnorm_residual(x, r, w, 1e-5, accum=torch.float64)
+    assert torch.equal(s2, s_ref.to(dtype))  # the stored residual, bit for bit
+    assert checks.allclose(y2, y_ref).ok
+    xi, ri = x.clone(), r.clone()
+    A.add_rmsnorm_residual(xi, ri, w, 1e-5, in_place=True, config=cfg)
+    assert torch.equal(ri, s2) and torch.equal(xi, y2)
+
+
+def test_rows_with_a_stride_wider_than_the_row():
+    x, r, w = inputs(3, 1000, torch.float32, stride=1536)
+    y = A.add_rmsnorm(x, r, w, config=exchange(256))
+    assert checks.allclose(y, reference.add_rmsnorm(x, r, w, accum=torch.float64)).ok
+
+
+def test_the_same_bits_on_every_call():
+    """The partial sums are added in a fixed order, whichever program publishes last."""
+    x, r, w = inputs(2, 3000, torch.bfloat16, seed=7)
+    first, again = (A.add_rmsnorm_residual(x, r, w, config=exchange(512)) for _ in range(2))
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+def test_a_nan_and_an_overflowed_row_come_back_nan_and_spare_the_other_rows():
+    """A NaN sum counts as published (it is not below zero), so its row finishes, as NaN."""
+    x, r, w = inputs(3, 1000, torch.float32)
+    x[0, 999] = float("nan")  # in the last, partial segment
+    x[1] = 3e38  # the sum of squares overflows fp32 in every segment
+    y = A.add_rmsnorm(x, r, w, config=exchange(256))
+    assert torch.isnan(y[0]).all() and torch.isnan(y[1]).all()
+    assert checks.allclose(y[2:], reference.add_rmsnorm(x[2:], r[2:], w,
+                                                         accum=torch.float64)).ok
+
+
+def test_the_label_and_the_table_record_name_the_exchange():
+    cfg = exchange(4096, programs_per_sm=8)
+    assert "4096 columns that exchange their sums" in cfg.label() and "8/SM" in cfg.label()
+    rec = dict(cfg.as_dict(), cols=65536, dtype="bfloat16")
+    assert A.config_from_record(rec) == ((65536, "bfloat16"), cfg)
+
+
+@pytest.mark.parametrize("kwargs", [dict(chunk=1024), dict(rows_per_program=2)])
+def test_an_exchanged_row_takes_one_row_and_no_chunks(kwargs):
+    with pytest.raises(InputError, match="rows_per_program=1 and chunk=None"):
+        A.LaunchConfig(**dict(dict(num_warps=4, programs_per_sm=2, segment=2048), **kwargs))
+
+
+def test_the_rule_takes_rows_of_128_kb_and_more():
+    bf16, fp16, fp32, sms = torch.bfloat16, torch.float16, torch.float32, 132
+    # the fused op: every batch of rows of 128 KB or more, but few rows too wide to hold (split)
+    for rows, cols, dtype in ((67, 65536, bf16), (10**5, 65536, fp16), (1024, 65536, fp32),
+                              (1, 32768, fp32), (128, 40000, bf16)):
+        got, rule = A.batch_config(A.TWO_PASS_CONFIG, rows, cols, sms, dtype, write_sum=False)
+        assert got == A.EXCHANGE_CONFIG and rule.startswith("exchange rule"), (rows, cols, dtype)
+    assert A.batch_config(A.TWO_PASS_CONFIG, 66, 65536, sms, bf16,
+                          write_sum=False)[0] == A.SPLIT_CONFIG
+    for cols, dtype in ((32768, bf16), (16384, fp32)):  # 64 KB: held whole by one program
+        assert not A.takes_exchange(1024, cols, sms, dtype, write_sum=False)
+    # the residual-writing op: fp32 only, not from half a row to two rows per SM
+    for rows in (1, 66, 264, 10**5):
+        assert A.takes_exchange(rows, 32768, sms, fp32, write_sum=True), rows
+    for rows in (67, 128, 263):
+        assert not A.takes_exchange(rows, 32768, sms, fp32, write_sum=True), rows
+    for rows in (1, 1024):
+        assert not A.takes_exchange(rows, 65536, sms, bf16, write_sum=True)
+    assert A.batch_config(A.TWO_PASS_CONFIG, 1024, 65536, sms, bf16,
+                          write_sum=True) == (A.TWO_PASS_CONFIG, None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, cols, dtype", [(5000, 65536, torch.bfloat16),
+                                               (700, 65536, torch.float32),
+                                               (300, 40000, torch.float16),
+                                               (20, 32768, torch.float32)])
+def test_gpu_the_exchange_rule_is_exact_with_several_rows_per_program(rows, cols, dtype):
+    """More rows than resident groups: each program walks several rows, loading the next row
+    while it waits for the others' sums."""
+    x, r, w = inputs(rows, cols, dtype, seed=rows)
+    assert A.launch_config(rows, cols, dtype, x.device, write_sum=False) == A.EXCHANGE_CONFIG
+    y = A.add_rmsnorm(x, r, w)
+    assert checks.allclose(y, reference.add_rmsnorm(x, r, w, accum=torch.float64)).ok
+    y2, s2 = A.add_rmsnorm_residual(x, r, w, config=A.EXCHANGE_CONFIG)
+    y_ref, s_ref = reference.add_rmsnorm_residual(x, r, w, accum=torch.float64)
+    assert torch.equal(s2, s_ref.to(dtype)) and checks.allclose(y2, y_ref).ok
+    xi, ri = x.clone(), r.clone()
+    A.add_rmsnorm_residual(xi, ri, w, in_place=True, config=A.EXCHANGE_CONFIG)
+    assert torch.equal(ri, s2) and torch.equal(xi, y2)
+
+
+@pytest.mark.gpu
+def test_gpu_every_program_of_the_grid_is_resident():
+    """The grid never asks for more programs than the GPU holds at once (a program waiting for
+    one that never starts would wait forever)."""
+    x, r, w = inputs(4096, 65536, torch.bfloat16)
+    y = torch.empty_like(x)
+    cfg = A.EXCHANGE_CONFIG
+    launch = X.launch_exchange(x, r, w, y, None, 1e-5, cfg.segment, cfg.num_warps,
+                               cfg.programs_per_sm, A.sm_count(x.device), False)
+    programs = launch.direct.grid[0]
+    compiled = launch.direct.compiled
+    held = X.resident_per_sm(compiled, cfg.num_warps, x.device)
+    assert 1 <= held and programs <= A.sm_count(x.device) * min(held, cfg.programs_per_sm)
+    assert programs % X.segments(65536, cfg.segment) == 0
+    assert compiled.n_spills == 0
+
+
+@pytest.mark.gpu
+def test_gpu_the_remembered_exchange_launch_runs_in_a_cuda_graph():
+    """The fast path's launch and its fresh slots, captured and replayed: the same bits."""
+    x, r, w = inputs(1024, 65536, torch.float32)
+    A.clear_plans()
+    y0, s0 = A.add_rmsnorm_residual(x, r, w)  # the full path; remembers the plan
+    assert A.launch_config(1024, 65536, torch.float32, x.device,
+                           write_sum=True) == A.EXCHANGE_CONFIG
+    y1 = A.add_rmsnorm(x, r, w)
+    out = {}
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out["y"], out["s"] = A.add_rmsnorm_residual(x, r, w)
+        out["y1"] = A.add_rmsnorm(x, r, w)
+    graph.replay()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out["y"], y0) and torch.equal(out["s"], s0) and torch.equal(out["y1"], y1)
