@@ -597,11 +597,12 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
         return None
     software_bf16 = (not env.current().on_gpu) and x2.dtype == torch.bfloat16
     block = triton.next_power_of_2(cols)
-    if config.segment is not None and config.segment < block and config.programs_per_sm:
+    split = config.segment is not None and config.segment < block
+    if split and config.programs_per_sm:
         return add_rmsnorm_exchange.launch_exchange(
             x2, r2, w, y2, s2, eps, config.segment, config.num_warps,
             config.programs_per_sm, sm_count(x2.device), software_bf16)
-    if config.segment is not None and config.segment < block:
+    if split:
         return add_rmsnorm_split.launch_split(
             x2, r2, w, y2, s2, eps, config.segment, config.num_warps,
             software_bf16)

@@ -62,7 +62,7 @@ def add_rmsnorm_exchange_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, sums_ptr,
     x_next = tl.load(x_ptr + row * x_stride + col, mask=col_ok, other=0.0)
     r_next = tl.load(r_ptr + row * r_stride + col, mask=col_ok, other=0.0)
     for i in tl.range(0, tl.cdiv(rows - group, groups)):
-        row = (group + i * groups).to(tl.int64)  # a tensor, also when interpreted
+        row = (group + i * groups).to(tl.int64)  # a tensor, interpreted too
         s = x_next.to(tl.float32) + r_next.to(tl.float32)
         if PHASE == 2 and WRITE_SUM:  # phase 1 stored s (maybe over r)
             s = tl.load(s_ptr + row * s_stride + col, mask=col_ok,
