@@ -93,6 +93,29 @@ def test_block_sizes_time_tolerance():
     assert "milliseconds" in ch03._time_mismatch(0.1, 100.0)
     assert "seconds" in ch03._time_mismatch(1e-4, 100.0)
     assert "3x away" in ch03._time_mismatch(30.0, 100.0)
+    assert "3x slower" in ch03._time_mismatch(310.0, 100.0)
+    # the CPU runtime: a run slowed by other work is still a measurement, a faster one is not
+    assert ch03._time_mismatch(900.0, 100.0, ch03.CPU_SLOWER_FACTOR) is None
+    assert "10x slower" in ch03._time_mismatch(1100.0, 100.0, ch03.CPU_SLOWER_FACTOR)
+    assert "3x away" in ch03._time_mismatch(30.0, 100.0, ch03.CPU_SLOWER_FACTOR)
+
+
+def test_block_sizes_accepts_a_time_the_machine_slowed_on_the_cpu_runtime(monkeypatch):
+    """A reader's run slowed 5x by other work (the checker re-times faster) is accepted on the
+    CPU runtime; the same 5x on a GPU, where timing is steady, is refused."""
+    solution = ch03.block_sizes.solution
+    correct = {e["block_size"]: e["correct"] for e in solution}
+
+    def measure(_rows, _cols, block, _on_gpu):
+        return (None if correct[block] else "wrong output"), 100.0, lambda: 100.0
+
+    monkeypatch.setattr(ch03, "_measure_block", measure)
+    slowed = [{**e, "time_us": 500.0} for e in solution]
+    monkeypatch.setattr(ch03, "_gpu_build_available", lambda: False)
+    assert ch03.block_sizes.check(slowed).ok
+    monkeypatch.setattr(ch03, "_gpu_build_available", lambda: True)
+    fb = ch03.block_sizes.check(slowed)
+    assert not fb.ok and "3x slower" in fb.message, fb.message
 
 
 # ---- 3.2: any correct finish, in HIP's own names ----
