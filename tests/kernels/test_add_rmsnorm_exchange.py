@@ -5,21 +5,12 @@ persistent grid (several rows per program, every program resident) in a CUDA gra
 import pytest
 import torch
 
-from fusedrms import checks, env, reference
+from fusedrms import checks, reference
 from fusedrms.kernels import add_rmsnorm as A
 from fusedrms.kernels import add_rmsnorm_exchange as X
 from fusedrms.validation import InputError
 
-DEV = env.current().device
-
-
-def inputs(rows, cols, dtype, seed=0, stride=None):
-    g = torch.Generator().manual_seed(seed)
-    width = stride or cols
-    x = torch.randn(rows, width, generator=g).to(dtype).to(DEV)[:, :cols]
-    r = torch.randn(rows, width, generator=g).to(dtype).to(DEV)[:, :cols]
-    w = (torch.rand(cols, generator=g) + 0.5).to(dtype).to(DEV)
-    return x, r, w
+from .split_rows import assert_both_ops_and_in_place_match, inputs
 
 
 def exchange(segment, warps=4, programs_per_sm=2):
@@ -37,16 +28,7 @@ def test_segments_cover_the_row():
                                                  (5, 300, 64)])
 def test_both_ops_and_in_place_match_the_references(rows, cols, segment, dtype):
     x, r, w = inputs(rows, cols, dtype, seed=rows * cols)
-    cfg = exchange(segment)
-    y = A.add_rmsnorm(x, r, w, 1e-5, config=cfg)
-    assert checks.allclose(y, reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64)).ok
-    y2, s2 = A.add_rmsnorm_residual(x, r, w, 1e-5, config=cfg)
-    y_ref, s_ref = reference.add_rmsnorm_residual(x, r, w, 1e-5, accum=torch.float64)
-    assert torch.equal(s2, s_ref.to(dtype))  # the stored residual, bit for bit
-    assert checks.allclose(y2, y_ref).ok
-    xi, ri = x.clone(), r.clone()
-    A.add_rmsnorm_residual(xi, ri, w, 1e-5, in_place=True, config=cfg)
-    assert torch.equal(ri, s2) and torch.equal(xi, y2)
+    assert_both_ops_and_in_place_match(x, r, w, exchange(segment))
 
 
 def test_rows_with_a_stride_wider_than_the_row():

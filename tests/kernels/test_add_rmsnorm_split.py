@@ -4,21 +4,12 @@ configuration that asks for it."""
 import pytest
 import torch
 
-from fusedrms import checks, env, reference
+from fusedrms import checks, reference
 from fusedrms.kernels import add_rmsnorm as A
 from fusedrms.kernels import add_rmsnorm_split as S
 from fusedrms.validation import InputError
 
-DEV = env.current().device
-
-
-def inputs(rows, cols, dtype, seed=0, stride=None):
-    g = torch.Generator().manual_seed(seed)
-    width = stride or cols
-    x = torch.randn(rows, width, generator=g).to(dtype).to(DEV)[:, :cols]
-    r = torch.randn(rows, width, generator=g).to(dtype).to(DEV)[:, :cols]
-    w = (torch.rand(cols, generator=g) + 0.5).to(dtype).to(DEV)
-    return x, r, w
+from .split_rows import assert_both_ops_and_in_place_match, inputs
 
 
 def test_segments_cover_the_row():
@@ -32,16 +23,7 @@ def test_segments_cover_the_row():
                                                  (4, 2048, 2048 // 8)])
 def test_both_ops_and_in_place_match_the_references(rows, cols, segment, dtype):
     x, r, w = inputs(rows, cols, dtype, seed=rows * cols)
-    cfg = A.LaunchConfig(1, 4, segment=segment)
-    y = A.add_rmsnorm(x, r, w, 1e-5, config=cfg)
-    assert checks.allclose(y, reference.add_rmsnorm(x, r, w, 1e-5, accum=torch.float64)).ok
-    y2, s2 = A.add_rmsnorm_residual(x, r, w, 1e-5, config=cfg)
-    y_ref, s_ref = reference.add_rmsnorm_residual(x, r, w, 1e-5, accum=torch.float64)
-    assert torch.equal(s2, s_ref.to(dtype))  # the stored residual, bit for bit
-    assert checks.allclose(y2, y_ref).ok
-    xi, ri = x.clone(), r.clone()
-    A.add_rmsnorm_residual(xi, ri, w, 1e-5, in_place=True, config=cfg)
-    assert torch.equal(ri, s2) and torch.equal(xi, y2)  # kernel 2 reads s from residual's memory
+    assert_both_ops_and_in_place_match(x, r, w, A.LaunchConfig(1, 4, segment=segment))
 
 
 def test_rows_with_a_stride_wider_than_the_row():
