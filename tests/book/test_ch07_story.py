@@ -123,15 +123,15 @@ def test_the_widest_rows_read_what_inductor_reads_and_take_less_time():
     from fusedrms.kernels import add_rmsnorm as A
     bf16 = torch.bfloat16
     assert ours["cols"] * 2 == 64 << 10
-    cfg = A.large_batch_config(ours["cols"], bf16, write_sum=False)
+    cfg = A.large_batch_config(ours["cols"], bf16)
     assert cfg == A.LaunchConfig(1, 32) and cfg.chunk is None
     # "... every row of a large batch of up to 32,768 columns whole: one 16-byte vector per
     # thread, up to 32 warps" (wider rows take two passes)
     for cols in (4096, 8192, 16384, 32768):
-        rule = A.large_batch_config(cols, bf16, write_sum=False)
+        rule = A.large_batch_config(cols, bf16)
         assert rule.chunk is None and rule.num_warps == min(32, cols * 2 // 16 // 32)
     assert A.WHOLE_ROW_MAX_COLS == 32768
-    assert A.large_batch_config(32768 * 2, bf16, write_sum=False).chunk
+    assert A.takes_two_passes(32768 * 2) and not A.takes_two_passes(32768)
     # "the rows held between the passes came to ..., more than the ... of L2"
     assert float(v["wncu_held"].split()[0]) > float(v["wncu_l2"].split()[0])
 

@@ -272,16 +272,23 @@ def test_rows_wider_than_the_registers_hold_split_in_small_batches_else_exchange
                           write_sum=False)[0].segment is None
 
 
-def test_each_op_has_its_two_pass_launch_with_one_program_per_sm():
-    """The residual-writing op: a tile grid of 32-warp programs (one fits an SM); the fused op: a
-    persistent grid of one 16-warp program per SM. Both keep as many rows in flight as SMs."""
-    fused, residual = A.two_pass_config(False), A.two_pass_config(True)
-    assert residual == A.TWO_PASS_CONFIG and fused == A.TWO_PASS_FUSED_CONFIG
-    assert residual.programs_per_sm is None and residual.num_warps == 32
-    assert fused.programs_per_sm == 1 and fused.chunk == residual.chunk
-    assert A.grid_size(fused, 1000, 132) == (1, 132)
+def test_only_the_residual_writing_op_takes_two_passes_on_a_gpu():
+    """Past what registers hold, the fused op splits or exchanges at every batch: every such row
+    is 128 KB or more. The residual-writing op keeps a tile grid of 32-warp programs (one fits an
+    SM) where it does not exchange."""
+    assert A.TWO_PASS_CONFIG.programs_per_sm is None and A.TWO_PASS_CONFIG.num_warps == 32
+    for cols in (A.WHOLE_ROW_MAX_COLS + 1, 40000, A.MAX_COLS):
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            for rows in (1, 66, 67, 132, 264, 1000, 10**5):
+                got, _ = A.batch_config(A.TWO_PASS_CONFIG, rows, cols, 132, dtype,
+                                        write_sum=False)
+                assert got in (A.SPLIT_CONFIG, A.EXCHANGE_CONFIG), (rows, cols, dtype)
     assert A.batch_config(A.TWO_PASS_CONFIG, 1000, 65536, 132, torch.bfloat16,
-                          write_sum=True) == (residual, None)
+                          write_sum=True) == (A.TWO_PASS_CONFIG, None)
+    assert A.batch_config(A.LaunchConfig(1, 16), 1000, 65536, 132, torch.bfloat16,
+                          write_sum=True)[1].startswith("two-pass rule")
+    with pytest.raises(ValueError, match="wider than one program holds"):
+        A.large_batch_config(A.WHOLE_ROW_MAX_COLS + 1, torch.bfloat16)
 
 
 def test_a_row_of_max_cols_is_computed_right_by_both_designs():
@@ -293,7 +300,7 @@ def test_a_row_of_max_cols_is_computed_right_by_both_designs():
     y, s = A.add_rmsnorm_residual(x, r, w, config=A.TWO_PASS_CONFIG)
     ref_y, ref_s = reference.add_rmsnorm_residual(x, r, w, accum=torch.float64)
     assert checks.equal(s, ref_s) and checks.allclose(y, ref_y)
-    assert checks.equal(A.add_rmsnorm(x, r, w, config=A.TWO_PASS_FUSED_CONFIG), y)
+    assert checks.equal(A.add_rmsnorm(x, r, w, config=A.TWO_PASS_CONFIG), y)
 
 
 def test_small_grids_get_fewer_rows_per_program():
@@ -513,7 +520,7 @@ def test_gpu_config_and_source_names_the_rule_that_replaced_the_table():
     many = A.LARGE_BATCH_ROWS_PER_SM * sms
     cfg, source = A.config_and_source(many, 8192, torch.bfloat16, torch.device("cuda"),
                                       write_sum=False)
-    assert cfg == A.large_batch_config(8192, torch.bfloat16, write_sum=False)
+    assert cfg == A.large_batch_config(8192, torch.bfloat16)
     assert source.startswith("large-batch rule")
     cfg, source = A.config_and_source(1, 65536, torch.bfloat16, torch.device("cuda"),
                                       write_sum=True)
@@ -548,7 +555,7 @@ def test_the_large_batch_launch_gives_each_thread_one_vector_up_to_32_warps(cols
     from fusedrms.kernels import add_rmsnorm as A
 
     size = torch.empty((), dtype=dtype).element_size()
-    rule = A.large_batch_config(cols, dtype, write_sum=True)
+    rule = A.large_batch_config(cols, dtype)
     assert rule == A.LaunchConfig(1, warps) and rule.chunk is None
     got, replaced = A.batch_config(A.LaunchConfig(1, 4), 10**5, cols, 132, dtype,
                                    write_sum=True)
@@ -638,7 +645,7 @@ def _installed_entries():
     path = tuning.installed_path("capstone", "h200")
     table = tuning.load("capstone", path)
     return sorted(table["configs"].items()) + [
-        ((8192, "bfloat16"), A.large_batch_config(8192, torch.bfloat16, write_sum=False))]
+        ((8192, "bfloat16"), A.large_batch_config(8192, torch.bfloat16))]
 
 
 @pytest.mark.parametrize("key,cfg", _installed_entries(), ids=lambda v: str(v))

@@ -8,6 +8,7 @@ import torch
 from fusedrms import checks, reference
 from fusedrms.kernels import add_rmsnorm as A
 from fusedrms.kernels import add_rmsnorm_exchange as X
+from fusedrms.kernels import add_rmsnorm_split as S
 from fusedrms.validation import InputError
 
 from .split_rows import assert_both_ops_and_in_place_match, inputs
@@ -15,12 +16,6 @@ from .split_rows import assert_both_ops_and_in_place_match, inputs
 
 def exchange(segment, warps=4, programs_per_sm=2):
     return A.LaunchConfig(1, warps, programs_per_sm=programs_per_sm, segment=segment)
-
-
-def test_segments_cover_the_row():
-    assert X.segments(65536, 4096) == 16
-    assert X.segments(40000, 4096) == 10  # the last one partial
-    assert X.segments(1, 4096) == 1
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -123,8 +118,36 @@ def test_gpu_every_program_of_the_grid_is_resident():
     compiled = launch.direct.compiled
     held = X.resident_per_sm(compiled, cfg.num_warps, x.device)
     assert 1 <= held and programs <= A.sm_count(x.device) * min(held, cfg.programs_per_sm)
-    assert programs % X.segments(65536, cfg.segment) == 0
+    assert programs % S.segments(65536, cfg.segment) == 0
     assert compiled.n_spills == 0
+    # a cooperative grid, the first launch's and the remembered one's alike
+    assert compiled.metadata.launch_cooperative_grid
+    assert launch.direct.bare is None or launch.direct.bare[1]
+
+
+@pytest.mark.gpu
+def test_gpu_a_grid_larger_than_the_gpu_holds_is_refused_at_launch():
+    """With fewer SMs than the grid was sized for (a GPU shared under MPS), a program could wait
+    for one that never starts; the cooperative launch is refused instead."""
+    x, r, w = inputs(4096, 65536, torch.bfloat16)
+    y = torch.empty_like(x)
+    cfg = A.EXCHANGE_CONFIG
+    launch = X.launch_exchange(x, r, w, y, None, 1e-5, cfg.segment, cfg.num_warps,
+                               cfg.programs_per_sm, A.sm_count(x.device), False)
+    assert launch.direct.compiled.metadata.launch_cooperative_grid  # else this would hang
+    held = X.resident_per_sm(launch.direct.compiled, cfg.num_warps, x.device)
+    per_row = S.segments(65536, cfg.segment)
+    too_many = (A.sm_count(x.device) * held // per_row + 1) * per_row
+    sums = torch.full((4096 * per_row,), X.NOT_PUBLISHED, device=x.device)
+    args, constexprs = X.kernel_arguments(x, r, w, y, None, sums, 1e-5, cfg.segment, False)
+    with pytest.raises(RuntimeError, match="(?i)cooperative|too many"):
+        X.add_rmsnorm_exchange_kernel[(too_many,)](
+            *args, **constexprs, PHASE=0, num_warps=cfg.num_warps, num_stages=1,
+            launch_cooperative_grid=True)
+        torch.cuda.synchronize()
+    y2 = torch.empty_like(y)  # the GPU still runs the library's launch
+    launch(x, r, w, y2, y2)
+    assert torch.equal(y2, A.add_rmsnorm(x, r, w))
 
 
 @pytest.mark.gpu

@@ -16,6 +16,9 @@ def test_segments_cover_the_row():
     assert S.segments(65536, 2048) == 32
     assert S.segments(40000, 2048) == 20  # the last one partial
     assert S.segments(1, 2048) == 1
+    # the exchange design cuts its rows the same way, into 4096-column programs
+    assert S.segments(65536, 4096) == 16
+    assert S.segments(40000, 4096) == 10
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

@@ -100,7 +100,6 @@ def _two_pass_launches(row: dict) -> dict:
     batches."""
     from .. import dtypes
     from ..kernels import add_rmsnorm as A
-    from ..kernels import add_rmsnorm_exchange as X
     from ..kernels import add_rmsnorm_split as S
 
     row_bytes = 2 * row["cols"] * dtypes.nbytes(row["dtype"])  # x and r
@@ -110,7 +109,7 @@ def _two_pass_launches(row: dict) -> dict:
             "two_held": f"{H200_SMS * row_bytes / 1e6:.0f} MB",
             "two_chunk": f"{A.TWO_PASS_CONFIG.chunk:,}",
             "two_warps": str(A.TWO_PASS_CONFIG.num_warps),
-            "ex_pieces": str(X.segments(row["cols"], A.EXCHANGE_CONFIG.segment)),
+            "ex_pieces": str(S.segments(row["cols"], A.EXCHANGE_CONFIG.segment)),
             "ex_cols": f"{A.EXCHANGE_CONFIG.segment:,}",
             "split_max_rows": str(H200_SMS // 2),
             "split_pieces": str(S.segments(row["cols"], A.SPLIT_CONFIG.segment)),

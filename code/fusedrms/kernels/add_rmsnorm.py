@@ -401,20 +401,13 @@ def _remembered_config(cols: int, dtype: torch.dtype, generation: int
 # bf16 columns: the residual-writing op 0.96 to 0.98, add + RMSNorm 0.98 to 1.00.
 LARGE_BATCH_ROWS_PER_SM = 16
 VECTOR_BYTES = 16
-# Rows wider than registers hold take two passes. One 32-warp program per SM, 16384-column chunks:
+# Rows wider than registers hold, where the exchange rule below does not apply (the residual-
+# writing op in two-byte types), take two passes. One 32-warp program per SM, 16384-column chunks:
 # 132 rows of x and r in flight (35 MB at 65,536 bf16 columns) stay in the 63 MB L2 between the
 # passes. Four 16-warp programs per SM in 2048-column chunks (the launch before) kept 528 rows,
 # 138 MB, and pass 2 went back to DRAM. H200, 1024 x 65536 bf16: the residual-writing op 141 us
 # against 176 (Inductor's kernel 167); 128 to 16384 rows and fp16, fp32 alike.
 TWO_PASS_CONFIG = LaunchConfig(rows_per_program=1, num_warps=32, num_stages=1, chunk=16384)
-# The fused op (no sum written) compiled the same launch to 64 registers with 14 spilled, and at
-# 4096 x 65536 bf16 Nsight Compute counted 101 MB written beyond y (local memory) and 148 MB read
-# beyond x and r. A persistent grid of one 16-warp program per SM keeps the same 132 rows in
-# flight and compiles to 128 registers, none spilled. H200: 1024 and 4096 rows, 120 and 443 us
-# against 133 and 525 (fp32, 1024 rows: 287 against 304). The residual-writing op runs 2-3%
-# slower that way, so each op has its launch.
-TWO_PASS_FUSED_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1,
-                                     programs_per_sm=1, chunk=16384)
 # With at most half as many rows as SMs, one program per row leaves most SMs idle: a row is split
 # into 2048-column programs instead (add_rmsnorm_split). H200, 65,536 bf16 columns: 1, 16, 32
 # rows 4.0, 5.8, 7.8 us against 9.7, 10.0, 10.5 in two passes (Inductor 5.4, 7.2, 9.9); from 80
@@ -442,17 +435,13 @@ def takes_exchange(rows: int, cols: int, sms: int, dtype: torch.dtype, *, write_
     return not write_sum or (dtypes.nbytes(dtype) == 4 and (2 * rows <= sms or rows >= 2 * sms))
 
 
-def two_pass_config(write_sum: bool) -> LaunchConfig:
-    """The two-pass launch of each op (``write_sum``: the residual-writing op)."""
-    return TWO_PASS_CONFIG if write_sum else TWO_PASS_FUSED_CONFIG
-
-
-def large_batch_config(cols: int, dtype: torch.dtype, *, write_sum: bool) -> LaunchConfig:
-    """The large-batch launch for a row width, dtype and op (``write_sum``: the residual-writing
-    op): one row per program, one 16-byte vector per thread per tensor, 4 to 32 warps (32 warps
-    hold up to WHOLE_ROW_MAX_COLS columns in registers; wider rows take the op's two passes)."""
+def large_batch_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
+    """The large-batch launch for a row held whole: one row per program, one 16-byte vector per
+    thread per tensor, 4 to 32 warps (32 warps hold up to WHOLE_ROW_MAX_COLS columns in
+    registers; wider rows take the split, exchange or two-pass launch)."""
     if takes_two_passes(cols):
-        return two_pass_config(write_sum)
+        raise ValueError(f"a row of {cols} columns is wider than one program holds; "
+                         f"batch_config picks its launch")
     warps = _warps_for(cols, dtype, VECTOR_BYTES * 32, fewest=4, most=32)
     return LaunchConfig(rows_per_program=1, num_warps=warps, num_stages=1)
 
@@ -506,13 +495,12 @@ def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int, dtype: to
     if takes_exchange(rows, cols, sms, dtype, write_sum=write_sum):
         return EXCHANGE_CONFIG, ("exchange rule (rows of 128 KB or more: programs of 4096 columns "
                                  "exchange their partial sums)")
-    if takes_two_passes(cols):
-        chosen = two_pass_config(write_sum)
-        return chosen, (None if chosen == config else
-                        "two-pass rule (each op its launch, rows wider than registers hold)")
+    if takes_two_passes(cols):  # the residual-writing op in two-byte types, or fp32 near 1/SM
+        return TWO_PASS_CONFIG, (None if TWO_PASS_CONFIG == config else
+                                 "two-pass rule (rows wider than registers hold)")
     large = rows >= LARGE_BATCH_ROWS_PER_SM * sms
     if large and triton.next_power_of_2(cols) > 2048:
-        return (large_batch_config(cols, dtype, write_sum=write_sum),
+        return (large_batch_config(cols, dtype),
                 f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} rows per SM or more)")
     if (not large and not write_sum and rows >= MID_BATCH_ROWS_PER_SM * sms
             and triton.next_power_of_2(cols) >= 2048):

@@ -14,10 +14,12 @@ their partial sums through global memory:
    registers: x and r are read once.
 
 Waiting on another program is safe only when every program is resident at once, so the grid is
-persistent and never larger than the GPU holds (:func:`resident_groups`); the programs of a row
-are consecutive and move through rows together. Triton's interpreter runs one program at a time,
-and one that waits for another would wait forever: there the same kernel runs twice, ``PHASE=1``
-(publish) then ``PHASE=2`` (normalize), as the two-kernel split does.
+persistent and never larger than the GPU holds (:func:`resident_per_sm`). It is launched as a
+cooperative grid, which the driver refuses to start rather than start in part (a GPU shared
+under MPS holds fewer programs). The programs of a row are consecutive and move through rows
+together. Triton's interpreter runs one program at a time, and one that waits for another would
+wait forever: there the same kernel runs twice, ``PHASE=1`` (publish) then ``PHASE=2``
+(normalize), as the two-kernel split does.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import triton
 import triton.language as tl
 
 from . import direct_launch
+from .add_rmsnorm_split import segments  # the split's cut of a row into programs
 from .rmsnorm import loud_scale  # chapter 4's overflow guard, reused
 from .rounding import store_cast  # fp32 -> stored dtype, the same bits on GPU and CPU
 
@@ -101,11 +104,6 @@ def add_rmsnorm_exchange_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, sums_ptr,
 # [/book:exchange-kernel]
 
 
-def segments(cols: int, segment: int) -> int:
-    """Programs per row: segments of ``segment`` columns covering the row."""
-    return -(-cols // segment)
-
-
 def resident_per_sm(compiled, num_warps: int, device: torch.device) -> int:
     """How many programs of ``compiled`` one SM holds at once: its registers, threads and shared
     memory (the CUDA occupancy rule, with registers allocated in 256-per-warp units). On an AMD
@@ -169,7 +167,10 @@ def launch_exchange(x2, r2, w, y2, s2, eps: float, segment: int, num_warps: int,
             kernel[(rows * per_row,)](*args, **constexprs, PHASE=phase, num_warps=num_warps)
         return None
     params = dict(constexprs, PHASE=0)
-    compiled = kernel.warmup(*args, **params, num_warps=num_warps, num_stages=1, grid=(1,))
+    # all resident or none started; on an AMD GPU not run, so left to the default launch there
+    cooperative = torch.version.hip is None
+    compiled = kernel.warmup(*args, **params, num_warps=num_warps, num_stages=1, grid=(1,),
+                             launch_cooperative_grid=cooperative)
     compiled._init_handles()
     held = resident_per_sm(compiled, num_warps, x2.device)
     groups = min(rows, sms * min(programs_per_sm, held) // per_row)
@@ -178,6 +179,7 @@ def launch_exchange(x2, r2, w, y2, s2, eps: float, segment: int, num_warps: int,
                            f"warps ({compiled.n_regs} registers a thread) do not fit on the GPU "
                            f"at once; choose a wider segment or fewer warps.")
     programs = groups * per_row
-    kernel[(programs,)](*args, **params, num_warps=num_warps, num_stages=1)
+    kernel[(programs,)](*args, **params, num_warps=num_warps, num_stages=1,
+                        launch_cooperative_grid=cooperative)
     direct = direct_launch.after_first_launch(compiled, programs, kernel, 6, *args, **params)
     return None if direct is None else ExchangeLaunch(direct, rows * per_row)

@@ -418,9 +418,10 @@ def _build_add_rmsnorm(cols: int, dtype: str, design: str, write_sum: bool):
     s = torch.empty_like(x) if write_sum else y
     if design == "exchange":
         from . import add_rmsnorm_exchange as exchange
+        from .add_rmsnorm_split import segments
 
         seg = m.EXCHANGE_CONFIG.segment
-        sums = torch.empty(ROWS * exchange.segments(cols, seg), dtype=torch.float32)
+        sums = torch.empty(ROWS * segments(cols, seg), dtype=torch.float32)
         args, constexprs = exchange.kernel_arguments(x, r, w, y, s if write_sum else None, sums,
                                                      1e-5, seg, False)
         return (exchange.add_rmsnorm_exchange_kernel, args,
@@ -437,7 +438,7 @@ def _build_add_rmsnorm(cols: int, dtype: str, design: str, write_sum: bool):
                                       else (split.split_normalize_kernel, second))
         return kernel, args, dict(constexprs, num_warps=m.SPLIT_CONFIG.num_warps)
     config = (m.heuristic_config(cols, x.dtype) if design == "whole"
-              else m.two_pass_config(write_sum))
+              else m.TWO_PASS_CONFIG)
     block = triton.next_power_of_2(cols)
     if config.chunk is not None and config.chunk < block:
         kernel, width = m.add_rmsnorm_chunked_kernel, {"CHUNK": config.chunk}
