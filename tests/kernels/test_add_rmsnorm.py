@@ -292,8 +292,9 @@ def test_only_the_residual_writing_op_takes_two_passes_on_a_gpu():
 
 
 def test_a_row_of_max_cols_is_computed_right_by_both_designs():
-    """The interpreter's one configuration keeps the row whole; the GPU's takes two passes: both
-    give the reference at the widest row the capstone takes."""
+    """The interpreter's one configuration keeps the row whole; the two-pass launch (on a GPU the
+    residual-writing op's in two-byte types) walks it in chunks: both give the reference at the
+    widest row the capstone takes, and the fused op the residual op's y."""
     x, r, w = inputs(2, A.MAX_COLS, torch.float32)
     ref = reference.add_rmsnorm(x, r, w, accum=torch.float64)
     assert checks.allclose(A.add_rmsnorm(x, r, w), ref)

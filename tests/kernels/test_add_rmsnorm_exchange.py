@@ -105,15 +105,22 @@ def test_gpu_the_exchange_rule_is_exact_with_several_rows_per_program(rows, cols
     assert torch.equal(ri, s2) and torch.equal(xi, y2)
 
 
-@pytest.mark.gpu
-def test_gpu_every_program_of_the_grid_is_resident():
-    """The grid never asks for more programs than the GPU holds at once (a program waiting for
-    one that never starts would wait forever)."""
-    x, r, w = inputs(4096, 65536, torch.bfloat16)
+def _library_launch(rows=4096, cols=65536, dtype=torch.bfloat16):
+    """(x, r, w, y, the library's exchange launch of the fused op on them)."""
+    x, r, w = inputs(rows, cols, dtype)
     y = torch.empty_like(x)
     cfg = A.EXCHANGE_CONFIG
     launch = X.launch_exchange(x, r, w, y, None, 1e-5, cfg.segment, cfg.num_warps,
                                cfg.programs_per_sm, A.sm_count(x.device), False)
+    return x, r, w, y, launch
+
+
+@pytest.mark.gpu
+def test_gpu_every_program_of_the_grid_is_resident():
+    """The grid never asks for more programs than the GPU holds at once (a program waiting for
+    one that never starts would wait forever)."""
+    x, r, w, y, launch = _library_launch()
+    cfg = A.EXCHANGE_CONFIG
     programs = launch.direct.grid[0]
     compiled = launch.direct.compiled
     held = X.resident_per_sm(compiled, cfg.num_warps, x.device)
@@ -129,11 +136,8 @@ def test_gpu_every_program_of_the_grid_is_resident():
 def test_gpu_a_grid_larger_than_the_gpu_holds_is_refused_at_launch():
     """With fewer SMs than the grid was sized for (a GPU shared under MPS), a program could wait
     for one that never starts; the cooperative launch is refused instead."""
-    x, r, w = inputs(4096, 65536, torch.bfloat16)
-    y = torch.empty_like(x)
+    x, r, w, y, launch = _library_launch()
     cfg = A.EXCHANGE_CONFIG
-    launch = X.launch_exchange(x, r, w, y, None, 1e-5, cfg.segment, cfg.num_warps,
-                               cfg.programs_per_sm, A.sm_count(x.device), False)
     assert launch.direct.compiled.metadata.launch_cooperative_grid  # else this would hang
     held = X.resident_per_sm(launch.direct.compiled, cfg.num_warps, x.device)
     per_row = S.segments(65536, cfg.segment)
