@@ -169,7 +169,7 @@ def test_an_overflowed_row_is_nan_on_every_launch_path(config):
     (lambda x, r, w: A.add_rmsnorm(x, r, w[:-1]), "one weight per column"),
     (lambda x, r, w: A.add_rmsnorm(x, r, w, eps=-1.0), "eps must be"),
     (lambda x, r, w: A.add_rmsnorm([1.0], r, w), "must be a torch.Tensor"),
-    (lambda x, r, w: A.add_rmsnorm(x, r, w, config={"warps": 4}), "Keys: rows_per_program"),
+    (lambda x, r, w: A.add_rmsnorm(x, r, w, config={"warps": 4}), "chunk, segment"),
     (lambda x, r, w: A.add_rmsnorm(x, r, w, config=A.LaunchConfig(3, 4)), "power of two"),
     (lambda x, r, w: A.add_rmsnorm(x, r, w, config="fast"), "config must be"),
     (lambda x, r, w: A.add_rmsnorm_residual(x, r, w, config={"num_warps": 64}), "num_warps"),
@@ -500,7 +500,7 @@ def test_large_batches_take_the_whole_row_launch_and_small_ones_the_table():
     table_cfg = A.LaunchConfig(2, 8)
     sms, bf16 = 132, torch.bfloat16
     big, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms, 8192, sms, bf16,
-                                   write_sum=False)
+                                   write_sum=True)
     assert replaced and big == A.LaunchConfig(1, 32) and big.chunk is None
     small, replaced = A.batch_config(table_cfg, A.LARGE_BATCH_ROWS_PER_SM * sms - 1, 8192, sms,
                                      bf16, write_sum=True)
@@ -520,9 +520,13 @@ def test_gpu_config_and_source_names_the_rule_that_replaced_the_table():
     sms = A.sm_count(torch.device("cuda"))
     many = A.LARGE_BATCH_ROWS_PER_SM * sms
     cfg, source = A.config_and_source(many, 8192, torch.bfloat16, torch.device("cuda"),
-                                      write_sum=False)
+                                      write_sum=True)
     assert cfg == A.large_batch_config(8192, torch.bfloat16)
     assert source.startswith("large-batch rule")
+    cfg, source = A.config_and_source(many, 8192, torch.bfloat16, torch.device("cuda"),
+                                      write_sum=False)
+    assert cfg == A.mid_batch_config(8192, torch.bfloat16) == A.LaunchConfig(1, 16)
+    assert source.startswith("large-batch rule") and "two 16-byte vectors" in source
     cfg, source = A.config_and_source(1, 65536, torch.bfloat16, torch.device("cuda"),
                                       write_sum=True)
     assert cfg == A.SPLIT_CONFIG and source.startswith("split rule")
@@ -564,6 +568,32 @@ def test_the_large_batch_launch_gives_each_thread_one_vector_up_to_32_warps(cols
     assert got == (A.EXCHANGE_CONFIG if cols * size >= 128 << 10 else rule) and replaced
     assert triton.next_power_of_2(cols) // (32 * warps) <= 32  # values per thread in registers
     assert warps == 32 or triton.next_power_of_2(cols) * size == 16 * 32 * warps
+
+
+def test_large_batches_of_the_fused_op_launch_otherwise_at_16_and_32_kb_two_byte_rows():
+    sms, table = 132, A.LaunchConfig(1, 4)
+    for rows in (A.LARGE_BATCH_ROWS_PER_SM * sms, 16384):
+        for dtype in (torch.bfloat16, torch.float16):
+            # the row's BLOCK decides: 8192 columns, then 16384
+            for cols, want, why in ((8192, A.LaunchConfig(1, 16), "two 16-byte vectors"),
+                                    (5000, A.LaunchConfig(1, 16), "two 16-byte vectors"),
+                                    (16384, A.FUSED_32KB_ROW_CONFIG, "two passes"),
+                                    (9000, A.FUSED_32KB_ROW_CONFIG, "two passes")):
+                got, rule = A.batch_config(table, rows, cols, sms, dtype, write_sum=False)
+                assert got == want and rule.startswith("large-batch rule") and why in rule
+                # the residual-writing op keeps one vector a thread, the row whole
+                got, rule = A.batch_config(table, rows, cols, sms, dtype, write_sum=True)
+                assert got == A.large_batch_config(cols, dtype) == A.LaunchConfig(1, 32)
+                assert rule == f"large-batch rule ({A.LARGE_BATCH_ROWS_PER_SM} rows per SM or more)"
+        # other widths, and fp32 rows of 16 and 32 KB, keep one vector a thread
+        for cols, dtype, warps in ((4096, torch.bfloat16, 16), (32768, torch.bfloat16, 32),
+                                   (4096, torch.float32, 32), (8192, torch.float32, 32)):
+            got, rule = A.batch_config(table, rows, cols, sms, dtype, write_sum=False)
+            assert got == A.large_batch_config(cols, dtype) == A.LaunchConfig(1, warps)
+            assert rule == f"large-batch rule ({A.LARGE_BATCH_ROWS_PER_SM} rows per SM or more)"
+    # Inductor's launch: two passes over 8,192-column chunks, one row per program, 32 warps
+    assert A.FUSED_32KB_ROW_CONFIG == A.LaunchConfig(1, 32, 1, None, 8192)
+    assert A.fused_large_batch_config(16384, torch.float32) is None
 
 
 def test_the_hinted_control_computes_the_same_bits(monkeypatch):
@@ -645,13 +675,15 @@ def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dty
 def _installed_entries():
     path = tuning.installed_path("capstone", "h200")
     table = tuning.load("capstone", path)
+    fused = [((cols, "float16"), A.fused_large_batch_config(cols, torch.float16)[0])
+             for cols in (8192, 16384)]
     return sorted(table["configs"].items()) + [
-        ((8192, "bfloat16"), A.large_batch_config(8192, torch.bfloat16))]
+        ((8192, "bfloat16"), A.large_batch_config(8192, torch.bfloat16))] + fused
 
 
 @pytest.mark.parametrize("key,cfg", _installed_entries(), ids=lambda v: str(v))
 def test_every_configuration_in_use_computes_both_ops(key, cfg):
-    """Each launch the H200 runs (its table's entries, and the large-batch launch) on the CPU
+    """Each launch the H200 runs (its table's entries, and the large-batch launches) on the CPU
     path, at the entry's own width: y against the float64 reference, s bit for bit."""
     cols, name = key
     dtype = getattr(torch, name)

@@ -1,9 +1,8 @@
 """The capstone (chapter 7): fused residual-add + RMSNorm, one kernel, three (or four) row-trips.
 
 Two ops, one kernel source per design: :func:`add_rmsnorm_kernel` keeps the whole row in registers;
-:func:`~.add_rmsnorm_chunked.add_rmsnorm_chunked_kernel` (for wide rows, in its own module)
-walks it twice in column chunks, the second pass
-re-reading x and r mostly from L2; :mod:`.add_rmsnorm_split` splits a wide row over several
+:func:`~.add_rmsnorm_chunked.add_rmsnorm_chunked_kernel` walks it twice in column chunks, the second
+pass re-reading x and r mostly from L2; :mod:`.add_rmsnorm_split` splits a wide row over several
 programs, for batches with fewer rows than SMs; :mod:`.add_rmsnorm_exchange` holds a row of 128 KB
 or more in the registers of several resident programs that exchange their partial sums. The tuner
 tries the first two and keeps the faster per (cols, dtype); rules on the batch pick the others
@@ -20,11 +19,9 @@ Casting convention (the book's, as :func:`fusedrms.reference.rmsnorm`): upcast t
 ``s * r * w`` in fp32, cast once at the store.
 
 Out of place by default (the registry's convention ``fn(x, r, w, eps) -> (y, s)``): the caller's
-tensors stay untouched, so a benchmark can call it a thousand times on the same inputs and a test
-can compare with the reference afterwards. ``add_rmsnorm_residual(..., in_place=True)`` writes
-``s`` into ``residual`` and ``y`` into ``x``, as vLLM's ``fused_add_rms_norm`` does. It moves the
-same bytes (read x and r, write s and y: four row-trips either way); what it saves is two
-allocations and the memory they occupy, which matters inside a model and not at all in bytes.
+tensors stay untouched. ``add_rmsnorm_residual(..., in_place=True)`` writes ``s`` into ``residual``
+and ``y`` into ``x``, as vLLM's ``fused_add_rms_norm`` does: the same bytes move (four row-trips
+either way), and two allocations are saved, which matters inside a model.
 
 Launch configuration ("autotuning done right"):
 
@@ -36,11 +33,9 @@ Launch configuration ("autotuning done right"):
   tiles). The table is keyed on ``(cols, dtype)``: the two things that change the compiled kernel's
   register tile. Not on rows: a serving batch changes its row count every step, and a key on rows
   would re-tune (and re-compile) at run time.
-- The table comes from the H200 run (``tuning/h200/capstone.json``, written by
-  ``python -m fusedrms.record --chapters 7 --tune`` and installed with
-  ``python -m fusedrms.tuning install``) and is used on that GPU; elsewhere, or for a width the
-  table lacks, :func:`heuristic_config` decides. Under the interpreter one fixed configuration
-  (:data:`INTERPRETER_CONFIG`) is used: multi-config autotuning cannot run there.
+- The table comes from the H200 run (``tuning/h200/capstone.json``, from ``python -m
+  fusedrms.record --chapters 7 --tune``) and is used on that GPU; elsewhere, or for a width the
+  table lacks, :func:`heuristic_config` decides; under the interpreter :data:`INTERPRETER_CONFIG`.
 - Rules on the batch need no tuning (:func:`batch_config`): one row, a few rows per SM (the fused
   op), many rows per SM, fewer rows than SMs on wide rows, each take a launch of their own; and
   when a grid of ``rows / rows_per_program`` programs would leave SMs idle, rows per program
@@ -60,7 +55,7 @@ import triton.language as tl
 
 from .. import dtypes, registry, tuning, validation
 from . import add_rmsnorm_exchange, add_rmsnorm_split, direct_launch
-from .add_rmsnorm_chunked import add_rmsnorm_chunked_kernel  # the two-pass design
+from .add_rmsnorm_chunked import add_rmsnorm_chunked_kernel, load_sum  # the two-pass design
 from .rmsnorm import loud_scale  # chapter 4's overflow guard, reused
 from .rounding import store_cast  # fp32 -> stored dtype, the same bits on GPU and CPU
 
@@ -95,12 +90,8 @@ def _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
            + tl.arange(0, ROWS_PER_PROGRAM)).to(tl.int64)
     mask = (row < rows)[:, None] & col_ok[None, :]
     if HINTED:  # the design before (HINTED_LOADS): x, r evict_first, w late
-        x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :],
-                    mask=mask, other=0.0,
-                    eviction_policy="evict_first").to(tl.float32)
-        r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :],
-                    mask=mask, other=0.0,
-                    eviction_policy="evict_first").to(tl.float32)
+        s = load_sum(x_ptr, r_ptr, row, col, x_stride, r_stride, mask,
+                     "evict_first")  # the two-pass kernel's x + r
     else:
         # no cache hints, and the weight goes out with x and r so that its
         # latency hides behind theirs, not after the reduction
@@ -109,7 +100,7 @@ def _add_rmsnorm_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
         r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :],
                     mask=mask, other=0.0).to(tl.float32)
         w = tl.load(w_ptr + col, mask=col_ok, other=0.0).to(tl.float32)
-    s = x + r  # the residual add: registers only
+        s = x + r  # the residual add: registers only
     if WRITE_SUM:
         # the next layer's residual, in x's dtype;
         # y is computed from s as stored
@@ -154,8 +145,6 @@ def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows,
                           eps, BLOCK, ROWS_PER_PROGRAM, WRITE_SUM,
                           SOFTWARE_BF16, HINTED)
 # [/book:kernel]
-
-
 
 
 # ---------------------------------------------------------------- launch configurations
@@ -394,11 +383,10 @@ def _remembered_config(cols: int, dtype: torch.dtype, generation: int
 # whole row in registers and one 16-byte vector of each tensor per thread (8 bf16 or 4 fp32
 # values; 32 warps at most, so wider rows give a thread more vectors) reads every byte once. It
 # replaced two passes over column chunks (Inductor's shape), whose second pass re-reads the row
-# from L2, once the whole-row kernel stopped asking L2 to evict x and r first. Small batches are
-# bound by latency: the table holds the winners measured there. The switch is a rule on rows,
-# like the one above, and needs no tuning. H200, every candidate timed in turn (medians of three
-# rounds), time against two passes in 2048-column chunks at 4096 and 16384 rows of 4096 to 16384
-# bf16 columns: the residual-writing op 0.96 to 0.98, add + RMSNorm 0.98 to 1.00.
+# from L2, once the whole-row kernel stopped asking L2 to evict x and r first. Small batches, bound
+# by latency, keep the table's winners. H200, medians of three rounds, time against two passes in
+# 2048-column chunks at 4096 and 16384 rows of 4096 to 16384 bf16 columns: the residual-writing
+# op 0.96 to 0.98, add + RMSNorm 0.98 to 1.00.
 LARGE_BATCH_ROWS_PER_SM = 16
 VECTOR_BYTES = 16
 # Rows wider than registers hold, where the exchange rule below does not apply (the residual-
@@ -433,6 +421,28 @@ def takes_exchange(rows: int, cols: int, sms: int, dtype: torch.dtype, *, write_
     if block_bytes(cols, dtype) < EXCHANGE_MIN_ROW_BYTES:
         return False
     return not write_sum or (dtypes.nbytes(dtype) == 4 and (2 * rows <= sms or rows >= 2 * sms))
+
+
+# The fused op launches otherwise at two widths of two-byte types, where torch.compile was faster.
+# H200, us, against the one-vector launch (torch.compile in brackets). Rows of 16 KB (8,192
+# columns): two 16-byte vectors a thread, 16 warps (the mid-batch launch).
+#   16384 x 8192 bf16 187.8 against 189.5 (188.0), 4096 x 8192 49.4 against 50.9 (50.3); fp16
+#   0.987x to 1.000x. Two vectors were the same or slower elsewhere: the residual-writing op 0.999x
+#   to 1.019x, 4,096 two-byte columns 1.001x to 1.011x, 4,096 fp32 0.991x to 1.010x. Rows of 32 KB
+#   (16,384 columns): Inductor's launch, two passes in 8,192-column chunks of 32 warps. 16384 x
+#   16384 bf16 368.7 against 371.9 (368.7), fp16 369.2 against 371.4 (368.9); 4096 rows 96.4
+#   against 96.7 (96.1). 4,096-column chunks lost at 4096 rows (97.0); fewer warps, and
+#   persistent grids, were 2% to 60% slower.
+FUSED_32KB_ROW_CONFIG = LaunchConfig(rows_per_program=1, num_warps=32, num_stages=1, chunk=8192)
+
+
+def fused_large_batch_config(cols: int, dtype: torch.dtype) -> tuple[LaunchConfig, str] | None:
+    """(the fused op's large-batch launch, why) where it is not :func:`large_batch_config`'s."""
+    if dtypes.nbytes(dtype) == 2 and block_bytes(cols, dtype) == 16 * 1024:
+        return mid_batch_config(cols, dtype), "16 KB two-byte rows: two 16-byte vectors a thread"
+    if dtypes.nbytes(dtype) == 2 and block_bytes(cols, dtype) == 32 * 1024:
+        return FUSED_32KB_ROW_CONFIG, "32 KB two-byte rows: two passes, Inductor's launch"
+    return None
 
 
 def large_batch_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
@@ -500,8 +510,11 @@ def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int, dtype: to
                                  "two-pass rule (rows wider than registers hold)")
     large = rows >= LARGE_BATCH_ROWS_PER_SM * sms
     if large and triton.next_power_of_2(cols) > 2048:
-        return (large_batch_config(cols, dtype),
-                f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} rows per SM or more)")
+        rule = f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} rows per SM or more"
+        fused = None if write_sum else fused_large_batch_config(cols, dtype)
+        if fused is not None:
+            return fused[0], f"{rule}; the fused op at {fused[1]})"
+        return large_batch_config(cols, dtype), f"{rule})"
     if (not large and not write_sum and rows >= MID_BATCH_ROWS_PER_SM * sms
             and triton.next_power_of_2(cols) >= 2048):
         chosen = mid_batch_config(cols, dtype)
@@ -558,7 +571,7 @@ def _check_config(config) -> LaunchConfig | None:
             return LaunchConfig(**config)
         except TypeError as e:
             raise validation.InputError(f"config: {e}. Keys: rows_per_program, num_warps, "
-                                        f"num_stages, programs_per_sm, chunk.") from None
+                                        f"num_stages, programs_per_sm, chunk, segment.") from None
     raise validation.InputError(f"config must be a LaunchConfig, a dict or None, "
                                 f"got {type(config).__name__}.")
 
@@ -575,11 +588,13 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
     the sum).
 
     A config with a ``segment`` narrower than the row's BLOCK splits each row
-    over programs (:mod:`.add_rmsnorm_split`); one with a ``chunk`` narrower
-    than BLOCK runs the two-pass kernel; otherwise the row lives in
-    registers. Returns a :class:`~.direct_launch.DirectLaunch` (or the
-    split's pair of them) for calls with the same shapes (on a GPU), else
-    None."""
+    over programs: with ``programs_per_sm``, resident programs that exchange
+    their partial sums (:mod:`.add_rmsnorm_exchange`), without it two kernels
+    (:mod:`.add_rmsnorm_split`). One with a ``chunk`` narrower than BLOCK
+    runs the two-pass kernel; otherwise the row lives in registers. Returns
+    a :class:`~.direct_launch.DirectLaunch` (the split's pair of them, the
+    exchange's :class:`~.add_rmsnorm_exchange.ExchangeLaunch`) for calls
+    with the same shapes (on a GPU), else None."""
     rows, cols = x2.shape
     if rows == 0:
         return None

@@ -18,6 +18,18 @@ from .rounding import store_cast  # fp32 -> stored dtype, the same bits on GPU a
 
 # [book:chunked-kernel]
 @triton.jit
+def load_sum(x_ptr, r_ptr, row, col, x_stride, r_stride, mask,
+             EVICT: tl.constexpr):
+    """x + r of a tile of rows and columns, in fp32; EVICT is the loads'
+    cache hint."""
+    x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :], mask=mask,
+                other=0.0, eviction_policy=EVICT)
+    r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :], mask=mask,
+                other=0.0, eviction_policy=EVICT)
+    return x.to(tl.float32) + r.to(tl.float32)
+
+
+@triton.jit
 def _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
                    COLS: tl.constexpr, x_stride, r_stride, y_stride, s_stride,
                    eps, CHUNK: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
@@ -36,26 +48,15 @@ def _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
             # x and r are read once: pass 1 writes s, which pass 2 reads
             # back (half the bytes of reading x and r again, and from L2:
             # it was just written)
-            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :],
-                        mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :],
-                        mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            s_stored = store_cast(x + r, s_ptr.dtype.element_ty,
-                                  SOFTWARE_BF16)
+            s = load_sum(x_ptr, r_ptr, row, col, x_stride, r_stride, mask,
+                         "evict_first")
+            s_stored = store_cast(s, s_ptr.dtype.element_ty, SOFTWARE_BF16)
             tl.store(s_ptr + row[:, None] * s_stride + col[None, :],
                      s_stored, mask=mask)
             s = s_stored.to(tl.float32)
-        else:
-            # ask L2 to keep x and r for pass 2
-            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :],
-                        mask=mask, other=0.0,
-                        eviction_policy="evict_last").to(tl.float32)
-            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :],
-                        mask=mask, other=0.0,
-                        eviction_policy="evict_last").to(tl.float32)
-            s = x + r
+        else:  # ask L2 to keep x and r for pass 2
+            s = load_sum(x_ptr, r_ptr, row, col, x_stride, r_stride, mask,
+                         "evict_last")
         partial += s * s
     denominator = tl.sum(partial, axis=1) / COLS + eps
     rstd = loud_scale(tl.rsqrt(denominator), denominator)
@@ -69,13 +70,8 @@ def _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tile, rows,
                         mask=mask, other=0.0,
                         eviction_policy="evict_first").to(tl.float32)
         else:
-            x = tl.load(x_ptr + row[:, None] * x_stride + col[None, :],
-                        mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            r = tl.load(r_ptr + row[:, None] * r_stride + col[None, :],
-                        mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
-            s = x + r
+            s = load_sum(x_ptr, r_ptr, row, col, x_stride, r_stride, mask,
+                         "evict_first")
         w = tl.load(w_ptr + col, mask=col_ok, other=0.0,
                     eviction_policy="evict_last").to(tl.float32)
         y = s * rstd[:, None] * w[None, :]

@@ -83,9 +83,7 @@ def add_rmsnorm_exchange_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, sums_ptr,
         if PHASE == 0:
             # an atomic write goes to L2, where the others' atomic reads look
             tl.atomic_xchg(row_sums + k, tl.sum(s * s, axis=0), sem="release")
-            sums = tl.atomic_add(row_sums + slot, 0.0, mask=slot_ok,
-                                 sem="acquire")
-            sums = tl.where(slot_ok, sums, 0.0)
+            sums = tl.full([SEGMENTS_POW2], -1.0, tl.float32)  # none yet
             while tl.sum((sums < 0).to(tl.int32), axis=0) > 0:
                 sums = tl.atomic_add(row_sums + slot, 0.0, mask=slot_ok,
                                      sem="acquire")
