@@ -212,13 +212,6 @@ def story_values(docs: dict) -> dict[str, str]:
                                  ("rs", f["rs_counts"], tallies)):
         if counts:
             v.update({f"{prefix}_{k}": str(counts[k]) for k in told})
-    if f["whole_lost"]:  # the fused op's losses (all on rows held whole, the tests hold it)
-        worst = max(f["whole_lost"], key=lambda r: r["ratio"])
-        v.update(fu_lost_at=page.listed([CR.shape_text(r["rows"], r["cols"], r["dtype"])
-                                         for r in f["whole_lost"]]),
-                 fu_lost_max=CR.ratio_text(worst["ratio"]),
-                 fu_lost_pct=f"{worst['pct_floor']:.0f}%",
-                 fu_lost_peer_pct=f"{worst['peer_pct_floor']:.0f}%")
     ours, inductor = (f["wide_ncu"].get(k) for k in (CR.CAPSTONE, "torch.compile_add"))
     if ours and inductor:
         # the two-pass launch this shape had before, each program holding its row of x and r
@@ -279,10 +272,16 @@ def story_values(docs: dict) -> dict[str, str]:
         low = min(big, key=lambda r: r["pct_floor"])
         v.update(large_min_at=CR.shape_text(low["rows"], low["cols"], low["dtype"]),
                  large_min_peer_pct=f"{low['peer_pct_floor']:.0f}%")
+    if f["rs_whole_lost"]:  # the residual-writing op's losses, and to whom
+        worst = max(f["rs_whole_lost"], key=lambda r: r["ratio"])
+        v.update(rs_lost_at=page.listed([CR.shape_text(r["rows"], r["cols"], r["dtype"])
+                                         for r in f["rs_whole_lost"]]),
+                 rs_lost_max=CR.ratio_text(worst["ratio"]),
+                 rs_lost_peer=page.listed(CR.display_names(
+                     sorted({r["peer"] for r in f["rs_whole_lost"]}))))
     whole_lost = f["whole_lost"] + f["rs_whole_lost"]
     if whole_lost:
         v["whole_lost_max"] = f"{100 * (max(r['ratio'] for r in whole_lost) - 1):.0f}%"
-        v["whole_lost_n"] = str(len(whole_lost))
     if f["fi_max_cols"]:
         v["fi_max_cols"] = f"{f['fi_max_cols']:,}"
     if f["eager"]:
