@@ -129,3 +129,22 @@ def test_children_compile_with_one_thread_unless_told_otherwise(tmp_path, monkey
     study._run_child(["timing"], study.time.time() + 5, log, {"TORCHINDUCTOR_COMPILE_THREADS": "4"})
     assert seen[0] == {"A": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
     assert seen[1]["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
+
+
+def test_ncu_profiles_the_call_after_the_warm_up(tmp_path, monkeypatch):
+    """ncu sees only the call between cudaProfilerStart and Stop: never a launch counted from the
+    process start, which can be one of Inductor's autotuning candidates."""
+    import os
+    import time
+
+    fake = tmp_path / "ncu"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/args\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    got = study.run_ncu(tmp_path, time.time() + 60, dict(os.environ), targets=("ours", "inductor"))
+    assert [g["status"] for g in got] == ["ok", "ok"]
+    lines = (tmp_path / "args").read_text().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        assert "--profile-from-start off" in line and "--launch-skip" not in line
+        assert "--launch-count 1" in line and "ncu-target" in line

@@ -288,7 +288,7 @@ def test_only_the_residual_writing_op_takes_two_passes_on_a_gpu():
     assert A.batch_config(A.LaunchConfig(1, 16), 1000, 65536, 132, torch.bfloat16,
                           write_sum=True)[1].startswith("two-pass rule")
     with pytest.raises(ValueError, match="wider than one program holds"):
-        A.large_batch_config(A.WHOLE_ROW_MAX_COLS + 1, torch.bfloat16)
+        A.large_batch_config(A.WHOLE_ROW_MAX_COLS + 1, torch.bfloat16, write_sum=False)
 
 
 def test_a_row_of_max_cols_is_computed_right_by_both_designs():
@@ -521,7 +521,7 @@ def test_gpu_config_and_source_names_the_rule_that_replaced_the_table():
     many = A.LARGE_BATCH_ROWS_PER_SM * sms
     cfg, source = A.config_and_source(many, 8192, torch.bfloat16, torch.device("cuda"),
                                       write_sum=True)
-    assert cfg == A.large_batch_config(8192, torch.bfloat16)
+    assert (cfg, None) == A.large_batch_config(8192, torch.bfloat16, write_sum=True)
     assert source.startswith("large-batch rule")
     cfg, source = A.config_and_source(many, 8192, torch.bfloat16, torch.device("cuda"),
                                       write_sum=False)
@@ -560,8 +560,8 @@ def test_the_large_batch_launch_gives_each_thread_one_vector_up_to_32_warps(cols
     from fusedrms.kernels import add_rmsnorm as A
 
     size = torch.empty((), dtype=dtype).element_size()
-    rule = A.large_batch_config(cols, dtype)
-    assert rule == A.LaunchConfig(1, warps) and rule.chunk is None
+    rule, why = A.large_batch_config(cols, dtype, write_sum=True)
+    assert rule == A.LaunchConfig(1, warps) and rule.chunk is None and why is None
     got, replaced = A.batch_config(A.LaunchConfig(1, 4), 10**5, cols, 132, dtype,
                                    write_sum=True)
     # rows of 128 KB in fp32 take the exchange rule before the large-batch rule
@@ -583,17 +583,20 @@ def test_large_batches_of_the_fused_op_launch_otherwise_at_16_and_32_kb_two_byte
                 assert got == want and rule.startswith("large-batch rule") and why in rule
                 # the residual-writing op keeps one vector a thread, the row whole
                 got, rule = A.batch_config(table, rows, cols, sms, dtype, write_sum=True)
-                assert got == A.large_batch_config(cols, dtype) == A.LaunchConfig(1, 32)
+                assert (got, None) == A.large_batch_config(cols, dtype, write_sum=True)
+                assert got == A.LaunchConfig(1, 32)
                 assert rule == f"large-batch rule ({A.LARGE_BATCH_ROWS_PER_SM} rows per SM or more)"
         # other widths, and fp32 rows of 16 and 32 KB, keep one vector a thread
         for cols, dtype, warps in ((4096, torch.bfloat16, 16), (32768, torch.bfloat16, 32),
                                    (4096, torch.float32, 32), (8192, torch.float32, 32)):
             got, rule = A.batch_config(table, rows, cols, sms, dtype, write_sum=False)
-            assert got == A.large_batch_config(cols, dtype) == A.LaunchConfig(1, warps)
+            assert (got, None) == A.large_batch_config(cols, dtype, write_sum=False)
+            assert got == A.LaunchConfig(1, warps)
             assert rule == f"large-batch rule ({A.LARGE_BATCH_ROWS_PER_SM} rows per SM or more)"
     # Inductor's launch: two passes over 8,192-column chunks, one row per program, 32 warps
     assert A.FUSED_32KB_ROW_CONFIG == A.LaunchConfig(1, 32, 1, None, 8192)
-    assert A.fused_large_batch_config(16384, torch.float32) is None
+    assert A.large_batch_config(16384, torch.float32, write_sum=False) == (A.LaunchConfig(1, 32),
+                                                                           None)
 
 
 def test_the_hinted_control_computes_the_same_bits(monkeypatch):
@@ -675,10 +678,10 @@ def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dty
 def _installed_entries():
     path = tuning.installed_path("capstone", "h200")
     table = tuning.load("capstone", path)
-    fused = [((cols, "float16"), A.fused_large_batch_config(cols, torch.float16)[0])
+    fused = [((cols, "float16"), A.large_batch_config(cols, torch.float16, write_sum=False)[0])
              for cols in (8192, 16384)]
     return sorted(table["configs"].items()) + [
-        ((8192, "bfloat16"), A.large_batch_config(8192, torch.bfloat16))] + fused
+        ((8192, "bfloat16"), A.large_batch_config(8192, torch.bfloat16, write_sum=True)[0])] + fused
 
 
 @pytest.mark.parametrize("key,cfg", _installed_entries(), ids=lambda v: str(v))

@@ -142,7 +142,7 @@ def test_gpu_a_grid_larger_than_the_gpu_holds_is_refused_at_launch():
     held = X.resident_per_sm(launch.direct.compiled, cfg.num_warps, x.device)
     per_row = S.segments(65536, cfg.segment)
     too_many = (A.sm_count(x.device) * held // per_row + 1) * per_row
-    sums = torch.full((4096 * per_row,), X.NOT_PUBLISHED, device=x.device)
+    sums = torch.full((4096 * per_row,), X.NOT_PUBLISHED.value, device=x.device)
     args, constexprs = X.kernel_arguments(x, r, w, y, None, sums, 1e-5, cfg.segment, False)
     with pytest.raises(RuntimeError, match="(?i)cooperative|too many"):
         X.add_rmsnorm_exchange_kernel[(too_many,)](

@@ -320,6 +320,8 @@ def test_profile_with_a_fake_ncu(monkeypatch, tmp_path):
     for section in ("Occupancy", "LaunchStats", "WarpStateStats"):
         assert f"--section {section}" in args
     assert "--metrics dram__bytes_read.sum,dram__bytes_write.sum" in args
+    # only the call after the warm-up (Inductor's autotuner launches candidates under its name)
+    assert "--profile-from-start off" in args and "--launch-skip" not in args
     assert s["dram_throughput_pct"] == 91.52 and s["duration_us"] == pytest.approx(201.34)
     assert s["model_bytes"] == harness.floor_bytes("add_rmsnorm", 64, 128, "bf16")
     csv_file.write_text("==ERROR== ERR_NVGPUCTRPERM - no permission\n")

@@ -342,7 +342,7 @@ TUNING_FILES = {
 }
 EXTRAS_BUDGET_S, TUNE_BUDGET_S, CHECK_BUDGET_S, CONFIRM_BUDGET_S = 40, 300, 40, 60
 SMOKE_LEVERS_BUDGET_S = 40  # one shape, one process: it compiles every candidate and torch.compile
-LEVERS_BUDGET_S = 150  # a limit (candidate launches at 4 shapes, both ops, 3 processes: ~60 s)
+LEVERS_BUDGET_S = 150  # a limit (candidate launches at 5 shapes, both ops, 3 processes: ~90 s)
 PEERS_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far above its ~60 s
 ESTIMATE_S = 135  # H200 at 347eb14: 134 s when chapter 6 timed its peers (284 s alone at b6cfbb0)
 TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
@@ -528,7 +528,8 @@ LEVERS = (  # (study candidate, lever, what it tests) - study_timing.candidates
 )
 
 
-def lever_effects(doc: dict, shapes=((16384, 8192), (4096, 8192), (1024, 16384), (128, 16384)),
+def lever_effects(doc: dict, shapes=((16384, 8192), (4096, 8192), (1024, 16384), (128, 16384),
+                                     (16384, 16384)),
                   dtype: str = "bf16") -> list[dict]:
     """Lever -> effect from ``capstone_levers.json``: each candidate launch against the launch in
     use (``ours``: the table, or the large-batch rule) at a few shapes, both ops: time before,

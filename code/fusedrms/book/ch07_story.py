@@ -80,6 +80,7 @@ def story_facts(docs: dict) -> dict:
         "above": sorted((r for r in fused if round(r.get("pct_floor") or 0) > 100),
                         key=lambda r: -r["pct_floor"]),
         "dram": _dram(docs.get("ncu")), "levers": _levers(docs.get("levers"), points),
+        "before": _launch_before(docs.get("levers")),
     }
 
 
@@ -193,6 +194,35 @@ def _levers(levers_doc: dict | None, points) -> dict | None:
             "gap": abs(gaps[gap_at]) if gap_at else None, "gap_at": gap_at}
 
 
+# where the fused op's large batches stopped launching one 16-byte vector a thread (bf16)
+CHANGED_LAUNCH_SHAPES = ((16384, 8192), (16384, 16384))
+
+
+def _launch_before(levers_doc: dict | None) -> list[dict]:
+    """At :data:`CHANGED_LAUNCH_SHAPES`, the fused op's launch before (one 16-byte vector a
+    thread, which the residual-writing op still takes) against torch.compile, both timed by the
+    lever study."""
+    import torch
+
+    from ..kernels import add_rmsnorm as A
+    from . import ch07, study_timing
+
+    if not levers_doc:
+        return []
+    index = {(r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]): r["median_us"]
+             for r in ch07.normalized(levers_doc)}
+    out = []
+    for rows, cols in CHANGED_LAUNCH_SHAPES:
+        one_vector, _ = A.large_batch_config(cols, torch.bfloat16, write_sum=True)
+        name = next((n for n, cfg in study_timing.candidates(cols, torch.bfloat16).items()
+                     if cfg == one_vector), None)
+        before = index.get(("add_rmsnorm", f"capstone[{name}]", rows, cols, "bf16"))
+        peer = index.get(("add_rmsnorm", "torch.compile_add", rows, cols, "bf16"))
+        if before and peer:
+            out.append({"rows": rows, "cols": cols, "ratio": before / peer})
+    return out
+
+
 def story_values(docs: dict) -> dict[str, str]:
     """Every value section 6's prose shows, formatted (absent where not recorded)."""
     f = story_facts(docs)
@@ -279,9 +309,6 @@ def story_values(docs: dict) -> dict[str, str]:
                  rs_lost_max=CR.ratio_text(worst["ratio"]),
                  rs_lost_peer=page.listed(CR.display_names(
                      sorted({r["peer"] for r in f["rs_whole_lost"]}))))
-    whole_lost = f["whole_lost"] + f["rs_whole_lost"]
-    if whole_lost:
-        v["whole_lost_max"] = f"{100 * (max(r['ratio'] for r in whole_lost) - 1):.0f}%"
     if f["fi_max_cols"]:
         v["fi_max_cols"] = f"{f['fi_max_cols']:,}"
     if f["eager"]:
@@ -301,6 +328,10 @@ def story_values(docs: dict) -> dict[str, str]:
         v.update(dram_pct=f"{d['pct']:.0f}%", dram_at=CR.shape_text(d["rows"], d["cols"]))
     if f["py_fused"] and f["py_torch"]:
         v.update(py_fused=f"{f['py_fused']:.1f} µs", py_torch=f"{f['py_torch']:.1f} µs")
+    if f["before"]:
+        v["before_lost"] = page.listed([f"{CR.ratio_text(r['ratio'])} at "
+                                        f"{CR.shape_text(r['rows'], r['cols'])}"
+                                        for r in f["before"]])
     lv = f["levers"]
     if lv and lv["longer"]:
         worst = lv["longer"][0]

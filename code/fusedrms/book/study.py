@@ -68,8 +68,8 @@ def run_ncu(out_dir: Path, deadline: float, env_vars: dict,
             results.append({"target": which, "status": "skipped: time budget"})
             continue
         cmd = [ncu, "--clock-control", "none", *sum((["--section", s] for s in sections), []),
-               "--metrics", NCU_METRICS, "-k", NCU_TARGETS[which], "--launch-skip", "1",
-               "--launch-count", "1", sys.executable, "-m", "fusedrms.book.study",
+               "--metrics", NCU_METRICS, "-k", NCU_TARGETS[which], "--profile-from-start",
+               "off", "--launch-count", "1", sys.executable, "-m", "fusedrms.book.study",
                "ncu-target", which]
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=left - 2,

@@ -381,12 +381,11 @@ def _remembered_config(cols: int, dtype: torch.dtype, generation: int
 # [book:large-batch]
 # Large batches are bound by DRAM bandwidth, not by latency. There, one row per program with the
 # whole row in registers and one 16-byte vector of each tensor per thread (8 bf16 or 4 fp32
-# values; 32 warps at most, so wider rows give a thread more vectors) reads every byte once. It
-# replaced two passes over column chunks (Inductor's shape), whose second pass re-reads the row
-# from L2, once the whole-row kernel stopped asking L2 to evict x and r first. Small batches, bound
-# by latency, keep the table's winners. H200, medians of three rounds, time against two passes in
-# 2048-column chunks at 4096 and 16384 rows of 4096 to 16384 bf16 columns: the residual-writing
-# op 0.96 to 0.98, add + RMSNorm 0.98 to 1.00.
+# values; 32 warps at most, so wider rows give a thread more vectors) reads every byte once, where
+# two passes over column chunks (Inductor's shape) read the row again, from L2. H200, medians of
+# three rounds, time against two passes in 2048-column chunks at 4096 and 16384 rows of 4096 to
+# 16384 bf16 columns: the residual-writing op 0.96 to 0.98, add + RMSNorm 0.98 to 1.00 (the fused
+# op's two exceptions are below). Small batches, bound by latency, keep the table's winners.
 LARGE_BATCH_ROWS_PER_SM = 16
 VECTOR_BYTES = 16
 # Rows wider than registers hold, where the exchange rule below does not apply (the residual-
@@ -436,24 +435,25 @@ def takes_exchange(rows: int, cols: int, sms: int, dtype: torch.dtype, *, write_
 FUSED_32KB_ROW_CONFIG = LaunchConfig(rows_per_program=1, num_warps=32, num_stages=1, chunk=8192)
 
 
-def fused_large_batch_config(cols: int, dtype: torch.dtype) -> tuple[LaunchConfig, str] | None:
-    """(the fused op's large-batch launch, why) where it is not :func:`large_batch_config`'s."""
-    if dtypes.nbytes(dtype) == 2 and block_bytes(cols, dtype) == 16 * 1024:
-        return mid_batch_config(cols, dtype), "16 KB two-byte rows: two 16-byte vectors a thread"
-    if dtypes.nbytes(dtype) == 2 and block_bytes(cols, dtype) == 32 * 1024:
-        return FUSED_32KB_ROW_CONFIG, "32 KB two-byte rows: two passes, Inductor's launch"
-    return None
-
-
-def large_batch_config(cols: int, dtype: torch.dtype) -> LaunchConfig:
-    """The large-batch launch for a row held whole: one row per program, one 16-byte vector per
-    thread per tensor, 4 to 32 warps (32 warps hold up to WHOLE_ROW_MAX_COLS columns in
-    registers; wider rows take the split, exchange or two-pass launch)."""
+def large_batch_config(cols: int, dtype: torch.dtype, *, write_sum: bool
+                       ) -> tuple[LaunchConfig, str | None]:
+    """(the large-batch launch for a row held whole, what sets it apart or None): one row per
+    program, one 16-byte vector per thread per tensor, 4 to 32 warps (32 warps hold up to
+    WHOLE_ROW_MAX_COLS columns in registers; wider rows take the split, exchange or two-pass
+    launch), except the fused op at two-byte rows of 16 and 32 KB (``write_sum``: the
+    residual-writing op)."""
     if takes_two_passes(cols):
         raise ValueError(f"a row of {cols} columns is wider than one program holds; "
                          f"batch_config picks its launch")
+    if not write_sum and dtypes.nbytes(dtype) == 2:
+        if block_bytes(cols, dtype) == 16 * 1024:
+            return mid_batch_config(cols, dtype), ("the fused op at 16 KB two-byte rows: two "
+                                                   "16-byte vectors a thread")
+        if block_bytes(cols, dtype) == 32 * 1024:
+            return FUSED_32KB_ROW_CONFIG, ("the fused op at 32 KB two-byte rows: two passes, "
+                                          "Inductor's launch")
     warps = _warps_for(cols, dtype, VECTOR_BYTES * 32, fewest=4, most=32)
-    return LaunchConfig(rows_per_program=1, num_warps=warps, num_stages=1)
+    return LaunchConfig(rows_per_program=1, num_warps=warps, num_stages=1), None
 
 
 def _warps_for(cols: int, dtype: torch.dtype, bytes_per_warp: int, *, fewest: int,
@@ -510,11 +510,9 @@ def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int, dtype: to
                                  "two-pass rule (rows wider than registers hold)")
     large = rows >= LARGE_BATCH_ROWS_PER_SM * sms
     if large and triton.next_power_of_2(cols) > 2048:
-        rule = f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} rows per SM or more"
-        fused = None if write_sum else fused_large_batch_config(cols, dtype)
-        if fused is not None:
-            return fused[0], f"{rule}; the fused op at {fused[1]})"
-        return large_batch_config(cols, dtype), f"{rule})"
+        chosen, why = large_batch_config(cols, dtype, write_sum=write_sum)
+        return chosen, (f"large-batch rule ({LARGE_BATCH_ROWS_PER_SM} rows per SM or more"
+                        + (f"; {why})" if why else ")"))
     if (not large and not write_sum and rows >= MID_BATCH_ROWS_PER_SM * sms
             and triton.next_power_of_2(cols) >= 2048):
         chosen = mid_batch_config(cols, dtype)

@@ -1,4 +1,5 @@
-"""The capstone's two-pass design for rows wider than registers hold (chapter 7).
+"""The capstone's two-pass design (chapter 7): for rows wider than registers hold, and for the
+fused op's large batches of 32 KB two-byte rows (Inductor's own launch there).
 
 One program walks its row twice in column chunks: pass 1 sums the squares (and, for the
 residual-writing op, stores ``s = x + residual``), pass 2 reads the row again, mostly from L2, and

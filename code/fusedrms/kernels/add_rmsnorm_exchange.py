@@ -34,7 +34,8 @@ from .add_rmsnorm_split import segments  # the split's cut of a row into program
 from .rmsnorm import loud_scale  # chapter 4's overflow guard, reused
 from .rounding import store_cast  # fp32 -> stored dtype, the same bits on GPU and CPU
 
-NOT_PUBLISHED = -1.0  # a slot's value until its program publishes a sum of squares
+# a slot's value until its program publishes a sum of squares (a constexpr: the kernel reads it)
+NOT_PUBLISHED = tl.constexpr(-1.0)
 
 
 # [book:exchange-kernel]
@@ -83,7 +84,7 @@ def add_rmsnorm_exchange_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, sums_ptr,
         if PHASE == 0:
             # an atomic write goes to L2, where the others' atomic reads look
             tl.atomic_xchg(row_sums + k, tl.sum(s * s, axis=0), sem="release")
-            sums = tl.full([SEGMENTS_POW2], -1.0, tl.float32)  # none yet
+            sums = tl.full([SEGMENTS_POW2], NOT_PUBLISHED, tl.float32)
             while tl.sum((sums < 0).to(tl.int32), axis=0) > 0:
                 sums = tl.atomic_add(row_sums + slot, 0.0, mask=slot_ok,
                                      sem="acquire")
@@ -131,7 +132,7 @@ class ExchangeLaunch:
         self.direct, self.slots = direct, slots
 
     def __call__(self, x, r, w, y, s) -> None:
-        sums = torch.full((self.slots,), NOT_PUBLISHED, dtype=torch.float32, device=x.device)
+        sums = torch.full((self.slots,), NOT_PUBLISHED.value, dtype=torch.float32, device=x.device)
         self.direct(x, r, w, y, s, sums)
 
 
@@ -157,7 +158,8 @@ def launch_exchange(x2, r2, w, y2, s2, eps: float, segment: int, num_warps: int,
     the interpreter two launches, one program per segment of each row; returns None."""
     rows, cols = x2.shape
     per_row = segments(cols, segment)
-    sums = torch.full((rows * per_row,), NOT_PUBLISHED, dtype=torch.float32, device=x2.device)
+    sums = torch.full((rows * per_row,), NOT_PUBLISHED.value, dtype=torch.float32,
+                      device=x2.device)
     args, constexprs = kernel_arguments(x2, r2, w, y2, s2, sums, eps, segment, software_bf16)
     kernel = add_rmsnorm_exchange_kernel
     if not env.current().on_gpu:

@@ -137,7 +137,8 @@ def profile_with_ncu(impl_name: str | None = None, op: str = "add_rmsnorm", rows
         regex = "|".join(re.escape(b) for b in bases)
         summary["kernel_filter"] = f"regex:{regex}"
         cmd = [ncu, "--clock-control", "none", "--target-processes", "all",
-               "-k", f"regex:{regex}", "--launch-skip", "3", "--launch-count", str(len(bases)),
+               "-k", f"regex:{regex}", "--profile-from-start", "off",
+               "--launch-count", str(len(bases)),
                *sum((["--section", s] for s in NCU_SECTIONS), []), "--metrics", ",".join(NCU_METRICS),
                "--csv", "--page", "details",
                sys.executable, "-m", "fusedrms.measure.ncu", "profile-target", "--impl", impl_name,
@@ -175,17 +176,23 @@ def profile_with_ncu(impl_name: str | None = None, op: str = "add_rmsnorm", rows
     return summary
 
 
-def profile_target(impl_name: str, op: str, rows: int, cols: int, dt: str, calls: int = 6) -> None:
-    """What ncu runs: a few calls of one implementation (the first ones are skipped by ncu)."""
+def profile_target(impl_name: str, op: str, rows: int, cols: int, dt: str, warmup: int = 5) -> None:
+    """What ncu runs: ``warmup`` calls unprofiled (compiling and autotuning: Inductor's autotuner
+    launches candidate configs under the kernel's own name), then one call between
+    cudaProfilerStart and Stop, the only one ncu (``--profile-from-start off``) sees."""
     import torch
 
     from .. import registry
 
     fn = registry.get(impl_name).fn
     args = make_inputs(op, rows, cols, dtypes.torch_dtype(dt))
-    for _ in range(calls):
+    for _ in range(warmup):
         fn(*args)
     torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    fn(*args)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
 
 
 def main(argv=None) -> int:
