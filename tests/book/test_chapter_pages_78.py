@@ -142,6 +142,17 @@ def test_lever_summary_takes_the_best_variant_per_shape():
     assert R.lever_summary(None) == []
 
 
+def test_only_levers_beyond_the_band_and_the_launchs_own_gap_are_shown():
+    levers = [{"lever": "inside", "changes": {(1, 2): 2.9, (3, 2): -2.0}},
+              {"lever": "past the threshold", "changes": {(1, 2): 3.1}},
+              {"lever": "within the gap there", "changes": {(3, 2): -4.0}},
+              {"lever": "past the gap", "changes": {(3, 2): -4.6}}]
+    gaps = {(3, 2): -1.5}  # the launch in use ran 1.5% faster the second time at 3x2
+    shown = R.levers_outside_band(levers, gaps, 3.0)
+    assert [lv["lever"] for lv in shown] == ["past the threshold", "past the gap"]
+    assert R.levers_outside_band([], gaps, 3.0) == []
+
+
 def test_a_peer_missing_at_a_shape_is_never_counted_as_a_win():
     # the capstone wins at 16384 rows only because torch.compile was not timed there
     recs = [r for r in PEERS["records"] if not (r["impl"] == "torch.compile" and r["rows"] == 16384)]

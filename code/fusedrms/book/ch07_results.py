@@ -380,6 +380,15 @@ def lever_summary(effects: list[dict] | None, op: str = "add_rmsnorm") -> list[d
     return out
 
 
+def levers_outside_band(levers: list[dict], gaps: dict, threshold_pct: float) -> list[dict]:
+    """The levers (:func:`lever_summary`) that moved the time at some shape by more than
+    ``threshold_pct`` plus ``gaps[shape]``, the launch in use's own change between two runs
+    (:func:`launch_repeat`): the ones a table shows."""
+    return [lv for lv in levers
+            if any(abs(c) > threshold_pct + abs(gaps.get(shape, 0.0))
+                   for shape, c in lv["changes"].items())]
+
+
 # ---------------------------------------------------------------- the page's words for the data
 
 # registry names -> what a reader calls each implementation (prose adds "the" where English does)

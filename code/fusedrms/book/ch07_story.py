@@ -181,7 +181,7 @@ def _levers(levers_doc: dict | None, points) -> dict | None:
 
     def counted(sign):
         out = []
-        for lv in levers:
+        for lv in CR.levers_outside_band(levers, gaps, LEVER_THRESHOLD_PCT):
             hits = [(sign * c, shape) for shape, c in lv["changes"].items()
                     if sign * c > LEVER_THRESHOLD_PCT + abs(gaps.get(shape, 0.0))]
             if hits:
