@@ -14,7 +14,10 @@ def test_the_sweep_covers_every_shape_op_and_implementation():
     assert shapes == set(ch09.SHAPES) and len(ch09.SHAPES) == 11
     for op in ch09.OPS:
         assert {c["impl"] for c in cs if c["kind"] == "train" and c["op"] == op} == set(ch09.TRAIN_IMPLS)
-    assert {(c["op"], c["impl"]) for c in cs if c["kind"] == "backward"} == set(ch09.BACKWARD_IMPLS)
+    assert {(c["op"], c["impl"]) for c in cs if c["kind"] == "backward"} == set(
+        ch09.BACKWARD_IMPLS) | {(op, i) for op in ch09.OPS for i in ch09.BACKWARD_PEERS}
+    # Liger as it runs by default for RMSNorm (in place) and out of place, in both questions
+    assert {"liger", "liger.in_place"} <= set(ch09.TRAIN_IMPLS) & set(ch09.BACKWARD_PEERS)
     sweep = [c for c in cs if c["kind"] == "programs"]
     assert len(sweep) == len(ch09.PROGRAM_SHAPES) * len(ch09.PROGRAMS_PER_SM)
     reduce = [c for c in cs if c["kind"] == "reduce"]
@@ -121,7 +124,7 @@ def test_backward_steps_match_the_training_step(op, design):
 
 
 @pytest.mark.parametrize("case", [c for c in ch09.cases(smoke=True)
-                                  if c["impl"] not in ("liger", "torch.compile")],
+                                  if c["impl"] not in ("liger", "liger.in_place", "torch.compile")],
                          ids=lambda c: f"{c['kind']}-{c['op']}-{c['impl']}")
 def test_measure_case_checks_then_times_each_kind(case, monkeypatch):
     """The GPU path on this machine, the timer replaced: every kind builds its step, the training
@@ -140,6 +143,54 @@ def test_measure_case_checks_then_times_each_kind(case, monkeypatch):
     assert rec["pct_floor"] == pytest.approx(100 * rec["bytes"] / 1e6 / 10.0)
     if case["kind"] == "train":
         assert rec["check_ok"], rec["check"]
+
+
+@pytest.mark.parametrize("op", ch09.OPS)
+def test_the_backward_formula_given_to_torch_compile_is_the_gradient(op):
+    import torch
+
+    from fusedrms.kernels import rmsnorm_backward as B
+
+    bundle = ch09.make_bundle(op, 6, 40, torch.float32, device=DEVICE)
+    w = torch.randn(40, device=DEVICE)
+    add = op == "add_rmsnorm"
+    _, s, rstd = B.forward(bundle[0], w, ch09.EPS, residual=bundle[1] if add else None)
+    dx, dw = ch09.backward_formula(s if add else bundle[0], w, bundle[-2 if add else 1], rstd,
+                                   bundle[3] if add else None)
+    grads = (dx, dx, dw) if add else (dx, dw)
+    ok, message = ch09.check_gradients(op, bundle, w, grads)
+    assert ok, message
+    assert not ch09.check_gradients(op, bundle, w, grads[:-1] + (dw * 1.01,))[0]
+
+
+def test_an_in_place_step_is_checked_and_measured_on_a_copy(monkeypatch):
+    """Liger in place writes dx over the bundle's dy: checked on the bundle itself, the check
+    would compare with the gradients of a dy the step overwrote."""
+    import torch
+
+    real = ch09.train_step
+
+    def in_place_step(impl, op, cols, dtype, w):
+        step = real("torch.eager", op, cols, dtype, w)
+
+        def run(bundle):
+            grads = step(bundle)
+            bundle[1].copy_(grads[0])  # dx over dy, as Liger in place
+            return (bundle[1],) + tuple(grads[1:])
+        return run
+
+    seen = []
+    monkeypatch.setattr(ch09, "train_step", in_place_step)
+    monkeypatch.setattr(ch09, "time_rotating", lambda step, bundle, nbytes, reps: (10.0, "fake"))
+    monkeypatch.setattr(ch09, "step_peak_MiB", lambda step, bundle: seen.append(bundle) or 1.0)
+    rec = ch09.measure_case("train", "rmsnorm", "liger.in_place", 8, 40, "fp32", 1000.0)
+    assert rec["check_ok"], rec["check"]
+    pristine = ch09.make_bundle("rmsnorm", 8, 40, torch.float32, device=DEVICE)
+    assert torch.equal(seen[0], pristine)  # the peak too ran on an untouched copy
+    # the same step, not known to write in place, fails its check
+    monkeypatch.setattr(ch09, "MUTATES", ())
+    rec = ch09.measure_case("train", "rmsnorm", "liger.in_place", 8, 40, "fp32", 1000.0)
+    assert rec["check_ok"] is False
 
 
 def test_a_failing_implementation_becomes_an_error_record(monkeypatch):
@@ -194,10 +245,11 @@ def test_the_warm_up_compiles_each_kernel_in_one_process(smoke, workers):
             if c["impl"] != "torch.compile":
                 assert owner.setdefault((c["op"], c["cols"], c["dt"]), k) == k
     if not smoke and workers == 8:
-        # eight kernel keys, one per process; the 22 cold compiles spread 2-4 per process
+        # eight kernel keys, one per process; the 44 cold compiles (the step, and the backward
+        # alone) spread evenly
         assert len(set(owner.values())) == 8
         compiles = [sum(every[i]["impl"] == "torch.compile" for i in p) for p in parts]
-        assert sum(compiles) == 22 and max(compiles) - min(compiles) <= 2
+        assert sum(compiles) == 44 and max(compiles) - min(compiles) <= 2
 
 
 def test_the_recorded_stage_two_tile_is_the_librarys():

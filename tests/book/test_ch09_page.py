@@ -78,7 +78,38 @@ def test_a_peer_missing_at_some_shapes_is_reported_not_beaten():
     v = ch09_page.verdict(doc, "rmsnorm")
     assert v["no_peer_shapes"] == ["1024x2048 bf16"]  # neither was timed there
     assert v["shapes"] == 10 and v["missing"] == {"torch.eager": 10, "torch.rms_norm": 1,
-                                                  "liger": 2, "torch.compile": 10}
+                                                  "liger": 2, "liger.in_place": 10,
+                                                  "torch.compile": 10}
+
+
+def test_a_peer_the_recording_predates_is_named_on_the_page():
+    doc = _train_doc(list(ch09.SHAPES)[:2])  # ours, F.rms_norm and Liger out of place
+    assert ch09_page.unrecorded_peers(doc) == ["torch.eager", "liger.in_place", "torch.compile"]
+    sentence = ch09_page.missing_sentence(doc)
+    assert "Liger in place (not measured by this recording)" in sentence
+    assert "Liger (" not in sentence  # Liger out of place was timed
+    doc["records"].append({"kind": "peer_missing", "impl": "torch.compile", "reason": "no GPU"})
+    assert ch09_page.unrecorded_peers(doc) == ["torch.eager", "liger.in_place"]
+    assert "torch.compile (no GPU)" in ch09_page.missing_sentence(doc)
+
+
+def test_the_backward_alone_against_the_peers_backward_alone():
+    def rec(impl, us, check_ok=True, rows=4096):
+        return {"kind": "backward", "op": "rmsnorm", "impl": impl, "rows": rows, "cols": 4096,
+                "dtype": "bf16", "bytes": 10**8, "floor_us": 25.0, "us": us, "programs": 132,
+                "check_ok": check_ok}
+    doc = _doc([{"copy_GBps": 4000.0, "skipped": 0, "records": [
+        rec("two_stage", 30.0), rec("atomic", 33.0), rec("liger", 40.0),
+        rec("liger.in_place", 28.0, check_ok=False),  # faster, but its gradients are off
+        rec("torch.compile", 36.0), rec("two_stage", 9.0, rows=1024)]}])
+    table = ch09_page.backward_peers_table(doc, "rmsnorm")
+    assert [r["shape"] for r in table] == ["1024x4096 bf16", "4096x4096 bf16"]
+    assert table[0]["fastest_peer"] is None and table[0]["vs_fastest"] is None
+    assert table[1]["fastest_peer"] == "torch.compile"
+    assert table[1]["vs_fastest"] == pytest.approx(30 / 36)
+    # the design table keeps our designs only
+    assert {r["design"] for r in ch09_page.backward_table(doc)} == {"two-stage dw", "atomic dw"}
+    assert ch09_page.backward_peers_table(doc, "add_rmsnorm") is None
 
 
 def test_the_backward_table_shows_zero_partials_for_the_atomic_design():

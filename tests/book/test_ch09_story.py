@@ -10,11 +10,20 @@ def _facts():
 
 
 def test_every_case_was_timed_in_three_processes_with_every_peer():
+    from fusedrms.book import ch09_page as R
+
     f = _facts()
     assert f["processes"] >= 3 and 0 < f["band"] < 0.02
+    doc = story.load(records.COMMITTED)["backward"]
+    unrecorded = R.unrecorded_peers(doc)
     for op in ("rmsnorm", "add_rmsnorm"):
         v = f[op]["verdict"]
-        assert v["shapes"] == 11 and not v["missing"] and not v["no_peer_shapes"]
+        # every peer the recording timed, at every shape; one it predates is missing everywhere
+        assert v["shapes"] == 11 and not v["no_peer_shapes"]
+        assert v["missing"] == {i: 11 for i in unrecorded}
+    if unrecorded:  # the page names it, and the badge says the recording steps changed since
+        assert records.staleness("ch09").state == "acknowledged"
+        assert all(R.plain_name(i) in R.missing_sentence(doc) for i in unrecorded)
 
 
 def test_the_rmsnorm_step_loses_nowhere_and_ties_once_in_fp32():

@@ -1,5 +1,6 @@
 """Chapter 9's GPU experiment: forward + backward of RMSNorm and fused add + RMSNorm, timed against
-eager autograd, ``torch.compile`` and Liger-Kernel, plus the backward alone against its floor.
+eager autograd, ``torch.compile`` and Liger-Kernel (out of place, and in place: its default for
+RMSNorm), plus the backward alone against its floor and against the peers' backward alone.
 
     python -m fusedrms.book.ch09 --out DIR [--smoke] [--processes 3]   (on a GPU machine)
 
@@ -46,7 +47,9 @@ SOURCES = ("kernels/rmsnorm_backward.py", "kernels/rmsnorm.py::loud_scale",
            "kernels/rmsnorm.py::num_warps_for", "reference.py::rmsnorm_backward",
            "reference.py::add_rmsnorm_residual", "measure/timer.py", "book/ch09.py::record",
            "traffic.py", "kernels/peers.py")
-ESTIMATE_S = 135  # H200 at 1cc9902: 133 s: warm-up and checks, then three timing processes
+# H200 at 1cc9902: 133 s (warm-up and checks, then three timing processes); the peers' backward
+# alone and Liger in place add ~88 cases, ~40 s (an estimate, not yet recorded)
+ESTIMATE_S = 175
 EPS = 1e-5
 F64 = torch.float64
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
@@ -56,10 +59,15 @@ SHAPES = tuple((r, c, "bf16") for r in (1024, 4096, 16384) for c in (2048, 4096,
 SMOKE_SHAPES = ((1024, 2048, "bf16"),)
 PROCESS_TIMEOUT_S = 420  # a hard limit per timing process: a hung case, never a slow one
 WARM_TIMEOUT_S = 300
-# forward + backward, in the order they are timed (peers that may fail to capture come last)
+# forward + backward, in the order they are timed (peers that may fail to capture come last);
+# "liger.in_place" writes dx over dy (no dx allocated): Liger's default for RMSNorm
 TRAIN_IMPLS = ("triton.two_stage", "triton.atomic", "torch.eager", "torch.rms_norm", "liger",
-               "torch.compile")
+               "liger.in_place", "torch.compile")
 OURS = ("triton.two_stage", "triton.atomic")
+MUTATES = ("liger.in_place",)  # its step writes into the bundle: checked on a copy
+# the backward alone of the peers whose backward can be called alone: Liger's kernels (after
+# Liger's own forward) and torch.compile of the backward formula from the saved r (after ours)
+BACKWARD_PEERS = ("liger", "liger.in_place", "torch.compile")
 # the backward alone (our kernels), with the traffic step that is its floor
 BACKWARD_IMPLS = {("rmsnorm", "two_stage"): "rmsnorm_backward",
                   ("rmsnorm", "atomic"): "rmsnorm_backward_atomic",
@@ -119,13 +127,16 @@ class _Compiled:
     def __init__(self):
         self.fns = {}
 
-    def get(self, op, rows, cols, dtype):
+    def get(self, op, rows, cols, dtype, what: str = "train"):
+        """``what``: "train" (the eager forward, autograd's backward) or "backward"
+        (:func:`backward_formula` alone)."""
         from ..kernels import peers
 
-        key = (op, rows, cols, dtype)
+        key = (op, rows, cols, dtype, what)
         if key not in self.fns:
             peers._raise_recompile_limits()
-            base = reference.rmsnorm if op == "rmsnorm" else _eager_add
+            base = (backward_formula if what == "backward" else
+                    reference.rmsnorm if op == "rmsnorm" else _eager_add)
             self.fns[key] = torch.compile(peers._fresh_copy(base), dynamic=False)
         return self.fns[key]
 
@@ -150,12 +161,71 @@ def forward_fn(impl: str, op: str, cols: int, dtype: torch.dtype):
             lambda x, r, w: _torch_rms_norm_add(x, r, w, EPS))
     if impl == "torch.compile":
         return lambda *args: _COMPILED.get(op, args[0].shape[0], cols, dtype)(*args, EPS)
-    if impl == "liger":
+    if impl in ("liger", "liger.in_place"):
         rms, fused_add = _liger()
-        if op == "rmsnorm":  # casting mode "llama", not in place (dy must survive the call)
-            return lambda x, w: rms.apply(x, w, EPS, 0.0, "llama", False)
-        return lambda x, r, w: fused_add.apply(x, r, w, EPS, 0.0, "llama", False)
+        in_place = impl == "liger.in_place"  # casting mode "llama"; in place: dx over dy
+        if op == "rmsnorm":
+            return lambda x, w: rms.apply(x, w, EPS, 0.0, "llama", in_place)
+        return lambda x, r, w: fused_add.apply(x, r, w, EPS, 0.0, "llama", in_place)
     raise KeyError(f"unknown implementation {impl!r}")
+
+
+def backward_formula(x, w, dy, rstd, d_sum=None):
+    """``(dx, dw)`` from the saved r, in fp32, each cast once: the backward a reader would give
+    torch.compile (``d_sum``: the gradient arriving at the fused add's residual output)."""
+    r = rstd.unsqueeze(-1)
+    xhat = x.float() * r
+    g = dy.float() * w.float()
+    dx = r * (g - xhat * (g * xhat).mean(dim=-1, keepdim=True))
+    if d_sum is not None:
+        dx = dx + d_sum.float()
+    return dx.to(x.dtype), (dy.float() * xhat).sum(dim=0).to(w.dtype)
+
+
+def peer_backward_case(impl: str, op: str, w: torch.Tensor, bundle: torch.Tensor):
+    """``(step, saved, check_bundle)`` of a peer's backward alone (:data:`BACKWARD_PEERS`).
+    ``saved``: what its forward saved and the output gradients, ``[x, dy]`` or ``[s, dy, ds]``
+    (r is not rotated, as for ours); ``step(saved) -> (dx, dw)``; ``check_bundle``: the
+    training layout :func:`check_gradients` reads (``[s, 0, dy, ds]`` for the fused add)."""
+    from ..kernels import rmsnorm_backward as B
+
+    add = op == "add_rmsnorm"
+    rows, cols = bundle.shape[1:]
+    if impl == "torch.compile":
+        _, s, rstd = B.forward(bundle[0], w, EPS, residual=bundle[1] if add else None)
+        saved = torch.stack([s, bundle[2], bundle[3]]) if add else bundle[:2]
+        f = _COMPILED.get(op, rows, cols, bundle.dtype, what="backward")
+
+        def step(b):
+            return f(b[0], w, b[1], rstd, b[2] if add else None)
+    elif not add:  # Liger 0.8.5's kernels, keywords as its functions name them
+        from liger_kernel.ops import rms_norm as LR
+
+        in_place = impl == "liger.in_place"
+        _, _, rstd, block, warps, mode = LR.rms_norm_forward(
+            X=bundle[0], W=w, eps=EPS, offset=0.0, casting_mode="llama", row_mode=None)
+        saved = bundle[:2]
+
+        def step(b):
+            return LR.rms_norm_backward(dY=b[1], X=b[0], W=w, RSTD=rstd, offset=0.0,
+                                        casting_mode=mode, BLOCK_SIZE=block, num_warps=warps,
+                                        in_place=in_place, row_mode=None)
+    else:
+        from liger_kernel.ops import fused_add_rms_norm as LA
+
+        in_place = impl == "liger.in_place"
+        _, s, rstd, block, warps, stages, mode = LA.fused_add_rms_norm_forward(
+            X=bundle[0], R=bundle[1], W=w, eps=EPS, offset=0.0, casting_mode="llama")
+        saved = torch.stack([s, bundle[2], bundle[3]])
+
+        def step(b):
+            dx, _, dw = LA.fused_add_rms_norm_backward(
+                dY=b[1], dS_out=b[2], S=b[0], W=w, RSTD=rstd, offset=0.0, casting_mode=mode,
+                BLOCK_SIZE=block, num_warps=warps, num_stages=stages, in_place=in_place)
+            return dx, dw
+    check_bundle = (torch.stack([saved[0], torch.zeros_like(saved[0]), saved[1], saved[2]])
+                    if add else saved)
+    return step, saved, check_bundle
 
 
 def make_bundle(op: str, rows: int, cols: int, dtype: torch.dtype, seed: int = 0,
@@ -290,8 +360,9 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
         nbytes = programs * cols * 4 + cols * dtype.itemsize
     elif kind == "train":
         nbytes = traffic.training_bytes(op, rows, cols, dt, programs=programs)["total"]
-    else:
-        step_name = "rmsnorm_backward" if kind == "programs" else BACKWARD_IMPLS[(op, impl)]
+    else:  # a peer's backward alone against the floor of ours (two-stage dw) at its shape
+        step_name = ("rmsnorm_backward" if kind == "programs" else
+                     BACKWARD_IMPLS.get((op, impl), BACKWARD_IMPLS[(op, "two_stage")]))
         nbytes = traffic.price(step_name, rows, cols, dt, programs=programs).bytes_total
     rec.update(bytes=nbytes, floor_us=nbytes / (copy_GBps * 1e3), programs=programs)
     started = time.perf_counter()
@@ -306,6 +377,8 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
             check_bundle = None
         elif kind == "train":
             step = train_step(impl, op, cols, dtype, w)
+        elif impl in BACKWARD_PEERS:  # a peer's forward, then its backward alone, checked
+            step, bundle, check_bundle = peer_backward_case(impl, op, w, bundle)
         else:  # the forward's saved tensors, then the backward alone
             residual = None if op == "rmsnorm" else bundle[1]
             _, s, rstd = B.forward(bundle[0], w, EPS, residual=residual)
@@ -315,15 +388,20 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
             else:
                 step = backward_step(op, impl, w, rstd)
             check_bundle = None  # the suite and the tests check these kernels
+        # an in-place step writes dx over dy: its first call and its peak run on a copy, so the
+        # check compares with the gradients the bundle asks for
+        fresh = (lambda: bundle.clone()) if impl in MUTATES else (lambda: bundle)
         t0 = time.perf_counter()
-        grads = step(bundle)
+        grads = step(fresh())
         _sync()
         rec["first_call_ms"] = (time.perf_counter() - t0) * 1e3
+        if kind == "backward" and op == "add_rmsnorm" and check_bundle is not None:
+            grads = (grads[0], grads[0], grads[1])  # dx is the gradient of x and of the residual
         if check and check_bundle is not None:
             rec["check_ok"], rec["check"] = check_gradients(op, check_bundle, w.detach(), grads)
         del grads
         if check and kind == "train":  # measured once, where the gradients are checked
-            rec["peak_MiB"] = step_peak_MiB(step, bundle)
+            rec["peak_MiB"] = step_peak_MiB(step, fresh())
         if warm_only:
             rec["case_s"] = round(time.perf_counter() - started, 2)
             return rec
@@ -387,6 +465,8 @@ def cases(smoke: bool = False) -> list[dict]:
                     for (o, d) in BACKWARD_IMPLS if o == op]
             out += [dict(kind="train", op=op, impl=i, rows=rows, cols=cols, dt=dt)
                     for i in TRAIN_IMPLS if i not in OURS]
+            out += [dict(kind="backward", op=op, impl=i, rows=rows, cols=cols, dt=dt)
+                    for i in BACKWARD_PEERS]
     for rows, cols, dt in (SMOKE_SHAPES[:1] if smoke else PROGRAM_SHAPES):
         out += [dict(kind="programs", op="rmsnorm", impl=f"{n}/SM", rows=rows, cols=cols, dt=dt)
                 for n in PROGRAMS_PER_SM]
@@ -408,7 +488,7 @@ def worker(spec: dict) -> dict:
     picked = [every[i] for i in spec["only"]] if "only" in spec else every
     recs = []
     for c in picked:
-        if c["impl"] == "liger" and spec.get("liger_missing"):
+        if c["impl"].startswith("liger") and spec.get("liger_missing"):
             continue
         recs.append(measure_case(c["kind"], c["op"], c["impl"], c["rows"], c["cols"], c["dt"],
                                  copy_GBps, spec.get("smoke", False), warm_only=warm_only,

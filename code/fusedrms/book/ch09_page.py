@@ -11,7 +11,7 @@ import statistics
 
 from .. import records
 from . import page
-from .ch09 import OPS, OURS, RECORD_NAME, TRAIN_IMPLS
+from .ch09 import BACKWARD_PEERS, OPS, OURS, RECORD_NAME, TRAIN_IMPLS
 
 LARGE_BYTES = 64 << 20  # the chapter's comparison counts shapes moving at least this much
 REDUCE_TILE_NOW = "128x16"  # the library's stage-2 tile among the recorded ones
@@ -32,7 +32,8 @@ def load(machine: str | None = None) -> dict | None:
 # what a reader calls each implementation and design (the registry's names stay in the records)
 PLAIN_NAMES = {"triton.two_stage": "ours", "triton.atomic": "ours with atomic dw",
                "torch.eager": "eager PyTorch", "torch.rms_norm": "F.rms_norm",
-               "torch.compile": "torch.compile", "liger": "Liger"}
+               "torch.compile": "torch.compile", "liger": "Liger",
+               "liger.in_place": "Liger in place"}
 DESIGN_NAMES = {"two_stage": "two-stage dw", "atomic": "atomic dw",
                 "recompute_r": "two-stage dw, r recomputed",
                 "no_prefetch": "two-stage dw, no prefetch",
@@ -97,6 +98,8 @@ def backward_table(doc, kind: str = "backward") -> list[dict] | None:
         return None
     out = []
     for r in _select(doc, kind=kind):
+        if r["impl"] in BACKWARD_PEERS:  # the peers' backward alone: backward_peers_table
+            continue
         if "us" in r:  # the atomic design stores no partials: 0% of its bytes, not a blank
             partials = 0 if r["impl"] == "atomic" else 2 * r["programs"] * r["cols"] * 4
             design = (r["impl"].split("/")[0] if kind == "programs"
@@ -107,6 +110,33 @@ def backward_table(doc, kind: str = "backward") -> list[dict] | None:
                         "programs": r["programs"], "MB": r["bytes"] / 1e6,
                         "us": r["us"], "pct_floor": r["pct_floor"],
                         "partials_pct": 100.0 * partials / r["bytes"]})
+    return out
+
+
+def backward_peers_table(doc, op: str) -> list[dict] | None:
+    """The backward alone, ours (two-stage dw) against the peers' backward alone, per shape: µs
+    of each, the fastest peer that passed its gradient check and ours over it. None where the
+    recording has no peer's backward alone."""
+    if doc is None or not any(r["impl"] in BACKWARD_PEERS
+                              for r in _select(doc, kind="backward", op=op)):
+        return None
+    out = []
+    shapes = sorted({(r["rows"], r["cols"], r["dtype"]) for r in _select(doc, kind="backward",
+                                                                         op=op)},
+                    key=lambda s: (s[2] != "bf16", s[0], s[1]))
+    for rows_, cols, dt in shapes:
+        recs = {r["impl"]: r for r in _select(doc, kind="backward", op=op, rows=rows_,
+                                              cols=cols, dtype=dt)}
+        ours = recs.get("two_stage", {})
+        peers = [recs[i] for i in BACKWARD_PEERS
+                 if i in recs and "us" in recs[i] and recs[i].get("check_ok")]
+        fastest = min(peers, key=lambda r: r["us"], default=None)
+        row = {"shape": _shape(rows_, cols, dt), "rows": rows_, "cols": cols, "dtype": dt,
+               "ours": ours.get("us"), "pct_floor": ours.get("pct_floor"),
+               **{i: recs.get(i, {}).get("us") for i in BACKWARD_PEERS},
+               "fastest_peer": fastest["impl"] if fastest else None,
+               "vs_fastest": (ours["us"] / fastest["us"]) if fastest and "us" in ours else None}
+        out.append(row)
     return out
 
 
@@ -163,13 +193,22 @@ def verdict(doc, op: str, large_only: bool = False) -> dict | None:
             "no_peer_shapes": alone}
 
 
+def unrecorded_peers(doc) -> list[str]:
+    """The training peers with no record at all and no reason recorded (a peer the measurement
+    has and the recording predates), in :data:`TRAIN_IMPLS` order."""
+    seen = {r.get("impl") for r in _select(doc, kind="train")}
+    gone = {m["impl"] for m in missing_peers(doc)}
+    return [i for i in TRAIN_IMPLS if i not in OURS and i not in seen and i not in gone]
+
+
 def missing_sentence(doc) -> str | None:
-    """The peers the recording could not run at all, with the reason, or None."""
-    gone = missing_peers(doc)
+    """The peers the recording could not run at all, with the reason, and those it predates; or
+    None."""
+    gone = [f"{plain_name(m['impl'])} ({m['reason']})" for m in missing_peers(doc)]
+    gone += [f"{plain_name(i)} (not measured by this recording)" for i in unrecorded_peers(doc)]
     if not gone:
         return None
-    return "Not in the recording: " + "; ".join(
-        f"{plain_name(m['impl'])} ({m['reason']})" for m in gone) + "."
+    return "Not in the recording: " + "; ".join(gone) + "."
 
 
 def memory_table(doc, shape: tuple[int, int, str]) -> list[dict] | None:
@@ -230,6 +269,7 @@ TRAIN_COLUMNS = {"shape": ("shape", ""), "MB": ("MB", ".0f"),
                  "triton.atomic": ("ours, atomic", ".1f"),
                  "torch.eager": ("eager", ".1f"), "torch.rms_norm": ("F.rms_norm", ".1f"),
                  "torch.compile": ("compile", ".1f"), "liger": ("Liger", ".1f"),
+                 "liger.in_place": ("Liger in place", ".1f"),
                  "vs_fastest": ("ours / fastest peer", ".2f"), "pct_floor": ("ours % floor", ".0f")}
 BACKWARD_COLUMNS = {"op": ("op", ""), "design": ("design", ""), "shape": ("shape", ""),
                     "programs": ("programs", ""), "MB": ("MB", ".0f"), "us": ("µs", ".1f"),
