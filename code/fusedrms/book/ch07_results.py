@@ -380,12 +380,17 @@ def lever_summary(effects: list[dict] | None, op: str = "add_rmsnorm") -> list[d
     return out
 
 
+def beyond_band(change_pct: float, shape, gaps: dict, threshold_pct: float) -> bool:
+    """Whether a lever's change at ``shape`` counts: more than ``threshold_pct`` plus
+    ``gaps[shape]``, the launch in use's own change between two runs (:func:`launch_repeat`)."""
+    return abs(change_pct) > threshold_pct + abs(gaps.get(shape, 0.0))
+
+
 def levers_outside_band(levers: list[dict], gaps: dict, threshold_pct: float) -> list[dict]:
-    """The levers (:func:`lever_summary`) that moved the time at some shape by more than
-    ``threshold_pct`` plus ``gaps[shape]``, the launch in use's own change between two runs
-    (:func:`launch_repeat`): the ones a table shows."""
+    """The levers (:func:`lever_summary`) with a change :func:`beyond_band` at some shape: the
+    ones a table shows."""
     return [lv for lv in levers
-            if any(abs(c) > threshold_pct + abs(gaps.get(shape, 0.0))
+            if any(beyond_band(c, shape, gaps, threshold_pct)
                    for shape, c in lv["changes"].items())]
 
 

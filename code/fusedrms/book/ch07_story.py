@@ -181,9 +181,9 @@ def _levers(levers_doc: dict | None, points) -> dict | None:
 
     def counted(sign):
         out = []
-        for lv in CR.levers_outside_band(levers, gaps, LEVER_THRESHOLD_PCT):
+        for lv in levers:
             hits = [(sign * c, shape) for shape, c in lv["changes"].items()
-                    if sign * c > LEVER_THRESHOLD_PCT + abs(gaps.get(shape, 0.0))]
+                    if sign * c > 0 and CR.beyond_band(c, shape, gaps, LEVER_THRESHOLD_PCT)]
             if hits:
                 pct, shape = max(hits)
                 out.append({"lever": lv["lever"], "pct": pct, "shape": shape})

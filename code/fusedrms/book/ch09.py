@@ -171,22 +171,20 @@ def forward_fn(impl: str, op: str, cols: int, dtype: torch.dtype):
 
 
 def backward_formula(x, w, dy, rstd, d_sum=None):
-    """``(dx, dw)`` from the saved r, in fp32, each cast once: the backward a reader would give
-    torch.compile (``d_sum``: the gradient arriving at the fused add's residual output)."""
-    r = rstd.unsqueeze(-1)
-    xhat = x.float() * r
-    g = dy.float() * w.float()
-    dx = r * (g - xhat * (g * xhat).mean(dim=-1, keepdim=True))
-    if d_sum is not None:
-        dx = dx + d_sum.float()
-    return dx.to(x.dtype), (dy.float() * xhat).sum(dim=0).to(w.dtype)
+    """``(dx, dw)``: the book's formula (:func:`fusedrms.reference.rmsnorm_backward`) from the
+    saved r, in fp32, each cast once: the backward a reader would give torch.compile (``d_sum``:
+    the gradient arriving at the fused add's residual output)."""
+    grads = reference.rmsnorm_backward(x, w, dy, accum=torch.float32, d_sum=d_sum,
+                                       rows_scale=rstd)
+    return grads["dx"].to(x.dtype), grads["dw"].to(w.dtype)
 
 
 def peer_backward_case(impl: str, op: str, w: torch.Tensor, bundle: torch.Tensor):
     """``(step, saved, check_bundle)`` of a peer's backward alone (:data:`BACKWARD_PEERS`).
     ``saved``: what its forward saved and the output gradients, ``[x, dy]`` or ``[s, dy, ds]``
-    (r is not rotated, as for ours); ``step(saved) -> (dx, dw)``; ``check_bundle``: the
-    training layout :func:`check_gradients` reads (``[s, 0, dy, ds]`` for the fused add)."""
+    (r is not rotated, as for ours); ``step(saved)``: the gradients in the training step's order,
+    ``(dx, dw)`` or ``(dx, dx, dw)`` (dx is also the residual's); ``check_bundle``: the training
+    layout :func:`check_gradients` reads (``[s, 0, dy, ds]`` for the fused add)."""
     from ..kernels import rmsnorm_backward as B
 
     add = op == "add_rmsnorm"
@@ -197,7 +195,8 @@ def peer_backward_case(impl: str, op: str, w: torch.Tensor, bundle: torch.Tensor
         f = _COMPILED.get(op, rows, cols, bundle.dtype, what="backward")
 
         def step(b):
-            return f(b[0], w, b[1], rstd, b[2] if add else None)
+            dx, dw = f(b[0], w, b[1], rstd, b[2] if add else None)
+            return (dx, dx, dw) if add else (dx, dw)
     elif not add:  # Liger 0.8.5's kernels, keywords as its functions name them
         from liger_kernel.ops import rms_norm as LR
 
@@ -222,7 +221,7 @@ def peer_backward_case(impl: str, op: str, w: torch.Tensor, bundle: torch.Tensor
             dx, _, dw = LA.fused_add_rms_norm_backward(
                 dY=b[1], dS_out=b[2], S=b[0], W=w, RSTD=rstd, offset=0.0, casting_mode=mode,
                 BLOCK_SIZE=block, num_warps=warps, num_stages=stages, in_place=in_place)
-            return dx, dw
+            return dx, dx, dw
     check_bundle = (torch.stack([saved[0], torch.zeros_like(saved[0]), saved[1], saved[2]])
                     if add else saved)
     return step, saved, check_bundle
@@ -395,8 +394,6 @@ def measure_case(kind: str, op: str, impl: str, rows: int, cols: int, dt: str, c
         grads = step(fresh())
         _sync()
         rec["first_call_ms"] = (time.perf_counter() - t0) * 1e3
-        if kind == "backward" and op == "add_rmsnorm" and check_bundle is not None:
-            grads = (grads[0], grads[0], grads[1])  # dx is the gradient of x and of the residual
         if check and check_bundle is not None:
             rec["check_ok"], rec["check"] = check_gradients(op, check_bundle, w.detach(), grads)
         del grads

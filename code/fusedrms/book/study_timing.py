@@ -375,11 +375,13 @@ def run_python_worker(out_dir: Path, deadline: float, device: str = "cuda",
 # ---------------------------------------------------------------- the process Nsight Compute profiles
 
 def run_ncu_target(which: str) -> None:
-    """The process ncu profiles: a few calls of one implementation at 16384x8192 bf16."""
+    """The process ncu profiles: one call of one implementation at 16384x8192 bf16, after its
+    warm-up."""
     import torch
 
     from ..kernels import add_rmsnorm as A
     from ..kernels import peers
+    from ..measure import ncu
 
     if which.startswith("fp8"):
         from ..kernels import rmsnorm_fp8 as Q
@@ -388,7 +390,7 @@ def run_ncu_target(which: str) -> None:
         xq, wq = spec.make_inputs(16384, 7168, device="cuda")
         fn = (lambda: Q.rmsnorm_fp8_fused(xq, wq, contract="exact")) if which == "fp8_fused" else (
             lambda: Q.rmsnorm_fp8_approx(xq, wq, num_warps=4))
-        _profile_one_call(fn)
+        ncu.profile_one_call(fn, warmup=3)
         return
     rows, cols = 16384, 8192
     x = torch.randn(rows, cols, device="cuda").to(torch.bfloat16)
@@ -400,19 +402,4 @@ def run_ncu_target(which: str) -> None:
                                                   config=A.LaunchConfig(1, 16, 1, None, 2048)),
           "inductor": lambda: peers.compiled_add_rmsnorm(x, r, w, EPS),
           "liger": lambda: liger_fused_add(x, r, w, EPS)}[which]
-    _profile_one_call(fn)
-
-
-def _profile_one_call(fn, warmup: int = 3) -> None:
-    """Compile and autotune unprofiled (Inductor's autotuner launches candidate configs under the
-    kernel's own name), then one call between cudaProfilerStart and Stop: the only one ncu
-    (``--profile-from-start off``) sees."""
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    fn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    ncu.profile_one_call(fn, warmup=3)

@@ -176,23 +176,28 @@ def profile_with_ncu(impl_name: str | None = None, op: str = "add_rmsnorm", rows
     return summary
 
 
-def profile_target(impl_name: str, op: str, rows: int, cols: int, dt: str, warmup: int = 5) -> None:
-    """What ncu runs: ``warmup`` calls unprofiled (compiling and autotuning: Inductor's autotuner
+def profile_one_call(fn, warmup: int = 5) -> None:
+    """``warmup`` calls of ``fn()`` unprofiled (compiling and autotuning: Inductor's autotuner
     launches candidate configs under the kernel's own name), then one call between
     cudaProfilerStart and Stop, the only one ncu (``--profile-from-start off``) sees."""
     import torch
 
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def profile_target(impl_name: str, op: str, rows: int, cols: int, dt: str) -> None:
+    """What ncu runs: one implementation at one shape, :func:`profile_one_call`."""
     from .. import registry
 
     fn = registry.get(impl_name).fn
     args = make_inputs(op, rows, cols, dtypes.torch_dtype(dt))
-    for _ in range(warmup):
-        fn(*args)
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    fn(*args)
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    profile_one_call(lambda: fn(*args))
 
 
 def main(argv=None) -> int:
