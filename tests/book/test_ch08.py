@@ -1,19 +1,12 @@
 """Chapter 8's companion (fusedrms.book.ch08): the recording's steps and the readers of its files."""
-import dataclasses
 import json
 
 import pytest
-import torch
 
-from fusedrms import env, records, traffic, tuning
+from fusedrms import env, records, traffic
 from fusedrms.book import ch08
-from fusedrms.kernels import rmsnorm_fp8 as q
 
 ENV = env.current()
-
-
-def load(path):
-    return tuning.load("fp8", path)
 
 
 def _fake_doc(tmp_path, speedup_large=2.1, floor_fraction=0.93):
@@ -46,79 +39,6 @@ def test_recorded_results_summary(tmp_path):
     assert s["naive"]["exact"] == 1 and s["naive"]["differing_codes"] == 2
     assert s["fused_software"]["errors"] == 1
     assert s["reordered_reference"]["exact"] == 0
-
-
-def test_block_reciprocal_matches_the_baseline_at_the_corners():
-    """Signed zeros, zero and tiny blocks (the 2^64 lift), infinite scales, subnormal x."""
-    rec = ch08.candidate_exactness(q.FusedConfig(8, None, "block_reciprocal"), shapes=((3, 129),),
-                                seeds=(0,))
-    assert rec["bit_exact"] and rec["differing_codes"] == 0, rec["failures"]
-    assert rec["exact_checks"] == 1 + len(ch08.edge_inputs())
-
-
-def test_tuning_table_takes_only_bit_exact_rows_and_only_on_its_gpu(tmp_path, monkeypatch):
-    recs = [
-        {"kind": "candidate", "num_warps": 16, "maxnreg": 64, "division": "per_element",
-         "cols": 7168, "bit_exact": True, "fused_graph_us_16384": 227.0, "fused_graph_us_32768": 446.0},
-        {"kind": "candidate", "num_warps": 4, "maxnreg": None, "division": "block_reciprocal",
-         "cols": 7168, "bit_exact": False, "fused_graph_us_16384": 90.0, "fused_graph_us_32768": 180.0},
-        {"kind": "candidate", "num_warps": 8, "maxnreg": None, "division": "block_reciprocal",
-         "cols": 7168, "bit_exact": True, "fused_graph_us_16384": 150.0, "fused_graph_us_32768": 300.0},
-        {"kind": "candidate", "num_warps": 2, "maxnreg": None, "division": "block_reciprocal",
-         "cols": 7168, "bit_exact": True, "error": "RuntimeError: x"}]
-    rows2 = {**recs[2], "rows_per_program": 2, "fused_graph_us_16384": 149.0}
-    assert ch08.write_tuning_table(tmp_path / "r.json", recs + [rows2], log=lambda *a: None) == \
-        {"exact": q.FusedConfig(8, None, "block_reciprocal", 2)}
-    assert load(tmp_path / "r.json")["configs"][(7168, "exact")].rows_per_program == 2
-    best = ch08.best_candidate(recs)
-    assert (best["num_warps"], best["division"]) == (8, "block_reciprocal")
-    assert ch08.best_candidate(recs[1:2]) is None
-    assert ch08.best_candidate(recs, contract="served") is None  # nothing timed under it
-    partial = {**recs[2], "num_warps": 2, "fused_graph_us_16384": 10.0}
-    del partial["fused_graph_us_32768"]  # timed at one shape only: cannot win
-    assert ch08.best_candidate(recs + [partial])["num_warps"] == 8
-    # the served contract has its own winner, from its own times and its own exactness
-    served = {"served_bit_exact": True, "served_graph_us_16384": 100.0,
-              "served_graph_us_32768": 200.0}
-    recs[0].update(served)
-    recs[2].update(served, served_graph_us_16384=120.0)
-    recs[1].update(served, served_bit_exact=False, served_graph_us_16384=50.0)
-    path = tmp_path / "fp8_tuning.json"
-    winners = ch08.write_tuning_table(path, recs, log=lambda *a: None)
-    cfg, served_cfg = q.FusedConfig(8, None, "block_reciprocal"), q.FusedConfig(16, 64, "per_element")
-    assert winners == {"exact": cfg, "served": served_cfg}
-    table = load(path)
-    assert table["configs"] == {(7168, "exact"): cfg, (7168, "served"): served_cfg}
-    doc = json.loads(path.read_text())
-    doc["records"].append({"cols": 4096, "num_warps": 3, "maxnreg": None, "division": "x",
-                           "bit_exact": True})
-    doc["records"].append({"cols": 2048, "num_warps": 4, "division": "per_element",
-                           "bit_exact": False})
-    doc["records"].append({"cols": 2048, "num_warps": 4, "division": "per_element",
-                           "bit_exact": True, "contract": "loose"})
-    doc["records"].append({"cols": 2048, "num_warps": 4, "division": "per_element",
-                           "bit_exact": True, "contract": "served", "rows_per_program": 2})
-    path.write_text(json.dumps(doc))
-    # malformed, inexact, unknown contracts and a rows kernel under the served contract: skipped
-    assert load(path)["configs"] == {(7168, "exact"): cfg, (7168, "served"): served_cfg}
-    assert load(tmp_path / "missing.json")["configs"] == {}
-    # used only on a GPU of the table's name, for its width; the baseline elsewhere
-    h200 = dataclasses.replace(ENV, backend="cuda", device=torch.device("cuda"),
-                               gpu_name="NVIDIA H200")
-    monkeypatch.setitem(tuning._ACTIVE, "fp8", {**table, "gpu": "NVIDIA H200"})
-    monkeypatch.setattr(env, "current", lambda: h200)
-    assert q.choose_config(7168)[0] == served_cfg  # the default contract is the served one
-    assert q.choose_config(7168, "served")[0] == served_cfg
-    assert q.choose_config(7168, "exact")[0] == cfg
-    assert q.choose_config(4096)[0] == q.baseline_config(4096)
-    # a table tuned before the served contract had entries of its own: the exact entry serves both
-    monkeypatch.setitem(tuning._ACTIVE, "fp8", {**table, "gpu": "NVIDIA H200",
-                                                "configs": {(7168, "exact"): cfg}})
-    assert q.choose_config(7168, "served") == (cfg, "tuned on NVIDIA H200 for 7168 columns, "
-                                                    "the exact contract's entry")
-    monkeypatch.setitem(tuning._ACTIVE, "fp8", {**table, "gpu": "NVIDIA H200"})
-    monkeypatch.setattr(env, "current", lambda: dataclasses.replace(h200, gpu_name="NVIDIA A100"))
-    assert q.choose_config(7168)[0] == q.baseline_config(7168)
 
 
 def test_record_rehearsal_on_small_shapes(tmp_path):

@@ -19,6 +19,26 @@ def _write(path, doc):
     return path
 
 
+def test_the_winner_minimizes_the_worst_ratio_not_the_sum():
+    """Both tuners' rule: one configuration serves every batch size."""
+    times = {"fast at 16384 rows": {256: 10.0, 16384: 100.0},
+             "balanced": {256: 4.0, 16384: 104.0}, "slow": {256: 5.0, 16384: 120.0}}
+    winner, regret = tuning.select_winner(times)
+    assert winner == "balanced"
+    assert regret["fast at 16384 rows"] == pytest.approx(2.5)
+    assert regret["balanced"] == pytest.approx(1.04)
+    # a tie in the worst ratio goes to the smaller total time
+    assert tuning.select_winner({"a": {1: 2.0, 2: 10.0}, "b": {1: 2.0, 2: 9.0}})[0] == "b"
+
+
+def test_the_winner_ignores_untimed_configs_and_needs_data():
+    assert tuning.select_winner({"failed": {}, "timed": {256: 3.0}})[0] == "timed"
+    with pytest.raises(ValueError, match="no timed configuration"):
+        tuning.select_winner({"failed": {}})
+    with pytest.raises(ValueError, match="share no timed row count"):
+        tuning.select_winner({"a": {1: 1.0}, "b": {2: 1.0}})
+
+
 def test_a_missing_file_is_an_empty_table(tmp_path):
     table = tuning.load("capstone", tmp_path / "nothing.json")
     assert table["configs"] == {} and table["gpu"] is None

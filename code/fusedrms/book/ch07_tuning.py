@@ -26,6 +26,7 @@ import torch
 
 from ..kernels import add_rmsnorm as A
 from .. import checks, dtypes, records, reference, tuning
+from ..tuning import select_winner  # the rule both tuners follow
 
 TUNE_COLS = (2048, 4096, 8192, 16384)
 TUNE_ROWS = (256, 4096, 16384)
@@ -64,23 +65,6 @@ def baseline_config(cols: int) -> A.LaunchConfig:
 
     block = triton.next_power_of_2(cols)
     return A.LaunchConfig(1, max(1, min(16, block // 256)), 1, None)
-
-
-def select_winner(times: dict) -> tuple:
-    """``times``: {config: {rows: µs}}. Returns (winner, {config: worst ratio to the best}).
-
-    Only row counts every config was timed at count. Ties go to the smaller total time.
-    """
-    complete = {c: t for c, t in times.items() if t}
-    if not complete:
-        raise ValueError("no timed configuration to choose from")
-    rows = set.intersection(*(set(t) for t in complete.values()))
-    if not rows:
-        raise ValueError("the configurations share no timed row count")
-    best = {n: min(t[n] for t in complete.values()) for n in rows}
-    regret = {c: max(t[n] / best[n] for n in rows) for c, t in complete.items()}
-    winner = min(complete, key=lambda c: (round(regret[c], 3), sum(complete[c][n] for n in rows)))
-    return winner, regret
 
 
 def top(regret: dict, k: int) -> list:

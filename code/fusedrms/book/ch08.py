@@ -2,17 +2,15 @@
 
 ``record(out_dir)`` writes ``fp8_quant.json`` (exactness on the GPU, kernel resources, the naive
 pair and the fused kernel timed, the warps sweep) and ``fp8_candidates.json`` (every launch
-candidate, checked bit for bit and timed in the same run as the naive pair); with ``tune=True`` it
-also writes the winner to ``tuning/fp8.json`` in the recording (install it with
-``python -m fusedrms.tuning install DIR``). The readers below turn those files into the chapter's
+candidate at each tuned width, checked bit for bit and timed in the same run as the naive pair);
+with ``tune=True`` it also writes each width's winners to ``tuning/fp8.json`` in the recording
+(install it with ``python -m fusedrms.tuning install DIR``). The readers below turn those files into the chapter's
 tables and verdicts.
 """
 from __future__ import annotations
 
 from .. import env  # first: decides GPU or interpreter before any @triton.jit
 
-import dataclasses
-import functools
 import json
 import math
 import time
@@ -23,9 +21,10 @@ import triton
 import triton.language as tl
 
 from .. import checks, records, validation
+from .ch08_tuning import (  # the candidates and their tuning table (record runs them)
+    best_candidate, candidate_table, candidates_records, write_tuning_table)
 from ..kernels.rmsnorm_fp8 import (
-    CANDIDATES, DIVISIONS, FusedConfig, _launch_fused, _launch_setup, baseline_config,
-    choose_config, e4m3_bits, hardware_fp8_support, kernel_resources, resolve_rounding,
+    CANDIDATES, baseline_config, choose_config, e4m3_bits, hardware_fp8_support, kernel_resources, resolve_rounding,
     rmsnorm_fp8_fused, rmsnorm_fp8_naive, split_pieces, to_bf16_value,
 )
 from ..kernels.rmsnorm_fp8_spec import (
@@ -195,236 +194,27 @@ def sweep_records(shape=SWEEP_SHAPE, configs=SWEEP_CONFIGS, warmup: int = 5, rep
     return out
 
 
-CANDIDATE_SHAPES = ((16384, 7168), (32768, 7168))
-CANDIDATE_CHECK_SHAPES = ((3, 129), (7, 1000), (64, 7168), (4, 16384), (4096, 7168))
-
-
-def edge_inputs(device=None):
-    """Inputs that reach the corners of the division: signed zeros, a zero block, tiny blocks
-    (scales below 2^-90 without a floor), subnormal bf16 values, and a huge gamma that makes some
-    normalized values infinite (an infinite scale). Returns a list of (name, x, w, floor)."""
-    device = device or env.current().device
-    x, w = make_inputs(6, 1024, 7, device="cpu")
-    x[0, :64] = -0.0
-    x[0, 64:128] = 0.0
-    x[1, :128] = 0.0
-    x[2, 128:256] *= 1e-30  # tiny next to the row: normalized values underflow towards 0
-    x[3] *= 1e-36  # a whole tiny row
-    tiny_x = x.clone()
-    w_huge = w.clone()
-    w_huge[256:384] = 3.0e38  # bf16 products overflow to inf in this block
-    out = [("signed zeros and tiny blocks", x, w, ABSMAX_FLOOR),
-           ("same, no floor", tiny_x, w, 0.0),
-           ("same, floor 1e-30", tiny_x, w, 1e-30),
-           ("infinite values (huge gamma), no floor", x, w_huge, 0.0),
-           ("infinite values (huge gamma)", x, w_huge, ABSMAX_FLOOR)]
-    g = torch.Generator().manual_seed(11)
-    sub = (torch.randn(4, 512, generator=g) * 1e-39).to(BF16)  # bf16 subnormals
-    out.append(("subnormal x, no floor", sub, torch.ones(512, dtype=BF16), 0.0))
-    return [(name, a.to(BF16).to(device), b.to(BF16).to(device), f) for name, a, b, f in out]
-
-
-def fused_resources(config: FusedConfig, cols: int = HIDDEN_SIZE) -> tuple:
-    """(registers, spills) per thread of the exact contract's fused kernel compiled for ``config``
-    (None: interpreter)."""
-    x, w = make_inputs(2, cols, 0)
-    x2, w, eps, floor, shape, codes, codes_out, scales, meta = _launch_setup(
-        x, w, RMS_NORM_EPS, ABSMAX_FLOOR, "auto", None, True, None, config, "exact")
-    k, _ = _launch_fused(x2, w, codes_out, scales, eps, floor, meta)
-    return getattr(k, "n_regs", None), getattr(k, "n_spills", None)
-
-
-@functools.lru_cache(maxsize=32)  # every shape and seed, under both contracts
-def _case(rows: int, cols: int, seed: int, contract: str = "exact"):
-    """Inputs and reference of one check, kept: every candidate is checked on the same cases."""
-    x, w = make_inputs(rows, cols, seed)
-    return x, w, reference(x, w, contract=contract)
-
-
-def _random_exactness(config: FusedConfig, contract: str, shapes, seeds) -> tuple:
-    """``config``'s codes and scales under ``contract`` against that contract's reference, bit
-    for bit, on random inputs: (checks, differing codes, failures)."""
-    checked = differing = 0
-    failures = []
-    for rows, cols in shapes:
-        for seed in seeds:
-            x, w, ref = _case(rows, cols, seed, contract)
-            report = compare(*rmsnorm_fp8_fused(x, w, config=config, contract=contract), *ref)
-            checked += 1
-            differing += report.mismatches
-            if not report.ok:
-                failures.append(f"{rows}x{cols} seed {seed}: {report}")
-    return checked, differing, failures
-
-
-def candidate_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seeds=(0, 1)) -> dict:
-    """One fused configuration, checked twice: on random inputs its codes must equal the
-    reference's bit for bit; on :func:`edge_inputs` they must equal the baseline kernel's (the
-    same arithmetic up to the division: any difference there is the candidate's fault, while a
-    difference between baseline and reference at those corners is recorded, not blamed on it)."""
-    checked, differing, failures = _random_exactness(config, "exact", shapes, seeds)
-    edge_vs_reference = 0
-    for name, x, w, floor in edge_inputs():
-        out = rmsnorm_fp8_fused(x, w, absmax_floor=floor, config=config, contract="exact")
-        base = rmsnorm_fp8_fused(x, w, absmax_floor=floor, config=baseline_config(x.shape[-1]),
-                                 contract="exact")
-        report = compare(*out, *base)
-        edge_vs_reference += compare(*out, *reference(x, w, absmax_floor=floor,
-                                                      contract="exact")).mismatches
-        checked += 1
-        differing += report.mismatches
-        if not report.ok:
-            failures.append(f"{name} (against the baseline kernel): {report}")
-    return {"exact_checks": checked, "differing_codes": differing, "bit_exact": not failures,
-            "edge_codes_differing_from_reference": edge_vs_reference, "failures": failures[:3]}
-
-
-def served_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seeds=(0, 1)) -> dict:
-    """One configuration under the served contract: its codes and scales against the served
-    reference, bit for bit, on the candidates' random inputs."""
-    checked, differing, failures = _random_exactness(config, "served", shapes, seeds)
-    return {"served_checks": checked, "served_differing_codes": differing,
-            "served_bit_exact": not failures, "served_failures": failures[:3]}
-
-
-def candidates_records(configs=CANDIDATES, shapes=CANDIDATE_SHAPES, warmup: int = 5, reps: int = 20,
-                       log=print, deadline: float | None = None, progress=None) -> list[dict]:
-    """Every candidate configuration of the fused kernel under the exact contract (the tuning
-    the chapter tells; the served contract launches with its winner): bit-exactness on the GPU, registers,
-    and median times (cold L2, with and without CUDA-graph replay) at the large shapes. The
-    naive pair is timed next to them (baseline division and block reciprocal) for the ratio."""
-    from ..measure import timer
-
-    out = []
-    start = time.time()
-    inputs = {shape: make_inputs(*shape, 0) for shape in shapes}
-
-    def med(fn, graph):
-        t = sorted(float(v) for v in timer.time_gpu(fn, warmup, reps, l2="cold", graph=graph))
-        return t[len(t) // 2]
-
-    def time_into(rec, prefix, call):  # every shape, with and without CUDA-graph replay
-        for (rows, cols), (x, w) in inputs.items():
-            for graph, suffix in ((True, "_graph"), (False, "")):
-                rec[f"{prefix}{suffix}_us_{rows}"] = med(lambda: call(x, w), graph)
-
-    for division in DIVISIONS:
-        rec = {"kind": "naive_reference", "division": division}
-        try:
-            time_into(rec, "naive", lambda x, w: rmsnorm_fp8_naive(x, w, division=division,
-                                                                   contract="exact"))
-        except Exception as e:  # noqa: BLE001
-            rec["error"] = f"{type(e).__name__}: {e}"
-        out.append(rec)
-        log(f"  naive, {division} division: {rec}")
-    for cfg in configs:
-        rec = {"kind": "candidate", "label": cfg.label, **dataclasses.asdict(cfg),
-               "cols": shapes[0][1], "baseline": cfg == baseline_config(shapes[0][1])}
-        if deadline is not None and time.time() > deadline:
-            rec["skipped"] = "time budget spent"
-            out.append(rec)
-            log(f"  candidate {cfg.label}: skipped (time budget spent)")
-            continue
-        try:
-            rec.update(candidate_exactness(cfg))
-        except Exception as e:  # noqa: BLE001
-            rec.update(bit_exact=False, error=f"exactness: {type(e).__name__}: {e}")
-        try:
-            rec["registers"], rec["spills"] = fused_resources(cfg)
-            time_into(rec, "fused", lambda x, w: rmsnorm_fp8_fused(x, w, config=cfg,
-                                                                   contract="exact"))
-        except Exception as e:  # noqa: BLE001
-            rec["error"] = f"{type(e).__name__}: {e}"
-        if cfg.runs("served"):
-            try:
-                rec.update(served_exactness(cfg))
-                time_into(rec, "served", lambda x, w: rmsnorm_fp8_fused(x, w, config=cfg,
-                                                                        contract="served"))
-            except Exception as e:  # noqa: BLE001
-                rec["served_error"] = f"{type(e).__name__}: {e}"
-        out.append(rec)
-        if progress is not None:
-            progress(out)  # written after every candidate: a timeout keeps what was measured
-        log(f"  candidate {cfg.label}: exact {rec.get('bit_exact')} "
-            f"({rec.get('differing_codes')} codes differ), registers {rec.get('registers')}, "
-            + ", ".join(f"{k} {v:.1f}" for k, v in rec.items() if k.startswith("fused"))
-            + f" (+{time.time() - start:.0f} s)")
-    return out
-
-
-# what each contract's tuning reads from a candidate record: (its times' prefix, its exactness key,
-# its error key)
-CONTRACT_KEYS = {"exact": ("fused", "bit_exact", "error"),
-                 "served": ("served", "served_bit_exact", "served_error")}
-
-
-def best_candidate(recs: list[dict], rows: int | None = None,
-                   contract: str = "exact") -> dict | None:
-    """The candidate bit-exact under ``contract`` with the smallest CUDA-graph time under it,
-    summed over the timed shapes (or at ``rows``); None when none is bit-exact and timed."""
-    prefix, exact_key, error_key = CONTRACT_KEYS[contract]
-    cands = [r for r in recs if r.get("kind") == "candidate"]
-    timed = {k for r in cands for k in r if k.startswith(f"{prefix}_graph_us_")}
-    keys = [f"{prefix}_graph_us_{rows}"] if rows is not None else sorted(timed)
-
-    def total(r):  # a candidate missing one of the shapes others were timed at cannot win
-        return sum(r[k] for k in keys) if keys and all(k in r for k in keys) else None
-
-    fine = [r for r in cands if r.get(exact_key) is True and error_key not in r
-            and "skipped" not in r and total(r) is not None]
-    return min(fine, key=total) if fine else None
-
-
-def write_tuning_table(path, recs: list[dict], log=print) -> dict[str, FusedConfig]:
-    """Write ``tuning/fp8.json``: each contract's winner (one entry per contract, for the wrapper);
-    returns ``{contract: config}`` of the winners (empty, and no file, when none is bit-exact)."""
-    rows, winners = [], {}
-    for contract, (prefix, _, _) in CONTRACT_KEYS.items():
-        best = best_candidate(recs, contract=contract)
-        if best is None:
-            log(f"  no candidate bit-exact and timed under the {contract} contract")
-            continue
-        cfg = FusedConfig(best["num_warps"], best["maxnreg"], best["division"],
-                          best.get("rows_per_program", 1), best.get("tile", "padded"))
-        winners[contract] = cfg
-        rows.append({"cols": best["cols"], "contract": contract, "num_warps": cfg.num_warps,
-                     "maxnreg": cfg.maxnreg, "division": cfg.division,
-                     "rows_per_program": cfg.rows_per_program, "tile": cfg.tile,
-                     "bit_exact": True, "label": cfg.label,
-                     **{k: v for k, v in best.items() if k.startswith(f"{prefix}_")
-                        and "_us" in k}})
-        log(f"  {contract} contract's winner: {cfg.label}")
-    if not rows:
-        log("  no bit-exact timed candidate: no tuning table written")
-        return {}
-    records.write(path, rows, extra={"objective": "per contract, the smallest CUDA-graph time "
-                                     "summed over " + ", ".join(f"{r}x{c}" for r, c in
-                                                                CANDIDATE_SHAPES)
-                                     + " among the candidates bit-exact under it"})
-    log(f"  wrote {path}")
-    return winners
-
-
 FILES = {
     "fp8_quant.json": "exactness on the GPU, kernel resources, naive pair vs fused timed, warps sweep",
     "fp8_candidates.json": "every launch candidate, bit-exactness and times, beside the naive pair",
     "fp8_exactness_cost.json": "the exact kernel beside a diagnostic that drops exactness: time, "
                                "% of floor, SASS opcodes, Nsight Compute pipes",
 }
-TUNING_FILES = {"tuning/fp8.json": "the fastest bit-exact candidate (written with --tune)"}
-# H200 at 347eb14: 130 s (exactness, timings, sweep, 12 candidates, two profiles), before the price
-# list of the exactness levers (7 more variants at three shapes, three rounds: about 60 s)
-ESTIMATE_S = 200
+TUNING_FILES = {"tuning/fp8.json": "each width's fastest bit-exact candidate per contract "
+                                    "(written with --tune)"}
+# H200 at 1cca9b3: 163 s, of which 48 s for the 12 candidates at 16384 and 32768 x 7168; the
+# candidates at TUNING_SHAPES' other calls move 0.8x those bytes again (~45 s more)
+ESTIMATE_S = 210
 # the diagnostic's and the levers' timing, then Nsight Compute on two kernels (~20 s each)
 EXACTNESS_COST_S = 150
 SOURCES = ("tuning/h200/fp8.json", "kernels/rmsnorm_fp8.py", "kernels/rmsnorm_fp8_config.py",
            "kernels/direct_launch.py",
            "kernels/rmsnorm_fp8_spec.py", "kernels/rmsnorm_fp8_departures.py",
            "kernels/rounding.py", "measure/timer.py", "traffic.py", "book/ch08.py::record",
-           "book/ch08_timing.py", "book/study.py", "book/study_timing.py", "book/study_fp8.py")
+           "book/ch08_tuning.py", "book/ch08_timing.py", "book/study.py", "book/study_timing.py", "book/study_fp8.py")
 
 
-SMOKE_CANDIDATE_SHAPES = ((1024, 7168),)
+SMOKE_WIDTHS = {HIDDEN_SIZE: (1024,)}
 
 
 def record(out_dir, tune: bool = False, log=print, smoke: bool = False, check_shapes=CHECK_SHAPES,
@@ -466,7 +256,7 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, check_sh
     written = [path]
     try:
         if smoke:
-            cands = candidates_records(CANDIDATES[:2], SMOKE_CANDIDATE_SHAPES, warmup=1, reps=3,
+            cands = candidates_records(CANDIDATES[:2], SMOKE_WIDTHS, warmup=1, reps=3,
                                        log=log)
         else:
             cands = [] if not full else candidates_records(
@@ -538,9 +328,6 @@ def timing_table(doc: dict) -> list[dict]:
     return [r for r in doc["records"] if r.get("kind") == "timing"]
 
 
-def candidate_table(doc: dict) -> list[dict]:
-    """The recorded launch candidates of the fused kernel (one dict each; times in us)."""
-    return [r for r in doc["records"] if r.get("kind") == "candidate"]
 
 
 # ---------------------------------------------------------------- what exactness costs (readers)

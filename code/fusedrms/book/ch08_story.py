@@ -3,7 +3,8 @@ as the committed recording has them (the pattern: :mod:`fusedrms.book.story`).""
 from __future__ import annotations
 
 from .. import records
-from . import ch08, ch08_page
+from ..kernels.rmsnorm_fp8_spec import HIDDEN_SIZE
+from . import ch08, ch08_page, ch08_tuning
 from .story import MISSING, recorded, value  # noqa: F401 (the notebook reads story.value)
 
 # tilefoundry's static analysis of the two programs at 2 x 7168 bf16 (references.bib: tilefoundry):
@@ -50,11 +51,11 @@ def config_parts(label: str | None) -> dict | None:
 
 
 def _candidates(cand_doc: dict | None) -> dict | None:
-    cands = [r for r in (cand_doc or {}).get("records", [])
-             if isinstance(r, dict) and r.get("kind") == "candidate"]
+    """The candidates at the chapter's width: how many, how many passed, what each check ran."""
+    cands = [r for r in ch08.candidate_table(cand_doc or {"records": []}) if isinstance(r, dict)]
     if not cands:
         return None
-    shapes = ch08.CANDIDATE_CHECK_SHAPES
+    shapes = ch08_tuning.check_shapes_at(HIDDEN_SIZE)
     seeds = 2
     return {"count": len(cands), "passed": sum(r.get("bit_exact") is True for r in cands),
             "checks_each": sorted({r.get("exact_checks") for r in cands if r.get("exact_checks")}),

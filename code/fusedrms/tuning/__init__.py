@@ -39,6 +39,25 @@ class TuningError(validation.InputError):
     """A tuning file that cannot be used, with what to do about it."""
 
 
+def select_winner(times: dict) -> tuple:
+    """``times``: {config: {rows: µs}}. Returns (winner, {config: worst ratio to the best}).
+
+    One configuration per key serves every batch size, so the winner is the one least far off
+    the best at any of them (minimax regret). Only row counts every config was timed at count.
+    Ties go to the smaller total time.
+    """
+    complete = {c: t for c, t in times.items() if t}
+    if not complete:
+        raise ValueError("no timed configuration to choose from")
+    rows = set.intersection(*(set(t) for t in complete.values()))
+    if not rows:
+        raise ValueError("the configurations share no timed row count")
+    best = {n: min(t[n] for t in complete.values()) for n in rows}
+    regret = {c: max(t[n] / best[n] for n in rows) for c, t in complete.items()}
+    winner = min(complete, key=lambda c: (round(regret[c], 3), sum(complete[c][n] for n in rows)))
+    return winner, regret
+
+
 def register(kind: str, parse: Callable[[dict], tuple]) -> None:
     """``parse(record) -> (key, config)``; it raises (KeyError, TypeError, ValueError, InputError)
     on a malformed record, which the loader then skips."""
