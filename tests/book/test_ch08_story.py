@@ -2,6 +2,7 @@
 recording it tells (a re-recording that contradicts a sentence fails here)."""
 from fusedrms import records
 from fusedrms.book import ch08_story as story
+from fusedrms.kernels import rmsnorm_fp8 as q
 from tests.book.story import assert_prose_values_exist
 
 
@@ -13,8 +14,10 @@ def test_every_check_on_the_gpu_was_bit_exact_on_the_codes():
     e = _facts()["exact"]
     assert e["bit-exact"] == e["checks"] > 0 and e["differing codes"] == 0  # "All ... bit-exact"
     assert e["gpu"] == "NVIDIA H200" and e["config"] and e["baseline"]
-    # "ran as tuned, with ... warps, the unpadded tile and one reciprocal per block"
+    # "ran as tuned, with ... warps, the unpadded tile and one reciprocal per block" (nothing
+    # about lean block steps: a recording whose winner has them needs the sentence to say so)
     assert e["tuned"]["warps"] and e["tuned"]["split"] and e["tuned"]["block_reciprocal"]
+    assert not e["tuned"]["lean"]
     # "its untuned baseline has ... warps, at most ... registers per thread, the padded tile and
     # an exact division per element"
     u = e["untuned"]
@@ -25,9 +28,11 @@ def test_config_parts_read_a_recorded_label():
     assert story.config_parts(None) is None
     parts = story.config_parts("warps 16, maxnreg 64, per element division")
     assert parts == {"warps": 16, "maxnreg": 64, "split": False, "block_reciprocal": False,
-                     "per_element_division": True}
+                     "per_element_division": True, "lean": False}
     parts = story.config_parts("warps 4, unpadded (split) tile, block reciprocal division")
     assert parts["warps"] == 4 and parts["maxnreg"] is None and parts["split"]
+    lean = story.config_parts(q.FusedConfig(4, None, "block_reciprocal", lean=True).label)
+    assert lean["lean"] and lean["block_reciprocal"] and not lean["split"]
 
 
 def test_the_fused_kernel_wins_everywhere_below_what_its_bytes_allow_and_far_from_its_floor():
@@ -139,6 +144,7 @@ def test_the_served_contract_is_tuned_under_it_and_its_tile_differs_from_the_exa
     of the chapter's timings."""
     f = _facts()
     st = f["served_tuning"]
+    assert not st["served"]["lean"] and not st["exact"]["lean"]  # the prose names no lean steps
     assert st["served"]["split"] != st["exact"]["split"]
     assert st["served"]["warps"] == st["exact"]["warps"]  # the prose names one warp count
     assert st["served_us"] * (1 + (f["timing"]["band"] or 0)) < st["exact_us"]

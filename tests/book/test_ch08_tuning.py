@@ -134,7 +134,11 @@ def test_each_width_gets_its_own_winner_by_the_geometric_mean(tmp_path, monkeypa
 def test_candidates_are_recorded_per_width_and_a_split_tile_only_where_it_splits(monkeypatch):
     from fusedrms.measure import timer
 
-    monkeypatch.setattr(tune, "CANDIDATE_CHECK_SHAPES", ((3, 129),))
+    # each width is checked on a row of its own as well (it compiles its own tile)
+    assert tune.check_shapes_at(1024) == tune.CANDIDATE_CHECK_SHAPES + ((64, 1024),)
+    assert tune.check_shapes_at(7168) == tune.CANDIDATE_CHECK_SHAPES
+
+    monkeypatch.setattr(tune, "check_shapes_at", lambda cols: ((3, 129),))  # the interpreter is slow
     monkeypatch.setattr(tune, "edge_inputs", lambda device=None: [])
     monkeypatch.setattr(timer, "time_gpu", lambda fn, warmup, reps, **kw: (fn(), [5.0, 4.0, 6.0])[1])
     split = q.FusedConfig(4, None, "block_reciprocal", 1, "split")
@@ -149,5 +153,26 @@ def test_candidates_are_recorded_per_width_and_a_split_tile_only_where_it_splits
     assert at_1024["bit_exact"] and at_1024["served_bit_exact"], at_1024
     assert {k for k in at_1024 if k.endswith("_us_3")} == {
         "fused_graph_us_3", "fused_us_3", "served_graph_us_3", "served_us_3"}
-    assert (64, 1024) in tune.check_shapes_at(1024) and tune.check_shapes_at(129) == ((3, 129),)
     assert not tune.applies_at(split, 1024) and tune.applies_at(split, 896)
+
+
+def test_a_lean_candidate_carries_its_proof_and_a_failed_proof_makes_it_inexact(monkeypatch):
+    from fusedrms.measure import timer
+
+    monkeypatch.setattr(tune, "check_shapes_at", lambda cols: ((3, 129),))  # the interpreter is slow
+    monkeypatch.setattr(tune, "edge_inputs", lambda device=None: [])
+    monkeypatch.setattr(timer, "time_gpu", lambda fn, warmup, reps, **kw: (fn(), [5.0])[1])
+    lean = q.FusedConfig(4, None, "block_reciprocal", lean=True)
+    tune.lean_proof.cache_clear()
+    rec = tune.candidates_records((lean,), {256: (2,)}, log=lambda *a: None)[-1]
+    assert rec["lean"] is True and rec["bit_exact"] and rec["served_bit_exact"]
+    assert rec["lean_division_errors"]["checked"] > 0
+    assert "served_graph_us_2" in rec
+    monkeypatch.setattr(tune, "lean_proof", lambda: {"absmax / 448": 3, "448 / absmax": 0,
+                                                      "1 / scale": 0, "checked": 10})
+    rec = tune.candidates_records((lean,), {256: (2,)}, log=lambda *a: None)[-1]
+    assert rec["bit_exact"] is False and rec["served_bit_exact"] is False
+    assert "served_graph_us_2" not in rec  # never timed under the served contract
+    assert tune.best_candidate([rec], contract="served", cols=256) is None
+    path_rec = {**rec, "bit_exact": True, "fused_graph_us_2": 5.0}
+    assert tune.best_candidate([path_rec], cols=256)["lean"] is True

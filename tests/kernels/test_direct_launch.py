@@ -41,7 +41,7 @@ def test_arguments_after_keyword_calls_match_the_positional_order():
     x, w, c, s = torch.zeros(1, 256), torch.zeros(256), torch.zeros(1, 256), torch.zeros(1, 2)
     kw = dict(cols=256, cols_f=256.0, x_row_stride=256, eps=1e-6, absmax_floor=1e-12, FP8_MAX=448.0,
               BLOCK_COLS=128, BLOCKS=2, SOFTWARE_ROUNDING=True, BLOCK_RECIPROCAL=False,
-              SUM_ORDER=0, MULTIPLY=False)
+              SUM_ORDER=0, MULTIPLY=False, LEAN=False)
     rest = D.arguments_after(Q.rmsnorm_fp8_fused_kernel, 4, x_ptr=x, w_ptr=w, codes_ptr=c,
                              scales_ptr=s, **dict(reversed(kw.items())), num_warps=4)
     assert rest == tuple(kw.values())

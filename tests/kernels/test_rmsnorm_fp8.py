@@ -148,7 +148,14 @@ FP8_PATHS = {"naive": dict(fn=q.rmsnorm_fp8_naive), "fused": dict(fn=q.rmsnorm_f
              "split exact": dict(fn=q.rmsnorm_fp8_fused, contract="exact",
                                  config=q.FusedConfig(4, None, "block_reciprocal", 1, "split")),
              "per_element": dict(fn=q.rmsnorm_fp8_fused, config=q.FusedConfig(8, None, "per_element"),
-                                 contract="exact")}
+                                 contract="exact"),
+             "lean": dict(fn=q.rmsnorm_fp8_fused,
+                          config=q.FusedConfig(4, None, "block_reciprocal", lean=True)),
+             "lean exact": dict(fn=q.rmsnorm_fp8_fused, contract="exact",
+                                config=q.FusedConfig(4, None, "block_reciprocal", lean=True)),
+             "split lean exact": dict(fn=q.rmsnorm_fp8_fused, contract="exact",
+                                      config=q.FusedConfig(4, None, "block_reciprocal", 1, "split",
+                                                           lean=True))}
 
 
 def _nan_blocks(codes, scales):
@@ -456,12 +463,14 @@ def test_gpu_chosen_and_new_designs_are_bit_exact_at_scale():
     ref = spec.reference(x, w, contract="exact")
     for cfg in {q.choose_config(7168)[0], q.FusedConfig(16, 64, "block_reciprocal"),
                 q.FusedConfig(8, None, "block_reciprocal", 2),
-                q.FusedConfig(4, None, "block_reciprocal", 1, "split")}:
+                q.FusedConfig(4, None, "block_reciprocal", 1, "split"),
+                q.FusedConfig(4, None, "block_reciprocal", 1, "split", lean=True)}:
         report = spec.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg, contract="exact"), *ref)
         assert report.ok, f"{cfg.label}: {report}"
     served = spec.reference(x, w)
     for cfg in {q.choose_config(7168)[0], q.FusedConfig(16, 64, "block_reciprocal"),
-                q.FusedConfig(4, None, "block_reciprocal", 1, "split")}:
+                q.FusedConfig(4, None, "block_reciprocal", 1, "split"),
+                q.FusedConfig(4, None, "block_reciprocal", lean=True)}:
         report = spec.compare(*q.rmsnorm_fp8_fused(x, w, config=cfg), *served)
         assert report.ok, f"served, {cfg.label}: {report}"
 
@@ -503,6 +512,21 @@ def test_every_launch_keyword_is_a_parameter_of_its_kernel():
             assert not unknown, f"{kernel.fn.__name__} does not declare {unknown}"
             missing = {n for n in kernel.arg_names if n.isupper()} - set(kwargs) - {"FP8_MAX"}
             assert not missing, f"{kernel.fn.__name__} is not given {missing}"
+
+
+@pytest.mark.parametrize("config", sorted(set(q.CANDIDATES), key=str))
+def test_every_candidate_launch_gives_its_kernel_exactly_the_keywords_it_declares(config):
+    x, w = spec.make_inputs(2, 7168, 0)
+    for contract in spec.CONTRACTS:
+        if not config.runs(contract):
+            continue
+        x2, w2, eps, floor, _, _, codes_out, scales, meta = q._launch_setup(
+            x, w, 1e-6, spec.ABSMAX_FLOOR, "auto", None, True, None, config, contract)
+        kernel, _, kwargs, options = q._fused_launch(x2, w2, codes_out, scales, eps, floor, meta)
+        declared = set(kernel.arg_names)
+        assert set(kwargs) <= declared, f"{config.label}: {set(kwargs) - declared}"
+        assert {n for n in declared if n.isupper()} <= set(kwargs) | {"EXACT_R"}, config.label
+        assert kwargs.get("LEAN", False) is config.lean or kernel is q.rmsnorm_fp8_fused_rows_kernel
 
 
 @pytest.mark.parametrize("path", list(FP8_PATHS))

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from fusedrms import env
+from fusedrms import env, validation
 from fusedrms.kernels import rmsnorm_fp8 as q
 from fusedrms.kernels import rmsnorm_fp8_config as C
 from fusedrms.kernels import rmsnorm_fp8_spec as spec
@@ -45,3 +45,55 @@ def test_the_kernel_module_launches_with_these_rules():
     for name in ("FusedConfig", "CANDIDATES", "baseline_config", "choose_config",
                  "config_from_record", "launch_options", "num_warps_for", "REGISTER_CAP"):
         assert getattr(q, name) is getattr(C, name), name
+
+
+def test_lean_block_steps_are_a_launch_option_of_one_row_per_program():
+    lean = C.FusedConfig(4, None, "block_reciprocal", lean=True)
+    assert lean.label.endswith("lean block steps") and lean.runs("served")
+    entry = {"cols": 8192, "num_warps": 4, "division": "block_reciprocal", "bit_exact": True,
+             "contract": "served"}
+    assert C.config_from_record({**entry, "lean": True}) == ((8192, "served"), lean)
+    assert C.config_from_record(entry)[1].lean is False
+    assert C.config_from_record({**entry, "lean": "yes"})[1].lean is False  # only True is lean
+    for bad in (C.FusedConfig(8, None, "block_reciprocal", 2, lean=True),
+                C.FusedConfig(4, None, "block_reciprocal", lean=1)):
+        with pytest.raises(validation.InputError, match="lean must be True or False"):
+            C.resolve_config(7168, None, True, None, bad)
+    assert any(c.lean for c in C.CANDIDATES) and not C.baseline_config(7168).lean
+
+
+@pytest.mark.parametrize("floor,lean", [(spec.ABSMAX_FLOOR, True), (C.LEAN_MIN_FLOOR, True),
+                                        (C.LEAN_MIN_FLOOR / 2, False), (0.0, False)])
+def test_the_launch_is_lean_only_where_every_block_operand_is_normal(floor, lean):
+    """Below an absmax floor of 2^-60 a block's divisions may meet subnormal operands, where the
+    fast path is not exact: the launch takes div_rn there, and the naive pair never goes lean."""
+    x, w = spec.make_inputs(2, 256, 0)
+    cfg = C.FusedConfig(4, None, "block_reciprocal", lean=True)
+    *_, meta = q._launch_setup(x, w, spec.RMS_NORM_EPS, floor, "auto", None, True, None, cfg)
+    assert meta["LEAN"] is lean
+    assert "LEAN" not in q.quantize_meta(meta) and "LEAN" not in q.norm_meta(meta)
+
+
+def test_a_gpu_where_the_proof_fails_launches_div_rn(monkeypatch):
+    """The lean steps are proven per device on its first lean launch; a difference anywhere makes
+    every launch there take div_rn (no silent wrong code)."""
+    from fusedrms.kernels import rmsnorm_fp8_lean as proof
+
+    fake = env.Env("cuda", torch.device("cuda"), "Fake GPU", "compiled for the GPU", "nvcc",
+                   {"torch": torch.__version__, "python": "3"})
+    runs = []
+
+    def failing():
+        runs.append(1)
+        return {"absmax / 448": 0, "448 / absmax": 2, "1 / scale": 0, "checked": 9}
+
+    monkeypatch.setattr(env, "current", lambda: fake)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
+    monkeypatch.setattr(q, "lean_division_errors", failing)
+    monkeypatch.setattr(q, "_LEAN_PROVEN", {})
+    assert q.lean_is_exact_on("cuda") is False and q.lean_is_exact_on("cuda") is False
+    assert runs == [1]  # once per device
+    monkeypatch.setattr(q, "lean_division_errors",
+                        lambda: {k: 0 for k in proof.DIVISIONS} | {"checked": 9})
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Other GPU")
+    assert q.lean_is_exact_on("cuda") is True

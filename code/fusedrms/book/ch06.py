@@ -503,7 +503,7 @@ SOURCES = ("tuning/h200/capstone.json", "tuning/h200/fp8.json", "kernels/rmsnorm
            "kernels/add_rmsnorm.py", "kernels/add_rmsnorm_chunked.py",
            "kernels/add_rmsnorm_split.py", "kernels/add_rmsnorm_exchange.py",
            "kernels/rmsnorm_fp8.py",
-           "kernels/rmsnorm_fp8_config.py",
+           "kernels/rmsnorm_fp8_config.py", "kernels/rmsnorm_fp8_lean.py",
            "kernels/rmsnorm_fp8_spec.py",
            "kernels/direct_launch.py", "kernels/rounding.py", "kernels/peers.py",
            "kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py", "measure/timer.py",

@@ -36,7 +36,8 @@ def _exactness(quant: dict | None) -> dict | None:
 
 def config_parts(label: str | None) -> dict | None:
     """A recorded configuration label read into its parts: "warps 4, unpadded (split) tile,
-    block reciprocal division" -> warps 4, no register cap, split tile, one reciprocal per block."""
+    block reciprocal division" -> warps 4, no register cap, split tile, one reciprocal per block,
+    not lean."""
     if not label:
         return None
     parts = [p.strip() for p in label.split(",")]
@@ -47,7 +48,8 @@ def config_parts(label: str | None) -> dict | None:
     return {"warps": number("warps"), "maxnreg": number("maxnreg"),
             "split": any("split" in p for p in parts),
             "block_reciprocal": "block reciprocal division" in parts,
-            "per_element_division": "per element division" in parts}
+            "per_element_division": "per element division" in parts,
+            "lean": "lean block steps" in parts}
 
 
 def _candidates(cand_doc: dict | None) -> dict | None:

@@ -118,6 +118,14 @@ def served_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seeds=(
             "served_bit_exact": not failures, "served_failures": failures[:3]}
 
 
+@functools.lru_cache(maxsize=1)
+def lean_proof() -> dict:
+    """:func:`fusedrms.kernels.rmsnorm_fp8_lean.lean_division_errors`, once per recording."""
+    from ..kernels import rmsnorm_fp8_lean
+
+    return rmsnorm_fp8_lean.lean_division_errors()
+
+
 def check_shapes_at(cols: int) -> tuple:
     """The candidates' check shapes, plus 64 rows of ``cols`` where none of them has that width
     (a width compiles its own tile)."""
@@ -190,6 +198,11 @@ def _candidate_record(cfg: FusedConfig, cols: int, time_into, deadline, log) -> 
     shapes = check_shapes_at(cols)
     try:
         rec.update(candidate_exactness(cfg, shapes))
+        if cfg.lean:  # random inputs cannot reach every absmax: the divisions are proven apart
+            rec["lean_division_errors"] = lean_proof()
+            if any(v for k, v in rec["lean_division_errors"].items() if k != "checked"):
+                rec.update(bit_exact=False, served_bit_exact=False,
+                           failures=[f"lean block divisions: {rec['lean_division_errors']}"])
     except Exception as e:  # noqa: BLE001
         rec.update(bit_exact=False, error=f"exactness: {type(e).__name__}: {e}")
     try:
@@ -198,7 +211,7 @@ def _candidate_record(cfg: FusedConfig, cols: int, time_into, deadline, log) -> 
                                                                contract="exact"), cols)
     except Exception as e:  # noqa: BLE001
         rec["error"] = f"{type(e).__name__}: {e}"
-    if cfg.runs("served"):
+    if cfg.runs("served") and rec.get("served_bit_exact") is not False:
         try:
             rec.update(served_exactness(cfg, shapes))
             time_into(rec, "served", lambda x, w: rmsnorm_fp8_fused(x, w, config=cfg,
@@ -255,12 +268,14 @@ def write_tuning_table(path, recs: list[dict], log=print) -> dict[tuple, FusedCo
                     f"columns")
                 continue
             cfg = FusedConfig(best["num_warps"], best["maxnreg"], best["division"],
-                              best.get("rows_per_program", 1), best.get("tile", "padded"))
+                              best.get("rows_per_program", 1), best.get("tile", "padded"),
+                              best.get("lean", False) is True)
             winners[(cols, contract)] = cfg
             times = {k: v for k, v in best.items() if k.startswith(f"{prefix}_") and "_us" in k}
             rows.append({"cols": cols, "contract": contract, "num_warps": cfg.num_warps,
                          "maxnreg": cfg.maxnreg, "division": cfg.division,
                          "rows_per_program": cfg.rows_per_program, "tile": cfg.tile,
+                         "lean": cfg.lean,
                          "bit_exact": True, "label": cfg.label, **times})
             log(f"  {contract} contract's winner at {cols} columns: {cfg.label}")
         timed = sorted({int(k.rsplit("_", 1)[1]) for r in rows if r["cols"] == cols

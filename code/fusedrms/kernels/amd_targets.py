@@ -153,6 +153,8 @@ def _book_launches() -> tuple:
            ("fp8 quantize", "quantize_fp8_kernel", "quantize", "software"),
            ("fp8 fused rows", "rmsnorm_fp8_fused_rows_kernel", "rows", "software"),
            ("fp8 fused split", "rmsnorm_fp8_fused_split_kernel", "split", "software"),
+           ("fp8 fused lean", "rmsnorm_fp8_fused_kernel", "lean", "software"),
+           ("fp8 lean proof", "lean_division_kernel", "proof", "software"),
            ("fp8 approx", "rmsnorm_fp8_approx_kernel", "approx", "cast"))
     for key, kernel, variant, rounding in fp8:
         out.append(_launch(key, 8, kernel, f"{fp8_cols} bf16", "fp8", cols=fp8_cols,
@@ -469,8 +471,15 @@ def _build_fp8(cols: int, variant: str, rounding: str):
                 (x, w, codes, scales, cols, x.stride(0), spec.RMS_NORM_EPS, spec.ABSMAX_FLOOR),
                 dict(FP8_MAX=spec.FP8_MAX, BLOCK_COLS=spec.BLOCK_COLS,
                      BLOCKS=triton.next_power_of_2(nb), num_warps=8))
+    if variant == "proof":  # rmsnorm_fp8_lean: every per-block division the lean steps make
+        from . import rmsnorm_fp8_lean as proof
+
+        v = proof.mantissas(0, 1024, "cpu")
+        return (proof.lean_division_kernel, (v, torch.empty_like(v), v.numel()),
+                dict(FP8_MAX=spec.FP8_MAX, KIND=1, BLOCK=1024))
     candidates = {"rows": next(c for c in m.CANDIDATES if c.rows_per_program > 1),
-                  "split": next(c for c in m.CANDIDATES if c.tile == "split")}
+                  "split": next(c for c in m.CANDIDATES if c.tile == "split"),
+                  "lean": next(c for c in m.CANDIDATES if c.lean)}
     config = candidates.get(variant, m.baseline_config(cols))
     contract = "exact" if variant == "rows" else spec.DEFAULT_CONTRACT  # rows: exact only
     x2, w, eps, floor, _, _, codes_out, scales, meta = m._launch_setup(
@@ -483,11 +492,11 @@ def _build_fp8(cols: int, variant: str, rounding: str):
                 (*common, cols, float(cols), x2.stride(0), eps, floor),
                 dict(FP8_MAX=spec.FP8_MAX, B0=b0, B1=b1, B2=b2, **meta))
     if variant == "rows":
-        del meta["SUM_ORDER"], meta["MULTIPLY"]
+        del meta["SUM_ORDER"], meta["MULTIPLY"], meta["LEAN"]
         return (m.rmsnorm_fp8_fused_rows_kernel,
                 (*common, ROWS, cols, float(cols), x2.stride(0), eps, floor),
                 dict(FP8_MAX=spec.FP8_MAX, **meta))
-    if variant == "fused":
+    if variant in ("fused", "lean"):
         return (m.rmsnorm_fp8_fused_kernel, (*common, cols, float(cols), x2.stride(0), eps, floor),
                 dict(FP8_MAX=spec.FP8_MAX, **meta))
     y = torch.empty((ROWS, cols), dtype=torch.bfloat16)

@@ -46,6 +46,7 @@ from .rmsnorm_fp8_config import (  # its launch rules, re-exported (chapter 8 an
     CANDIDATES, DIVISIONS, REGISTER_CAP, TILES, FusedConfig, baseline_config, choose_config,
     config_from_record, launch_options, num_warps_for)
 from .rmsnorm import loud_scale  # chapter 4's guard: NaN, never 0, for an overflowed row
+from .rmsnorm_fp8_lean import divide_per_block, lean_division_errors  # the lean block steps
 from .rmsnorm_fp8_spec import (  # the specification these kernels match bit for bit
     ABSMAX_FLOOR, BF16, BLOCK_COLS, DEFAULT_CONTRACT, FP8_DTYPE, FP8_MAX, FP32, HIDDEN_SIZE,
     RMS_NORM_EPS, check_inputs, contract_steps, make_inputs, n_blocks)
@@ -158,7 +159,7 @@ def normalize_bf16(x, r, w, SOFTWARE_ROUNDING: tl.constexpr):
 
 
 @triton.jit
-def divide_by_block_scale(y, scale):
+def divide_by_block_scale(y, scale, FAST: tl.constexpr = False):
     """``y / scale`` correctly rounded, with one true division per block
     instead of per element.
 
@@ -177,7 +178,7 @@ def divide_by_block_scale(y, scale):
     # 2^64, a power of two: exact
     lift = tl.where(tiny, 18446744073709551616.0, 1.0)
     s = (scale * lift)[:, None]
-    inv = tl.div_rn(1.0, s)
+    inv = divide_per_block(1.0, s, FAST)
     y_s = y * lift[:, None]
     q = y_s * inv
     q = tl.fma(tl.fma(-q, s, y_s), inv, q)
@@ -196,26 +197,33 @@ def max_keeping_nan(a, b):
 def quantize_tile(y, absmax_floor, FP8_MAX: tl.constexpr,
                   SOFTWARE_ROUNDING: tl.constexpr,
                   BLOCK_RECIPROCAL: tl.constexpr,
-                  MULTIPLY: tl.constexpr = False):
+                  MULTIPLY: tl.constexpr = False,
+                  LEAN: tl.constexpr = False):
     """Steps 4-5 on a (blocks, 128) tile: returns (codes, one scale per
     block). A block holding a NaN or an Inf gets a NaN scale, so all its
     codes are NaN too. ``MULTIPLY`` departs from step 5: q = y times
-    RN(448 / absmax), one correctly rounded division per block."""
+    RN(448 / absmax), one correctly rounded division per block. ``LEAN``
+    (the same bits, fewer instructions): the per-block divisions by
+    :func:`divide_per_block`'s fast path, and no clamp before the hardware
+    cast, which saturates to +-448 by itself (cvt.rn.satfinite)."""
     absmax = tl.reduce(tl.abs(y), 1, max_keeping_nan)
     # False for NaN and Inf: one compare per block
     finite = absmax <= 3.4028234663852886e38
     absmax = tl.maximum(absmax, absmax_floor)  # floor 0: no floor
-    scale = tl.where(finite, tl.div_rn(absmax, FP8_MAX), float("nan"))
+    scale = tl.where(finite, divide_per_block(absmax, FP8_MAX, LEAN),
+                     float("nan"))
     if MULTIPLY:
-        inv = tl.where(finite, tl.div_rn(FP8_MAX, absmax), float("nan"))
+        inv = tl.where(finite, divide_per_block(FP8_MAX, absmax, LEAN),
+                       float("nan"))
         q = y * inv[:, None]
     elif BLOCK_RECIPROCAL:
         # the same quotient, bit for bit, cheaper
-        q = divide_by_block_scale(y, scale)
+        q = divide_by_block_scale(y, scale, LEAN)
     else:
         # y * (1 / scale) alone would differ by a code now and then
         q = tl.div_rn(y, scale[:, None])
-    q = tl.clamp(q, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
+    if SOFTWARE_ROUNDING or not LEAN:
+        q = tl.clamp(q, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL)
     if SOFTWARE_ROUNDING:
         # uint8 bit patterns, stored through a uint8 view
         codes = e4m3_bits(q)
@@ -233,7 +241,7 @@ def rmsnorm_fp8_fused_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, cols_f, 
                              eps, absmax_floor, FP8_MAX: tl.constexpr, BLOCK_COLS: tl.constexpr,
                              BLOCKS: tl.constexpr, SOFTWARE_ROUNDING: tl.constexpr,
                              BLOCK_RECIPROCAL: tl.constexpr, SUM_ORDER: tl.constexpr,
-                             MULTIPLY: tl.constexpr):
+                             MULTIPLY: tl.constexpr, LEAN: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     blocks = tl.arange(0, BLOCKS)  # the row as a (blocks, 128) tile, padded to a power of two
     offsets = blocks[:, None] * BLOCK_COLS + tl.arange(0, BLOCK_COLS)[None, :]
@@ -245,7 +253,7 @@ def rmsnorm_fp8_fused_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols, cols_f, 
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)  # stays in registers
     codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING, BLOCK_RECIPROCAL,
-                                 MULTIPLY)
+                                 MULTIPLY, LEAN)
     tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
     n_blocks = tl.cdiv(cols, BLOCK_COLS)
     tl.store(scales_ptr + row * n_blocks + blocks, scale, mask=blocks < n_blocks)
@@ -295,12 +303,12 @@ def _quantize_piece(x, r, w_ptr, codes_ptr, scales_ptr, row, cols,
                     absmax_floor, blocks, offsets, FP8_MAX: tl.constexpr,
                     SOFTWARE_ROUNDING: tl.constexpr,
                     BLOCK_RECIPROCAL: tl.constexpr, BLOCK_COLS: tl.constexpr,
-                    MULTIPLY: tl.constexpr = False):
+                    MULTIPLY: tl.constexpr = False, LEAN: tl.constexpr = False):
     mask = offsets < cols
     w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     y = normalize_bf16(x, r, w, SOFTWARE_ROUNDING)
     codes, scale = quantize_tile(y, absmax_floor, FP8_MAX, SOFTWARE_ROUNDING,
-                                 BLOCK_RECIPROCAL, MULTIPLY)
+                                 BLOCK_RECIPROCAL, MULTIPLY, LEAN)
     tl.store(codes_ptr + row * cols + offsets, codes, mask=mask)
     n_blocks = tl.cdiv(cols, BLOCK_COLS)
     tl.store(scales_ptr + row * n_blocks + blocks, scale,
@@ -318,7 +326,8 @@ def rmsnorm_fp8_fused_split_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols,
                                    BLOCK_RECIPROCAL: tl.constexpr,
                                    SUM_ORDER: tl.constexpr = 0,
                                    EXACT_R: tl.constexpr = True,
-                                   MULTIPLY: tl.constexpr = False):
+                                   MULTIPLY: tl.constexpr = False,
+                                   LEAN: tl.constexpr = False):
     """The fused kernel without padding: the row's blocks as three
     power-of-two pieces (56 blocks = 32 + 16 + 8), so no lane works on a
     padded block. SUM_ORDER, EXACT_R and MULTIPLY at their defaults are
@@ -346,13 +355,16 @@ def rmsnorm_fp8_fused_split_kernel(x_ptr, w_ptr, codes_ptr, scales_ptr, cols,
     r = loud_scale(r, denominator)
     _quantize_piece(x0, r, w_ptr, codes_ptr, scales_ptr, row, cols,
                     absmax_floor, blocks0, offsets0, FP8_MAX,
-                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS, MULTIPLY)
+                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS, MULTIPLY,
+                    LEAN)
     _quantize_piece(x1, r, w_ptr, codes_ptr, scales_ptr, row, cols,
                     absmax_floor, blocks1, offsets1, FP8_MAX,
-                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS, MULTIPLY)
+                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS, MULTIPLY,
+                    LEAN)
     _quantize_piece(x2, r, w_ptr, codes_ptr, scales_ptr, row, cols,
                     absmax_floor, blocks2, offsets2, FP8_MAX,
-                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS, MULTIPLY)
+                    SOFTWARE_ROUNDING, BLOCK_RECIPROCAL, BLOCK_COLS, MULTIPLY,
+                    LEAN)
 
 
 # [book:approx-kernel]
@@ -478,6 +490,23 @@ def resolve_rounding(rounding: str, device=None) -> str:
     return rounding  # "cast" under the interpreter runs its (faulty) emulation: chapter 8 shows it
 
 
+_LEAN_PROVEN: dict = {}
+
+
+def lean_is_exact_on(device) -> bool:
+    """Whether the lean block steps give ``div_rn``'s bits on ``device``: on a GPU,
+    :func:`~fusedrms.kernels.rmsnorm_fp8_lean.lean_division_errors` runs once per device (well
+    under a second) and a launch falls back to ``div_rn`` wherever it finds a difference. The
+    interpreter divides exactly, so there the fast path is ``div_rn`` by construction."""
+    if not env.current().on_gpu:
+        return True
+    name = torch.cuda.get_device_name(device)
+    if name not in _LEAN_PROVEN:
+        errors = lean_division_errors()
+        _LEAN_PROVEN[name] = not any(v for k, v in errors.items() if k != "checked")
+    return _LEAN_PROVEN[name]
+
+
 def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=True,
                   division=None, config=None, contract=DEFAULT_CONTRACT):
     validation.check_flag(cap_registers, "cap_registers")
@@ -499,7 +528,9 @@ def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=Tr
     meta = dict(BLOCK_COLS=BLOCK_COLS, BLOCKS=blocks, SOFTWARE_ROUNDING=software,
                 BLOCK_RECIPROCAL=cfg.division == "block_reciprocal",
                 SUM_ORDER=0 if steps["sum_order"] == "float64" else 1,
-                MULTIPLY=steps["division"] == "reciprocal", **options)
+                MULTIPLY=steps["division"] == "reciprocal",
+                LEAN=(cfg.lean and floor >= launch_rules.LEAN_MIN_FLOOR
+                      and lean_is_exact_on(x2.device)), **options)
     if not cfg.runs(contract):
         raise validation.InputError(f"rows_per_program {cfg.rows_per_program} runs the exact "
                                     f"contract only; pass contract='exact' or one row per "
@@ -526,7 +557,7 @@ def _fused_launch(x2, w, codes_out, scales, eps, floor, meta):
         return (rmsnorm_fp8_fused_split_kernel, rows,
                 {**args, **consts, "B0": b0, "B1": b1, "B2": b2}, options)
     if "ROWS" in consts:
-        del consts["SUM_ORDER"], consts["MULTIPLY"]  # the exact contract (_launch_setup)
+        del consts["SUM_ORDER"], consts["MULTIPLY"], consts["LEAN"]  # exact, not lean (resolve_config)
         return (rmsnorm_fp8_fused_rows_kernel, triton.cdiv(rows, consts["ROWS"]),
                 {**args, "rows": rows, **consts}, options)
     return rmsnorm_fp8_fused_kernel, rows, {**args, **consts}, options
@@ -655,14 +686,15 @@ class _Plan:
 
 def norm_meta(meta: dict) -> dict:
     """The launch keywords the naive norm kernel takes: it does not divide, so it has no
-    BLOCK_RECIPROCAL or MULTIPLY (Triton on a GPU rejects keywords a kernel does not declare; the
-    interpreter ignores them, which is how this once slipped through CPU tests)."""
-    return {k: v for k, v in meta.items() if k not in ("BLOCK_RECIPROCAL", "MULTIPLY")}
+    BLOCK_RECIPROCAL, MULTIPLY or LEAN (Triton on a GPU rejects keywords a kernel does not
+    declare; the interpreter ignores them, which is how this once slipped through CPU tests)."""
+    return {k: v for k, v in meta.items() if k not in ("BLOCK_RECIPROCAL", "MULTIPLY", "LEAN")}
 
 
 def quantize_meta(meta: dict) -> dict:
-    """The launch keywords the naive quantizer takes: it does not sum, so no SUM_ORDER."""
-    return {k: v for k, v in meta.items() if k != "SUM_ORDER"}
+    """The launch keywords the naive quantizer takes: it does not sum, so no SUM_ORDER, and it
+    keeps the chapter's first design, so no LEAN."""
+    return {k: v for k, v in meta.items() if k not in ("SUM_ORDER", "LEAN")}
 
 
 def rmsnorm_fp8_naive(x, w, eps: float = RMS_NORM_EPS, absmax_floor: float = ABSMAX_FLOOR,
