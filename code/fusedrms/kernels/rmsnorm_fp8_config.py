@@ -86,8 +86,8 @@ def baseline_config(cols: int = HIDDEN_SIZE) -> FusedConfig:
     return FusedConfig(warps, REGISTER_CAP.get(warps), "per_element")
 
 
-# Candidates the GPU session times and checks (fused_candidates_records); the first is the baseline
-# at the DeepSeek width. Fewer warps keep more rows in flight per SM (the recorded warps sweep);
+# Candidates chapter 8's recording checks and times at every tuned width (book/ch08_tuning.py);
+# the first is the baseline at the DeepSeek width. Fewer warps keep more rows in flight per SM (the recorded warps sweep);
 # the block reciprocal removes a true division per element (a reciprocal instruction plus about
 # eight more) in favour of one multiply and four fmas. The lean block steps drop div_rn's range
 # checks and slow-path calls from the per-block divisions (SASS for sm_90, served, warps 4, 7168
