@@ -31,8 +31,8 @@ def divide_per_block(a, b, FAST: tl.constexpr):
     approximate on a GPU), one Newton step and one Markstein correction
     instead. That is exact where a, b, 1/b and the quotient are normal fp32
     numbers and the seed is close enough, which
-    :func:`lean_division_errors` checks exhaustively on the GPU for every
-    division the quantizer makes. The wrapper allows FAST only with an
+    ``rmsnorm_fp8_lean.lean_division_errors`` checks exhaustively on the
+    GPU for every division the quantizer makes. The wrapper allows FAST only with an
     absmax floor of at least 2^-60 (every operand normal) and only on a
     device where that check found no difference.
     """
