@@ -32,9 +32,9 @@ def divide_per_block(a, b, FAST: tl.constexpr):
     instead. That is exact where a, b, 1/b and the quotient are normal fp32
     numbers and the seed is close enough, which
     ``rmsnorm_fp8_lean.lean_division_errors`` checks exhaustively on the
-    GPU for every division the quantizer makes. The wrapper allows FAST only with an
-    absmax floor of at least 2^-60 (every operand normal) and only on a
-    device where that check found no difference.
+    GPU for every division the quantizer makes. The wrapper allows FAST
+    only with an absmax floor of at least 2^-60 (every operand normal) and
+    only on a device where that check found no difference.
     """
     if FAST:
         # divisors past 2^64: both operands scaled by 2^-64 (exact, the same
