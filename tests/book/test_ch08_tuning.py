@@ -163,7 +163,7 @@ def test_a_lean_candidate_carries_its_proof_and_a_failed_proof_makes_it_inexact(
     monkeypatch.setattr(tune, "edge_inputs", lambda device=None: [])
     monkeypatch.setattr(timer, "time_gpu", lambda fn, warmup, reps, **kw: (fn(), [5.0])[1])
     lean = q.FusedConfig(4, None, "block_reciprocal", lean=True)
-    tune.lean_proof.cache_clear()
+    monkeypatch.setattr(q, "_LEAN_REPORTS", {})
     rec = tune.candidates_records((lean,), {256: (2,)}, log=lambda *a: None)[-1]
     assert rec["lean"] is True and rec["bit_exact"] and rec["served_bit_exact"]
     assert rec["lean_division_errors"]["checked"] > 0

@@ -90,7 +90,7 @@ def test_a_gpu_where_the_proof_fails_launches_div_rn(monkeypatch):
     monkeypatch.setattr(env, "current", lambda: fake)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
     monkeypatch.setattr(q, "lean_division_errors", failing)
-    monkeypatch.setattr(q, "_LEAN_PROVEN", {})
+    monkeypatch.setattr(q, "_LEAN_REPORTS", {})
     assert q.lean_is_exact_on("cuda") is False and q.lean_is_exact_on("cuda") is False
     assert runs == [1]  # once per device
     monkeypatch.setattr(q, "lean_division_errors",

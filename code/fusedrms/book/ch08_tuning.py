@@ -18,7 +18,7 @@ import torch
 from .. import records, tuning
 from ..kernels.rmsnorm_fp8 import (
     CANDIDATES, DIVISIONS, FusedConfig, _launch_fused, _launch_setup, baseline_config,
-    rmsnorm_fp8_fused, rmsnorm_fp8_naive, split_pieces)
+    lean_division_report, rmsnorm_fp8_fused, rmsnorm_fp8_naive, split_pieces)
 from ..kernels.rmsnorm_fp8_spec import (
     ABSMAX_FLOOR, BF16, HIDDEN_SIZE, RMS_NORM_EPS, compare, make_inputs, n_blocks, reference)
 
@@ -118,12 +118,10 @@ def served_exactness(config: FusedConfig, shapes=CANDIDATE_CHECK_SHAPES, seeds=(
             "served_bit_exact": not failures, "served_failures": failures[:3]}
 
 
-@functools.lru_cache(maxsize=1)
 def lean_proof() -> dict:
-    """:func:`fusedrms.kernels.rmsnorm_fp8_lean.lean_division_errors`, once per recording."""
-    from ..kernels import rmsnorm_fp8_lean
-
-    return rmsnorm_fp8_lean.lean_division_errors()
+    """The lean block steps' proof on this device, run once and shared with every launch
+    (:func:`fusedrms.kernels.rmsnorm_fp8.lean_division_report`)."""
+    return lean_division_report(env.current().device)
 
 
 def check_shapes_at(cols: int) -> tuple:

@@ -3,8 +3,9 @@ saves, the scale of an all-zero block, the quantization step written from the sp
 (:mod:`.ch08_quantizer`), and a prediction of the fused kernel's share of its copy floor before
 the chapter shows the H200's times.
 
-The byte counts are priced by :mod:`fusedrms.traffic` (the model of chapter 2); each typical mistake
-is that count with one convention broken (scales forgotten, codes counted as 2 bytes, ...).
+The byte counts are priced by :mod:`fusedrms.traffic` (the model of chapter 2); each typical
+mistake is that count with one convention broken (scales forgotten, codes counted as 2 bytes,
+...).
 """
 from __future__ import annotations
 

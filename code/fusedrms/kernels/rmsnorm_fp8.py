@@ -490,21 +490,26 @@ def resolve_rounding(rounding: str, device=None) -> str:
     return rounding  # "cast" under the interpreter runs its (faulty) emulation: chapter 8 shows it
 
 
-_LEAN_PROVEN: dict = {}
+_LEAN_REPORTS: dict = {}  # {device name: lean_division_errors()}, one proof per GPU
+
+
+def lean_division_report(device) -> dict:
+    """:func:`~fusedrms.kernels.rmsnorm_fp8_lean.lean_division_errors` on ``device``, run once
+    per GPU (well under a second) and shared by every launch and by chapter 8's tuner."""
+    name = torch.cuda.get_device_name(device) if env.current().on_gpu else "interpreter"
+    if name not in _LEAN_REPORTS:
+        _LEAN_REPORTS[name] = lean_division_errors()
+    return _LEAN_REPORTS[name]
 
 
 def lean_is_exact_on(device) -> bool:
-    """Whether the lean block steps give ``div_rn``'s bits on ``device``: on a GPU,
-    :func:`~fusedrms.kernels.rmsnorm_fp8_lean.lean_division_errors` runs once per device (well
-    under a second) and a launch falls back to ``div_rn`` wherever it finds a difference. The
+    """Whether the lean block steps give ``div_rn``'s bits on ``device``: on a GPU, a launch
+    falls back to ``div_rn`` wherever :func:`lean_division_report` finds a difference. The
     interpreter divides exactly, so there the fast path is ``div_rn`` by construction."""
     if not env.current().on_gpu:
         return True
-    name = torch.cuda.get_device_name(device)
-    if name not in _LEAN_PROVEN:
-        errors = lean_division_errors()
-        _LEAN_PROVEN[name] = not any(v for k, v in errors.items() if k != "checked")
-    return _LEAN_PROVEN[name]
+    errors = lean_division_report(device)
+    return not any(v for k, v in errors.items() if k != "checked")
 
 
 def _launch_setup(x, w, eps, absmax_floor, rounding, num_warps, cap_registers=True,
