@@ -57,6 +57,10 @@ def test_memory_ours_and_liger_hold_outputs_and_gradients_eager_many_times_more(
     assert tensor_mib == 256 and 2 * tensor_mib <= plain["triton.two_stage"] < 2.1 * tensor_mib
     assert plain["torch.eager"] > 5 * plain["triton.two_stage"]
     assert abs(plain["liger"] - plain["triton.two_stage"]) < 0.05 * tensor_mib
+    # "Liger's default needs ... and ...: it writes dx over dy": one tensor less than ours
+    for op in (plain, add):
+        saved = op["triton.two_stage"] - op["liger.in_place"]
+        assert 0.95 * tensor_mib < saved < 1.05 * tensor_mib
     # the fused add: F.rms_norm(x + r) and torch.compile hold more than ours (one shared gradient)
     assert add["torch.rms_norm"] > add["triton.two_stage"] + 0.9 * tensor_mib
     assert add["torch.compile"] > add["triton.two_stage"]
@@ -94,6 +98,21 @@ def test_stage_two_and_the_tiles_read_as_the_prose_says():
     assert max(t for t, _ in add) > 1.15 and max(t for t, _ in plain) > 1.15
     # "at best ... and ...": within a few percent of tiles (wide rows)
     assert all(0.95 < min(t for t, _ in ratios) < 1 + band for ratios in (add, plain))
+
+
+def test_the_backward_alone_is_timed_against_every_peer_at_every_shape():
+    from fusedrms.book import ch09_page as R
+
+    doc = story.load(records.COMMITTED)["backward"]
+    f = _facts()
+    alone = f["peers_alone"]
+    # "faster at N of M shapes, at lo to hi of the fastest one's time": every peer at every shape
+    assert len(alone["rows"]) == 22
+    assert all(r[i] is not None for r in alone["rows"] for i in R.BACKWARD_PEERS)
+    assert {r["shape"] for r in alone["rows"]} == {r["shape"] for r in R.backward_table(doc)
+                                                   if r["design"] == "two-stage dw"}
+    faster = [r for r in alone["rows"] if r["vs_fastest"] < 1 - f["band"]]
+    assert faster == alone["faster"]
 
 
 def test_the_grid_rule_picks_the_fastest_grid_at_every_swept_shape():

@@ -275,6 +275,11 @@ BACKWARD_COLUMNS = {"op": ("op", ""), "design": ("design", ""), "shape": ("shape
                     "programs": ("programs", ""), "MB": ("MB", ".0f"), "us": ("µs", ".1f"),
                     "pct_floor": ("% floor", ".0f"),
                     "partials_pct": ("partials, % of bytes", ".0f")}
+BACKWARD_PEER_COLUMNS = {"shape": ("shape", ""), "ours": ("ours", ".1f"), "liger": ("Liger", ".1f"),
+                         "liger.in_place": ("Liger in place", ".1f"),
+                         "torch.compile": ("compile", ".1f"),
+                         "vs_fastest": ("ours / fastest peer", ".2f"),
+                         "pct_floor": ("ours % floor", ".0f")}
 REDUCE_COLUMNS = {"partials": ("partials (programs x columns)", ""),
                   "tile": ("tile (partials x columns)", ""), "MB": ("MB", ".1f"),
                   "us": ("µs", ".1f")}

@@ -68,6 +68,13 @@ def _backward(doc: dict) -> dict | None:
             "reduce": R.reduce_table(doc) or []}
 
 
+def _peers_alone(doc: dict, band: float) -> dict:
+    """Our backward alone over the fastest peer's backward alone, both ops, every shape."""
+    rows = [r for op in OPS for r in R.backward_peers_table(doc, op) or []
+            if r["vs_fastest"] is not None]
+    return {"rows": rows, "faster": [r for r in rows if r["vs_fastest"] < 1 - band]}
+
+
 def _grid(doc: dict, band: float) -> list[dict]:
     """Per shape of the programs sweep: the fastest grid and the default rule's grid."""
     sweep = R.backward_table(doc, kind="programs") or []
@@ -96,6 +103,7 @@ def story_facts(docs: dict) -> dict:
             "gpu": doc.get("provenance", {}).get("gpu"),
             **{op: _op(doc, op, band) for op in OPS},
             "peaks": {op: _peaks(doc, op) for op in OPS}, "backward": _backward(doc),
+            "peers_alone": _peers_alone(doc, band),
             "grid": _grid(doc, band), "determinism": {r["impl"]: r for r in R.determinism_rows(doc)}}
 
 
@@ -173,6 +181,11 @@ def story_values(docs: dict) -> dict[str, str]:
             v.update(bw_recompute_lo=_x(min(b["recompute"])), bw_recompute_hi=_x(max(b["recompute"])))
         if b["atomic"]:
             v.update(bw_atomic_lo=_x(min(b["atomic"])), bw_atomic_hi=_x(max(b["atomic"])))
+    alone = f["peers_alone"]["rows"]
+    if alone:
+        ratios = [r["vs_fastest"] for r in alone]
+        v.update(bwp_shapes=str(len(alone)), bwp_faster=str(len(f["peers_alone"]["faster"])),
+                 bwp_lo=_x(min(ratios)), bwp_hi=_x(max(ratios)))
     for k, g in enumerate(f["grid"]):
         v[f"grid{k}_shape"] = _shape(g["best"])
         v[f"grid{k}_best"] = g["best"]["design"]
