@@ -266,7 +266,6 @@ def figure(doc, op: str):
 # Times in µs per call (the table's caption says so: ten columns fit the text column unrepeated).
 TRAIN_COLUMNS = {"shape": ("shape", ""), "MB": ("MB", ".0f"),
                  "ours_spread": ("ours (p10-p90)", ""),
-                 "triton.atomic": ("ours, atomic", ".1f"),
                  "torch.eager": ("eager", ".1f"), "torch.rms_norm": ("F.rms_norm", ".1f"),
                  "torch.compile": ("compile", ".1f"), "liger": ("Liger", ".1f"),
                  "liger.in_place": ("Liger in place", ".1f"),
