@@ -24,6 +24,14 @@ def test_every_check_on_the_gpu_was_bit_exact_on_the_codes():
     assert u["warps"] and u["maxnreg"] and not u["split"] and u["per_element_division"]
 
 
+def test_tile_words_name_the_tile_and_the_lean_steps():
+    words = story.tile_words
+    assert words(story.config_parts("warps 4, unpadded (split) tile, block reciprocal division")) \
+        == "unpadded tile"
+    lean = story.config_parts(q.FusedConfig(4, None, "block_reciprocal", lean=True).label)
+    assert words(lean) == "padded tile with the lean block steps"
+
+
 def test_config_parts_read_a_recorded_label():
     assert story.config_parts(None) is None
     parts = story.config_parts("warps 16, maxnreg 64, per element division")
@@ -144,7 +152,9 @@ def test_the_served_contract_is_tuned_under_it_and_its_tile_differs_from_the_exa
     of the chapter's timings."""
     f = _facts()
     st = f["served_tuning"]
-    assert not st["served"]["lean"] and not st["exact"]["lean"]  # the prose names no lean steps
+    told = story.story_values(story.load(records.COMMITTED))  # the tile's words name its steps
+    assert told["st_tile"] == story.tile_words(st["served"])
+    assert told["st_exact_tile"] == story.tile_words(st["exact"])
     assert st["served"]["split"] != st["exact"]["split"]
     assert st["served"]["warps"] == st["exact"]["warps"]  # the prose names one warp count
     assert st["served_us"] * (1 + (f["timing"]["band"] or 0)) < st["exact_us"]

@@ -52,6 +52,13 @@ def config_parts(label: str | None) -> dict | None:
             "lean": "lean block steps" in parts}
 
 
+def tile_words(parts: dict) -> str:
+    """How the prose names a configuration's tile: "padded tile", "unpadded tile", and "with the
+    lean block steps" where it has them."""
+    tile = "unpadded tile" if parts["split"] else "padded tile"
+    return f"{tile} with the lean block steps" if parts["lean"] else tile
+
+
 def _candidates(cand_doc: dict | None) -> dict | None:
     """The candidates at the chapter's width: how many, how many passed, what each check ran."""
     cands = [r for r in ch08.candidate_table(cand_doc or {"records": []}) if isinstance(r, dict)]
@@ -201,8 +208,7 @@ def story_values(docs: dict) -> dict[str, str]:
     st = f.get("served_tuning")
     if st and st["served"]["warps"]:
         v.update(st_warps=str(st["served"]["warps"]), st_rows=f"{st['rows']:,}",
-                 st_tile="unpadded" if st["served"]["split"] else "padded",
-                 st_exact_tile="unpadded" if st["exact"]["split"] else "padded",
+                 st_tile=tile_words(st["served"]), st_exact_tile=tile_words(st["exact"]),
                  st_us=f"{st['served_us']:.1f} µs", st_exact_us=f"{st['exact_us']:.1f} µs")
     lv = f.get("levers")
     if lv:
