@@ -152,9 +152,11 @@ def test_the_served_contract_is_tuned_under_it_and_its_tile_differs_from_the_exa
     of the chapter's timings."""
     f = _facts()
     st = f["served_tuning"]
-    told = story.story_values(story.load(records.COMMITTED))  # the tile's words name its steps
-    assert told["st_tile"] == story.tile_words(st["served"])
-    assert told["st_exact_tile"] == story.tile_words(st["exact"])
+    docs = story.load(records.COMMITTED)  # the words name the recorded labels' tile and steps
+    told, prov = story.story_values(docs), docs["quant"]["provenance"]
+    for key, label in (("st_tile", prov["served_config"]), ("st_exact_tile", prov["fused_config"])):
+        assert ("unpadded" in told[key]) == ("split" in label), (key, label)
+        assert ("lean block steps" in told[key]) == ("lean block steps" in label), (key, label)
     assert st["served"]["split"] != st["exact"]["split"]
     assert st["served"]["warps"] == st["exact"]["warps"]  # the prose names one warp count
     assert st["served_us"] * (1 + (f["timing"]["band"] or 0)) < st["exact_us"]
