@@ -123,3 +123,11 @@ def test_the_twin_table_reads_as_the_page_says():
     alone = {r["shortcut"].split(",")[0].split(" ")[0]: r["passes"] for r in twin[:-1]}
     assert alone == {"fp32": True, "rsqrt": True, "scale": False, "q": False}
     assert not twin[-1]["passes"] and twin[-1]["max code steps"] == 1
+
+
+def test_one_slow_round_of_five_does_not_set_the_spread():
+    """A slow window of the GPU in one round widened every lever's tie band to 19% at 32768 x
+    7168; from five rounds on, the spread drops the fastest and the slowest."""
+    assert ch08.round_spread([272.7, 274.9, 324.9]) == (272.7, 324.9)
+    assert ch08.round_spread([272.7, 273.1, 274.9, 273.8, 324.9]) == (273.1, 274.9)
+    assert ch08.round_spread([]) is None

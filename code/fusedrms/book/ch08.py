@@ -343,6 +343,16 @@ def _fused_bytes(rows: int, cols: int) -> int:
     return traffic.price("rmsnorm_fp8_fused", rows, cols, "bf16").bytes_total
 
 
+def round_spread(rounds: list[float]) -> tuple[float, float] | None:
+    """The spread of a variant's rounds: from five rounds on, the middle ones (the fastest and
+    the slowest dropped, so one slow window of the GPU does not set every lever's tie band);
+    below five, all of them."""
+    if not rounds:
+        return None
+    kept = sorted(rounds)[1:-1] if len(rounds) >= 5 else rounds
+    return min(kept), max(kept)
+
+
 def exactness_cost_rows(doc: dict, floor: records.CopyFloor | None = None) -> list[dict]:
     """The exact fused kernel and the diagnostic one per shape: time, percent of the copy
     ``floor`` (by default the book's, beside ``doc``; None where no copy was measured), codes that
@@ -360,7 +370,7 @@ def exactness_cost_rows(doc: dict, floor: records.CopyFloor | None = None) -> li
         rounds = r.get("round_us") or []
         out.append({"impl": r["impl"], "rows": r["rows"], "cols": r["cols"], "exact": exact,
                     "differing_codes": r["differing_codes"], "median_us": r["median_us"],
-                    "spread_us": (min(rounds), max(rounds)) if rounds else None,
+                    "spread_us": round_spread(rounds), "round_count": len(rounds),
                     "own_spec_ok": r.get("own_spec_ok"),
                     "floor_us": floor.us(nbytes) if floor else None, "pct_of_floor": pct,
                     "bytes": nbytes, "reaches_target": (pct >= target)

@@ -135,6 +135,7 @@ def lever_prices(cost_rows: list[dict]) -> list[dict]:
             lo, hi = r["spread_us"] or (r["median_us"], r["median_us"])
             out.append({"rows": shape[0], "cols": shape[1], "impl": impl, "lever": name,
                         "us": r["median_us"], "spread": (lo, hi),
+                        "round_count": r.get("round_count", 0),
                         "vs_spec": r["median_us"] / spec_row["median_us"],
                         "pct_of_floor": r["pct_of_floor"], "codes_moved": r["differing_codes"],
                         "own_spec_ok": r["own_spec_ok"]})

@@ -130,7 +130,15 @@ def _prices(cost_doc: dict | None) -> dict | None:
     at = {r["impl"]: r for r in prices if r["rows"] == rows[-1]}
     small = {r["impl"]: r for r in prices if r["rows"] == rows[0]}
     return {"rows": rows[-1], "cols": prices[0]["cols"], "at": at, "small_rows": rows[0],
-            "small": small, "band": ch08_page.lever_band(prices)}
+            "small": small, "band": ch08_page.lever_band(prices),
+            "round_count": min(r["round_count"] for r in prices)}
+
+
+def _rounds_words(count: int) -> str:
+    """What the price list's band spans (``ch08.round_spread``): every round, or the middle ones."""
+    if count < 5:
+        return "rounds"
+    return f"the middle {count - 2} of {count} rounds"
 
 
 def story_facts(docs: dict) -> dict:
@@ -241,6 +249,7 @@ def story_values(docs: dict) -> dict[str, str]:
     if p and {"lever.none", "lever.pairwise_reciprocal"} <= set(p["at"]):
         at, band = p["at"], p["band"]
         v.update(pr_shape=f"{p['rows']:,} × {p['cols']:,}", pr_band=f"±{100 * band:.1f}%",
+                 pr_rounds=_rounds_words(p["round_count"]),
                  pr_total_codes=f"{p['rows'] * p['cols']:,}",
                  pr_spec_us=f"{at['lever.none']['us']:.1f} µs",
                  pr_spec_pct=f"{at['lever.none']['pct_of_floor']:.0f}%")

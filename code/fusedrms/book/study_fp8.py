@@ -15,7 +15,7 @@ from pathlib import Path
 from .study_timing import L2_MULTIPLE, MAX_SETS, _sync, _time_calls, emit
 
 FP8_SHAPES = ((16384, 7168), (4096, 7168), (16384, 4096), (32768, 7168))
-ROUNDS = 3  # each variant timed once per round, the rounds interleaved: the spread is theirs
+ROUNDS = 5  # each variant timed once per round, interleaved; five, so one slow window is an outlier
 
 # The exactness levers, one at a time, on fp8.fused's unpadded kernel (DeepSeek-V3's width only):
 # impl -> (departures, the stated specification it is checked against, or None: none can state it)
