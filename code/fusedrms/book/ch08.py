@@ -343,13 +343,15 @@ def _fused_bytes(rows: int, cols: int) -> int:
     return traffic.price("rmsnorm_fp8_fused", rows, cols, "bf16").bytes_total
 
 
+TRIMMED_FROM_ROUNDS = 5  # from this many rounds on, a spread drops the fastest and the slowest
+
+
 def round_spread(rounds: list[float]) -> tuple[float, float] | None:
-    """The spread of a variant's rounds: from five rounds on, the middle ones (the fastest and
-    the slowest dropped, so one slow window of the GPU does not set every lever's tie band);
-    below five, all of them."""
+    """The spread of a variant's rounds: from ``TRIMMED_FROM_ROUNDS`` on, the middle ones (so one
+    slow window of the GPU does not set every lever's tie band); below that, all of them."""
     if not rounds:
         return None
-    kept = sorted(rounds)[1:-1] if len(rounds) >= 5 else rounds
+    kept = sorted(rounds)[1:-1] if len(rounds) >= TRIMMED_FROM_ROUNDS else rounds
     return min(kept), max(kept)
 
 

@@ -136,7 +136,7 @@ def _prices(cost_doc: dict | None) -> dict | None:
 
 def _rounds_words(count: int) -> str:
     """What the price list's band spans (``ch08.round_spread``): every round, or the middle ones."""
-    if count < 5:
+    if count < ch08.TRIMMED_FROM_ROUNDS:
         return "rounds"
     return f"the middle {count - 2} of {count} rounds"
 
