@@ -164,8 +164,11 @@ def test_the_widest_rows_read_what_inductor_reads_and_take_less_time():
     assert at["capstone_us"] / at["peers"]["torch.compile_add"] < 1 - f["band"]
     v = story.story_values(story.load(records.COMMITTED))
     assert v["wncu_ratio"] == R.ratio_text(at["capstone_us"] / at["peers"]["torch.compile_add"])
-    for k in (ours, inductor):  # "no byte read twice"; one program of 32 warps per row
-        assert 0.999 * k["min_read"] <= k["read"] <= 1.002 * k["min_read"]
+    # "counts no byte read twice: ours reads ..., x and r ...": said of ours only (Inductor's
+    # kernel re-read 6% at 501bfdd's profile, and the page gives its bytes without a claim)
+    assert 0.999 * ours["min_read"] <= ours["read"] <= 1.002 * ours["min_read"]
+    assert v["wncu_inductor"] == f"{inductor['read'] / 1e9:.3f} GB"
+    for k in (ours, inductor):  # one program of 32 warps per row
         assert k["programs"] == k["rows"] and k["threads"] == 1024
     # "keeps a row of x of 64 KB whole, in the registers of one program of 32 warps"
     import torch
