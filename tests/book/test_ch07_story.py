@@ -155,7 +155,7 @@ def test_rows_of_65536_columns_beat_every_peer_at_every_batch():
     assert all(r["pct_floor"] > r["peer_pct_floor"] for r in large if r["cols"] == 65536)
 
 
-def test_the_widest_rows_read_what_inductor_reads_and_take_less_time():
+def test_the_widest_rows_read_each_byte_once_and_take_less_time_than_inductor():
     f = _facts()
     ours, inductor = f["wide_ncu"]["capstone.fused"], f["wide_ncu"]["torch.compile_add"]
     # "ours takes ... Inductor's time", said of the profiled shape
@@ -164,8 +164,8 @@ def test_the_widest_rows_read_what_inductor_reads_and_take_less_time():
     assert at["capstone_us"] / at["peers"]["torch.compile_add"] < 1 - f["band"]
     v = story.story_values(story.load(records.COMMITTED))
     assert v["wncu_ratio"] == R.ratio_text(at["capstone_us"] / at["peers"]["torch.compile_add"])
-    # "counts no byte read twice: ours reads ..., x and r ...": said of ours only (Inductor's
-    # kernel re-read 6% at 501bfdd's profile, and the page gives its bytes without a claim)
+    # "counts no byte read twice: ours reads ..., x and r ...": said of ours only; the page gives
+    # Inductor's bytes without a claim (its kernel has re-read 6% of them in a profile)
     assert 0.999 * ours["min_read"] <= ours["read"] <= 1.002 * ours["min_read"]
     assert v["wncu_inductor"] == f"{inductor['read'] / 1e9:.3f} GB"
     for k in (ours, inductor):  # one program of 32 warps per row
