@@ -55,7 +55,8 @@ def test_section_5_a_graph_removes_the_cpu_between_calls_not_a_lone_call():
     assert g["impls"] == ["capstone.fused", "torch.eager_chain"]
     assert g["impl"] == "capstone.fused"  # "one flushed call of the fused kernel"
     for alone, replayed in (("cold_us", "cold_graph_us"), ("held_us", "held_graph_us")):
-        assert abs(g[replayed] / g[alone] - 1) < 0.25  # "does not make a lone call faster"
+        # "does not make one kernel's lone call much faster" (the chain's three kernels do gain)
+        assert g[replayed] / g[alone] > 0.9
     assert g["back_to_back_us"] / g["graph_back_to_back_us"] > 2
 
 
