@@ -65,8 +65,6 @@ def test_the_levers_fall_as_the_hypothesis_predicts():
         assert lv[name]["change_pct"] < 0
     rows2 = lv[story.ROWS2_LEVER]  # "made it ... longer", "raised the registers"
     assert rows2["change_pct"] > 0 and rows2["registers_after"] > rows2["registers_before"]
-    for name in story.WARP_LEVERS:  # "Fewer warps per row shortened the time too"
-        assert lv[name]["change_pct"] < 0
 
 
 def test_exactness_is_what_limits_the_kernel():

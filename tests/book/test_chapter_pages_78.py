@@ -161,3 +161,16 @@ def test_a_peer_missing_at_a_shape_is_never_counted_as_a_win():
     big = [r for r in R.peer_rows(R.peer_points({"records": recs})) if r["rows"] == 16384][0]
     assert big["ratio"] < 1 and "torch.compile" in big["missing"]
     assert s["not_slower"] == 0 and s["missing"]["torch.compile"] == 1
+
+
+def test_fp8_levers_inside_the_tie_band_are_left_out():
+    doc = {"records": [
+        {"kind": "candidate", "cols": 7168, "num_warps": w, "maxnreg": m, "division": d,
+         "rows_per_program": 1, "tile": "padded", "bit_exact": True, "registers": 40,
+         "fused_graph_us_32768": us}
+        for w, m, d, us in ((16, 64, "per_element", 100.0), (16, 64, "block_reciprocal", 80.0),
+                            (8, None, "block_reciprocal", 79.0))]}
+    names = [l["lever"] for l in ch08.fp8_levers(doc)]
+    assert names == ["one reciprocal per block", "16 -> 8 warps"]
+    # -1.25% inside a 2% band: a tie, not a lever the table keeps
+    assert [l["lever"] for l in ch08.fp8_levers(doc, band=0.02)] == ["one reciprocal per block"]

@@ -194,13 +194,14 @@ def _levers(levers_doc: dict | None, points) -> dict | None:
             "gap": abs(gaps[gap_at]) if gap_at else None, "gap_at": gap_at}
 
 
-# where the fused op's large batches stopped launching one 16-byte vector a thread (bf16)
+# where the fused op's large batches stopped launching one 32-warp program a row (bf16): the
+# residual-writing op's launch, one 16-byte vector a thread at 8192 columns, two at 16384
 CHANGED_LAUNCH_SHAPES = ((16384, 8192), (16384, 16384))
 
 
 def _launch_before(levers_doc: dict | None) -> list[dict]:
-    """At :data:`CHANGED_LAUNCH_SHAPES`, the fused op's launch before (one 16-byte vector a
-    thread, which the residual-writing op still takes) against torch.compile, both timed by the
+    """At :data:`CHANGED_LAUNCH_SHAPES`, the fused op's launch before (32 warps a row, which the
+    residual-writing op still takes) against torch.compile, both timed by the
     lever study."""
     import torch
 
@@ -322,7 +323,8 @@ def story_values(docs: dict) -> dict[str, str]:
         v["large_peer_median"] = f"{large['large_peer_pct_median']:.0f}%"
     if f["above"]:
         top = f["above"][0]
-        v.update(above_at=CR.shape_text(top["rows"], top["cols"]), above_pct=f"{top['pct_floor']:.0f}%")
+        v.update(above_at=CR.shape_text(top["rows"], top["cols"]), above_pct=f"{top['pct_floor']:.0f}%",
+                 above_n=str(len(f["above"])))
     if f["dram"]:
         d = max(f["dram"], key=lambda r: (r["rows"] or 0) * (r["cols"] or 0))
         v.update(dram_pct=f"{d['pct']:.0f}%", dram_at=CR.shape_text(d["rows"], d["cols"]))

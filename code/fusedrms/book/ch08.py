@@ -520,10 +520,12 @@ def _config_key(r: dict) -> tuple:
             r.get("rows_per_program", 1), r.get("tile", "padded"))
 
 
-def fp8_levers(cand_doc: dict | None, rows: int | None = None) -> list[dict]:
+def fp8_levers(cand_doc: dict | None, rows: int | None = None,
+               band: float | None = None) -> list[dict]:
     """:data:`LEVER_CHAIN` priced from the recorded candidates at ``rows`` (default: the most
     rows timed): before and after in µs and the change in percent. Levers whose two candidates
-    were not both timed and bit-exact are left out."""
+    were not both timed and bit-exact are left out, and so, given the recording's tie ``band``
+    (a fraction, :func:`timing_tie_band`), are levers that moved the time by no more than it."""
     cands = {_config_key(r): r for r in candidate_table(cand_doc) if r.get("bit_exact") is True
              and "error" not in r and not r.get("lean")} if cand_doc else {}
     timed = sorted({int(k.rsplit("_", 1)[1]) for r in cands.values() for k in r
@@ -534,7 +536,7 @@ def fp8_levers(cand_doc: dict | None, rows: int | None = None) -> list[dict]:
     out = []
     for lever, hypothesis, before, after in LEVER_CHAIN:
         a, b = (cands.get(k, {}).get(f"fused_graph_us_{rows}") for k in (before, after))
-        if a and b:
+        if a and b and (band is None or abs(b - a) > band * a):
             out.append({"lever": lever, "hypothesis": hypothesis, "rows": rows,
                         "before_us": a, "after_us": b, "change_pct": 100 * (b - a) / a,
                         "kept": b < a, "registers_before": cands[before].get("registers"),

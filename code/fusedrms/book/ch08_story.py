@@ -12,7 +12,6 @@ from .story import MISSING, recorded, value  # noqa: F401 (the notebook reads st
 TILEFOUNDRY = {"rmsnorm_fp8_naive": (71680, 43456, 24), "rmsnorm_fp8_fused": (43008, 14784, 13)}
 TILEFOUNDRY_ROWS = 2
 WORK_LEVERS = {"one reciprocal per block": "recip", "unpadded tile (32 + 16 + 8 blocks)": "unpadded"}
-WARP_LEVERS = {"16 -> 8 warps": "warps_16_8", "8 -> 4 warps": "warps_8_4"}
 ROWS2_LEVER = "2 rows per program"
 
 
@@ -104,8 +103,10 @@ def _served_tuning(cand_doc: dict | None, quant: dict | None) -> dict | None:
             "served_us": served[key], "exact_us": exact[key]}
 
 
-def _levers(cand_doc: dict | None) -> dict | None:
-    levers = {l["lever"]: l for l in ch08.fp8_levers(cand_doc)}
+def _levers(cand_doc: dict | None, timing: dict | None) -> dict | None:
+    """The levers the page's table keeps: those beyond the timing's tie band."""
+    band = (timing or {}).get("band")
+    levers = {l["lever"]: l for l in ch08.fp8_levers(cand_doc, band=band)}
     return levers or None
 
 
@@ -144,8 +145,9 @@ def _rounds_words(count: int) -> str:
 def story_facts(docs: dict) -> dict:
     """The numbers behind the prose, unformatted (a part is absent where its file is)."""
     out: dict = {}
+    timing = _timing(docs["quant"])
     parts = {"exact": _exactness(docs["quant"]), "candidates": _candidates(docs["candidates"]),
-             "timing": _timing(docs["quant"]), "levers": _levers(docs["candidates"]),
+             "timing": timing, "levers": _levers(docs["candidates"], timing),
              "served_tuning": _served_tuning(docs["candidates"], docs["quant"]),
              "cost": _cost(docs["cost"], ((docs["quant"] or {}).get("provenance") or {})
                            .get("fused_config")),
@@ -220,7 +222,7 @@ def story_values(docs: dict) -> dict[str, str]:
                  st_us=f"{st['served_us']:.1f} µs", st_exact_us=f"{st['exact_us']:.1f} µs")
     lv = f.get("levers")
     if lv:
-        for name, key in {**WORK_LEVERS, **WARP_LEVERS}.items():
+        for name, key in WORK_LEVERS.items():
             if name in lv:
                 v[f"lv_{key}"] = _change(lv[name]["change_pct"])
         if ROWS2_LEVER in lv:
