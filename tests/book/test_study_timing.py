@@ -46,6 +46,14 @@ def test_study_impls_cover_every_peer():
     # in-place peers run last: they overwrite the rotating inputs
     order = [mutates for _, mutates in residual.values()]
     assert order == sorted(order)
+    # the launch in use is timed again after every other launch on the same inputs (the in-place
+    # ones excepted), and the table's launch before any rule on the batch is timed beside it
+    for impls in (fused, residual):
+        names = [n for n, (_, mutates) in impls.items() if not mutates]
+        assert names[-1] == study_timing.REPEAT and names[0] == "ours.current"
+        assert impls[study_timing.REPEAT][0] is impls["ours.current"][0]
+        assert study_timing.BEFORE_RULE in impls
+    assert set(study_timing.CONTROLS) >= {study_timing.REPEAT, study_timing.BEFORE_RULE}
     x, r, w = torch.randn(3, 4096), torch.randn(3, 4096), torch.rand(4096) + 0.5
     ok, _ = study_timing.check("fused", fused["torch.rms_norm_add"][0](x, r, w, 1e-5), x, r, w)
     assert ok

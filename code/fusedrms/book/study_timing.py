@@ -26,7 +26,12 @@ SHAPES = ([(16384, 8192, "bf16"), (4096, 8192, "bf16"), (16384, 16384, "bf16"),
 SHAPES = list(dict.fromkeys(SHAPES))
 # chapter 7's lever -> effect: the shapes that carry the story (large, mid, wide small batches)
 LEVER_SHAPES = [(16384, 8192, "bf16"), (4096, 8192, "bf16"), (1024, 16384, "bf16"),
-                (128, 16384, "bf16"), (16384, 16384, "bf16")]
+                (128, 16384, "bf16"), (16384, 16384, "bf16"),
+                # where a rule on the batch replaced the table's launch (one row; rows split at
+                # 16 of 65,536 columns; the exchange and two-pass rules at 1024; the whole row
+                # at 32,768): the launch before, timed beside the one in use (BEFORE_RULE)
+                (1, 4096, "bf16"), (16, 65536, "bf16"), (1024, 65536, "bf16"),
+                (4096, 32768, "bf16")]
 # a smoke run times one of them: every candidate still compiles and launches once per process
 SMOKE_LEVER_SHAPES = [(128, 16384, "bf16")]
 # where torch.compile was faster in the recording of 2c30b96 (1.13-1.52x): rows of 32 KB or more
@@ -78,8 +83,15 @@ def candidates(cols: int, dtype) -> dict:
     return out
 
 
+# The table's entry for the width, launched as it is: what the batch rules (one row, split,
+# exchange, two passes, large and mid batches) replaced where they apply, the launch in use where
+# none does
+BEFORE_RULE = "ours.table"
+# the launch in use timed again after every other launch of the shape: the same kernel twice in
+# one process, the run-to-run change a lever must beat to count
+REPEAT = "ours.current_again"
 # timed beside the candidates, never a candidate for the table: the study's controls
-CONTROLS = ("ours.current_in_place", "ours.hinted_loads")
+CONTROLS = ("ours.current_in_place", "ours.hinted_loads", BEFORE_RULE, REPEAT)
 
 
 def _hinted(fn):
@@ -104,23 +116,26 @@ def impls(op: str, cols: int, dtype) -> dict:
     from ..kernels import peers
 
     out = {}
+    table = A.choose_config(cols, dtype)[0]
     if op == "fused":
         out["ours.current"] = (lambda x, r, w, e: A.add_rmsnorm(x, r, w, e), False)
         out["ours.hinted_loads"] = (_hinted(out["ours.current"][0]), False)
-        for name, cfg in candidates(cols, dtype).items():
+        for name, cfg in {**candidates(cols, dtype), BEFORE_RULE[5:]: table}.items():
             out[f"ours.{name}"] = (lambda x, r, w, e, c=cfg: A.add_rmsnorm(x, r, w, e, config=c),
                                    False)
         out["torch.compile"] = (peers.compiled_add_rmsnorm, False)
         out["torch.rms_norm_add"] = (lambda x, r, w, e: F.rms_norm(x + r, (cols,), w, e), False)
         out["torch.eager_chain"] = (peers.eager_chain, False)
+        out[REPEAT] = out["ours.current"]
         return out
     out["ours.current"] = (lambda x, r, w, e: A.add_rmsnorm_residual(x, r, w, e), False)
     out["ours.hinted_loads"] = (_hinted(out["ours.current"][0]), False)
-    for name, cfg in candidates(cols, dtype).items():
+    for name, cfg in {**candidates(cols, dtype), BEFORE_RULE[5:]: table}.items():
         out[f"ours.{name}"] = (lambda x, r, w, e, c=cfg:
                                A.add_rmsnorm_residual(x, r, w, e, config=c), False)
     out["torch.compile"] = (compiled_residual, False)
     out["liger.fused_add_rms_norm"] = (liger_fused_add, False)
+    out[REPEAT] = out["ours.current"]  # the last launch before the in-place ones change the inputs
     out["ours.current_in_place"] = (lambda x, r, w, e:
                                     A.add_rmsnorm_residual(x, r, w, e, in_place=True), True)
     out["flashinfer.fused_add_rmsnorm"] = (flashinfer_fused_add, True)
