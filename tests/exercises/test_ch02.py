@@ -253,3 +253,13 @@ def test_each_wrong_speedup_prediction_says_what_its_gap_teaches():
 def test_a_malformed_speedup_prediction_gets_a_message(bad):
     fb = FUSED.check(bad)
     assert not fb.ok and fb.message and not fb.error
+
+
+def _the_model_itself(step, rows, cols, dtype):
+    p = traffic.price(step, rows, cols, dtype)
+    return p.bytes_read, p.bytes_written
+
+
+def test_bytes_moved_refuses_the_chapters_model_itself():
+    fb = ch02.bytes_moved.check(_the_model_itself)
+    assert not fb.ok and "traffic.price" in fb.message and fb.hint, str(fb)

@@ -381,3 +381,20 @@ def test_the_page_asks_before_it_shows_and_folds_the_solutions():
     checked = [i for i, t in enumerate(text) if "ch05.predict_padded.check(prediction)" in t]
     assert written and matrix and checked and written[0] < matrix[0] < checked[0]
     assert ":class: dropdown" in text[checked[0] + 1]
+
+
+def _wraps_the_library(got, want):
+    return bool(checks.allclose(got, want, nan="match"))
+
+
+def _wraps_the_library_imported_inside(got, want):
+    from fusedrms import checks as library
+
+    return bool(library.allclose(got, want, nan="match"))
+
+
+@pytest.mark.parametrize("answer", [_wraps_the_library, _wraps_the_library_imported_inside],
+                         ids=["wrapper", "imported inside"])
+def test_build_close_refuses_a_wrapper_around_the_librarys_comparison(answer):
+    fb = C.build_close.check(answer)
+    assert not fb.ok and "checks.allclose" in fb.message and fb.hint, str(fb)

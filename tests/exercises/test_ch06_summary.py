@@ -178,3 +178,14 @@ def test_the_page_shows_the_specification_and_the_checked_solution():
     solution = file_section(S.__file__, "summary-solution")
     shown = next(t for t in text if solution in t)
     assert shown.startswith("````{admonition} Solution\n:class: dropdown")
+
+
+def _the_librarys_summary(ours, peer, band):
+    from fusedrms.exercises.ch06_summary import expected
+
+    return expected(ours, peer, band)
+
+
+def test_build_summary_refuses_the_librarys_own_summary():
+    fb = S.build_summary.check(_the_librarys_summary)
+    assert not fb.ok and "the library's own summary" in fb.message and fb.hint, str(fb)

@@ -199,3 +199,21 @@ def _launch_without_contiguous(x, r, w, eps):
 def test_residual_checks_rows_that_are_a_view_of_a_wider_tensor():
     fb = ch07.residual_variant.check(_launch_without_contiguous)
     assert not fb.ok and "16 elements apart" in fb.message and "contiguous()" in fb.hint
+
+
+@triton.jit
+def _idle_kernel(x_ptr, BLOCK: tl.constexpr):
+    pass
+
+
+def _idle_launch_then_the_reference(x, r, w, eps=1e-5):
+    from fusedrms import reference
+
+    _idle_kernel[(1,)](x, BLOCK=1)  # a kernel launched, the values from PyTorch
+    return reference.add_rmsnorm_residual(x, r, w, eps)
+
+
+@pytest.mark.skipif(env.current().on_gpu, reason="the interpreter's audit counts the stores")
+def test_residual_rejects_outputs_no_kernel_stored():
+    fb = ch07.residual_variant.check(_idle_launch_then_the_reference)
+    assert not fb.ok and "from PyTorch" in fb.message and fb.hint, str(fb)

@@ -132,3 +132,94 @@ def test_page_solution_is_the_checked_solution():
     section = file_section(ch07b.__file__, "solution")
     assert any(c.cell_type == "markdown" and section in c.source for c in nb.cells)
     assert "ch07b.llama_kernel.check(answer)" in "".join(c.source for c in nb.cells)
+
+
+# ---- the answer runs in the grader's child, audited, on rows narrower than their block ----
+
+@triton.jit
+def _unmasked_kernel(x_ptr, w_ptr, y_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * cols + col).to(tl.float32)  # no mask: fine only when cols == BLOCK
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)
+    normed = (x * rstd).to(y_ptr.dtype.element_ty)
+    tl.store(y_ptr + row * cols + col, normed * tl.load(w_ptr + col))
+
+
+@triton.jit
+def _off_by_one_kernel(x_ptr, w_ptr, y_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.arange(0, BLOCK)
+    mask = col <= cols  # one column too many
+    x = tl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)
+    normed = (x * rstd).to(y_ptr.dtype.element_ty)
+    w = tl.load(w_ptr + col, mask=mask, other=0.0)
+    tl.store(y_ptr + row * cols + col, normed * w, mask=mask)
+
+
+@triton.jit
+def _idle_kernel(x_ptr, BLOCK: tl.constexpr):
+    pass
+
+
+def _unmasked(x, w, eps=1e-6):
+    y = torch.empty_like(x)
+    cols = x.shape[-1]
+    _unmasked_kernel[(x.shape[0],)](x, w, y, cols, eps, BLOCK=triton.next_power_of_2(cols))
+    return y
+
+
+def _off_by_one(x, w, eps=1e-6):
+    y = torch.empty_like(x)
+    cols = x.shape[-1]
+    _off_by_one_kernel[(x.shape[0],)](x, w, y, cols, eps, BLOCK=triton.next_power_of_2(cols))
+    return y
+
+
+def _shape_of_identify(x, w, eps=1e-6):
+    y = torch.empty_like(x)
+    _unmasked_kernel[(18,)](x, w, y, 64, eps, BLOCK=64)  # identify's 18 x 64, written in
+    return y
+
+
+def _idle_launch_then_the_contract(x, w, eps=1e-6):
+    from fusedrms import contracts
+
+    _idle_kernel[(1,)](x, BLOCK=1)  # a kernel launched, the values from PyTorch
+    return contracts.get("llama").fn(x, w, eps)
+
+
+@pytest.mark.parametrize("answer,needle", [
+    (_unmasked, "outside the tensors"), (_off_by_one, "outside the tensors"),
+    (_shape_of_identify, "outside the tensors"),
+    (_idle_launch_then_the_contract, "from PyTorch")],
+    ids=["no mask", "off by one", "identify's shape", "idle kernel"])
+def test_answers_right_only_on_identifys_rows_are_refused(answer, needle):
+    fb = EX.check(answer)
+    assert not fb.ok and needle in fb.message and fb.hint, str(fb)
+
+
+def _segfaults(x, w, eps):
+    import ctypes
+
+    ctypes.string_at(0)
+
+
+def _loops_forever(x, w, eps):
+    while True:
+        pass
+
+
+@pytest.mark.skipif(ch07b.env.current().on_gpu,
+                    reason="the CPU child's verdict")
+@pytest.mark.parametrize("answer,needle", [(_segfaults, "SIGSEGV"),
+                                           (_loops_forever, "did not finish")],
+                         ids=["segfault", "endless"])
+def test_a_crash_or_an_endless_loop_is_a_verdict_and_the_notebook_survives(answer, needle,
+                                                                          monkeypatch):
+    from fusedrms.exercises import grader
+
+    monkeypatch.setattr(grader, "LIMIT_S", 4.0)
+    fb = EX.check(answer)
+    assert not fb.ok and needle in fb.message and "not affected" in fb.message, str(fb)

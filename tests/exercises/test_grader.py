@@ -56,6 +56,14 @@ def _exits(*args):
     os._exit(3)
 
 
+def _sys_exit(*args):
+    raise SystemExit("PASS")
+
+
+def _interrupts(*args):
+    raise KeyboardInterrupt
+
+
 def test_a_value_and_an_exception_come_back_from_another_process():
     pid, value = grader.run(_forty_two, _pid)
     assert value == 42 and pid != os.getpid()
@@ -65,8 +73,9 @@ def test_a_value_and_an_exception_come_back_from_another_process():
 
 @pytest.mark.parametrize("answer,kind,needle", [
     (_segfaults, "signal", "SIGSEGV"), (_aborts, "signal", "SIGABRT"),
-    (_exits, "exit", "exit status 3"), (_loops_forever, "timeout", "4 s")],
-    ids=["segfault", "abort", "exit", "endless"])
+    (_exits, "exit", "exit status 3"), (_loops_forever, "timeout", "4 s"),
+    (_sys_exit, "exit", "SystemExit: PASS"), (_interrupts, "exit", "KeyboardInterrupt")],
+    ids=["segfault", "abort", "exit", "endless", "sys.exit", "KeyboardInterrupt"])
 def test_a_crash_or_a_timeout_is_a_failure_that_reads_as_a_verdict(answer, kind, needle,
                                                                     monkeypatch):
     monkeypatch.setattr(grader, "LIMIT_S", LIMIT_S)
@@ -77,6 +86,31 @@ def test_a_crash_or_a_timeout_is_a_failure_that_reads_as_a_verdict(answer, kind,
     feedback = grader.failure_feedback(caught.value, "python")
     assert not feedback.ok and needle in feedback.message and feedback.hint
     assert "not affected" in feedback.message or kind == "exit"
+
+
+@pytest.mark.parametrize("exercise,answer", [
+    (ch07.residual_variant, _sys_exit), (ch07.residual_variant, _interrupts),
+    (ch04.fix_block_denominator, "_kernel_exits")], ids=["sys.exit", "interrupt", "kernel"])
+def test_an_answer_that_raises_system_exit_gets_a_verdict_not_an_escape(exercise, answer):
+    answer = globals()[answer] if isinstance(answer, str) else answer
+    feedback = exercise.check(answer)  # SystemExit or KeyboardInterrupt must not reach the cell
+    assert not feedback.ok and "ended the process" in feedback.message, str(feedback)
+
+
+def _restarts_the_clock(*args):
+    while True:
+        grader.clock_starts()
+        time.sleep(0.05)
+
+
+def test_restarting_the_clock_again_and_again_still_ends(monkeypatch):
+    grader.run(_forty_two, _pid)  # the server started under the usual limits
+    monkeypatch.setattr(grader, "LIMIT_S", 0.5)
+    monkeypatch.setattr(grader, "START_LIMIT_S", 1.0)
+    start = time.time()
+    with pytest.raises(grader.Failed) as caught:
+        grader.run(_restarts_the_clock, _call)
+    assert caught.value.kind == "timeout" and time.time() - start < 2 * (1.0 + 0.5) + 10
 
 
 def test_the_clock_pauses_while_compiling_and_a_crash_names_its_case(monkeypatch):
@@ -129,6 +163,12 @@ HIP_ANSWERS = {
 def _kernel_segfaults(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
                       BLOCK_SIZE: tl.constexpr):
     ctypes.string_at(0)  # in the interpreter a kernel's body is Python: a stand-in for a crash
+
+
+@triton.jit
+def _kernel_exits(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
+                  BLOCK_SIZE: tl.constexpr):
+    raise SystemExit(0)
 
 
 @triton.jit

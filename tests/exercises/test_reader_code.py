@@ -88,3 +88,31 @@ def test_a_rebuilt_function_is_a_new_object(tmp_path):
     assert copy is not launch and copy.__name__ == "launch"
     x = torch.ones(3)
     assert torch.equal(copy(x), launch(x))
+
+
+def _logged(fn):
+    import functools
+
+    @functools.wraps(fn)
+    def inner(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return inner
+
+
+@torch.no_grad()
+def _scaled_without_grad(x):
+    return _helper(x) + math.sqrt(4.0)
+
+
+@_logged
+def _scaled_and_logged(x):
+    return _helper(x) + math.sqrt(4.0)
+
+
+@pytest.mark.parametrize("answer", [_scaled_without_grad, _scaled_and_logged],
+                         ids=["torch.no_grad", "functools.wraps"])
+def test_a_decorated_function_travels_with_its_own_globals(answer):
+    """The copy drops decorators; it must read the function's names, not its wrapper's."""
+    x = torch.arange(5, dtype=torch.float32)
+    assert torch.equal(grader.run(answer, _call, x), x * SCALE + 2)

@@ -294,14 +294,17 @@ BYTES_MOVED_HINTS = {
 def _outputs(fn, cases) -> list:
     """(In the grader's child) fn on every case: a pair of numbers, or what went wrong in words
     (a str), or the exception it raised."""
-    out = []
+    out, used = [], None
     for case in cases:
         grader.progress(f"On bytes_moved{case!r}")
         try:
-            value = fn(*case)
+            with grader.calls_to([traffic.price]) as called:
+                value = fn(*case)
         except Exception as err:  # noqa: BLE001 - the reader's code
             out.append(portable_error(err))
             continue
+        if called:  # the chapter's model itself, not the reader's
+            used = used or grader.LibraryCall(called[0])
         try:
             pair = tuple(value)
             if len(pair) != 2:
@@ -309,7 +312,7 @@ def _outputs(fn, cases) -> list:
             out.append(tuple(float(v) for v in pair))
         except Exception:  # noqa: BLE001
             out.append(f"returned {type(value).__name__} {repr(value)[:80]}")
-    return out
+    return out + ([used] if used else [])  # a last entry when it called the model
 
 
 def _where(case) -> str:
@@ -335,6 +338,7 @@ def _grade_bytes_moved(answer):
     except grader.Failed as failed:
         return grader.failure_feedback(failed, "python")
     expected = [model_bytes(*case) for case in MODEL_CASES]
+    used = got.pop() if len(got) > len(MODEL_CASES) else None
     for case, value in zip(MODEL_CASES, got):
         if isinstance(value, BaseException):
             return wrong(f"{_where(case)} raised {one_line(value)}.",
@@ -343,6 +347,11 @@ def _grade_bytes_moved(answer):
         if isinstance(value, str):
             raise Malformed(f"{_where(case)} {value}; return a pair (bytes_read, "
                             f"bytes_written).")
+    if all(v == e for v, e in zip(got, expected)) and used is not None:
+        return wrong(f"Your function calls {used}, the chapter's traffic model itself: that is "
+                     f"the answer, not yours.",
+                     "Count the bytes yourself: each kernel's reads and writes, rows * cols * "
+                     "element size for a matrix, cols * element size for the weight.")
     if all(v == e for v, e in zip(got, expected)):
         return correct(f"Your function agrees with the model on all {len(MODEL_CASES)} cases: "
                        f"{len(MODEL_STEPS)} designs x {len(MODEL_DTYPES)} dtypes x "

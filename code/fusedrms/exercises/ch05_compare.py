@@ -279,15 +279,24 @@ def _verdict_of(value):
 
 def answer_verdicts(answer) -> list:
     """(In the grader's child) the answer on each case: True, False, a description of what it
-    returned instead, or the exception it raised."""
-    found = []
+    returned instead, or the exception it raised; and last a :class:`grader.LibraryCall` when
+    it called checks.allclose (the answer itself)."""
+    found, used = [], None
     for i, case in enumerate(CASES):
         grader.progress(f"On {case.label}")
         try:
-            found.append(_verdict_of(answer(*_build(i))))
+            with grader.calls_to([checks.allclose]) as called:
+                value = answer(*_build(i))
         except Exception as err:  # noqa: BLE001 - the reader's code, reported as a verdict
             found.append(portable_error(err))
-    return found
+            continue
+        found.append(_verdict_of(value))
+        used = used or (grader.LibraryCall(called[0]) if called else None)
+    return found + ([used] if used else [])  # a last entry when it called the library
+
+
+LIBRARY_HINT = ("Write the rule with torch (or math) operations: shape, NaN, infinities, then "
+                "|got - want| <= atol + rtol * |want| (checks.tolerance_for gives rtol and atol).")
 
 
 def _grade_close(answer) -> Feedback:
@@ -296,9 +305,7 @@ def _grade_close(answer) -> Feedback:
                      f"my_close (no parentheses), not a {type(answer).__name__}.")
     if getattr(answer, "__module__", None) == checks.__name__ or answer in (torch.allclose,
                                                                            torch.isclose):
-        return wrong("That is a library's comparison, not yours.",
-                     "Write the rule with torch (or math) operations: shape, NaN, infinities, "
-                     "then |got - want| <= atol + rtol * |want|.")
+        return wrong("That is a library's comparison, not yours.", LIBRARY_HINT)
     try:
         inspect.signature(answer).bind(None, None)
     except TypeError:
@@ -309,6 +316,7 @@ def _grade_close(answer) -> Feedback:
         got = grader.run(answer, answer_verdicts, cache=True)
     except grader.Failed as failed:
         return grader.failure_feedback(failed, "python")
+    used = got.pop() if len(got) > len(CASES) else None
     expected = library_verdicts()
     for case, mine, right in zip(CASES, got, expected):
         said = "pass" if right else "fail"
@@ -321,6 +329,9 @@ def _grade_close(answer) -> Feedback:
         if mine != right:
             return wrong(f"On {case.label} your function returned {mine}; the output should "
                          f"{said}.", case.hint)
+    if used is not None:
+        return wrong(f"Your function calls {used}, the library's comparison: that is the "
+                     f"answer, not yours.", LIBRARY_HINT)
     return correct(f"Your function agrees with checks.allclose(got, want, nan=\"match\") on all "
                    f"{len(CASES)} cases: fp32, fp16 and bf16, NaN and infinities in both "
                    f"places, -0.0, a subnormal, an error of exactly atol, empty and mismatched "

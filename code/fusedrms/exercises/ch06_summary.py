@@ -134,23 +134,30 @@ def _cases():
 CASES = _cases()
 
 
+# the library's functions the checker compares with: calling them is handing in its answer
+LIBRARY = (timer.summarize, compare.quantile_of, compare.verdict)
+
+
 def _runs(fn, cases) -> list:
     """(In the grader's child) ``fn`` on every case: its value as four fields, or the exception
     it raised, or what was wrong with its value (a str)."""
-    out = []
+    out, used = [], None
     for i, ((ours, peer, band), _) in enumerate(cases):
         grader.progress(f"On case {i + 1}")
         try:
-            value = fn([list(p) for p in ours], [list(p) for p in peer], band)
+            with grader.calls_to(LIBRARY) as called:
+                value = fn([list(p) for p in ours], [list(p) for p in peer], band)
         except Exception as err:  # noqa: BLE001 - the reader's code
             out.append(portable_error(err))
             continue
+        if called:  # the library's summary, which the checker compares with
+            used = used or grader.LibraryCall(called[0])
         try:
             median, p10, p90, verdict = value
             out.append((float(median), float(p10), float(p90), str(verdict).strip().lower()))
         except Exception:  # noqa: BLE001
             out.append(f"returned {type(value).__name__} {repr(value)[:80]}")
-    return out
+    return out + ([used] if used else [])  # a last entry when it called the library
 
 
 # ---- the typical mistakes ---------------------------------------------------------------------
@@ -326,6 +333,7 @@ def _grade(answer) -> object:
         got = grader.run(answer, _runs, CASES, cache=True)
     except grader.Failed as failed:
         return grader.failure_feedback(failed, "python")
+    used = got.pop() if len(got) > len(CASES) else None
     for i, ((_, refused), value) in enumerate(zip(CASES, got)):
         if isinstance(value, str):
             raise Malformed(f"on {_case_text(i)} your function {value}; return a tuple "
@@ -354,6 +362,11 @@ def _grade(answer) -> object:
             if _matches(got, fn, fields):
                 return wrong(f"{said} That is {label}.", hint)
         return wrong(said, _GENERIC[what])
+    if used is not None:
+        return wrong(f"Your function calls {used}, the library's own summary, which the checker "
+                     f"compares with: that is the answer, not yours.",
+                     "Write each step yourself from the specification: statistics.median, the "
+                     "interpolated quantile at position q*(n-1), and the band's comparison.")
     return correct(f"Your summary agrees with the library's on all {len(CASES)} cases: odd and "
                    f"even counts, one process and ten, processes of unequal sizes, ratios on "
                    f"the band's edges, and NaN samples, an empty process and no processes "

@@ -211,6 +211,7 @@ def _grade_here(answer) -> Feedback:
     eps = GRADE_EPS
     interpreting = not env.current().on_gpu
     kernels, silent = [], []  # kernels launched; cases that launched none
+    unstored = []  # cases whose kernels stored fewer values than y and s hold: (where, stored, n)
     for rows, cols, dtype, seed, strided in _cases():
         where = f"on {rows}x{cols} {str(dtype).replace('torch.', '')}" + (
             f" rows {cols + STRIDE_PAD} elements apart" if strided else "")
@@ -250,6 +251,9 @@ def _grade_here(answer) -> Feedback:
                              f"{(rows, cols)} {dtype}.",
                              "Allocate outputs like x (torch.empty_like(x)) and cast once at "
                              "the store.")
+        if launched and audit is not None and audit.usable \
+                and audit.stored() < y.numel() + s.numel():
+            unstored.append((where, audit.stored(), y.numel() + s.numel()))
         if (dtype == torch.bfloat16 and not env.current().on_gpu
                 and not all(bool(torch.isfinite(t).all()) and float(t.float().abs().max()) < 1e30
                             for t in (y, s))):
@@ -303,6 +307,13 @@ def _grade_here(answer) -> Feedback:
                      f"({silent[0]}): it computes with PyTorch (passing "
                      f"reference.add_rmsnorm_residual itself is the same thing).",
                      "Write a @triton.jit kernel and launch it as kernel[grid](...).")
+    if unstored:
+        where, stored, wanted = unstored[0]
+        return wrong(f"the values are right, but the kernels your function launched stored "
+                     f"{stored} values {where}, fewer than the {wanted} of y and s: the outputs "
+                     f"come from PyTorch, not from your kernel.",
+                     "Let your kernel compute s and y and store both: tl.store(s_ptr + offsets, "
+                     "..., mask=mask) and tl.store(y_ptr + offsets, ..., mask=mask).")
     book = [f for f in kernels if getattr(f, "__module__", "").startswith("fusedrms.kernels")]
     if book:
         return wrong(f"your function launches the book's own kernel "

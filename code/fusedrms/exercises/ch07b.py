@@ -3,12 +3,16 @@
 - :data:`llama_kernel`: write ``fn(x, w, eps) -> y`` that launches a Triton kernel of your own and
   rounds where Hugging Face's ``LlamaRMSNorm`` rounds (the ``llama`` contract). The checker runs
   :func:`fusedrms.contracts.identify` on it in fp16, where Triton's interpreter rounds as a GPU
-  does, so the verdict is the same on both.
+  does, so the verdict is the same on both; then on rows narrower than a power-of-two block
+  (identify's rows are exactly one block wide, where a missing or wrong mask does not show).
+  Like every code answer it runs in the grader's child process (:mod:`.grader`), its loads and
+  stores audited in the interpreter.
 """
 from __future__ import annotations
 
 from .. import env  # interpreter switch before the kernels below
 
+import contextlib
 import inspect
 
 import torch
@@ -17,8 +21,10 @@ import triton.language as tl
 
 from .. import contracts
 from ..contracts import inputs
-from .ch07 import _launched_functions, _recording_launches, masked_loads_without_other
-from .core import Exercise, Feedback, Malformed, correct, wrong
+from . import grader, interpreter_audit
+from .ch07 import (_launched_functions, _memory_verdict, _recording_launches,
+                   masked_loads_without_other)
+from .core import Exercise, Feedback, Malformed, correct, one_line, wrong
 
 TARGET = "llama"
 DTYPE = torch.float16
@@ -92,13 +98,86 @@ ROUND_TWICE = ("Round exactly twice: x * r (computed in fp32) to x's dtype with 
                ".to(y_ptr.dtype.element_ty), then the product with w, which the store rounds.")
 
 
+RAGGED = (3, 13)  # rows narrower than their block: a missing or off-by-one mask shows here
+MASK_HINT = ("Mask every load and store with col < cols (other=0.0 on the loads) and launch "
+             "BLOCK = triton.next_power_of_2(cols): a row need not fill its block.")
+
+
 def _grade_llama(answer) -> Feedback:
     _check_form(answer)
+    try:  # in a child process, Triton's interpreter: the verdict of a machine without a GPU
+        verdict = grader.run(answer, _grade_here, cache=True)
+        if not verdict or not env.current().on_gpu:
+            return verdict
+        on_gpu = grader.run(answer, _grade_here, device="gpu")
+    except grader.Failed as failed:
+        return grader.failure_feedback(failed, "python")
+    if not on_gpu:
+        return wrong(f"On the GPU: {on_gpu.message}", on_gpu.hint)
+    return correct(verdict.message.rstrip(".") + ", in Triton's interpreter and compiled for the "
+                                                  "GPU.")
+
+
+def _audited():
+    return interpreter_audit.audited() if not env.current().on_gpu else contextlib.nullcontext()
+
+
+def _ragged_verdict(answer) -> Feedback | None:
+    """(In the grader's child) the answer on :data:`RAGGED` fp16 rows, against the contract
+    within two ulps (these rows are not identify's, chosen so that every summation order rounds
+    alike): the masks, and a kernel that stores y itself."""
+    rows, cols = RAGGED
+    where = f"on {rows}x{cols} fp16 rows, narrower than a power-of-two block"
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(rows, cols, generator=g).to(DTYPE)
+    w = (0.75 + torch.rand(cols, generator=g) / 2).to(DTYPE)
+    device = env.current().device
     try:
-        with _recording_launches() as launched:
-            found = contracts.identify(answer, op="rmsnorm", dtypes=(DTYPE,), eps=GRADE_EPS)
+        with _audited() as audit:
+            y = answer(x.to(device), w.to(device), GRADE_EPS)
+    except Exception as err:  # noqa: BLE001 - the reader's code: report, never raise
+        return wrong(f"your function raised {one_line(err)} {where}.",
+                     "Run it on that shape in a cell to see the traceback.")
+    if audit is not None:
+        memory = _memory_verdict(audit, where)
+        if memory is not None:
+            return memory
+        if audit.usable and audit.stored() < x.numel():
+            return wrong(f"your function launched a kernel, but its kernels stored "
+                         f"{audit.stored()} values {where}, fewer than the {x.numel()} of y: "
+                         f"y comes from PyTorch, not from your kernel.",
+                         "Let your kernel compute y and store it: tl.store(y_ptr + row * cols "
+                         "+ col, ..., mask=mask).")
+    if not isinstance(y, torch.Tensor) or tuple(y.shape) != (rows, cols) or y.dtype != DTYPE:
+        shown = (f"{tuple(y.shape)} {y.dtype}" if isinstance(y, torch.Tensor)
+                 else type(y).__name__)
+        return wrong(f"y is {shown} {where}; expected {(rows, cols)} {DTYPE}.",
+                     "Allocate y like x (torch.empty_like(x)): the store rounds to its dtype.")
+    expected = contracts.get(TARGET).fn(x, w, GRADE_EPS).float()
+    got = y.detach().cpu().float()
+    off = ~(torch.isfinite(got) & ((got - expected).abs() <= 2 * 2.0 ** -10 * expected.abs()
+                                   + 2.0 ** -14))
+    if bool(off.any()):
+        row, col = (int(i) for i in off.nonzero()[0])
+        return wrong(f"your kernel matches {TARGET} on identify's rows, which are exactly one "
+                     f"block wide, but not {where}: {int(off.sum())} of {got.numel()} elements "
+                     f"are off, the first at row {row}, col {col} (got {got[row, col].item():.6g}"
+                     f", expected {expected[row, col].item():.6g}).", MASK_HINT)
+    return None
+
+
+def _grade_here(answer) -> Feedback:
+    """(In the grader's child) the verdict on ``answer``."""
+    try:
+        with _audited() as audit, _recording_launches() as launched:
+            found = contracts.identify(answer, op="rmsnorm", dtypes=(DTYPE,), eps=GRADE_EPS,
+                                       device=env.current().device)
     except contracts.KernelRaised as err:
         return wrong(f"{err}.", "Run it on a 18x64 fp16 input in a cell to see the traceback.")
+    if audit is not None:
+        memory = _memory_verdict(audit, "on identify's 18x64 fp16 rows")
+        if memory is not None:
+            return memory
     diff = found.difference(TARGET, DTYPE)
     kernels = _launched_functions(launched)
     if diff is not None:
@@ -136,6 +215,9 @@ def _grade_llama(answer) -> Feedback:
                          f"{', '.join(map(str, lines))} of the kernel): the masked lanes are "
                          f"undefined and enter the sum of squares on a GPU.",
                          "tl.load(ptr, mask=mask, other=0.0).")
+    ragged = _ragged_verdict(answer)
+    if ragged is not None:
+        return ragged
     near = found.difference("fp32_once", DTYPE)
     return correct(f"your kernel matches {TARGET} bit for bit in fp16"
                    + (f", and differs from fp32_once at {near.place()} by {near.ulps} ulp"

@@ -166,9 +166,14 @@ def _signal_name(number: int) -> str:
 
 
 def _deadline(folder: Path, submitted: float, limit: float) -> float:
+    """When the child is stopped: ``limit`` after its clock last started (``START_LIMIT_S``
+    while it is paused), and never later than twice both limits after it was submitted (a
+    checker compiles at most twice in one child), so that code restarting the clock again and
+    again (grader.clock_starts() in a loop) still ends."""
+    latest = submitted + 2 * (START_LIMIT_S + limit)
     for name, allowed in (("paused", START_LIMIT_S), ("started", limit)):
         try:
-            return (folder / name).stat().st_mtime + allowed
+            return min((folder / name).stat().st_mtime + allowed, latest)
         except OSError:
             pass
     return submitted + START_LIMIT_S
@@ -411,8 +416,13 @@ def _serve(folder) -> None:
     clock_starts()
     try:
         value = request["function"](answer, *request["args"])
-    except BaseException as err:  # noqa: BLE001 - the reader's code: anything can happen
+    except Exception as err:  # noqa: BLE001 - the reader's code: anything can happen
         write("raised", portable_error(err))
+        return
+    except BaseException as err:  # noqa: BLE001 - exit(), sys.exit(), raise KeyboardInterrupt:
+        # the reader's code ended the run; raised in the notebook, it would escape every checker
+        write("failed", Failed("exit", f"it raised {one_line(err).rstrip(': ')}",
+                               where=_read(folder / "progress")))
         return
     write("ok", value)
 
@@ -437,6 +447,33 @@ def clock_paused():
         yield
     finally:
         clock_starts()
+
+
+class LibraryCall(str):
+    """(A value a child sends back) the name of a library function the answer called where the
+    reader was to write it (:func:`calls_to`)."""
+
+
+@contextlib.contextmanager
+def calls_to(functions):
+    """(In the child) the names of ``functions`` (Python functions) called inside the block, at
+    any depth and under any name: an answer that hands the work to the library's own
+    implementation (directly, through a wrapper, or through another library function) is not
+    the reader's."""
+    codes = {f.__code__: f"{f.__module__.removeprefix('fusedrms.')}.{f.__qualname__}"
+             for f in functions}
+    called: list[str] = []
+    previous = sys.getprofile()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            called.append(codes[frame.f_code])
+
+    sys.setprofile(profile)
+    try:
+        yield called
+    finally:
+        sys.setprofile(previous)
 
 
 def progress(where: str) -> None:

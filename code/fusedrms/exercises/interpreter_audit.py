@@ -113,6 +113,12 @@ class Audit:
     def races(self) -> list[str]:
         return [r for launch in self.launches for r in launch.races()]
 
+    def stored(self) -> int:
+        """How many distinct elements the launches stored (into any tensor)."""
+        stores = [a.addresses for launch in self.launches for a in launch.accesses
+                  if a.kind == "store" and a.addresses.size]
+        return int(np.unique(np.concatenate(stores)).size) if stores else 0
+
     def outside(self) -> Launch | None:
         """The first launch that loaded or stored outside its tensors, or None."""
         return next((l for l in self.launches if l.outside_loads or l.outside_stores), None)

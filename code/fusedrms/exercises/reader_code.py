@@ -54,7 +54,7 @@ def _recipe(value, name: str, depth: int) -> dict:
         except Exception as err:  # noqa: BLE001 - a kernel shape the copy did not foresee
             raise NotCopied(f"the source of {name} could not be copied ({one_line(err)})") from None
     if inspect.isfunction(value):
-        return _function_recipe(value, depth)
+        return _function_recipe(_unwrapped(value), depth)
     raise NotCopied(f"{name} is a {type(value).__name__}, not a function the checker can copy "
                     f"(define it with def)")
 
@@ -91,6 +91,17 @@ def _is_library(module: str) -> bool:
     roots = [Path(paths[k]).resolve() for k in ("purelib", "platlib", "stdlib", "platstdlib")]
     where = Path(file).resolve()
     return any(root in where.parents for root in roots)
+
+
+def _unwrapped(fn):
+    """The function a decorator built with functools.wraps (@torch.no_grad(), a reader's own
+    wrapper) wraps: its source is the one inspect gives for ``fn``, and the copy, which drops
+    decorators, must read that function's globals and closure, not the wrapper's."""
+    try:
+        inner = inspect.unwrap(fn)
+    except ValueError:  # a cycle of __wrapped__
+        return fn
+    return inner if inspect.isfunction(inner) else fn
 
 
 def _function_recipe(fn, depth: int) -> dict:
