@@ -431,6 +431,9 @@ _VARIANTS = {
     "_row_zero_only": [("row = tl.program_id(0).to(tl.int64)", "row = 0")],
     "_weight_one_further_per_row": [("tl.load(w_ptr + offsets", "tl.load(w_ptr + row + offsets")],
     "_sum_of_x_squared": [("tl.sum(x * x, axis=0)", "tl.sum(x, axis=0) * tl.sum(x, axis=0)")],
+    "_fixed_512": [("tl.arange(0, BLOCK_SIZE)", "tl.arange(0, 512)")],  # BLOCK_SIZE ignored
+    "_sums_in_input_dtype": [  # no upcast: the squares are summed in x's dtype
+        ("mask=mask, other=0.0).to(tl.float32)\n    r =", "mask=mask, other=0.0)\n    r =")],
     "_right_in_other_words": [  # no int64, 1/sqrt, a multiply, w's other=1, no cast: all fine
         ("tl.program_id(0).to(tl.int64)", "tl.program_id(0)"),
         ("tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)",
@@ -472,6 +475,7 @@ _no_eps, _eps_outside, _sqrt = K._no_eps, K._eps_outside, K._sqrt
 _cols_minus_1, _no_weight, _row_zero_only = K._cols_minus_1, K._no_weight, K._row_zero_only
 _weight_one_further_per_row, _sum_of_x_squared = K._weight_one_further_per_row, K._sum_of_x_squared
 _right_in_other_words, _fixed_eps = K._right_in_other_words, K._fixed_eps
+_fixed_512, _sums_in_input_dtype = K._fixed_512, K._sums_in_input_dtype
 
 
 NAMED_MISTAKES = [(_no_eps, "leaving eps out", "tl.rsqrt(mean_square + eps)"),
@@ -480,7 +484,9 @@ NAMED_MISTAKES = [(_no_eps, "leaving eps out", "tl.rsqrt(mean_square + eps)"),
                   (_sqrt, "sqrt(mean_square + eps)", "tl.rsqrt"),
                   (_cols_minus_1, "cols - 1", "divides by cols"),
                   (_no_weight, "leaving out the weight", "y = x * r * w"),
-                  (_row_zero_only, "never wrote rows 1 and 2 of 3", "tl.program_id(0)")]
+                  (_row_zero_only, "never wrote rows 1 and 2 of 3", "tl.program_id(0)"),
+                  (_sums_in_input_dtype, "2x300 fp16 the output is what summing the squares in "
+                                         "x's own dtype", ".to(tl.float32)")]
 
 
 @pytest.mark.parametrize("exercise", ch04.KERNEL_EXERCISES, ids=lambda e: e.name)
@@ -568,3 +574,29 @@ def test_recorded_medians_are_never_called_the_readers_own(tmp_path, monkeypatch
     fb = ch04.choose_num_warps.check({"num_warps": 8, "timings_us": {4: 9.05, 8: 10.36, 16: 9.70}})
     assert not fb.ok and "The medians you gave say 4 warps" in fb.message
     assert "own" not in fb.message + (fb.hint or "")
+
+
+@pytest.mark.parametrize("exercise", ch04.KERNEL_EXERCISES, ids=lambda e: e.name)
+def test_a_kernel_that_ignores_its_block_size_fails_on_a_wide_row(exercise):
+    """tl.arange(0, 512) in place of tl.arange(0, BLOCK_SIZE) is right on every row up to 512
+    columns: a case wider than that (and than 1024), not a power of two, shows it."""
+    assert any(cols > 1024 and cols & (cols - 1) for _, cols in ch04.CASES)
+    fb = exercise.check(_fixed_512)
+    assert not fb.ok and "only the first 512 of each row's" in fb.message, str(fb)
+    assert "tl.arange(0, BLOCK_SIZE)" in fb.hint
+
+
+@pytest.mark.parametrize("exercise", ch04.KERNEL_EXERCISES, ids=lambda e: e.name)
+def test_a_sum_of_squares_in_fp16_gets_the_fp32_hint(exercise):
+    fb = exercise.check(ch04.kernel_sums_in_input_dtype)
+    assert not fb.ok and "in x's own dtype" in fb.message and "fp16" in fb.message, str(fb)
+    assert "tl.float32" in fb.hint and "65504" in fb.hint
+
+
+def test_the_fp16_case_overflows_a_sum_in_fp16_and_not_one_in_fp32():
+    """What makes fp32 accumulation show: every square fits fp16, their sum does not."""
+    rows, cols = next(c for c in ch04.CASES if ch04.CASE_DTYPE.get(c) == torch.float16)
+    x = ch04.CASE_X[(rows, cols)](rows, cols, 512, torch.Generator().manual_seed(0))
+    x = x.half().double()
+    fp16_max = torch.finfo(torch.float16).max
+    assert float((x * x).max()) < fp16_max / 4 and float((x * x).sum(-1).min()) > 2 * fp16_max

@@ -398,3 +398,24 @@ def _wraps_the_library_imported_inside(got, want):
 def test_build_close_refuses_a_wrapper_around_the_librarys_comparison(answer):
     fb = C.build_close.check(answer)
     assert not fb.ok and "checks.allclose" in fb.message and fb.hint, str(fb)
+
+
+def _allclose_with_the_watch_off(got, want):
+    import sys
+
+    sys.setprofile(None)  # the profile the checker watches the library's functions with
+    return bool(checks.allclose(got, want, nan="match"))
+
+
+def _allclose_in_a_thread(got, want):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return bool(pool.submit(checks.allclose, got, want, nan="match").result())
+
+
+@pytest.mark.parametrize("answer", [_allclose_with_the_watch_off, _allclose_in_a_thread],
+                         ids=["sys.setprofile(None)", "a thread"])
+def test_the_librarys_comparison_is_seen_with_the_watch_switched_off_or_in_a_thread(answer):
+    fb = C.build_close.check(answer)
+    assert not fb.ok and "the library's comparison" in fb.message, str(fb)

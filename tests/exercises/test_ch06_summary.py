@@ -189,3 +189,40 @@ def _the_librarys_summary(ours, peer, band):
 def test_build_summary_refuses_the_librarys_own_summary():
     fb = S.build_summary.check(_the_librarys_summary)
     assert not fb.ok and "the library's own summary" in fb.message and fb.hint, str(fb)
+
+
+class BadSamples(ValueError):
+    """What a reader's notebook cell defines: its own exception, raised where the spec asks for
+    ValueError."""
+
+
+BadSamples.__module__ = "__main__"  # as a notebook defines it: no file another process imports
+
+
+def _raises_its_own_exception_class(ours, peer, band):
+    def medians(processes):
+        if not processes or any(len(p) == 0 for p in processes):
+            raise BadSamples("no processes, or an empty one")
+        if any(t != t for p in processes for t in p):
+            raise BadSamples("a NaN sample")
+        return sorted(statistics.median(p) for p in processes)
+
+    def quantile(s, q):
+        pos = q * (len(s) - 1)
+        lo = int(pos)
+        return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (pos - lo)
+
+    meds = medians(ours)
+    median = statistics.median(meds)
+    p10, p90 = quantile(meds, 0.1), quantile(meds, 0.9)
+    ratio = median / statistics.median(medians(peer))
+    verdict = "faster" if ratio < 1 - band else "slower" if ratio > 1 + band else "tie"
+    return median, p10, p90, verdict
+
+
+def test_a_right_answer_raising_its_own_exception_class_passes(monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys.modules["__main__"], "BadSamples", BadSamples, raising=False)
+    fb = E.check(_raises_its_own_exception_class)
+    assert fb.ok, str(fb)

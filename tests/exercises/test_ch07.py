@@ -217,3 +217,52 @@ def _idle_launch_then_the_reference(x, r, w, eps=1e-5):
 def test_residual_rejects_outputs_no_kernel_stored():
     fb = ch07.residual_variant.check(_idle_launch_then_the_reference)
     assert not fb.ok and "from PyTorch" in fb.message and fb.hint, str(fb)
+
+
+# ---- the verdict is the parent's: an answer that patches the checker's functions in its own
+# process changes nothing ----
+
+@triton.jit
+def _by_block_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.arange(0, BLOCK)
+    mask = col < cols
+    x = tl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    s = (x + r).to(s_ptr.dtype.element_ty)
+    tl.store(s_ptr + row * cols + col, s, mask=mask)
+    s = s.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(s * s, axis=0) / BLOCK + eps)  # wrong: BLOCK, not cols
+    w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+_wrong_but_honest = ch07._launcher(_by_block_kernel)
+
+
+def _patches_allclose(x, r, w, eps):
+    import fusedrms.checks
+
+    fusedrms.checks.allclose = lambda *args, **kwargs: fusedrms.checks.Report(True, "patched")
+    return _wrong_but_honest(x, r, w, eps)
+
+
+def _patches_the_reference(x, r, w, eps):
+    import fusedrms.reference
+
+    def by_block(s, w, eps, accum=None):  # what the wrong kernel computes, as "the reference"
+        sf = s.double()
+        block = triton.next_power_of_2(s.shape[-1])
+        return sf * torch.rsqrt((sf * sf).sum(-1, keepdim=True) / block + eps) * w.double()
+
+    fusedrms.reference.rmsnorm = by_block
+    return _wrong_but_honest(x, r, w, eps)
+
+
+@pytest.mark.parametrize("answer", [_patches_allclose, _patches_the_reference],
+                         ids=["checks.allclose", "reference.rmsnorm"])
+def test_an_answer_that_patches_the_checkers_functions_gets_the_honest_verdict(answer):
+    honest = ch07.residual_variant.check(_wrong_but_honest)
+    assert not honest.ok and "y is wrong" in honest.message
+    fb = ch07.residual_variant.check(answer)
+    assert not fb.ok and (fb.message, fb.hint) == (honest.message, honest.hint), str(fb)

@@ -223,3 +223,43 @@ def test_a_crash_or_an_endless_loop_is_a_verdict_and_the_notebook_survives(answe
     monkeypatch.setattr(grader, "LIMIT_S", 4.0)
     fb = EX.check(answer)
     assert not fb.ok and needle in fb.message and "not affected" in fb.message, str(fb)
+
+
+# ---- the verdict is the parent's: an answer that patches the contract it is judged by, in its
+# own process, changes nothing ----
+
+@triton.jit
+def _cols_plus_one_kernel(x_ptr, w_ptr, y_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.arange(0, BLOCK)
+    mask = col < cols
+    x = tl.load(x_ptr + row * cols + col, mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / (cols + 1) + eps)  # wrong denominator
+    normed = (x * rstd).to(y_ptr.dtype.element_ty)
+    w = tl.load(w_ptr + col, mask=mask, other=0.0)
+    tl.store(y_ptr + row * cols + col, normed * w, mask=mask)
+
+
+def _wrong_llama(x, w, eps):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    cols = x.shape[-1]
+    _cols_plus_one_kernel[(x.numel() // cols,)](x, w, y, cols, eps,
+                                             BLOCK=triton.next_power_of_2(cols))
+    return y
+
+
+def _patches_the_contract(x, w, eps):
+    import dataclasses
+
+    from fusedrms.contracts import catalog
+
+    catalog.CONTRACTS["llama"] = dataclasses.replace(catalog.CONTRACTS["llama"], fn=_wrong_llama)
+    return _wrong_llama(x, w, eps)
+
+
+def test_an_answer_that_patches_its_contract_gets_the_honest_verdict():
+    honest = ch07b.llama_kernel.check(_wrong_llama)
+    assert not honest.ok and "differs from llama" in honest.message
+    fb = ch07b.llama_kernel.check(_patches_the_contract)
+    assert not fb.ok and (fb.message, fb.hint) == (honest.message, honest.hint), str(fb)

@@ -222,8 +222,9 @@ def test_a_global_the_copy_cannot_carry_is_named():
 
 
 def test_an_error_that_cannot_travel_reads_the_same():
-    class LocalError(Exception):  # a local class: pickle cannot find it by name
-        pass
+    class LocalError(Exception):  # a local class with a method: no copy can rebuild it
+        def where(self):
+            return "row 3"
 
     original = LocalError("row 3 out of range " * 30)
     portable = core.portable_error(original)

@@ -325,3 +325,15 @@ def _kernel_far_store(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps
     row = tl.program_id(0).to(tl.int64)
     offsets = tl.arange(0, BLOCK_SIZE)
     tl.store(y_ptr + row * 100_000_000 + offsets, tl.zeros([BLOCK_SIZE], tl.float32))
+
+
+def test_calls_to_refuses_an_answer_that_removes_its_watch_with_a_setter_it_kept():
+    import sys
+
+    from fusedrms import checks
+
+    kept = sys.setprofile  # what an answer's default argument could hold from before the block
+    with pytest.raises(grader.WatchSwitchedOff):
+        with grader.calls_to([checks.allclose]):
+            kept(None)
+    assert sys.setprofile is kept and sys.getprofile() is None

@@ -1,5 +1,6 @@
 """Copying a reader's code for another process: what travels by name, by source and by value."""
 import math
+import re
 import threading
 
 import pytest
@@ -116,3 +117,83 @@ def test_a_decorated_function_travels_with_its_own_globals(answer):
     """The copy drops decorators; it must read the function's names, not its wrapper's."""
     x = torch.arange(5, dtype=torch.float32)
     assert torch.equal(grader.run(answer, _call, x), x * SCALE + 2)
+
+
+class _NotebookError(ValueError):
+    """A reader's exception, as a notebook cell defines it (module __main__, no source file)."""
+    code = 3
+
+
+class _NotebookSubError(_NotebookError):
+    pass
+
+
+class _WithMethod(ValueError):
+    def __str__(self):
+        return "custom"
+
+
+for _cls in (_NotebookError, _NotebookSubError, _WithMethod):
+    _cls.__module__ = "__main__"
+
+
+@pytest.fixture
+def notebook(monkeypatch):
+    """The classes above defined in this process's __main__, as a notebook's cells define them:
+    this process can pickle them by name; another process, whose __main__ is not the notebook,
+    cannot import them."""
+    import sys
+
+    for cls in (_NotebookError, _NotebookSubError, _WithMethod):
+        monkeypatch.setattr(sys.modules["__main__"], cls.__name__, cls, raising=False)
+
+
+_NOTEBOOK_ERRORS = (_NotebookSubError, KeyError)
+
+
+def _raises_a_notebook_error(which):
+    raise _NOTEBOOK_ERRORS[which](f"case {which}")
+
+
+def _returns_an_instance(_):
+    err = _NotebookSubError("kept")
+    return [err, _NotebookError]
+
+
+def test_a_notebook_class_travels_and_comes_back_as_the_readers_own(notebook):
+    with pytest.raises(_NotebookSubError, match="case 0") as raised:
+        grader.run(_raises_a_notebook_error, _call, 0)
+    assert type(raised.value) is _NotebookSubError and raised.value.code == 3
+    err, cls = grader.run(_returns_an_instance, _call, 0)
+    assert type(err) is _NotebookSubError and cls is _NotebookError and str(err) == "kept"
+
+
+def test_a_class_defined_inside_a_function_travels():
+    class Local(ValueError):
+        pass
+
+    def raises(n):
+        raise Local(n)
+
+    with pytest.raises(Local, match="7"):
+        grader.run(raises, _call, 7)
+
+
+def test_a_class_that_cannot_be_rebuilt_is_named_with_what_to_do(notebook):
+    import abc
+
+    def reads_a_method_class():
+        raise _WithMethod("x")
+
+    class Abstract(abc.ABC):
+        pass
+
+    def reads_an_abstract_class():
+        return Abstract
+
+    for answer, needle in ((reads_a_method_class, "_WithMethod, a class defined in your notebook, "
+                                                  "has a method (__str__)"),
+                           (reads_an_abstract_class, "metaclass ABCMeta")):
+        with pytest.raises(reader_code.NotCopied, match=re.escape(needle)) as err:
+            reader_code.copy_answer(answer)
+        assert "plain values" in str(err.value) and "ValueError" in str(err.value)

@@ -5,10 +5,12 @@ the signature of :func:`fusedrms.kernels.rmsnorm.rmsnorm_row_kernel`::
 
     (x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps, BLOCK_SIZE: tl.constexpr)
 
-:func:`run_reader_kernel` launches it on 3x13, 33x257 and 5x1 rows (the last with a block wider
-than the row) whose buffers are laid out adversarially: rows ``cols + 3`` elements apart in x and
-``cols + 1`` apart in y, x's padding NaN, a weight buffer followed by garbage, and a sentinel
-around every output row to catch stores outside the mask. A kernel that raises gets its error in
+:func:`run_reader_kernel` launches it on 3x13, 33x257, 5x1 (with a block wider than the row) and
+2x1100 rows (wider than a block a kernel might hard-code in place of its BLOCK_SIZE), all fp32,
+and 2x300 fp16 rows whose sum of squares overflows fp16 (a kernel must sum in fp32), whose
+buffers are laid out adversarially: rows ``cols + 3`` elements apart in x and ``cols + 1`` apart
+in y, x's padding NaN, a weight buffer followed by garbage, and a sentinel around every output
+row to catch stores outside the mask. A kernel that raises gets its error in
 one readable line.
 
 The grader (:mod:`.grader`) runs every case in a child process, in Triton's interpreter on CPU
@@ -36,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import checks, reference, records
+from .. import checks, dtypes as dtype_names, reference, records
 from ..book import ch04_story
 from ..book.ch04 import measure_num_warps, tie_band as chapter_tie_band
 from ..book.page import listed
@@ -44,12 +46,16 @@ from ..kernels.rmsnorm import num_warps_for, rmsnorm_row_kernel
 from . import grader, interpreter_audit, predictions
 from .core import Exercise, Feedback, Malformed, as_number, correct, one_line, portable_error, wrong
 
-CASES = ((3, 13), (33, 257), (5, 1))
+# the fourth is wider than a block a kernel could hard-code instead of its BLOCK_SIZE argument
+# (tl.arange(0, 512), or 1024), and not a power of two; two rows keep the interpreter fast
+# the fifth is fp16 rows of large values, where a sum of squares in fp16 overflows (see loud_rows)
+CASES = ((3, 13), (33, 257), (5, 1), (2, 1100), (2, 300))
 EPS = 1e-5
 # the second case passes a large eps, so a kernel that ignores its eps argument shows
 CASE_EPS = {(33, 257): 0.25}
 # launched with a block wider than the row needs (the others get the next power of two)
 CASE_BLOCK = {(5, 1): 16}
+CASE_DTYPE = {(2, 300): torch.float16}  # the others are fp32
 X_PAD, Y_PAD = 3, 1  # row strides are cols + X_PAD (x) and cols + Y_PAD (y)
 X_FILL = math.nan  # what an unmasked x load past the row reads: poison
 W_FILL = 7.0  # what a weight load past the weight vector reads
@@ -145,6 +151,18 @@ def kernel_x_without_other(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride
     tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def kernel_sums_in_input_dtype(x_ptr, w_ptr, y_ptr, cols, x_row_stride, y_row_stride, eps,
+                               BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    mask = offsets < cols
+    x = tl.load(x_ptr + row * x_row_stride + offsets, mask=mask, other=0.0)  # no .to(tl.float32)
+    r = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)  # the squares summed in x's dtype
+    w = tl.load(w_ptr + offsets, mask=mask, other=0.0)
+    tl.store(y_ptr + row * y_row_stride + offsets, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
 # ---- running a reader's kernel ----
 
 @dataclass
@@ -214,11 +232,35 @@ def run_reader_kernel(kernel, rows: int, cols: int, seed: int = 0, audit: bool =
     if audit:
         return grader.run(kernel, _audited_run, rows, cols, seed, eps, cache=True)
     return _launch(kernel, rows, cols, seed, False, env.current().device if device is None else device,
-                   eps)
+                   eps, **_case_data(rows, cols))
+
+
+def loud_rows(rows: int, cols: int, block: int, generator) -> torch.Tensor:
+    """x with a root mean square of 24: every square fits fp16 (the largest is a few thousand),
+    but a row's sum of squares, about 24² x cols = 170,000 at 300 columns, is past fp16's largest
+    value, 65504. A kernel that sums the squares in fp16 gets inf, then r = 0; in fp32 they add
+    up exactly enough. (Activations this large are common in fp16 models.)"""
+    return torch.randn(rows, cols, generator=generator) * 24
+
+
+CASE_X = {(2, 300): loud_rows}  # the others: randn
+
+
+def _case_data(rows: int, cols: int) -> dict:
+    """The dtype and x values of the case ``rows x cols`` (fp32 randn unless listed above)."""
+    return {"dtype": CASE_DTYPE.get((rows, cols), torch.float32),
+            "x_values": CASE_X.get((rows, cols))}
+
+
+def case_name(rows: int, cols: int) -> str:
+    """"3x13", or "2x300 fp16" for a case that is not fp32."""
+    dtype = CASE_DTYPE.get((rows, cols), torch.float32)
+    return f"{rows}x{cols}" + ("" if dtype == torch.float32 else f" {dtype_names.short(dtype)}")
 
 
 def _audited_run(kernel, rows: int, cols: int, seed: int, eps: float) -> KernelRun:
-    return _launch(_interpreted(kernel), rows, cols, seed, True, torch.device("cpu"), eps)
+    return _launch(_interpreted(kernel), rows, cols, seed, True, torch.device("cpu"), eps,
+                   **_case_data(rows, cols))
 
 
 def _audited_runs(kernel, cases) -> list:
@@ -226,7 +268,7 @@ def _audited_runs(kernel, cases) -> list:
     kernel raised there (and then no further case)."""
     runs = []
     for rows, cols in cases:
-        grader.progress(f"On {rows}x{cols}")
+        grader.progress(f"On {case_name(rows, cols)}")
         try:
             runs.append(_audited_run(kernel, rows, cols, 0, CASE_EPS.get((rows, cols), EPS)))
         except Exception as err:  # noqa: BLE001 - the reader's kernel: anything can happen
@@ -239,10 +281,10 @@ def _compiled_runs(kernel, cases) -> list:
     """(In the grader's GPU child) each case compiled for the GPU, as :func:`_audited_runs`."""
     runs = []
     for rows, cols in cases:
-        grader.progress(f"On {rows}x{cols} on the GPU")
+        grader.progress(f"On {case_name(rows, cols)} on the GPU")
         try:
             runs.append(_launch(kernel, rows, cols, 0, False, torch.device("cuda"),
-                                CASE_EPS.get((rows, cols), EPS)))
+                                CASE_EPS.get((rows, cols), EPS), **_case_data(rows, cols)))
             torch.cuda.synchronize()
         except Exception as err:  # noqa: BLE001
             runs.append(portable_error(err))
@@ -325,7 +367,32 @@ def _models(run: KernelRun) -> dict[str, torch.Tensor]:
         models["cols_minus_1"] = x64 * torch.rsqrt(sum_squares / (run.cols - 1) + eps) * w64
     if eps != EPS:
         models["fixed_eps"] = x64 * torch.rsqrt(mean_square + EPS) * w64
+    if run.x.dtype != torch.float32:  # the sum of squares in x's dtype: at least rounded to it
+        # once, and where it overflows (fp16 past 65504) inf, whatever the order of the adds
+        in_dtype = (x64 * x64).sum(-1, keepdim=True).to(run.x.dtype).double()
+        models["input_dtype_sum"] = x64 * torch.rsqrt(in_dtype / run.cols + eps) * w64
     return models
+
+
+FIXED_WIDTH_HINT = ("Take the lanes from the block the launch passes: offsets = tl.arange(0, "
+                    "BLOCK_SIZE), mask = offsets < cols. The launch makes BLOCK_SIZE at least as "
+                    "wide as the row; a width written into the kernel covers only part of a "
+                    "wider row.")
+
+
+def fixed_width(run: KernelRun) -> int | None:
+    """W when every row of ``run`` was written in its first W columns and nowhere after, W a
+    power of two narrower than the row and not the block the launch passed: what a kernel whose
+    lanes are a fixed tl.arange(0, W) leaves behind. Else None."""
+    written = run.y != SENTINEL
+    holes = (~written).any(0).nonzero().flatten()
+    if holes.numel() == 0:
+        return None
+    width = int(holes[0])
+    if width in (0, run.block) or width & (width - 1) or not bool(written[:, :width].all()) \
+            or bool(written[:, width:].any()):
+        return None
+    return width
 
 
 # (what the reader's kernel computed, the hint) for the arithmetic mistakes :func:`_models` knows
@@ -345,6 +412,11 @@ ARITHMETIC_MISTAKES = {
     "no_weight": ("leaving out the weight",
                   "Multiply by the weight: y = x * r * w, with w = tl.load(w_ptr + offsets, "
                   "mask=mask, other=0.0)."),
+    "input_dtype_sum": ("summing the squares in x's own dtype instead of fp32",
+                        "Convert x to fp32 right after its load (x = tl.load(...).to(tl.float32)) "
+                        "so that the squares are summed in fp32. In fp16 a row's sum of squares "
+                        "overflows past 65504 (as here: inf, then r = 0), and in bf16 it loses "
+                        "the small squares."),
     "cols_minus_1": ("dividing the sum of squares by cols - 1",
                      "The mean square divides by cols, the real width; cols - 1 is the unbiased "
                      "variance's correction, which RMSNorm does not use."),
@@ -372,6 +444,18 @@ def _diagnose(run: KernelRun, audit: KernelRun, focus: str, where: str) -> Feedb
                      f"by one, in order, which hides it.",
                      "Each program stores only its own row (y_ptr + row * y_row_stride) and "
                      "loads only x and w, never what another program stores.")
+    width = fixed_width(run)
+    if width is not None:
+        return wrong(f"{where} your kernel wrote only the first {width} of each row's {cols} "
+                     f"columns, as lanes of a fixed tl.arange(0, {width}) would, not the "
+                     f"BLOCK_SIZE = {run.block} the launch passes: its sum of squares and its "
+                     f"store cover part of the row.", FIXED_WIDTH_HINT)
+    holes = (run.y == SENTINEL).any(0).nonzero().flatten().tolist()
+    if holes:
+        return wrong(f"{where} your kernel never wrote columns {holes[0]} to {holes[-1]} of "
+                     f"some rows.",
+                     "Store every column of the row: offsets = tl.arange(0, BLOCK_SIZE), "
+                     "mask = offsets < cols, the same mask on the store.")
     report = checks.allclose(run.y, expected)
     audited = checks.allclose(audit.y, expected)
     if report and audited:
@@ -451,8 +535,8 @@ def _grade_kernel(answer, focus: str) -> Feedback:
         return grader.failure_feedback(failed, "triton")
     for i, (rows, cols) in enumerate(CASES):
         if isinstance(audits[i], BaseException):
-            return _raised(audits[i], f"On {rows}x{cols}")
-        verdict = _diagnose(audits[i], audits[i], focus, f"On {rows}x{cols}")
+            return _raised(audits[i], f"On {case_name(rows, cols)}")
+        verdict = _diagnose(audits[i], audits[i], focus, f"On {case_name(rows, cols)}")
         if verdict is not None:
             return verdict
     on_gpu = env.current().on_gpu
@@ -462,13 +546,13 @@ def _grade_kernel(answer, focus: str) -> Feedback:
         except grader.Failed as failed:
             return grader.failure_feedback(failed, "triton")
         for i, (rows, cols) in enumerate(CASES):
-            where = f"On {rows}x{cols} on the GPU"
+            where = f"On {case_name(rows, cols)} on the GPU"
             if isinstance(runs[i], BaseException):
                 return _raised(runs[i], where)
             verdict = _diagnose(runs[i], audits[i], focus, where)
             if verdict is not None:
                 return verdict
-    shapes = ", ".join(f"{r}x{c}" for r, c in CASES)
+    shapes = ", ".join(case_name(r, c) for r, c in CASES)
     layout = f"row strides cols+{X_PAD} and cols+{Y_PAD}, a block wider than the row"
     audited = ("every load inside x's rows and w's values, padding never read, no stray stores, "
                "no program touching another's row" if all(a.audited for a in audits) else
@@ -493,7 +577,8 @@ fix_block_denominator = Exercise(
               "no mask on the x load": kernel_without_mask,
               "masked x load without other=": kernel_x_without_other,
               "no mask on the weight load": kernel_weight_without_mask,
-              "rows cols apart, stride ignored": kernel_rows_cols_apart})
+              "rows cols apart, stride ignored": kernel_rows_cols_apart,
+              "sums the squares in x's dtype": kernel_sums_in_input_dtype})
 
 fix_weight_load = Exercise(
     "fix_weight_load",
@@ -504,7 +589,8 @@ fix_weight_load = Exercise(
     mistakes={"weight indexed by row stride": kernel_weight_as_matrix,
               "weight indexed by row * cols": kernel_weight_rows_cols_apart,
               "no mask on the weight load": kernel_weight_without_mask,
-              "masked x load without other=": kernel_x_without_other})
+              "masked x load without other=": kernel_x_without_other,
+              "sums the squares in x's dtype": kernel_sums_in_input_dtype})
 
 
 # ---- choose num_warps by measurement ----

@@ -28,7 +28,7 @@ from ..book.page import listed
 from ..kernels.rmsnorm import ROW_MAX_COLS, rmsnorm_looped_kernel
 from . import answers, grader, predictions
 from .ch04 import (ARG_NAMES, ARITHMETIC_MISTAKES, EPS, SENTINEL, KernelRun, _launch, _models,
-                   check_kernel_form)
+                   check_kernel_form, fixed_width)
 from .core import Exercise, Feedback, correct, one_line, wrong
 
 # ---------------------------------------------------------------- (a) write the looped kernel
@@ -55,6 +55,7 @@ CASES = (
     Case(3, 64, 16, 4),  # four whole blocks: no ragged chunk
     Case(4, 100, 32, 2, eps=0.25),  # a ragged last chunk; the caller's own eps
     Case(2, 68, 4, 1, torch.bfloat16, spiked=True),  # a bf16 sum of squares stalls here
+    Case(2, 1100, 128, 4),  # wider than a block a kernel could hard-code (512, 1024)
 )
 SIGNATURE = f"({', '.join(ARG_NAMES[:-1])}, BLOCK_SIZE: tl.constexpr)"
 
@@ -64,6 +65,10 @@ MASK_HINT = ("The last chunk runs past the row when cols is not a multiple of BL
 STRIDE_HINT = ("Row 0 is right and the others are not: rows lie x_row_stride (x) and y_row_stride "
                "(y) elements apart, more than cols here; the weight pointer never moves with the "
                "row.")
+BLOCK_HINT = ("Walk the row in chunks of the BLOCK_SIZE the launch passes, in both passes: for "
+              "start in range(0, cols, BLOCK_SIZE), offsets = start + tl.arange(0, BLOCK_SIZE). "
+              "The launch chooses it (narrower than the row here); a width written into the "
+              "kernel ignores that choice.")
 FP32_HINT = ("Accumulate in fp32: convert each x chunk with .to(tl.float32) right after its load "
              "and keep the sum of squares in an fp32 accumulator (tl.zeros([BLOCK], "
              "dtype=tl.float32), or a scalar 0.0). A bf16 sum stops growing once its steps are "
@@ -137,6 +142,16 @@ def diagnose(run: KernelRun, audit: KernelRun, case: Case, where: str) -> Feedba
         return wrong(f"{where} {audit.races[0]}. On a GPU the programs run at the same time, in "
                      f"any order, so which value stays is a race.",
                      "Each program stores only its own row (y_ptr + row * y_row_stride).")
+    lanes = max((load.addresses.size for load in audit.loads), default=0)
+    if lanes > run.block:
+        return wrong(f"{where} one load of your kernel takes {lanes} lanes at once, more than "
+                     f"the BLOCK_SIZE = {run.block} the launch passes: its chunks are not "
+                     f"BLOCK_SIZE wide.", BLOCK_HINT)
+    width = fixed_width(run)
+    if width is not None:
+        return wrong(f"{where} your kernel wrote only the first {width} of each row's "
+                     f"{run.cols} columns, as lanes of a fixed tl.arange(0, {width}) without a "
+                     f"loop would.", BLOCK_HINT)
     if run.rows > 1 and checks.allclose(run.y[:1], expected[:1]) and (
             run.stray_stores or not checks.allclose(run.y[1:], expected[1:])):
         return wrong(f"{where} row 0 is right and the rows after it are not.", STRIDE_HINT)
@@ -213,9 +228,12 @@ def _grade_looped(answer) -> Feedback:
             verdict = diagnose(run, audit, case, where)
             if verdict is not None:
                 return verdict
-    shapes = ", ".join(f"{c.rows}x{c.cols} (BLOCK {c.block})" for c in CASES)
-    return correct(f"Your looped kernel matches the float64 reference on {shapes}, the last in "
-                   f"bf16; rows farther apart than their width, every load inside the rows, no "
+    shapes = ", ".join(f"{c.rows}x{c.cols} (BLOCK {c.block}"
+                       f"{'' if c.dtype == torch.float32 else ', ' + str(c.dtype)[6:]})"
+                       for c in CASES)
+    return correct(f"Your looped kernel matches the float64 reference on {shapes}; rows farther "
+                   f"apart than their width, chunks as wide as the BLOCK given, every load inside "
+                   f"the rows, no "
                    f"stray stores; run in Triton's interpreter"
                    f"{' and compiled for the GPU' if on_gpu else ''}.")
 

@@ -2,6 +2,9 @@
 
 - :data:`residual_variant`: write the residual-writing variant ``fn(x, r, w, eps) -> (y, s)``; the
   checker runs it on boundary shapes and dtypes against :func:`fusedrms.reference.add_rmsnorm_residual`.
+  The answer runs in the grader's child (:func:`collect`), which sends back what it returned and
+  did; the verdict is this process's (:func:`_judge`), from inputs and references made here, so
+  an answer that patches the library's functions in its own process changes nothing.
 - :data:`residual_bytes`: predict the bytes it moves at 16 x 4096 bf16.
 - :data:`autotune_key`: choose the autotune key (argument names, like ``@triton.autotune(key=...)``):
   the autotuner adds every tensor argument's dtype itself and drops a name that is no argument.
@@ -13,6 +16,7 @@ from __future__ import annotations
 from .. import env  # interpreter switch before the solution's @triton.jit
 
 import contextlib
+from dataclasses import dataclass, field
 
 import torch
 import triton
@@ -22,7 +26,7 @@ from .. import checks, reference
 from . import answers, grader, interpreter_audit
 from .ch07_predict import predict_torch_ratio  # (d) predict, then look
 from .core import (BYTE_UNITS, Exercise, Feedback, Malformed, correct,
-                   in_other_unit, kernel_function, one_line, wrong)
+                   in_other_unit, kernel_function, one_line, portable_error, wrong)
 
 # ---------------------------------------------------------------- (a) write the residual variant
 
@@ -67,9 +71,9 @@ GRADE_EPS = 1e-3
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _inputs(rows, cols, dtype, seed):
+def _inputs(rows, cols, dtype, seed, device=None):
     g = torch.Generator().manual_seed(seed)
-    dev = env.current().device
+    dev = env.current().device if device is None else device
     return [torch.randn(*s, generator=g).to(dtype).to(dev) for s in ((rows, cols), (rows, cols), (cols,))]
 
 
@@ -100,13 +104,22 @@ def _recording_launches():
 def masked_loads_without_other(fn) -> list[int]:
     """Line numbers (in ``fn``'s source) of ``tl.load(..., mask=...)`` calls without ``other=``:
     the masked lanes are undefined, and here they would enter the sum of squares."""
-    import ast
     import inspect
+
+    try:
+        return masked_loads_in_source(inspect.getsource(fn))
+    except (OSError, TypeError):
+        return []
+
+
+def masked_loads_in_source(source: str) -> list[int]:
+    """:func:`masked_loads_without_other` of a kernel's source text."""
+    import ast
     import textwrap
 
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
         return []
     lines = []
     for node in ast.walk(tree):
@@ -123,12 +136,44 @@ def _launched_functions(launched) -> list:
     return [f for f in dict.fromkeys(kernel_function(k) for k in launched) if f is not None]
 
 
-def _convention_case():
+@dataclass(frozen=True)
+class LaunchedKernel:
+    """A kernel the answer launched, as the grader's child saw it: where it is defined, its name
+    and its source (the parent reads the source; nothing of the child judges it)."""
+    module: str
+    name: str
+    source: str
+
+    @property
+    def is_the_books(self) -> bool:
+        return self.module.startswith("fusedrms.kernels")
+
+
+def launched_kernels(launched) -> list[LaunchedKernel]:
+    """(In the grader's child) the kernels launched, as :class:`LaunchedKernel`."""
+    import inspect
+
+    found = []
+    for fn in _launched_functions(launched):
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):
+            source = ""
+        found.append(LaunchedKernel(getattr(fn, "__module__", "") or "", fn.__name__, source))
+    return found
+
+
+def sent_back(t) -> torch.Tensor:
+    """(In the grader's child) a tensor the answer gave, as a fresh CPU copy for the parent."""
+    return t.detach().cpu().clone(memory_format=torch.contiguous_format)
+
+
+def _convention_case(device=None):
     """fp16 rows whose every sum x + r is a tie: the stored s differs from the fp32 sum in every
     element, and y differs by one unit in the last place in about half of them, depending on
     which of the two is normalized."""
     g = torch.Generator().manual_seed(0)
-    dev = env.current().device
+    dev = env.current().device if device is None else device
     x = (1 + torch.rand(4, 1024, generator=g)).half().to(dev)
     r = torch.full((4, 1024), 2.0 ** -11, dtype=torch.float16, device=dev)
     return x, r, torch.ones(1024, dtype=torch.float16, device=dev)
@@ -138,15 +183,15 @@ CONVENTION_HINT = ("This variant hands s to the next layer: normalize exactly th
                    "the stored s back to fp32 (s.to(tl.float32)) before the sum of squares.")
 
 
-def _other_convention(answer, eps) -> Feedback | None:
-    x, r, w = _convention_case()
-    try:
-        y, s = answer(x, r, w, eps)
-        y, s = y.float().cpu(), s.cpu()
-    except Exception:  # noqa: BLE001  (it ran on the other shapes; no verdict from this one)
+def _other_convention(outputs, eps) -> Feedback | None:
+    """The verdict on the answer's (y, s) for :func:`_convention_case` (None: it gave none)."""
+    if outputs is None:
         return None
-    from_stored = reference.rmsnorm(s, w.cpu(), eps, accum=torch.float64).float()
-    from_sum = reference.add_rmsnorm(x, r, w, eps, accum=torch.float64).float().cpu()
+    y, s = outputs
+    x, r, w = _convention_case("cpu")
+    y = y.float()
+    from_stored = reference.rmsnorm(s, w, eps, accum=torch.float64).float()
+    from_sum = reference.add_rmsnorm(x, r, w, eps, accum=torch.float64).float()
     differ = from_stored != from_sum
     if int(differ.sum()) < 100:
         return None
@@ -176,10 +221,10 @@ def _grade_residual(answer) -> Feedback:
     except ValueError:  # no signature to read (a builtin): let the call decide
         pass
     try:  # in a child process, Triton's interpreter: the verdict of a machine without a GPU
-        verdict = grader.run(answer, _grade_here, cache=True)
+        verdict = _judge(grader.run(answer, collect, cache=True), interpreting=True)
         if not verdict or not env.current().on_gpu:
             return verdict
-        on_gpu = grader.run(answer, _grade_here, device="gpu")
+        on_gpu = _judge(grader.run(answer, collect, device="gpu"), interpreting=False)
     except grader.Failed as failed:
         return grader.failure_feedback(failed, "python")
     if not on_gpu:
@@ -205,44 +250,98 @@ def _strided(t: torch.Tensor) -> torch.Tensor:
     return wider[:, :cols]
 
 
-def _grade_here(answer) -> Feedback:
-    """(In the grader's child) the verdict on ``answer``: every case, and under the interpreter
-    its memory accesses (outside its tensors, races between programs)."""
+def _case_inputs(rows, cols, dtype, seed, strided, device=None):
+    x, r, w = _inputs(rows, cols, dtype, seed=seed, device=device)
+    if strided:
+        x, r = _strided(x), _strided(r)
+    return x, r, w
+
+
+def _where(rows, cols, dtype, strided) -> str:
+    return f"on {rows}x{cols} {str(dtype).replace('torch.', '')}" + (
+        f" rows {cols + STRIDE_PAD} elements apart" if strided else "")
+
+
+@dataclass
+class CaseRun:
+    """What the answer did on one case, as the grader's child saw it: no verdict, only data."""
+    raised: BaseException | None = None
+    form: str = ""  # what it returned instead of a pair of tensors, in words ("" when a pair)
+    y: torch.Tensor | None = None
+    s: torch.Tensor | None = None
+    x_after: torch.Tensor | None = None  # the inputs after the call
+    r_after: torch.Tensor | None = None
+    audit: object = None  # interpreter_audit.Audit, under the interpreter
+    kernels: list = field(default_factory=list)  # [LaunchedKernel]
+
+
+def collect(answer) -> dict:
+    """(In the grader's child) the answer on every case and on the convention case: its outputs,
+    its inputs afterwards, the kernels it launched and, under the interpreter, their memory
+    accesses. It judges nothing: :func:`_judge` does, in the parent, from inputs and references
+    of its own, where the answer's code cannot reach."""
     eps = GRADE_EPS
     interpreting = not env.current().on_gpu
-    kernels, silent = [], []  # kernels launched; cases that launched none
-    unstored = []  # cases whose kernels stored fewer values than y and s hold: (where, stored, n)
+    runs = []
     for rows, cols, dtype, seed, strided in _cases():
-        where = f"on {rows}x{cols} {str(dtype).replace('torch.', '')}" + (
-            f" rows {cols + STRIDE_PAD} elements apart" if strided else "")
+        where = _where(rows, cols, dtype, strided)
         grader.progress(where[0].upper() + where[1:])
-        x, r, w = _inputs(rows, cols, dtype, seed=seed)
-        if strided:
-            x, r = _strided(x), _strided(r)
-        x0, r0 = x.clone(), r.clone()
-        raised = None
+        x, r, w = _case_inputs(rows, cols, dtype, seed, strided)
+        run = CaseRun()
         with (interpreter_audit.audited() if interpreting else contextlib.nullcontext()) as audit, \
                 _recording_launches() as launched:
             try:
                 out = answer(x, r, w, eps)
             except Exception as e:  # noqa: BLE001  (the reader's code: report, never raise)
-                raised = e
+                run.raised = portable_error(e)
+        run.audit, run.kernels = audit, launched_kernels(launched)
+        run.x_after, run.r_after = sent_back(x), sent_back(r)
+        runs.append(run)
+        if run.raised is not None:
+            return {"cases": runs, "convention": None}
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            run.form = (f"{type(out).__name__}" + (f" of length {len(out)}"
+                                                   if isinstance(out, (tuple, list)) else ""))
+            return {"cases": runs, "convention": None}
+        if not all(isinstance(t, torch.Tensor) for t in out):
+            run.form = "not tensors"
+            return {"cases": runs, "convention": None}
+        run.y, run.s = (sent_back(t) for t in out)
+    grader.progress("On the convention's fp16 rows")
+    try:  # no verdict from what this call raises: it ran on the other shapes
+        y, s = answer(*_convention_case(), eps)
+        convention = (sent_back(y), sent_back(s))
+    except Exception:  # noqa: BLE001
+        convention = None
+    return {"cases": runs, "convention": convention}
+
+
+def _judge(found: dict, interpreting: bool) -> Feedback:
+    """The verdict on what :func:`collect` saw (``interpreting``: in Triton's interpreter, with
+    memory accesses audited), judged here: the inputs and every reference are computed in this
+    process."""
+    eps = GRADE_EPS
+    kernels, silent = [], []  # kernels launched; cases that launched none
+    unstored = []  # cases whose kernels stored fewer values than y and s hold: (where, stored, n)
+    for (rows, cols, dtype, seed, strided), run in zip(_cases(), found["cases"]):
+        where = _where(rows, cols, dtype, strided)
+        x, r, w = _case_inputs(rows, cols, dtype, seed, strided, device="cpu")
+        audit = run.audit
         memory = _memory_verdict(audit, where) if audit is not None else None
         if memory is not None:
             return memory
-        if raised is not None:
-            return wrong(f"your function raised {one_line(raised)} {where}.",
+        if run.raised is not None:
+            return wrong(f"your function raised {one_line(run.raised)} {where}.",
                          "Run it on that shape in a cell to see the full traceback.")
-        kernels += _launched_functions(launched)
-        silent.extend([where] if not launched else [])
-        if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise Malformed(f"your function returned {type(out).__name__}"
-                            + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else "")
-                            + "; it must return a pair (y, s): the output and x + residual.")
-        y, s = out
-        if not all(isinstance(t, torch.Tensor) for t in (y, s)):
+        kernels += run.kernels
+        silent.extend([where] if not run.kernels else [])
+        if run.form == "not tensors":
             raise Malformed("both y and s must be torch tensors.")
-        if not (torch.equal(x, x0) and torch.equal(r, r0)):
+        if run.form:
+            raise Malformed(f"your function returned {run.form}; it must return a pair (y, s): "
+                            f"the output and x + residual.")
+        y, s = run.y, run.s
+        if not (torch.equal(run.x_after, x) and torch.equal(run.r_after, r)):
             return wrong(f"your function changed its inputs {where}.",
                          "This exercise is out of place: write y and s into new tensors.")
         for name, t in (("y", y), ("s", s)):
@@ -251,10 +350,10 @@ def _grade_here(answer) -> Feedback:
                              f"{(rows, cols)} {dtype}.",
                              "Allocate outputs like x (torch.empty_like(x)) and cast once at "
                              "the store.")
-        if launched and audit is not None and audit.usable \
+        if run.kernels and audit is not None and audit.usable \
                 and audit.stored() < y.numel() + s.numel():
             unstored.append((where, audit.stored(), y.numel() + s.numel()))
-        if (dtype == torch.bfloat16 and not env.current().on_gpu
+        if (dtype == torch.bfloat16 and interpreting
                 and not all(bool(torch.isfinite(t).all()) and float(t.float().abs().max()) < 1e30
                             for t in (y, s))):
             return wrong(f"NaN or values near 1e37 in the output {where}.",
@@ -269,7 +368,7 @@ def _grade_here(answer) -> Feedback:
         undefined = audit is not None and any(a.undefined_lanes for launch in audit.launches
                                               for a in launch.loads())
         if undefined and not all(bool(torch.isfinite(t).all()) for t in (y, s)):
-            verdict = _without_other(_launched_functions(launched), where)
+            verdict = _without_other(run.kernels, where)
             if verdict is not None:
                 return verdict
         if checks.allclose(y, ref_s) and checks.allclose(s, ref_y):
@@ -302,6 +401,8 @@ def _grade_here(answer) -> Feedback:
         return wrong(f"y is wrong {where}: {y_ok.message}.",
                      "Check the mean: divide the sum of squares by cols (not BLOCK), add eps, "
                      "take rsqrt; mask the padded lanes.")
+    if len(found["cases"]) < len(list(_cases())):  # the child stops only where a verdict is
+        raise grader.Failed("exit", "the checker's child returned fewer cases than it runs")
     if silent:
         return wrong(f"the values are right, but your function launched no Triton kernel "
                      f"({silent[0]}): it computes with PyTorch (passing "
@@ -314,12 +415,12 @@ def _grade_here(answer) -> Feedback:
                      f"come from PyTorch, not from your kernel.",
                      "Let your kernel compute s and y and store both: tl.store(s_ptr + offsets, "
                      "..., mask=mask) and tl.store(y_ptr + offsets, ..., mask=mask).")
-    book = [f for f in kernels if getattr(f, "__module__", "").startswith("fusedrms.kernels")]
+    book = [k for k in kernels if k.is_the_books]
     if book:
         return wrong(f"your function launches the book's own kernel "
-                     f"({book[0].__module__}.{book[0].__name__}).",
+                     f"({book[0].module}.{book[0].name}).",
                      "Write the kernel yourself, starting from chapter 4's one row per program.")
-    other = _other_convention(answer, eps)
+    other = _other_convention(found["convention"], eps)
     if other is not None:
         return other
     verdict = _without_other(kernels)
@@ -333,11 +434,12 @@ def _grade_here(answer) -> Feedback:
 
 
 def _without_other(kernels, where: str = "") -> Feedback | None:
-    """The verdict on masked loads without other= in the launched kernels, or None."""
-    for fn in dict.fromkeys(kernels):
-        lines = masked_loads_without_other(fn)
+    """The verdict on masked loads without other= in the launched kernels (each a
+    :class:`LaunchedKernel`), or None."""
+    for kernel in dict.fromkeys(kernels):
+        lines = masked_loads_in_source(kernel.source)
         if lines:
-            return wrong(f"{fn.__name__} loads with a mask but no other= (line "
+            return wrong(f"{kernel.name} loads with a mask but no other= (line "
                          f"{', '.join(map(str, lines))} of the kernel){' ' + where if where else ''}"
                          f": the masked lanes are undefined (the checker fills them with NaN; a GPU "
                          f"may give anything), and they enter the sum of squares.",

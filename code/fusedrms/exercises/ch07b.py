@@ -6,13 +6,15 @@
   does, so the verdict is the same on both; then on rows narrower than a power-of-two block
   (identify's rows are exactly one block wide, where a missing or wrong mask does not show).
   Like every code answer it runs in the grader's child process (:mod:`.grader`), its loads and
-  stores audited in the interpreter.
+  stores audited in the interpreter; the child sends back its outputs, and identify compares them
+  with the contracts here, in the notebook's process, where the answer's code cannot reach.
 """
 from __future__ import annotations
 
 from .. import env  # interpreter switch before the kernels below
 
 import contextlib
+import importlib
 import inspect
 
 import torch
@@ -22,9 +24,9 @@ import triton.language as tl
 from .. import contracts
 from ..contracts import inputs
 from . import grader, interpreter_audit
-from .ch07 import (_launched_functions, _memory_verdict, _recording_launches,
-                   masked_loads_without_other)
-from .core import Exercise, Feedback, Malformed, correct, one_line, wrong
+from .ch07 import (_memory_verdict, _recording_launches, launched_kernels, masked_loads_in_source,
+                   sent_back)
+from .core import Exercise, Feedback, Malformed, correct, one_line, portable_error, wrong
 
 TARGET = "llama"
 DTYPE = torch.float16
@@ -79,14 +81,12 @@ def _check_form(answer) -> None:
         pass
 
 
-def _ignores_eps(answer) -> float | None:
-    """The eps the answer's output follows instead of the one passed in, if any."""
-    case = inputs.rmsnorm_cases(DTYPE, GRADE_EPS)
-    device = env.current().device
-    try:
-        y = answer(*case.args(device)).detach().cpu()
-    except Exception:  # noqa: BLE001 - it ran inside identify; no verdict from a second call
+def _ignores_eps(y) -> float | None:
+    """The eps the answer's output on identify's rows (``y``) follows instead of the one passed
+    in, if any."""
+    if not isinstance(y, torch.Tensor):
         return None
+    case = inputs.rmsnorm_cases(DTYPE, GRADE_EPS)
     for other in (1e-5, 1e-6, 1e-8, 0.0):
         expected = contracts.get(TARGET).fn(case.x, case.w, other)
         if y.shape == expected.shape and float((y == expected).float().mean()) > 0.99:
@@ -106,10 +106,10 @@ MASK_HINT = ("Mask every load and store with col < cols (other=0.0 on the loads)
 def _grade_llama(answer) -> Feedback:
     _check_form(answer)
     try:  # in a child process, Triton's interpreter: the verdict of a machine without a GPU
-        verdict = grader.run(answer, _grade_here, cache=True)
+        verdict = _judge(grader.run(answer, collect, cache=True))
         if not verdict or not env.current().on_gpu:
             return verdict
-        on_gpu = grader.run(answer, _grade_here, device="gpu")
+        on_gpu = _judge(grader.run(answer, collect, device="gpu"))
     except grader.Failed as failed:
         return grader.failure_feedback(failed, "python")
     if not on_gpu:
@@ -122,22 +122,83 @@ def _audited():
     return interpreter_audit.audited() if not env.current().on_gpu else contextlib.nullcontext()
 
 
-def _ragged_verdict(answer) -> Feedback | None:
-    """(In the grader's child) the answer on :data:`RAGGED` fp16 rows, against the contract
-    within two ulps (these rows are not identify's, chosen so that every summation order rounds
-    alike): the masks, and a kernel that stores y itself."""
-    rows, cols = RAGGED
-    where = f"on {rows}x{cols} fp16 rows, narrower than a power-of-two block"
+def _ragged_inputs():
     g = torch.Generator().manual_seed(13)
+    rows, cols = RAGGED
     x = torch.randn(rows, cols, generator=g).to(DTYPE)
     w = (0.75 + torch.rand(cols, generator=g) / 2).to(DTYPE)
+    return x, w
+
+
+class _Other:
+    """What the answer returned instead of a tensor, as the child named it: its type's name."""
+
+    def __init__(self, type_name: str):
+        self.type_name = type_name
+
+    def value(self):
+        """An object whose type bears that name, for messages that name it."""
+        return type(self.type_name, (), {})()
+
+
+def _sent(out):
+    return sent_back(out) if isinstance(out, torch.Tensor) else _Other(type(out).__name__)
+
+
+def collect(answer) -> dict:
+    """(In the grader's child) the answer on identify's fp16 rows and on :data:`RAGGED` rows: its
+    outputs, what it raised, the kernels it launched and, under the interpreter, their memory
+    accesses. It judges nothing: :func:`_judge` does, in the parent, against contracts and inputs
+    of its own, where the answer's code cannot reach."""
+    identify = importlib.import_module("fusedrms.contracts.identify")
     device = env.current().device
+    name = getattr(answer, "__name__", "fn")
+    found = {"outputs": [], "raised": None, "ragged": None, "ragged_raised": None,
+             "ragged_audit": None}
+    grader.progress("On identify's 18x64 fp16 rows")
+    with _audited() as audit, _recording_launches() as launched:
+        try:
+            for case in identify._cases("rmsnorm", DTYPE, GRADE_EPS):
+                found["outputs"].append(_sent(identify._call(answer, case, device, name)))
+        except contracts.KernelRaised as err:
+            found["raised"] = err
+    found["audit"], found["kernels"] = audit, launched_kernels(launched)
+    if found["raised"] is not None:
+        return found
+    grader.progress(f"On {RAGGED[0]}x{RAGGED[1]} fp16 rows")
+    x, w = _ragged_inputs()
     try:
         with _audited() as audit:
             y = answer(x.to(device), w.to(device), GRADE_EPS)
+        found["ragged"] = _sent(y)
     except Exception as err:  # noqa: BLE001 - the reader's code: report, never raise
-        return wrong(f"your function raised {one_line(err)} {where}.",
+        found["ragged_raised"] = portable_error(err)
+    found["ragged_audit"] = audit
+    return found
+
+
+def _replay(found: dict):
+    """A function that gives, call by call, what the answer gave identify in the child."""
+    outputs = iter(found["outputs"])
+
+    def replay(*args):
+        out = next(outputs)
+        return out.value() if isinstance(out, _Other) else out
+
+    return replay
+
+
+def _ragged_verdict(found: dict) -> Feedback | None:
+    """The answer on :data:`RAGGED` fp16 rows, against the contract within two ulps (these rows
+    are not identify's, chosen so that every summation order rounds alike): the masks, and a
+    kernel that stores y itself."""
+    rows, cols = RAGGED
+    where = f"on {rows}x{cols} fp16 rows, narrower than a power-of-two block"
+    x, w = _ragged_inputs()
+    if found["ragged_raised"] is not None:
+        return wrong(f"your function raised {one_line(found['ragged_raised'])} {where}.",
                      "Run it on that shape in a cell to see the traceback.")
+    audit = found["ragged_audit"]
     if audit is not None:
         memory = _memory_verdict(audit, where)
         if memory is not None:
@@ -148,13 +209,14 @@ def _ragged_verdict(answer) -> Feedback | None:
                          f"y comes from PyTorch, not from your kernel.",
                          "Let your kernel compute y and store it: tl.store(y_ptr + row * cols "
                          "+ col, ..., mask=mask).")
+    y = found["ragged"]
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != (rows, cols) or y.dtype != DTYPE:
         shown = (f"{tuple(y.shape)} {y.dtype}" if isinstance(y, torch.Tensor)
-                 else type(y).__name__)
+                 else y.type_name)
         return wrong(f"y is {shown} {where}; expected {(rows, cols)} {DTYPE}.",
                      "Allocate y like x (torch.empty_like(x)): the store rounds to its dtype.")
     expected = contracts.get(TARGET).fn(x, w, GRADE_EPS).float()
-    got = y.detach().cpu().float()
+    got = y.float()
     off = ~(torch.isfinite(got) & ((got - expected).abs() <= 2 * 2.0 ** -10 * expected.abs()
                                    + 2.0 ** -14))
     if bool(off.any()):
@@ -166,32 +228,33 @@ def _ragged_verdict(answer) -> Feedback | None:
     return None
 
 
-def _grade_here(answer) -> Feedback:
-    """(In the grader's child) the verdict on ``answer``."""
-    try:
-        with _audited() as audit, _recording_launches() as launched:
-            found = contracts.identify(answer, op="rmsnorm", dtypes=(DTYPE,), eps=GRADE_EPS,
-                                       device=env.current().device)
-    except contracts.KernelRaised as err:
-        return wrong(f"{err}.", "Run it on a 18x64 fp16 input in a cell to see the traceback.")
+def _judge(found: dict) -> Feedback:
+    """The verdict on what :func:`collect` saw, judged here: identify compares the answer's
+    outputs with contracts computed in this process, on inputs made in this process."""
+    if found["raised"] is not None:
+        return wrong(f"{found['raised']}.", "Run it on a 18x64 fp16 input in a cell to see the "
+                                            "traceback.")
+    audit = found["audit"]
     if audit is not None:
         memory = _memory_verdict(audit, "on identify's 18x64 fp16 rows")
         if memory is not None:
             return memory
-    diff = found.difference(TARGET, DTYPE)
-    kernels = _launched_functions(launched)
+    matched = contracts.identify(_replay(found), op="rmsnorm", dtypes=(DTYPE,), eps=GRADE_EPS,
+                                 device="cpu")
+    diff = matched.difference(TARGET, DTYPE)
+    kernels = found["kernels"]
     if diff is not None:
         if diff.note:
             return wrong(f"the output has another form: {diff.note}.",
                          "Allocate y like x (torch.empty_like(x)): the store rounds to its dtype.")
-        matched = found.matches_in(DTYPE)
-        if "fp32_once" in matched:
+        also = matched.matches_in(DTYPE)
+        if "fp32_once" in also:
             return wrong("your kernel matches fp32_once, the book's convention: it multiplies by "
                          "w before it rounds, so it rounds once.", ROUND_TWICE)
-        if "gemma" in matched:
+        if "gemma" in also:
             return wrong("your kernel multiplies by (1 + w), Gemma's weight: Llama's weight "
                          "multiplies as it is.", ROUND_TWICE)
-        other_eps = _ignores_eps(answer)
+        other_eps = _ignores_eps(found["outputs"][0] if found["outputs"] else None)
         if other_eps is not None:
             return wrong(f"your kernel computes with eps = {other_eps:g}, not the eps passed in "
                          f"({GRADE_EPS:g}).", "Pass the eps argument to the kernel instead of a "
@@ -203,22 +266,22 @@ def _grade_here(answer) -> Feedback:
         return wrong("the values match, but your function launched no Triton kernel: it "
                      "computes with PyTorch (passing the contract's own function is the same "
                      "thing).", "Write a @triton.jit kernel and launch it as kernel[grid](...).")
-    book = [f for f in kernels if getattr(f, "__module__", "").startswith("fusedrms.kernels")]
+    book = [k for k in kernels if k.is_the_books]
     if book:
         return wrong(f"your function launches the book's own kernel "
-                     f"({book[0].__module__}.{book[0].__name__}).",
+                     f"({book[0].module}.{book[0].name}).",
                      "Write the kernel yourself, starting from chapter 4's one row per program.")
-    for fn in kernels:
-        lines = masked_loads_without_other(fn)
+    for kernel in kernels:
+        lines = masked_loads_in_source(kernel.source)
         if lines:
-            return wrong(f"{fn.__name__} loads with a mask but no other= (line "
+            return wrong(f"{kernel.name} loads with a mask but no other= (line "
                          f"{', '.join(map(str, lines))} of the kernel): the masked lanes are "
                          f"undefined and enter the sum of squares on a GPU.",
                          "tl.load(ptr, mask=mask, other=0.0).")
-    ragged = _ragged_verdict(answer)
+    ragged = _ragged_verdict(found)
     if ragged is not None:
         return ragged
-    near = found.difference("fp32_once", DTYPE)
+    near = matched.difference("fp32_once", DTYPE)
     return correct(f"your kernel matches {TARGET} bit for bit in fp16"
                    + (f", and differs from fp32_once at {near.place()} by {near.ulps} ulp"
                       if near is not None and near.ulps is not None else "")

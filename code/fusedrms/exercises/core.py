@@ -362,11 +362,12 @@ class RaisedElsewhere(Exception):
 
 
 def portable_error(err: BaseException) -> BaseException:
-    """``err`` if it survives pickling, else a :class:`RaisedElsewhere` that reads the same."""
-    import pickle
+    """``err`` if it survives pickling (a class of the reader's travels as its recipe:
+    :func:`.reader_code.dumps`), else a :class:`RaisedElsewhere` that reads the same."""
+    from . import reader_code
 
     try:
-        pickle.loads(pickle.dumps(err))
+        reader_code.loads(reader_code.dumps(err))
         return err
     except Exception:  # noqa: BLE001 - any exception class may refuse
         return RaisedElsewhere(type(err).__name__, str(err))

@@ -90,7 +90,9 @@ def _request(answer, function, args) -> bytes:
     except reader_code.NotCopied as err:
         raise Failed("copy", str(err)) from None
     try:
-        return pickle.dumps({"answer": recipe, "function": function, "args": args})
+        return reader_code.dumps({"answer": recipe, "function": function, "args": args})
+    except reader_code.NotCopied as err:
+        raise Failed("copy", str(err)) from None
     except Exception as err:  # noqa: BLE001
         raise Failed("copy", f"its parts cannot be sent to another process ({one_line(err)})") \
             from None
@@ -132,7 +134,7 @@ def _outcome(folder: Path, exit_status: tuple, timed_out: bool, limit: float) ->
     result = folder / "result.pkl"
     if result.exists() and not timed_out:
         try:
-            return pickle.loads(result.read_bytes())
+            return reader_code.loads(result.read_bytes())
         except Exception as err:  # noqa: BLE001
             raise Failed("exit", f"its result could not be read ({one_line(err)})") from None
     output = _tail(folder / "output.txt")
@@ -401,14 +403,14 @@ def _serve(folder) -> None:
 
     def write(status, value):
         try:
-            data = pickle.dumps((status, value))
+            data = reader_code.dumps((status, value))
         except Exception as err:  # noqa: BLE001
             data = pickle.dumps(("broken", f"its result cannot be sent back ({one_line(err)})"))
         (folder / "result.tmp").write_bytes(data)
         os.replace(folder / "result.tmp", folder / "result.pkl")
 
     try:
-        request = pickle.loads((folder / "request.pkl").read_bytes())
+        request = reader_code.loads((folder / "request.pkl").read_bytes())
         answer = reader_code.rebuild(request["answer"], folder / "code")
     except BaseException as err:  # noqa: BLE001 - the reader's module code runs here
         write("broken", f"the copy could not be built ({one_line(err)})")
@@ -454,26 +456,48 @@ class LibraryCall(str):
     reader was to write it (:func:`calls_to`)."""
 
 
+class WatchSwitchedOff(RuntimeError):
+    """(Raised in the child) the answer removed the profile :func:`calls_to` watches with."""
+
+
 @contextlib.contextmanager
 def calls_to(functions):
     """(In the child) the names of ``functions`` (Python functions) called inside the block, at
-    any depth and under any name: an answer that hands the work to the library's own
-    implementation (directly, through a wrapper, or through another library function) is not
-    the reader's."""
+    any depth, under any name and in any thread the block starts: an answer that hands the work
+    to the library's own implementation (directly, through a wrapper, through another library
+    function or in a thread) is not the reader's. Inside the block sys.setprofile and
+    threading.setprofile leave the watch on; an answer that removes it anyway gets
+    :class:`WatchSwitchedOff` (a verdict, as any exception the answer raises)."""
     codes = {f.__code__: f"{f.__module__.removeprefix('fusedrms.')}.{f.__qualname__}"
              for f in functions}
     called: list[str] = []
     previous = sys.getprofile()
+    previous_threads = getattr(threading, "getprofile", lambda: None)()
+    setters = (sys.setprofile, threading.setprofile)
 
     def profile(frame, event, arg):
         if event == "call" and frame.f_code in codes:
             called.append(codes[frame.f_code])
 
+    def keep_watching(_):
+        """sys.setprofile and threading.setprofile inside the block: the watch stays (a thread
+        the block starts sets its profile with sys.setprofile: the watch, too)."""
+        setters[0](profile)
+
     sys.setprofile(profile)
+    threading.setprofile(profile)  # threads the answer starts
+    sys.setprofile = threading.setprofile = keep_watching
     try:
         yield called
     finally:
+        switched_off = sys.getprofile() is not profile
+        sys.setprofile, threading.setprofile = setters
         sys.setprofile(previous)
+        threading.setprofile(previous_threads)
+    if switched_off:
+        raise WatchSwitchedOff("it switched off the profile the checker watches calls to the "
+                               "library's own answer with, so the checker cannot tell whose "
+                               "answer this is")
 
 
 def progress(where: str) -> None:
@@ -513,8 +537,9 @@ HINTS = {
     ("exit", None): "Something in your code ended the process (exit(), or memory ran out): run it "
                     "in a cell on the checker's shapes to see what happens.",
     ("copy", None): "Define it with def at the top level of a notebook cell, reading only modules, "
-                    "@triton.jit functions, other functions and plain values (numbers, strings, "
-                    "tensors).",
+                    "@triton.jit functions, other functions, plain values (numbers, strings, "
+                    "tensors) and classes whose body holds only values (class "
+                    "BadInput(ValueError): pass).",
 }
 
 

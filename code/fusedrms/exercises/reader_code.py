@@ -6,7 +6,12 @@ that runs Triton's interpreter, or that compiles for a GPU, must define the read
 itself (the interpreter mode is fixed when @triton.jit decorates), so an answer travels as a
 recipe made from its source: :func:`copy_answer` here, :func:`rebuild` there. Library objects
 (the fusedrms package, installed packages, the standard library) travel by name; the reader's
-own functions, lambdas and closures by source; other values by pickling.
+own functions, lambdas and closures by source; other values by pickling, in which a class of
+the reader's that another process cannot import (one defined in a notebook, in module __main__, or
+inside a function) travels as a recipe that :func:`rebuild_class` turns back into a class: its name,
+its bases and the plain values of its body (``class BadSamples(ValueError): pass``). Values that
+come back (an exception of such a class, raised in the child) are read with :func:`loads`, which
+gives the reader's own class again.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import pickle
 import sys
 import sysconfig
 import textwrap
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +86,8 @@ def _is_kernel(value) -> bool:
 
 
 def _is_library(module: str) -> bool:
+    if module == "__main__":  # the notebook (or a script): never the child's __main__
+        return False
     if module == "fusedrms" or module.startswith("fusedrms."):
         return True
     file = getattr(sys.modules.get(module), "__file__", None)
@@ -134,7 +142,9 @@ def _place(recipe: dict, name: str, value, depth: int) -> None:
         recipe["objects"][name] = _recipe(value, name, depth + 1)
     else:
         try:
-            pickle.loads(pickle.dumps(value))
+            loads(dumps(value))
+        except NotCopied as err:  # a class of the reader's that cannot be rebuilt: it says why
+            raise NotCopied(f"it reads {name}: {err}") from None
         except Exception:  # noqa: BLE001 - any object may refuse
             raise NotCopied(f"it reads {name}, a {type(value).__name__}, which the checker "
                             f"cannot copy") from None
@@ -192,6 +202,131 @@ def _default_names(source: str) -> list[str]:
         return []
     defaults = list(args.defaults) + [d for d in args.kw_defaults if d is not None]
     return [n.id for d in defaults for n in ast.walk(d) if isinstance(n, ast.Name)]
+
+
+# ---- the reader's classes: rebuilt from their name, bases and body, never imported ----
+
+# the class a token stands for: in the notebook's process the reader's own, in the child its copy
+_CLASSES: "weakref.WeakValueDictionary[str, type]" = weakref.WeakValueDictionary()
+# a class rebuilt here -> the recipe it came from (sent back as that recipe, so that the process
+# which copied it reads the original class)
+_REBUILT: "weakref.WeakKeyDictionary[type, dict]" = weakref.WeakKeyDictionary()
+# what a class body holds besides its values; none of it is copied (type() makes its own)
+_CLASS_MACHINERY = {"__module__", "__qualname__", "__dict__", "__weakref__", "__firstlineno__",
+                    "__static_attributes__", "__annotations__", "__annotate__",
+                    "__annotate_func__", "__annotations_cache__"}
+
+
+def _needs_recipe(value) -> bool:
+    """A class another process cannot import by name: the reader's, defined in a notebook (module
+    __main__, whose namesake in another process is not the notebook) or inside a function."""
+    if not isinstance(value, type):
+        return False
+    module, qualname = getattr(value, "__module__", ""), getattr(value, "__qualname__", "")
+    return module == "__main__" or "<" in qualname
+
+
+def _class_recipe(cls: type) -> dict:
+    """The recipe :func:`rebuild_class` makes ``cls`` again from: its name, its bases (importable,
+    or recipes themselves) and its body's plain values. :class:`NotCopied` saying what to do when
+    ``cls`` is more than that (a method, a property, another metaclass)."""
+    known = _REBUILT.get(cls)
+    if known is not None:
+        return known
+    where = "in your notebook" if cls.__module__ == "__main__" else "inside a function"
+    what = f"{cls.__qualname__}, a class defined {where},"
+    advice = (f"the checker copies a class of yours only when its body holds plain values. Give "
+              f"{cls.__name__} such a body (class {cls.__name__}(ValueError): pass, or a "
+              f"docstring), or use a built-in class such as ValueError")
+    if type(cls) is not type:
+        raise NotCopied(f"{what} has the metaclass {type(cls).__name__}: {advice}")
+    namespace = {}
+    for key, value in vars(cls).items():
+        if key in _CLASS_MACHINERY:
+            continue
+        if key != "__doc__" and not isinstance(value, type) and (
+                inspect.isroutine(value) or hasattr(type(value), "__get__")):  # code, not values
+            kind = "method" if inspect.isroutine(value) or isinstance(
+                value, (staticmethod, classmethod)) else type(value).__name__
+            raise NotCopied(f"{what} has a {kind} ({key}): {advice}")
+        try:
+            dumps(value)
+        except NotCopied:
+            raise
+        except Exception:  # noqa: BLE001 - any object may refuse
+            raise NotCopied(f"{what} holds {key}, a {type(value).__name__}, which cannot be "
+                            f"copied: {advice}") from None
+        namespace[key] = value
+    bases = []
+    for base in cls.__bases__:
+        reference = _library_name(base)
+        if reference is not None:
+            bases.append(("reference",) + reference)
+        elif _needs_recipe(base):
+            bases.append(("recipe", _class_recipe(base)))
+        else:  # a class of a file of the reader's: imported by name, as pickle would
+            bases.append(("value", base))
+    recipe = {"token": f"{cls.__module__}:{cls.__qualname__}:{id(cls):x}", "name": cls.__name__,
+              "qualname": cls.__qualname__, "module": cls.__module__, "bases": bases,
+              "namespace": namespace}
+    _CLASSES[recipe["token"]] = cls
+    return recipe
+
+
+def rebuild_class(recipe: dict) -> type:
+    """The class :func:`_class_recipe` describes: the same object for the same recipe, and in the
+    process that copied it, the reader's own class."""
+    found = _CLASSES.get(recipe["token"])
+    if found is not None:
+        return found
+    bases = []
+    for kind, *what in recipe["bases"]:
+        if kind == "reference":
+            value = importlib.import_module(what[0])
+            for part in what[1].split("."):
+                value = getattr(value, part)
+            bases.append(value)
+        elif kind == "recipe":
+            bases.append(rebuild_class(what[0]))
+        else:
+            bases.append(what[0])
+    namespace = {**recipe["namespace"], "__module__": recipe["module"],
+                 "__qualname__": recipe["qualname"]}
+    cls = type(recipe["name"], tuple(bases), namespace)
+    _REBUILT[cls] = recipe
+    _CLASSES[recipe["token"]] = cls
+    return cls
+
+
+class _Pickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        if _needs_recipe(obj):
+            return ("reader class", _class_recipe(obj))
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def persistent_load(self, pid):
+        kind, recipe = pid
+        if kind != "reader class":
+            raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
+        return rebuild_class(recipe)
+
+
+def dumps(value) -> bytes:
+    """``pickle.dumps``, with the reader's classes (:func:`_needs_recipe`) as recipes."""
+    import io
+
+    buffer = io.BytesIO()
+    _Pickler(buffer, pickle.HIGHEST_PROTOCOL).dump(value)
+    return buffer.getvalue()
+
+
+def loads(data: bytes):
+    """``pickle.loads`` of what :func:`dumps` wrote: each class recipe the class it names."""
+    import io
+
+    return _Unpickler(io.BytesIO(data)).load()
 
 
 def rebuild(recipe: dict, folder) -> Any:
