@@ -220,17 +220,8 @@ def _grade_residual(answer) -> Feedback:
                         f"signature is {name}{inspect.signature(answer)}.") from None
     except ValueError:  # no signature to read (a builtin): let the call decide
         pass
-    try:  # in a child process, Triton's interpreter: the verdict of a machine without a GPU
-        verdict = _judge(grader.run(answer, collect, cache=True), interpreting=True)
-        if not verdict or not env.current().on_gpu:
-            return verdict
-        on_gpu = _judge(grader.run(answer, collect, device="gpu"), interpreting=False)
-    except grader.Failed as failed:
-        return grader.failure_feedback(failed, "python")
-    if not on_gpu:
-        return wrong(f"On the GPU: {on_gpu.message}", on_gpu.hint)
-    return correct(verdict.message.rstrip(".") + ", in Triton's interpreter and compiled for the "
-                                                  "GPU.")
+    return grader.interpreter_then_gpu(
+        answer, collect, lambda found, on_gpu: _judge(found, interpreting=not on_gpu))
 
 
 def _cases():

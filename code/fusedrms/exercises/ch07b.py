@@ -105,17 +105,7 @@ MASK_HINT = ("Mask every load and store with col < cols (other=0.0 on the loads)
 
 def _grade_llama(answer) -> Feedback:
     _check_form(answer)
-    try:  # in a child process, Triton's interpreter: the verdict of a machine without a GPU
-        verdict = _judge(grader.run(answer, collect, cache=True))
-        if not verdict or not env.current().on_gpu:
-            return verdict
-        on_gpu = _judge(grader.run(answer, collect, device="gpu"))
-    except grader.Failed as failed:
-        return grader.failure_feedback(failed, "python")
-    if not on_gpu:
-        return wrong(f"On the GPU: {on_gpu.message}", on_gpu.hint)
-    return correct(verdict.message.rstrip(".") + ", in Triton's interpreter and compiled for the "
-                                                  "GPU.")
+    return grader.interpreter_then_gpu(answer, collect, lambda found, on_gpu: _judge(found))
 
 
 def _audited():

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import reader_code
-from .core import Feedback, one_line, portable_error, wrong
+from .core import Feedback, correct, one_line, portable_error, wrong
 
 LIMIT_S = 60.0  # the reader's code, from the moment it starts
 START_LIMIT_S = 300.0  # starting the child, rebuilding the answer, compiling (clock paused)
@@ -541,6 +541,24 @@ HINTS = {
                     "tensors) and classes whose body holds only values (class "
                     "BadInput(ValueError): pass).",
 }
+
+
+def interpreter_then_gpu(answer, collect: Callable, judge: Callable) -> Feedback:
+    """The verdict on a function ``answer``: ``collect(answer)`` runs in a child under Triton's
+    interpreter and, where ``judge(its value, on_gpu=False)`` passes on a machine with a GPU,
+    again in a child compiled for the GPU; this process judges both. A crash or a timeout in
+    either child is the verdict."""
+    try:
+        verdict = judge(run(answer, collect, cache=True), False)
+        if not verdict or not env.current().on_gpu:
+            return verdict
+        on_gpu = judge(run(answer, collect, device="gpu"), True)
+    except Failed as failed:
+        return failure_feedback(failed, "python")
+    if not on_gpu:
+        return wrong(f"On the GPU: {on_gpu.message}", on_gpu.hint)
+    return correct(verdict.message.rstrip(".") + ", in Triton's interpreter and compiled for the "
+                                                  "GPU.")
 
 
 def failure_feedback(failed: Failed, language: str = "python", where: str = "") -> Feedback:
