@@ -101,19 +101,9 @@ def _recording_launches():
         interface.__getitem__ = original
 
 
-def masked_loads_without_other(fn) -> list[int]:
-    """Line numbers (in ``fn``'s source) of ``tl.load(..., mask=...)`` calls without ``other=``:
-    the masked lanes are undefined, and here they would enter the sum of squares."""
-    import inspect
-
-    try:
-        return masked_loads_in_source(inspect.getsource(fn))
-    except (OSError, TypeError):
-        return []
-
-
-def masked_loads_in_source(source: str) -> list[int]:
-    """:func:`masked_loads_without_other` of a kernel's source text."""
+def masked_loads_without_other(source: str) -> list[int]:
+    """Line numbers (in a kernel's ``source``) of ``tl.load(..., mask=...)`` calls without
+    ``other=``: the masked lanes are undefined, and here they would enter the sum of squares."""
     import ast
     import textwrap
 
@@ -428,7 +418,7 @@ def _without_other(kernels, where: str = "") -> Feedback | None:
     """The verdict on masked loads without other= in the launched kernels (each a
     :class:`LaunchedKernel`), or None."""
     for kernel in dict.fromkeys(kernels):
-        lines = masked_loads_in_source(kernel.source)
+        lines = masked_loads_without_other(kernel.source)
         if lines:
             return wrong(f"{kernel.name} loads with a mask but no other= (line "
                          f"{', '.join(map(str, lines))} of the kernel){' ' + where if where else ''}"

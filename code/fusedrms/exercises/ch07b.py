@@ -24,8 +24,8 @@ import triton.language as tl
 from .. import contracts
 from ..contracts import inputs
 from . import grader, interpreter_audit
-from .ch07 import (_memory_verdict, _recording_launches, launched_kernels, masked_loads_in_source,
-                   sent_back)
+from .ch07 import (_memory_verdict, _recording_launches, launched_kernels,
+                   masked_loads_without_other, sent_back)
 from .core import Exercise, Feedback, Malformed, correct, one_line, portable_error, wrong
 
 TARGET = "llama"
@@ -262,7 +262,7 @@ def _judge(found: dict) -> Feedback:
                      f"({book[0].module}.{book[0].name}).",
                      "Write the kernel yourself, starting from chapter 4's one row per program.")
     for kernel in kernels:
-        lines = masked_loads_in_source(kernel.source)
+        lines = masked_loads_without_other(kernel.source)
         if lines:
             return wrong(f"{kernel.name} loads with a mask but no other= (line "
                          f"{', '.join(map(str, lines))} of the kernel): the masked lanes are "
