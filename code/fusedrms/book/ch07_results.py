@@ -463,6 +463,32 @@ def launch_repeat(levers_doc: dict | None, points: list[Point], op: str = "add_r
     return {shape: 100.0 * (peers[shape] - us) / us for shape, us in study.items() if shape in peers}
 
 
+REPEAT_IMPL = "capstone[current_again]"  # study_timing.REPEAT as :func:`ch07.normalized` names it
+
+
+def in_run_repeat(levers_doc: dict | None, op: str = "add_rmsnorm", dtype: str = "bf16") -> dict:
+    """{(rows, cols): %} the launch in use changed when the performance study timed it again after
+    every other launch of the shape, in the same process: the in-run noise of one median."""
+    from . import ch07
+
+    if not levers_doc:
+        return {}
+    mine = _capstone_for(op)
+    recs = [r for r in ch07.normalized(levers_doc) if r["op"] == op and r["dtype"] == dtype]
+    first = {(r["rows"], r["cols"]): r["median_us"] for r in recs if r["impl"] == mine}
+    again = {(r["rows"], r["cols"]): r["median_us"] for r in recs if r["impl"] == REPEAT_IMPL}
+    return {shape: 100.0 * (again[shape] - us) / us for shape, us in first.items()
+            if shape in again}
+
+
+def lever_threshold(levers_doc: dict | None, op: str = "add_rmsnorm",
+                    dtype: str = "bf16") -> float | None:
+    """What a lever's change must pass besides the gap between runs (:func:`beyond_band`): the
+    largest :func:`in_run_repeat` at any shape; None where the study timed nothing twice."""
+    repeat = in_run_repeat(levers_doc, op, dtype)
+    return max(abs(v) for v in repeat.values()) if repeat else None
+
+
 def change_text(pct: float) -> str:
     """``+10.7%``, ``-8.2%``; ``0.0%`` for a change that rounds to zero (never ``-0.0%``)."""
     text = f"{pct:+.1f}%"

@@ -13,7 +13,9 @@ from .story import MISSING, recorded, value  # noqa: F401 (value: the notebook)
 
 BIG_MB = 64  # "where a call moves 64 MB or more"
 MID_SHAPE = (1024, 4096, "bf16")  # a few rows per SM: the fused op's mid-batch launch
-LEVER_THRESHOLD_PCT = 3.0  # a lever counts beyond this plus the launch's own run-to-run gap
+# what a lever must pass besides the gap between runs, for a recording whose study timed the
+# launch in use once (later ones derive it: ch07_results.lever_threshold)
+UNREPEATED_THRESHOLD_PCT = 3.0
 SMALL_ROWS, LARGE_ROWS = 1024, 4096  # in place: "at 1024 rows or fewer", "from 4096 rows"
 H200_SMS, WARPS_PER_SM = 132, 64  # the H200's SMs and resident warps per SM (Hopper)
 TWO_PASS_PER_SM_BEFORE = WARPS_PER_SM // TWO_PASS_BEFORE_WARPS  # the two-pass launch before
@@ -168,22 +170,30 @@ def _wide_ncu(doc: dict | None) -> dict:
     return out
 
 
+def lever_threshold(levers_doc: dict | None) -> float:
+    """The in-run band of the study's recording (:func:`ch07_results.lever_threshold`), or
+    :data:`UNREPEATED_THRESHOLD_PCT` where the study timed the launch in use only once."""
+    derived = CR.lever_threshold(levers_doc)
+    return UNREPEATED_THRESHOLD_PCT if derived is None else derived
+
+
 def _levers(levers_doc: dict | None, points) -> dict | None:
     """The performance study's levers: each one's largest counted change either way. A change at
-    a shape counts beyond :data:`LEVER_THRESHOLD_PCT` plus the gap between two runs of the launch
-    in use there (the study's run and the peers run)."""
+    a shape counts beyond :func:`lever_threshold` plus the gap between two runs of the launch in
+    use there (the study's run and the peers run)."""
     from . import ch07
 
     if not levers_doc:
         return None
     levers = CR.lever_summary(ch07.lever_effects(levers_doc))
     gaps = CR.launch_repeat(levers_doc, points)
+    threshold = lever_threshold(levers_doc)
 
     def counted(sign):
         out = []
         for lv in levers:
             hits = [(sign * c, shape) for shape, c in lv["changes"].items()
-                    if sign * c > 0 and CR.beyond_band(c, shape, gaps, LEVER_THRESHOLD_PCT)]
+                    if sign * c > 0 and CR.beyond_band(c, shape, gaps, threshold)]
             if hits:
                 pct, shape = max(hits)
                 out.append({"lever": lv["lever"], "pct": pct, "shape": shape})
@@ -191,6 +201,7 @@ def _levers(levers_doc: dict | None, points) -> dict | None:
 
     gap_at = max(gaps, key=lambda k: abs(gaps[k]), default=None)
     return {"count": len(levers), "shorter": counted(-1), "longer": counted(1),
+            "threshold": threshold,
             "gap": abs(gaps[gap_at]) if gap_at else None, "gap_at": gap_at}
 
 
@@ -337,7 +348,7 @@ def story_values(docs: dict) -> dict[str, str]:
     lv = f["levers"]
     if lv and lv["longer"]:
         worst = lv["longer"][0]
-        v.update(lv_threshold=f"{LEVER_THRESHOLD_PCT:g}%", lv_n=str(lv["count"]),
+        v.update(lv_threshold=f"{lv['threshold']:.1f}%", lv_n=str(lv["count"]),
                  lv_longer=str(len(lv["longer"])),
                  lv_worst=worst["lever"], lv_worst_pct=f"{worst['pct']:.1f}%",
                  lv_worst_at=CR.shape_text(*worst["shape"]))
