@@ -235,6 +235,34 @@ def _launch_before(levers_doc: dict | None) -> list[dict]:
     return out
 
 
+# where a rule on the batch replaced the table's launch (study_timing.LEVER_SHAPES' last four):
+# one row; a row split over programs at 16 rows; the exchange at 1024 rows; the whole row at 32,768
+RULE_SHAPES = {"one": (1, 4096), "split": (16, 65536), "exchange": (1024, 65536),
+               "whole": (4096, 32768)}
+
+
+def rules_before_after(levers_doc: dict | None) -> dict:
+    """{rule: {op: {before, after, inductor_launch, compile}}} in µs at :data:`RULE_SHAPES`, from
+    the lever study: the table's launch (study_timing.BEFORE_RULE), the launch in use, Inductor's
+    two-pass launch in our kernel and torch.compile, each where the study timed it."""
+    from . import ch07
+
+    if not levers_doc:
+        return {}
+    index = {(r["op"], r["impl"], r["rows"], r["cols"]): r["median_us"]
+             for r in ch07.normalized(levers_doc) if r["dtype"] == "bf16"}
+    compiled = {"add_rmsnorm": "torch.compile_add", "add_rmsnorm_residual": "torch.compile_residual"}
+    out: dict = {}
+    for rule, (rows, cols) in RULE_SHAPES.items():
+        for op, mine in ch07.OURS.items():
+            got = {k: index.get((op, impl, rows, cols)) for k, impl in (
+                ("before", "capstone[table]"), ("after", mine),
+                ("inductor_launch", "capstone[two_pass_c2048_w16]"), ("compile", compiled[op]))}
+            if got["before"] and got["after"]:
+                out.setdefault(rule, {})[op] = got
+    return out
+
+
 def story_values(docs: dict) -> dict[str, str]:
     """Every value section 6's prose shows, formatted (absent where not recorded)."""
     f = story_facts(docs)
