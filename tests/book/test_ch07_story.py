@@ -286,3 +286,15 @@ def test_the_your_gpu_panel_needs_a_recording_and_reads_both():
     assert story.your_gpu_rows({"peers": None}, book) is None
     rows = story.your_gpu_rows(book, book)
     assert len(rows) == 6 and all(r["your GPU"] == r["H200 (the book)"] != "-" for r in rows)
+
+
+def test_rule_values_come_from_the_study_as_recorded():
+    us = {"before": 10.0, "after": 6.0, "inductor_launch": 24.0, "compile": 8.0}
+    v = story._rule_values({"split": {"add_rmsnorm": us, "add_rmsnorm_residual": us},
+                            "whole": {"add_rmsnorm": {**us, "after": 200.0, "before": 200.0,
+                                                      "inductor_launch": 300.0}}})
+    assert v["rule_split_at"] == "16x65536" and v["rule_split_before"] == "10.00 µs"
+    assert v["rule_split_after"] == "6.00 µs" and v["rule_split_compile"] == "8.0 µs"
+    assert v["rule_whole_two"] == "1.50x" and v["rule_whole_after"] == "200.0 µs"
+    assert not any(k.startswith("rs_rule_split") for k in v)  # the prose tells one row only
+    assert story._rule_values({}) == {}

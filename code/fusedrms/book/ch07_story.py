@@ -83,6 +83,7 @@ def story_facts(docs: dict) -> dict:
                         key=lambda r: -r["pct_floor"]),
         "dram": _dram(docs.get("ncu")), "levers": _levers(docs.get("levers"), points),
         "before": _launch_before(docs.get("levers")),
+        "rules": rules_before_after(docs.get("levers")),
     }
 
 
@@ -388,6 +389,30 @@ def story_values(docs: dict) -> dict[str, str]:
                      lv_hint_at=CR.shape_text(*hint[0]["shape"]))
         if lv["gap"] is not None:
             v.update(lv_gap=f"{lv['gap']:.1f}%", lv_gap_at=CR.shape_text(*lv["gap_at"]))
+    v.update(_rule_values(f["rules"]))
+    return v
+
+
+def _rule_values(rules: dict) -> dict[str, str]:
+    """Each batch rule's before and after (:func:`rules_before_after`) as the prose says them:
+    ``rule_<rule>_{at,before,after}`` for the fused op (``rs_rule_one_*``: the residual op's one
+    row), the split's torch.compile time and Inductor's two-pass launch over the whole row."""
+    v: dict[str, str] = {}
+    for rule, ops in rules.items():
+        for op, prefix in (("add_rmsnorm", "rule"), ("add_rmsnorm_residual", "rs_rule")):
+            got = ops.get(op)
+            if not got or (prefix == "rs_rule" and rule != "one"):
+                continue
+            digits = 2 if got["after"] < 10 else 1
+            v.update({f"{prefix}_{rule}_at": CR.shape_text(*RULE_SHAPES[rule]),
+                      f"{prefix}_{rule}_before": f"{got['before']:.{digits}f} µs",
+                      f"{prefix}_{rule}_after": f"{got['after']:.{digits}f} µs"})
+    split = rules.get("split", {}).get("add_rmsnorm")
+    if split and split["compile"]:
+        v["rule_split_compile"] = f"{split['compile']:.1f} µs"
+    whole = rules.get("whole", {}).get("add_rmsnorm")
+    if whole and whole["inductor_launch"]:
+        v["rule_whole_two"] = CR.ratio_text(whole["inductor_launch"] / whole["after"])
     return v
 
 
