@@ -302,3 +302,8 @@ def test_an_acknowledged_change_to_recording_steps_alone_says_the_kernels_did_no
     assert "recording steps" in steps.badge and "kernels they time have not changed" in steps.badge
     kernel = records.Staleness("ch06", "acknowledged", ["book/ch06.py::record", "kernels/k.py"])
     assert "earlier version of the kernel" in kernel.badge
+    peer = records.Staleness("ch06", "acknowledged", ["book/ch06.py::record",
+                                                      "kernels/flashinfer_norm.cu"])
+    assert "peer library's launch" in peer.badge and "book's kernels have not changed" in peer.badge
+    both = records.Staleness("ch06", "acknowledged", ["kernels/peers.py", "kernels/add_rmsnorm.py"])
+    assert "earlier version of the kernel" in both.badge

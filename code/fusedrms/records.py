@@ -389,6 +389,10 @@ def write_manifest(folder: Path, manifest: dict) -> Path:
     return path
 
 
+# how the book calls the peer libraries' kernels (a change here changes a peer's time, not ours)
+PEER_SOURCES = ("kernels/peers.py", "kernels/peers_flashinfer.py", "kernels/flashinfer_norm.cu")
+
+
 @dataclass
 class Staleness:
     """How a chapter's recorded numbers relate to the sources now."""
@@ -406,6 +410,11 @@ class Staleness:
                 c.startswith("book/") for c in self.changed):
             return (f"These numbers were measured by an earlier version of this chapter's "
                     f"recording steps{at}; the kernels they time have not changed since.")
+        if self.state == "acknowledged" and self.changed and all(
+                c.startswith("book/") or c in PEER_SOURCES for c in self.changed):
+            return (f"These numbers were measured with an earlier version of a peer library's "
+                    f"launch or of this chapter's recording steps{at}; the book's kernels have "
+                    f"not changed since.")
         if self.state == "acknowledged":
             return (f"These numbers were measured on an earlier version of the kernel{at}; "
                     f"they have not been re-recorded since it changed.")

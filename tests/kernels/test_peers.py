@@ -171,6 +171,50 @@ def test_flashinfer_fused_add_width_follows_the_gpus_shared_memory(monkeypatch):
     assert impl.supports("cuda", torch.bfloat16, 65536)  # unknown: no limit is claimed
 
 
+def test_flashinfer_launches_with_pdl_where_its_python_api_would(monkeypatch):
+    """FlashInfer's Python API turns programmatic dependent launch on by default from compute
+    capability 9 (device_support_pdl); the header build launches its kernels the same way, so the
+    peer timed is the one a reader calls."""
+    from fusedrms.kernels import peers_flashinfer as fi
+
+    assert not fi.launches_with_pdl(torch.device("cpu"))
+    for capability, pdl in (((9, 0), True), ((10, 0), True), ((8, 9), False), ((8, 0), False)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        assert fi.launches_with_pdl(torch.device("cuda", 0)) is pdl, capability
+
+
+@pytest.mark.gpu
+def test_gpu_flashinfer_launches_as_its_python_api_and_computes_the_op():
+    """With PDL on (H100, H200) FlashInfer's fused op, timed back to back in a CUDA graph, still
+    computes what it did launched plainly: each call waits for the one before."""
+    from fusedrms.kernels import peers_flashinfer as fi
+
+    try:
+        fi.load()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    x, r = (torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    w = torch.rand(4096, device="cuda", dtype=torch.bfloat16) + 0.5
+    xs, rs = x.clone(), r.clone()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fi.fused_add_rmsnorm(xs.clone(), rs.clone(), w)  # build and load outside the capture
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(3):  # each call adds onto the residual the call before wrote
+                fi.fused_add_rmsnorm(xs, rs, w)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph.replay()
+    torch.cuda.synchronize()
+    x_one, r_one = x.clone(), r.clone()
+    for _ in range(3):  # one call at a time: nothing to overlap
+        fi.fused_add_rmsnorm(x_one, r_one, w)
+        torch.cuda.synchronize()
+    assert torch.equal(rs, r_one) and torch.equal(xs, x_one)
+    assert not torch.equal(r_one, (x.float() + r.float()).to(torch.bfloat16))  # three calls ran
+
+
 @pytest.mark.gpu
 def test_gpu_flashinfer_fused_add_refuses_a_row_wider_than_shared_memory_and_the_gpu_goes_on():
     from fusedrms.kernels import peers_flashinfer as fi

@@ -506,6 +506,7 @@ SOURCES = ("tuning/h200/capstone.json", "tuning/h200/fp8.json", "kernels/rmsnorm
            "kernels/rmsnorm_fp8_config.py", "kernels/rmsnorm_fp8_lean.py",
            "kernels/rmsnorm_fp8_spec.py",
            "kernels/direct_launch.py", "kernels/rounding.py", "kernels/peers.py",
+           "kernels/peers_flashinfer.py", "kernels/flashinfer_norm.cu",
            "kernels/hip/rmsnorm.hip", "kernels/hip/kernels.py", "measure/timer.py",
            "measure/harness.py", "measure/worker.py", "measure/ncu.py", "measure/plots.py",
            "traffic.py", "registry.py", "book/ch06.py::record")

@@ -356,6 +356,7 @@ SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/add_r
            "kernels/add_rmsnorm_split.py", "kernels/add_rmsnorm_exchange.py",
            "kernels/direct_launch.py",
            "kernels/rounding.py", "kernels/peers.py", "kernels/peers_flashinfer.py",
+           "kernels/flashinfer_norm.cu",
            "measure/timer.py", "measure/harness.py", "measure/worker.py", "traffic.py",
            "book/ch07.py::record", "book/ch07_tuning.py", "book/study.py", "book/study_timing.py",
            "book/seed_capstone.py", "book/ch06.py::record")  # ch06 times the peers in a joint run

@@ -12,6 +12,10 @@ Two ways in, tried in order:
 
 Neither there: :func:`status` says so and the peer is reported missing, never as a number.
 
+Both launch as FlashInfer's Python API does by default: with programmatic dependent launch on
+compute capability 9 and later (:func:`launches_with_pdl`), so the peer timed is the one a reader
+calls.
+
 FlashInfer's ``FusedAddRMSNorm`` works in place, as vLLM's does: ``residual <- x + residual``,
 ``x <- rmsnorm(residual) * w``. :func:`fused_add_rmsnorm` keeps that (the bytes are the same as
 the out-of-place op: read x and r, write s and y).
@@ -84,9 +88,9 @@ def build(include: Path | None = None, arch: str | None = None, timeout: int = 3
 
 def _declare(lib: ctypes.CDLL) -> None:
     u, f, p, i = ctypes.c_uint, ctypes.c_float, ctypes.c_void_p, ctypes.c_int
-    lib.fi_fused_add_rmsnorm.argtypes = [i, p, p, p, u, u, u, u, f, p]
-    lib.fi_rmsnorm.argtypes = [i, p, p, p, u, u, u, u, f, p]
-    lib.fi_fused_add_rmsnorm_fp8_block.argtypes = [p, p, p, p, p, p, u, u, u, u, u, u, u, f, p]
+    lib.fi_fused_add_rmsnorm.argtypes = [i, p, p, p, u, u, u, u, f, i, p]
+    lib.fi_rmsnorm.argtypes = [i, p, p, p, u, u, u, u, f, i, p]
+    lib.fi_fused_add_rmsnorm_fp8_block.argtypes = [p, p, p, p, p, p, u, u, u, u, u, u, u, f, i, p]
     for fn in (lib.fi_fused_add_rmsnorm, lib.fi_rmsnorm, lib.fi_fused_add_rmsnorm_fp8_block):
         fn.restype = i
 
@@ -123,6 +127,15 @@ def status() -> str:
         return str(e)
     return ("FlashInfer's Python package" if route == "python"
             else f"FlashInfer's norm.cuh built with nvcc from {include_dir()}")
+
+
+def launches_with_pdl(device: torch.device) -> bool:
+    """Whether FlashInfer's Python API launches its norm kernels on ``device`` with programmatic
+    dependent launch when the caller leaves ``enable_pdl`` unset: on compute capability 9 and
+    later (its ``device_support_pdl``)."""
+    if device.type != "cuda":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def _stream() -> ctypes.c_void_p:
@@ -191,7 +204,7 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
     rows, d = x.shape
     err = mod.fi_fused_add_rmsnorm(DTYPE_CODES[x.dtype], x.data_ptr(), residual.data_ptr(),
                                    w.data_ptr(), rows, d, x.stride(0), residual.stride(0),
-                                   float(eps), _stream())
+                                   float(eps), int(launches_with_pdl(x.device)), _stream())
     if err:
         raise RuntimeError(f"FlashInfer FusedAddRMSNorm failed: CUDA error {err}")
     return x, residual
@@ -206,7 +219,8 @@ def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5) -> torch.Tensor
     out = torch.empty_like(x)
     rows, d = x.shape
     err = mod.fi_rmsnorm(DTYPE_CODES[x.dtype], x.data_ptr(), w.data_ptr(), out.data_ptr(), rows, d,
-                         x.stride(0), out.stride(0), float(eps), _stream())
+                         x.stride(0), out.stride(0), float(eps),
+                         int(launches_with_pdl(x.device)), _stream())
     if err:
         raise RuntimeError(f"FlashInfer RMSNorm failed: CUDA error {err}")
     return out
@@ -232,7 +246,7 @@ def fused_add_rmsnorm_fp8_block(x: torch.Tensor, residual: torch.Tensor, w: torc
     err = mod.fi_fused_add_rmsnorm_fp8_block(
         x.data_ptr(), residual.data_ptr(), w.data_ptr(), codes.data_ptr(), scales.data_ptr(),
         normed.data_ptr(), rows, d, x.stride(0), residual.stride(0), codes.stride(0),
-        normed.stride(0), stride_m, float(eps), _stream())
+        normed.stride(0), stride_m, float(eps), int(launches_with_pdl(x.device)), _stream())
     if err:
         raise RuntimeError(f"FlashInfer FusedAddRMSNormFP8BlockQuant failed: CUDA error {err}"
                            + (" (d must be a multiple of 256 up to 8192, of 512 up to 16384)"
