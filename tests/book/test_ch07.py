@@ -221,8 +221,11 @@ def test_launch_repeat_compares_the_launch_in_use_across_runs():
 
 
 def test_the_lever_threshold_is_the_largest_change_of_the_launch_in_use_timed_twice():
+    from fusedrms.book import ch07_story
+
     doc = _levers_doc()  # ours.current: 200 µs at 16384x8192, both ops
-    assert CR.in_run_repeat(doc) == {} and CR.lever_threshold(doc) is None  # timed once
+    assert CR.in_run_repeat(doc) == {}  # timed once
+    assert ch07_story.lever_threshold(doc) == ch07_story.UNREPEATED_THRESHOLD_PCT
     again = [{**r, "rows": rows, "impl": impl, "median_us": us}
              for r in doc["records"] if r["impl"] == "ours.current"
              for rows, impl, us in ((16384, "ours.current_again", 203.0),
@@ -231,14 +234,11 @@ def test_the_lever_threshold_is_the_largest_change_of_the_launch_in_use_timed_tw
     doc["records"] += again
     assert CR.in_run_repeat(doc) == {(16384, 8192): pytest.approx(1.5),
                                      (4096, 8192): pytest.approx(-2.0)}
-    assert CR.lever_threshold(doc) == pytest.approx(2.0)  # the larger change, either sign
+    assert ch07_story.lever_threshold(doc) == pytest.approx(2.0)  # the larger change, either sign
     # the residual op's launch is its own repeat; a shape timed once adds nothing
     assert CR.in_run_repeat(doc, op="add_rmsnorm_residual") == CR.in_run_repeat(doc)
-    assert CR.in_run_repeat(None) == {} and CR.lever_threshold(None) is None
-    from fusedrms.book import ch07_story
-
-    assert ch07_story.lever_threshold(doc) == pytest.approx(2.0)
-    assert ch07_story.lever_threshold(_levers_doc()) == ch07_story.UNREPEATED_THRESHOLD_PCT
+    assert CR.in_run_repeat(None) == {}
+    assert ch07_story.lever_threshold(None) == ch07_story.UNREPEATED_THRESHOLD_PCT
 
 
 def test_a_peer_timed_at_one_shape_is_never_a_win_where_it_was_not_timed():

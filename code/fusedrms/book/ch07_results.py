@@ -446,21 +446,30 @@ def peers_of(rows: list[dict], attempted: dict | None = None) -> set:
             | {k for got in (attempted or {}).values() for k in got})
 
 
+def _study_times(levers_doc: dict, impl: str, op: str, dtype: str) -> dict:
+    """{(rows, cols): median µs} of ``impl`` in the performance study's records."""
+    from . import ch07
+
+    return {(r["rows"], r["cols"]): r["median_us"] for r in ch07.normalized(levers_doc)
+            if r["op"] == op and r["impl"] == impl and r["dtype"] == dtype}
+
+
+def _changes(before: dict, after: dict) -> dict:
+    """{shape: %} from ``before`` to ``after`` at the shapes both have."""
+    return {shape: 100.0 * (after[shape] - us) / us for shape, us in before.items() if shape in after}
+
+
 def launch_repeat(levers_doc: dict | None, points: list[Point], op: str = "add_rmsnorm",
                   dtype: str = "bf16") -> dict:
     """{(rows, cols): %} the launch in use changed between the performance study's run and the
     peers run (:func:`peer_points`), in the levers' sign convention: the same kernel timed twice,
     so what a lever must beat to count."""
-    from . import ch07
-
     if not levers_doc:
         return {}
     mine = _capstone_for(op)
-    study = {(r["rows"], r["cols"]): r["median_us"] for r in ch07.normalized(levers_doc)
-             if r["op"] == op and r["impl"] == mine and r["dtype"] == dtype}
     peers = {(p.rows, p.cols): p.median_us for p in points
              if p.impl == mine and p.mode == "cold" and p.dtype == dtype and (not p.op or p.op == op)}
-    return {shape: 100.0 * (peers[shape] - us) / us for shape, us in study.items() if shape in peers}
+    return _changes(_study_times(levers_doc, mine, op, dtype), peers)
 
 
 REPEAT_IMPL = "capstone[current_again]"  # study_timing.REPEAT as :func:`ch07.normalized` names it
@@ -469,24 +478,10 @@ REPEAT_IMPL = "capstone[current_again]"  # study_timing.REPEAT as :func:`ch07.no
 def in_run_repeat(levers_doc: dict | None, op: str = "add_rmsnorm", dtype: str = "bf16") -> dict:
     """{(rows, cols): %} the launch in use changed when the performance study timed it again after
     every other launch of the shape, in the same process: the in-run noise of one median."""
-    from . import ch07
-
     if not levers_doc:
         return {}
-    mine = _capstone_for(op)
-    recs = [r for r in ch07.normalized(levers_doc) if r["op"] == op and r["dtype"] == dtype]
-    first = {(r["rows"], r["cols"]): r["median_us"] for r in recs if r["impl"] == mine}
-    again = {(r["rows"], r["cols"]): r["median_us"] for r in recs if r["impl"] == REPEAT_IMPL}
-    return {shape: 100.0 * (again[shape] - us) / us for shape, us in first.items()
-            if shape in again}
-
-
-def lever_threshold(levers_doc: dict | None, op: str = "add_rmsnorm",
-                    dtype: str = "bf16") -> float | None:
-    """What a lever's change must pass besides the gap between runs (:func:`beyond_band`): the
-    largest :func:`in_run_repeat` at any shape; None where the study timed nothing twice."""
-    repeat = in_run_repeat(levers_doc, op, dtype)
-    return max(abs(v) for v in repeat.values()) if repeat else None
+    return _changes(_study_times(levers_doc, _capstone_for(op), op, dtype),
+                    _study_times(levers_doc, REPEAT_IMPL, op, dtype))
 
 
 def change_text(pct: float) -> str:

@@ -14,7 +14,7 @@ from .story import MISSING, recorded, value  # noqa: F401 (value: the notebook)
 BIG_MB = 64  # "where a call moves 64 MB or more"
 MID_SHAPE = (1024, 4096, "bf16")  # a few rows per SM: the fused op's mid-batch launch
 # what a lever must pass besides the gap between runs, for a recording whose study timed the
-# launch in use once (later ones derive it: ch07_results.lever_threshold)
+# launch in use once (later ones derive it: lever_threshold)
 UNREPEATED_THRESHOLD_PCT = 3.0
 SMALL_ROWS, LARGE_ROWS = 1024, 4096  # in place: "at 1024 rows or fewer", "from 4096 rows"
 H200_SMS, WARPS_PER_SM = 132, 64  # the H200's SMs and resident warps per SM (Hopper)
@@ -172,10 +172,12 @@ def _wide_ncu(doc: dict | None) -> dict:
 
 
 def lever_threshold(levers_doc: dict | None) -> float:
-    """The in-run band of the study's recording (:func:`ch07_results.lever_threshold`), or
-    :data:`UNREPEATED_THRESHOLD_PCT` where the study timed the launch in use only once."""
-    derived = CR.lever_threshold(levers_doc)
-    return UNREPEATED_THRESHOLD_PCT if derived is None else derived
+    """What a lever's change must pass besides the gap between runs (:func:`ch07_results.
+    beyond_band`): the largest change of the launch in use timed twice in the study's run
+    (:func:`ch07_results.in_run_repeat`), or :data:`UNREPEATED_THRESHOLD_PCT` where the study
+    timed it once."""
+    repeat = CR.in_run_repeat(levers_doc)
+    return max((abs(v) for v in repeat.values()), default=UNREPEATED_THRESHOLD_PCT)
 
 
 def _levers(levers_doc: dict | None, points) -> dict | None:

@@ -135,7 +135,11 @@ def launches_with_pdl(device: torch.device) -> bool:
     later (its ``device_support_pdl``)."""
     if device.type != "cuda":
         return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    known = _STATE.setdefault("pdl", {})  # asked once per GPU, as FlashInfer caches it
+    if index not in known:
+        known[index] = torch.cuda.get_device_capability(index)[0] >= 9
+    return known[index]
 
 
 def _stream() -> ctypes.c_void_p:
