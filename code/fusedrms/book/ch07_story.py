@@ -12,6 +12,7 @@ from . import page
 from .story import MISSING, recorded, value  # noqa: F401 (value: the notebook)
 
 BIG_MB = 64  # "where a call moves 64 MB or more"
+OURS_OUT, OURS_IN_PLACE = "capstone.fused_residual", "capstone.fused_residual_in_place"
 MID_SHAPE = (1024, 4096, "bf16")  # a few rows per SM: the fused op's mid-batch launch
 # what a lever must pass besides the gap between runs, for a recording whose study timed the
 # launch in use once (later ones derive it: lever_threshold)
@@ -66,6 +67,8 @@ def story_facts(docs: dict) -> dict:
         "big_rs": big_rs, "big_rs_peers": [r["peer"] for r in big_rs],
         "whole_lost": [r for r in lost if r in whole],
         "rs_whole_lost": [r for r in rs_whole if band is not None and r["ratio"] > 1 + band],
+        "rs_in_place_lost": _lost_to_in_place(
+            points, [r for r in rs_whole if band is not None and r["ratio"] > 1 + band]),
         # two passes: fewer rows than the GPU has SMs leave SMs idle (one program per row)
         "two": two, "two_few": [r for r in two if r["rows"] < H200_SMS],
         "two_many": [r for r in two if r["rows"] >= H200_SMS],
@@ -85,6 +88,28 @@ def story_facts(docs: dict) -> dict:
         "before": _launch_before(docs.get("levers")),
         "rules": rules_before_after(docs.get("levers")),
     }
+
+
+def _lost_to_in_place(points, lost: list[dict]) -> dict | None:
+    """The residual op's first loss to a peer that writes in place, and every call's time at
+    that shape: the in-place ones (ours, the peer's) write to the lines they just read, the
+    out-of-place ones (ours, the other peers') to memory of their own (the rotating timer)."""
+    from .. import registry
+
+    registry.load_all()
+    for r in lost:
+        if not registry.get(r["peer"]).mutates:
+            continue
+        at = {p.impl: p.median_us for p in points if p.mode == "cold" and p.op ==
+              "add_rmsnorm_residual" and p.shape == (r["rows"], r["cols"], r["dtype"])}
+        if OURS_IN_PLACE not in at:
+            continue
+        writes_in_place = {k: k == OURS_IN_PLACE or (CR.is_peer(k) and registry.get(k).mutates)
+                           for k in at if k == OURS_IN_PLACE or k == OURS_OUT or CR.is_peer(k)}
+        in_place = sorted(at[k] for k, yes in writes_in_place.items() if yes)
+        out = sorted(at[k] for k, yes in writes_in_place.items() if not yes)
+        return {**r, "ours_in": at[OURS_IN_PLACE], "in_place": in_place, "out": out}
+    return None
 
 
 def _by_passes(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -349,9 +374,24 @@ def story_values(docs: dict) -> dict[str, str]:
         worst = max(f["rs_whole_lost"], key=lambda r: r["ratio"])
         v.update(rs_lost_at=page.listed([CR.shape_text(r["rows"], r["cols"], r["dtype"])
                                          for r in f["rs_whole_lost"]]),
-                 rs_lost_max=CR.ratio_text(worst["ratio"]),
-                 rs_lost_peer=page.listed(CR.display_names(
-                     sorted({r["peer"] for r in f["rs_whole_lost"]}))))
+                 rs_lost_max=CR.ratio_text(worst["ratio"]))
+    fresh = f["rs_in_place_lost"]
+    if fresh:  # lost to a peer writing in place: every call's time there, by where it writes
+        v.update(rs_fresh_at=CR.shape_text(fresh["rows"], fresh["cols"], fresh["dtype"]),
+                 rs_fresh_peer=CR.display_name(fresh["peer"]),
+                 rs_fresh_peer_us=f"{fresh['peer_us']:.2f} µs",
+                 rs_fresh_ours_in=f"{fresh['ours_in']:.2f} µs",
+                 rs_fresh_out=f"{fresh['out'][0]:.2f}-{fresh['out'][-1]:.2f} µs",
+                 rs_fresh_in=f"{fresh['in_place'][0]:.2f}-{fresh['in_place'][-1]:.2f} µs")
+        others = [r for r in f["rs_whole_lost"] if (r["rows"], r["cols"], r["dtype"])
+                  != (fresh["rows"], fresh["cols"], fresh["dtype"])]
+        if others:  # the other losses, each median with its spread across processes
+            worst = max(others, key=lambda r: r["ratio"])
+            v.update(rs_other_at=CR.shape_text(worst["rows"], worst["cols"], worst["dtype"]),
+                     rs_other_ratio=CR.ratio_text(worst["ratio"]),
+                     rs_other_peer=CR.display_name(worst["peer"]),
+                     rs_other_ours=f"{worst['capstone_spread']} µs",
+                     rs_other_peer_us=f"{worst['peer_spread']} µs")
     if f["fi_max_cols"]:
         v["fi_max_cols"] = f"{f['fi_max_cols']:,}"
     if f["eager"]:
