@@ -675,6 +675,50 @@ def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dty
         assert torch.equal(xi, y_full) and torch.equal(ri, s_full)
 
 
+
+@pytest.mark.gpu
+def test_gpu_each_design_launched_early_waits_for_the_call_before(monkeypatch):
+    """With programmatic dependent launch (compute capability 9+) a call may start while the one
+    before drains. Three in-place calls, each reading what the one before wrote, captured back
+    to back in one CUDA graph must give the bits of three calls one at a time with PDL off: the
+    whole row (remembered and full path), two passes, and a row split over two kernels."""
+    from fusedrms.kernels import add_rmsnorm as A
+    from fusedrms.kernels import add_rmsnorm_split as S
+    from fusedrms.kernels import direct_launch as D
+
+    device = torch.device("cuda")
+    pdl = torch.cuda.get_device_capability()[0] >= 9
+    assert D.launches_with_pdl(device) is pdl  # the rule holds on the GPU the test runs on
+    whole = A.launch_config(64, 4096, torch.bfloat16, device, write_sum=True)
+    for rows, cols, config in ((64, 4096, None), (64, 4096, whole), (8, 65536, A.TWO_PASS_CONFIG),
+                               (2, 65536, A.SPLIT_CONFIG)):
+        A.clear_plans()
+        x, r = (torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        w = torch.rand(cols, device="cuda", dtype=torch.bfloat16) + 0.5
+        launched = A.launch(x, r, w, torch.empty_like(x), torch.empty_like(x), 1e-5,
+                            config or whole)
+        kernels = ((launched.partials, launched.normalize) if isinstance(launched, S.SplitLaunch)
+                   else (launched,))
+        assert all(k.compiled.metadata.launch_pdl is pdl for k in kernels), (rows, cols)
+        xs, rs = x.clone(), r.clone()
+        A.add_rmsnorm_residual(xs.clone(), rs.clone(), w, in_place=True, config=config)
+        graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            for _ in range(3):  # each call adds onto the residual the call before wrote
+                A.add_rmsnorm_residual(xs, rs, w, in_place=True, config=config)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph.replay()
+        torch.cuda.synchronize()
+        monkeypatch.setattr(D, "PDL", False)
+        x_one, r_one = x.clone(), r.clone()
+        for _ in range(3):
+            A.add_rmsnorm_residual(x_one, r_one, w, in_place=True, config=config)
+            torch.cuda.synchronize()
+        monkeypatch.setattr(D, "PDL", True)
+        assert torch.equal(rs, r_one) and torch.equal(xs, x_one), (rows, cols, config)
+
+
 def _installed_entries():
     path = tuning.installed_path("capstone", "h200")
     table = tuning.load("capstone", path)

@@ -202,6 +202,26 @@ def test_gpu_a_direct_launch_runs_on_the_callers_stream_and_matches_the_full_pat
     assert torch.equal(scales, full[1])
 
 
+def test_programmatic_dependent_launch_only_where_the_gpu_and_triton_have_it(monkeypatch):
+    """On as FlashInfer's norms launch (compute capability 9 and later), never on the CPU, on an
+    AMD GPU or with the switch off; the launch option is named only where it is on."""
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    assert not D.launches_with_pdl(torch.device("cpu"))
+    has_option = "launch_pdl" in CUDAOptions.__dataclass_fields__
+    for capability, pdl in (((9, 0), True), ((10, 0), True), ((8, 9), False), ((8, 0), False)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        monkeypatch.setattr(D, "_PDL_CAPABLE", {})  # a new GPU
+        assert D.launches_with_pdl(torch.device("cuda", 0)) is (pdl and has_option), capability
+    monkeypatch.setattr(D, "PDL", False)
+    assert not D.launches_with_pdl(torch.device("cuda", 0))
+    monkeypatch.setattr(D, "PDL", True)
+    monkeypatch.setattr(torch.version, "hip", "6.4")
+    assert not D.launches_with_pdl(torch.device("cuda", 0))
+    assert D.pdl_option(True) == {"launch_pdl": True} and D.pdl_option(False) == {}
+    assert "launch_pdl" in D.LAUNCH_OPTIONS  # an option of the launch, never a kernel argument
+
+
 def test_the_store_of_plans_starts_afresh_at_its_bound():
     """Both ops keep their plans with ``remember``: a program calling with ever new shapes (a
     sweep) never holds more than MAX_PLANS of them."""

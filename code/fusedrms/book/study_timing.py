@@ -91,7 +91,7 @@ BEFORE_RULE = "ours.table"
 # one process, the run-to-run change a lever must beat to count
 REPEAT = "ours.current_again"
 # timed beside the candidates, never a candidate for the table: the study's controls
-CONTROLS = ("ours.current_in_place", "ours.hinted_loads", BEFORE_RULE, REPEAT)
+CONTROLS = ("ours.current_in_place", "ours.hinted_loads", "ours.without_pdl", BEFORE_RULE, REPEAT)
 
 
 def _hinted(fn):
@@ -108,6 +108,20 @@ def _hinted(fn):
     return call
 
 
+def _without_pdl(fn):
+    """``fn`` launched without programmatic dependent launch (each call waits for the one before
+    to finish before it starts launching): the control for that lever."""
+    from ..kernels import direct_launch as D
+
+    def call(*args):
+        before, D.PDL = D.PDL, False
+        try:
+            return fn(*args)
+        finally:
+            D.PDL = before
+    return call
+
+
 def impls(op: str, cols: int, dtype) -> dict:
     """name -> (callable(x, r, w, eps), mutates_inputs)."""
     import torch.nn.functional as F
@@ -120,6 +134,7 @@ def impls(op: str, cols: int, dtype) -> dict:
     if op == "fused":
         out["ours.current"] = (lambda x, r, w, e: A.add_rmsnorm(x, r, w, e), False)
         out["ours.hinted_loads"] = (_hinted(out["ours.current"][0]), False)
+        out["ours.without_pdl"] = (_without_pdl(out["ours.current"][0]), False)
         for name, cfg in {**candidates(cols, dtype), BEFORE_RULE[5:]: table}.items():
             out[f"ours.{name}"] = (lambda x, r, w, e, c=cfg: A.add_rmsnorm(x, r, w, e, config=c),
                                    False)
@@ -130,6 +145,7 @@ def impls(op: str, cols: int, dtype) -> dict:
         return out
     out["ours.current"] = (lambda x, r, w, e: A.add_rmsnorm_residual(x, r, w, e), False)
     out["ours.hinted_loads"] = (_hinted(out["ours.current"][0]), False)
+    out["ours.without_pdl"] = (_without_pdl(out["ours.current"][0]), False)
     for name, cfg in {**candidates(cols, dtype), BEFORE_RULE[5:]: table}.items():
         out[f"ours.{name}"] = (lambda x, r, w, e, c=cfg:
                                A.add_rmsnorm_residual(x, r, w, e, config=c), False)

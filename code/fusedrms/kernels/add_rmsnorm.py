@@ -126,7 +126,10 @@ def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows,
                        s_stride, eps, BLOCK: tl.constexpr,
                        ROWS_PER_PROGRAM: tl.constexpr,
                        WRITE_SUM: tl.constexpr, SOFTWARE_BF16: tl.constexpr,
-                       PERSISTENT: tl.constexpr, HINTED: tl.constexpr = False):
+                       PERSISTENT: tl.constexpr, HINTED: tl.constexpr = False,
+                       PDL: tl.constexpr = False):
+    if PDL:  # launched early: wait until the kernel before has written
+        tl.extra.cuda.gdc_wait()
     if PERSISTENT:
         # a few programs per SM walk the tiles (the loads pipelined
         # num_stages deep)
@@ -144,6 +147,8 @@ def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows,
                           rows, COLS, x_stride, r_stride, y_stride, s_stride,
                           eps, BLOCK, ROWS_PER_PROGRAM, WRITE_SUM,
                           SOFTWARE_BF16, HINTED)
+    if PDL:  # stores issued: the next kernel may start launching
+        tl.extra.cuda.gdc_launch_dependents()
 # [/book:kernel]
 
 
@@ -619,10 +624,13 @@ def launch(x2, r2, w, y2, s2, eps: float, config: LaunchConfig):
     else:
         kernel, width = add_rmsnorm_kernel, {"BLOCK": block}
         hinted = {"HINTED": HINTED_LOADS}
+    pdl = direct_launch.launches_with_pdl(x2.device)
     params = dict(width, ROWS_PER_PROGRAM=rpp, WRITE_SUM=write_sum,
-                  SOFTWARE_BF16=software_bf16, PERSISTENT=persistent, **hinted)
+                  SOFTWARE_BF16=software_bf16, PERSISTENT=persistent,
+                  PDL=pdl, **hinted)
     compiled = kernel[(programs,)](*args, **params, num_warps=config.num_warps,
-                                   num_stages=config.num_stages)
+                                   num_stages=config.num_stages,
+                                   **direct_launch.pdl_option(pdl))
     return direct_launch.after_first_launch(compiled, programs, kernel, 5,
                                             *args, **params)
 
@@ -651,7 +659,8 @@ def _call_key(op: str, x, residual, w, eps) -> tuple | None:
                                             or w.requires_grad)
     return (op, x.shape, x.stride(), x.dtype, x.device, residual.shape, residual.stride(),
             residual.dtype, residual.device, w.shape, w.stride(), w.dtype, w.device, eps,
-            aligned, tuning.generation(), TILE_LOOP_ALWAYS, HINTED_LOADS, recorded)
+            aligned, tuning.generation(), TILE_LOOP_ALWAYS, HINTED_LOADS, direct_launch.PDL,
+            recorded)
 
 
 class _Plan:

@@ -88,10 +88,13 @@ def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows,
                                ROWS_PER_PROGRAM: tl.constexpr,
                                WRITE_SUM: tl.constexpr,
                                SOFTWARE_BF16: tl.constexpr,
-                               PERSISTENT: tl.constexpr):
+                               PERSISTENT: tl.constexpr,
+                               PDL: tl.constexpr = False):
     """The same op for wide rows, in two passes over column chunks: few
     registers per thread, so many programs share an SM and hide each other's
     memory latency."""
+    if PDL:  # launched early: wait until the kernel before has written
+        tl.extra.cuda.gdc_wait()
     if PERSISTENT:
         for tile in tl.range(tl.program_id(0),
                              (rows + ROWS_PER_PROGRAM - 1) // ROWS_PER_PROGRAM,
@@ -103,4 +106,6 @@ def add_rmsnorm_chunked_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, rows,
         _two_pass_tile(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, tl.program_id(0),
                        rows, COLS, x_stride, r_stride, y_stride, s_stride,
                        eps, CHUNK, ROWS_PER_PROGRAM, WRITE_SUM, SOFTWARE_BF16)
+    if PDL:  # stores issued: the next kernel may start launching
+        tl.extra.cuda.gdc_launch_dependents()
 # [/book:chunked-kernel]

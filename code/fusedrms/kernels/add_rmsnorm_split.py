@@ -34,9 +34,12 @@ from .rounding import store_cast
 def split_partials_kernel(x_ptr, r_ptr, s_ptr, partial_ptr, COLS: tl.constexpr,
                           x_stride, r_stride, s_stride, SEGMENT: tl.constexpr,
                           SEGMENTS: tl.constexpr, WRITE_SUM: tl.constexpr,
-                          SOFTWARE_BF16: tl.constexpr):
+                          SOFTWARE_BF16: tl.constexpr,
+                          PDL: tl.constexpr = False):
     """Program ``row * SEGMENTS + k``: segment k of that row, its sum of
     squares."""
+    if PDL:  # launched early: wait until the kernel before has written
+        tl.extra.cuda.gdc_wait()
     pid = tl.program_id(0)
     row = (pid // SEGMENTS).to(tl.int64)
     col = (pid % SEGMENTS) * SEGMENT + tl.arange(0, SEGMENT)
@@ -52,6 +55,8 @@ def split_partials_kernel(x_ptr, r_ptr, s_ptr, partial_ptr, COLS: tl.constexpr,
         tl.store(s_ptr + row * s_stride + col, s_stored, mask=mask)
         s = s_stored.to(tl.float32)
     tl.store(partial_ptr + pid, tl.sum(s * s, axis=0))
+    if PDL:  # stores issued: kernel 2 may start launching
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit
@@ -61,9 +66,12 @@ def split_normalize_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, partial_ptr,
                            SEGMENTS: tl.constexpr,
                            SEGMENTS_POW2: tl.constexpr,
                            WRITE_SUM: tl.constexpr,
-                           SOFTWARE_BF16: tl.constexpr):
+                           SOFTWARE_BF16: tl.constexpr,
+                           PDL: tl.constexpr = False):
     """Program ``row * SEGMENTS + k``: the row's scale from every segment's
     partial sum, then segment k normalized."""
+    if PDL:  # launched early: wait until kernel 1 has written every sum
+        tl.extra.cuda.gdc_wait()
     pid = tl.program_id(0)
     row = (pid // SEGMENTS).to(tl.int64)
     k = tl.arange(0, SEGMENTS_POW2)  # tl.arange needs a power of two
@@ -86,6 +94,8 @@ def split_normalize_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, partial_ptr,
     tl.store(y_ptr + row * y_stride + col,
              store_cast(s * rstd * w, y_ptr.dtype.element_ty, SOFTWARE_BF16),
              mask=mask)
+    if PDL:  # stores issued: the next kernel may start launching
+        tl.extra.cuda.gdc_launch_dependents()
 # [/book:split-kernels]
 
 
@@ -137,8 +147,12 @@ def launch_split(x2, r2, w, y2, s2, eps: float, segment: int, num_warps: int,
     partial = torch.empty(programs, dtype=torch.float32, device=x2.device)
     (first_args, common), (second_args, pow2) = kernel_arguments(
         x2, r2, w, y2, s2, partial, eps, segment, software_bf16)
-    first = split_partials_kernel[(programs,)](*first_args, **common, num_warps=num_warps)
-    second = split_normalize_kernel[(programs,)](*second_args, **pow2, num_warps=num_warps)
+    pdl = direct_launch.launches_with_pdl(x2.device)
+    common, pow2 = dict(common, PDL=pdl), dict(pow2, PDL=pdl)
+    first = split_partials_kernel[(programs,)](*first_args, **common, num_warps=num_warps,
+                                               **direct_launch.pdl_option(pdl))
+    second = split_normalize_kernel[(programs,)](*second_args, **pow2, num_warps=num_warps,
+                                                 **direct_launch.pdl_option(pdl))
     partials = direct_launch.after_first_launch(first, programs, split_partials_kernel, 4,
                                                 *first_args, **common)
     normalize = direct_launch.after_first_launch(second, programs, split_normalize_kernel, 6,

@@ -22,7 +22,35 @@ import triton
 from triton import knobs
 
 # Triton's launch options, not kernel parameters
-LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "grid"})
+LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "grid", "launch_pdl",
+                            "launch_cooperative_grid"})
+
+# Programmatic dependent launch: a kernel launched with it may start while the kernel before it in
+# the stream drains, and waits (griddepcontrol.wait) before it touches memory, so its launch hides
+# behind the other's tail. FlashInfer's, vLLM's and TensorRT-LLM's norms launch so on compute
+# capability 9 and later. False turns it off for every launch after (the lever study's control).
+PDL = True
+_PDL_CAPABLE: dict = {}
+
+
+def launches_with_pdl(device: torch.device) -> bool:
+    """Whether the kernels of this package launch with programmatic dependent launch on
+    ``device``: an NVIDIA GPU of compute capability 9 or later, a Triton that has the launch
+    option, and :data:`PDL` on. Never under the interpreter or on an AMD GPU."""
+    if not PDL or device.type != "cuda" or torch.version.hip is not None:
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _PDL_CAPABLE:  # asked once per GPU
+        from triton.backends.nvidia.compiler import CUDAOptions
+        _PDL_CAPABLE[index] = (torch.cuda.get_device_capability(index)[0] >= 9
+                               and "launch_pdl" in CUDAOptions.__dataclass_fields__)
+    return _PDL_CAPABLE[index]
+
+
+def pdl_option(pdl: bool) -> dict:
+    """Triton's launch option for programmatic dependent launch, named only where it is on (a
+    Triton without it, or an AMD GPU, takes no such option)."""
+    return {"launch_pdl": True} if pdl else {}
 
 
 class DirectLaunch:
