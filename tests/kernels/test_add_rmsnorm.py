@@ -675,7 +675,6 @@ def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dty
         assert torch.equal(xi, y_full) and torch.equal(ri, s_full)
 
 
-
 @pytest.mark.gpu
 def test_gpu_each_design_launched_early_waits_for_the_call_before(monkeypatch):
     """With programmatic dependent launch (compute capability 9+) a call may start while the one
