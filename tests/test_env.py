@@ -45,3 +45,22 @@ def test_require_gpu_explains_itself():
         assert "needs a CUDA or ROCm GPU" in str(e) and "recorded" in str(e)
     else:
         raise AssertionError("require_gpu did not raise without a GPU")
+
+
+def test_nvidia_capability_is_asked_once_per_gpu_and_never_off_nvidia(monkeypatch):
+    import torch
+
+    asked = []
+
+    def capability(index=None):
+        asked.append(index)
+        return (9, 0)
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", capability)
+    monkeypatch.setattr(env, "_CAPABILITY", {})
+    assert env.nvidia_capability(torch.device("cpu")) is None
+    for _ in range(3):
+        assert env.nvidia_capability(torch.device("cuda", 1)) == (9, 0)
+    assert asked == [1]  # a launch asks on every call; the driver is asked once
+    monkeypatch.setattr(torch.version, "hip", "6.4")
+    assert env.nvidia_capability(torch.device("cuda", 1)) is None  # an AMD GPU

@@ -123,6 +123,22 @@ def setup(seed: int | None = 0, verbose: bool = True) -> Env:
     return env
 
 
+_CAPABILITY: dict = {}
+
+
+def nvidia_capability(device) -> tuple[int, int] | None:
+    """The compute capability of an NVIDIA GPU ``device`` (asked once per GPU: a launch asks on
+    every call); None on the CPU or an AMD GPU."""
+    import torch
+
+    if device.type != "cuda" or torch.version.hip is not None:
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _CAPABILITY:
+        _CAPABILITY[index] = tuple(torch.cuda.get_device_capability(index))
+    return _CAPABILITY[index]
+
+
 def require_gpu(what: str) -> None:
     """Raise a readable error for GPU-only work (timing, fp8 on hardware, profiling)."""
     if not current().on_gpu:

@@ -5,6 +5,7 @@ import torch
 import triton
 from triton import knobs
 
+from fusedrms import env
 from fusedrms.kernels import add_rmsnorm as A
 from fusedrms.kernels import direct_launch as D
 from fusedrms.kernels import rmsnorm_fp8 as Q
@@ -211,7 +212,7 @@ def test_programmatic_dependent_launch_only_where_the_gpu_and_triton_have_it(mon
     has_option = "launch_pdl" in CUDAOptions.__dataclass_fields__
     for capability, pdl in (((9, 0), True), ((10, 0), True), ((8, 9), False), ((8, 0), False)):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
-        monkeypatch.setattr(D, "_PDL_CAPABLE", {})  # a new GPU
+        monkeypatch.setattr(env, "_CAPABILITY", {})  # a new GPU
         assert D.launches_with_pdl(torch.device("cuda", 0)) is (pdl and has_option), capability
     monkeypatch.setattr(D, "PDL", False)
     assert not D.launches_with_pdl(torch.device("cuda", 0))

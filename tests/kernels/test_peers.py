@@ -180,8 +180,10 @@ def test_flashinfer_launches_with_pdl_where_its_python_api_would(monkeypatch):
     assert not fi.launches_with_pdl(torch.device("cpu"))
     for capability, pdl in (((9, 0), True), ((10, 0), True), ((8, 9), False), ((8, 0), False)):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
-        monkeypatch.setattr(fi, "_STATE", {})  # a new GPU
+        monkeypatch.setattr(env, "_CAPABILITY", {})  # a new GPU
         assert fi.launches_with_pdl(torch.device("cuda", 0)) is pdl, capability
+    monkeypatch.setattr(torch.version, "hip", "6.4")  # ROCm's FlashInfer has no PDL
+    assert not fi.launches_with_pdl(torch.device("cuda", 0))
 
 
 @pytest.mark.gpu

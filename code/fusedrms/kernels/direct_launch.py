@@ -15,11 +15,14 @@ The pointers need no validation here: the plan's key holds the tensors' device, 
 """
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
 import triton
 from triton import knobs
+
+from .. import env
 
 # Triton's launch options, not kernel parameters
 LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "grid", "launch_pdl",
@@ -30,21 +33,24 @@ LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "g
 # behind the other's tail. FlashInfer's, vLLM's and TensorRT-LLM's norms launch so on compute
 # capability 9 and later. False turns it off for every launch after (the lever study's control).
 PDL = True
-_PDL_CAPABLE: dict = {}
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_has_pdl() -> bool:
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    return "launch_pdl" in CUDAOptions.__dataclass_fields__
 
 
 def launches_with_pdl(device: torch.device) -> bool:
-    """Whether the kernels of this package launch with programmatic dependent launch on
-    ``device``: an NVIDIA GPU of compute capability 9 or later, a Triton that has the launch
-    option, and :data:`PDL` on. Never under the interpreter or on an AMD GPU."""
-    if not PDL or device.type != "cuda" or torch.version.hip is not None:
+    """Whether the capstone's launches use programmatic dependent launch on ``device`` (the
+    whole-row, two-pass and split kernels; the exchange kernel is a cooperative launch): an
+    NVIDIA GPU of compute capability 9 or later, a Triton that has the launch option, and
+    :data:`PDL` on. Never under the interpreter or on an AMD GPU."""
+    if not PDL:
         return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _PDL_CAPABLE:  # asked once per GPU
-        from triton.backends.nvidia.compiler import CUDAOptions
-        _PDL_CAPABLE[index] = (torch.cuda.get_device_capability(index)[0] >= 9
-                               and "launch_pdl" in CUDAOptions.__dataclass_fields__)
-    return _PDL_CAPABLE[index]
+    capability = env.nvidia_capability(device)
+    return capability is not None and capability[0] >= 9 and _triton_has_pdl()
 
 
 def pdl_option(pdl: bool) -> dict:

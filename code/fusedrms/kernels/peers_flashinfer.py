@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from .. import validation
+from .. import env, validation
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "flashinfer_norm.cu"
@@ -133,13 +133,8 @@ def launches_with_pdl(device: torch.device) -> bool:
     """Whether FlashInfer's Python API launches its norm kernels on ``device`` with programmatic
     dependent launch when the caller leaves ``enable_pdl`` unset: on compute capability 9 and
     later (its ``device_support_pdl``)."""
-    if device.type != "cuda":
-        return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    known = _STATE.setdefault("pdl", {})  # asked once per GPU, as FlashInfer caches it
-    if index not in known:
-        known[index] = torch.cuda.get_device_capability(index)[0] >= 9
-    return known[index]
+    capability = env.nvidia_capability(device)  # asked once per GPU, as FlashInfer caches it
+    return capability is not None and capability[0] >= 9
 
 
 def _stream() -> ctypes.c_void_p:
