@@ -170,12 +170,35 @@ def test_time_gpu_graph_divides_by_calls_per_replay(monkeypatch):
     assert calls["captured_per_graph"] == 1 and len(samples) == 3
 
 
-def test_rotation_copies():
+def test_a_rotation_moves_more_than_four_l2s_per_pass():
     l2 = 60 << 20
-    assert timer.rotation_copies(1 << 40, l2) == 2  # huge calls: two copies already evict each other
-    assert timer.rotation_copies(16 << 20, l2) == 13  # 3 x 60 MiB / 16 MiB = 11.25 -> 12, + 1
-    assert timer.rotation_copies(1, l2) == 64  # tiny calls: capped
-    assert timer.rotation_copies(0, l2) == 64
+    assert timer.rotating_sets(1 << 40, l2) == 2  # huge calls: two sets already evict each other
+    assert timer.rotating_sets(16 << 20, l2) == 15  # 4 x 60 MiB / 16 MiB
+    # 1x2048 bf16 (12 KB a call): 20480 sets, not a count capped at 200 that fits in L2
+    assert timer.rotating_sets(3 * 4096, l2) == 20480
+    for nbytes in (3 * 4096, 64 << 10, 5 << 20, 100 << 20):
+        sets = timer.rotating_sets(nbytes, l2)
+        assert sets * nbytes >= timer.ROTATING_L2S * l2 and ((sets - 1) * nbytes < 4 * l2 or sets == 2)
+    assert timer.rotating_sets(1, l2) == timer.rotating_sets(0, l2) == timer.MAX_ROTATING_SETS
+    assert timer.rotation_method(20480, 3 * 4096, l2) == (
+        "rotating: a graph replays calls over 20480 input sets; a pass moves 4.0x L2")
+
+
+@pytest.mark.gpu
+def test_gpu_a_rotation_calls_each_set_once_before_its_capture():
+    """Tens of thousands of small calls: the Python work is two passes (the estimate and the
+    capture), with only the first few calls warming the side stream."""
+    counts = [0] * 200
+    xs = [torch.randn(1024, device="cuda") for _ in counts]
+
+    def call(i):
+        counts[i] += 1
+        return xs[i] * 2.0
+
+    timer.time_rotating([lambda i=i: call(i) for i in range(len(xs))], reps=2, min_replay_us=0)
+    head = timer.WARM_CALLS
+    assert counts[:head] == [1 + 1 + 3 + 1] * head  # warm, estimate, side stream, capture
+    assert counts[head:] == [1 + 1] * (len(xs) - head)
 
 
 @pytest.mark.gpu

@@ -262,7 +262,7 @@ def confirm(out_dir: Path, budget_s: float, table_path: Path | None = None) -> P
 # ---------------------------------------------------------------- every peer, one timer
 
 # The capstone beside every peer, with the one timer of the issue: a CUDA graph replays calls over
-# rotating input sets larger than 4x L2 (inputs come from DRAM), medians over 3 processes
+# rotating input sets, a pass moving at least 4x L2 (inputs come from DRAM), medians over 3 processes
 # (torch.compile's too, its cache warm after the first). Then what a call costs from Python.
 GOAL_ROWS, GOAL_COLS = (1, 16, 128, 1024, 4096, 16384), (2048, 4096, 8192, 16384, 32768, 65536)
 PEER_IMPLS = ("capstone.*", "torch.*", "liger.*", "flashinfer.*")

@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .study_timing import L2_MULTIPLE, MAX_SETS, _sync, _time_calls, emit
+from .study_timing import _sync, _time_calls, emit
 
 FP8_SHAPES = ((16384, 7168), (4096, 7168), (16384, 4096), (32768, 7168))
 ROUNDS = 5  # each variant timed once per round, interleaved; five, so one slow window is an outlier
@@ -57,8 +57,7 @@ def run_fp8_worker(out_dir: Path, deadline: float, device: str = "cuda",
     for rows, cols in shapes:
         floor_bytes = rows * cols * 2 + rows * cols + rows * math.ceil(cols / 128) * 4 + cols * 2
         floor_us = floor_bytes / (bw * 1e3)
-        per_set = rows * cols * 2
-        k = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2 / per_set)))
+        k = timer.rotating_sets(floor_bytes, l2)
         xs = [spec.make_inputs(rows, cols, seed=i, device=device) for i in range(k)]
         ref_codes, ref_scales = spec.reference(*xs[0], contract="exact")
         here = {n: v for n, v in variants.items()

@@ -5,15 +5,12 @@ process Nsight Compute profiles. Each reports on stdout, one ``@@``-tagged JSON 
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import threading
 import time
 from pathlib import Path
 
 TAG = "@@"
-L2_MULTIPLE = 4  # rotating input sets hold more than this many L2s
-MAX_SETS = 200
 EPS = 1e-5
 
 # (rows, cols, dtype): the most informative first, so a deadline cuts the least useful tail.
@@ -224,18 +221,19 @@ def check(op: str, out, x, r, w) -> tuple[bool, str]:
 
 
 def input_sets(rows: int, cols: int, dtype, l2: int, device="cuda", seed: int = 0) -> list:
-    """Enough (x, r) sets that together they exceed L2_MULTIPLE x L2 (at least 2, at most
-    MAX_SETS), plus one shared weight."""
+    """(x, r) sets for the rotating timer, the first random and the others its copies, as many as
+    :func:`~fusedrms.measure.timer.rotating_sets` asks for the fused op's three matrices a call
+    (the residual op's four move more), plus one shared weight."""
     import torch
 
+    from ..measure import timer
+
     size = torch.empty((), dtype=dtype).element_size()
-    per_set = 2 * rows * cols * size
-    k = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2 / per_set)))
+    k = timer.rotating_sets(3 * rows * cols * size, l2)
     g = torch.Generator(device=device).manual_seed(seed)
     w = (1 + 0.1 * torch.randn(cols, device=device, generator=g)).to(dtype)
-    sets = [(torch.randn(rows, cols, device=device, generator=g).to(dtype),
-             torch.randn(rows, cols, device=device, generator=g).to(dtype)) for _ in range(k)]
-    return sets, w
+    x, r = (torch.randn(rows, cols, device=device, generator=g).to(dtype) for _ in range(2))
+    return [(x, r)] + [(x.clone(), r.clone()) for _ in range(k - 1)], w
 
 
 def _sync(device: str) -> None:

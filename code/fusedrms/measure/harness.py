@@ -23,7 +23,8 @@ How a number is made (see :mod:`fusedrms.measure.timer` for the details of one m
 
 Modes: ``cold`` (L2 flushed before every call), ``warm`` (back to back), ``graph`` (CUDA graph
 replay, back to back: launch overhead removed), ``rotating`` (a graph replays calls over input
-sets larger than 4x L2: the cost of a call in a stream) and ``python`` (calls from Python).
+sets whose pass moves at least 4x L2, so inputs come from DRAM: the cost of a call in a stream)
+and ``python`` (calls from Python).
 
 Before any timing, every case runs once in several processes side by side (``--warm-workers``):
 Triton's and Inductor's on-disk caches are shared, so the timing processes load compiled kernels
@@ -54,8 +55,6 @@ NO_GPU_EXIT = 2
 LINE_TAG = "@@"  # worker protocol: lines starting with this are JSON messages
 DTYPES = dtypes.ACTIVATIONS
 COMPILED_PEERS = ("torch.compile", "torch.compile_add", "torch.compile_residual")
-L2_MULTIPLE = 4  # rotating mode: the input sets together hold more than this many L2s
-MAX_SETS = 200
 EPS = 1e-5
 MODES = ("rotating", "cold", "warm", "graph", "python")
 PYTHON_CALLS = 200  # python mode: calls back to back per sample

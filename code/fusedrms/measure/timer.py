@@ -37,6 +37,13 @@ GRAPH_CALLS = 20  # calls per graph replay in warm graph mode
 # two replays were not a steady state (H200, 16384x2048 bf16: 53.8 us after 2 replays, 49.1
 # after 50; 4096x2048: 14.3 and 15.6), and a model's layers run on a busy GPU.
 ROTATING_WARM_MS = 25.0
+# A rotation's pass over its input sets moves at least this many L2s, so a call's inputs come
+# from DRAM. Counting sets instead (at most 200) left calls under ~0.3 MB in L2: on an H100 the
+# residual op at 16x2048 bf16 took 1.63 us over 64 sets, 2.22 over 200 out of place (1.80 in
+# place: its 25.6 MB of inputs fit) and 2.21 over 400, where both ops read from DRAM.
+ROTATING_L2S = 4
+MAX_ROTATING_SETS = 1 << 15  # each set costs a Python call at capture; 1x2048 bf16 needs 20480
+WARM_CALLS = 64  # calls run before a rotation's estimate: compiles, caches, the side stream
 MIN_FLUSH_BYTES = 256 << 20
 _FLUSH: dict = {}
 
@@ -125,14 +132,15 @@ def calls_per_replay(l2: str, graph: bool, graph_calls: int | None = None) -> in
     return int(graph_calls or GRAPH_CALLS)
 
 
-def _capture(fn: Callable[[], object], calls: int):
-    """A graph holding ``calls`` calls of ``fn`` (warmed on a side stream first, as torch asks)."""
+def _capture(fn: Callable[[], object], calls: int, warm: Callable[[], object] | None = None):
+    """A graph holding ``calls`` calls of ``fn``, after three calls of ``warm`` (default ``fn``)
+    on a side stream, as torch asks."""
     torch = _torch()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
-            fn()
+            (warm or fn)()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -191,9 +199,9 @@ def warm_replays(replay_us: float, warmup: int, warm_ms: float = ROTATING_WARM_M
 def time_rotating(calls: list[Callable[[], object]], reps: int = 9, warmup: int = 2,
                   min_replay_us: float = 200.0) -> list[float]:
     """Microseconds per call, back to back, with inputs coming from DRAM: one CUDA/HIP graph
-    replays ``calls`` (one call per input set, the sets together larger than a few L2s, so
-    each call's inputs were evicted by the others), repeated inside the graph until a replay
-    lasts at least ``min_replay_us``. Each sample is one replay's time divided by the calls in it;
+    replays ``calls`` (one call per input set, as many as :func:`rotating_sets` says, so each
+    call's inputs were evicted by the others), repeated inside the graph until a replay lasts at
+    least ``min_replay_us``. Each sample is one replay's time divided by the calls in it;
     untimed replays first (:func:`warm_replays`) bring the GPU to a steady state.
     Every call in the graph writes its outputs to memory of its own (what ``calls`` return is
     held until the graph is captured), so no call finds its output lines still in L2.
@@ -203,8 +211,11 @@ def time_rotating(calls: list[Callable[[], object]], reps: int = 9, warmup: int 
     torch = _torch()
     if not calls:
         raise ValueError("time_rotating needs at least one call")
-    # estimate one pass over the sets, to decide how many passes a replay holds
-    for c in calls:
+    # A rotation of small calls holds tens of thousands: each is called once before the capture
+    # (the estimate below), and the first few also warm the capture's side stream, so that the
+    # Python work per call is paid twice, not six times
+    head = calls[:WARM_CALLS]
+    for c in head:
         c()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -228,7 +239,7 @@ def time_rotating(calls: list[Callable[[], object]], reps: int = 9, warmup: int 
             for c in calls:
                 held.append(c())
 
-    graph = _capture(one_replay, 1)
+    graph = _capture(one_replay, 1, warm=lambda: [c() for c in head])
     held.clear()
     for _ in range(warm_replays(pass_us * passes, warmup)):
         graph.replay()
@@ -283,15 +294,22 @@ def copy_bandwidth_GBps(nbytes: int = 1 << 30, reps: int = 20) -> float:
     return 2 * nbytes / (statistics.median(times) * 1e-6) / 1e9
 
 
-def rotation_copies(bytes_per_call: int, l2_bytes: int) -> int:
-    """How many input copies a rotation needs so that the other calls' traffic (three L2s' worth)
-    has evicted a copy's x before it is read again: at least 2, at most 64."""
-    return max(2, min(64, -(-3 * l2_bytes // max(bytes_per_call, 1)) + 1))
+def rotating_sets(bytes_per_call: int, l2: int) -> int:
+    """How many input sets a rotation needs: enough that one pass over them moves at least
+    :data:`ROTATING_L2S` L2s (what each call reads and writes, ``bytes_per_call``), so each set's
+    lines were evicted before its next call; at least 2, at most :data:`MAX_ROTATING_SETS`."""
+    return max(2, min(MAX_ROTATING_SETS, -(-ROTATING_L2S * l2 // max(int(bytes_per_call), 1))))
+
+
+def rotation_method(sets: int, bytes_per_call: int, l2: int) -> str:
+    """The rotating timer's sentence for a record: the sets, and how many L2s a pass moves."""
+    return (f"rotating: a graph replays calls over {sets} input sets; a pass moves "
+            f"{sets * bytes_per_call / l2:.1f}x L2")
 
 
 def time_rotating_us(call, x, w, bytes_per_call: int, reps: int = 7) -> tuple[float, str]:
     """Microseconds per call of ``call(x_i, w)``, back to back over rotating copies of ``x``:
-    :func:`time_rotating` (the one rotating timer) over :func:`rotation_copies` copies.
+    :func:`time_rotating` (the one rotating timer) over :func:`rotating_sets` copies.
 
     A steady-state measurement, like a model running layer after layer: each call reads an input
     the previous calls have pushed out of L2 (so x comes from DRAM) and its output's write-back is
@@ -299,10 +317,12 @@ def time_rotating_us(call, x, w, bytes_per_call: int, reps: int = 7) -> tuple[fl
     instead (the CPU's launch cost may then show) and the method says so.
     """
     env.require_gpu("timing a kernel")
-    copies = rotation_copies(bytes_per_call, l2_bytes() or 64 << 20)
+    l2 = l2_bytes() or 64 << 20
+    copies = rotating_sets(bytes_per_call, l2)
     xs = [x] + [x.clone() for _ in range(copies - 1)]
     calls = [(lambda xi=xi: call(xi, w)) for xi in xs]
-    how = f"CUDA graph replay over {copies} rotating input copies"
+    how = (f"CUDA graph replay over {copies} rotating input copies (a pass moves "
+           f"{copies * bytes_per_call / l2:.1f}x L2)")
     try:
         samples = time_rotating(calls, reps=reps)
     except Exception:  # noqa: BLE001 - not capturable: time plain launches instead

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from .. import dtypes, env
-from .harness import (EPS, L2_MULTIPLE, LINE_TAG, MAX_SETS, NO_GPU_EXIT, PYTHON_CALLS, Settings,
-                      _no_gpu_message, is_compiled_peer)
+from .harness import (EPS, LINE_TAG, NO_GPU_EXIT, PYTHON_CALLS, FloorUnavailable, Settings,
+                      _no_gpu_message, floor_bytes, is_compiled_peer)
 
 
 def _emit(kind: str, **payload) -> None:
@@ -76,18 +76,23 @@ def interleaved_python_calls(calls: dict, device: str = "cuda", reps: int = 10,
     return {name: got for name, got in samples.items() if errors is None or name not in errors}
 
 
-def rotating_inputs(op: str, rows: int, cols: int, dtype, device, first: tuple) -> list[tuple]:
-    """Input sets for the rotating timer: ``first`` plus fresh ones (other seeds) until they
-    hold more than ``L2_MULTIPLE`` L2s (at least 2 sets, at most ``MAX_SETS``)."""
-    import math
-
+def rotating_inputs(op: str, rows: int, cols: int, dtype: str, device, first: tuple
+                    ) -> tuple[list[tuple], str]:
+    """Input sets for the rotating timer, ``first`` and copies of its matrices, as many as
+    :func:`~fusedrms.measure.timer.rotating_sets` asks for a call of ``op`` (its reads and
+    writes); and the record's sentence for them."""
     from . import timer
 
     l2 = (timer.l2_bytes() if device != "cpu" else None) or (50 << 20)
-    per_set = sum(a.numel() * a.element_size() for a in first if hasattr(a, "numel")
-                  and a.dim() == 2)
-    k = max(2, min(MAX_SETS, math.ceil(L2_MULTIPLE * l2 / max(per_set, 1))))
-    return [first] + [make_inputs(op, rows, cols, dtype, device, seed=i) for i in range(1, k)]
+    matrices = [i for i, a in enumerate(first) if hasattr(a, "dim") and a.dim() == 2]
+    try:
+        nbytes = floor_bytes(op, rows, cols, dtype)
+    except FloorUnavailable:  # an op the traffic model lacks: its matrices read and written once
+        nbytes = 2 * sum(first[i].numel() * first[i].element_size() for i in matrices)
+    sets = timer.rotating_sets(nbytes, l2)
+    copies = [tuple(a.clone() if i in matrices else a for i, a in enumerate(first))
+              for _ in range(sets - 1)]
+    return [first] + copies, timer.rotation_method(sets, nbytes, l2)
 
 
 def sample_rows(rows: int, k: int = 16) -> list[int]:
@@ -265,14 +270,11 @@ def run_worker(spec: dict) -> int:
                     if mode == "rotating":
                         if not rotating_sets:
                             with phase("inputs"):
-                                rotating_sets = rotating_inputs(op, rows, cols, dtype, device,
-                                                                args)
+                                rotating_sets, rotation = rotating_inputs(
+                                    op, rows, cols, dt, device, args)
                         calls = [(lambda f=impl.fn, a=a: f(*a)) for a in rotating_sets]
                         samples = timer.time_rotating(calls, reps=s.rotating_reps)
-                        base.update(warm_ms=timer.ROTATING_WARM_MS,
-                                    l2_method=f"rotating: a graph replays calls over "
-                                              f"{len(rotating_sets)} input sets (> "
-                                              f"{L2_MULTIPLE}x L2 where memory allows)",
+                        base.update(warm_ms=timer.ROTATING_WARM_MS, l2_method=rotation,
                                     sets=len(rotating_sets))
                     else:
                         warmup, reps = _adapt(est, mode, s)
