@@ -290,3 +290,12 @@ def test_the_wide_row_profiles_fail_the_recording_only_where_ncu_could_run(monke
     G.wide_bytes(tmp_path, smoke=True, log=lambda *a: None)
     recs = json.loads((tmp_path / "capstone_wide_ncu.json").read_text())["records"]
     assert {r["status"] for r in recs} == {"skipped"} and len(recs) == 2
+
+
+def test_the_gap_between_runs_counts_only_at_one_commit():
+    """The launch in use timed by the study and by the peers run differs by the runs' noise only
+    when both ran one kernel with one timer: at one commit."""
+    at = lambda commit: {"provenance": {"commit": commit}}  # noqa: E731
+    assert CR.one_recording(at("abc"), at("abc"))
+    assert not CR.one_recording(at("abc"), at("def"))
+    assert not CR.one_recording(at(None), at(None)) and not CR.one_recording(None, at("abc"))

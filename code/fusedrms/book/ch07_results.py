@@ -459,6 +459,14 @@ def _changes(before: dict, after: dict) -> dict:
     return {shape: 100.0 * (after[shape] - us) / us for shape, us in before.items() if shape in after}
 
 
+def one_recording(levers_doc: dict | None, peers_doc: dict | None) -> bool:
+    """Whether the performance study and the peers were timed at one commit: only then is the
+    launch in use's change between them (:func:`launch_repeat`) a gap between two runs and not
+    a change of the kernel or the timer."""
+    commit = lambda doc: ((doc or {}).get("provenance") or {}).get("commit")  # noqa: E731
+    return commit(levers_doc) is not None and commit(levers_doc) == commit(peers_doc)
+
+
 def launch_repeat(levers_doc: dict | None, points: list[Point], op: str = "add_rmsnorm",
                   dtype: str = "bf16") -> dict:
     """{(rows, cols): %} the launch in use changed between the performance study's run and the

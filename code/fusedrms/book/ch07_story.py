@@ -67,8 +67,7 @@ def story_facts(docs: dict) -> dict:
         "big_rs": big_rs, "big_rs_peers": [r["peer"] for r in big_rs],
         "whole_lost": [r for r in lost if r in whole],
         "rs_whole_lost": [r for r in rs_whole if band is not None and r["ratio"] > 1 + band],
-        "rs_in_place_lost": _lost_to_in_place(
-            points, [r for r in rs_whole if band is not None and r["ratio"] > 1 + band]),
+        "in_place_lost": _in_place_lost(points, band),
         # two passes: fewer rows than the GPU has SMs leave SMs idle (one program per row)
         "two": two, "two_few": [r for r in two if r["rows"] < H200_SMS],
         "two_many": [r for r in two if r["rows"] >= H200_SMS],
@@ -84,32 +83,33 @@ def story_facts(docs: dict) -> dict:
         "py_torch": CR.python_calls(doc).get("torch.rms_norm_add"),
         "above": sorted((r for r in fused if round(r.get("pct_floor") or 0) > 100),
                         key=lambda r: -r["pct_floor"]),
-        "dram": _dram(docs.get("ncu")), "levers": _levers(docs.get("levers"), points),
+        "dram": _dram(docs.get("ncu")), "levers": _levers(docs.get("levers"), points, doc),
         "before": _launch_before(docs.get("levers")),
         "rules": rules_before_after(docs.get("levers")),
     }
 
 
-def _lost_to_in_place(points, lost: list[dict]) -> dict | None:
-    """The residual op's first loss to a peer that writes in place, and every call's time at
-    that shape: the in-place ones (ours, the peer's) write to the lines they just read, the
-    out-of-place ones (ours, the other peers') to memory of their own (the rotating timer)."""
-    from .. import registry
-
-    registry.load_all()
-    for r in lost:
-        if not registry.get(r["peer"]).mutates:
+def _in_place_lost(points, band: float | None) -> list[dict]:
+    """The shapes where the residual-writing capstone, written in place, is slower than the
+    fastest peer beyond the tie band: ``ratio`` over that peer, ``own`` its in-place time over
+    its own out-of-place time. Smallest first."""
+    if band is None:
+        return []
+    at: dict = {}
+    for p in points:
+        if p.mode == "cold" and p.op == "add_rmsnorm_residual":
+            at.setdefault(p.shape, {})[p.impl] = p.median_us
+    out = []
+    for (rows, cols, dtype), times in at.items():
+        peers = {k: us for k, us in times.items() if CR.is_peer(k)}
+        if OURS_IN_PLACE not in times or OURS_OUT not in times or not peers:
             continue
-        at = {p.impl: p.median_us for p in points if p.mode == "cold" and p.op ==
-              "add_rmsnorm_residual" and p.shape == (r["rows"], r["cols"], r["dtype"])}
-        if OURS_IN_PLACE not in at:
-            continue
-        writes_in_place = {k: k == OURS_IN_PLACE or (CR.is_peer(k) and registry.get(k).mutates)
-                           for k in at if k == OURS_IN_PLACE or k == OURS_OUT or CR.is_peer(k)}
-        in_place = sorted(at[k] for k, yes in writes_in_place.items() if yes)
-        out = sorted(at[k] for k, yes in writes_in_place.items() if not yes)
-        return {**r, "ours_in": at[OURS_IN_PLACE], "in_place": in_place, "out": out}
-    return None
+        best = min(peers, key=peers.get)
+        ratio = times[OURS_IN_PLACE] / peers[best]
+        if ratio > 1 + band:
+            out.append({"rows": rows, "cols": cols, "dtype": dtype, "ratio": ratio, "peer": best,
+                        "own": times[OURS_IN_PLACE] / times[OURS_OUT]})
+    return sorted(out, key=lambda r: (r["rows"] * r["cols"], r["dtype"]))
 
 
 def _by_passes(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -205,16 +205,17 @@ def lever_threshold(levers_doc: dict | None) -> float:
     return max((abs(v) for v in repeat.values()), default=UNREPEATED_THRESHOLD_PCT)
 
 
-def _levers(levers_doc: dict | None, points) -> dict | None:
+def _levers(levers_doc: dict | None, points, peers_doc: dict | None = None) -> dict | None:
     """The performance study's levers: each one's largest counted change either way. A change at
-    a shape counts beyond :func:`lever_threshold` plus the gap between two runs of the launch in
-    use there (the study's run and the peers run)."""
+    a shape counts beyond :func:`lever_threshold` plus, where the peers were timed at the study's
+    commit (:func:`ch07_results.one_recording`), the gap between the two runs of the launch in
+    use there."""
     from . import ch07
 
     if not levers_doc:
         return None
     levers = CR.lever_summary(ch07.lever_effects(levers_doc))
-    gaps = CR.launch_repeat(levers_doc, points)
+    gaps = CR.launch_repeat(levers_doc, points) if CR.one_recording(levers_doc, peers_doc) else {}
     threshold = lever_threshold(levers_doc)
 
     def counted(sign):
@@ -370,28 +371,14 @@ def story_values(docs: dict) -> dict[str, str]:
         low = min(big, key=lambda r: r["pct_floor"])
         v.update(large_min_at=CR.shape_text(low["rows"], low["cols"], low["dtype"]),
                  large_min_peer_pct=f"{low['peer_pct_floor']:.0f}%")
-    if f["rs_whole_lost"]:  # the residual-writing op's losses, and to whom
-        worst = max(f["rs_whole_lost"], key=lambda r: r["ratio"])
-        v.update(rs_lost_at=page.listed([CR.shape_text(r["rows"], r["cols"], r["dtype"])
-                                         for r in f["rs_whole_lost"]]),
-                 rs_lost_max=CR.ratio_text(worst["ratio"]))
-    fresh = f["rs_in_place_lost"]
-    if fresh:  # lost to a peer writing in place: every call's time there, by where it writes
-        v.update(rs_fresh_at=CR.shape_text(fresh["rows"], fresh["cols"], fresh["dtype"]),
-                 rs_fresh_peer=CR.display_name(fresh["peer"]),
-                 rs_fresh_peer_us=f"{fresh['peer_us']:.2f} µs",
-                 rs_fresh_ours_in=f"{fresh['ours_in']:.2f} µs",
-                 rs_fresh_out=f"{fresh['out'][0]:.2f}-{fresh['out'][-1]:.2f} µs",
-                 rs_fresh_in=f"{fresh['in_place'][0]:.2f}-{fresh['in_place'][-1]:.2f} µs")
-        others = [r for r in f["rs_whole_lost"] if (r["rows"], r["cols"], r["dtype"])
-                  != (fresh["rows"], fresh["cols"], fresh["dtype"])]
-        if others:  # the other losses, each median with its spread across processes
-            worst = max(others, key=lambda r: r["ratio"])
-            v.update(rs_other_at=CR.shape_text(worst["rows"], worst["cols"], worst["dtype"]),
-                     rs_other_ratio=CR.ratio_text(worst["ratio"]),
-                     rs_other_peer=CR.display_name(worst["peer"]),
-                     rs_other_ours=f"{worst['capstone_spread']} µs",
-                     rs_other_peer_us=f"{worst['peer_spread']} µs")
+    ip_lost = f["in_place_lost"]
+    if ip_lost:  # in place, slower than the fastest peer: where, by how much, and against itself
+        worst = max(ip_lost, key=lambda r: r["ratio"])
+        v.update(ip_lost_at=page.listed([CR.shape_text(r["rows"], r["cols"], r["dtype"])
+                                         for r in ip_lost]),
+                 ip_lost_n=str(len(ip_lost)), ip_lost_max=CR.ratio_text(worst["ratio"]),
+                 ip_lost_peer=CR.display_name(worst["peer"]),
+                 ip_lost_own=_ratio_range(r["own"] for r in ip_lost))
     if f["fi_max_cols"]:
         v["fi_max_cols"] = f"{f['fi_max_cols']:,}"
     if f["eager"]:
@@ -429,8 +416,6 @@ def story_values(docs: dict) -> dict[str, str]:
         if hint:
             v.update(lv_hint_pct=f"{hint[0]['pct']:.0f}%",
                      lv_hint_at=CR.shape_text(*hint[0]["shape"]))
-        if lv["gap"] is not None:
-            v.update(lv_gap=f"{lv['gap']:.1f}%", lv_gap_at=CR.shape_text(*lv["gap_at"]))
     v.update(_rule_values(f["rules"]))
     return v
 
