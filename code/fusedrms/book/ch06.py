@@ -496,9 +496,11 @@ FILES = {
     "bench_plot.svg": "the same chart (SVG)",
 }
 GRID_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far above its ~60 s
-# H200 at 347eb14: 330 s with chapter 7's peers in its grid (267 s at 06f3124); each of the three
-# timing processes spent 42-48 s of its ~75 s on first calls and checks
-ESTIMATE_S = 330
+# H200 at eceb0b6: 470 s with chapter 7's peers in its grid (330 s at 347eb14): each of the three
+# timing processes spent 70-76 s of its ~130 s on rotating timings, since a rotation moves 4x L2
+# a pass (15,360 calls at one row of 2,048 columns, where 200 were the cap), and 38-41 s on first
+# calls and checks. With chapter 7 that no longer fits one device call (record --list).
+ESTIMATE_S = 470
 SOURCES = ("tuning/h200/capstone.json", "tuning/h200/fp8.json", "kernels/rmsnorm.py",
            "kernels/add_rmsnorm.py", "kernels/add_rmsnorm_chunked.py",
            "kernels/add_rmsnorm_split.py", "kernels/add_rmsnorm_exchange.py",
