@@ -135,16 +135,20 @@ def test_every_companion_takes_the_smoke_flag():
         assert {"tune", "log", "smoke"} <= set(params), chapter
 
 
-def test_the_whole_book_records_in_three_device_calls():
+def test_the_whole_book_records_in_four_device_calls():
     """Each group of DEVICE_CALLS fits one device call by the chapters' measured estimates, and
-    together they record every chapter once."""
+    together they record every chapter once; chapter 6's call times chapter 7's peers for the
+    next call, which records chapter 7 into its folder."""
     flat = [c for group in record.DEVICE_CALLS for c in group]
-    assert sorted(flat) == sorted(record.CHAPTERS) and len(record.DEVICE_CALLS) == 3
+    assert sorted(flat) == sorted(record.CHAPTERS) and len(record.DEVICE_CALLS) == 4
     for group in record.DEVICE_CALLS:
         assert sum(record.estimate_s(c) for c in group) <= record.DEVICE_CALL_S, group
-    assert "device call 1: --chapters 6,7" in record.listing()
-    # chapter 6's grid times chapter 7's peers only when one call records both
-    assert any({"ch06", "ch07"} <= set(group) for group in record.DEVICE_CALLS)
+    listing = record.listing()
+    assert "device call 1: --chapters 6 --then 7 (" in listing
+    assert "device call 2: --chapters 7 into call 1's folder (" in listing
+    groups = list(record.DEVICE_CALLS)
+    for group, then in record.THEN.items():
+        assert groups.index(tuple(then)) == groups.index(group) + 1
 
 
 def test_chapters_that_ask_are_told_which_chapters_this_run_records(tmp_path, monkeypatch):
@@ -161,3 +165,25 @@ def test_chapters_that_ask_are_told_which_chapters_this_run_records(tmp_path, mo
     record.run(["ch02"], tmp_path / "b", require_gpu=False)
     assert seen[0]["chapters"] == ("ch02", "ch03") and seen[1]["chapters"] == ("ch02",)
     assert seen[0]["id"] != seen[1]["id"]  # a later run never reuses an earlier run's files
+
+
+def test_a_later_run_into_the_folder_shares_the_recordings_run(tmp_path, monkeypatch):
+    """--then: chapter 6 times chapter 7's peers for a later run into the same folder, which
+    finds them made by its own recording (the folder's run_id); a new folder is another run."""
+    _fake_chapters(monkeypatch, tmp_path)
+    runs = []
+
+    def sees_run(out_dir, tune=False, log=print, run=None):
+        runs.append(run)
+        return [records.write(out_dir / "good.json", [])]
+
+    monkeypatch.setattr(record.companion("ch02"), "record", sees_run)
+    out = tmp_path / "rec"
+    record.run(["ch02"], out, require_gpu=False, then=["ch03"])
+    assert runs[0]["chapters"] == ("ch02", "ch03")
+    record.run(["ch02"], out, require_gpu=False)
+    assert runs[1]["id"] == runs[0]["id"] == records.read_manifest(out)["run_id"]
+    record.run(["ch02"], tmp_path / "other", require_gpu=False)
+    assert runs[2]["id"] != runs[0]["id"]
+    with pytest.raises(record.RecordError, match="now and also later"):
+        record.run(["ch02"], tmp_path / "third", require_gpu=False, then=["ch02"])

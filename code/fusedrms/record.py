@@ -60,11 +60,13 @@ def parse_chapters(text: str | None) -> list[str]:
 
 
 SMOKE_ESTIMATE_S = 20  # per chapter: every record() at minimal sizes
-# The whole book on an H200 in three device calls of at most 10 minutes each (less a margin for
-# the machine's start and the packing): record each group with --chapters into its own folder.
+# The whole book on an H200 in device calls of at most 10 minutes each (less a margin for the
+# machine's start and the packing), at one commit. Chapter 6's grid times chapter 7's peers too
+# (--then 7); chapter 7 is then recorded into the same folder (RESULTS), the other groups each
+# into a folder of its own.
 DEVICE_CALL_S = 570
-# Chapters 6 and 7 share one call: chapter 6's grid then times chapter 7's peers too.
-DEVICE_CALLS = (("ch06", "ch07"), ("ch02", "ch03", "ch04", "ch05", "ch08"), ("ch09",))
+DEVICE_CALLS = (("ch06",), ("ch07",), ("ch02", "ch03", "ch04", "ch05", "ch08"), ("ch09",))
+THEN = {("ch06",): ("ch07",)}  # a group -> the chapters of the next call into its folder
 
 
 def estimate_s(chapter: str, tune: bool = False, smoke: bool = False) -> float:
@@ -82,9 +84,14 @@ def listing() -> str:
         tune_s = getattr(mod, "TUNING_ESTIMATE_S", 0)
         lines.append(f"{chapter:8s} {mod.ESTIMATE_S:>10.0f} {('+' + str(tune_s)) if tune_s else '':>9s}"
                      f"  {', '.join(files)}")
+    numbers = lambda group: ",".join(c[2:].lstrip("0") for c in group)  # noqa: E731
     for i, group in enumerate(DEVICE_CALLS, 1):
-        lines.append(f"device call {i}: --chapters {','.join(c[2:].lstrip('0') for c in group)}"
-                     f" (~{sum(estimate_s(c) for c in group):.0f} s of at most {DEVICE_CALL_S})")
+        then = THEN.get(group)
+        into = next((j for j, g in enumerate(DEVICE_CALLS, 1) if THEN.get(g) == group), None)
+        lines.append(f"device call {i}: --chapters {numbers(group)}"
+                     + (f" --then {numbers(then)}" if then else "")
+                     + (f" into call {into}'s folder" if into else "")
+                     + f" (~{sum(estimate_s(c) for c in group):.0f} s of at most {DEVICE_CALL_S})")
     return "\n".join(lines)
 
 
@@ -134,8 +141,12 @@ class _Tee:
 
 
 def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
-        require_gpu: bool = True, smoke: bool = False) -> dict:
-    """Record ``chapters`` into ``out``; returns the manifest (also written after each chapter)."""
+        require_gpu: bool = True, smoke: bool = False, then: list[str] | tuple = ()) -> dict:
+    """Record ``chapters`` into ``out``; returns the manifest (also written after each chapter).
+    ``then``: chapters a later run adds to ``out``; what they share with these is done now."""
+    both = sorted(set(chapters) & set(then))
+    if both:
+        raise RecordError(f"{', '.join(both)} cannot be recorded now and also later (--then)")
     if require_gpu:
         env.require_gpu("Recording the book's GPU results")
     out = Path(out)
@@ -156,9 +167,11 @@ def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
     except ImportError:  # progress is a convenience; the log lines carry the same information
         bar = None
     print(f"recording {', '.join(chapters)} into {out} (about {total:.0f} s on an H200)", flush=True)
-    # what a chapter may share with a later one of this same run (chapter 6's grid times
-    # chapter 7's peers when both are recorded)
-    this_run = {"id": uuid.uuid4().hex, "chapters": tuple(chapters)}
+    # what a chapter may share with a later one of this recording (chapter 6's grid times chapter
+    # 7's peers when both are recorded, in this run or, with --then, in a later one into this
+    # folder: check_compatible holds the commit and the sources, so the folder is one recording)
+    this_run = {"id": manifest.setdefault("run_id", uuid.uuid4().hex),
+                "chapters": tuple(chapters) + tuple(then)}
     for chapter in chapters:
         mod = companion(chapter)
         est = estimate_s(chapter, tune, smoke)
@@ -228,10 +241,15 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true",
                    help="every chapter's record at minimal sizes (about 20 s each on an H200): a check "
                         "of the pipeline; the manifest marks it, and it never mixes with a real one")
+    p.add_argument("--then", help="chapters a later call adds to the same --out (same commit): "
+                                  "work they share is done now (with --chapters 6 --then 7, "
+                                  "chapter 6's grid times chapter 7's peers, which --chapters 7 "
+                                  "then reuses)")
     p.add_argument("--list", action="store_true", help="list chapters, files and estimates; record nothing")
     args = p.parse_args(argv)
     try:
         chapters = parse_chapters(args.chapters)
+        then = parse_chapters(args.then) if args.then else []
     except RecordError as e:
         p.error(str(e))
     if args.list:
@@ -245,7 +263,7 @@ def main(argv=None) -> int:
     try:
         out = args.out or (default_out().with_name(default_out().name + "-smoke") if args.smoke
                            else default_out())
-        manifest = run(chapters, out, tune=args.tune, command=command, smoke=args.smoke)
+        manifest = run(chapters, out, tune=args.tune, command=command, smoke=args.smoke, then=then)
     except RecordError as e:
         print(f"fusedrms.record: {e}", file=sys.stderr)
         return 2

@@ -4,7 +4,7 @@
 #   usage: bash code/scripts/install_recording.sh recording.tar.gz [more.tar.gz ...] [machine]
 #                                                  [--keep ch09,...]
 # Several tarballs are the parts of one recording made in several device calls at one commit
-# (`record --list` prints them: --chapters 6,7, then --chapters 2,3,4,5,8,9): their files go into
+# (`record --list` prints them; chapter 7's part, recorded into chapter 6's folder, holds both): their files go into
 # one folder and their manifests into one (install_recording.py merge). Tarballs of different commits, GPUs,
 # drivers or versions, or two that record the same chapter, are refused and nothing changes.
 # --keep carries the named chapters over from the committed recording (their files, logs and
