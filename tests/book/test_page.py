@@ -200,11 +200,13 @@ def test_badge_accepts_a_record_files_flat_provenance():
 def test_badge_shortens_the_measuring_machines_paths_in_the_command():
     b = page.badge({**PROV, "command": "bench.py plan --out /tmp/res_c/grid.json -o=/x/y"})
     assert dict(b.details())["command"] == "bench.py plan --out grid.json -o=y"
-    # the wrapper's temporary folder is no part of what a reader types
-    b = page.badge({**PROV, "command": "record.py --chapters 6,7 --out /tmp/tmp.U1wvsgt9l6"})
+    # the recording's folder is no part of what a reader types (theirs is the default one)
+    b = page.badge({**PROV, "command": "python -m fusedrms.record --chapters 6,7 --out /tmp/tmp.U1wvsgt9l6"})
     assert dict(b.details())["command"] == "python -m fusedrms.record --chapters 6,7"
-    b = page.badge({**PROV, "command": "record.py --out=/tmp/tmp.ab12/ --smoke"})
+    b = page.badge({**PROV, "command": "python -m fusedrms.record --out=/tmp/tmp.ab12/ --smoke"})
     assert dict(b.details())["command"] == "python -m fusedrms.record --smoke"
+    b = page.badge({**PROV, "command": "python -m fusedrms.record --chapters 2,3 --out /tmp/recB"})
+    assert dict(b.details())["command"] == "python -m fusedrms.record --chapters 2,3"
 
 
 def test_badge_refuses_provenance_without_gpu_date_or_commit():

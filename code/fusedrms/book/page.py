@@ -323,20 +323,13 @@ def _normalized(prov: Mapping) -> dict:
             "stale": prov.get("stale"), "own": bool(prov.get("own"))}
 
 
-# the package's command-line modules, recorded by their file name before (``record.py ...``)
-_MODULES = {"record.py": "python -m fusedrms.record",
-            "harness.py": "python -m fusedrms.measure.harness",
-            "study.py": "python -m fusedrms.book.study"}
-
-
 def _without_paths(command: str) -> str:
-    """A command as the reader can repeat it: a temporary output folder (``--out /tmp/tmp.X``,
-    where the run.sh wrapper recorded) dropped, other absolute paths of the measuring machine
-    shortened to their file names (``--out /tmp/r/grid.json`` -> ``--out grid.json``), and a
-    module of the package named as ``python -m`` runs it."""
-    command = re.sub(r"\s--out[ =]/tmp/tmp\.\w+/?(?=\s|$)", "", command)
-    first, _, rest = command.partition(" ")
-    command = " ".join(filter(None, (_MODULES.get(first, first), rest)))
+    """A command as the reader can repeat it: a recording's folder (``python -m fusedrms.record
+    ... --out DIR``) dropped, as a reader's recording goes to its default folder; other absolute
+    paths of the measuring machine shortened to their file names (``--out /tmp/r/grid.json`` ->
+    ``--out grid.json``)."""
+    if command.startswith("python -m fusedrms.record"):
+        command = re.sub(r"\s--out[ =]\S+", "", command)
     return re.sub(r"(?<![\w.])/(?:[^\s/]+/)+([^\s/]*)", r"\1", command)
 
 
