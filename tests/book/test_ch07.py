@@ -299,3 +299,16 @@ def test_the_gap_between_runs_counts_only_at_one_commit():
     assert CR.one_recording(at("abc"), at("abc"))
     assert not CR.one_recording(at("abc"), at("def"))
     assert not CR.one_recording(at(None), at(None)) and not CR.one_recording(None, at("abc"))
+
+
+def test_peer_rows_compare_the_capstone_call_asked_for():
+    """The residual op's rows for its out-of-place call by default, for its in-place one when
+    asked: each against the fastest peer at the shape."""
+    op = "add_rmsnorm_residual"
+    pts = [CR.Point(impl, op, 16384, 4096, "bf16", us, None)
+           for impl, us in (("capstone.fused_residual", 132.0), ("liger.fused_add_rms_norm", 133.0),
+                            ("capstone.fused_residual_in_place", 134.0))]
+    assert [r["capstone_us"] for r in CR.peer_rows(pts, op)] == [132.0]
+    rows = CR.peer_rows(pts, op, mine="capstone.fused_residual_in_place")
+    assert [(r["capstone_us"], r["peer"]) for r in rows] == [(134.0, "liger.fused_add_rms_norm")]
+    assert rows[0]["ratio"] == pytest.approx(134 / 133)

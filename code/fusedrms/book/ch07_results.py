@@ -231,14 +231,15 @@ def peer_unsupported(doc: dict | None, op: str = "add_rmsnorm") -> dict:
 
 
 def peer_rows(points: list[Point], op: str = "add_rmsnorm", attempted: dict | None = None,
-              unsupported: dict | None = None) -> list[dict]:
+              unsupported: dict | None = None, mine: str | None = None) -> list[dict]:
     """One row per shape timed for ``op``: the capstone's time and share of the copy floor, the
     fastest peer timed there and its time, the ratio (capstone / that peer; below 1 is faster),
     and ``missing``: the peers not timed there although the recording timed them elsewhere or
     meant to time them there (``attempted``, from :func:`peer_attempts`), but for those that
     cannot run the shape (``unsupported``, from :func:`peer_unsupported`: the row's
-    ``unsupported``). Sorted by the bytes the fused design moves."""
-    mine = _capstone_for(op)
+    ``unsupported``). Sorted by the bytes the fused design moves. ``mine``: the capstone's
+    implementation compared (default: the op's own; the residual op's in-place one, say)."""
+    mine = mine or _capstone_for(op)
     by_shape: dict = {}
     for p in points:
         if p.mode != "cold" or (p.op and p.op != op):
@@ -267,12 +268,12 @@ def peer_rows(points: list[Point], op: str = "add_rmsnorm", attempted: dict | No
     return sorted(rows, key=lambda r: (r["MB"], r["dtype"]))
 
 
-def peer_table(doc: dict | None, op: str = "add_rmsnorm", points: list[Point] | None = None
-               ) -> list[dict]:
+def peer_table(doc: dict | None, op: str = "add_rmsnorm", points: list[Point] | None = None,
+               mine: str | None = None) -> list[dict]:
     """:func:`peer_rows` of a peers recording for ``op``, with the peers it meant to time and
     those that cannot run a shape (``points``: :func:`peer_points` of ``doc``, if already read)."""
     points = peer_points(doc) if points is None else points
-    return peer_rows(points, op, peer_attempts(doc, op), peer_unsupported(doc, op))
+    return peer_rows(points, op, peer_attempts(doc, op), peer_unsupported(doc, op), mine)
 
 
 def _with_spread(p: Point) -> str:

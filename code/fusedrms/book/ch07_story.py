@@ -12,7 +12,7 @@ from . import page
 from .story import MISSING, recorded, value  # noqa: F401 (value: the notebook)
 
 BIG_MB = 64  # "where a call moves 64 MB or more"
-OURS_OUT, OURS_IN_PLACE = "capstone.fused_residual", "capstone.fused_residual_in_place"
+OURS_IN_PLACE = "capstone.fused_residual_in_place"
 MID_SHAPE = (1024, 4096, "bf16")  # a few rows per SM: the fused op's mid-batch launch
 # what a lever must pass besides the gap between runs, for a recording whose study timed the
 # launch in use once (later ones derive it: lever_threshold)
@@ -67,7 +67,7 @@ def story_facts(docs: dict) -> dict:
         "big_rs": big_rs, "big_rs_peers": [r["peer"] for r in big_rs],
         "whole_lost": [r for r in lost if r in whole],
         "rs_whole_lost": [r for r in rs_whole if band is not None and r["ratio"] > 1 + band],
-        "in_place_lost": _in_place_lost(points, band),
+        "in_place_lost": _in_place_lost(doc, points, residual, band),
         # two passes: fewer rows than the GPU has SMs leave SMs idle (one program per row)
         "two": two, "two_few": [r for r in two if r["rows"] < H200_SMS],
         "two_many": [r for r in two if r["rows"] >= H200_SMS],
@@ -89,27 +89,17 @@ def story_facts(docs: dict) -> dict:
     }
 
 
-def _in_place_lost(points, band: float | None) -> list[dict]:
-    """The shapes where the residual-writing capstone, written in place, is slower than the
-    fastest peer beyond the tie band: ``ratio`` over that peer, ``own`` its in-place time over
-    its own out-of-place time. Smallest first."""
+def _in_place_lost(doc, points, residual: list[dict], band: float | None) -> list[dict]:
+    """The residual op's :func:`ch07_results.peer_table` rows for its in-place call that are
+    slower than the fastest peer beyond the tie band, each with ``own``: its in-place time over
+    its out-of-place time (``residual``: that call's rows)."""
     if band is None:
         return []
-    at: dict = {}
-    for p in points:
-        if p.mode == "cold" and p.op == "add_rmsnorm_residual":
-            at.setdefault(p.shape, {})[p.impl] = p.median_us
-    out = []
-    for (rows, cols, dtype), times in at.items():
-        peers = {k: us for k, us in times.items() if CR.is_peer(k)}
-        if OURS_IN_PLACE not in times or OURS_OUT not in times or not peers:
-            continue
-        best = min(peers, key=peers.get)
-        ratio = times[OURS_IN_PLACE] / peers[best]
-        if ratio > 1 + band:
-            out.append({"rows": rows, "cols": cols, "dtype": dtype, "ratio": ratio, "peer": best,
-                        "own": times[OURS_IN_PLACE] / times[OURS_OUT]})
-    return sorted(out, key=lambda r: (r["rows"] * r["cols"], r["dtype"]))
+    out_of_place = {(r["rows"], r["cols"], r["dtype"]): r["capstone_us"] for r in residual}
+    rows = CR.peer_table(doc, "add_rmsnorm_residual", points, mine=OURS_IN_PLACE)
+    return [{**r, "own": r["capstone_us"] / out_of_place[(r["rows"], r["cols"], r["dtype"])]}
+            for r in rows if not r["missing"] and r["ratio"] > 1 + band
+            and (r["rows"], r["cols"], r["dtype"]) in out_of_place]
 
 
 def _by_passes(rows: list[dict]) -> tuple[list[dict], list[dict]]:
