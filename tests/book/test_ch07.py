@@ -292,6 +292,26 @@ def test_the_wide_row_profiles_fail_the_recording_only_where_ncu_could_run(monke
     assert {r["status"] for r in recs} == {"skipped"} and len(recs) == 2
 
 
+def test_the_in_place_pair_profiles_the_same_kernel_both_ways_into_its_own_file(monkeypatch, tmp_path):
+    import json
+
+    from fusedrms.measure import ncu
+
+    seen = []
+
+    def profile(impl, op, rows, cols, dt, timeout_s, log):
+        seen.append((impl, op, rows, cols, dt))
+        return {"status": "ok", "impl": impl, "rows": rows, "cols": cols, "raw_tail": "..."}
+
+    monkeypatch.setattr(ncu, "profile_with_ncu", profile)
+    assert G.in_place_bytes(tmp_path, log=lambda *a: None).name == "capstone_in_place_ncu.json"
+    assert seen == [(i, *G.IN_PLACE_NCU_SHAPE) for i in G.IN_PLACE_NCU_IMPLS]
+    assert seen[0][1] == "add_rmsnorm_residual" and seen[1][0].endswith("_in_place")
+    recs = json.loads((tmp_path / "capstone_in_place_ncu.json").read_text())["records"]
+    assert [r["impl"] for r in recs] == list(G.IN_PLACE_NCU_IMPLS)
+    assert "capstone_in_place_ncu.json" in G.FILES
+
+
 def test_the_gap_between_runs_counts_only_at_one_commit():
     """The launch in use timed by the study and by the peers run differs by the runs' noise only
     when both ran one kernel with one timer: at one commit."""

@@ -335,6 +335,8 @@ FILES = {
     "capstone_peers.json": "both ops beside every peer, rotating-input graph timer, 3 processes",
     "capstone_levers.json": "every candidate launch (lever) at 4 shapes, both ops, same timer",
     "capstone_wide_ncu.json": "Nsight Compute's DRAM bytes, ours and Inductor's, at the widest rows",
+    "capstone_in_place_ncu.json": "Nsight Compute's DRAM bytes, the residual op in place and out of "
+                                  "place, where in place trails",
 }
 TUNING_FILES = {
     "tuning/capstone.json": "the winner per (cols, dtype) (written with --tune)",
@@ -352,6 +354,10 @@ TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
 # where the wide-row losses were: which bytes are extra, ours against Inductor's kernel
 WIDE_NCU_SHAPE = ("add_rmsnorm", 16384, 32768, "bf16")
 WIDE_NCU_IMPLS = ("capstone.fused", "torch.compile_add")
+# where writing in place trailed writing out of place (the H200 at eceb0b6: 1.01-1.02x from 16384
+# rows): whether the same kernel moves other bytes when its outputs are its inputs
+IN_PLACE_NCU_SHAPE = ("add_rmsnorm_residual", 16384, 8192, "bf16")
+IN_PLACE_NCU_IMPLS = ("capstone.fused_residual", "capstone.fused_residual_in_place")
 SOURCES = ("tuning/h200/capstone.json", "kernels/add_rmsnorm.py", "kernels/add_rmsnorm_chunked.py",
            "kernels/add_rmsnorm_split.py", "kernels/add_rmsnorm_exchange.py",
            "kernels/direct_launch.py",
@@ -387,31 +393,45 @@ def record(out_dir, tune: bool = False, log=log, smoke: bool = False,
         written.append(study.lever_bench(out_dir, SMOKE_LEVERS_BUDGET_S if smoke else LEVERS_BUDGET_S,
                                          smoke=smoke))
         written.append(wide_bytes(out_dir, smoke=smoke))
+        written.append(in_place_bytes(out_dir, smoke=smoke))
     finally:
         tuning.override("capstone", None)
     return written
 
 
 def wide_bytes(out_dir, smoke: bool = False, log=log) -> Path:
-    """``capstone_wide_ncu.json``: Nsight Compute (``--clock-control none``) on ours and on
-    Inductor's kernel at :data:`WIDE_NCU_SHAPE`, with the DRAM bytes each read and wrote. A
-    profile that did not run fails the recording where ncu exists; without ncu the file says why.
-    ``smoke``: no profile (each costs ~25 s, the GPU check's smoke runs beside its tests); the
-    file says so."""
+    """``capstone_wide_ncu.json``: :func:`profile_pair` of ours and Inductor's kernel at
+    :data:`WIDE_NCU_SHAPE`."""
+    return profile_pair(Path(out_dir) / "capstone_wide_ncu.json", WIDE_NCU_SHAPE, WIDE_NCU_IMPLS,
+                        smoke, log)
+
+
+def in_place_bytes(out_dir, smoke: bool = False, log=log) -> Path:
+    """``capstone_in_place_ncu.json``: :func:`profile_pair` of the residual op out of place and in
+    place at :data:`IN_PLACE_NCU_SHAPE`."""
+    return profile_pair(Path(out_dir) / "capstone_in_place_ncu.json", IN_PLACE_NCU_SHAPE,
+                        IN_PLACE_NCU_IMPLS, smoke, log)
+
+
+def profile_pair(path: Path, shape: tuple, impls: tuple, smoke: bool = False, log=log) -> Path:
+    """Nsight Compute (``--clock-control none``) on each of ``impls`` at ``shape`` (op, rows, cols,
+    dtype), with the DRAM bytes each read and wrote, into ``path``. A profile that did not run
+    fails the recording where ncu exists; without ncu the file says why. ``smoke``: no profile
+    (each costs 10-25 s, the GPU check's smoke runs beside its tests); the file says so."""
     from ..measure import harness, ncu
 
-    op, rows, cols, dt = WIDE_NCU_SHAPE
+    op, rows, cols, dt = shape
     if smoke:
-        return records.write(Path(out_dir) / "capstone_wide_ncu.json", [
-            {"status": "skipped", "reason": "a smoke run", "impl": i, "op": op, "rows": rows,
-             "cols": cols, "dtype": dt} for i in WIDE_NCU_IMPLS])
+        return records.write(path, [{"status": "skipped", "reason": "a smoke run", "impl": i,
+                                     "op": op, "rows": rows, "cols": cols, "dtype": dt}
+                                    for i in impls])
     recs = []
-    for impl in WIDE_NCU_IMPLS:
+    for impl in impls:
         summary = ncu.profile_with_ncu(impl, op, rows, cols, dt, timeout_s=90, log=log)
         summary.pop("raw_tail", None)
         recs.append(summary)
         log(f"ncu {impl} {rows}x{cols} {dt}: {summary['status']} {summary.get('reason', '')}")
-    path = records.write(Path(out_dir) / "capstone_wide_ncu.json", recs)
+    records.write(path, recs)
     failed = [r["impl"] for r in recs if r.get("status") != "ok"]
     if failed and ncu.find_ncu() is not None:
         raise harness.Incomplete(f"chapter 7: Nsight Compute did not profile {', '.join(failed)} "

@@ -504,14 +504,15 @@ def change_text(pct: float) -> str:
 def in_place_ratios(points: list[Point], max_rows: int | None = None,
                     min_rows: int | None = None) -> list[float]:
     """In-place time over out-of-place time of the residual-writing capstone, per shape (sorted),
-    for shapes with at most ``max_rows`` / at least ``min_rows`` rows."""
-    by = {}
-    for p in points:
-        if p.impl in ("capstone.fused_residual", "capstone.fused_residual_in_place"):
-            by.setdefault((p.rows, p.cols, p.dtype), {})[p.impl] = p.median_us
-    out = []
-    for (rows, _, _), t in by.items():
-        if len(t) < 2 or (max_rows and rows > max_rows) or (min_rows and rows < min_rows):
+    for shapes with at most ``max_rows`` / at least ``min_rows`` rows (the rows of
+    :func:`peer_rows`, once for each variant)."""
+    op = "add_rmsnorm_residual"
+    out_of_place = {(r["rows"], r["cols"], r["dtype"]): r["capstone_us"] for r in peer_rows(points, op)}
+    ratios = []
+    for r in peer_rows(points, op, mine="capstone.fused_residual_in_place"):
+        shape = (r["rows"], r["cols"], r["dtype"])
+        if shape not in out_of_place or (max_rows and r["rows"] > max_rows) or \
+                (min_rows and r["rows"] < min_rows):
             continue
-        out.append(t["capstone.fused_residual_in_place"] / t["capstone.fused_residual"])
-    return sorted(out)
+        ratios.append(r["capstone_us"] / out_of_place[shape])
+    return sorted(ratios)

@@ -28,7 +28,8 @@ def load(machine: str | None = records.COMMITTED) -> dict:
     doc, _ = CR.peers_doc(machine=machine)
     return {"peers": doc, "ncu": recorded("ncu_summary", machine),
             "levers": recorded("capstone_levers", machine),
-            "wide_ncu": recorded("capstone_wide_ncu", machine)}
+            "wide_ncu": recorded("capstone_wide_ncu", machine),
+            "in_place_ncu": recorded("capstone_in_place_ncu", machine)}
 
 
 def story_facts(docs: dict) -> dict:
@@ -62,6 +63,7 @@ def story_facts(docs: dict) -> dict:
         "fu_counts": CR.tie_counts(fused, band), "rs_counts": CR.tie_counts(residual, band),
         "fastest_peers": {r["peer"] for r in complete},
         "wide_ncu": _wide_ncu(docs.get("wide_ncu")),
+        "in_place_ncu": _wide_ncu(docs.get("in_place_ncu")),
         "single": single, "single_lost": [r for r in single if r in lost],
         "mid": next((r for r in complete if (r["rows"], r["cols"], r["dtype"]) == MID_SHAPE), None),
         "big_rs": big_rs, "big_rs_peers": [r["peer"] for r in big_rs],
@@ -168,8 +170,9 @@ def _metric(rec: dict, name: str) -> float | None:
 
 
 def _wide_ncu(doc: dict | None) -> dict:
-    """{impl: DRAM bytes read and written, threads per program, programs, µs} of Nsight
-    Compute's profile of ours and Inductor's kernel at the widest rows; ``min_read``: x and r."""
+    """{impl: DRAM bytes read and written, threads per program, programs, µs} of an Nsight
+    Compute pair (ours and Inductor's kernel at the widest rows; the residual op out of place and
+    in place); ``min_read``: x and r."""
     out = {}
     for r in (doc or {}).get("records", []):
         if not isinstance(r, dict) or r.get("status") != "ok":

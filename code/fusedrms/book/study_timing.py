@@ -222,14 +222,14 @@ def check(op: str, out, x, r, w) -> tuple[bool, str]:
 
 def input_sets(rows: int, cols: int, dtype, l2: int, device="cuda", seed: int = 0) -> list:
     """(x, r) sets for the rotating timer, the first random and the others its copies, as many as
-    :func:`~fusedrms.measure.timer.rotating_sets` asks for the fused op's three matrices a call
-    (the residual op's four move more), plus one shared weight."""
+    :func:`~fusedrms.measure.timer.rotating_sets` asks for the fused op's bytes a call (the traffic
+    model's; the residual op moves more), plus one shared weight."""
     import torch
 
-    from ..measure import timer
+    from .. import dtypes
+    from ..measure import harness, timer
 
-    size = torch.empty((), dtype=dtype).element_size()
-    k = timer.rotating_sets(3 * rows * cols * size, l2)
+    k = timer.rotating_sets(harness.floor_bytes("add_rmsnorm", rows, cols, dtypes.short(dtype)), l2)
     g = torch.Generator(device=device).manual_seed(seed)
     w = (1 + 0.1 * torch.randn(cols, device=device, generator=g)).to(dtype)
     x, r = (torch.randn(rows, cols, device=device, generator=g).to(dtype) for _ in range(2))

@@ -321,15 +321,14 @@ def time_rotating_us(call, x, w, bytes_per_call: int, reps: int = 7) -> tuple[fl
     copies = rotating_sets(bytes_per_call, l2)
     xs = [x] + [x.clone() for _ in range(copies - 1)]
     calls = [(lambda xi=xi: call(xi, w)) for xi in xs]
-    how = (f"CUDA graph replay over {copies} rotating input copies (a pass moves "
-           f"{copies * bytes_per_call / l2:.1f}x L2)")
+    how = rotation_method(copies, bytes_per_call, l2)
     try:
         samples = time_rotating(calls, reps=reps)
     except Exception:  # noqa: BLE001 - not capturable: time plain launches instead
         _torch().cuda.synchronize()
         samples = [t / len(calls) for t in
                    time_gpu(lambda: [c() for c in calls], warmup=2, reps=reps, l2="warm")]
-        how = f"plain launches over {copies} rotating input copies (graph capture failed)"
+        how = f"plain launches over {copies} rotating input sets (graph capture failed)"
     return float(statistics.median(samples)), how + f", median of {reps}"
 
 
