@@ -12,7 +12,7 @@ from . import page
 from .story import MISSING, recorded, value  # noqa: F401 (value: the notebook)
 
 BIG_MB = 64  # "where a call moves 64 MB or more"
-OURS_IN_PLACE = "capstone.fused_residual_in_place"
+OURS_OUT_OF_PLACE, OURS_IN_PLACE = "capstone.fused_residual", "capstone.fused_residual_in_place"
 MID_SHAPE = (1024, 4096, "bf16")  # a few rows per SM: the fused op's mid-batch launch
 # what a lever must pass besides the gap between runs, for a recording whose study timed the
 # launch in use once (later ones derive it: lever_threshold)
@@ -189,6 +189,11 @@ def _wide_ncu(doc: dict | None) -> dict:
     return out
 
 
+def _dram_gb(profile: dict) -> str:
+    """DRAM bytes read and written by one profiled call, in GB."""
+    return f"{(profile['read'] + (profile['written'] or 0)) / 1e9:.3f} GB"
+
+
 def lever_threshold(levers_doc: dict | None) -> float:
     """What a lever's change must pass besides the gap between runs (:func:`ch07_results.
     beyond_band`): the largest change of the launch in use timed twice in the study's run
@@ -323,6 +328,13 @@ def story_values(docs: dict) -> dict[str, str]:
                  wncu_min=f"{ours['min_read'] / 1e9:.3f} GB",
                  wncu_ours=f"{ours['read'] / 1e9:.3f} GB",
                  wncu_inductor=f"{inductor['read'] / 1e9:.3f} GB")
+    out_of_place, in_place = (f["in_place_ncu"].get(k) for k in (OURS_OUT_OF_PLACE, OURS_IN_PLACE))
+    if out_of_place and in_place and out_of_place["us"] and in_place["us"]:
+        # the same kernel both ways, one isolated call each under Nsight Compute
+        v.update(ipncu_at=CR.shape_text(in_place["rows"], in_place["cols"], in_place["dtype"]),
+                 ipncu_out_gb=_dram_gb(out_of_place), ipncu_in_gb=_dram_gb(in_place),
+                 ipncu_out_us=f"{out_of_place['us']:.1f} µs", ipncu_in_us=f"{in_place['us']:.1f} µs",
+                 ipncu_ratio=CR.ratio_text(in_place["us"] / out_of_place["us"]))
     if f["single"]:
         v.update(single_lo=f"{min(r['capstone_us'] for r in f['single']):.1f}",
                  single_hi=f"{max(r['capstone_us'] for r in f['single']):.1f} µs")
