@@ -343,3 +343,23 @@ def test_each_batch_rule_beat_the_launch_it_replaced_beyond_the_in_run_band():
     assert whole["inductor_launch"] > whole["after"] * (1 + threshold / 100)
     split = rules["split"]["add_rmsnorm"]
     assert split["after"] < split["compile"] < split["before"]  # "(torch.compile: ...)"
+
+
+def test_the_in_place_profile_pair_gives_each_calls_dram_bytes_and_time():
+    """``ipncu_*``: one isolated call each way under Nsight Compute, the bytes read plus written
+    and the durations; a pair with a failed profile gives no value (never a zero)."""
+    def profile(impl, us, read, written):
+        metrics = {"x / dram__bytes_read.sum": {"unit": "byte", "value": str(read)},
+                   "x / dram__bytes_write.sum": {"unit": "byte", "value": f"{written:,}"}}
+        return {"status": "ok", "impl": impl, "rows": 16384, "cols": 8192, "dtype": "bf16",
+                "duration_us": us, "kernels": [{"metrics": metrics}]}
+
+    pair = {"records": [profile(story.OURS_OUT_OF_PLACE, 355.07, 536898560, 516654592),
+                        profile(story.OURS_IN_PLACE, 359.84, 536979968, 515364352)]}
+    docs = dict(story.load(records.COMMITTED), in_place_ncu=pair)
+    v = story.story_values(docs)
+    assert (v["ipncu_out_gb"], v["ipncu_in_gb"]) == ("1.054 GB", "1.052 GB")
+    assert (v["ipncu_out_us"], v["ipncu_in_us"]) == ("355.1 µs", "359.8 µs")
+    assert v["ipncu_ratio"] == "1.01x" and v["ipncu_at"] == "16384x8192 bf16"
+    pair["records"][1] = {"status": "failed", "impl": story.OURS_IN_PLACE, "reason": "timed out"}
+    assert not any(k.startswith("ipncu") for k in story.story_values(docs))

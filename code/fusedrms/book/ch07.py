@@ -348,8 +348,9 @@ LEVERS_BUDGET_S = 360  # a limit, far above the need (9 shapes, both ops, 3 proc
 # took 72 s on the H200 at 501bfdd; the four added compile two more widths): a shape past it fails
 # the recording
 PEERS_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far above its ~60 s
-ESTIMATE_S = 230  # H200 at 501bfdd: 103 s after chapter 6 timed its peers (the levers 72 s of it);
-# the four lever shapes added since, two of them new widths to compile, perhaps 100 more
+ESTIMATE_S = 250  # H200 at 501bfdd: 103 s after chapter 6 timed its peers (the levers 72 s of it);
+# the four lever shapes added since, two of them new widths to compile, perhaps 100 more; the
+# in-place profile pair about 20 (H100: 8 s a profile)
 TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
 # where the wide-row losses were: which bytes are extra, ours against Inductor's kernel
 WIDE_NCU_SHAPE = ("add_rmsnorm", 16384, 32768, "bf16")
