@@ -501,18 +501,19 @@ def change_text(pct: float) -> str:
 
 # ---------------------------------------------------------------- where the capstone loses
 
-def in_place_ratios(points: list[Point], max_rows: int | None = None,
-                    min_rows: int | None = None) -> list[float]:
-    """In-place time over out-of-place time of the residual-writing capstone, per shape (sorted),
-    for shapes with at most ``max_rows`` / at least ``min_rows`` rows (the rows of
-    :func:`peer_rows`, once for each variant)."""
+def in_place_over_out_of_place(points: list[Point]) -> dict[tuple, float]:
+    """{(rows, cols, dtype): in-place time / out-of-place time} of the residual-writing capstone
+    at every shape both variants were timed (the rows of :func:`peer_rows`, once for each)."""
     op = "add_rmsnorm_residual"
     out_of_place = {(r["rows"], r["cols"], r["dtype"]): r["capstone_us"] for r in peer_rows(points, op)}
-    ratios = []
-    for r in peer_rows(points, op, mine="capstone.fused_residual_in_place"):
-        shape = (r["rows"], r["cols"], r["dtype"])
-        if shape not in out_of_place or (max_rows and r["rows"] > max_rows) or \
-                (min_rows and r["rows"] < min_rows):
-            continue
-        ratios.append(r["capstone_us"] / out_of_place[shape])
-    return sorted(ratios)
+    in_place = {(r["rows"], r["cols"], r["dtype"]): r["capstone_us"]
+                for r in peer_rows(points, op, mine="capstone.fused_residual_in_place")}
+    return {shape: us / out_of_place[shape] for shape, us in in_place.items() if shape in out_of_place}
+
+
+def in_place_ratios(points: list[Point], max_rows: int | None = None,
+                    min_rows: int | None = None) -> list[float]:
+    """:func:`in_place_over_out_of_place`'s ratios, sorted, for shapes with at most ``max_rows``
+    / at least ``min_rows`` rows."""
+    return sorted(ratio for (rows, _, _), ratio in in_place_over_out_of_place(points).items()
+                  if not (max_rows and rows > max_rows) and not (min_rows and rows < min_rows))

@@ -62,14 +62,14 @@ def story_facts(docs: dict) -> dict:
                        if records.copy_floor_beside(doc) else None),
         "fu_counts": CR.tie_counts(fused, band), "rs_counts": CR.tie_counts(residual, band),
         "fastest_peers": {r["peer"] for r in complete},
-        "wide_ncu": _wide_ncu(docs.get("wide_ncu")),
-        "in_place_ncu": _wide_ncu(docs.get("in_place_ncu")),
+        "wide_ncu": _ncu_pair(docs.get("wide_ncu")),
+        "in_place_ncu": _ncu_pair(docs.get("in_place_ncu")),
         "single": single, "single_lost": [r for r in single if r in lost],
         "mid": next((r for r in complete if (r["rows"], r["cols"], r["dtype"]) == MID_SHAPE), None),
         "big_rs": big_rs, "big_rs_peers": [r["peer"] for r in big_rs],
         "whole_lost": [r for r in lost if r in whole],
         "rs_whole_lost": [r for r in rs_whole if band is not None and r["ratio"] > 1 + band],
-        "in_place_lost": _in_place_lost(doc, points, residual, band),
+        "in_place_lost": _in_place_lost(doc, points, band),
         # two passes: fewer rows than the GPU has SMs leave SMs idle (one program per row)
         "two": two, "two_few": [r for r in two if r["rows"] < H200_SMS],
         "two_many": [r for r in two if r["rows"] >= H200_SMS],
@@ -91,17 +91,17 @@ def story_facts(docs: dict) -> dict:
     }
 
 
-def _in_place_lost(doc, points, residual: list[dict], band: float | None) -> list[dict]:
+def _in_place_lost(doc, points, band: float | None) -> list[dict]:
     """The residual op's :func:`ch07_results.peer_table` rows for its in-place call that are
     slower than the fastest peer beyond the tie band, each with ``own``: its in-place time over
-    its out-of-place time (``residual``: that call's rows)."""
+    its out-of-place time (:func:`ch07_results.in_place_over_out_of_place`)."""
     if band is None:
         return []
-    out_of_place = {(r["rows"], r["cols"], r["dtype"]): r["capstone_us"] for r in residual}
+    own = CR.in_place_over_out_of_place(points)
     rows = CR.peer_table(doc, "add_rmsnorm_residual", points, mine=OURS_IN_PLACE)
-    return [{**r, "own": r["capstone_us"] / out_of_place[(r["rows"], r["cols"], r["dtype"])]}
+    return [{**r, "own": own[(r["rows"], r["cols"], r["dtype"])]}
             for r in rows if not r["missing"] and r["ratio"] > 1 + band
-            and (r["rows"], r["cols"], r["dtype"]) in out_of_place]
+            and (r["rows"], r["cols"], r["dtype"]) in own]
 
 
 def _by_passes(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -169,7 +169,7 @@ def _metric(rec: dict, name: str) -> float | None:
     return None
 
 
-def _wide_ncu(doc: dict | None) -> dict:
+def _ncu_pair(doc: dict | None) -> dict:
     """{impl: DRAM bytes read and written, threads per program, programs, µs} of an Nsight
     Compute pair (ours and Inductor's kernel at the widest rows; the residual op out of place and
     in place); ``min_read``: x and r."""

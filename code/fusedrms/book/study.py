@@ -434,6 +434,7 @@ def lever_bench(out_dir: Path, budget_s: float = 90.0, smoke: bool = False) -> P
     timer, 3 processes one after another (the first compiles), median over processes
     (:func:`aggregate_timing`). ``smoke``: one shape (:data:`study_timing.SMOKE_LEVER_SHAPES`)."""
     from .. import records
+    from ..measure import timer
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -462,7 +463,8 @@ def lever_bench(out_dir: Path, budget_s: float = 90.0, smoke: bool = False) -> P
     path = out_dir / "capstone_levers.json"
     skipped = [m for m in msgs if m.get("kind") == "skipped"]
     records.write(path, aggregate_timing(msgs), {"timer": "CUDA graph over rotating input sets "
-                  "(a pass moves at least 4x L2), median of 3 processes", "elapsed_s": time.time() - t0,
+                  f"(a pass moves at least {timer.ROTATING_L2S}x L2), median of 3 processes",
+                  "elapsed_s": time.time() - t0,
                   "exits": [m for m in msgs if m.get("kind") == "exit"],
                   "inductor_kernels": kernels})
     if skipped:
