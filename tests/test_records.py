@@ -307,3 +307,7 @@ def test_an_acknowledged_change_to_recording_steps_alone_says_the_kernels_did_no
     assert "peer library's launch" in peer.badge and "book's kernels have not changed" in peer.badge
     both = records.Staleness("ch06", "acknowledged", ["kernels/peers.py", "kernels/add_rmsnorm.py"])
     assert "earlier version of the kernel" in both.badge
+    timer = records.Staleness("ch06", "acknowledged", ["measure/timer.py", "book/ch06.py::record"])
+    assert "timing code" in timer.badge and "kernels they time have not changed" in timer.badge
+    timer_and_kernel = records.Staleness("ch06", "acknowledged", ["measure/timer.py", "kernels/k.py"])
+    assert "earlier version of the kernel" in timer_and_kernel.badge

@@ -391,6 +391,7 @@ def write_manifest(folder: Path, manifest: dict) -> Path:
 
 # how the book calls the peer libraries' kernels (a change here changes a peer's time, not ours)
 PEER_SOURCES = ("kernels/peers.py", "kernels/peers_flashinfer.py", "kernels/flashinfer_norm.cu")
+MEASURING_SOURCES = ("book/", "measure/")  # recording steps and timers: no kernel of the book
 
 
 @dataclass
@@ -407,14 +408,15 @@ class Staleness:
         """The sentence a chapter's provenance badge adds (empty when the numbers are current)."""
         at = f" (commit {str(self.commit)[:10]})" if self.commit else ""
         if self.state == "acknowledged" and self.changed and all(
-                c.startswith("book/") for c in self.changed):
+                c.startswith(MEASURING_SOURCES) for c in self.changed):
             return (f"These numbers were measured by an earlier version of this chapter's "
-                    f"recording steps{at}; the kernels they time have not changed since.")
-        if self.state == "acknowledged" and self.changed and all(
-                c.startswith("book/") or c in PEER_SOURCES for c in self.changed):
-            return (f"These numbers were measured with an earlier version of a peer library's "
-                    f"launch or of this chapter's recording steps{at}; the book's kernels have "
+                    f"recording steps or the book's timing code{at}; the kernels they time have "
                     f"not changed since.")
+        if self.state == "acknowledged" and self.changed and all(
+                c.startswith(MEASURING_SOURCES) or c in PEER_SOURCES for c in self.changed):
+            return (f"These numbers were measured with an earlier version of a peer library's "
+                    f"launch or of this chapter's recording steps or the book's timing code{at}; "
+                    f"the book's kernels have not changed since.")
         if self.state == "acknowledged":
             return (f"These numbers were measured on an earlier version of the kernel{at}; "
                     f"they have not been re-recorded since it changed.")
