@@ -14,6 +14,8 @@ from .. import records
 from . import page
 
 CAPSTONE = "capstone.fused"
+# the residual-writing capstone, out of place (the registry's default call) and in place
+CAPSTONE_RESIDUAL, CAPSTONE_IN_PLACE = "capstone.fused_residual", "capstone.fused_residual_in_place"
 CAPSTONE_OPS = {"capstone.fused": "add_rmsnorm", "capstone.fused_residual": "add_rmsnorm_residual"}
 MB = 10 ** 6
 
@@ -507,7 +509,7 @@ def in_place_over_out_of_place(points: list[Point]) -> dict[tuple, float]:
     op = "add_rmsnorm_residual"
     out_of_place = {(r["rows"], r["cols"], r["dtype"]): r["capstone_us"] for r in peer_rows(points, op)}
     in_place = {(r["rows"], r["cols"], r["dtype"]): r["capstone_us"]
-                for r in peer_rows(points, op, mine="capstone.fused_residual_in_place")}
+                for r in peer_rows(points, op, mine=CAPSTONE_IN_PLACE)}
     return {shape: us / out_of_place[shape] for shape, us in in_place.items() if shape in out_of_place}
 
 

@@ -12,7 +12,7 @@ from . import page
 from .story import MISSING, recorded, value  # noqa: F401 (value: the notebook)
 
 BIG_MB = 64  # "where a call moves 64 MB or more"
-OURS_OUT_OF_PLACE, OURS_IN_PLACE = "capstone.fused_residual", "capstone.fused_residual_in_place"
+OURS_OUT_OF_PLACE, OURS_IN_PLACE = CR.CAPSTONE_RESIDUAL, CR.CAPSTONE_IN_PLACE
 MID_SHAPE = (1024, 4096, "bf16")  # a few rows per SM: the fused op's mid-batch launch
 # what a lever must pass besides the gap between runs, for a recording whose study timed the
 # launch in use once (later ones derive it: lever_threshold)
@@ -78,8 +78,8 @@ def story_facts(docs: dict) -> dict:
         "fi_max_cols": _unsupported_limit(doc, "flashinfer.fused_add_rmsnorm"),
         "ip_small": CR.in_place_ratios(points, max_rows=SMALL_ROWS),
         "ip_large": CR.in_place_ratios(points, min_rows=LARGE_ROWS),
-        "py_out": calls.get("capstone.fused_residual"),
-        "py_in": calls.get("capstone.fused_residual_in_place"),
+        "py_out": calls.get(OURS_OUT_OF_PLACE),
+        "py_in": calls.get(OURS_IN_PLACE),
         "eager": CR.eager_ratios(points, BIG_MB), "large": CR.peer_summary(fused, BIG_MB),
         "py_fused": CR.python_calls(doc).get("capstone.fused"),
         "py_torch": CR.python_calls(doc).get("torch.rms_norm_add"),
@@ -349,7 +349,7 @@ def story_values(docs: dict) -> dict[str, str]:
                  rs_big_max_at=CR.shape_text(worst_rs["rows"], worst_rs["cols"],
                                              worst_rs["dtype"]),
                  rs_big_max_peer=CR.display_name(worst_rs["peer"]))
-    modes = _process_modes(docs["peers"], "capstone.fused_residual_in_place")
+    modes = _process_modes(docs["peers"], OURS_IN_PLACE)
     if modes:
         v.update(mode_at=CR.shape_text(*modes["shape"]), mode_gap=f"{modes['gap']:.1f}%")
     if f["mid"]:
