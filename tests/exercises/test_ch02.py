@@ -263,3 +263,14 @@ def _the_model_itself(step, rows, cols, dtype):
 def test_bytes_moved_refuses_the_chapters_model_itself():
     fb = ch02.bytes_moved.check(_the_model_itself)
     assert not fb.ok and "traffic.price" in fb.message and fb.hint, str(fb)
+
+
+def _returns_a_long_tensor(step, rows, cols, dtype):
+    import torch
+
+    return torch.zeros(2 ** 26)
+
+
+def test_bytes_moved_names_a_long_return_value_at_once():
+    fb = ch02.bytes_moved.check(_returns_a_long_tensor)
+    assert not fb.ok and "Tensor" in fb.message and "did not finish" not in fb.message, str(fb)

@@ -226,3 +226,18 @@ def test_a_right_answer_raising_its_own_exception_class_passes(monkeypatch):
     monkeypatch.setattr(sys.modules["__main__"], "BadSamples", BadSamples, raising=False)
     fb = E.check(_raises_its_own_exception_class)
     assert fb.ok, str(fb)
+
+
+def _returns_a_long_tensor(ours, peer, band):
+    import torch
+
+    return torch.zeros(2 ** 26)
+
+
+def test_a_long_return_value_is_named_at_once_not_taken_for_a_hang():
+    import time
+
+    t0 = time.perf_counter()
+    fb = E.check(_returns_a_long_tensor)
+    assert not fb.ok and "Tensor" in fb.message and "did not finish" not in fb.message, str(fb)
+    assert time.perf_counter() - t0 < 50  # the grader's limit is 60 s

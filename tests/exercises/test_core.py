@@ -233,3 +233,30 @@ def test_an_error_that_cannot_travel_reads_the_same():
     assert core.one_line(original).startswith("LocalError: row 3") and core.one_line(original).endswith("...")
     picklable = ValueError("bad")
     assert core.portable_error(picklable) is picklable
+
+
+class _ExitsWhenRead:
+    def __float__(self):
+        raise SystemExit(0)
+
+    __index__ = __int__ = __float__
+
+
+def test_an_answer_that_exits_when_read_gets_a_verdict_not_the_end_of_the_cell():
+    ex = core.Exercise("demo", "What is 2+2?",
+                       lambda a: core.correct("ok") if core.as_number(a) == 4 else core.wrong("no"),
+                       solution=4)
+    fb = ex.check(_ExitsWhenRead())
+    assert not fb.ok and "could not be read" in fb.message and "SystemExit" in fb.error
+
+
+def test_fields_asks_the_length_before_unpacking():
+    import itertools
+
+    import torch
+
+    assert core.fields((1, 2), 2) == (1, 2) and core.fields([1, 2, 3, 4], 4) == (1, 2, 3, 4)
+    assert core.fields(torch.zeros(2 ** 26), 4) is None  # would take seconds to unpack
+    assert core.fields(itertools.count(), 2) is None and core.fields(5, 2) is None
+    assert core.brief(list(range(10 ** 6))).startswith("list [0, 1, 2")
+    assert len(core.brief(list(range(10 ** 6)))) < 100

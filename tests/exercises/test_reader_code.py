@@ -197,3 +197,14 @@ def test_a_class_that_cannot_be_rebuilt_is_named_with_what_to_do(notebook):
         with pytest.raises(reader_code.NotCopied, match=re.escape(needle)) as err:
             reader_code.copy_answer(answer)
         assert "plain values" in str(err.value) and "ValueError" in str(err.value)
+
+
+def _defines_a_class_in_its_body(n):
+    class Inner(ValueError):  # its body reads __name__ (for __module__): not the function's global
+        pass
+
+    return Inner.__name__, n + 1
+
+
+def test_a_function_that_defines_a_class_in_its_body_travels():
+    assert grader.run(_defines_a_class_in_its_body, _call, 1) == ("Inner", 2)

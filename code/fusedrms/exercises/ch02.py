@@ -12,7 +12,7 @@ from fractions import Fraction
 
 from .. import traffic
 from . import answers, grader, predictions
-from .core import Exercise, Malformed, correct, one_line, portable_error, wrong
+from .core import Exercise, Malformed, brief, correct, fields, one_line, portable_error, wrong
 
 ROWS, COLS, DTYPE = 1024, 4096, "bf16"
 ITEM = traffic.DTYPE_BYTES[DTYPE]
@@ -306,12 +306,9 @@ def _outputs(fn, cases) -> list:
         if called:  # the chapter's model itself, not the reader's
             used = used or grader.LibraryCall(called[0])
         try:
-            pair = tuple(value)
-            if len(pair) != 2:
-                raise ValueError
-            out.append(tuple(float(v) for v in pair))
-        except Exception:  # noqa: BLE001
-            out.append(f"returned {type(value).__name__} {repr(value)[:80]}")
+            out.append(tuple(float(v) for v in fields(value, 2)))
+        except Exception:  # noqa: BLE001 - not two fields, or fields that are not numbers
+            out.append(f"returned {brief(value)}")
     return out + ([used] if used else [])  # a last entry when it called the model
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from .. import env  # first: the kernels below must be decorated in the right mode
 
 import contextlib
+import dataclasses
 import inspect
 import math
 from dataclasses import dataclass, field
@@ -299,15 +300,12 @@ def _launch(kernel, rows: int, cols: int, seed: int, audit: bool, device, eps: f
     default to chapter 4's fix exercises' (the next power of two, the compiler's, fp32);
     ``x_values(rows, cols, block, generator)`` may replace x's random values."""
     block = block or CASE_BLOCK.get((rows, cols), triton.next_power_of_2(cols))
-    g = torch.Generator().manual_seed(seed)
     xs, ys = cols + X_PAD, cols + Y_PAD
     # every buffer has a block of slack at the end, so even an unmasked or mis-indexed load of a
     # reader's kernel reads padding, never memory it does not own
     x_buf = torch.full((rows * xs + block,), X_FILL, dtype=dtype)
-    x = (torch.randn(rows, cols, generator=g) if x_values is None
-         else x_values(rows, cols, block, g)).to(dtype)
+    x, w = case_inputs(rows, cols, seed, block, dtype, x_values)
     x_buf[: rows * xs].view(rows, xs)[:, :cols] = x
-    w = torch.randn(cols, generator=g).to(dtype)
     w_buf = torch.full((rows * xs + rows * cols + block,), W_FILL, dtype=dtype)
     w_buf[:cols] = w
     y_buf = torch.full((rows * ys + block,), SENTINEL, dtype=dtype)
@@ -329,6 +327,33 @@ def _launch(kernel, rows: int, cols: int, seed: int, audit: bool, device, eps: f
         run.stray_stores += launch.outside_stores
         run.races = launch.races()
     return run
+
+
+def case_inputs(rows: int, cols: int, seed: int, block: int, dtype: torch.dtype = torch.float32,
+                x_values=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """x and w of one case, the same in every process: the child launches on them, the parent
+    judges against its own (:func:`own_inputs`)."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(rows, cols, generator=g) if x_values is None
+         else x_values(rows, cols, block, g)).to(dtype)
+    return x, torch.randn(cols, generator=g).to(dtype)
+
+
+def own_inputs(run, rows: int, cols: int, seed: int, eps: float, block: int | None = None,
+               dtype: torch.dtype = torch.float32, x_values=None):
+    """``run`` (a :class:`KernelRun` from the grader's child, or what the kernel raised) judged
+    against the case as the parent knows it: the inputs, eps and sizes are made here. Whatever
+    else the child sends back is within the reach of the reader's kernel (under the interpreter
+    it is Python, and may rewrite the grader's own x)."""
+    if not isinstance(run, KernelRun):
+        return run
+    if tuple(run.y.shape) != (rows, cols):
+        return RuntimeError(f"the checker's {rows}x{cols} output came back as "
+                            f"{tuple(run.y.shape)}: something changed the checker's own values "
+                            f"while your kernel ran")
+    block = block or CASE_BLOCK.get((rows, cols), triton.next_power_of_2(cols))
+    x, w = case_inputs(rows, cols, seed, block, dtype, x_values)
+    return dataclasses.replace(run, rows=rows, cols=cols, x=x, w=w, eps=eps, block=block)
 
 
 def _stray_reads(log, x_buf, w_buf, rows, cols, xs) -> tuple[int, int]:
@@ -533,6 +558,8 @@ def _grade_kernel(answer, focus: str) -> Feedback:
         audits = grader.run(answer, _audited_runs, CASES, cache=True)
     except grader.Failed as failed:
         return grader.failure_feedback(failed, "triton")
+    audits = [own_inputs(a, *c, 0, CASE_EPS.get(c, EPS), **_case_data(*c))
+              for a, c in zip(audits, CASES)]
     for i, (rows, cols) in enumerate(CASES):
         if isinstance(audits[i], BaseException):
             return _raised(audits[i], f"On {case_name(rows, cols)}")
@@ -545,6 +572,8 @@ def _grade_kernel(answer, focus: str) -> Feedback:
             runs = grader.run(answer, _compiled_runs, CASES, device="gpu")
         except grader.Failed as failed:
             return grader.failure_feedback(failed, "triton")
+        runs = [own_inputs(r, *c, 0, CASE_EPS.get(c, EPS), **_case_data(*c))
+                for r, c in zip(runs, CASES)]
         for i, (rows, cols) in enumerate(CASES):
             where = f"On {case_name(rows, cols)} on the GPU"
             if isinstance(runs[i], BaseException):

@@ -91,6 +91,14 @@ def _run(kernel, case: Case, device, audit: bool) -> KernelRun:
                    x_values=spiked_rows if case.spiked else None)
 
 
+def _own_inputs(run, case: Case):
+    """``run`` judged against the case as made here (:func:`.ch04.own_inputs`), not the child's."""
+    from .ch04 import own_inputs
+
+    return own_inputs(run, case.rows, case.cols, 0, case.eps, case.block, case.dtype,
+                      spiked_rows if case.spiked else None)
+
+
 def _runs(kernel, cases, device: str) -> list:
     """(In the grader's child) each case's KernelRun, or what the kernel raised (then no more)."""
     from .ch04 import kernel_cases
@@ -209,6 +217,7 @@ def _grade_looped(answer) -> Feedback:
         audits = grader.run(answer, audited_runs, CASES, cache=True)
     except grader.Failed as failed:
         return grader.failure_feedback(failed, "triton")
+    audits = [_own_inputs(a, case) for a, case in zip(audits, CASES)]
     for case, audit in zip(CASES, audits):
         if isinstance(audit, BaseException):
             return _raised(audit, case.where())
@@ -221,6 +230,7 @@ def _grade_looped(answer) -> Feedback:
             runs = grader.run(answer, compiled_runs, CASES, device="gpu")
         except grader.Failed as failed:
             return grader.failure_feedback(failed, "triton")
+        runs = [_own_inputs(r, case) for r, case in zip(runs, CASES)]
         for case, run, audit in zip(CASES, runs, audits):
             where = f"{case.where()} on the GPU"
             if isinstance(run, BaseException):

@@ -16,7 +16,8 @@ import statistics
 
 from ..measure import compare, timer
 from . import grader
-from .core import Exercise, Malformed, correct, one_line, portable_error, wrong
+from .core import (Exercise, Malformed, brief, correct, fields, one_line, portable_error,
+                   wrong)
 
 SPEC = """\
 summarize(ours, peer, band) -> (median, p10, p90, verdict)
@@ -152,11 +153,12 @@ def _runs(fn, cases) -> list:
             continue
         if called:  # the library's summary, which the checker compares with
             used = used or grader.LibraryCall(called[0])
+        four = fields(value, 4)
         try:
-            median, p10, p90, verdict = value
+            median, p10, p90, verdict = four
             out.append((float(median), float(p10), float(p90), str(verdict).strip().lower()))
-        except Exception:  # noqa: BLE001
-            out.append(f"returned {type(value).__name__} {repr(value)[:80]}")
+        except Exception:  # noqa: BLE001 - not four fields, or fields that are not numbers
+            out.append(f"returned {brief(value)}")
     return out + ([used] if used else [])  # a last entry when it called the library
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from .. import env  # noqa: F401 - first: the kernels below must be decorated in the right mode
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -97,13 +98,32 @@ class DxRun:
     races: list = field(default_factory=list)
 
 
+def case_inputs(case: Case) -> tuple:
+    """x, dy, w and the saved r of ``case``, the same in every process."""
+    g = torch.Generator().manual_seed(case.rows * 1000 + case.cols)
+    x = torch.randn(case.rows, case.cols, generator=g).to(case.dtype)
+    dy = torch.randn(case.rows, case.cols, generator=g).to(case.dtype)
+    w = torch.randn(case.cols, generator=g).to(case.dtype)
+    r = reference.row_scale(x, EPS, torch.float32).float()  # what the forward saved
+    return x, dy, w, r
+
+
+def _own_inputs(run, case: Case):
+    """``run`` (from the grader's child) with the inputs made here: the child's copies are within
+    the reach of the reader's kernel, so the reference is computed from these."""
+    if not isinstance(run, DxRun):
+        return run
+    if tuple(run.dx.shape) != (case.rows, case.cols):
+        return RuntimeError(f"the checker's {case.rows}x{case.cols} output came back as "
+                            f"{tuple(run.dx.shape)}: something changed the checker's own values "
+                            f"while your kernel ran")
+    x, dy, w, r = case_inputs(case)
+    return dataclasses.replace(run, case=case, x=x, dy=dy, w=w, r=r)
+
+
 def _launch(kernel, case: Case, device, audit: bool) -> DxRun:
     rows, cols, block = case.rows, case.cols, case.block
-    g = torch.Generator().manual_seed(rows * 1000 + cols)
-    x = torch.randn(rows, cols, generator=g).to(case.dtype)
-    dy = torch.randn(rows, cols, generator=g).to(case.dtype)
-    w = torch.randn(cols, generator=g).to(case.dtype)
-    r = reference.row_scale(x, EPS, torch.float32).float()  # what the forward saved
+    x, dy, w, r = case_inputs(case)
     strides = {k: cols + pad for k, pad in PADS.items()}
     slack = block + cols  # a mis-indexed load reads padding, never memory it does not own
 
@@ -283,6 +303,7 @@ def _grade_dx(answer) -> Feedback:
         audits = grader.run(answer, audited_runs, CASES, cache=True)
     except grader.Failed as failed:
         return grader.failure_feedback(failed, "triton")
+    audits = [_own_inputs(a, case) for a, case in zip(audits, CASES)]
     for case, audit in zip(CASES, audits):
         if isinstance(audit, BaseException):
             return _raised(audit, case.where())
@@ -295,6 +316,7 @@ def _grade_dx(answer) -> Feedback:
             runs = grader.run(answer, compiled_runs, CASES, device="gpu")
         except grader.Failed as failed:
             return grader.failure_feedback(failed, "triton")
+        runs = [_own_inputs(r, case) for r, case in zip(runs, CASES)]
         for case, run, audit in zip(CASES, runs, audits):
             where = f"{case.where()} on the GPU"
             if isinstance(run, BaseException):

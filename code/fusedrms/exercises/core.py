@@ -96,7 +96,10 @@ class Exercise:
             return wrong(f"the answer could not be read: {e}")
         except InputError as e:  # the package refused a value from the answer, and said why
             return wrong(f"the answer could not be used: {e}")
-        except Exception as e:  # noqa: BLE001 - a form the grader did not foresee
+        except (Exception, SystemExit, GeneratorExit) as e:  # noqa: BLE001 - a form the grader
+            # did not foresee; SystemExit too (an answer's __float__ may call sys.exit), which
+            # would otherwise end the notebook's cell with a traceback. KeyboardInterrupt is the
+            # reader's own Ctrl-C and stops the check, as it should.
             text = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
             return Feedback(False, f"the answer could not be read ({type(e).__name__}"
                                    f"{': ' + text if text else ''}).",
@@ -371,6 +374,28 @@ def portable_error(err: BaseException) -> BaseException:
         return err
     except Exception:  # noqa: BLE001 - any exception class may refuse
         return RaisedElsewhere(type(err).__name__, str(err))
+
+
+def fields(value, n: int) -> tuple | None:
+    """``value``'s ``n`` fields (a tuple, list or array of length ``n``), or None. The length is
+    asked first: unpacking a long tensor or an endless generator would run into the time limit."""
+    try:
+        return tuple(value) if len(value) == n else None
+    except Exception:  # noqa: BLE001 - no length, or one that raises: not n fields
+        return None
+
+
+def brief(value, limit: int = 80) -> str:
+    """``value`` as its type and a short repr (bounded even for a long list or tensor)."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = limit
+    try:
+        text = " ".join(short.repr(value).split())
+    except Exception:  # noqa: BLE001 - a repr that raises
+        text = "(no readable value)"
+    return f"{type(value).__name__} {text[:limit]}"
 
 
 def one_line(err: BaseException, limit: int = 300) -> str:

@@ -120,6 +120,10 @@ def _function_recipe(fn, depth: int) -> dict:
     for global_name in dict.fromkeys(names):
         if fn.__globals__.get(global_name) is fn:  # a recursive function: the def defines it
             continue
+        if global_name.startswith("__") and global_name.endswith("__"):
+            # a module's own attributes (a class body in the function reads __name__ for its
+            # __module__): the copy's module has its own, and the notebook's would break it
+            continue
         if global_name in fn.__globals__:  # else a builtin, or undefined: the copy fails alike
             _place(recipe, global_name, fn.__globals__[global_name], depth)
     for free, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
