@@ -221,6 +221,29 @@ def test_residual_rejects_outputs_no_kernel_stored():
     assert not fb.ok and "from PyTorch" in fb.message and fb.hint, str(fb)
 
 
+@triton.jit
+def _copy_two(a_ptr, b_ptr, y_ptr, s_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(y_ptr + i, tl.load(a_ptr + i, mask=m, other=0.0), mask=m)
+    tl.store(s_ptr + i, tl.load(b_ptr + i, mask=m, other=0.0), mask=m)
+
+
+def _the_reference_copied_by_a_kernel(x, r, w, eps):
+    from fusedrms import reference
+
+    y0, s0 = (t.contiguous() for t in reference.add_rmsnorm_residual(x, r, w, eps))
+    y, s = torch.empty_like(y0), torch.empty_like(s0)
+    _copy_two[(triton.cdiv(y.numel(), 1024),)](y0, s0, y, s, y.numel(), BLOCK=1024)
+    return y, s
+
+
+def test_residual_rejects_a_kernel_that_only_copies_pytorchs_outputs():
+    fb = ch07.residual_variant.check(_the_reference_copied_by_a_kernel)
+    assert not fb.ok and "loaded 0 of the" in fb.message and "from PyTorch" in fb.message, str(fb)
+    assert "tl.load(x_ptr" in fb.hint
+
+
 # ---- the verdict is the parent's: an answer that patches the checker's functions in its own
 # process changes nothing ----
 

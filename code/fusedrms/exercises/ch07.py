@@ -254,6 +254,7 @@ class CaseRun:
     r_after: torch.Tensor | None = None
     audit: object = None  # interpreter_audit.Audit, under the interpreter
     kernels: list = field(default_factory=list)  # [LaunchedKernel]
+    read: tuple | None = None  # (elements of x, of r) the kernels loaded, where it can be told
 
 
 def collect(answer) -> dict:
@@ -276,6 +277,11 @@ def collect(answer) -> dict:
             except Exception as e:  # noqa: BLE001  (the reader's code: report, never raise)
                 run.raised = portable_error(e)
         run.audit, run.kernels = audit, launched_kernels(launched)
+        if audit is not None and audit.usable and dtype == torch.float32 and not strided:
+            # here x.contiguous() and x.float() are x itself: a kernel that computes y and s
+            # loads every element of x and r from the tensors the function was given
+            run.read = tuple(audit.elements_loaded(t.data_ptr(), t.numel(), t.element_size())
+                             for t in (x, r))
         run.x_after, run.r_after = sent_back(x), sent_back(r)
         runs.append(run)
         if run.raised is not None:
@@ -304,6 +310,7 @@ def _judge(found: dict, interpreting: bool) -> Feedback:
     eps = GRADE_EPS
     kernels, silent = [], []  # kernels launched; cases that launched none
     unstored = []  # cases whose kernels stored fewer values than y and s hold: (where, stored, n)
+    unread = []  # cases whose kernels did not load all of x and r: (where, of x, of r, n)
     for (rows, cols, dtype, seed, strided), run in zip(_cases(), found["cases"]):
         where = _where(rows, cols, dtype, strided)
         x, r, w = _case_inputs(rows, cols, dtype, seed, strided, device="cpu")
@@ -334,6 +341,8 @@ def _judge(found: dict, interpreting: bool) -> Feedback:
         if run.kernels and audit is not None and audit.usable \
                 and audit.stored() < y.numel() + s.numel():
             unstored.append((where, audit.stored(), y.numel() + s.numel()))
+        if run.kernels and run.read is not None and min(run.read) < x.numel():
+            unread.append((where, *run.read, x.numel()))
         if (dtype == torch.bfloat16 and interpreting
                 and not all(bool(torch.isfinite(t).all()) and float(t.float().abs().max()) < 1e30
                             for t in (y, s))):
@@ -396,6 +405,13 @@ def _judge(found: dict, interpreting: bool) -> Feedback:
                      f"come from PyTorch, not from your kernel.",
                      "Let your kernel compute s and y and store both: tl.store(s_ptr + offsets, "
                      "..., mask=mask) and tl.store(y_ptr + offsets, ..., mask=mask).")
+    if unread:
+        where, of_x, of_r, n = unread[0]
+        return wrong(f"the values are right, but the kernels your function launched loaded "
+                     f"{of_x} of the {n} values of x and {of_r} of r {where}: the outputs come "
+                     f"from PyTorch, not from your kernel.",
+                     "Let your kernel load x and r itself (tl.load(x_ptr + offsets, mask=mask)"
+                     ", the same for r), add them, and compute s and y from what it loaded.")
     book = [k for k in kernels if k.is_the_books]
     if book:
         return wrong(f"your function launches the book's own kernel "

@@ -119,6 +119,17 @@ class Audit:
                   if a.kind == "store" and a.addresses.size]
         return int(np.unique(np.concatenate(stores)).size) if stores else 0
 
+    def elements_loaded(self, start: int, count: int, itemsize: int) -> int:
+        """How many of the ``count`` elements of ``itemsize`` bytes from address ``start`` (a
+        contiguous tensor's) the launches loaded."""
+        loads = [a.addresses for launch in self.launches for a in launch.accesses
+                 if a.kind == "load" and a.addresses.size]
+        if not loads:
+            return 0
+        at = np.unique(np.concatenate(loads)).astype(np.int64) - start
+        inside = at[(at >= 0) & (at < count * itemsize)]
+        return int(np.unique(inside // itemsize).size)
+
     def outside(self) -> Launch | None:
         """The first launch that loaded or stored outside its tensors, or None."""
         return next((l for l in self.launches if l.outside_loads or l.outside_stores), None)
