@@ -419,3 +419,8 @@ def _allclose_in_a_thread(got, want):
 def test_the_librarys_comparison_is_seen_with_the_watch_switched_off_or_in_a_thread(answer):
     fb = C.build_close.check(answer)
     assert not fb.ok and "the library's comparison" in fb.message, str(fb)
+
+
+def test_compare_names_what_was_returned_instead_of_a_verdict_once():
+    assert C._verdict_of([1, 2, 3]) == "list [1, 2, 3]"  # not "list str: [1, 2, 3]"
+    assert C._verdict_of("yes") == "str 'yes'"

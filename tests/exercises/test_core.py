@@ -260,3 +260,9 @@ def test_fields_asks_the_length_before_unpacking():
     assert core.fields(itertools.count(), 2) is None and core.fields(5, 2) is None
     assert core.brief(list(range(10 ** 6))).startswith("list [0, 1, 2")
     assert len(core.brief(list(range(10 ** 6)))) < 100
+
+
+def test_changed_output_names_a_shape_that_is_not_the_cases():
+    assert core.changed_output(3, 13, (3, 13)) is None
+    changed = core.changed_output(3, 13, (1, 13))
+    assert isinstance(changed, RuntimeError) and "3x13" in str(changed) and "(1, 13)" in str(changed)

@@ -17,7 +17,7 @@ import torch
 
 from .. import checks
 from . import grader
-from .core import Exercise, Feedback, correct, one_line, portable_error, wrong
+from .core import Exercise, Feedback, brief, correct, one_line, portable_error, wrong
 
 SIGNATURE = "my_close(got, want)"
 NAN = float("nan")
@@ -274,7 +274,7 @@ def _verdict_of(value):
         return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
     if type(value).__name__ == "bool_":  # numpy's
         return bool(value)
-    return f"{type(value).__name__} {one_line(repr(value))[:40]}"
+    return brief(value, 40)
 
 
 def answer_verdicts(answer) -> list:

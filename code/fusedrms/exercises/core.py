@@ -376,6 +376,16 @@ def portable_error(err: BaseException) -> BaseException:
         return RaisedElsewhere(type(err).__name__, str(err))
 
 
+def changed_output(rows: int, cols: int, shape) -> BaseException | None:
+    """Where the grader's child sent back an output of ``shape`` for a ``rows x cols`` case: None,
+    or what to report if it is not that shape (the reader's kernel, Python under the interpreter,
+    can rebind the child's own sizes)."""
+    if tuple(shape) == (rows, cols):
+        return None
+    return RuntimeError(f"the checker's {rows}x{cols} output came back as {tuple(shape)}: "
+                        f"something changed the checker's own values while your kernel ran")
+
+
 def fields(value, n: int) -> tuple | None:
     """``value``'s ``n`` fields (a tuple, list or array of length ``n``), or None. The length is
     asked first: unpacking a long tensor or an endless generator would run into the time limit."""
