@@ -238,6 +238,35 @@ def _the_reference_copied_by_a_kernel(x, r, w, eps):
     return y, s
 
 
+@triton.jit
+def _upcast_inputs_kernel(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    col = tl.arange(0, BLOCK)
+    mask = col < cols
+    s = (tl.load(x_ptr + row * cols + col, mask=mask, other=0.0)
+         + tl.load(r_ptr + row * cols + col, mask=mask, other=0.0)).to(s_ptr.dtype.element_ty)
+    tl.store(s_ptr + row * cols + col, s, mask=mask)
+    s = s.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(s * s, axis=0) / cols + eps)
+    w = tl.load(w_ptr + col, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * cols + col, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _upcast_inputs_first(x, r, w, eps=1e-5):
+    """x.float() and r.float() in PyTorch (contiguous fp32 copies), then the kernel on them."""
+    x32, r32 = x.float().contiguous(), r.float().contiguous()
+    y, s = torch.empty_like(x), torch.empty_like(x)
+    cols = x.shape[-1]
+    _upcast_inputs_kernel[(x.shape[0],)](x32, r32, w, y, s, cols, eps,
+                                         BLOCK=triton.next_power_of_2(cols))
+    return y, s
+
+
+def test_residual_accepts_inputs_upcast_in_pytorch_before_the_kernel():
+    fb = ch07.residual_variant.check(_upcast_inputs_first)
+    assert fb.ok, str(fb)
+
+
 def test_residual_rejects_a_kernel_that_only_copies_pytorchs_outputs():
     fb = ch07.residual_variant.check(_the_reference_copied_by_a_kernel)
     assert not fb.ok and "loaded 0 of the" in fb.message and "from PyTorch" in fb.message, str(fb)

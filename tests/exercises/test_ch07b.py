@@ -60,7 +60,28 @@ def _looped(x, w, eps=1e-6):
     return y
 
 
-@pytest.mark.parametrize("answer", [_fp32_product, _looped], ids=["fp32 product", "two passes"])
+@triton.jit
+def _upcast_input_kernel(x_ptr, w_ptr, y_ptr, cols, eps, BLOCK: tl.constexpr):
+    col = tl.arange(0, BLOCK)
+    mask = col < cols
+    x = tl.load(x_ptr + col, mask=mask, other=0.0)  # fp32 already: the launcher upcast it
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)
+    w = tl.load(w_ptr + col, mask=mask, other=0.0)
+    tl.store(y_ptr + col, (x * rstd).to(y_ptr.dtype.element_ty) * w, mask=mask)
+
+
+def _upcast_then_a_launch_per_row(x, w, eps=1e-6):
+    """x.float() in PyTorch, then one launch per row on views: x is read through a copy."""
+    x32 = x.float()
+    y = torch.empty_like(x)
+    block = triton.next_power_of_2(x.shape[-1])
+    for row in range(x.shape[0]):
+        _upcast_input_kernel[(1,)](x32[row], w, y[row], x.shape[-1], eps, BLOCK=block)
+    return y
+
+
+@pytest.mark.parametrize("answer", [_fp32_product, _looped, _upcast_then_a_launch_per_row],
+                         ids=["fp32 product", "two passes", "upcast, a launch per row"])
 def test_other_right_forms_pass(answer):
     assert EX.check(answer).ok
 
@@ -190,11 +211,27 @@ def _idle_launch_then_the_contract(x, w, eps=1e-6):
     return contracts.get("llama").fn(x, w, eps)
 
 
+@triton.jit
+def _copy_kernel(a_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + i, tl.load(a_ptr + i, mask=i < n, other=0.0), mask=i < n)
+
+
+def _the_contract_copied_by_a_kernel(x, w, eps=1e-6):
+    from fusedrms import contracts
+
+    y0 = contracts.get("llama").fn(x, w, eps).contiguous()
+    y = torch.empty_like(y0)
+    _copy_kernel[(triton.cdiv(y.numel(), 256),)](y0, y, y.numel(), BLOCK=256)
+    return y
+
+
 @pytest.mark.parametrize("answer,needle", [
     (_unmasked, "outside the tensors"), (_off_by_one, "outside the tensors"),
     (_shape_of_identify, "outside the tensors"),
-    (_idle_launch_then_the_contract, "from PyTorch")],
-    ids=["no mask", "off by one", "identify's shape", "idle kernel"])
+    (_idle_launch_then_the_contract, "from PyTorch"),
+    (_the_contract_copied_by_a_kernel, "loaded 0 of the 39 values of x")],
+    ids=["no mask", "off by one", "identify's shape", "idle kernel", "a copy kernel"])
 def test_answers_right_only_on_identifys_rows_are_refused(answer, needle):
     fb = EX.check(answer)
     assert not fb.ok and needle in fb.message and fb.hint, str(fb)

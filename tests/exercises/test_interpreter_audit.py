@@ -73,3 +73,32 @@ def test_stores_outside_every_tensor_are_skipped_and_counted():
     same, _, outside, first, undefined = grader.run(_unmasked, _audit)
     assert outside == 8 - 5 and first == "1 element past the end of y_ptr"
     assert undefined  # the masked x load has no other=: its lanes read NaN
+
+
+def _loaded_from_x(how, rows=3, cols=5):
+    """(In the grader's child) copy rows of x's fp16 values prepared ``how``, under the audit:
+    (how many of x's values were loaded, the audit after pickling)."""
+    import pickle
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, 2 * cols, generator=g).half()[:, ::2]  # a strided view
+    y = torch.empty(rows, cols, dtype=torch.float32)
+    with interpreter_audit.audited() as audit:
+        if how == "a copy of y":
+            source = x.float().contiguous() * 2  # other values
+        elif how == "half the rows":
+            source = x.float().contiguous()[: rows // 2 + 1]
+        else:
+            source = {"x.float()": x.float().contiguous(), "x.contiguous()": x.contiguous()}[how]
+        for row in range(source.shape[0]):  # a launch per row, on views
+            _copy_rows[(1,)](source[row], y[row], cols, BLOCK=8)
+    loaded = audit.elements_loaded_from(x)
+    return loaded, pickle.loads(pickle.dumps(audit)).launches[0].tensors[0].value
+
+
+def test_loads_of_x_are_counted_through_its_copies_and_not_through_other_values():
+    for how in ("x.float()", "x.contiguous()"):
+        loaded, sent = grader.run(how, _loaded_from_x)
+        assert loaded == 15 and sent is None, how  # the tensor itself stays in the child
+    assert grader.run("half the rows", _loaded_from_x)[0] == 10
+    assert grader.run("a copy of y", _loaded_from_x)[0] == 0

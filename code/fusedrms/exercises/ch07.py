@@ -277,11 +277,10 @@ def collect(answer) -> dict:
             except Exception as e:  # noqa: BLE001  (the reader's code: report, never raise)
                 run.raised = portable_error(e)
         run.audit, run.kernels = audit, launched_kernels(launched)
-        if audit is not None and audit.usable and dtype == torch.float32 and not strided:
-            # here x.contiguous() and x.float() are x itself: a kernel that computes y and s
-            # loads every element of x and r from the tensors the function was given
-            run.read = tuple(audit.elements_loaded(t.data_ptr(), t.numel(), t.element_size())
-                             for t in (x, r))
+        if audit is not None and audit.usable:
+            # a kernel that computes y and s loads every element of x and r (or of copies of
+            # them: x.contiguous(), x.float()); one that copies PyTorch's outputs does not
+            run.read = (audit.elements_loaded_from(x), audit.elements_loaded_from(r))
         run.x_after, run.r_after = sent_back(x), sent_back(r)
         runs.append(run)
         if run.raised is not None:

@@ -144,7 +144,7 @@ def collect(answer) -> dict:
     device = env.current().device
     name = getattr(answer, "__name__", "fn")
     found = {"outputs": [], "raised": None, "ragged": None, "ragged_raised": None,
-             "ragged_audit": None}
+             "ragged_audit": None, "ragged_x_read": None}
     grader.progress("On identify's 18x64 fp16 rows")
     with _audited() as audit, _recording_launches() as launched:
         try:
@@ -156,14 +156,18 @@ def collect(answer) -> dict:
     if found["raised"] is not None:
         return found
     grader.progress(f"On {RAGGED[0]}x{RAGGED[1]} fp16 rows")
-    x, w = _ragged_inputs()
+    x, w = (t.to(device) for t in _ragged_inputs())
     try:
         with _audited() as audit:
-            y = answer(x.to(device), w.to(device), GRADE_EPS)
+            y = answer(x, w, GRADE_EPS)
         found["ragged"] = _sent(y)
     except Exception as err:  # noqa: BLE001 - the reader's code: report, never raise
         found["ragged_raised"] = portable_error(err)
     found["ragged_audit"] = audit
+    if audit is not None and audit.usable:
+        # x itself or a copy (x.float() is a right first step): a kernel that only copies
+        # PyTorch's y loads none of it
+        found["ragged_x_read"] = audit.elements_loaded_from(x)
     return found
 
 
@@ -199,6 +203,12 @@ def _ragged_verdict(found: dict) -> Feedback | None:
                          f"y comes from PyTorch, not from your kernel.",
                          "Let your kernel compute y and store it: tl.store(y_ptr + row * cols "
                          "+ col, ..., mask=mask).")
+        read = found.get("ragged_x_read")
+        if read is not None and read < x.numel():
+            return wrong(f"your function launched a kernel, but its kernels loaded {read} of the "
+                         f"{x.numel()} values of x {where}: y comes from PyTorch, not from your "
+                         f"kernel.", "Let your kernel load x itself (tl.load(x_ptr + row * cols "
+                         "+ col, mask=mask, other=0.0)) and compute y from what it loaded.")
     y = found["ragged"]
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != (rows, cols) or y.dtype != DTYPE:
         shown = (f"{tuple(y.shape)} {y.dtype}" if isinstance(y, torch.Tensor)
