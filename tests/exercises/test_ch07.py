@@ -320,3 +320,12 @@ def test_an_answer_that_patches_the_checkers_functions_gets_the_honest_verdict(a
     assert not honest.ok and "y is wrong" in honest.message
     fb = ch07.residual_variant.check(answer)
     assert not fb.ok and (fb.message, fb.hint) == (honest.message, honest.hint), str(fb)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_residual_answers_pass_compiled_and_the_copy_is_refused():
+    for answer in (ch07.solution_residual, _upcast_inputs_first):
+        fb = ch07.residual_variant.check(answer)
+        assert fb.ok and "compiled for the GPU" in fb.message, str(fb)
+    fb = ch07.residual_variant.check(_the_reference_copied_by_a_kernel)
+    assert not fb.ok and "from PyTorch" in fb.message, str(fb)

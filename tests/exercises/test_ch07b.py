@@ -300,3 +300,12 @@ def test_an_answer_that_patches_its_contract_gets_the_honest_verdict():
     assert not honest.ok and "differs from llama" in honest.message
     fb = ch07b.llama_kernel.check(_patches_the_contract)
     assert not fb.ok and (fb.message, fb.hint) == (honest.message, honest.hint), str(fb)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_llama_answers_pass_compiled_and_the_copy_is_refused():
+    for answer in (EX.solution, _upcast_then_a_launch_per_row):
+        fb = EX.check(answer)
+        assert fb.ok and "compiled for the GPU" in fb.message, str(fb)
+    fb = EX.check(_the_contract_copied_by_a_kernel)
+    assert not fb.ok and "loaded 0 of the" in fb.message, str(fb)
