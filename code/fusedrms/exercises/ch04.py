@@ -294,13 +294,19 @@ def _compiled_runs(kernel, cases) -> list:
     return runs
 
 
+def case_block(rows: int, cols: int, block: int | None = None) -> int:
+    """The BLOCK a case launches with: ``block``, else :data:`CASE_BLOCK`'s, else the next power
+    of two."""
+    return block or CASE_BLOCK.get((rows, cols), triton.next_power_of_2(cols))
+
+
 def _launch(kernel, rows: int, cols: int, seed: int, audit: bool, device, eps: float,
             block: int | None = None, num_warps: int | None = None,
             dtype: torch.dtype = torch.float32, x_values=None) -> KernelRun:
     """One launch on adversarial buffers; ``block`` (the constexpr), ``num_warps`` and ``dtype``
     default to chapter 4's fix exercises' (the next power of two, the compiler's, fp32);
     ``x_values(rows, cols, block, generator)`` may replace x's random values."""
-    block = block or CASE_BLOCK.get((rows, cols), triton.next_power_of_2(cols))
+    block = case_block(rows, cols, block)
     xs, ys = cols + X_PAD, cols + Y_PAD
     # every buffer has a block of slack at the end, so even an unmasked or mis-indexed load of a
     # reader's kernel reads padding, never memory it does not own
@@ -351,7 +357,7 @@ def own_inputs(run, rows: int, cols: int, seed: int, eps: float, block: int | No
     changed = changed_output(rows, cols, run.y.shape)
     if changed is not None:
         return changed
-    block = block or CASE_BLOCK.get((rows, cols), triton.next_power_of_2(cols))
+    block = case_block(rows, cols, block)
     x, w = case_inputs(rows, cols, seed, block, dtype, x_values)
     return dataclasses.replace(run, rows=rows, cols=cols, x=x, w=w, eps=eps, block=block)
 

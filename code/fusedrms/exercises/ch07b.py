@@ -203,7 +203,7 @@ def _ragged_verdict(found: dict) -> Feedback | None:
                          f"y comes from PyTorch, not from your kernel.",
                          "Let your kernel compute y and store it: tl.store(y_ptr + row * cols "
                          "+ col, ..., mask=mask).")
-        read = found.get("ragged_x_read")
+        read = found["ragged_x_read"]
         if read is not None and read < x.numel():
             return wrong(f"your function launched a kernel, but its kernels loaded {read} of the "
                          f"{x.numel()} values of x {where}: y comes from PyTorch, not from your "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import math
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -397,8 +398,6 @@ def fields(value, n: int) -> tuple | None:
 
 def brief(value, limit: int = 80) -> str:
     """``value`` as its type and a short repr (bounded even for a long list or tensor)."""
-    import reprlib
-
     short = reprlib.Repr()
     short.maxstring = short.maxother = limit
     try:
