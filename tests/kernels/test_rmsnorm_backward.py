@@ -287,6 +287,19 @@ def test_a_bad_tile_of_rows_is_named(tile_rows):
         B.backward(x, w, dy, tile_rows=tile_rows)
 
 
+@pytest.mark.parametrize("tile_rows, cols, dtype, most", [
+    (8, 2048, torch.bfloat16, 4), (4, 4096, torch.bfloat16, 2), (2, 8192, torch.bfloat16, 1),
+    (4, 2048, torch.float32, 2), (2, 4096, torch.float32, 1)])
+def test_a_tile_of_rows_too_large_for_registers_is_refused(tile_rows, cols, dtype, most):
+    # each of these tiles spills when compiled for sm_90; one row fewer per tile does not
+    x, _, w, dy, _ = _inputs(4, cols, dtype)
+    with pytest.raises(InputError, match=f"tile_rows <= {most} here"):
+        B.backward(x, w, dy, tile_rows=tile_rows)
+    dx, dw = B.backward(x, w, dy, tile_rows=most)
+    ref = reference.rmsnorm_backward(x, w, dy, 1e-5, accum=F64)
+    assert checks.allclose(dx, ref["dx"], scale=ref["dx_scale"])
+
+
 def test_a_gradient_of_the_gradient_raises_instead_of_being_dropped():
     """Issue 26: create_graph=True returned a gradient with no graph (a gradient penalty silently
     lost its own gradient)."""

@@ -330,6 +330,22 @@ def _check_tile_rows(tile_rows) -> int | None:
     return tile_rows
 
 
+def _check_tile_fits(tile_rows: int | None, cols: int, dtype: torch.dtype) -> None:
+    """An override of several rows must keep its tile within :data:`TILE_BYTES` of one tensor, as
+    the rule's tiles do: ptxas for sm_90 spills every larger one (bf16 4 x 4096 on 8 warps: 636
+    bytes of stores to local memory, 255 registers), and a spilled tile runs many times slower."""
+    if tile_rows is None or tile_rows == 1:
+        return
+    row_bytes = triton.next_power_of_2(max(1, cols)) * _element_size(dtype)
+    if tile_rows * row_bytes > TILE_BYTES:
+        most = max(1, TILE_BYTES // row_bytes)
+        raise validation.InputError(
+            f"tile_rows={tile_rows} makes a tile of {tile_rows * row_bytes // 1024} KiB per tensor "
+            f"at {cols} columns of {str(dtype).removeprefix('torch.')}: past "
+            f"{TILE_BYTES // 1024} KiB a tile of several rows no longer fits in registers and "
+            f"spills. Use tile_rows <= {most} here, or None for the book's rule.")
+
+
 def _check_mode(dw_mode) -> str:
     if dw_mode not in DW_MODES:
         raise validation.InputError(f"dw_mode must be one of {', '.join(map(repr, DW_MODES))}, "
@@ -412,6 +428,7 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
     tile_rows = _check_tile_rows(tile_rows)
     x2, w, eps, r2 = _prepare(x, w, eps, residual)
     rows, cols = x2.shape
+    _check_tile_fits(tile_rows, cols, x2.dtype)
     dy2 = _rows(dy, "dy", x)
     ds2 = None if d_sum is None else _rows(d_sum, "d_sum", x)
     acc = _torch_acc(x2.dtype)
