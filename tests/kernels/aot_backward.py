@@ -55,10 +55,19 @@ def main():
             for residual in (False, True):
                 c = {"BLOCK": 4096, "TILE_ROWS": TILE[dt], "HAS_RESIDUAL": residual, "HAS_DSUM": residual,
                      "SAVED_R": not atomic, "ATOMIC_DW": atomic, "ACC": acc,
-                     "F64": dt == "fp64", "PREFETCH": prefetch}
+                     "F64": dt == "fp64", "PREFETCH": prefetch, "W_RELOAD": False}
                 ptx = compile_ptx(B.rmsnorm_backward_kernel, types, c, aligned, 8)
                 out[f"backward {dt} atomic={atomic} residual={residual} "
                     f"prefetch={prefetch}"] = loads(ptx)
+        if dt != "fp64":  # a wide row, as the rule launches it: w reloaded, no prefetch
+            torch_dt = getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[dt])
+            assert B.wide_row(1, 16384, torch_dt)
+            c = {"BLOCK": 16384, "TILE_ROWS": 1, "HAS_RESIDUAL": False, "HAS_DSUM": True,
+                 "SAVED_R": True, "ATOMIC_DW": False, "ACC": acc, "F64": False,
+                 "PREFETCH": False, "W_RELOAD": True}
+            ptx = compile_ptx(B.rmsnorm_backward_kernel, types, c, aligned,
+                              B.warps_for(1, 16384, torch_dt))
+            out[f"backward {dt} wide row"] = loads(ptx)
         ftypes = [p] * 5 + [accp] + ["i32"] * 5 + ["fp32"]
         faligned = ["x_ptr", "res_ptr", "w_ptr", "y_ptr", "s_ptr", "rstd_ptr", "cols",
                     "x_stride", "res_stride", "y_stride", "s_stride"]

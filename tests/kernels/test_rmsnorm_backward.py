@@ -158,6 +158,31 @@ def test_prefetching_the_next_tile_changes_no_bit_on_gpu():
         assert all(torch.equal(a, b) for a, b in zip(before, after)), programs
 
 
+@pytest.mark.parametrize("cols, dtype", [(8192, torch.float32), (16384, torch.bfloat16)])
+def test_a_wide_row_reloads_w_and_gives_the_formula(cols, dtype):
+    # a wide row (w reloaded each step, not prefetched by default) over 1 to 3 programs
+    assert B.wide_row(1, cols, dtype)
+    x, res, w, dy, ds = _inputs(5, cols - 3, dtype, seed=9)
+    s = x.to(F64) + res.to(F64)
+    ref = reference.rmsnorm_backward(s, w, dy, 1e-5, accum=F64, d_sum=ds)
+    for programs in (1, 3):
+        got = B.backward(x, w, dy, residual=res, d_sum=ds, programs=programs)
+        assert checks.allclose(got[0], ref["dx"], scale=ref["dx_scale"]), programs
+        assert checks.allclose(got[1], ref["dw"], n=5, scale=ref["dw_scale"]), programs
+        prefetched = B.backward(x, w, dy, residual=res, d_sum=ds, programs=programs, prefetch=True)
+        assert all(torch.equal(a, b) for a, b in zip(got, prefetched)), programs
+
+
+@pytest.mark.gpu
+def test_a_wide_row_gives_the_formula_on_gpu():
+    for cols, dtype in ((16384, torch.bfloat16), (16384, torch.float32), (8192, torch.float32)):
+        x, _, w, dy, ds = _inputs(300, cols, dtype, seed=10)
+        ref = reference.rmsnorm_backward(x, w, dy, 1e-5, accum=F64, d_sum=ds)
+        got = B.backward(x, w, dy, d_sum=ds, rstd=B.forward(x, w)[2])
+        assert checks.allclose(got[0], ref["dx"], scale=ref["dx_scale"]), (cols, dtype)
+        assert checks.allclose(got[1], ref["dw"], n=300, scale=ref["dw_scale"]), (cols, dtype)
+
+
 def test_empty_rows():
     x, _, w, dy, _ = _inputs(1, 8)
     dx, dw = B.backward(x[:0], w, dy[:0])
@@ -237,7 +262,13 @@ def test_grid_rule():
     # warps: one per KiB of tile, 4 to 16, at most 8 over several rows
     assert B.warps_for(4, 2048, torch.bfloat16) == 8
     assert B.warps_for(1, 8192, torch.bfloat16) == 16
-    assert B.warps_for(1, 16384, torch.float32) == 16
+    assert B.warps_for(1, 16384, torch.float32) == 32  # a wide row: one warp per 2 KiB
+    assert B.warps_for(1, 16384, torch.bfloat16) == 16
+    assert B.warps_for(1, 8192, torch.float32) == 16
+    # a wide row: one row of more than 16 KiB of one tensor
+    assert B.wide_row(1, 16384, torch.bfloat16) and B.wide_row(1, 8192, torch.float32)
+    assert not B.wide_row(1, 8192, torch.bfloat16) and not B.wide_row(1, 4096, torch.float32)
+    assert not B.wide_row(2, 4096, torch.bfloat16)
     assert B.warps_for(4, 64, torch.float32) == 4
     # programs per SM: 32 KiB of x and dy tiles in flight per SM
     assert B.programs_per_sm(2048, torch.bfloat16) == 1

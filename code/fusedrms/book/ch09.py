@@ -269,7 +269,7 @@ def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor,
     def step(bundle):
         d_sum = None if op == "rmsnorm" else bundle[2]
         return B.backward(bundle[0], w, bundle[1], EPS, d_sum=d_sum, rstd=saved_r, dw_mode=mode,
-                          programs=programs, prefetch=design != "no_prefetch",
+                          programs=programs, prefetch=False if design == "no_prefetch" else None,
                           tile_rows=tile_rows)
     return step
 

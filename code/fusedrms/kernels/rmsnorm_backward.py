@@ -46,8 +46,11 @@ from .. import registry, validation
 from .add_rmsnorm import sm_count
 from .rmsnorm import loud_scale, num_warps_for
 
-# A row of x, dy, w and the dw accumulator live in registers together (four fp32 vectors):
-# past 16384 columns they no longer fit and the compiler spills.
+# A row of x, dy and the dw accumulator live in registers together: the widest row the kernel
+# takes. Past TILE_BYTES a row is "wide" (wide_row): it is not prefetched, w is reloaded for each
+# row (from L1) rather than held, and its warps grow with it. H100 (one run, 16384 columns, r saved):
+# held and prefetched, every such row spilled (ptxas: 284-388 bytes a thread) and ran at 7-13% of
+# the copy floor, 4049-9331 us where Liger took 764-909.
 MAX_COLS = 16384
 # A step of a program handles a tile of TILE_ROWS rows: narrow rows are stacked until a tile of one
 # tensor holds about TILE_BYTES (bf16 rows of 2048 columns: 4 rows, of 4096: 2), so each step keeps
@@ -147,12 +150,14 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
                             HAS_RESIDUAL: tl.constexpr,
                             HAS_DSUM: tl.constexpr, SAVED_R: tl.constexpr,
                             ATOMIC_DW: tl.constexpr, ACC: tl.constexpr,
-                            F64: tl.constexpr, PREFETCH: tl.constexpr):
+                            F64: tl.constexpr, PREFETCH: tl.constexpr,
+                            W_RELOAD: tl.constexpr):
     pid = tl.program_id(0)
     offsets = tl.arange(0, BLOCK)
     col_mask = offsets < cols
     tile = tl.arange(0, TILE_ROWS)  # a step handles TILE_ROWS rows at once
-    w = tl.load(w_ptr + offsets, mask=col_mask, other=0.0).to(ACC)  # once
+    if not W_RELOAD:  # held in registers for the program's life
+        w = tl.load(w_ptr + offsets, mask=col_mask, other=0.0).to(ACC)
     dw = tl.zeros([TILE_ROWS, BLOCK], dtype=ACC)  # this program's share
     first = pid * rows_per_program
     last = tl.minimum(first + rows_per_program, rows)
@@ -188,7 +193,11 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
             r = _loud(1.0 / tl.sqrt(denominator), denominator, F64)
         r = tl.where(row < last, r, 0.0)  # a masked-off row adds nothing
         xhat = x * r[:, None]
-        g = dy * w[None, :]
+        if W_RELOAD:  # a wide row: w from L1 each step, its registers freed
+            w_now = tl.load(w_ptr + offsets, mask=col_mask, other=0.0).to(ACC)
+        else:
+            w_now = w
+        g = dy * w_now[None, :]
         # reduction 1, along each row: the dot product of g and xhat
         dot = tl.sum(g * xhat, axis=1) / cols
         dx = r[:, None] * (g - xhat * dot[:, None])
@@ -247,11 +256,20 @@ def tile_rows_for(cols: int, dtype: torch.dtype) -> int:
     return max(1, min(MAX_TILE_ROWS, TILE_BYTES // row_bytes))
 
 
+def wide_row(tile_rows: int, cols: int, dtype: torch.dtype) -> bool:
+    """Whether a step is one row of more than :data:`TILE_BYTES` (16384 bf16 columns, 8192 fp32):
+    such a row is not prefetched and w is reloaded each step (:data:`MAX_COLS` says why)."""
+    return tile_rows == 1 and triton.next_power_of_2(max(1, cols)) * _element_size(dtype) > TILE_BYTES
+
+
 def warps_for(tile_rows: int, cols: int, dtype: torch.dtype) -> int:
     """Warps for a tile: one per KiB of one tensor's tile, 4 to 16, and at most 8 for a tile of
     several rows (H200: a 4-row tile of 2048 bf16 columns on 4 warps spills and runs 10-30x slower;
-    on 16 warps it is no faster than on 8)."""
+    on 16 warps it is no faster than on 8); a wide row one per 2 KiB, up to 32 (H100, 8192 x 16384
+    fp32: 16 warps spilled 236 bytes a thread and ran at 18% of the floor, 32 at 84%)."""
     tile_bytes = tile_rows * triton.next_power_of_2(max(1, cols)) * _element_size(dtype)
+    if wide_row(tile_rows, cols, dtype):
+        return min(32, tile_bytes // 2048)
     return max(4, min(16 if tile_rows == 1 else 8, tile_bytes // 1024))
 
 
@@ -406,8 +424,8 @@ def forward(x, w, eps: float = 1e-5, residual=None):
 # ---------------------------------------------------------------- backward
 
 def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=None,
-             dw_mode: str = "two_stage", programs: int | None = None, prefetch: bool = True,
-             tile_rows: int | None = None):
+             dw_mode: str = "two_stage", programs: int | None = None,
+             prefetch: bool | None = None, tile_rows: int | None = None):
     """``(dx, dw)`` for ``y = rmsnorm(x [+ residual]) * w`` given the output gradient ``dy``.
 
     ``residual``: the op normalized ``x + residual`` (formed in fp32 here); ``dx`` is then the
@@ -415,8 +433,9 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
     from elsewhere (the residual output of the fused add), added to ``dx``. ``rstd``: the saved row
     scale (else recomputed). ``dw_mode``: ``"two_stage"`` (bitwise reproducible) or ``"atomic"``.
     ``programs`` overrides the number of programs (each takes a contiguous range of rows).
-    ``prefetch=False`` loads each tile only when its turn comes (the kernel's first design, kept so
-    the recording can time what prefetching the next tile gains); the results are the same bits.
+    ``prefetch``: whether the next tile's loads go out before this tile's arithmetic (default: yes,
+    except for a :func:`wide_row`); ``prefetch=False`` is the kernel's first design, kept so the
+    recording can time what prefetching gains. The results are the same bits either way.
     ``tile_rows`` overrides the rows per step (a power of two; default :func:`tile_rows_for`).
     """
     validation.check_forward_only({"x": x, "residual": residual, "w": w, "dy": dy,
@@ -424,7 +443,8 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
                                   role="a backward that is not itself differentiable")
     dw_mode = _check_mode(dw_mode)
     programs = _check_programs(programs)
-    validation.check_flag(prefetch, "prefetch")
+    if prefetch is not None:
+        validation.check_flag(prefetch, "prefetch")
     tile_rows = _check_tile_rows(tile_rows)
     x2, w, eps, r2 = _prepare(x, w, eps, residual)
     rows, cols = x2.shape
@@ -449,6 +469,7 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
     else:
         dw_buffer = torch.empty((programs, cols), dtype=acc, device=x2.device)
     block = triton.next_power_of_2(cols)
+    wide = wide_row(tile_rows, cols, x2.dtype)
     rmsnorm_backward_kernel[(programs,)](
         x2, x2 if r2 is None else r2, w, dy2, dx2 if ds2 is None else ds2,
         dx2 if rstd is None else rstd, dx2, dw_buffer, rows, cols, rows_per_program,
@@ -456,8 +477,8 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
         dx2.stride(0) if ds2 is None else ds2.stride(0), dx2.stride(0), eps,
         BLOCK=block, TILE_ROWS=tile_rows, HAS_RESIDUAL=r2 is not None, HAS_DSUM=ds2 is not None,
         SAVED_R=rstd is not None, ATOMIC_DW=atomic, ACC=acc_dtype(x2.dtype),
-        F64=x2.dtype == torch.float64, PREFETCH=prefetch,
-        num_warps=warps_for(tile_rows, cols, x2.dtype))
+        F64=x2.dtype == torch.float64, PREFETCH=not wide if prefetch is None else prefetch,
+        W_RELOAD=wide, num_warps=warps_for(tile_rows, cols, x2.dtype))
     if atomic:
         dw = dw_buffer if w.dtype == acc else dw_buffer.to(w.dtype)
     else:
