@@ -1,11 +1,15 @@
 """Compile chapter 9's kernels for an H100/H200 (sm_90) ahead of time, with no GPU: a compile error
 that the interpreter cannot see (types, layouts, a constexpr branch) shows here. Prints JSON: the
-global load forms of each compiled variant. Run in its own process by test_rmsnorm_backward_aot.py
-(the interpreter must be off before the kernels are decorated)."""
+global load forms of each compiled variant; with ``spills``, the local-memory stores (register
+spills) in the machine code of each launch the backward's rule makes. Run in its own process by
+test_rmsnorm_backward_aot.py (the interpreter must be off before the kernels are decorated)."""
 import inspect
 import json
 import os
 import re
+import subprocess
+import sys
+import tempfile
 
 import fusedrms.env  # noqa: F401  decides the device (and turns the interpreter on without a GPU)
 
@@ -23,14 +27,54 @@ from fusedrms.kernels import rmsnorm_backward as B  # noqa: E402
 TARGET = GPUTarget("cuda", 90, 32)
 
 
-def compile_ptx(fn, types, constexprs, aligned, num_warps):
+def compile_ptx(fn, types, constexprs, aligned, num_warps, form="ptx"):
     names = list(inspect.signature(fn.fn).parameters)
     signature = dict(zip(names, types))
     signature.update({k: "constexpr" for k in constexprs})
     # what Triton's launcher specializes for 16-byte aligned pointers and multiples of 16
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=TARGET, options={"num_warps": num_warps}).asm["ptx"]
+    return triton.compile(src, target=TARGET, options={"num_warps": num_warps}).asm[form]
+
+
+def local_stores(cubin: bytes) -> int:
+    """STL instructions in the machine code: each is a register spilled to local memory."""
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                            "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    try:
+        sass = subprocess.run([nvdisasm, f.name], capture_output=True, text=True,
+                              check=True).stdout
+    finally:
+        os.unlink(f.name)
+    return len(re.findall(r"\bSTL\b", sass))
+
+
+def spills():
+    """{launch: local stores} for the rule's launch of each (dtype, columns, op), r saved, and for
+    the launch a 16384-column bf16 row had before the wide-row rule (prefetched, w held, 16 warps)."""
+    out = {}
+    aligned = ["x_ptr", "res_ptr", "w_ptr", "dy_ptr", "dsum_ptr", "rstd_ptr", "dx_ptr", "dw_ptr",
+               "cols", "x_stride", "res_stride", "dy_stride", "dsum_stride", "dx_stride"]
+    for dt, torch_dt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        types = ["*" + dt] * 5 + ["*fp32", "*" + dt, "*fp32"] + ["i32"] * 8 + ["fp32"]
+        for cols in (2048, 4096, 8192, 16384):
+            tile = B.tile_rows_for(cols, torch_dt)
+            wide = B.wide_row(tile, cols, torch_dt)
+            launches = {"rule": (not wide, wide, B.warps_for(tile, cols, torch_dt))}
+            if dt == "bf16" and cols == 16384:
+                launches["before the wide-row rule"] = (True, False, 16)
+            for name, (prefetch, reload, warps) in launches.items():
+                for op, dsum in (("rmsnorm", False), ("add_rmsnorm", True)):
+                    c = {"BLOCK": cols, "TILE_ROWS": tile, "HAS_RESIDUAL": False,
+                         "HAS_DSUM": dsum, "SAVED_R": True, "ATOMIC_DW": False,
+                         "ACC": tl.float32, "F64": False, "PREFETCH": prefetch,
+                         "W_RELOAD": reload}
+                    cubin = compile_ptx(B.rmsnorm_backward_kernel, types, c, aligned, warps,
+                                        form="cubin")
+                    out[f"{name} {op} {dt} {cols}"] = local_stores(cubin)
+    return out
 
 
 def loads(ptx):
@@ -87,4 +131,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["spills"]:
+        print(json.dumps(spills()))
+    else:
+        main()
