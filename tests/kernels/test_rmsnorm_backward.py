@@ -322,7 +322,8 @@ def test_a_bad_tile_of_rows_is_named(tile_rows):
     (8, 2048, torch.bfloat16, 4), (4, 4096, torch.bfloat16, 2), (2, 8192, torch.bfloat16, 1),
     (4, 2048, torch.float32, 2), (2, 4096, torch.float32, 1)])
 def test_a_tile_of_rows_too_large_for_registers_is_refused(tile_rows, cols, dtype, most):
-    # each of these tiles spills when compiled for sm_90; one row fewer per tile does not
+    # each of these tiles overflows the registers on sm_90 (it spills, or one program of 8 warps
+    # fills an SM); the largest tile that does not is accepted
     x, _, w, dy, _ = _inputs(4, cols, dtype)
     with pytest.raises(InputError, match=f"tile_rows <= {most} here"):
         B.backward(x, w, dy, tile_rows=tile_rows)
