@@ -25,6 +25,11 @@ from fusedrms.book import broken_backward as BB  # noqa: E402
 from fusedrms.kernels import rmsnorm_backward as B  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
+TORCH = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}
+# the backward's arguments Triton's launcher sees as 16-byte aligned (or multiples of 16)
+BACKWARD_ALIGNED = ["x_ptr", "res_ptr", "w_ptr", "dy_ptr", "dsum_ptr", "rstd_ptr", "dx_ptr",
+                    "dw_ptr", "cols", "x_stride", "res_stride", "dy_stride", "dsum_stride",
+                    "dx_stride"]
 
 
 def compile_ptx(fn, types, constexprs, aligned, num_warps, form="ptx"):
@@ -55,24 +60,23 @@ def spills():
     """{launch: local stores} for the rule's launch of each (dtype, columns, op), r saved, and for
     the launch a 16384-column bf16 row had before the wide-row rule (prefetched, w held, 16 warps)."""
     out = {}
-    aligned = ["x_ptr", "res_ptr", "w_ptr", "dy_ptr", "dsum_ptr", "rstd_ptr", "dx_ptr", "dw_ptr",
-               "cols", "x_stride", "res_stride", "dy_stride", "dsum_stride", "dx_stride"]
-    for dt, torch_dt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+    for dt in ("bf16", "fp32"):
         types = ["*" + dt] * 5 + ["*fp32", "*" + dt, "*fp32"] + ["i32"] * 8 + ["fp32"]
         for cols in (2048, 4096, 8192, 16384):
-            tile = B.tile_rows_for(cols, torch_dt)
-            wide = B.wide_row(tile, cols, torch_dt)
-            launches = {"rule": (not wide, wide, B.warps_for(tile, cols, torch_dt))}
+            tile = B.tile_rows_for(cols, TORCH[dt])
+            launches = {"rule": B.launch_options(tile, cols, TORCH[dt])}
             if dt == "bf16" and cols == 16384:
-                launches["before the wide-row rule"] = (True, False, 16)
-            for name, (prefetch, reload, warps) in launches.items():
+                launches["before the wide-row rule"] = dict(PREFETCH=True, W_RELOAD=False,
+                                                            num_warps=16)
+            for name, options in launches.items():
+                options = dict(options)
+                warps = options.pop("num_warps")
                 for op, dsum in (("rmsnorm", False), ("add_rmsnorm", True)):
                     c = {"BLOCK": cols, "TILE_ROWS": tile, "HAS_RESIDUAL": False,
                          "HAS_DSUM": dsum, "SAVED_R": True, "ATOMIC_DW": False,
-                         "ACC": tl.float32, "F64": False, "PREFETCH": prefetch,
-                         "W_RELOAD": reload}
-                    cubin = compile_ptx(B.rmsnorm_backward_kernel, types, c, aligned, warps,
-                                        form="cubin")
+                         "ACC": tl.float32, "F64": False, **options}
+                    cubin = compile_ptx(B.rmsnorm_backward_kernel, types, c, BACKWARD_ALIGNED,
+                                        warps, form="cubin")
                     out[f"{name} {op} {dt} {cols}"] = local_stores(cubin)
     return out
 
@@ -82,8 +86,7 @@ def loads(ptx):
 
 
 # the rule's rows per step for 4096 columns of each dtype: 2 (bf16), 1 (fp32, fp64)
-TILE = {dt: B.tile_rows_for(4096, getattr(torch, name))
-        for dt, name in (("bf16", "bfloat16"), ("fp32", "float32"), ("fp64", "float64"))}
+TILE = {dt: B.tile_rows_for(4096, torch_dt) for dt, torch_dt in TORCH.items()}
 
 
 def main():
@@ -92,25 +95,21 @@ def main():
         acc, accp = (tl.float64, "*fp64") if dt == "fp64" else (tl.float32, "*fp32")
         p = "*" + dt
         types = [p] * 5 + [accp, p, accp] + ["i32"] * 8 + ["fp32"]
-        aligned = ["x_ptr", "res_ptr", "w_ptr", "dy_ptr", "dsum_ptr", "rstd_ptr", "dx_ptr",
-                   "dw_ptr", "cols", "x_stride", "res_stride", "dy_stride", "dsum_stride",
-                   "dx_stride"]
         for atomic, prefetch in ((False, True), (True, True), (False, False)):
             for residual in (False, True):
                 c = {"BLOCK": 4096, "TILE_ROWS": TILE[dt], "HAS_RESIDUAL": residual, "HAS_DSUM": residual,
                      "SAVED_R": not atomic, "ATOMIC_DW": atomic, "ACC": acc,
                      "F64": dt == "fp64", "PREFETCH": prefetch, "W_RELOAD": False}
-                ptx = compile_ptx(B.rmsnorm_backward_kernel, types, c, aligned, 8)
+                ptx = compile_ptx(B.rmsnorm_backward_kernel, types, c, BACKWARD_ALIGNED, 8)
                 out[f"backward {dt} atomic={atomic} residual={residual} "
                     f"prefetch={prefetch}"] = loads(ptx)
         if dt != "fp64":  # a wide row, as the rule launches it: w reloaded, no prefetch
-            torch_dt = getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[dt])
-            assert B.wide_row(1, 16384, torch_dt)
+            assert B.wide_row(1, 16384, TORCH[dt])
+            options = B.launch_options(1, 16384, TORCH[dt])
+            warps = options.pop("num_warps")
             c = {"BLOCK": 16384, "TILE_ROWS": 1, "HAS_RESIDUAL": False, "HAS_DSUM": True,
-                 "SAVED_R": True, "ATOMIC_DW": False, "ACC": acc, "F64": False,
-                 "PREFETCH": False, "W_RELOAD": True}
-            ptx = compile_ptx(B.rmsnorm_backward_kernel, types, c, aligned,
-                              B.warps_for(1, 16384, torch_dt))
+                 "SAVED_R": True, "ATOMIC_DW": False, "ACC": acc, "F64": False, **options}
+            ptx = compile_ptx(B.rmsnorm_backward_kernel, types, c, BACKWARD_ALIGNED, warps)
             out[f"backward {dt} wide row"] = loads(ptx)
         ftypes = [p] * 5 + [accp] + ["i32"] * 5 + ["fp32"]
         faligned = ["x_ptr", "res_ptr", "w_ptr", "y_ptr", "s_ptr", "rstd_ptr", "cols",

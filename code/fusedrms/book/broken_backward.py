@@ -104,8 +104,7 @@ def _real_stage_one(x, w, dy, eps, atomic: bool):
         x2, x2, w, dy2, dx2, dx2, dx2, dw_buffer, rows, cols, rpp, x2.stride(0), x2.stride(0),
         dy2.stride(0), dx2.stride(0), dx2.stride(0), eps, BLOCK=block, TILE_ROWS=tile,
         HAS_RESIDUAL=False, HAS_DSUM=False, SAVED_R=False, ATOMIC_DW=atomic, ACC=tl.float32,
-        F64=False, PREFETCH=not B.wide_row(tile, cols, x2.dtype),
-        W_RELOAD=B.wide_row(tile, cols, x2.dtype), num_warps=B.warps_for(tile, cols, x2.dtype))
+        F64=False, **B.launch_options(tile, cols, x2.dtype))
     return dx2.reshape(x.shape), dw_buffer, programs, w
 
 

@@ -546,10 +546,7 @@ def _build_backward(cols: int, dtype: str, op: str, residual: bool = False, atom
             (x, x, w, dy, ds, rstd, dx, dw, ROWS, cols, triton.cdiv(ROWS, programs),
              x.stride(0), x.stride(0), dy.stride(0), ds.stride(0), dx.stride(0), 1e-5),
             dict(BLOCK=block, TILE_ROWS=tile, HAS_RESIDUAL=False, HAS_DSUM=d_sum, SAVED_R=True,
-                 ATOMIC_DW=atomic, ACC=acc, F64=f64,
-                 PREFETCH=not m.wide_row(tile, cols, x.dtype),
-                 W_RELOAD=m.wide_row(tile, cols, x.dtype),
-                 num_warps=m.warps_for(tile, cols, x.dtype)))
+                 ATOMIC_DW=atomic, ACC=acc, F64=f64, **m.launch_options(tile, cols, x.dtype)))
 
 
 _BUILDERS = {"row": _build_row, "looped": _build_looped, "multirow": _build_multirow,

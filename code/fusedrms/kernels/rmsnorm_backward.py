@@ -251,16 +251,21 @@ def _element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
+def _row_bytes(cols: int, dtype: torch.dtype) -> int:
+    """Bytes of one row of one tensor as a program holds it (padded to the block)."""
+    return triton.next_power_of_2(max(1, cols)) * _element_size(dtype)
+
+
 def tile_rows_for(cols: int, dtype: torch.dtype) -> int:
     """Rows per step: as many as fit :data:`TILE_BYTES` (1 to :data:`MAX_TILE_ROWS`)."""
-    row_bytes = triton.next_power_of_2(max(1, cols)) * _element_size(dtype)
+    row_bytes = _row_bytes(cols, dtype)
     return max(1, min(MAX_TILE_ROWS, TILE_BYTES // row_bytes))
 
 
 def wide_row(tile_rows: int, cols: int, dtype: torch.dtype) -> bool:
     """Whether a step is one row of more than :data:`TILE_BYTES` (16384 bf16 columns, 8192 fp32):
     such a row is not prefetched and w is reloaded each step (:data:`MAX_COLS` says why)."""
-    return tile_rows == 1 and triton.next_power_of_2(max(1, cols)) * _element_size(dtype) > TILE_BYTES
+    return tile_rows == 1 and _row_bytes(cols, dtype) > TILE_BYTES
 
 
 def warps_for(tile_rows: int, cols: int, dtype: torch.dtype) -> int:
@@ -268,10 +273,20 @@ def warps_for(tile_rows: int, cols: int, dtype: torch.dtype) -> int:
     several rows (H200: a 4-row tile of 2048 bf16 columns on 4 warps spills and runs 10-30x slower;
     on 16 warps it is no faster than on 8); a wide row one per 2 KiB, up to 32 (H100, 8192 x 16384
     fp32: 16 warps spilled 236 bytes a thread and ran at 18% of the floor, 32 at 84%)."""
-    tile_bytes = tile_rows * triton.next_power_of_2(max(1, cols)) * _element_size(dtype)
+    tile_bytes = tile_rows * _row_bytes(cols, dtype)
     if wide_row(tile_rows, cols, dtype):
         return min(32, tile_bytes // 2048)
     return max(4, min(16 if tile_rows == 1 else 8, tile_bytes // 1024))
+
+
+def launch_options(tile_rows: int, cols: int, dtype: torch.dtype,
+                   prefetch: bool | None = None) -> dict:
+    """The launch's ``PREFETCH``, ``W_RELOAD`` and ``num_warps`` for tiles of ``tile_rows`` rows:
+    a :func:`wide_row` is not prefetched (unless ``prefetch`` says so) and reloads w each step;
+    warps from :func:`warps_for`."""
+    wide = wide_row(tile_rows, cols, dtype)
+    return dict(PREFETCH=not wide if prefetch is None else prefetch, W_RELOAD=wide,
+                num_warps=warps_for(tile_rows, cols, dtype))
 
 
 def programs_per_sm(cols: int, dtype: torch.dtype, tile_rows: int | None = None) -> int:
@@ -356,7 +371,7 @@ def _check_tile_fits(tile_rows: int | None, cols: int, dtype: torch.dtype) -> No
     so one program of 8 warps filled an SM's register file."""
     if tile_rows is None or tile_rows == 1:
         return
-    row_bytes = triton.next_power_of_2(max(1, cols)) * _element_size(dtype)
+    row_bytes = _row_bytes(cols, dtype)
     if tile_rows * row_bytes > TILE_BYTES:
         most = max(1, TILE_BYTES // row_bytes)
         raise validation.InputError(
@@ -472,7 +487,6 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
     else:
         dw_buffer = torch.empty((programs, cols), dtype=acc, device=x2.device)
     block = triton.next_power_of_2(cols)
-    wide = wide_row(tile_rows, cols, x2.dtype)
     rmsnorm_backward_kernel[(programs,)](
         x2, x2 if r2 is None else r2, w, dy2, dx2 if ds2 is None else ds2,
         dx2 if rstd is None else rstd, dx2, dw_buffer, rows, cols, rows_per_program,
@@ -480,8 +494,7 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
         dx2.stride(0) if ds2 is None else ds2.stride(0), dx2.stride(0), eps,
         BLOCK=block, TILE_ROWS=tile_rows, HAS_RESIDUAL=r2 is not None, HAS_DSUM=ds2 is not None,
         SAVED_R=rstd is not None, ATOMIC_DW=atomic, ACC=acc_dtype(x2.dtype),
-        F64=x2.dtype == torch.float64, PREFETCH=not wide if prefetch is None else prefetch,
-        W_RELOAD=wide, num_warps=warps_for(tile_rows, cols, x2.dtype))
+        F64=x2.dtype == torch.float64, **launch_options(tile_rows, cols, x2.dtype, prefetch))
     if atomic:
         dw = dw_buffer if w.dtype == acc else dw_buffer.to(w.dtype)
     else:
