@@ -28,7 +28,8 @@ def test_the_backward_rule_launches_spill_nothing_up_to_16_kib_rows_and_little_p
     """Each launch of the backward's rule (r saved) compiled for sm_90: no register spilled for a
     tile of up to 16 KiB of one tensor, and few for the widest rows (a 16384-column bf16 row's launch
     before the wide-row rule had 75 and 466 spill stores, and ran at 7% of the copy floor on an
-    H100; the rule's has 16 and 29)."""
+    H100; with dw accumulated first and d_sum loaded late, that launch has 56 and 90 and the
+    rule's 0 and 2)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "code"), str(ROOT)])}
     proc = subprocess.run([sys.executable, "-m", "tests.kernels.aot_backward", "spills"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=600)
@@ -39,8 +40,8 @@ def test_the_backward_rule_launches_spill_nothing_up_to_16_kib_rows_and_little_p
     assert len(stores) == 2 * 4 * 2 + 2
     for name, n in stores.items():
         if name.startswith("before"):
-            assert n > 64, (name, n)  # the bound below tells the old launch from the rule's
+            assert n > 32, (name, n)  # the bound below tells the old launch from the rule's
         elif name.endswith(" 16384"):
-            assert n <= 64, (name, n)
+            assert n <= 8, (name, n)
         else:
             assert n == 0, (name, n)

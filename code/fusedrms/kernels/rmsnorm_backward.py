@@ -182,7 +182,7 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
             x_in, res_in, dy_in, dsum_in, r_in = _tile_loads(
                 x_ptr, res_ptr, dy_ptr, dsum_ptr, rstd_ptr, row, last,
                 x_stride, res_stride, dy_stride, dsum_stride, offsets, cols,
-                HAS_RESIDUAL, HAS_DSUM, SAVED_R)
+                HAS_RESIDUAL, False, SAVED_R)  # d_sum: loaded where it is added
         x = x_in.to(ACC)
         if HAS_RESIDUAL:  # the add op: the normalized input is x + residual
             x += res_in.to(ACC)
@@ -194,6 +194,9 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
             r = _loud(1.0 / tl.sqrt(denominator), denominator, F64)
         r = tl.where(row < last, r, 0.0)  # a masked-off row adds nothing
         xhat = x * r[:, None]
+        # reduction 2 (across rows), this program's part: first, so that dy's
+        # registers can hold g (fewer rows live at once: a wide row spills less)
+        dw += dy * xhat
         if W_RELOAD:  # a wide row: w from L1 each step, its registers freed
             w_now = tl.load(w_ptr + offsets, mask=col_mask, other=0.0).to(ACC)
         else:
@@ -202,12 +205,15 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
         # reduction 1, along each row: the dot product of g and xhat
         dot = tl.sum(g * xhat, axis=1) / cols
         dx = r[:, None] * (g - xhat * dot[:, None])
+        mask = (row < last)[:, None] & col_mask[None, :]
+        at = row.to(tl.int64)[:, None]
         if HAS_DSUM:  # gradient arriving through the residual output
+            if not PREFETCH:  # not held through the reduction
+                dsum_in = tl.load(dsum_ptr + at * dsum_stride + offsets[None, :],
+                                  mask=mask, other=0.0)
             dx += dsum_in.to(ACC)
-        at = dx_ptr + row.to(tl.int64)[:, None] * dx_stride + offsets[None, :]
-        tl.store(at, dx.to(dx_ptr.dtype.element_ty),
-                 mask=(row < last)[:, None] & col_mask[None, :])
-        dw += dy * xhat  # reduction 2 (across rows): this program's part
+        tl.store(dx_ptr + at * dx_stride + offsets[None, :],
+                 dx.to(dx_ptr.dtype.element_ty), mask=mask)
     share = tl.sum(dw, axis=0)  # the tile's rows, in a fixed order
     if ATOMIC_DW:  # the order of arrival decides the last bits
         tl.atomic_add(dw_ptr + offsets, share, mask=col_mask)
