@@ -209,8 +209,8 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
         at = row.to(tl.int64)[:, None]
         if HAS_DSUM:  # gradient arriving through the residual output
             if not PREFETCH:  # not held through the reduction
-                dsum_in = tl.load(dsum_ptr + at * dsum_stride + offsets[None, :],
-                                  mask=mask, other=0.0)
+                dsum_in = tl.load(dsum_ptr + at * dsum_stride
+                                  + offsets[None, :], mask=mask, other=0.0)
             dx += dsum_in.to(ACC)
         tl.store(dx_ptr + at * dx_stride + offsets[None, :],
                  dx.to(dx_ptr.dtype.element_ty), mask=mask)
