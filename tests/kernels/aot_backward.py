@@ -67,6 +67,7 @@ def spills():
             launches = {"rule": B.launch_options(tile, cols, TORCH[dt])}
             if dt == "bf16" and cols == 16384:
                 launches["before the wide-row rule"] = dict(PREFETCH=True, W_RELOAD=False,
+                                                            DW_FIRST=False,
                                                             num_warps=16)
             for name, options in launches.items():
                 options = dict(options)
@@ -99,7 +100,8 @@ def main():
             for residual in (False, True):
                 c = {"BLOCK": 4096, "TILE_ROWS": TILE[dt], "HAS_RESIDUAL": residual, "HAS_DSUM": residual,
                      "SAVED_R": not atomic, "ATOMIC_DW": atomic, "ACC": acc,
-                     "F64": dt == "fp64", "PREFETCH": prefetch, "W_RELOAD": False}
+                     "F64": dt == "fp64", "PREFETCH": prefetch, "W_RELOAD": False,
+                     "DW_FIRST": False}
                 ptx = compile_ptx(B.rmsnorm_backward_kernel, types, c, BACKWARD_ALIGNED, 8)
                 out[f"backward {dt} atomic={atomic} residual={residual} "
                     f"prefetch={prefetch}"] = loads(ptx)

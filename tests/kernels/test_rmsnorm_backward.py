@@ -269,12 +269,16 @@ def test_grid_rule():
     assert B.wide_row(1, 16384, torch.bfloat16) and B.wide_row(1, 8192, torch.float32)
     assert not B.wide_row(1, 8192, torch.bfloat16) and not B.wide_row(1, 4096, torch.float32)
     assert not B.wide_row(2, 4096, torch.bfloat16)
-    # the launch's options: a wide row unprefetched (unless asked) with w reloaded
+    # the launch's options: a wide row unprefetched (unless asked) with w reloaded; dw first only
+    # at 16384 columns and without the prefetch
     assert B.launch_options(1, 16384, torch.bfloat16) == dict(PREFETCH=False, W_RELOAD=True,
-                                                              num_warps=16)
-    assert B.launch_options(1, 16384, torch.float32, prefetch=True)["PREFETCH"]
+                                                              DW_FIRST=True, num_warps=16)
+    assert B.launch_options(1, 8192, torch.float32) == dict(PREFETCH=False, W_RELOAD=True,
+                                                            DW_FIRST=False, num_warps=16)
+    prefetched = B.launch_options(1, 16384, torch.float32, prefetch=True)
+    assert prefetched["PREFETCH"] and not prefetched["DW_FIRST"]
     assert B.launch_options(4, 2048, torch.bfloat16) == dict(PREFETCH=True, W_RELOAD=False,
-                                                             num_warps=8)
+                                                             DW_FIRST=False, num_warps=8)
     assert B.warps_for(4, 64, torch.float32) == 4
     # programs per SM: 32 KiB of x and dy tiles in flight per SM
     assert B.programs_per_sm(2048, torch.bfloat16) == 1

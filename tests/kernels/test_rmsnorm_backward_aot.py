@@ -28,8 +28,7 @@ def test_the_backward_rule_launches_spill_nothing_up_to_16_kib_rows_and_little_p
     """Each launch of the backward's rule (r saved) compiled for sm_90: no register spilled for a
     tile of up to 16 KiB of one tensor, and few for the widest rows (a 16384-column bf16 row's launch
     before the wide-row rule had 75 and 466 spill stores, and ran at 7% of the copy floor on an
-    H100; with dw accumulated first and d_sum loaded late, that launch has 56 and 90 and the
-    rule's 0 and 2)."""
+    H100; the rule's, which accumulates dw first and loads d_sum late there, has 0 and 2)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "code"), str(ROOT)])}
     proc = subprocess.run([sys.executable, "-m", "tests.kernels.aot_backward", "spills"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=600)

@@ -51,10 +51,14 @@ from .rmsnorm import loud_scale, num_warps_for
 # row (from L1) rather than held, and its warps grow with it. H100 (one run, 16384 columns, r saved):
 # held and prefetched, every such row spilled (ptxas: 284-388 bytes a thread) and ran at 7-13% of
 # the copy floor (4096 x 16384 bf16: 1876 us, Liger 213); as now, at 69-92% (159 us, Liger 207).
-# The loop accumulates dw before the row's dot product and, without the prefetch, loads d_sum where
-# it is added, so fewer rows are live at once: ptxas (sm_90) then spills nothing at 16384 columns
-# but 2 stores for the bf16 fused add, against 16-51 with dw last.
+# With DW_FIRST (below), ptxas for sm_90 spills nothing at 16384 columns but 2 stores for the bf16
+# fused add, against 16-51 with dw last.
 MAX_COLS = 16384
+# Rows this wide (64 KiB in fp32 registers) accumulate dw before the dot product, so dy's registers
+# can hold g, and load d_sum only where it is added (DW_FIRST; the same bits). H100, one run: 8192 x
+# 16384 fp32 fused add 731 us against 1061 (Liger 773); at 8192 fp32 columns and for narrow tiles
+# the same order was 4-18% slower (nothing spilled there to save), so they keep dw last.
+DW_FIRST_COLS = 16384
 # A step of a program handles a tile of TILE_ROWS rows: narrow rows are stacked until a tile of one
 # tensor holds about TILE_BYTES (bf16 rows of 2048 columns: 4 rows, of 4096: 2), so each step keeps
 # as many bytes in flight as a wide row does. H200 (one run, 16384 x 2048 bf16, fused add): 111 us
@@ -154,7 +158,7 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
                             HAS_DSUM: tl.constexpr, SAVED_R: tl.constexpr,
                             ATOMIC_DW: tl.constexpr, ACC: tl.constexpr,
                             F64: tl.constexpr, PREFETCH: tl.constexpr,
-                            W_RELOAD: tl.constexpr):
+                            W_RELOAD: tl.constexpr, DW_FIRST: tl.constexpr):
     pid = tl.program_id(0)
     offsets = tl.arange(0, BLOCK)
     col_mask = offsets < cols
@@ -184,7 +188,7 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
             x_in, res_in, dy_in, dsum_in, r_in = _tile_loads(
                 x_ptr, res_ptr, dy_ptr, dsum_ptr, rstd_ptr, row, last,
                 x_stride, res_stride, dy_stride, dsum_stride, offsets, cols,
-                HAS_RESIDUAL, False, SAVED_R)  # d_sum: loaded where it is added
+                HAS_RESIDUAL, HAS_DSUM and not DW_FIRST, SAVED_R)
         x = x_in.to(ACC)
         if HAS_RESIDUAL:  # the add op: the normalized input is x + residual
             x += res_in.to(ACC)
@@ -196,9 +200,8 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
             r = _loud(1.0 / tl.sqrt(denominator), denominator, F64)
         r = tl.where(row < last, r, 0.0)  # a masked-off row adds nothing
         xhat = x * r[:, None]
-        # reduction 2 (across rows), this program's part: first, so that dy's
-        # registers can hold g (fewer rows live at once: a wide row spills less)
-        dw += dy * xhat
+        if DW_FIRST:  # the widest rows: dy's registers then hold g (fewer
+            dw += dy * xhat  # rows live at once), d_sum is loaded late
         if W_RELOAD:  # a wide row: w from L1 each step, its registers freed
             w_now = tl.load(w_ptr + offsets, mask=col_mask, other=0.0).to(ACC)
         else:
@@ -210,12 +213,14 @@ def rmsnorm_backward_kernel(x_ptr, res_ptr, w_ptr, dy_ptr, dsum_ptr, rstd_ptr,
         mask = (row < last)[:, None] & col_mask[None, :]
         at = row.to(tl.int64)[:, None]
         if HAS_DSUM:  # gradient arriving through the residual output
-            if not PREFETCH:  # not held through the reduction
+            if DW_FIRST:  # not held through the reduction
                 dsum_in = tl.load(dsum_ptr + at * dsum_stride
                                   + offsets[None, :], mask=mask, other=0.0)
             dx += dsum_in.to(ACC)
         tl.store(dx_ptr + at * dx_stride + offsets[None, :],
                  dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        if not DW_FIRST:  # reduction 2 (across rows): this program's part
+            dw += dy * xhat
     share = tl.sum(dw, axis=0)  # the tile's rows, in a fixed order
     if ATOMIC_DW:  # the order of arrival decides the last bits
         tl.atomic_add(dw_ptr + offsets, share, mask=col_mask)
@@ -289,11 +294,14 @@ def warps_for(tile_rows: int, cols: int, dtype: torch.dtype) -> int:
 
 def launch_options(tile_rows: int, cols: int, dtype: torch.dtype,
                    prefetch: bool | None = None) -> dict:
-    """The launch's ``PREFETCH``, ``W_RELOAD`` and ``num_warps`` for tiles of ``tile_rows`` rows:
-    a :func:`wide_row` is not prefetched (unless ``prefetch`` says so) and reloads w each step;
-    warps from :func:`warps_for`."""
+    """The launch's ``PREFETCH``, ``W_RELOAD``, ``DW_FIRST`` and ``num_warps`` for tiles of
+    ``tile_rows`` rows: a :func:`wide_row` is not prefetched (unless ``prefetch`` says so) and
+    reloads w each step; a row of :data:`DW_FIRST_COLS` not prefetched accumulates dw first and
+    loads d_sum late; warps from :func:`warps_for`."""
     wide = wide_row(tile_rows, cols, dtype)
-    return dict(PREFETCH=not wide if prefetch is None else prefetch, W_RELOAD=wide,
+    prefetched = not wide if prefetch is None else prefetch
+    return dict(PREFETCH=prefetched, W_RELOAD=wide,
+                DW_FIRST=not prefetched and triton.next_power_of_2(cols) >= DW_FIRST_COLS,
                 num_warps=warps_for(tile_rows, cols, dtype))
 
 
