@@ -50,7 +50,8 @@ from .rmsnorm import loud_scale, num_warps_for
 # takes. Past TILE_BYTES a row is "wide" (wide_row): it is not prefetched, w is reloaded for each
 # row (from L1) rather than held, and its warps grow with it. H100 (one run, 16384 columns, r saved):
 # held and prefetched, every such row spilled (ptxas: 284-388 bytes a thread) and ran at 7-13% of
-# the copy floor (4096 x 16384 bf16: 1876 us, Liger 213); as now, at 69-92% (159 us, Liger 207).
+# the copy floor (4096 x 16384 bf16: 1876 us, Liger 213); unprefetched, w reloaded, at 69-92%
+# (159 us, Liger 207), and with DW_FIRST at 90-99% (155 us).
 # With DW_FIRST (below), ptxas for sm_90 spills nothing at 16384 columns but 2 stores for the bf16
 # fused add, against 16-51 with dw last.
 MAX_COLS = 16384
