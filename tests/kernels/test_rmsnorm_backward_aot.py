@@ -39,7 +39,7 @@ def test_the_backward_rule_launches_spill_nothing_up_to_16_kib_rows_and_little_p
     assert len(stores) == 2 * 4 * 2 + 2
     for name, n in stores.items():
         if name.startswith("before"):
-            assert n > 32, (name, n)  # the bound below tells the old launch from the rule's
+            assert n > 64, (name, n)  # the bound below tells the old launch from the rule's
         elif name.endswith(" 16384"):
             assert n <= 8, (name, n)
         else:
