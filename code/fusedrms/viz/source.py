@@ -33,13 +33,17 @@ def show_file_section(path: str | Path, marker: str, language: str = "cpp") -> C
 def split_listing(text: str, max_lines: int = 20) -> list[str]:
     """``text`` cut into parts of at most ``max_lines`` lines, at statement boundaries where it
     can be: a cut goes before a line at the smallest indentation of the body (a top-level
-    statement or decorator), never inside a bracket left open."""
+    statement or decorator), never inside a bracket left open. A block longer than a part (a
+    kernel's loop) is cut before one of its least indented statements, never right after a line
+    that opens a block or a comment."""
     lines = text.rstrip("\n").split("\n")
     if len(lines) <= max_lines:
         return [text.rstrip("\n")]
     depth, starts, top, in_string = 0, [], set(), False
+    nested = []  # statements inside a block: a cut here only where no body-level one fits
     indents = [len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()]
     body = sorted(set(indents))[:2]  # the def line's indentation and the body's
+    opener = comment = False  # the last line ends with ":" / is a comment: no cut after it
     for i, ln in enumerate(lines):
         indent = len(ln) - len(ln.lstrip())
         after_decorator = i > 0 and lines[i - 1].lstrip().startswith("@")
@@ -47,12 +51,20 @@ def split_listing(text: str, max_lines: int = 20) -> list[str]:
         if in_string or quotes % 2:  # inside a docstring, or on a line that opens or closes one
             in_string ^= quotes % 2 == 1
             continue
-        if depth == 0 and ln.strip() and indent in body and not after_decorator and not \
+        if depth == 0 and ln.strip() and not after_decorator and not \
                 ln.lstrip().startswith((")", "]", "}", "else", "elif", "except", "finally")):
-            starts.append(i)
-            if indent == body[0]:
-                top.add(i)
+            if opener:  # a header stays with its first line
+                pass
+            elif indent in body:
+                starts.append(i)
+                if indent == body[0]:
+                    top.add(i)
+            elif not comment:  # a comment stays with the line it explains
+                nested.append((indent, i))
         depth += sum(ln.count(c) for c in "([{") - sum(ln.count(c) for c in ")]}")
+        if ln.strip():
+            opener = re.sub(r"#.*", "", ln).rstrip().endswith(":")
+            comment = ln.lstrip().startswith("#")
     parts, begin = [], 0
     while len(lines) - begin > max_lines:
         left = len(lines) - begin
@@ -61,7 +73,12 @@ def split_listing(text: str, max_lines: int = 20) -> list[str]:
         # between functions where that keeps a part at least half full, else between statements
         tops = [s for s in cuts if s in top and s - begin >= max_lines // 2]
         pool = tops or cuts
-        cut = min(pool, key=lambda s: abs(s - target)) if pool else begin + max_lines
+        if pool:
+            cut = min(pool, key=lambda s: abs(s - target))
+        else:  # a block longer than a part: cut before its least indented statement
+            inner = [(indent, s) for indent, s in nested if begin < s <= begin + max_lines]
+            cut = min(inner, key=lambda t: (t[0], abs(t[1] - target)))[1] if inner else \
+                begin + max_lines
         parts.append("\n".join(lines[begin:cut]).rstrip("\n"))
         begin = cut
     parts.append("\n".join(lines[begin:]))
