@@ -98,10 +98,11 @@ def main():
         types = [p] * 5 + [accp, p, accp] + ["i32"] * 8 + ["fp32"]
         for atomic, prefetch in ((False, True), (True, True), (False, False)):
             for residual in (False, True):
+                options = B.launch_options(TILE[dt], 4096, TORCH[dt], prefetch)
+                options.pop("num_warps")  # every variant here compiles on 8 warps
                 c = {"BLOCK": 4096, "TILE_ROWS": TILE[dt], "HAS_RESIDUAL": residual, "HAS_DSUM": residual,
                      "SAVED_R": not atomic, "ATOMIC_DW": atomic, "ACC": acc,
-                     "F64": dt == "fp64", "PREFETCH": prefetch, "W_RELOAD": False,
-                     "DW_FIRST": False}
+                     "F64": dt == "fp64", **options}
                 ptx = compile_ptx(B.rmsnorm_backward_kernel, types, c, BACKWARD_ALIGNED, 8)
                 out[f"backward {dt} atomic={atomic} residual={residual} "
                     f"prefetch={prefetch}"] = loads(ptx)

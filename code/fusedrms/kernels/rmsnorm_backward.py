@@ -51,14 +51,13 @@ from .rmsnorm import loud_scale, num_warps_for
 # row (from L1) rather than held, and its warps grow with it. H100 (one run, 16384 columns, r saved):
 # held and prefetched, every such row spilled (ptxas: 284-388 bytes a thread) and ran at 7-13% of
 # the copy floor (4096 x 16384 bf16: 1876 us, Liger 213); unprefetched, w reloaded, at 69-92%
-# (159 us, Liger 207), and with DW_FIRST at 90-99% (155 us).
-# With DW_FIRST (below), ptxas for sm_90 spills nothing at 16384 columns but 2 stores for the bf16
-# fused add, against 16-51 with dw last.
+# (159 us, Liger 207), and with DW_FIRST too at 90-99% (155 us).
 MAX_COLS = 16384
 # Rows this wide (64 KiB in fp32 registers) accumulate dw before the dot product, so dy's registers
-# can hold g, and load d_sum only where it is added (DW_FIRST; the same bits). H100, one run: 8192 x
-# 16384 fp32 fused add 731 us against 1061 (Liger 773); at 8192 fp32 columns and for narrow tiles
-# the same order was 4-18% slower (nothing spilled there to save), so they keep dw last.
+# can hold g, and load d_sum only where it is added (DW_FIRST; the same bits): ptxas for sm_90 then
+# spills 0-2 stores at 16384 columns, against 16-51 with dw last. H100, one run: 8192 x 16384 fp32
+# fused add 731 us against 1061 (Liger 773); at 8192 fp32 columns and for narrow tiles the same
+# order was 4-18% slower (nothing spilled there to save), so they keep dw last.
 DW_FIRST_COLS = 16384
 # A step of a program handles a tile of TILE_ROWS rows: narrow rows are stacked until a tile of one
 # tensor holds about TILE_BYTES (bf16 rows of 2048 columns: 4 rows, of 4096: 2), so each step keeps
