@@ -11,11 +11,19 @@ from fusedrms.book import ch09
 def test_the_sweep_covers_every_shape_op_and_implementation():
     cs = ch09.cases()
     shapes = {(c["rows"], c["cols"], c["dt"]) for c in cs}
-    assert shapes == set(ch09.SHAPES) and len(ch09.SHAPES) == 11
+    assert shapes == set(ch09.SHAPES) | set(ch09.WIDE_SHAPES) and len(ch09.SHAPES) == 11
     for op in ch09.OPS:
         assert {c["impl"] for c in cs if c["kind"] == "train" and c["op"] == op} == set(ch09.TRAIN_IMPLS)
-    assert {(c["op"], c["impl"]) for c in cs if c["kind"] == "backward"} == set(
+    grid = [c for c in cs if (c["rows"], c["cols"], c["dt"]) in ch09.SHAPES]
+    assert {(c["op"], c["impl"]) for c in grid if c["kind"] == "backward"} == set(
         ch09.BACKWARD_IMPLS) | {(op, i) for op in ch09.OPS for i in ch09.BACKWARD_PEERS}
+    # the rows of 16384 columns: the backward alone, dw first (the rule) and last, and the peers
+    wide = [c for c in cs if (c["rows"], c["cols"], c["dt"]) in ch09.WIDE_SHAPES]
+    assert {c["kind"] for c in wide} == {"backward"}
+    assert {(c["rows"], c["cols"], c["dt"], c["op"], c["impl"]) for c in wide} == {
+        (*shape, op, i) for shape in ch09.WIDE_SHAPES for op in ch09.OPS
+        for i in (*ch09.WIDE_DESIGNS, *ch09.BACKWARD_PEERS)}
+    assert all(c["cols"] == 16384 for c in ch09.cases(smoke=True) if c["impl"] == "dw_last")
     # Liger as it runs by default for RMSNorm (in place) and out of place, in both questions
     assert {"liger", "liger.in_place"} <= set(ch09.TRAIN_IMPLS) & set(ch09.BACKWARD_PEERS)
     sweep = [c for c in cs if c["kind"] == "programs"]
@@ -107,7 +115,7 @@ def test_a_wrong_sampled_row_of_dx_is_caught(monkeypatch):
     assert not ch09.check_gradients("rmsnorm", bundle, w.detach(), grads)[0]
 
 
-@pytest.mark.parametrize("op,design", list(ch09.BACKWARD_IMPLS))
+@pytest.mark.parametrize("op,design", [*ch09.BACKWARD_IMPLS, *((op, "dw_last") for op in ch09.OPS)])
 def test_backward_steps_match_the_training_step(op, design):
     import torch
 
@@ -245,11 +253,11 @@ def test_the_warm_up_compiles_each_kernel_in_one_process(smoke, workers):
             if c["impl"] != "torch.compile":
                 assert owner.setdefault((c["op"], c["cols"], c["dt"]), k) == k
     if not smoke and workers == 8:
-        # eight kernel keys, one per process; the 44 cold compiles (the step, and the backward
-        # alone) spread evenly
+        # every process owns a kernel key; the 48 cold compiles (the step and the backward alone
+        # on the grid, the backward alone at 16384 columns) spread evenly
         assert len(set(owner.values())) == 8
         compiles = [sum(every[i]["impl"] == "torch.compile" for i in p) for p in parts]
-        assert sum(compiles) == 44 and max(compiles) - min(compiles) <= 2
+        assert sum(compiles) == 48 and max(compiles) - min(compiles) <= 2
 
 
 def test_the_recorded_stage_two_tile_is_the_librarys():

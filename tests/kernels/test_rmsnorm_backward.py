@@ -173,6 +173,38 @@ def test_a_wide_row_reloads_w_and_gives_the_formula(cols, dtype):
         assert all(torch.equal(a, b) for a, b in zip(got, prefetched)), programs
 
 
+@pytest.mark.parametrize("cols, dtype, prefetch", [(16384 - 3, torch.bfloat16, None),
+                                                    (300, torch.float32, None),
+                                                    (300, torch.bfloat16, False)])
+def test_the_order_of_the_dw_update_changes_no_bit(cols, dtype, prefetch):
+    # DW_FIRST only reorders statements: dw first (the rule at 16384 columns) and last give the
+    # same bits, with and without the residual's gradient, over one row per program and several
+    x, res, w, dy, ds = _inputs(5, cols, dtype, seed=11)
+    for kwargs in ({}, {"residual": res, "d_sum": ds}):
+        for programs in (1, 5):
+            runs = [B.backward(x, w, dy, programs=programs, prefetch=prefetch, dw_first=first,
+                               **kwargs) for first in (False, True)]
+            assert all(torch.equal(a, b) for a, b in zip(*runs)), (kwargs.keys(), programs)
+
+
+def test_the_loop_order_is_a_switch_named_in_its_refusal():
+    x, _, w, dy, _ = _inputs(3, 64)
+    with pytest.raises(InputError, match="dw_first must be True or False"):
+        B.backward(x, w, dy, dw_first="last")
+    assert B.launch_options(1, 16384, torch.bfloat16, dw_first=False)["DW_FIRST"] is False
+    assert B.launch_options(4, 2048, torch.bfloat16, dw_first=True)["DW_FIRST"] is True
+
+
+@pytest.mark.gpu
+def test_the_order_of_the_dw_update_changes_no_bit_on_gpu():
+    for rows, cols, dtype in ((300, 16384, torch.bfloat16), (300, 16384, torch.float32),
+                              (1000, 4096, torch.bfloat16)):
+        x, res, w, dy, ds = _inputs(rows, cols, dtype, seed=12)
+        runs = [B.backward(x, w, dy, residual=res, d_sum=ds, dw_first=first)
+                for first in (False, True)]
+        assert all(torch.equal(a, b) for a, b in zip(*runs)), (rows, cols, dtype)
+
+
 @pytest.mark.gpu
 def test_a_wide_row_gives_the_formula_on_gpu():
     for cols, dtype in ((16384, torch.bfloat16), (16384, torch.float32), (8192, torch.float32)):

@@ -48,15 +48,21 @@ SOURCES = ("kernels/rmsnorm_backward.py", "kernels/rmsnorm.py::loud_scale",
            "reference.py::add_rmsnorm_residual", "measure/timer.py", "book/ch09.py::record",
            "traffic.py", "kernels/peers.py")
 # H200 at 1cc9902: 133 s (warm-up and checks, then three timing processes); the peers' backward
-# alone and Liger in place add ~88 cases, ~40 s (an estimate, not yet recorded)
-ESTIMATE_S = 175
+# alone and Liger in place add ~88 cases, ~40 s; the rows of 16384 columns 20 cases, ~60 s with
+# their compiles (estimates, not yet recorded)
+ESTIMATE_S = 235
 EPS = 1e-5
 F64 = torch.float64
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 OPS = ("rmsnorm", "add_rmsnorm")
 SHAPES = tuple((r, c, "bf16") for r in (1024, 4096, 16384) for c in (2048, 4096, 8192)) + (
     (4096, 4096, "fp32"), (16384, 4096, "fp32"))
+# rows of 16384 columns, past the grid: the backward alone, ours with dw updated first (the rule,
+# DW_FIRST) and last (the loop before it), against the peers' backward alone
+WIDE_SHAPES = ((4096, 16384, "bf16"), (8192, 16384, "fp32"))
+WIDE_DESIGNS = ("two_stage", "dw_last")
 SMOKE_SHAPES = ((1024, 2048, "bf16"),)
+SMOKE_WIDE_SHAPES = ((256, 16384, "bf16"),)  # ours only: the same code paths
 PROCESS_TIMEOUT_S = 420  # a hard limit per timing process: a hung case, never a slow one
 WARM_TIMEOUT_S = 300
 # forward + backward, in the order they are timed (peers that may fail to capture come last);
@@ -259,7 +265,8 @@ def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor,
     output gradients: ``[x, dy]`` (rmsnorm) or ``[s, dy, ds]`` (fused add); ``rstd`` is the saved
     row scale (4 bytes per row, not rotated), unused by the ``recompute_r`` design;
     ``no_prefetch`` is the two-stage design loading each tile only when its turn comes;
-    ``one_row`` the two-stage design stepping one row at a time (the grid its rule gives)."""
+    ``one_row`` the two-stage design stepping one row at a time (the grid its rule gives);
+    ``dw_last`` the two-stage design updating dw after the row's dot product (``DW_FIRST`` off)."""
     from ..kernels import rmsnorm_backward as B
 
     mode = "atomic" if design == "atomic" else "two_stage"
@@ -270,7 +277,7 @@ def backward_step(op: str, design: str, w: torch.Tensor, rstd: torch.Tensor,
         d_sum = None if op == "rmsnorm" else bundle[2]
         return B.backward(bundle[0], w, bundle[1], EPS, d_sum=d_sum, rstd=saved_r, dw_mode=mode,
                           programs=programs, prefetch=False if design == "no_prefetch" else None,
-                          tile_rows=tile_rows)
+                          tile_rows=tile_rows, dw_first=False if design == "dw_last" else None)
     return step
 
 
@@ -464,6 +471,10 @@ def cases(smoke: bool = False) -> list[dict]:
                     for i in TRAIN_IMPLS if i not in OURS]
             out += [dict(kind="backward", op=op, impl=i, rows=rows, cols=cols, dt=dt)
                     for i in BACKWARD_PEERS]
+    wide_impls = WIDE_DESIGNS if smoke else (*WIDE_DESIGNS, *BACKWARD_PEERS)
+    for rows, cols, dt in (SMOKE_WIDE_SHAPES if smoke else WIDE_SHAPES):
+        out += [dict(kind="backward", op=op, impl=i, rows=rows, cols=cols, dt=dt)
+                for op in OPS for i in wide_impls]
     for rows, cols, dt in (SMOKE_SHAPES[:1] if smoke else PROGRAM_SHAPES):
         out += [dict(kind="programs", op="rmsnorm", impl=f"{n}/SM", rows=rows, cols=cols, dt=dt)
                 for n in PROGRAMS_PER_SM]

@@ -37,7 +37,8 @@ PLAIN_NAMES = {"triton.two_stage": "ours", "triton.atomic": "ours with atomic dw
 DESIGN_NAMES = {"two_stage": "two-stage dw", "atomic": "atomic dw",
                 "recompute_r": "two-stage dw, r recomputed",
                 "no_prefetch": "two-stage dw, no prefetch",
-                "one_row": "two-stage dw, one row per step"}
+                "one_row": "two-stage dw, one row per step",
+                "dw_last": "two-stage dw, dw updated last"}
 OP_NAMES = {"rmsnorm": "RMSNorm", "add_rmsnorm": "fused add + RMSNorm"}
 
 

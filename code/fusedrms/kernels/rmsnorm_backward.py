@@ -293,15 +293,16 @@ def warps_for(tile_rows: int, cols: int, dtype: torch.dtype) -> int:
 
 
 def launch_options(tile_rows: int, cols: int, dtype: torch.dtype,
-                   prefetch: bool | None = None) -> dict:
+                   prefetch: bool | None = None, dw_first: bool | None = None) -> dict:
     """The launch's ``PREFETCH``, ``W_RELOAD``, ``DW_FIRST`` and ``num_warps`` for tiles of
     ``tile_rows`` rows: a :func:`wide_row` is not prefetched (unless ``prefetch`` says so) and
     reloads w each step; a row of :data:`DW_FIRST_COLS` not prefetched accumulates dw first and
-    loads d_sum late; warps from :func:`warps_for`."""
+    loads d_sum late (unless ``dw_first`` says otherwise); warps from :func:`warps_for`."""
     wide = wide_row(tile_rows, cols, dtype)
     prefetched = not wide if prefetch is None else prefetch
-    return dict(PREFETCH=prefetched, W_RELOAD=wide,
-                DW_FIRST=not prefetched and triton.next_power_of_2(cols) >= DW_FIRST_COLS,
+    if dw_first is None:
+        dw_first = not prefetched and triton.next_power_of_2(cols) >= DW_FIRST_COLS
+    return dict(PREFETCH=prefetched, W_RELOAD=wide, DW_FIRST=dw_first,
                 num_warps=warps_for(tile_rows, cols, dtype))
 
 
@@ -459,7 +460,8 @@ def forward(x, w, eps: float = 1e-5, residual=None):
 
 def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=None,
              dw_mode: str = "two_stage", programs: int | None = None,
-             prefetch: bool | None = None, tile_rows: int | None = None):
+             prefetch: bool | None = None, tile_rows: int | None = None,
+             dw_first: bool | None = None):
     """``(dx, dw)`` for ``y = rmsnorm(x [+ residual]) * w`` given the output gradient ``dy``.
 
     ``residual``: the op normalized ``x + residual`` (formed in fp32 here); ``dx`` is then the
@@ -471,14 +473,18 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
     except for a :func:`wide_row`); ``prefetch=False`` is the kernel's first design, kept so the
     recording can time what prefetching gains. The results are the same bits either way.
     ``tile_rows`` overrides the rows per step (a power of two; default :func:`tile_rows_for`).
+    ``dw_first``: whether each step accumulates dw before the row's dot product (default: only a
+    row of :data:`DW_FIRST_COLS` not prefetched); ``dw_first=False`` there is the loop before that
+    rule, kept so the recording can time what the order gains. The same bits either way.
     """
     validation.check_forward_only({"x": x, "residual": residual, "w": w, "dy": dy,
                                    "d_sum": d_sum, "rstd": rstd}, "rmsnorm_backward.backward",
                                   role="a backward that is not itself differentiable")
     dw_mode = _check_mode(dw_mode)
     programs = _check_programs(programs)
-    if prefetch is not None:
-        validation.check_flag(prefetch, "prefetch")
+    for name, flag in (("prefetch", prefetch), ("dw_first", dw_first)):
+        if flag is not None:
+            validation.check_flag(flag, name)
     tile_rows = _check_tile_rows(tile_rows)
     x2, w, eps, r2 = _prepare(x, w, eps, residual)
     rows, cols = x2.shape
@@ -510,7 +516,8 @@ def backward(x, w, dy, eps: float = 1e-5, *, residual=None, d_sum=None, rstd=Non
         dx2.stride(0) if ds2 is None else ds2.stride(0), dx2.stride(0), eps,
         BLOCK=block, TILE_ROWS=tile_rows, HAS_RESIDUAL=r2 is not None, HAS_DSUM=ds2 is not None,
         SAVED_R=rstd is not None, ATOMIC_DW=atomic, ACC=acc_dtype(x2.dtype),
-        F64=x2.dtype == torch.float64, **launch_options(tile_rows, cols, x2.dtype, prefetch))
+        F64=x2.dtype == torch.float64, **launch_options(tile_rows, cols, x2.dtype, prefetch,
+                                                           dw_first))
     if atomic:
         dw = dw_buffer if w.dtype == acc else dw_buffer.to(w.dtype)
     else:
