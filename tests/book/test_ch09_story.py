@@ -1,6 +1,7 @@
 """Chapter 9's story on a GPU: what its Markdown says in words, held against the committed
 recording it tells (a re-recording that contradicts a sentence fails here)."""
 from fusedrms import records
+from fusedrms.book import ch09
 from fusedrms.book import ch09_story as story
 from tests.book.story import assert_prose_values_exist
 
@@ -75,8 +76,9 @@ def test_the_backward_alone_prefetch_recompute_atomic_and_determinism_read_as_th
     assert b["large_below_80"] and all(r["us"] < times[len(times) // 4]
                                        for r in b["large_below_80"])
     assert len(b["large_below_80"]) < len(b["large"]) / 4
-    assert min(b["unfetched"]) > 1 + band  # "outside the band everywhere"
-    assert len(b["unfetched"]) == len(b["two_stage"])
+    assert min(b["unfetched"]) > 1 + band  # "outside the band everywhere" (the grid's shapes)
+    assert len(b["unfetched"]) == len([r for r in b["two_stage"]
+                                       if (r["rows"], r["cols"], r["dtype"]) in ch09.SHAPES])
     # "Recomputing r takes ... the time of reading it, so the kernels read the saved r"
     assert min(b["recompute"]) > 1 - band and max(b["recompute"]) > 1.1
     d = f["determinism"]
@@ -107,10 +109,12 @@ def test_the_backward_alone_is_timed_against_every_peer_at_every_shape():
     f = _facts()
     alone = f["peers_alone"]
     # "faster at N of M shapes, at lo to hi of the fastest one's time": every peer at every shape
-    assert len(alone["rows"]) == 22
+    # of the grid (and at the rows of 16384 columns, where recorded), both ops
+    shapes = {r["shape"] for r in alone["rows"]}
+    assert len(alone["rows"]) == 2 * len(shapes)
+    assert {R.shape_text(*s) for s in ch09.SHAPES} <= shapes
     assert all(r[i] is not None for r in alone["rows"] for i in R.BACKWARD_PEERS)
-    assert {r["shape"] for r in alone["rows"]} == {r["shape"] for r in R.backward_table(doc)
-                                                   if r["design"] == "two-stage dw"}
+    assert shapes == {r["shape"] for r in R.backward_table(doc) if r["design"] == "two-stage dw"}
     faster = [r for r in alone["rows"] if r["vs_fastest"] < 1 - f["band"]]
     assert faster == alone["faster"]
 
@@ -142,3 +146,36 @@ def test_a_miss_of_the_80_percent_mark_never_reads_as_80():
     # "it misses at ... (N%)": every share the sentence prints is under 80
     shown = story.story_values(story.load(records.COMMITTED))["bw_below_80"]
     assert shown and all(float(p) < 80 for p in re.findall(r"\(([\d.]+)%\)", shown))
+
+
+def test_the_rows_of_16384_columns_give_both_loop_orders_and_the_fastest_peer():
+    """``wide_*``: at each row of ch09.WIDE_SHAPES, ours as the rule launches it (dw first), the
+    same launch with dw last, and the fastest peer's backward alone that passed its check."""
+    from tests.book.test_ch09_page import _doc
+
+    def rec(op, impl, rows, cols, dt, us, check_ok=None):
+        r = {"kind": "backward", "op": op, "impl": impl, "rows": rows, "cols": cols,
+             "dtype": dt, "bytes": 10**9, "floor_us": 500.0, "us": us, "programs": 132}
+        return r if check_ok is None else {**r, "check_ok": check_ok}
+    (r1, c1, d1), (r2, c2, d2) = ch09.WIDE_SHAPES
+    recs = [rec("add_rmsnorm", "two_stage", r2, c2, d2, 731.0),
+            rec("add_rmsnorm", "dw_last", r2, c2, d2, 1061.0),
+            rec("add_rmsnorm", "liger", r2, c2, d2, 773.0, True),
+            rec("add_rmsnorm", "torch.compile", r2, c2, d2, 700.0, False),  # failed its check
+            rec("rmsnorm", "two_stage", r1, c1, d1, 155.0),  # no dw-last record: left out
+            rec("rmsnorm", "liger", r1, c1, d1, 210.0, True)]
+    doc = _doc([{"copy_GBps": 4000.0, "records": recs, "skipped": 0}])
+    wide = story._wide(doc)
+    assert [(w["op"], w["dtype"]) for w in wide] == [("add_rmsnorm", d2)]
+    w = wide[0]
+    assert (w["first"], w["last"], w["peer"], w["peer_us"]) == (731.0, 1061.0, "liger", 773.0)
+    assert abs(w["vs_peer"] - 731 / 773) < 1e-9 and abs(w["pct_floor"] - 100 * 500 / 731) < 1e-9
+    assert story._wide({"records": []}) == []
+    # the values the prose will show, beside the committed recording's
+    book = story.load(records.COMMITTED)
+    book = {"backward": {**book["backward"], "records": book["backward"]["records"] + doc["records"]}}
+    v = story.story_values(book)
+    key = f"wide_add_{d2}"
+    assert (v[f"{key}_first"], v[f"{key}_last"], v[f"{key}_gain"]) == ("731.0 µs", "1061.0 µs", "1.45x")
+    assert (v[f"{key}_peer"], v[f"{key}_peer_us"], v[f"{key}_vs_peer"]) == ("Liger", "773.0 µs", "0.95x")
+    assert v[f"wide_{d2}_at"] == f"{r2:,} × {c2:,} {d2}" and not any(k.startswith("wide_rms") for k in v)

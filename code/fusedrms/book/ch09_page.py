@@ -46,7 +46,8 @@ def plain_name(impl: str) -> str:
     return PLAIN_NAMES.get(impl, impl)
 
 
-def _shape(rows: int, cols: int, dt: str) -> str:
+def shape_text(rows: int, cols: int, dt: str) -> str:
+    """A shape as the tables key it ("4096x16384 bf16")."""
     return f"{rows}x{cols} {dt}"
 
 
@@ -106,7 +107,7 @@ def backward_table(doc, kind: str = "backward") -> list[dict] | None:
             design = (r["impl"].split("/")[0] if kind == "programs"
                       else DESIGN_NAMES.get(r["impl"], r["impl"]))
             out.append({"op": OP_NAMES.get(r["op"], r["op"]), "design": design,
-                        "shape": _shape(r["rows"], r["cols"], r["dtype"]),
+                        "shape": shape_text(r["rows"], r["cols"], r["dtype"]),
                         "rows": r["rows"], "cols": r["cols"], "dtype": r["dtype"],
                         "programs": r["programs"], "MB": r["bytes"] / 1e6,
                         "us": r["us"], "pct_floor": r["pct_floor"],
@@ -132,7 +133,7 @@ def backward_peers_table(doc, op: str) -> list[dict] | None:
         peers = [recs[i] for i in BACKWARD_PEERS
                  if i in recs and "us" in recs[i] and recs[i].get("check_ok")]
         fastest = min(peers, key=lambda r: r["us"], default=None)
-        row = {"shape": _shape(rows_, cols, dt), "rows": rows_, "cols": cols, "dtype": dt,
+        row = {"shape": shape_text(rows_, cols, dt), "rows": rows_, "cols": cols, "dtype": dt,
                "ours": ours.get("us"), "pct_floor": ours.get("pct_floor"),
                **{i: recs.get(i, {}).get("us") for i in BACKWARD_PEERS},
                "fastest_peer": fastest["impl"] if fastest else None,

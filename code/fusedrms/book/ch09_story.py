@@ -7,7 +7,7 @@ import math
 from .. import records
 from . import ch09_page as R
 from . import page
-from .ch09 import OPS
+from .ch09 import OPS, WIDE_SHAPES
 from .story import MISSING, value  # noqa: F401 (the notebook reads story.value)
 
 MEMORY_SHAPE = (16384, 8192, "bf16")  # the largest shape of the grid: where memory is scarce
@@ -75,6 +75,27 @@ def _peers_alone(doc: dict, band: float) -> dict:
     return {"rows": rows, "faster": [r for r in rows if r["vs_fastest"] < 1 - band]}
 
 
+def _wide(doc: dict) -> list[dict]:
+    """Per op and row of :data:`~fusedrms.book.ch09.WIDE_SHAPES`: our backward alone as the rule
+    launches it (dw first), the same launch with dw last, and the fastest peer's backward alone."""
+    designs = {(r["op"], r["design"], r["shape"]): r for r in R.backward_table(doc) or []}
+    out = []
+    for op in OPS:
+        peers = {r["shape"]: r for r in R.backward_peers_table(doc, op) or []}
+        for rows, cols, dt in WIDE_SHAPES:
+            shape = R.shape_text(rows, cols, dt)
+            first, last = (designs.get((R.OP_NAMES[op], R.DESIGN_NAMES[d], shape))
+                           for d in ("two_stage", "dw_last"))
+            if not (first and last):
+                continue
+            peer = peers.get(shape, {})
+            out.append({"op": op, "rows": rows, "cols": cols, "dtype": dt, "first": first["us"],
+                        "last": last["us"], "pct_floor": first["pct_floor"],
+                        "peer": peer.get("fastest_peer"), "vs_peer": peer.get("vs_fastest"),
+                        "peer_us": peer.get(peer.get("fastest_peer")) if peer else None})
+    return out
+
+
 def _grid(doc: dict, band: float) -> list[dict]:
     """Per shape of the programs sweep: the fastest grid and the default rule's grid."""
     sweep = R.backward_table(doc, kind="programs") or []
@@ -104,7 +125,7 @@ def story_facts(docs: dict) -> dict:
             **{op: _op(doc, op, band) for op in OPS},
             "peaks": {op: _peaks(doc, op) for op in OPS}, "backward": _backward(doc),
             "peers_alone": _peers_alone(doc, band),
-            "grid": _grid(doc, band), "determinism": {r["impl"]: r for r in R.determinism_rows(doc)}}
+            "grid": _grid(doc, band), "wide": _wide(doc), "determinism": {r["impl"]: r for r in R.determinism_rows(doc)}}
 
 
 def _x(ratio: float) -> str:
@@ -186,6 +207,14 @@ def story_values(docs: dict) -> dict[str, str]:
         ratios = [r["vs_fastest"] for r in alone]
         v.update(bwp_shapes=str(len(alone)), bwp_faster=str(len(f["peers_alone"]["faster"])),
                  bwp_lo=_x(min(ratios)), bwp_hi=_x(max(ratios)))
+    for w in f["wide"]:  # wide_add_fp32_first: the fused add's backward at 8192 x 16384 fp32
+        key = f"wide_{'rms' if w['op'] == 'rmsnorm' else 'add'}_{w['dtype']}"
+        v.update({f"wide_{w['dtype']}_at": _shape(w), f"{key}_first": f"{w['first']:.1f} µs",
+                  f"{key}_last": f"{w['last']:.1f} µs", f"{key}_gain": _x(w["last"] / w["first"]),
+                  f"{key}_pct": f"{w['pct_floor']:.0f}%"})
+        if w["peer"]:
+            v.update({f"{key}_peer": R.plain_name(w["peer"]),
+                      f"{key}_peer_us": f"{w['peer_us']:.1f} µs", f"{key}_vs_peer": _x(w["vs_peer"])})
     for k, g in enumerate(f["grid"]):
         v[f"grid{k}_shape"] = _shape(g["best"])
         v[f"grid{k}_best"] = g["best"]["design"]
