@@ -1,9 +1,8 @@
 """Long listings are cut into short blocks at statement boundaries, losing nothing."""
 import inspect
-
-from fusedrms import viz
 import re
 
+from fusedrms import viz
 from fusedrms.kernels import add_rmsnorm, rmsnorm_backward, rmsnorm_fp8
 
 
