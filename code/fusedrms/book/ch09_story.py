@@ -125,7 +125,8 @@ def story_facts(docs: dict) -> dict:
             **{op: _op(doc, op, band) for op in OPS},
             "peaks": {op: _peaks(doc, op) for op in OPS}, "backward": _backward(doc),
             "peers_alone": _peers_alone(doc, band),
-            "grid": _grid(doc, band), "wide": _wide(doc), "determinism": {r["impl"]: r for r in R.determinism_rows(doc)}}
+            "grid": _grid(doc, band), "wide": _wide(doc),
+            "determinism": {r["impl"]: r for r in R.determinism_rows(doc)}}
 
 
 def _x(ratio: float) -> str:
