@@ -146,6 +146,9 @@ def test_rows_of_65536_columns_beat_every_peer_at_every_batch():
     assert v["large_min"] == f"{lowest['pct_floor']:.0f}%"
     assert v["large_min_at"] == f"{lowest['rows']}x{lowest['cols']} {lowest['dtype']}"
     assert v["large_min_peer_pct"] == f"{lowest['peer_pct_floor']:.0f}%"
+    # "... and a copy of the same bytes ...": only where the recording timed that copy
+    assert v.get("large_min_copy_pct") == (f"{lowest['copy_pct_floor']:.0f}%"
+                                           if lowest["copy_pct_floor"] else None)
     assert all(r["pct_floor"] > r["peer_pct_floor"] for r in large if r["cols"] == 65536)
 
 

@@ -174,3 +174,19 @@ def test_fp8_levers_inside_the_tie_band_are_left_out():
     assert names == ["one reciprocal per block", "16 -> 8 warps"]
     # -1.25% inside a 2% band: a tie, not a lever the table keeps
     assert [l["lever"] for l in ch08.fp8_levers(doc, band=0.02)] == ["one reciprocal per block"]
+
+
+def test_a_row_gives_the_floors_copy_at_its_size_as_a_share_of_the_floor_where_it_was_timed():
+    """copy_pct_floor: the floor (the 1 GiB copy's rate) over the copy of the call's own bytes
+    timed at its size; None where the recording has no such copy or a malformed one."""
+    doc = {"records": [
+        dict(hrec("capstone.fused", 128, 65536, 20.0, 80.0), copy_at_size_us=17.5),
+        hrec("torch.compile", 128, 65536, 25.0, 64.0),
+        dict(hrec("capstone.fused", 1024, 8192, 19.0, 84.0), copy_at_size_us="n/a"),
+        hrec("torch.compile", 1024, 8192, 21.0, 76.0),
+        hrec("capstone.fused", 16384, 8192, 200.0, 95.0),
+        hrec("torch.compile", 16384, 8192, 190.0, 100.0)]}
+    rows = {r["rows"]: r for r in R.peer_rows(R.peer_points(doc))}
+    # floor 16 us (80% of 20): a copy of the same bytes in 17.5 us runs at 16 / 17.5 of its rate
+    assert rows[128]["copy_pct_floor"] == pytest.approx(100 * 16.0 / 17.5)
+    assert rows[1024]["copy_pct_floor"] is None and rows[16384]["copy_pct_floor"] is None

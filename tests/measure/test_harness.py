@@ -567,3 +567,67 @@ def test_a_case_a_shared_run_did_not_time_is_missing_from_every_document_that_li
         assert missing["rows"] == 8 and "hung" in missing["status"]
         with pytest.raises(harness.Incomplete):
             harness.require_complete(docs[name], name)
+
+
+def test_each_process_copies_a_large_calls_bytes_once_beside_its_rotating_cases(monkeypatch,
+                                                                                 tmp_path):
+    """From ``copy_at_size_min_bytes`` a call, a process times the floor's copy of the call's
+    bytes once per byte count (two ops of one size share it); each rotating record of that size
+    gets the copy's median over processes and its own time as a share of it; a smaller call gets
+    none, and a copy that failed is reported, never a number."""
+    state = fake_clock(monkeypatch)
+    copied = []
+
+    def time_rotating(calls, reps=9, warmup=2, min_replay_us=200.0):
+        out = [c() for c in calls]
+        if all(getattr(o, "dtype", None) == torch.uint8 for o in out):  # the copy at size
+            copied.append((state["process"], len(calls), out[0].numel()))
+            return [40.0 + state["process"]] * reps
+        return [50.0 + state["process"]] * reps
+
+    monkeypatch.setattr(timer, "time_rotating", time_rotating)
+    rows, cols = 64, 256
+    big = harness.floor_bytes("add_rmsnorm", rows, cols, "fp32")
+    assert big == harness.floor_bytes("rmsnorm", rows * 3 // 2, cols, "fp32") != \
+        harness.floor_bytes("add_rmsnorm", 4, cols, "fp32")
+    sweeps = [harness.Sweep("t", "add_rmsnorm", (4, rows), (cols,), ("fp32",), ("rotating",),
+                            impls=("torch.rms_norm_add",)),
+              harness.Sweep("t", "rmsnorm", (rows * 3 // 2,), (cols,), ("fp32",), ("rotating",),
+                            impls=("torch.rms_norm",)),
+              harness.Sweep("t", "add_rmsnorm", (rows,), (cols,), ("fp32",), ("cold",),
+                            impls=("torch.eager_chain",))]
+    out = tmp_path / "grid.json"
+    settings = harness.Settings(processes=3, copy_at_size_min_bytes=big)
+    doc = harness.run_sweeps(sweeps, settings, out, log=lambda m: None,
+                             runner=inprocess_runner(state))
+    # one copy per process, of the large size only, over the rotation's sets, half of it read
+    assert [p for p, _, _ in copied] == [0, 1, 2]
+    assert all(sets >= 2 and numel == big // 2 for _, sets, numel in copied)
+    recs = {(r["op"], r["rows"], r["mode"]): r for r in doc["records"]}
+    for key in (("add_rmsnorm", rows, "rotating"), ("rmsnorm", rows * 3 // 2, "rotating")):
+        r = recs[key]
+        assert r["copy_at_size_us"] == 41.0 and r["median_us"] == 51.0
+        assert r["pct_of_copy_at_size"] == pytest.approx(100 * 41.0 / 51.0)
+    for key in (("add_rmsnorm", 4, "rotating"), ("add_rmsnorm", rows, "cold")):
+        assert "copy_at_size_us" not in recs[key] and "pct_of_copy_at_size" not in recs[key]
+    [copy] = doc["provenance"]["copy_at_size"]
+    assert copy["bytes"] == big and copy["process_medians_us"] == [40.0, 41.0, 42.0]
+    assert copy["GBps"] == pytest.approx(big / 41.0 / 1e3) and "rotating" in copy["l2_method"]
+    header = out.with_suffix(".csv").read_text().splitlines()[0].split(",")
+    assert {"copy_at_size_us", "pct_of_copy_at_size"} <= set(header)
+
+    # off by default; a copy that fails leaves its records without one and says why
+    copied.clear()
+    doc = harness.run_sweeps(sweeps, harness.Settings(processes=1), None, log=lambda m: None,
+                             runner=inprocess_runner(state))
+    assert not copied and "copy_at_size" not in doc["provenance"]
+
+    def no_memory(nbytes, device, reps):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(worker, "copy_at_size", no_memory)
+    doc = harness.run_sweeps(sweeps, harness.Settings(processes=1, copy_at_size_min_bytes=big),
+                             None, log=lambda m: None, runner=inprocess_runner(state))
+    assert not any("copy_at_size_us" in r for r in doc["records"])
+    [copy] = doc["provenance"]["copy_at_size"]
+    assert copy == {"bytes": big, "status": "error: RuntimeError: out of memory"}

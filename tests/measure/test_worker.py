@@ -74,3 +74,18 @@ def test_gpu_a_refused_request_leaves_the_context_usable():
     with pytest.raises(RuntimeError):
         torch.empty(1 << 50, dtype=torch.uint8, device="cuda")
     assert worker.context_lost("cuda") is False
+
+
+@pytest.mark.gpu
+def test_gpu_the_copy_at_size_times_the_floors_copy_of_a_calls_bytes():
+    """A copy of 64 MiB (half read, half written) over rotating buffers: a positive time, a rate
+    within reach of the 1 GiB copy's (the floor's), and the rotation's sets in its method."""
+    from fusedrms.measure import timer
+
+    nbytes = 64 << 20
+    got = worker.copy_at_size(nbytes, "cuda", reps=5)
+    assert got["bytes"] == nbytes and got["n"] == 5 and got["median_us"] > 0
+    assert got["sets"] == timer.rotating_sets(nbytes, timer.l2_bytes()) >= 2
+    assert f"{got['sets']} input sets" in got["l2_method"]
+    rate = nbytes / (got["median_us"] * 1e3)
+    assert 0.3 < rate / timer.copy_bandwidth_GBps() < 1.5, rate

@@ -262,6 +262,7 @@ def peer_rows(points: list[Point], op: str = "add_rmsnorm", attempted: dict | No
                      "MB": bytes_moved(op, *shape) / MB, "capstone_us": me.median_us,
                      "pct_floor": me.pct_floor, "peer": best.impl, "peer_us": best.median_us,
                      "peer_pct_floor": best.pct_floor, "ratio": me.median_us / best.median_us,
+                     "copy_pct_floor": _copy_pct_floor(me),
                      "peers": {k: v.median_us for k, v in peers.items()},
                      # each median with its p10-p90 across processes, as the tables show it
                      "capstone_spread": _with_spread(me), "peer_spread": _with_spread(best),
@@ -276,6 +277,15 @@ def peer_table(doc: dict | None, op: str = "add_rmsnorm", points: list[Point] | 
     those that cannot run a shape (``points``: :func:`peer_points` of ``doc``, if already read)."""
     points = peer_points(doc) if points is None else points
     return peer_rows(points, op, peer_attempts(doc, op), peer_unsupported(doc, op), mine)
+
+
+def _copy_pct_floor(p: Point) -> float | None:
+    """The floor's copy timed at this call's bytes, as a share of the floor (the 1 GiB copy's
+    rate), where the recording timed it (harness ``copy_at_size_us``); else None."""
+    copy_us = _num(p.raw.get("copy_at_size_us"))
+    if copy_us is None or copy_us <= 0 or not p.floor_us:
+        return None
+    return 100 * p.floor_us / copy_us
 
 
 def _with_spread(p: Point) -> str:

@@ -147,6 +147,9 @@ class Settings:
     warm_workers: int = 0  # processes that compile every case side by side first (0: by CPU count)
     timeout_s: float | None = None  # a hard limit per timing process: a hung case ends it
     allow_missing_floor: bool = False
+    # from this many bytes a call, each process also times a copy of the call's bytes at that
+    # size (worker.copy_at_size) beside its rotating cases; 0: never
+    copy_at_size_min_bytes: int = 0
 
 
 def warm_worker_count(settings: Settings) -> int:
@@ -342,6 +345,8 @@ def consume(lines, index: int, bar, log, device_info: dict
         elif kind == "record":
             got.append({**msg, "process": index})
             bar.update(1)
+        elif kind == "copy_at_size":  # the floor's copy at a call's size, beside its cases
+            device_info.setdefault("copy_at_size", []).append({**msg, "process": index})
         elif kind == "fatal":
             failure = msg["error"]
         elif kind == "phases":  # where the process's time went: the recording's time budget
@@ -373,12 +378,40 @@ def process_quantiles(meds: list[float]) -> tuple[float, float]:
     return quantile_of(meds, 0.10), quantile_of(meds, 0.90)
 
 
+def copies_at_size(per_process: list[dict]) -> dict:
+    """{bytes: the median over processes of the copy at that size, its process medians, GB/s}
+    from the worker's ``copy_at_size`` records; a size no process timed has its statuses."""
+    by_bytes: dict = {}
+    for r in per_process:
+        by_bytes.setdefault(r["bytes"], []).append(r)
+    out = {}
+    for nbytes, rs in sorted(by_bytes.items()):
+        meds = [r["median_us"] for r in sorted(rs, key=lambda r: r["process"])
+                if r.get("status") == "ok"]
+        if not meds:
+            out[nbytes] = {"bytes": nbytes, "status": "; ".join(sorted({r["status"] for r in rs}))}
+            continue
+        med = statistics.median(meds)
+        out[nbytes] = {"bytes": nbytes, "status": "ok", "median_us": med,
+                       "process_medians_us": meds, "GBps": nbytes / (med * 1e3),
+                       "l2_method": rs[0].get("l2_method")}
+    return out
+
+
+def _copies_of(copies: dict, recs: list[dict]) -> dict:
+    """A document's ``copy_at_size`` entry: the copies at the sizes of its own records."""
+    mine = [c for b, c in copies.items() if b in {r.get("bytes") for r in recs}]
+    return {"copy_at_size": mine} if mine else {}
+
+
 def aggregate(per_process: list[dict], copy_bw: list[float], allow_missing_floor: bool = True,
-              expected: int | None = None) -> list[dict]:
+              expected: int | None = None, copies: dict | None = None) -> list[dict]:
     """One record per case: the median of process medians, their p10-p90 and range, % of floor.
 
     With ``expected`` processes, a case that fewer of them timed is marked incomplete (its
-    numbers are kept; its status names the processes that did not time it)."""
+    numbers are kept; its status names the processes that did not time it). ``copies``
+    (:func:`copies_at_size`): a rotating case whose bytes were copied at size also gets that
+    copy's time, and its own time as a share of it."""
     bw = statistics.median(copy_bw) if copy_bw else None
     groups: dict = {}
     for r in per_process:
@@ -420,6 +453,10 @@ def aggregate(per_process: list[dict], copy_bw: list[float], allow_missing_floor
                 rec["floor_us"] = floor_us(nbytes, bw)
                 rec["pct_of_floor"] = 100 * rec["floor_us"] / rec["median_us"]
                 rec["achieved_GBps"] = nbytes / (rec["median_us"] * 1e3)
+            copy = (copies or {}).get(nbytes, {})
+            if c["mode"] == "rotating" and copy.get("status") == "ok":
+                rec["copy_at_size_us"] = copy["median_us"]
+                rec["pct_of_copy_at_size"] = 100 * copy["median_us"] / rec["median_us"]
         except FloorUnavailable as e:
             if not allow_missing_floor:
                 raise
@@ -498,7 +535,7 @@ def run_documents(documents: dict, settings: Settings, log=print, runner=None, w
         f"{len(documents)} document(s)); "
         f"{sum(len(nr) for _, nr in expanded.values())} combinations unsupported")
     bar = _progress(len(cases) * settings.processes, "bench")
-    per_process, bws, failures, device_info = [], [], [], {}
+    per_process, bws, failures, device_info = [], [], [], {}  # device_info: from the workers
     extra = {"settings": asdict(settings), "warm_workers": workers, "liger": liger.result(),
              **(provenance or {}),
              "method": "median of per-process medians of device-event timings; range = min-max "
@@ -525,14 +562,17 @@ def run_documents(documents: dict, settings: Settings, log=print, runner=None, w
             raise NoGPU(failure)
         for name, (sweeps, out) in documents.items():
             run, not_run = expanded[name]
+            copies = copies_at_size(device_info.get("copy_at_size", []))
             recs = aggregate(_relabel(per_process, run), bws, allow_missing_floor=True,
-                             expected=settings.processes)
+                             expected=settings.processes, copies=copies)
             for r in recs:
                 ms = first_calls.get((r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]))
                 if ms is not None and is_compiled_peer(r["impl"]):
                     r["compile_s"] = round(ms / 1e3, 3)
             recs += not_run
-            run_extra = {**extra, "sweeps": [asdict(s) for s in sweeps], **device_info,
+            run_extra = {**extra, "sweeps": [asdict(s) for s in sweeps],
+                         **{k: v for k, v in device_info.items() if k != "copy_at_size"},
+                         **_copies_of(copies, recs),
                          "copy_GBps_per_process": bws, "failures": failures,
                          "elapsed_s": round(time.time() - start, 1)}
             docs[name] = {"provenance": {**records.provenance(), **run_extra}, "records": recs,
@@ -551,7 +591,8 @@ def run_documents(documents: dict, settings: Settings, log=print, runner=None, w
 CSV_FIELDS = ("sweep", "op", "impl", "rows", "cols", "dtype", "mode", "status", "median_us",
               "min_median_us", "max_median_us", "p10_us", "p90_us", "processes", "reps",
               "bytes", "copy_GBps", "floor_us", "pct_of_floor", "achieved_GBps", "correct",
-              "first_call_ms", "compile_s", "process_medians_us", "l2_method")
+              "first_call_ms", "compile_s", "process_medians_us", "l2_method", "copy_at_size_us",
+              "pct_of_copy_at_size")
 
 
 def write_results(path: str | Path, recs: list[dict], extra: dict) -> Path:

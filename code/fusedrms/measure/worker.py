@@ -95,6 +95,26 @@ def rotating_inputs(op: str, rows: int, cols: int, dtype: str, device, first: tu
     return [first] + copies, timer.rotation_method(sets, nbytes, l2)
 
 
+def copy_at_size(nbytes: int, device, reps: int) -> dict:
+    """The floor's own copy (``copy_``, as :func:`~fusedrms.measure.timer.copy_bandwidth_GBps`
+    times it at 1 GiB) of a call's ``nbytes`` (half read, half written), with the rotating timer
+    and as many buffers as a call of that size rotates over: what a plain copy of the same bytes
+    reaches at this size, beside the 1 GiB copy the floor is priced at. A record's fields."""
+    import torch
+
+    from . import timer
+
+    l2 = (timer.l2_bytes() if device != "cpu" else None) or (50 << 20)
+    sets = timer.rotating_sets(nbytes, l2)
+    sources = [torch.empty(nbytes // 2, dtype=torch.uint8, device=device) for _ in range(sets)]
+    # each call writes memory of its own, as the timed calls do (time_rotating holds outputs)
+    samples = timer.time_rotating([(lambda s=s: torch.empty_like(s).copy_(s)) for s in sources],
+                                  reps=reps)
+    del sources
+    return {"bytes": nbytes, "l2_method": timer.rotation_method(sets, nbytes, l2), "sets": sets,
+            **timer.summarize(samples)}
+
+
 def sample_rows(rows: int, k: int = 16) -> list[int]:
     """A few rows spread over the matrix (first, last, middle): enough to catch a wrong kernel."""
     picks = {0, rows - 1, rows // 2} | {round(i * (rows - 1) / (k - 1)) for i in range(k)}
@@ -205,6 +225,7 @@ def run_worker(spec: dict) -> int:
         bw = timer.copy_bandwidth_GBps()
     _emit("copy", GBps=bw, l2_bytes=timer.l2_bytes(), flush_bytes=timer.flush_bytes())
     cases = spec["cases"]
+    copied: set = set()  # the byte counts whose copy at size this process has timed
     by_shape: dict = {}
     for c in cases:
         by_shape.setdefault((c["op"], c["rows"], c["cols"], c["dtype"]), []).append(c)
@@ -300,10 +321,31 @@ def run_worker(spec: dict) -> int:
         del args, rotating_sets
         if device != "cpu":
             torch.cuda.empty_cache()
+        if (s.copy_at_size_min_bytes and any(c["mode"] == "rotating" for c in group)
+                and not (deadline and time.time() > deadline)):
+            with phase("copy at size"):
+                _copy_at_size_once(op, rows, cols, dt, device, s, copied)
     _emit("phases", total_s=time.perf_counter() - started,
           **{name: round(seconds, 2) for name, seconds in phase.items()})
     _emit("done")
     return 0
+
+
+def _copy_at_size_once(op: str, rows: int, cols: int, dt: str, device, s: Settings,
+                       copied: set) -> None:
+    """Time and emit :func:`copy_at_size` for this shape's bytes, once per process and byte count,
+    where a call moves at least ``s.copy_at_size_min_bytes``."""
+    try:
+        nbytes = floor_bytes(op, rows, cols, dt)
+    except FloorUnavailable:
+        return
+    if nbytes < s.copy_at_size_min_bytes or nbytes in copied:
+        return
+    copied.add(nbytes)
+    try:
+        _emit("copy_at_size", status="ok", **copy_at_size(nbytes, device, s.rotating_reps))
+    except Exception as e:  # noqa: BLE001 - a reference that failed is reported, never a zero
+        _emit("copy_at_size", bytes=nbytes, status=f"error: {type(e).__name__}: {e}"[:500])
 
 
 def _free_compiled_graphs() -> None:
