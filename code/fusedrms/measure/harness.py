@@ -394,7 +394,7 @@ def copies_at_size(per_process: list[dict]) -> dict:
         med = statistics.median(meds)
         out[nbytes] = {"bytes": nbytes, "status": "ok", "median_us": med,
                        "process_medians_us": meds, "GBps": nbytes / (med * 1e3),
-                       "l2_method": rs[0].get("l2_method")}
+                       "copied": rs[0].get("copied"), "l2_method": rs[0].get("l2_method")}
     return out
 
 
