@@ -501,9 +501,13 @@ FILES = {
 COPY_AT_SIZE_MIN_BYTES = 64 * 10**6
 
 
-def copy_at_size_from(smoke: bool = False) -> int:
-    """The harness's ``copy_at_size_min_bytes`` for a recording (1 in the smoke run: every size)."""
-    return 1 if smoke else COPY_AT_SIZE_MIN_BYTES
+def timing_settings(timeout_s: float, smoke: bool = False) -> harness.Settings:
+    """The harness's settings for a recording's timing run (chapter 6's grid, chapter 7's peers):
+    3 processes (1 in the smoke run), a hard limit per process, copies at size from
+    :data:`COPY_AT_SIZE_MIN_BYTES` (every size in the smoke run)."""
+    return harness.Settings(processes=1 if smoke else 3, timeout_s=timeout_s,
+                            allow_missing_floor=True,
+                            copy_at_size_min_bytes=1 if smoke else COPY_AT_SIZE_MIN_BYTES)
 
 
 GRID_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far above its ~60 s
@@ -556,9 +560,7 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False,
     out_dir = Path(out_dir)
     failed = []
     grid_path = out_dir / "bench_grid.json"
-    settings = harness.Settings(processes=1 if smoke else 3, timeout_s=GRID_TIMEOUT_S,
-                                allow_missing_floor=True,
-                                copy_at_size_min_bytes=copy_at_size_from(smoke))
+    settings = timing_settings(GRID_TIMEOUT_S, smoke)
     steps = []
 
     def grid():

@@ -320,12 +320,9 @@ def peers_bench(out_dir: Path, timeout_s: float, smoke: bool = False,
         log(f"peers: timed beside chapter 6's grid in this recording ({path.name})")
         harness.require_complete(harness.load(path), "chapter 7's peers")
         return path
-    from .ch06 import copy_at_size_from
+    from .ch06 import timing_settings
 
-    settings = harness.Settings(processes=1 if smoke else 3, timeout_s=timeout_s,
-                                allow_missing_floor=True,
-                                copy_at_size_min_bytes=copy_at_size_from(smoke))
-    doc = harness.run_sweeps(peer_sweeps(smoke), settings, path, log=log)
+    doc = harness.run_sweeps(peer_sweeps(smoke), timing_settings(timeout_s, smoke), path, log=log)
     harness.require_complete(doc, "chapter 7's peers")
     return path
 

@@ -76,6 +76,13 @@ def interleaved_python_calls(calls: dict, device: str = "cuda", reps: int = 10,
     return {name: got for name, got in samples.items() if errors is None or name not in errors}
 
 
+def _l2_of(device) -> int:
+    """The L2 a rotation is sized by: the GPU's, else (the CPU path of the tests) 50 MiB."""
+    from . import timer
+
+    return (timer.l2_bytes() if device != "cpu" else None) or (50 << 20)
+
+
 def rotating_inputs(op: str, rows: int, cols: int, dtype: str, device, first: tuple
                     ) -> tuple[list[tuple], str]:
     """Input sets for the rotating timer, ``first`` and copies of its matrices, as many as
@@ -83,7 +90,7 @@ def rotating_inputs(op: str, rows: int, cols: int, dtype: str, device, first: tu
     writes); and the record's sentence for them."""
     from . import timer
 
-    l2 = (timer.l2_bytes() if device != "cpu" else None) or (50 << 20)
+    l2 = _l2_of(device)
     matrices = [i for i, a in enumerate(first) if hasattr(a, "dim") and a.dim() == 2]
     try:
         nbytes = floor_bytes(op, rows, cols, dtype)
@@ -112,7 +119,7 @@ def copy_at_size(nbytes: int, device, reps: int) -> dict:
 
     from . import timer
 
-    l2 = (timer.l2_bytes() if device != "cpu" else None) or (50 << 20)
+    l2 = _l2_of(device)
     sets = timer.rotating_sets(nbytes, l2)
     half = -(-nbytes // 2 // COPY_ALIGN) * COPY_ALIGN
     sources = [torch.empty(half, dtype=torch.uint8, device=device) for _ in range(sets)]
