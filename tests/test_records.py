@@ -120,6 +120,63 @@ def test_staleness_follows_the_source_hashes(tmp_path):
     assert records.staleness("ch01", folder, pkg).state == "unrecorded"
 
 
+KERNEL = ('"""A kernel; 4.1 µs × 2 on the H200."""\nimport math\n\n\n'
+          'def scale(x):  # one rsqrt per row\n'
+          '    """The scale of a row."""\n'
+          '    s = f"{x} µs"  # not a docstring: a value\n'
+          '    return math.sqrt(x), s\n')
+
+
+def test_a_comment_or_docstring_never_makes_a_recording_stale(tmp_path):
+    pkg = _package(tmp_path)
+    (pkg / "kernels" / "k.py").write_text(KERNEL)
+    folder = _recording(tmp_path, pkg)
+    assert records.source_hash("kernels/k.py", pkg).startswith(records.CODE_HASH)
+    for edit in (KERNEL.replace("one rsqrt per row", "one rsqrt per row: 3.9 µs"),
+                 KERNEL.replace("4.1 µs × 2 on the H200.", "4.0 µs ×\n2 on the H200 (1024 rows)."),
+                 KERNEL.replace("    return", "    # why: the H100 agrees\n\n    return"),
+                 KERNEL.replace('"""The scale of a row."""', "'The scale.'  # of one row")):
+        (pkg / "kernels" / "k.py").write_text(edit)
+        assert records.staleness("ch09", folder, pkg).state == "current", edit
+    for edit in (KERNEL.replace("math.sqrt(x)", "math.sqrt(x + 1)"),
+                 KERNEL.replace('f"{x} µs"', 'f"{x} us"'),  # a string that is a value
+                 KERNEL.replace("    s = f", "    s = 1\n    s = f")):
+        (pkg / "kernels" / "k.py").write_text(edit)
+        state = records.staleness("ch09", folder, pkg)
+        assert state.state == "stale" and state.changed == ["kernels/k.py"], edit
+
+
+def test_code_text_drops_comments_and_docstrings_at_their_own_columns():
+    assert records.code_text(KERNEL) == ('import math\ndef scale(x):\n'
+                                         '    s = f"{x} µs"\n    return math.sqrt(x), s')
+    class_doc = 'class A:\n    """µ."""; x = 1  # µ\n    y = "#"\n'
+    assert records.code_text(class_doc) == 'class A:\n    ; x = 1\n    y = "#"'
+
+
+def test_a_recording_before_code_hashes_is_compared_by_its_bytes(tmp_path):
+    """A manifest written before code hashes holds the sha256 of each file's bytes: still current
+    where nothing changed, stale at any edit, a comment too (its hash cannot tell)."""
+    pkg = _package(tmp_path)
+    folder = _recording(tmp_path, pkg)
+    legacy = {"kernels/k.py": records.sha256_file(pkg / "kernels" / "k.py")}
+    manifest = records.read_manifest(folder)
+    manifest["chapters"]["ch09"]["sources"] = legacy
+    records.write_manifest(folder, manifest)
+    assert records.hashes_now(legacy, pkg) == legacy
+    assert records.staleness("ch09", folder, pkg).state == "current"
+    (pkg / "kernels" / "k.py").write_text("x = 1  # a comment\n")
+    assert records.staleness("ch09", folder, pkg).state == "stale"
+    assert records.hashes_now({"kernels/gone.py": "code:00"}, pkg) == {"kernels/gone.py": None}
+
+
+def test_a_source_that_does_not_parse_is_hashed_by_its_bytes(tmp_path):
+    pkg = _package(tmp_path)
+    (pkg / "kernels" / "k.py").write_text("def broken(:\n")
+    digest = records.source_hash("kernels/k.py", pkg)
+    assert digest == records.sha256_file(pkg / "kernels" / "k.py")
+    assert records.hashes_now({"kernels/k.py": digest}, pkg) == {"kernels/k.py": digest}
+
+
 def test_an_acknowledged_stale_entry_changes_the_badge_not_the_test(tmp_path):
     pkg = _package(tmp_path)
     folder = _recording(tmp_path, pkg, stale={"ch09": "the fix lands before its GPU re-recording"})

@@ -117,8 +117,7 @@ def check_compatible(manifest: dict, chapters: list[str], smoke: bool = False) -
     for chapter, entry in manifest.get("chapters", {}).items():
         state = records.Staleness(chapter, "current")
         recorded = entry.get("sources") or {}
-        now = records.source_hashes([s for s in recorded if records.source_path(s).exists()])
-        if any(now.get(s) != h for s, h in recorded.items()):
+        if records.hashes_now(recorded) != recorded:
             state.state = "stale"
         if state.state == "stale" and chapter not in chapters:
             raise RecordError(f"{chapter} in this folder was recorded from sources that changed "

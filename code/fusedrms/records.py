@@ -13,8 +13,9 @@ are read:
   did not record comes from the committed one);
 - the committed one, ``fusedrms/data/h200/``, otherwise.
 
-:func:`staleness` compares a chapter's recorded source hashes with the sources now: a chapter whose
-kernels changed since it was recorded is ``"stale"`` (a test fails and names it), unless the
+:func:`staleness` compares a chapter's recorded source hashes with the sources now (a Python
+source's code alone: its comments and docstrings do not count): a chapter whose kernels changed
+since it was recorded is ``"stale"`` (a test fails and names it), unless the
 manifest lists it under ``"stale"`` with a reason (``"acknowledged"``: the badge then says the
 numbers were measured on an earlier version of the kernel).
 
@@ -353,22 +354,78 @@ def source_path(source: str, package_dir: Path | None = None) -> Path:
     return Path(package_dir or PACKAGE_DIR) / source.split("::")[0]
 
 
-def source_hash(source: str, package_dir: Path | None = None) -> str | None:
-    """sha256 of a whole file, or with ``"file.py::name"`` of ``name``'s closure in that file
-    (so editing a chapter's readers never makes its recorded measurements stale)."""
+# A recorded hash of a Python source with this prefix is of its code alone (:func:`code_text`);
+# one without it (recordings before) of the file's bytes, and is compared as such
+CODE_HASH = "code:"
+
+
+def code_text(text: str) -> str:
+    """A Python source without its comments and docstrings, each line's trailing blanks and the
+    lines left empty: what a measurement can depend on, so that a comment that cites a
+    measurement never makes the recording it cites stale. Positions come from the tokenizer and
+    the parser, whose comment and docstring spans read the same on every Python version (an
+    ``ast.dump`` or token stream does not: 3.12 added fields and split f-strings)."""
+    import io
+    import tokenize
+
+    lines = text.splitlines()
+    cuts = [(t.start, t.end) for t in tokenize.generate_tokens(io.StringIO(text).readline)
+            if t.type == tokenize.COMMENT]
+
+    def column(line: int, byte_offset: int) -> int:  # the parser counts UTF-8 bytes
+        return len(lines[line - 1].encode()[:byte_offset].decode())
+
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            d = body[0]
+            cuts.append(((d.lineno, column(d.lineno, d.col_offset)),
+                         (d.end_lineno, column(d.end_lineno, d.end_col_offset))))
+    for (l1, c1), (l2, c2) in sorted(cuts, reverse=True):  # from the end: positions stay valid
+        lines[l1 - 1:l2] = [lines[l1 - 1][:c1] + lines[l2 - 1][c2:]]
+    return "\n".join(line.rstrip() for line in lines if line.strip())
+
+
+def _code_hash(text: str) -> str | None:
+    """:data:`CODE_HASH` and the sha256 of ``text``'s :func:`code_text`, or None where it does not
+    parse (then its bytes are hashed, marked so: compared as bytes, as a recording before was)."""
+    import tokenize
+
+    try:
+        return CODE_HASH + hashlib.sha256(code_text(text).encode()).hexdigest()
+    except (SyntaxError, ValueError, tokenize.TokenError):
+        return None
+
+
+def source_hash(source: str, package_dir: Path | None = None, *, code: bool = True) -> str | None:
+    """sha256 of a source, or with ``"file.py::name"`` of ``name``'s closure in that file (so
+    editing a chapter's readers never makes its recorded measurements stale). A Python source's
+    hash is of its code alone (:func:`code_text`), unless ``code=False``: the hash of its bytes,
+    as recordings before :data:`CODE_HASH` stored it."""
     path = source_path(source, package_dir)
     if not path.exists():
         return None
+    code = code and source.split("::")[0].endswith(".py")
     if "::" not in source:
-        return sha256_file(path)
+        return (code and _code_hash(path.read_text())) or sha256_file(path)
     closure = function_closure(path.read_text(), source.split("::", 1)[1])
-    return hashlib.sha256(closure.encode()).hexdigest()
+    return (code and _code_hash(closure)) or hashlib.sha256(closure.encode()).hexdigest()
 
 
 def source_hashes(sources, package_dir: Path | None = None) -> dict:
     """``{source: sha256}`` of the package sources a chapter's record measured (None for a
     listed file that does not exist, e.g. another GPU's tuning table)."""
     return {s: source_hash(s, package_dir) for s in sources}
+
+
+def hashes_now(recorded: dict, package_dir: Path | None = None) -> dict:
+    """The hashes of ``recorded``'s sources now, each as it was recorded (of its code, or of its
+    bytes for a recording before :data:`CODE_HASH`): equal exactly where nothing it hashes
+    changed. None for a source that is gone."""
+    return {s: source_hash(s, package_dir, code=str(h).startswith(CODE_HASH))
+            for s, h in recorded.items()}
 
 
 def read_manifest(folder: Path) -> dict | None:
@@ -439,7 +496,7 @@ def staleness(chapter: str, folder: Path | None = None, package_dir: Path | None
         return Staleness(chapter, "unrecorded")
     commit = entry.get("commit", manifest.get("commit"))
     recorded = entry.get("sources") or {}
-    now = source_hashes(recorded, package_dir)
+    now = hashes_now(recorded, package_dir)
     changed = [s for s, h in sorted(recorded.items()) if now[s] != h]
     if not recorded:
         changed = ["(sources not recorded)"]

@@ -130,7 +130,7 @@ def keep(old: Path, new: Path, chapters: list[str]) -> None:
         mn["files"] = {f: e for f, e in mn["files"].items() if e.get("chapter") != ch} | files
         mn["chapters"][ch] = entry
         recorded = entry.get("sources") or {}
-        current = bool(recorded) and records.source_hashes(recorded) == recorded
+        current = bool(recorded) and records.hashes_now(recorded) == recorded
         if current:
             stale.pop(ch, None)
         else:
