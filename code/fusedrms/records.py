@@ -390,7 +390,7 @@ def code_text(text: str) -> str:
 
 def _code_hash(text: str) -> str | None:
     """:data:`CODE_HASH` and the sha256 of ``text``'s :func:`code_text`, or None where it does not
-    parse (then its bytes are hashed, marked so: compared as bytes, as a recording before was)."""
+    parse (the caller then hashes its bytes, without the prefix: compared as bytes)."""
     import tokenize
 
     try:
