@@ -100,6 +100,8 @@ def test_adding_to_a_recording_needs_the_same_commit_and_sources(tmp_path, monke
     out = tmp_path / "rec"
     record.run(["ch02"], out, require_gpu=False)
     record.run(["ch02"], out, require_gpu=False)  # same commit, same sources: fine
+    src.write_text("v = 1  # a comment, no code changed\n")
+    record.run(["ch03"], out, require_gpu=False)  # ch02 is still current
     src.write_text("v = 2\n")
     with pytest.raises(record.RecordError, match="re-record it too"):
         record.run(["ch03"], out, require_gpu=False)

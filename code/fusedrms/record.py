@@ -115,11 +115,8 @@ def check_compatible(manifest: dict, chapters: list[str], smoke: bool = False) -
                           f"{str(manifest.get('commit'))[:10]}, this checkout is at {commit[:10]}: "
                           f"record into a new --out folder (or delete this one).")
     for chapter, entry in manifest.get("chapters", {}).items():
-        state = records.Staleness(chapter, "current")
         recorded = entry.get("sources") or {}
-        if records.hashes_now(recorded) != recorded:
-            state.state = "stale"
-        if state.state == "stale" and chapter not in chapters:
+        if records.hashes_now(recorded) != recorded and chapter not in chapters:
             raise RecordError(f"{chapter} in this folder was recorded from sources that changed "
                               f"since: re-record it too (--chapters ...,{chapter[2:].lstrip('0')}) "
                               f"or use a new --out folder.")

@@ -28,12 +28,14 @@ from __future__ import annotations
 import ast
 import datetime as _dt
 import hashlib
+import io
 import json
 import os
 import platform
 import re
 import subprocess
 import sys
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -365,9 +367,6 @@ def code_text(text: str) -> str:
     measurement never makes the recording it cites stale. Positions come from the tokenizer and
     the parser, whose comment and docstring spans read the same on every Python version (an
     ``ast.dump`` or token stream does not: 3.12 added fields and split f-strings)."""
-    import io
-    import tokenize
-
     lines = text.splitlines()
     cuts = [(t.start, t.end) for t in tokenize.generate_tokens(io.StringIO(text).readline)
             if t.type == tokenize.COMMENT]
@@ -391,8 +390,6 @@ def code_text(text: str) -> str:
 def _code_hash(text: str) -> str | None:
     """:data:`CODE_HASH` and the sha256 of ``text``'s :func:`code_text`, or None where it does not
     parse (the caller then hashes its bytes, without the prefix: compared as bytes)."""
-    import tokenize
-
     try:
         return CODE_HASH + hashlib.sha256(code_text(text).encode()).hexdigest()
     except (SyntaxError, ValueError, tokenize.TokenError):
