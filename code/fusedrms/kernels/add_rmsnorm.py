@@ -398,7 +398,10 @@ VECTOR_BYTES = 16
 # 132 rows of x and r in flight (35 MB at 65,536 bf16 columns) stay in the 63 MB L2 between the
 # passes. Four 16-warp programs per SM in 2048-column chunks (the launch before) kept 528 rows,
 # 138 MB, and pass 2 went back to DRAM. H200, 1024 x 65536 bf16: the residual-writing op 141 us
-# against 176 (Inductor's kernel 167); 128 to 16384 rows and fp16, fp32 alike.
+# against 176 (Inductor's kernel 167); 128 to 16384 rows and fp16, fp32 alike. At 128 rows (one
+# program on 128 of 132 SMs) no other launch won by more than the spread: H100, 128 x 65536 bf16,
+# 26.3 us; 8192- or 32768-column chunks, 16 warps, two stages 25.9 to 28.0; the split and the
+# exchange designs 27.4 to 28.6; a copy of the call's 67 MB 24.6.
 TWO_PASS_CONFIG = LaunchConfig(rows_per_program=1, num_warps=32, num_stages=1, chunk=16384)
 # With at most half as many rows as SMs, one program per row leaves most SMs idle: a row is split
 # into 2048-column programs instead (add_rmsnorm_split). H200, 65,536 bf16 columns: 1, 16, 32
