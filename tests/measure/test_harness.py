@@ -572,18 +572,23 @@ def test_a_case_a_shared_run_did_not_time_is_missing_from_every_document_that_li
 def test_each_process_copies_a_large_calls_bytes_once_beside_its_rotating_cases(monkeypatch,
                                                                                  tmp_path):
     """From ``copy_at_size_min_bytes`` a call, a process times the floor's copy of the call's
-    bytes once per byte count (two ops of one size share it); each rotating record of that size
-    gets the copy's median over processes and its own time as a share of it; a smaller call gets
-    none, and a copy that failed is reported, never a number."""
+    bytes once per byte count (two ops of one size share it), both ways, and keeps the faster;
+    each rotating record of that size gets the copy's median over processes and its own time as a
+    share of it; a smaller call gets none, and a copy that failed is reported, never a number."""
     state = fake_clock(monkeypatch)
     copied = []
 
     def time_rotating(calls, reps=9, warmup=2, min_replay_us=200.0):
         out = [c() for c in calls]
-        if all(getattr(o, "dtype", None) == torch.uint8 for o in out):  # the copy at size
-            copied.append((state["process"], len(calls), out[0].numel()))
-            # a time in proportion to the bytes copied: 40 us (+ the process) for the call's own
-            return [(40.0 + state["process"]) * 2 * out[0].numel() / big] * reps
+        if all(getattr(o, "dtype", None) in (torch.uint8, torch.int32) for o in out):
+            # the copy at size: copy_ writes bytes, the kernel int32 words
+            way = "copy_" if out[0].dtype == torch.uint8 else "kernel"
+            half = out[0].numel() * out[0].element_size()
+            copied.append((state["process"], len(calls), half, way))
+            # for the call's own bytes: copy_ 40 us + the process (3 more in process 1), the
+            # kernel 43 us, so each process keeps the faster: 40, 43 (the kernel), 42
+            us = 43.0 if way == "kernel" else 40.0 + state["process"] + 3 * (state["process"] == 1)
+            return [us * 2 * half / big] * reps
         return [50.0 + state["process"]] * reps
 
     monkeypatch.setattr(timer, "time_rotating", time_rotating)
@@ -601,23 +606,24 @@ def test_each_process_copies_a_large_calls_bytes_once_beside_its_rotating_cases(
     settings = harness.Settings(processes=3, copy_at_size_min_bytes=big)
     doc = harness.run_sweeps(sweeps, settings, out, log=lambda m: None,
                              runner=inprocess_runner(state))
-    # one copy per process, of the large size only, over the rotation's sets, half of it read
-    # (rounded up to whole COPY_ALIGN bytes; the times are scaled back to the call's bytes)
-    assert [p for p, _, _ in copied] == [0, 1, 2]
+    # one copy each way per process, of the large size only, over the rotation's sets, half of it
+    # read (rounded up to whole COPY_ALIGN bytes; the times are scaled back to the call's bytes)
+    assert [(p, way) for p, _, _, way in copied] == [(p, way) for p in range(3)
+                                                     for way in worker.COPY_WAYS]
     align = worker.COPY_ALIGN
-    assert all(sets >= 2 and numel % align == 0 and big // 2 <= numel < big // 2 + align
-               for _, sets, numel in copied)
+    assert all(sets >= 2 and half % align == 0 and big // 2 <= half < big // 2 + align
+               for _, sets, half, _ in copied)
     recs = {(r["op"], r["rows"], r["mode"]): r for r in doc["records"]}
     for key in (("add_rmsnorm", rows, "rotating"), ("rmsnorm", rows * 3 // 2, "rotating")):
         r = recs[key]
-        assert r["copy_at_size_us"] == pytest.approx(41.0) and r["median_us"] == 51.0
-        assert r["pct_of_copy_at_size"] == pytest.approx(100 * 41.0 / 51.0)
+        assert r["copy_at_size_us"] == pytest.approx(42.0) and r["median_us"] == 51.0
+        assert r["pct_of_copy_at_size"] == pytest.approx(100 * 42.0 / 51.0)
     for key in (("add_rmsnorm", 4, "rotating"), ("add_rmsnorm", rows, "cold")):
         assert "copy_at_size_us" not in recs[key] and "pct_of_copy_at_size" not in recs[key]
     [copy] = doc["provenance"]["copy_at_size"]
-    assert copy["bytes"] == big and copy["process_medians_us"] == pytest.approx([40.0, 41.0, 42.0])
-    assert copy["GBps"] == pytest.approx(big / 41.0 / 1e3) and "rotating" in copy["l2_method"]
-    assert copy["copied"] == 2 * copied[0][2]
+    assert copy["bytes"] == big and copy["process_medians_us"] == pytest.approx([40.0, 43.0, 42.0])
+    assert copy["GBps"] == pytest.approx(big / 42.0 / 1e3) and "rotating" in copy["l2_method"]
+    assert copy["copied"] == 2 * copied[0][2] and copy["by"] == "copy_, kernel"
     header = out.with_suffix(".csv").read_text().splitlines()[0].split(",")
     assert {"copy_at_size_us", "pct_of_copy_at_size"} <= set(header)
 

@@ -77,17 +77,19 @@ def test_gpu_a_refused_request_leaves_the_context_usable():
 
 
 @pytest.mark.gpu
-def test_gpu_the_copy_at_size_times_the_floors_copy_of_a_calls_bytes():
-    """A copy of a 64 MB call's bytes (half read, half written; 4096 x 2048 bf16 residual op's,
-    each half rounded up to whole COPY_ALIGN bytes) over rotating buffers: a positive time, a rate
-    within reach of the 1 GiB copy's (the floor's), and the rotation's sets in its method."""
+def test_gpu_the_copy_at_size_keeps_the_faster_way_to_copy_a_calls_bytes():
+    """A copy of a 64 MB call's bytes (half read, half written; 4096 x 2048 bf16 residual op's)
+    over rotating buffers, both ways: a positive time, the faster way's, a rate within reach of
+    the 1 GiB copy's (the floor's), and the rotation's sets in its method."""
     from fusedrms.measure import timer
 
-    nbytes = 2 * 33_556_480  # not a multiple of 4 KiB a half
+    nbytes = 2 * 33_556_480  # a half that is not a multiple of 4 KiB
     got = worker.copy_at_size(nbytes, "cuda", reps=5)
     assert got["bytes"] == nbytes and got["n"] == 5 and got["median_us"] > 0
     assert got["copied"] % (2 * worker.COPY_ALIGN) == 0
     assert nbytes <= got["copied"] < nbytes + 2 * worker.COPY_ALIGN
+    assert set(got["ways_us"]) == set(worker.COPY_WAYS)
+    assert got["median_us"] == min(got["ways_us"].values()) == got["ways_us"][got["by"]]
     assert got["sets"] == timer.rotating_sets(nbytes, timer.l2_bytes()) >= 2
     assert f"{got['sets']} input sets" in got["l2_method"]
     rate = nbytes / (got["median_us"] * 1e3)

@@ -280,8 +280,9 @@ def peer_table(doc: dict | None, op: str = "add_rmsnorm", points: list[Point] | 
 
 
 def _copy_pct_floor(p: Point) -> float | None:
-    """The floor's copy timed at this call's bytes, as a share of the floor (the 1 GiB copy's
-    rate), where the recording timed it (harness ``copy_at_size_us``); else None."""
+    """A copy of this call's bytes timed at its size (the faster way, worker.copy_at_size), as a
+    share of the floor (the 1 GiB copy's rate), where the recording timed it (harness
+    ``copy_at_size_us``); else None."""
     copy_us = _num(p.raw.get("copy_at_size_us"))
     if copy_us is None or copy_us <= 0 or not p.floor_us:
         return None

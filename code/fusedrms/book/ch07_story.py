@@ -376,7 +376,7 @@ def story_values(docs: dict) -> dict[str, str]:
         low = min(big, key=lambda r: r["pct_floor"])
         v.update(large_min_at=CR.shape_text(low["rows"], low["cols"], low["dtype"]),
                  large_min_peer_pct=f"{low['peer_pct_floor']:.0f}%")
-        if low.get("copy_pct_floor"):  # the floor's copy of the same bytes, timed at that size
+        if low.get("copy_pct_floor"):  # a copy of the same bytes, timed at that size
             v["large_min_copy_pct"] = f"{low['copy_pct_floor']:.0f}%"
     ip_lost = f["in_place_lost"]
     if ip_lost:  # in place, slower than the fastest peer: where, by how much, and against itself

@@ -379,8 +379,9 @@ def process_quantiles(meds: list[float]) -> tuple[float, float]:
 
 
 def copies_at_size(per_process: list[dict]) -> dict:
-    """{bytes: the median over processes of the copy at that size, its process medians, GB/s}
-    from the worker's ``copy_at_size`` records; a size no process timed has its statuses."""
+    """{bytes: the median over processes of the copy at that size, its process medians, GB/s,
+    the faster way} from the worker's ``copy_at_size`` records; a size no process timed has its
+    statuses."""
     by_bytes: dict = {}
     for r in per_process:
         by_bytes.setdefault(r["bytes"], []).append(r)
@@ -392,9 +393,12 @@ def copies_at_size(per_process: list[dict]) -> dict:
             out[nbytes] = {"bytes": nbytes, "status": "; ".join(sorted({r["status"] for r in rs}))}
             continue
         med = statistics.median(meds)
+        # which way of copying was faster (worker.COPY_WAYS), in each process that timed it
+        by = sorted({r["by"] for r in rs if r.get("status") == "ok" and r.get("by")})
         out[nbytes] = {"bytes": nbytes, "status": "ok", "median_us": med,
                        "process_medians_us": meds, "GBps": nbytes / (med * 1e3),
-                       "copied": rs[0].get("copied"), "l2_method": rs[0].get("l2_method")}
+                       "copied": rs[0].get("copied"), "by": ", ".join(by) or None,
+                       "l2_method": rs[0].get("l2_method")}
     return out
 
 

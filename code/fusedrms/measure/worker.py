@@ -102,19 +102,22 @@ def rotating_inputs(op: str, rows: int, cols: int, dtype: str, device, first: tu
     return [first] + copies, timer.rotation_method(sets, nbytes, l2)
 
 
-# The copy's halves are whole multiples of this: a device copy whose size is not a multiple of
-# 4 KiB took a slower path (H100, 2 x 33,556,480 bytes: 29.5 us, 2,274 GB/s; 2 x 33,558,528:
-# 24.6 us, 2,729 GB/s), and the floor's 1 GiB copy never does
-COPY_ALIGN = 1 << 16
+# The copy at size moves a call's bytes two ways and keeps the faster: copy_ (the floor's own call)
+# and an elementwise kernel over 4-byte words. Captured in a graph, copy_ is a memcpy node, and at
+# some sizes that ran ~20% slower than the kernel (H100, halves of 33,556,480 bytes: 29.4 us
+# against 24.5; of 512 to 1024 MiB: 2,436 GB/s against 3,020); elsewhere the two were within 0.5%,
+# and the floor's 1 GiB copy_, launched on its own, matched the kernel
+COPY_WAYS = ("copy_", "kernel")
+COPY_ALIGN = 16  # each half is rounded up to whole 16-byte vectors of the kernel's int32 words
 
 
 def copy_at_size(nbytes: int, device, reps: int) -> dict:
-    """The floor's own copy (``copy_``, as :func:`~fusedrms.measure.timer.copy_bandwidth_GBps`
-    times it at 1 GiB) of a call's ``nbytes`` (half read, half written), with the rotating timer
+    """The floor's copy of a call's ``nbytes`` (half read, half written) with the rotating timer
     and as many buffers as a call of that size rotates over: what a plain copy of the same bytes
-    reaches at this size, beside the 1 GiB copy the floor is priced at. Each half is rounded up
-    to :data:`COPY_ALIGN` bytes (``copied``) and the times scaled back to ``nbytes``. A record's
-    fields."""
+    reaches at this size, beside the 1 GiB copy the floor is priced at. Both
+    :data:`COPY_WAYS` are timed and the faster kept (``by``; every way's median in ``ways_us``).
+    Each half is rounded up to :data:`COPY_ALIGN` bytes (``copied``) and the times scaled back to
+    ``nbytes``. A record's fields."""
     import torch
 
     from . import timer
@@ -124,13 +127,16 @@ def copy_at_size(nbytes: int, device, reps: int) -> dict:
     half = -(-nbytes // 2 // COPY_ALIGN) * COPY_ALIGN
     sources = [torch.empty(half, dtype=torch.uint8, device=device) for _ in range(sets)]
     # each call writes memory of its own, as the timed calls do (time_rotating holds outputs)
-    samples = timer.time_rotating([(lambda s=s: torch.empty_like(s).copy_(s)) for s in sources],
-                                  reps=reps)
-    del sources
+    calls = {"copy_": [(lambda s=s: torch.empty_like(s).copy_(s)) for s in sources],
+             "kernel": [(lambda s=s.view(torch.int32): torch.mul(s, 1)) for s in sources]}
     scale = nbytes / (2 * half)
-    return {"bytes": nbytes, "copied": 2 * half, "sets": sets,
-            "l2_method": timer.rotation_method(sets, nbytes, l2),
-            **timer.summarize([t * scale for t in samples])}
+    samples = {way: [t * scale for t in timer.time_rotating(calls[way], reps=reps)]
+               for way in COPY_WAYS}
+    del sources, calls
+    ways_us = {way: statistics.median(s) for way, s in samples.items()}
+    by = min(COPY_WAYS, key=ways_us.get)
+    return {"bytes": nbytes, "copied": 2 * half, "sets": sets, "by": by, "ways_us": ways_us,
+            "l2_method": timer.rotation_method(sets, nbytes, l2), **timer.summarize(samples[by])}
 
 
 def sample_rows(rows: int, k: int = 16) -> list[int]:
