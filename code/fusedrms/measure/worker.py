@@ -105,7 +105,7 @@ def rotating_inputs(op: str, rows: int, cols: int, dtype: str, device, first: tu
 # The copy at size moves a call's bytes two ways and keeps the faster: copy_ (the floor's own call)
 # and an elementwise kernel over 4-byte words. Captured in a graph, copy_ is a memcpy node, and at
 # some sizes that ran ~20% slower than the kernel (H100, halves of 33,556,480 bytes: 29.4 us
-# against 24.5; of 512 to 1024 MiB: 2,436 GB/s against 3,020); elsewhere the two were within 0.5%,
+# against 24.5; of 512 to 1024 MiB: 2,436 GB/s against 3,020); elsewhere the two were within 0.6%,
 # and the floor's 1 GiB copy_, launched on its own, matched the kernel
 COPY_WAYS = ("copy_", "kernel")
 COPY_ALIGN = 16  # each half is rounded up to whole 16-byte vectors of the kernel's int32 words
