@@ -76,6 +76,38 @@ def test_gpu_a_refused_request_leaves_the_context_usable():
     assert worker.context_lost("cuda") is False
 
 
+@pytest.mark.parametrize("faster", worker.COPY_WAYS)
+def test_the_copy_at_size_keeps_the_faster_way_scaled_to_the_calls_bytes(monkeypatch, faster):
+    """Both ways copy the same bytes over the same rotating buffers; the faster way's samples,
+    scaled from the halves as rounded up (whole COPY_ALIGN bytes) to the call's bytes, make the
+    record, and every way's median is kept beside it."""
+    import torch
+
+    from fusedrms.measure import timer
+
+    timed = []
+
+    def time_rotating(calls, reps=9, warmup=2, min_replay_us=200.0):
+        outs = [call() for call in calls]
+        way = "copy_" if outs[0].dtype == torch.uint8 else "kernel"
+        timed.append((way, [o.view(torch.uint8) for o in outs]))
+        base = 10.0 if way == faster else 12.0
+        return [base + i % 3 for i in range(reps)]  # median base + 1
+
+    monkeypatch.setattr(timer, "time_rotating", time_rotating)
+    nbytes = 2 * 1000 + 6  # halves of 1003 bytes, copied as 1008
+    got = worker.copy_at_size(nbytes, "cpu", reps=5)
+    assert [way for way, _ in timed] == list(worker.COPY_WAYS)
+    (_, by_copy), (_, by_kernel) = timed
+    assert len(by_copy) == got["sets"] == timer.rotating_sets(nbytes, 50 << 20)
+    assert all(a.numel() == 1008 and torch.equal(a, b) for a, b in zip(by_copy, by_kernel))
+    scale = nbytes / (2 * 1008)
+    assert got["bytes"] == nbytes and got["copied"] == 2 * 1008 and got["by"] == faster
+    assert got["median_us"] == pytest.approx(11.0 * scale) and got["n"] == 5
+    assert got["ways_us"] == pytest.approx({way: (11.0 if way == faster else 13.0) * scale
+                                            for way in worker.COPY_WAYS})
+
+
 @pytest.mark.gpu
 def test_gpu_the_copy_at_size_keeps_the_faster_way_to_copy_a_calls_bytes():
     """A copy of a 64 MB call's bytes (half read, half written; 4096 x 2048 bf16 residual op's)
