@@ -112,8 +112,8 @@ COPY_ALIGN = 16  # each half is rounded up to whole 16-byte vectors of the kerne
 
 
 def copy_at_size(nbytes: int, device, reps: int) -> dict:
-    """The floor's copy of a call's ``nbytes`` (half read, half written) with the rotating timer
-    and as many buffers as a call of that size rotates over: what a plain copy of the same bytes
+    """A copy of a call's ``nbytes`` (half read, half written) with the rotating timer and as
+    many buffers as a call of that size rotates over: what a plain copy of the same bytes
     reaches at this size, beside the 1 GiB copy the floor is priced at. Both
     :data:`COPY_WAYS` are timed and the faster kept (``by``; every way's median in ``ways_us``).
     Each half is rounded up to :data:`COPY_ALIGN` bytes (``copied``) and the times scaled back to
