@@ -95,3 +95,11 @@ def test_a_folder_without_peers_or_a_path_that_is_no_folder_says_so(tmp_path, ca
         scoreboard.main([str(tmp_path / "nothing")])
     assert e.value.code == 2
     assert "folder: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"records": 3}'])
+def test_a_peers_file_that_is_not_a_recording_is_named_without_a_traceback(tmp_path, capsys, text):
+    (tmp_path / "capstone_peers.json").write_text(text)
+    assert scoreboard.main([str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "capstone_peers.json" in out and ("could not be read" in out or "no harness records" in out)

@@ -45,8 +45,14 @@ def load_peers(folder: Path | None) -> tuple[dict | None, str]:
         path = folder / f"{name}.json"
         if not path.exists():
             continue
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            return None, f"{path} could not be read ({e}); record it again or pass another folder"
+        if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
+            return None, f"{path} holds no harness records; pass a recording's folder"
         # "source" names the folder, as a loaded record file's does: the floor beside it is there
-        doc = {**json.loads(path.read_text()), "source": {"folder": str(folder), "own": True}}
+        doc = {**doc, "source": {"folder": str(folder), "own": True}}
         floor = records.copy_floor_beside(doc)
         if floor is not None:
             return records.at_copy_floor(doc), f"{name}, floor at the folder's chapter 2 copy"
