@@ -64,6 +64,7 @@ def test_a_peer_missing_at_a_shape_is_a_miss_never_a_win(tmp_path, capsys):
     assert ("fused", "32x4096", "bf16") in rows and ("fused", "16x4096", "bf16") not in rows
     assert "missing liger.rms_norm_add" in rows[("fused", "32x4096", "bf16")]
     assert "1 missing a peer" in out[-4]
+    assert "1 faster, 0 ties, 0 slower among those with every peer timed" in out[-4]  # not 2
 
 
 def test_a_large_call_below_90_percent_of_the_floor_misses_and_in_place_shows_its_cost(tmp_path, capsys):
