@@ -1,7 +1,9 @@
 """code/scripts/scoreboard.py: each shape's verdict against the fastest peer inside the
 recording's tie band, a peer missing as a miss (never a win), large calls below 90% of the floor,
-in place against out of place; the committed recording and a folder of one's own."""
+in place against out of place; FP8's floor, codes and Python call; the backward's verdicts, floor
+and grid; the committed recording and a folder of one's own."""
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -13,6 +15,11 @@ sys.path.insert(0, str(ROOT / "code" / "scripts"))
 import scoreboard  # noqa: E402
 
 FUSED, RESIDUAL = "add_rmsnorm", "add_rmsnorm_residual"
+DATA = ROOT / "code" / "fusedrms" / "data" / "h200"
+
+
+def _line(out, prefix):
+    return next(line for line in out if line.startswith(prefix))
 
 
 def _rec(impl, op, rows, cols, us, spread=0.002, floor_us=None, status="ok"):
@@ -50,7 +57,7 @@ def test_a_shape_slower_than_a_peer_beyond_the_band_misses_and_one_inside_it_is_
     assert "slower" in slower and "slower than a peer" in slower and "1.050" in slower
     tie = rows[("fused", "32x4096", "bf16")]
     assert " tie " in tie and tie.rstrip().endswith("-")  # no miss
-    assert "fused: 2 shapes, 0 faster, 1 ties, 1 slower" in out[-4]
+    assert "fused: 2 shapes, 0 faster, 1 ties, 1 slower" in _line(out, "fused: ")
     assert out[-1] == "1 of 2 rows miss a bar"
 
 
@@ -63,8 +70,9 @@ def test_a_peer_missing_at_a_shape_is_a_miss_never_a_win(tmp_path, capsys):
     out, rows = _rows(capsys, _folder(tmp_path, records), "--misses")
     assert ("fused", "32x4096", "bf16") in rows and ("fused", "16x4096", "bf16") not in rows
     assert "missing liger.rms_norm_add" in rows[("fused", "32x4096", "bf16")]
-    assert "1 missing a peer" in out[-4]
-    assert "1 faster, 0 ties, 0 slower among those with every peer timed" in out[-4]  # not 2
+    count = _line(out, "fused: ")
+    assert "1 missing a peer" in count
+    assert "1 faster, 0 ties, 0 slower among those with every peer timed" in count  # not 2
 
 
 def test_a_large_call_below_90_percent_of_the_floor_misses_and_in_place_shows_its_cost(tmp_path, capsys):
@@ -85,8 +93,9 @@ def test_the_committed_recording_prints_every_variant(capsys):
     assert scoreboard.main([]) == 0
     out = capsys.readouterr().out
     assert out.startswith("NVIDIA H200, commit ")
-    for variant in ("fused", "residual", "in place"):
+    for variant in ("fused", "residual", "in place", "rmsnorm", "add_rmsnorm"):
         assert f"\n{variant}: " in out
+    assert "\nfp8.fused Python call: " in out and "\nfp8.fused codes: " in out
 
 
 def test_a_folder_without_peers_or_a_path_that_is_no_folder_says_so(tmp_path, capsys):
@@ -104,3 +113,74 @@ def test_a_peers_file_that_is_not_a_recording_is_named_without_a_traceback(tmp_p
     assert scoreboard.main([str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "capstone_peers.json" in out and ("could not be read" in out or "no harness records" in out)
+
+
+def _recorded(tmp_path, name, floor=True):
+    """A folder holding a copy of the committed ``name``.json (and chapter 2's copy, ``floor``)."""
+    folder = tmp_path / "rec"
+    folder.mkdir(exist_ok=True)
+    for n in (name, "traffic_bandwidth") if floor else (name,):
+        shutil.copy(DATA / f"{n}.json", folder)
+    return folder, json.loads((folder / f"{name}.json").read_text())
+
+
+def _backward_rows(out):
+    return {tuple(line.split()[:3]): line for line in out if line.split()[:1] in (["rmsnorm"], ["add_rmsnorm"])}
+
+
+def test_the_backward_misses_a_slower_step_a_missing_peer_an_untimed_grid_shape_and_a_low_floor(tmp_path, capsys):
+    folder, doc = _recorded(tmp_path, "ch09_backward")
+    wide = {(r, c, d) for r, c, d in scoreboard.ch09.WIDE_SHAPES}
+    recs = [r for r in doc["records"] if (r.get("rows"), r.get("cols"), r.get("dtype")) not in wide]
+
+    def at(kind, impl, rows, cols, op="rmsnorm"):
+        return next(r for r in recs if (r.get("kind"), r.get("impl"), r.get("op"), r.get("rows"), r.get("cols"),
+                                        r.get("dtype")) == (kind, impl, op, rows, cols, "bf16"))
+    slow = at("train", "triton.two_stage", 1024, 2048)
+    slow["us"] = 10 * at("train", "torch.compile", 1024, 2048)["us"]
+    slow["process_us"] = [slow["us"]] * 3
+    recs.remove(at("backward", "liger", 16384, 2048))
+    recs.remove(at("backward", "two_stage", 1024, 4096))
+    low = at("backward", "two_stage", 16384, 8192)  # 814 MB, 93% of the floor as recorded
+    low["us"] *= 2
+    low["process_us"] = [low["us"]] * 3
+    (folder / "ch09_backward.json").write_text(json.dumps({**doc, "records": recs}))
+    assert scoreboard.main([str(folder), "--misses"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = _backward_rows(out)
+    assert "train slower than F.rms_norm" in rows[("rmsnorm", "1024x2048", "bf16")]  # its fastest peer
+    assert "backward: missing liger" in rows[("rmsnorm", "16384x2048", "bf16")]
+    assert "backward not timed" in rows[("rmsnorm", "1024x4096", "bf16")]
+    assert "backward not timed" in rows[("rmsnorm", "4096x16384", "bf16")]  # the wide grid
+    assert "below 80% of the floor" in rows[("rmsnorm", "16384x8192", "bf16")]
+    assert ("add_rmsnorm", "16384x8192", "bf16") not in rows  # untouched, 97% of its floor
+    assert "Goals 1 and 2: no capstone_peers.json" in out[0] and "Goal 3: no fp8_quant.json in this recording" in out
+
+
+def test_fp8_misses_a_low_floor_a_differing_code_and_a_slow_python_call(tmp_path, capsys):
+    folder, doc = _recorded(tmp_path, "fp8_quant")
+    assert scoreboard.main([str(folder), "--misses"]) == 0
+    before = capsys.readouterr().out
+    assert "codes differ" not in before and "Python call" not in before  # both within the goal
+    for r in doc["records"]:
+        if r.get("kind") == "python_call":
+            r["call_ratio"] = 1.6
+        if r.get("kind") == "exactness" and r is next(x for x in doc["records"] if x.get("kind") == "exactness"):
+            r["fused_differing_codes"] = 5
+        if r.get("kind") == "timing" and r["rows"] == 16384:  # 356 MB, 86% of its floor as recorded
+            r["fused_graph_us"] *= 2
+            r["fused_graph_process_us"] = [r["fused_graph_us"]] * 3
+    (folder / "fp8_quant.json").write_text(json.dumps(doc))
+    assert scoreboard.main([str(folder), "--misses"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "below 80% of the floor" in _line(out, "fp8.fused 16384x7168")
+    assert _line(out, "fp8.fused codes: ").endswith("miss") and "5 of" in _line(out, "fp8.fused codes: ")
+    assert "1.60x" in _line(out, "fp8.fused Python call: ") and "above 1.5x" in _line(out, "fp8.fused Python call: ")
+
+
+def test_without_chapter_2_a_large_fp8_call_has_no_floor_and_misses(tmp_path, capsys):
+    folder, _ = _recorded(tmp_path, "fp8_quant", floor=False)
+    assert scoreboard.main([str(folder)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "no floor measured" in _line(out, "fp8.fused 32768x7168")
+    assert "no floor measured" not in _line(out, "fp8.fused 2x7168")  # 0.06 MB: no bar

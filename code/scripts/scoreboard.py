@@ -1,17 +1,28 @@
-"""The capstone against its peers in one recording, shape by shape.
+"""The recording's evidence for the capstone's goals, shape by shape.
 
     python3 code/scripts/scoreboard.py                  # the committed recording
     python3 code/scripts/scoreboard.py DIR              # a recording's folder (run.sh record)
     python3 code/scripts/scoreboard.py DIR --misses     # only the shapes that miss a bar
 
-For the fused op, the residual-writing op and that op in place, at every shape the recording
-timed: the fastest peer and its time, the capstone's time over it with its verdict inside the
-recording's tie band (chapter 6), the peers meant to be timed there and not timed, the capstone's
-share of the copy floor and of a copy of its own bytes (where the recording timed one), and in
-place its time over its own out-of-place time. A shape misses when the capstone is slower than
-the fastest peer beyond the band, when a peer is missing (never a win), or when a call moving
-64 MB or more runs below 90% of the floor. The last line counts the misses; the exit status is 0
-either way (1 for a folder without chapter 7's peers or chapter 6's grid).
+Forward (chapter 7's peers): for the fused op, the residual-writing op and that op in place, at
+every shape the recording timed: the fastest peer and its time, the capstone's time over it with
+its verdict inside the recording's tie band (chapter 6), the peers meant to be timed there and not
+timed, the capstone's share of the copy floor and of a copy of its own bytes (where the recording
+timed one), and in place its time over its own out-of-place time. A shape misses when the capstone
+is slower than the fastest peer beyond the band, when a peer is missing (never a win), or when a
+call moving 64 MB or more runs below 90% of the floor.
+
+FP8 (chapter 8): ``fp8.fused`` at each timed row count, its share of its copy floor (a miss below
+80% from 64 MiB), its codes and scales against its contract, and its Python call over
+``F.rms_norm``'s (a miss above 1.5x).
+
+Backward (chapter 9): for both ops at every shape of chapter 9's grid, the training step and the
+backward alone over the fastest checked peer (verdict inside chapter 9's tie band), the peers not
+timed, and the backward's share of its floor (a miss below 80% from 64 MiB); a grid shape the
+recording did not time is a miss.
+
+The last line counts the misses. The exit status is 0 either way; 1 when the folder holds none of
+the three files, or one of them cannot be read.
 """
 from __future__ import annotations
 
@@ -23,41 +34,73 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # code/, whatever the working folder
 from fusedrms import records  # noqa: E402
 from fusedrms.book import ch07_results as CR  # noqa: E402
+from fusedrms.book import ch08, ch08_page, ch09, ch09_page  # noqa: E402
 from fusedrms.book.ch07_story import BIG_MB  # noqa: E402  "a call moves 64 MB or more"
 from fusedrms.measure import compare  # noqa: E402
 
-FLOOR_SHARE = 90.0  # "at least 90% of the copy floor" there
+FLOOR_SHARE = 90.0  # goal 1: "at least 90% of the copy floor" from BIG_MB
+FP8_SHARE = 80.0  # goal 3: fp8.fused "at least 80% of its copy floor at 64 MB and more"
+FP8_CALL_RATIO = 1.5  # goal 3: "a Python call at most 1.5x F.rms_norm's"
+BACKWARD_SHARE = 80.0  # goal 4: "at least 80% of its floor at 64 MB and more"
 VARIANTS = (("fused", "add_rmsnorm", CR.CAPSTONE),
             ("residual", "add_rmsnorm_residual", CR.CAPSTONE_RESIDUAL),
             ("in place", "add_rmsnorm_residual", CR.CAPSTONE_IN_PLACE))
 HEADER = (f"{'variant':<9} {'shape':<20} {'MB':>7} {'ours us':>9} {'fastest peer':<24} "
           f"{'peer us':>9} {'ratio':>6} {'verdict':<7} {'floor':>6} {'copy':>6} {'in/out':>6}  misses")
+FP8_HEADER = f"{'fp8':<9} {'shape':<20} {'MB':>7} {'ours us':>9} {'floor':>6}  misses"
+BACKWARD_HEADER = (f"{'op':<11} {'shape':<18} {'MB':>7} {'train':>6} {'verdict':<7} "
+                   f"{'backward':>8} {'verdict':<7} {'floor':>6}  misses")
+
+
+class Unreadable(Exception):
+    """A recorded file that is there and is not a recording's file (the message says which)."""
+
+
+def read(folder: Path | None, name: str) -> dict | None:
+    """``name``.json of ``folder`` (None: the committed recording) with its ``source``, as a
+    loaded record file has it; None where it is not there. Raises :class:`Unreadable`."""
+    if folder is None:
+        try:
+            return records.load(name, records.COMMITTED)
+        except FileNotFoundError:
+            return None
+    path = folder / f"{name}.json"
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise Unreadable(f"{path} could not be read ({e}); record it again or pass another "
+                         f"folder") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
+        raise Unreadable(f"{path} holds no harness records; pass a recording's folder")
+    # "source" names the folder, as a loaded record file's does: the floor beside it is there
+    return {**doc, "source": {"folder": str(folder), "own": True}}
+
+
+def floor_words(doc: dict) -> str:
+    return ("floor at the chapter 2 copy" if records.copy_floor_beside(doc) is not None
+            else "floor at the copy each process measured (no chapter 2 here)")
 
 
 def load_peers(folder: Path | None) -> tuple[dict | None, str]:
-    """(the peers document, a line saying what it is and where its floor comes from):
+    """(the forward peers document, a line saying what it is and where its floor comes from):
     chapter 7's ``capstone_peers`` or else chapter 6's ``bench_grid``, each floor at the copy floor
     of the same recording (chapter 2's); without one, at the copy each process measured."""
-    if folder is None:
-        doc, name = CR.peers_doc(machine=records.COMMITTED)
-        return doc, f"{name} of the committed recording, floor at its chapter 2 copy"
     for name in ("capstone_peers", "bench_grid"):
-        path = folder / f"{name}.json"
-        if not path.exists():
+        doc = read(folder, name)
+        if doc is None:
             continue
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            return None, f"{path} could not be read ({e}); record it again or pass another folder"
-        if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
-            return None, f"{path} holds no harness records; pass a recording's folder"
-        # "source" names the folder, as a loaded record file's does: the floor beside it is there
-        doc = {**doc, "source": {"folder": str(folder), "own": True}}
-        floor = records.copy_floor_beside(doc)
-        if floor is not None:
-            return records.at_copy_floor(doc), f"{name}, floor at the folder's chapter 2 copy"
-        return doc, f"{name}, floor at the copy each process measured (no chapter 2 here)"
-    return None, f"no capstone_peers.json or bench_grid.json in {folder}"
+        if records.copy_floor_beside(doc) is not None:
+            doc = records.at_copy_floor(doc)
+        return doc, f"{name}, {floor_words(doc)}"
+    return None, f"no capstone_peers.json or bench_grid.json in {folder or 'the recording'}"
+
+
+def _verdict(ratio: float | None, band: float | None) -> str:
+    if ratio is None:
+        return "-"
+    return compare.verdict(ratio, 1.0, band) if band is not None else "?"
 
 
 def rows_of(doc: dict, band: float | None) -> list[dict]:
@@ -85,8 +128,96 @@ def rows_of(doc: dict, band: float | None) -> list[dict]:
     return out
 
 
+def fp8_rows(doc: dict) -> list[dict]:
+    """``fp8.fused`` (the served contract) at each timed row count: µs, share of its floor, misses."""
+    out = []
+    for r in ch08.timing_rows(doc):
+        pct, big = r["served_pct_floor"], r["fused_MB"] * 1e6 >= ch08.MIN_BYTES
+        misses = []
+        if big and pct is None:
+            misses.append("no floor measured")
+        elif big and pct < FP8_SHARE:
+            misses.append(f"below {FP8_SHARE:.0f}% of the floor")
+        out.append({"shape": f"{r['rows']}x{r['cols']}", "MB": r["fused_MB"], "us": r["served_us"],
+                    "pct_floor": pct, "misses": misses})
+    return out
+
+
+def fp8_lines(doc: dict) -> list[tuple[str, bool]]:
+    """The FP8 section's lines after its header, each with whether it misses."""
+    out = [(f"{'fp8.fused':<9} {r['shape']:<20} {r['MB']:>7.1f} {r['us']:>9.2f} "
+            f"{_pct(r['pct_floor']):>6}  {'; '.join(r['misses'])}", bool(r["misses"]))
+           for r in fp8_rows(doc)]
+    exact = next((r for r in ch08_page.exactness_rows(doc) if r["version"] == "fp8.fused"), None)
+    if exact is None:
+        out.append(("fp8.fused codes: not checked in this recording", True))
+    else:
+        wrong = exact["checks"] > exact["bit-exact"] or exact["differing codes"] > 0
+        out.append((f"fp8.fused codes: {exact['bit-exact']} of {exact['checks']} checks bit for bit, "
+                    f"{exact['differing codes']:,} of {exact['codes compared']:,} codes differ", wrong))
+    call = ch08.python_call(doc)
+    if call is None:
+        out.append(("fp8.fused Python call: not timed in this recording", True))
+    else:
+        slow = call["ratio"] > FP8_CALL_RATIO
+        out.append((f"fp8.fused Python call: {call['fused_call_us']:.1f} us, {call['ratio']:.2f}x "
+                    f"F.rms_norm's {call['rms_norm_call_us']:.1f}"
+                    + (f"; above {FP8_CALL_RATIO}x" if slow else ""), slow))
+    return [(text + ("  miss" if missed and not text.endswith(("floor", "measured")) else ""), missed)
+            for text, missed in out]
+
+
+def backward_rows(doc: dict) -> list[dict]:
+    """Both ops at every shape of chapter 9's grid (and every other shape the recording timed):
+    the training step and the backward alone over the fastest checked peer, the peers not timed,
+    the backward's share of its floor, and the misses."""
+    band = ch09_page.tie_band(doc)
+    two_stage = ch09_page.DESIGN_NAMES["two_stage"]
+    train_peers = [i for i in ch09.TRAIN_IMPLS if i not in ch09.OURS]
+    out = []
+    for op in ch09.OPS:
+        train = {(r["rows"], r["cols"], r["dtype"]): r for r in ch09_page.training_table(doc, op) or []}
+        alone = {(r["rows"], r["cols"], r["dtype"]): r
+                 for r in ch09_page.backward_peers_table(doc, op) or []}
+        mine = {(r["rows"], r["cols"], r["dtype"]): r for r in ch09_page.backward_table(doc) or []
+                if r["op"] == ch09_page.OP_NAMES[op] and r["design"] == two_stage}
+        grid = {s: ("train", "backward") for s in ch09.SHAPES}
+        grid.update({s: ("backward",) for s in ch09.WIDE_SHAPES})
+        for shape in sorted(set(grid) | set(train) | set(alone) | set(mine),
+                            key=lambda s: (s[2] != "bf16", s[0], s[1])):
+            t, a, m = train.get(shape), alone.get(shape), mine.get(shape)
+            misses = []
+            for kind, row, peers in (("train", t, train_peers), ("backward", a, ch09.BACKWARD_PEERS)):
+                if kind not in grid.get(shape, ()) and row is None:
+                    continue
+                ours = row and (row["triton.two_stage"] if kind == "train" else row["ours"])
+                if ours is None:
+                    misses.append(f"{kind} not timed")
+                    continue
+                missing = [i for i in peers if row.get(i) is None
+                           or (kind == "train" and not row.get(f"{i} checked"))]
+                if missing:
+                    misses.append(f"{kind}: missing " + ", ".join(missing))
+                if _verdict(row["vs_fastest"], band) == "slower":
+                    misses.append(f"{kind} slower than {ch09_page.plain_name(row['fastest_peer'])}")
+            if m and m["MB"] * 1e6 >= ch09_page.LARGE_BYTES and m["pct_floor"] is None:
+                misses.append("no floor measured")
+            elif m and m["MB"] * 1e6 >= ch09_page.LARGE_BYTES and m["pct_floor"] < BACKWARD_SHARE:
+                misses.append(f"below {BACKWARD_SHARE:.0f}% of the floor")
+            out.append({"op": op, "shape": ch09_page.shape_text(*shape), "MB": m["MB"] if m else None,
+                        "train": t and t["vs_fastest"], "train_verdict": _verdict(t and t["vs_fastest"], band),
+                        "backward": a and a["vs_fastest"],
+                        "backward_verdict": _verdict(a and a["vs_fastest"], band),
+                        "pct_floor": m and m["pct_floor"], "misses": misses})
+    return out
+
+
 def _pct(value) -> str:
     return f"{value:.1f}%" if value is not None else "-"
+
+
+def _ratio(value) -> str:
+    return f"{value:.3f}" if value is not None else "-"
 
 
 def line(r: dict) -> str:
@@ -96,6 +227,56 @@ def line(r: dict) -> str:
             f"{CR.display_name(r['peer']):<24} {r['peer_us']:>9.2f} {r['ratio']:>6.3f} "
             f"{r['verdict']:<7} {_pct(r['pct_floor']):>6} {_pct(r['copy_share']):>6} "
             f"{in_out:>6}  {'; '.join(r['misses'])}")
+
+
+def backward_line(r: dict) -> str:
+    mb = f"{r['MB']:.1f}" if r["MB"] is not None else "-"
+    return (f"{r['op']:<11} {r['shape']:<18} {mb:>7} {_ratio(r['train']):>6} "
+            f"{r['train_verdict']:<7} {_ratio(r['backward']):>8} {r['backward_verdict']:<7} "
+            f"{_pct(r['pct_floor']):>6}  {'; '.join(r['misses'])}")
+
+
+def _title(doc: dict, what: str) -> str:
+    prov = doc.get("provenance", {})
+    return f"{prov.get('gpu')}, commit {str(prov.get('commit'))[:10]}, {str(prov.get('date', ''))[:10]}: {what}"
+
+
+def forward_section(doc: dict, what: str, only_misses: bool) -> tuple[list[str], int, int]:
+    """(lines, rows, rows that miss) of goals 1 and 2."""
+    band = compare.tie_band([r for r in doc.get("records", []) if r.get("mode") == "rotating"])
+    out = [f"{_title(doc, what)}; tie band {_pct(100 * band if band is not None else None)}",
+           "floor: the capstone's share of the copy floor; copy: its share of a copy of its own "
+           "bytes timed at their size; in/out: in place over out of place", HEADER]
+    rows = rows_of(doc, band)
+    out += [line(r) for r in rows if r["misses"] or not only_misses]
+    for variant, _, _ in VARIANTS:
+        mine = [r for r in rows if r["variant"] == variant]
+        # verdicts over the shapes where every peer was timed: a missing peer is never a win
+        counts = CR.tie_counts(mine, band) or {"faster": 0, "tie": 0, "slower": 0}
+        out.append(f"{variant}: {len(mine)} shapes, {counts['faster']} faster, {counts['tie']} ties, "
+                   f"{counts['slower']} slower among those with every peer timed; "
+                   f"{sum(bool(r['missing']) for r in mine)} missing a peer; "
+                   f"{sum(any('floor' in m for m in r['misses']) for r in mine)} of "
+                   f"{sum(r['MB'] >= BIG_MB for r in mine)} calls of {BIG_MB:.0f} MB or more below "
+                   f"{FLOOR_SHARE:.0f}% of the floor")
+    return out, len(rows), sum(bool(r["misses"]) for r in rows)
+
+
+def backward_section(doc: dict, only_misses: bool) -> tuple[list[str], int, int]:
+    """(lines, rows, rows that miss) of goal 4."""
+    band = ch09_page.tie_band(doc)
+    out = [f"{_title(doc, 'ch09_backward, ' + floor_words(doc))}; tie band "
+           f"{_pct(100 * band if band is not None else None)}",
+           "train: the training step over the fastest checked peer's; backward: the backward alone "
+           "over the fastest peer's; floor: the backward's share of its copy floor", BACKWARD_HEADER]
+    rows = backward_rows(doc)
+    out += [backward_line(r) for r in rows if r["misses"] or not only_misses]
+    for op in ch09.OPS:
+        mine = [r for r in rows if r["op"] == op]
+        out.append(f"{op}: {len(mine)} shapes, {sum(bool(r['misses']) for r in mine)} miss; "
+                   f"{sum(any('floor' in m for m in r['misses']) for r in mine)} backward calls "
+                   f"of 64 MiB or more below {BACKWARD_SHARE:.0f}% of the floor")
+    return out, len(rows), sum(bool(r["misses"]) for r in rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,32 +289,43 @@ def main(argv: list[str] | None = None) -> int:
     if args.folder is not None and not args.folder.is_dir():
         p.error(f"folder: {args.folder} is not a folder; pass a recording's folder "
                 f"(the --out of python -m fusedrms.record, or a recording tarball unpacked)")
-    doc, what = load_peers(args.folder)
-    if doc is None:
-        print(what)
+    try:
+        peers, what = load_peers(args.folder)
+        quant, backward = read(args.folder, "fp8_quant"), read(args.folder, ch09.RECORD_NAME)
+        if backward is not None and records.copy_floor_beside(backward) is not None:
+            backward = records.at_copy_floor(backward, time="us", share="pct_floor")
+    except Unreadable as e:
+        print(e)
         return 1
-    band = compare.tie_band([r for r in doc.get("records", []) if r.get("mode") == "rotating"])
-    prov = doc.get("provenance", {})
-    print(f"{prov.get('gpu')}, commit {str(prov.get('commit'))[:10]}, {prov.get('date', '')[:10]}: "
-          f"{what}; tie band {_pct(100 * band if band is not None else None)}")
-    print("floor: the capstone's share of the copy floor; copy: its share of a copy of its own "
-          "bytes timed at their size; in/out: in place over out of place")
-    rows = rows_of(doc, band)
-    print(HEADER)
-    for r in rows:
-        if r["misses"] or not args.misses:
-            print(line(r))
-    for variant, _, _ in VARIANTS:
-        mine = [r for r in rows if r["variant"] == variant]
-        # verdicts over the shapes where every peer was timed: a missing peer is never a win
-        counts = CR.tie_counts(mine, band) or {"faster": 0, "tie": 0, "slower": 0}
-        print(f"{variant}: {len(mine)} shapes, {counts['faster']} faster, {counts['tie']} ties, "
-              f"{counts['slower']} slower among those with every peer timed; "
-              f"{sum(bool(r['missing']) for r in mine)} missing a peer; "
-              f"{sum(any('floor' in m for m in r['misses']) for r in mine)} of "
-              f"{sum(r['MB'] >= BIG_MB for r in mine)} calls of {BIG_MB:.0f} MB or more below "
-              f"{FLOOR_SHARE:.0f}% of the floor")
-    print(f"{sum(bool(r['misses']) for r in rows)} of {len(rows)} rows miss a bar")
+    if peers is None and quant is None and backward is None:
+        print(f"{what}, and no fp8_quant.json or {ch09.RECORD_NAME}.json: nothing to score")
+        return 1
+    total = misses = 0
+    if peers is None:
+        print(f"Goals 1 and 2: {what}")
+    else:
+        lines, n, m = forward_section(peers, what, args.misses)
+        print("\n".join(lines))
+        total, misses = total + n, misses + m
+    print()
+    if quant is None:
+        print("Goal 3: no fp8_quant.json in this recording")
+    else:
+        lines = fp8_lines(quant)
+        print(_title(quant, "fp8_quant, " + floor_words(quant)))
+        print(FP8_HEADER)
+        for text, missed in lines:
+            if missed or not args.misses:
+                print(text)
+        total, misses = total + len(lines), misses + sum(m for _, m in lines)
+    print()
+    if backward is None:
+        print(f"Goal 4: no {ch09.RECORD_NAME}.json in this recording")
+    else:
+        lines, n, m = backward_section(backward, args.misses)
+        print("\n".join(lines))
+        total, misses = total + n, misses + m
+    print(f"{misses} of {total} rows miss a bar")
     return 0
 
 
