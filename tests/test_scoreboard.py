@@ -140,6 +140,7 @@ def test_the_backward_misses_a_slower_step_a_missing_peer_an_untimed_grid_shape_
     slow["us"] = 10 * at("train", "torch.compile", 1024, 2048)["us"]
     slow["process_us"] = [slow["us"]] * 3
     recs.remove(at("backward", "liger", 16384, 2048))
+    at("backward", "torch.compile", 4096, 2048)["check_ok"] = False  # timed, gradient wrong: not compared
     recs.remove(at("backward", "two_stage", 1024, 4096))
     low = at("backward", "two_stage", 16384, 8192)  # 814 MB, 93% of the floor as recorded
     low["us"] *= 2
@@ -150,6 +151,7 @@ def test_the_backward_misses_a_slower_step_a_missing_peer_an_untimed_grid_shape_
     rows = _backward_rows(out)
     assert "train slower than F.rms_norm" in rows[("rmsnorm", "1024x2048", "bf16")]  # its fastest peer
     assert "backward: missing liger" in rows[("rmsnorm", "16384x2048", "bf16")]
+    assert "backward: missing torch.compile" in rows[("rmsnorm", "4096x2048", "bf16")]
     assert "backward not timed" in rows[("rmsnorm", "1024x4096", "bf16")]
     assert "backward not timed" in rows[("rmsnorm", "4096x16384", "bf16")]  # the wide grid
     assert "below 80% of the floor" in rows[("rmsnorm", "16384x8192", "bf16")]
