@@ -599,20 +599,22 @@ def test_large_batches_of_the_fused_op_launch_otherwise_at_16_and_32_kb_two_byte
                                                                            None)
 
 
-def test_the_hinted_control_computes_the_same_bits(monkeypatch):
-    """The study's control (the design before: cache hints, w after the reduction) changes where
-    bytes wait, not what is computed: both ops, in place too, give the shipped kernel's bits."""
+def test_the_hinted_control_and_the_eviction_lever_compute_the_same_bits(monkeypatch):
+    """The study's control (the design before: cache hints, w after the reduction) and its
+    eviction lever (x and r loaded evict_last) change where bytes wait, not what is computed:
+    both ops, in place too, give the shipped kernel's bits."""
     from fusedrms.kernels import add_rmsnorm as A
 
     x, r = (torch.randn(5, 3000).to(torch.bfloat16) for _ in range(2))
     w = (torch.rand(3000) + 0.5).to(torch.bfloat16)
     outs = []
-    for hinted in (False, True):
+    for hinted, eviction in ((False, ""), (True, ""), (False, "evict_last")):
         monkeypatch.setattr(A, "HINTED_LOADS", hinted)
+        monkeypatch.setattr(A, "LOAD_EVICTION", eviction)
         xi, ri = x.clone(), r.clone()
         A.add_rmsnorm_residual(xi, ri, w, in_place=True)
         outs.append((A.add_rmsnorm(x, r, w), *A.add_rmsnorm_residual(x, r, w), xi, ri))
-    assert all(torch.equal(a, b) for a, b in zip(*outs))
+    assert all(torch.equal(a, b) for other in outs[1:] for a, b in zip(outs[0], other))
 
 
 def test_the_two_pass_launch_is_correct_on_both_ops():
@@ -637,19 +639,21 @@ def test_gpu_remembered_calls_and_the_large_batch_launch_match_the_full_path(dty
     """On a GPU the second call launches the compiled kernel directly; it must give the bits the
     full path gives, for both ops and in place, at a decode shape and large batches of 16 to 64
     KB rows (the whole row at 32 warps) and of 65536 columns (two passes; a row split over
-    programs at 1 and 3 rows), with and without the cache hints of the design before."""
+    programs at 1 and 3 rows), with and without the cache hints of the design before and the
+    eviction lever."""
     from fusedrms.kernels import add_rmsnorm as A
 
     sms = A.sm_count(torch.device("cuda"))
     big = A.LARGE_BATCH_ROWS_PER_SM * sms
-    for (rows, cols), hinted in itertools.product(
+    for (rows, cols), (hinted, eviction) in itertools.product(
             ((1, 4096), (big, 8192), (big, 16384), (big, 32768), (3, 5000), (big, 65536),
              (1, 65536), (3, 40000), (sms, 65536)),
-            (False, True)):
-        if cols > A.WHOLE_ROW_MAX_COLS and hinted:
+            ((False, ""), (True, ""), (False, "evict_last"))):
+        if cols > A.WHOLE_ROW_MAX_COLS and (hinted or eviction):
             continue  # the hints are the whole-row kernel's; two passes have their own
         A.clear_plans()
         monkeypatch.setattr(A, "HINTED_LOADS", hinted)
+        monkeypatch.setattr(A, "LOAD_EVICTION", eviction)
         x, r = (torch.randn(rows, cols, device="cuda").to(dtype) for _ in range(2))
         w = (torch.rand(cols, device="cuda") + 0.5).to(dtype)
         first = A.add_rmsnorm(x, r, w)

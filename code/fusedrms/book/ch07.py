@@ -550,6 +550,7 @@ LEVERS = (  # (study candidate, lever, what it tests) - study_timing.candidates
     ("two_pass_c4096_w16", "two passes, 4096-column chunks", "wider chunks"),
     ("two_pass_c1024_w8", "two passes, 1024-column chunks, 8 warps", "narrower chunks"),
     ("hinted_loads", HINT_LEVER, "the whole-row kernel before"),
+    ("evict_last_loads", "x and r loaded evict_last", "the lines read outlive the lines written"),
     ("without_pdl", "no programmatic dependent launch", "the launch before"),
 )
 

@@ -87,36 +87,44 @@ BEFORE_RULE = "ours.table"
 # the launch in use timed again after every other launch of the shape: the same kernel twice in
 # one process, the run-to-run change a lever must beat to count
 REPEAT = "ours.current_again"
-# timed beside the candidates, never a candidate for the table: the study's controls
-CONTROLS = ("ours.current_in_place", "ours.hinted_loads", "ours.without_pdl", BEFORE_RULE, REPEAT)
+# timed beside the candidates, never a candidate for the table: the study's controls and levers
+# (the in-place evict_last launch is the lever's in-place twin, against ours.current_in_place)
+CONTROLS = ("ours.current_in_place", "ours.hinted_loads", "ours.without_pdl", "ours.evict_last_loads",
+            "ours.evict_last_in_place", BEFORE_RULE, REPEAT)
+
+
+def _flagged(fn, module: str, name: str, value):
+    """``fn`` with ``<module>.<name>`` (a kernels module's flag) set to ``value`` for the call."""
+    import importlib
+
+    mod = importlib.import_module(f"fusedrms.kernels.{module}")
+
+    def call(*args):
+        before = getattr(mod, name)
+        setattr(mod, name, value)
+        try:
+            return fn(*args)
+        finally:
+            setattr(mod, name, before)
+    return call
 
 
 def _hinted(fn):
     """``fn`` with the whole-row kernel as it was before (x, r evict_first; w after the
     reduction): the control for the cache-hint lever."""
-    from ..kernels import add_rmsnorm as A
+    return _flagged(fn, "add_rmsnorm", "HINTED_LOADS", True)
 
-    def call(*args):
-        A.HINTED_LOADS = True
-        try:
-            return fn(*args)
-        finally:
-            A.HINTED_LOADS = False
-    return call
+
+def _evict_last(fn):
+    """``fn`` with x and r of the whole-row kernel loaded evict_last: the eviction lever (the lines
+    read outlive the lines written in L2)."""
+    return _flagged(fn, "add_rmsnorm", "LOAD_EVICTION", "evict_last")
 
 
 def _without_pdl(fn):
     """``fn`` launched without programmatic dependent launch (each call waits for the one before
     to finish before it starts launching): the control for that lever."""
-    from ..kernels import direct_launch as D
-
-    def call(*args):
-        before, D.PDL = D.PDL, False
-        try:
-            return fn(*args)
-        finally:
-            D.PDL = before
-    return call
+    return _flagged(fn, "direct_launch", "PDL", False)
 
 
 def impls(op: str, cols: int, dtype) -> dict:
@@ -131,6 +139,7 @@ def impls(op: str, cols: int, dtype) -> dict:
     if op == "fused":
         out["ours.current"] = (lambda x, r, w, e: A.add_rmsnorm(x, r, w, e), False)
         out["ours.hinted_loads"] = (_hinted(out["ours.current"][0]), False)
+        out["ours.evict_last_loads"] = (_evict_last(out["ours.current"][0]), False)
         out["ours.without_pdl"] = (_without_pdl(out["ours.current"][0]), False)
         for name, cfg in {**candidates(cols, dtype), BEFORE_RULE[5:]: table}.items():
             out[f"ours.{name}"] = (lambda x, r, w, e, c=cfg: A.add_rmsnorm(x, r, w, e, config=c),
@@ -142,6 +151,7 @@ def impls(op: str, cols: int, dtype) -> dict:
         return out
     out["ours.current"] = (lambda x, r, w, e: A.add_rmsnorm_residual(x, r, w, e), False)
     out["ours.hinted_loads"] = (_hinted(out["ours.current"][0]), False)
+    out["ours.evict_last_loads"] = (_evict_last(out["ours.current"][0]), False)
     out["ours.without_pdl"] = (_without_pdl(out["ours.current"][0]), False)
     for name, cfg in {**candidates(cols, dtype), BEFORE_RULE[5:]: table}.items():
         out[f"ours.{name}"] = (lambda x, r, w, e, c=cfg:
@@ -151,6 +161,7 @@ def impls(op: str, cols: int, dtype) -> dict:
     out[REPEAT] = out["ours.current"]  # the last launch before the in-place ones change the inputs
     out["ours.current_in_place"] = (lambda x, r, w, e:
                                     A.add_rmsnorm_residual(x, r, w, e, in_place=True), True)
+    out["ours.evict_last_in_place"] = (_evict_last(out["ours.current_in_place"][0]), True)
     out["flashinfer.fused_add_rmsnorm"] = (flashinfer_fused_add, True)
     return out
 
