@@ -33,11 +33,23 @@ def _rec(impl, op, rows, cols, us, spread=0.002, floor_us=None, status="ok"):
     return rec
 
 
-def _folder(tmp_path, records) -> Path:
+def _call(impl, op, us, lo=None, hi=None):
+    # the harness's python sweep: back-to-back calls from Python, with the process medians' range
+    return {"sweep": "python", "mode": "python", "op": op, "impl": impl, "rows": 1, "cols": 4096,
+            "dtype": "bf16", "status": "ok", "median_us": us, "min_median_us": lo or us * 0.98,
+            "max_median_us": hi or us * 1.02}
+
+
+CALLS = [_call("capstone.fused", FUSED, 12.0), _call("torch.rms_norm_add", FUSED, 27.0),
+         _call("capstone.fused_residual", RESIDUAL, 21.0),
+         _call("capstone.fused_residual_in_place", RESIDUAL, 21.2)]  # ranges overlap: no cost
+
+
+def _folder(tmp_path, records, calls=CALLS) -> Path:
     folder = tmp_path / "rec"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     doc = {"provenance": {"gpu": "NVIDIA H100 80GB HBM3", "commit": "c0ffee" * 7, "date": "2026-12-07"},
-           "records": records}
+           "records": records + calls}
     (folder / "capstone_peers.json").write_text(json.dumps(doc))
     return folder
 
@@ -58,7 +70,7 @@ def test_a_shape_slower_than_a_peer_beyond_the_band_misses_and_one_inside_it_is_
     tie = rows[("fused", "32x4096", "bf16")]
     assert " tie " in tie and tie.rstrip().endswith("-")  # no miss
     assert "fused: 2 shapes, 0 faster, 1 ties, 1 slower" in _line(out, "fused: ")
-    assert out[-1] == "1 of 2 rows miss a bar"
+    assert out[-1] == "1 of 4 rows miss a bar"  # the two Python calls pass
 
 
 def test_a_peer_missing_at_a_shape_is_a_miss_never_a_win(tmp_path, capsys):
@@ -87,6 +99,22 @@ def test_a_large_call_below_90_percent_of_the_floor_misses_and_in_place_shows_it
     assert "below 90% of the floor" in in_place and "85.0%" in in_place
     assert f"{0.95 / 0.85:.3f}" in in_place
     assert "floor at the copy each process measured (no chapter 2 here)" in out[0]
+
+
+def test_python_calls_miss_when_slower_than_f_rms_norm_or_in_place_costs_in_every_process(tmp_path, capsys):
+    records = [_rec("capstone.fused", FUSED, 16, 4096, 5.0), _rec("torch.compile_add", FUSED, 16, 4096, 10.0)]
+    out, _ = _rows(capsys, _folder(tmp_path, records))
+    assert not any(line.endswith("miss") for line in out if line.startswith("Python call"))
+    assert "(0.44x)" in _line(out, "Python call 1x4096 bf16: capstone.fused")
+    slow = [_call("capstone.fused", FUSED, 30.0), _call("torch.rms_norm_add", FUSED, 27.0),
+            _call("capstone.fused_residual", RESIDUAL, 21.0, 20.8, 21.3),
+            _call("capstone.fused_residual_in_place", RESIDUAL, 22.0, 21.5, 22.4)]
+    out, _ = _rows(capsys, _folder(tmp_path / "slow", records, slow))
+    assert _line(out, "Python call 1x4096 bf16: capstone.fused").endswith("miss")
+    assert _line(out, "Python call 1x4096 bf16: in place").endswith("miss")
+    assert out[-1] == "2 of 3 rows miss a bar"
+    out, _ = _rows(capsys, _folder(tmp_path / "none", records, []))
+    assert "Python calls: not timed in this recording  miss" in out
 
 
 def test_the_committed_recording_prints_every_variant(capsys):

@@ -10,7 +10,9 @@ its verdict inside the recording's tie band (chapter 6), the peers meant to be t
 timed, the capstone's share of the copy floor and of a copy of its own bytes (where the recording
 timed one), and in place its time over its own out-of-place time. A shape misses when the capstone
 is slower than the fastest peer beyond the band, when a peer is missing (never a win), or when a
-call moving 64 MB or more runs below 90% of the floor.
+call moving 64 MB or more runs below 90% of the floor. From Python (chapter 7's one shape): the
+capstone's call over F.rms_norm(x + r)'s, a miss when slower, and in place over out of place, a
+miss when every process of in place took longer than every process out of place.
 
 FP8 (chapter 8): ``fp8.fused`` at each timed row count, its share of its copy floor (a miss below
 80% from 64 MiB), its codes and scales against its contract, and its Python call over
@@ -126,6 +128,34 @@ def rows_of(doc: dict, band: float | None) -> list[dict]:
                                        if r["pct_floor"] and r["copy_pct_floor"] else None),
                         "in_out": in_place.get(shape) if impl == CR.CAPSTONE_IN_PLACE else None})
     return out
+
+
+def python_lines(doc: dict) -> list[tuple[str, bool]]:
+    """Goals 5 and 2 from Python (the harness's back-to-back calls, no graph): the capstone's call
+    over ``F.rms_norm(x + r)``'s (a miss when slower), and in place over out of place (a miss when
+    every process of in place took longer than every process out of place)."""
+    recs = [r for r in doc.get("records", []) if r.get("sweep") == "python"]
+    if not recs:
+        return [("Python calls: not timed in this recording  miss", True)]
+    shape = CR.shape_text(recs[0]["rows"], recs[0]["cols"], recs[0]["dtype"])
+    fused, plain = CR.python_calls(doc), CR.python_calls(doc, "add_rmsnorm_residual")
+    spread = CR.python_calls(doc, "add_rmsnorm_residual", spread=True)
+    out = []
+    ours, baseline = fused.get(CR.CAPSTONE), fused.get("torch.rms_norm_add")
+    if ours and baseline:
+        out.append((f"Python call {shape}: {CR.CAPSTONE} {ours:.1f} us, F.rms_norm(x + r) "
+                    f"{baseline:.1f} us ({ours / baseline:.2f}x)", ours > baseline))
+    else:
+        out.append((f"Python call {shape}: {CR.CAPSTONE} or F.rms_norm(x + r) not timed", True))
+    out_us, in_us = plain.get(CR.CAPSTONE_RESIDUAL), plain.get(CR.CAPSTONE_IN_PLACE)
+    if out_us and in_us:
+        lo_in, hi_out = (spread.get(CR.CAPSTONE_IN_PLACE) or (in_us,))[0], \
+            (spread.get(CR.CAPSTONE_RESIDUAL) or (0, out_us))[-1]
+        out.append((f"Python call {shape}: in place {in_us:.1f} us, out of place {out_us:.1f} us "
+                    f"({in_us / out_us:.3f}x)", lo_in > hi_out))
+    else:
+        out.append((f"Python call {shape}: the residual op in place or out of place not timed", True))
+    return [(text + ("  miss" if missed else ""), missed) for text, missed in out]
 
 
 def fp8_rows(doc: dict) -> list[dict]:
@@ -251,6 +281,8 @@ def forward_section(doc: dict, what: str, only_misses: bool) -> tuple[list[str],
            "bytes timed at their size; in/out: in place over out of place", HEADER]
     rows = rows_of(doc, band)
     out += [line(r) for r in rows if r["misses"] or not only_misses]
+    calls = python_lines(doc)
+    out += [text for text, missed in calls if missed or not only_misses]
     for variant, _, _ in VARIANTS:
         mine = [r for r in rows if r["variant"] == variant]
         # verdicts over the shapes where every peer was timed: a missing peer is never a win
@@ -261,7 +293,7 @@ def forward_section(doc: dict, what: str, only_misses: bool) -> tuple[list[str],
                    f"{sum(any('floor' in m for m in r['misses']) for r in mine)} of "
                    f"{sum(r['MB'] >= BIG_MB for r in mine)} calls of {BIG_MB:.0f} MB or more below "
                    f"{FLOOR_SHARE:.0f}% of the floor")
-    return out, len(rows), sum(bool(r["misses"]) for r in rows)
+    return out, len(rows) + len(calls), sum(bool(r["misses"]) for r in rows) + sum(m for _, m in calls)
 
 
 def backward_section(doc: dict, only_misses: bool) -> tuple[list[str], int, int]:
