@@ -307,9 +307,10 @@ def backward_section(doc: dict, only_misses: bool) -> tuple[list[str], int, int]
     out += [backward_line(r) for r in rows if r["misses"] or not only_misses]
     for op in ch09.OPS:
         mine = [r for r in rows if r["op"] == op]
+        large = [r for r in mine if r["MB"] is not None and r["MB"] * 1e6 >= ch09_page.LARGE_BYTES]
         out.append(f"{op}: {len(mine)} shapes, {sum(bool(r['misses']) for r in mine)} miss; "
-                   f"{sum(any('floor' in m for m in r['misses']) for r in mine)} backward calls "
-                   f"of 64 MiB or more below {BACKWARD_SHARE:.0f}% of the floor")
+                   f"{sum(any('floor' in m for m in r['misses']) for r in large)} of {len(large)} "
+                   f"backward calls of 64 MiB or more below {BACKWARD_SHARE:.0f}% of the floor")
     return out, len(rows), sum(bool(r["misses"]) for r in rows)
 
 
