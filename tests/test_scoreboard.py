@@ -70,7 +70,8 @@ def test_a_shape_slower_than_a_peer_beyond_the_band_misses_and_one_inside_it_is_
     tie = rows[("fused", "32x4096", "bf16")]
     assert " tie " in tie and tie.rstrip().endswith("-")  # no miss
     assert "fused: 2 shapes, 0 faster, 1 ties, 1 slower" in _line(out, "fused: ")
-    assert out[-1] == "1 of 4 rows miss a bar"  # the two Python calls pass
+    # the two Python calls pass; goal 5 (no chapter 6 grid here) misses once
+    assert out[-1] == "2 of 6 rows miss a bar"
 
 
 def test_a_peer_missing_at_a_shape_is_a_miss_never_a_win(tmp_path, capsys):
@@ -112,7 +113,7 @@ def test_python_calls_miss_when_slower_than_f_rms_norm_or_in_place_costs_in_ever
     out, _ = _rows(capsys, _folder(tmp_path / "slow", records, slow))
     assert _line(out, "Python call 1x4096 bf16: capstone.fused").endswith("miss")
     assert _line(out, "Python call 1x4096 bf16: in place").endswith("miss")
-    assert out[-1] == "2 of 3 rows miss a bar"
+    assert out[-1].startswith("4 of ")  # the two calls; goal 5: no grid here, a call slower than the baseline
     out, _ = _rows(capsys, _folder(tmp_path / "none", records, []))
     assert "Python calls: not timed in this recording  miss" in out
 
@@ -191,7 +192,7 @@ def test_fp8_misses_a_low_floor_a_differing_code_and_a_slow_python_call(tmp_path
     folder, doc = _recorded(tmp_path, "fp8_quant")
     assert scoreboard.main([str(folder), "--misses"]) == 0
     before = capsys.readouterr().out
-    assert "codes differ" not in before and "Python call" not in before  # both within the goal
+    assert "codes differ" not in before and "fp8.fused Python call" not in before  # both within the goal
     for r in doc["records"]:
         if r.get("kind") == "python_call":
             r["call_ratio"] = 1.6
@@ -214,3 +215,45 @@ def test_without_chapter_2_a_large_fp8_call_has_no_floor_and_misses(tmp_path, ca
     out = capsys.readouterr().out.splitlines()
     assert "no floor measured" in _line(out, "fp8.fused 32768x7168")
     assert "no floor measured" not in _line(out, "fp8.fused 2x7168")  # 0.06 MB: no bar
+
+
+def _goal5(tmp_path, capsys, *flags):
+    out, _ = _rows(capsys, tmp_path, *flags)
+    return out[out.index(next(line for line in out if line.startswith("Goal 5, against"))):]
+
+
+def test_goal_5_compares_triton_row_the_hip_ladder_and_the_python_call_with_a_baseline(tmp_path, capsys):
+    for name in ("bench_grid", "capstone_peers", "traffic_bandwidth"):
+        shutil.copy(DATA / f"{name}.json", tmp_path)
+    lines = _goal5(tmp_path, capsys)
+    assert "eceb0b6d27" in lines[0] or "commit" in lines[0]
+    assert not any(line.endswith("miss") for line in lines[1:-1])  # the same file: no regression
+    grid = json.loads((tmp_path / "bench_grid.json").read_text())
+    row = [r for r in grid["records"] if r.get("impl") == "triton.row"]
+    row[0]["median_us"] *= 1.2
+    grid["records"].remove(next(r for r in grid["records"] if r.get("impl") == "hip.block"))
+    (tmp_path / "bench_grid.json").write_text(json.dumps(grid))
+    peers = json.loads((tmp_path / "capstone_peers.json").read_text())
+    call = next(r for r in peers["records"] if r.get("sweep") == "python" and r["impl"] == "capstone.fused")
+    call["min_median_us"], call["max_median_us"] = 2 * call["max_median_us"], 3 * call["max_median_us"]
+    (tmp_path / "capstone_peers.json").write_text(json.dumps(peers))
+    lines = _goal5(tmp_path, capsys, "--misses")
+    assert "1.200x" in _line(lines, "triton.row: 12 of 12") and _line(lines, "triton.row").endswith("miss")
+    assert _line(lines, "hip.block: 11 of 12 shapes timed").endswith("miss")
+    assert not any(line.startswith("hip.serial") for line in lines)  # unchanged: not printed with --misses
+    assert _line(lines, "Python call of capstone.fused").endswith("miss")
+
+
+def test_goal_5_refuses_a_baseline_of_another_gpu_and_needs_a_folder(tmp_path, capsys):
+    shutil.copy(DATA / "bench_grid.json", tmp_path)
+    base = tmp_path / "base"
+    base.mkdir()
+    grid = json.loads((DATA / "bench_grid.json").read_text())
+    grid["provenance"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    (base / "bench_grid.json").write_text(json.dumps(grid))
+    lines = _goal5(tmp_path, capsys, "--baseline", str(base))
+    assert "another GPU" in lines[1] and lines[1].endswith("miss")
+    assert scoreboard.main([]) == 0
+    assert "Goal 5: pass a recording's folder" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        scoreboard.main([str(tmp_path), "--baseline", str(tmp_path / "nothing")])

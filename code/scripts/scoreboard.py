@@ -23,6 +23,12 @@ backward alone over the fastest checked peer (verdict inside chapter 9's tie ban
 timed, and the backward's share of its floor (a miss below 80% from 64 MiB); a grid shape the
 recording did not time is a miss.
 
+Goal 5, for a recording's folder against a baseline (``--baseline``; the committed recording by
+default) on the same GPU: triton.row and each rung of the HIP ladder (chapter 6's RMSNorm sweep)
+at every shape the baseline timed, a miss when slower beyond the larger of the two recordings'
+tie bands or not timed; the capstone's call from Python, a miss when every process took longer
+than every process of the baseline.
+
 The last line counts the misses. The exit status is 0 either way; 1 when the folder holds none of
 the three files, or one of them cannot be read.
 """
@@ -155,6 +161,61 @@ def python_lines(doc: dict) -> list[tuple[str, bool]]:
                     f"({in_us / out_us:.3f}x)", lo_in > hi_out))
     else:
         out.append((f"Python call {shape}: the residual op in place or out of place not timed", True))
+    return [(text + ("  miss" if missed else ""), missed) for text, missed in out]
+
+
+def _rmsnorm_times(doc: dict) -> dict:
+    """{(impl, rows, cols, dtype): record} of chapter 6's RMSNorm sweep: triton.row and the HIP
+    ladder (every ``hip.*`` implementation)."""
+    return {(r["impl"], r["rows"], r["cols"], r["dtype"]): r for r in doc.get("records", [])
+            if r.get("sweep") == "rmsnorm" and r.get("status", "ok") == "ok" and r.get("median_us")
+            and (r.get("impl") == "triton.row" or str(r.get("impl")).startswith("hip."))}
+
+
+def _ladder_lines(new: dict, old: dict) -> list[tuple[str, bool]]:
+    """One line per implementation the baseline timed: shapes timed, the slowest ratio, and how
+    many are slower beyond the larger of the two recordings' tie bands."""
+    bands = [b for b in (compare.tie_band(list(new.values())), compare.tie_band(list(old.values())))
+             if b is not None]
+    band = max(bands, default=0.0)
+    out = []
+    for impl in sorted({k[0] for k in old}):
+        keys = [k for k in old if k[0] == impl]
+        ratio = {k: new[k]["median_us"] / old[k]["median_us"] for k in keys if k in new}
+        slower = [k for k in ratio if ratio[k] > 1 + band]
+        text = f"{impl}: {len(ratio)} of {len(keys)} shapes timed"
+        if ratio:
+            worst = max(ratio, key=ratio.get)
+            text += (f", the slowest against the baseline {ratio[worst]:.3f}x at "
+                     f"{CR.shape_text(*worst[1:])}; {len(slower)} slower beyond "
+                     f"{_pct(100 * band)}")
+        out.append((text, bool(slower) or len(ratio) < len(keys)))
+    return out
+
+
+def regression_lines(grid: dict | None, base_grid: dict | None, peers: dict | None,
+                     base_peers: dict | None) -> list[tuple[str, bool]]:
+    """Goal 5, this recording against a baseline recording on the same GPU: triton.row and each
+    rung of the HIP ladder at every shape the baseline timed (a miss when slower beyond the larger
+    of the two recordings' tie bands, or not timed), and the capstone's call from Python (a miss
+    when every process took longer than every process of the baseline)."""
+    gpus = {str((d or {}).get("provenance", {}).get("gpu")) for d in (grid, base_grid) if d}
+    out = []
+    if grid is None or base_grid is None:
+        out.append(("triton.row and the HIP ladder: chapter 6's grid is missing here or in the "
+                    "baseline", True))
+    elif len(gpus) > 1:
+        out.append((f"triton.row and the HIP ladder: the baseline ran on another GPU "
+                    f"({' and '.join(sorted(gpus))}); compare recordings of one GPU", True))
+    else:
+        out += _ladder_lines(_rmsnorm_times(grid), _rmsnorm_times(base_grid))
+    now = CR.python_calls(peers, spread=True).get(CR.CAPSTONE) if peers else None
+    before = CR.python_calls(base_peers, spread=True).get(CR.CAPSTONE) if base_peers else None
+    if now and before:
+        out.append((f"Python call of {CR.CAPSTONE}: {now[0]:.1f}-{now[1]:.1f} us over its processes, "
+                    f"the baseline {before[0]:.1f}-{before[1]:.1f}", now[0] > before[1]))
+    else:
+        out.append((f"Python call of {CR.CAPSTONE}: not timed here or in the baseline", True))
     return [(text + ("  miss" if missed else ""), missed) for text, missed in out]
 
 
@@ -320,10 +381,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folder", nargs="?", type=Path, default=None,
                    help="a recording's folder (default: the committed recording)")
     p.add_argument("--misses", action="store_true", help="print only the shapes that miss a bar")
+    p.add_argument("--baseline", type=Path, default=None,
+                   help="goal 5's baseline recording (default: the committed one, when FOLDER is given)")
     args = p.parse_args(argv)
     if args.folder is not None and not args.folder.is_dir():
         p.error(f"folder: {args.folder} is not a folder; pass a recording's folder "
                 f"(the --out of python -m fusedrms.record, or a recording tarball unpacked)")
+    if args.baseline is not None and not args.baseline.is_dir():
+        p.error(f"--baseline: {args.baseline} is not a folder; pass a recording's folder")
     try:
         peers, what = load_peers(args.folder)
         quant, backward = read(args.folder, "fp8_quant"), read(args.folder, ch09.RECORD_NAME)
@@ -360,6 +425,22 @@ def main(argv: list[str] | None = None) -> int:
         lines, n, m = backward_section(backward, args.misses)
         print("\n".join(lines))
         total, misses = total + n, misses + m
+    print()
+    if args.folder is None:
+        print("Goal 5: pass a recording's folder to compare it with the committed recording")
+    else:
+        try:
+            grid, base = read(args.folder, "bench_grid"), read(args.baseline, "bench_grid")
+            base_peers = read(args.baseline, "capstone_peers")
+        except Unreadable as e:
+            print(e)
+            return 1
+        print(f"Goal 5, against {_title(base, 'bench_grid') if base else 'a baseline without chapter 6'}")
+        lines = regression_lines(grid, base, peers, base_peers)
+        for text, missed in lines:
+            if missed or not args.misses:
+                print(text)
+        total, misses = total + len(lines), misses + sum(m for _, m in lines)
     print(f"{misses} of {total} rows miss a bar")
     return 0
 
