@@ -257,3 +257,11 @@ def test_goal_5_refuses_a_baseline_of_another_gpu_and_needs_a_folder(tmp_path, c
     assert "Goal 5: pass a recording's folder" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         scoreboard.main([str(tmp_path), "--baseline", str(tmp_path / "nothing")])
+
+
+def test_a_broken_manifest_beside_the_file_is_named_without_a_traceback(tmp_path, capsys):
+    shutil.copy(DATA / "fp8_quant.json", tmp_path)
+    (tmp_path / "MANIFEST.json").write_text("{not json")
+    assert scoreboard.main([str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "MANIFEST.json is not valid JSON" in out and "could not be read" in out

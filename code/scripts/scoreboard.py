@@ -35,7 +35,6 @@ the three files, or one of them cannot be read.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -75,15 +74,16 @@ def read(folder: Path | None, name: str) -> dict | None:
     path = folder / f"{name}.json"
     if not path.exists():
         return None
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    try:  # with its "source" (the folder), as records.load gives it: the floor beside it is there
+        doc = records._read(path)
+    except (OSError, ValueError) as e:  # the file, or the manifest beside it
         raise Unreadable(f"{path} could not be read ({e}); record it again or pass another "
                          f"folder") from None
+    except TypeError:  # not an object: _read cannot add its source
+        doc = None
     if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
         raise Unreadable(f"{path} holds no harness records; pass a recording's folder")
-    # "source" names the folder, as a loaded record file's does: the floor beside it is there
-    return {**doc, "source": {"folder": str(folder), "own": True}}
+    return doc
 
 
 def floor_words(doc: dict) -> str:
@@ -235,27 +235,27 @@ def fp8_rows(doc: dict) -> list[dict]:
 
 
 def fp8_lines(doc: dict) -> list[tuple[str, bool]]:
-    """The FP8 section's lines after its header, each with whether it misses."""
+    """The FP8 section's lines after its header, each with whether it misses: a row per row count
+    (its misses in its last column), then its codes and its Python call (" miss" at the end)."""
     out = [(f"{'fp8.fused':<9} {r['shape']:<20} {r['MB']:>7.1f} {r['us']:>9.2f} "
             f"{_pct(r['pct_floor']):>6}  {'; '.join(r['misses'])}", bool(r["misses"]))
            for r in fp8_rows(doc)]
     exact = next((r for r in ch08_page.exactness_rows(doc) if r["version"] == "fp8.fused"), None)
     if exact is None:
-        out.append(("fp8.fused codes: not checked in this recording", True))
-    else:
-        wrong = exact["checks"] > exact["bit-exact"] or exact["differing codes"] > 0
-        out.append((f"fp8.fused codes: {exact['bit-exact']} of {exact['checks']} checks bit for bit, "
-                    f"{exact['differing codes']:,} of {exact['codes compared']:,} codes differ", wrong))
+        summary = [("fp8.fused codes: not checked in this recording", True)]
+    else:  # a check not bit for bit: a code or a scale differs
+        summary = [(f"fp8.fused codes: {exact['bit-exact']} of {exact['checks']} checks bit for "
+                    f"bit, {exact['differing codes']:,} of {exact['codes compared']:,} codes differ",
+                    exact["bit-exact"] < exact["checks"])]
     call = ch08.python_call(doc)
     if call is None:
-        out.append(("fp8.fused Python call: not timed in this recording", True))
+        summary.append(("fp8.fused Python call: not timed in this recording", True))
     else:
         slow = call["ratio"] > FP8_CALL_RATIO
-        out.append((f"fp8.fused Python call: {call['fused_call_us']:.1f} us, {call['ratio']:.2f}x "
-                    f"F.rms_norm's {call['rms_norm_call_us']:.1f}"
-                    + (f"; above {FP8_CALL_RATIO}x" if slow else ""), slow))
-    return [(text + ("  miss" if missed and not text.endswith(("floor", "measured")) else ""), missed)
-            for text, missed in out]
+        summary.append((f"fp8.fused Python call: {call['fused_call_us']:.1f} us, "
+                        f"{call['ratio']:.2f}x F.rms_norm's {call['rms_norm_call_us']:.1f}"
+                        + (f"; above {FP8_CALL_RATIO}x" if slow else ""), slow))
+    return out + [(text + ("  miss" if missed else ""), missed) for text, missed in summary]
 
 
 def backward_rows(doc: dict) -> list[dict]:

@@ -93,38 +93,40 @@ CONTROLS = ("ours.current_in_place", "ours.hinted_loads", "ours.without_pdl", "o
             "ours.evict_last_in_place", BEFORE_RULE, REPEAT)
 
 
-def _flagged(fn, module: str, name: str, value):
-    """``fn`` with ``<module>.<name>`` (a kernels module's flag) set to ``value`` for the call."""
-    import importlib
-
-    mod = importlib.import_module(f"fusedrms.kernels.{module}")
-
+def _flagged(fn, module, name: str, value):
+    """``fn`` with ``module.name`` (a kernels module's flag) set to ``value`` for the call."""
     def call(*args):
-        before = getattr(mod, name)
-        setattr(mod, name, value)
+        before = getattr(module, name)
+        setattr(module, name, value)
         try:
             return fn(*args)
         finally:
-            setattr(mod, name, before)
+            setattr(module, name, before)
     return call
 
 
 def _hinted(fn):
     """``fn`` with the whole-row kernel as it was before (x, r evict_first; w after the
     reduction): the control for the cache-hint lever."""
-    return _flagged(fn, "add_rmsnorm", "HINTED_LOADS", True)
+    from ..kernels import add_rmsnorm as A
+
+    return _flagged(fn, A, "HINTED_LOADS", True)
 
 
 def _evict_last(fn):
     """``fn`` with x and r of the whole-row kernel loaded evict_last: the eviction lever (the lines
     read outlive the lines written in L2)."""
-    return _flagged(fn, "add_rmsnorm", "LOAD_EVICTION", "evict_last")
+    from ..kernels import add_rmsnorm as A
+
+    return _flagged(fn, A, "LOAD_EVICTION", "evict_last")
 
 
 def _without_pdl(fn):
     """``fn`` launched without programmatic dependent launch (each call waits for the one before
     to finish before it starts launching): the control for that lever."""
-    return _flagged(fn, "direct_launch", "PDL", False)
+    from ..kernels import direct_launch as D
+
+    return _flagged(fn, D, "PDL", False)
 
 
 def impls(op: str, cols: int, dtype) -> dict:
