@@ -70,8 +70,9 @@ def test_a_shape_slower_than_a_peer_beyond_the_band_misses_and_one_inside_it_is_
     tie = rows[("fused", "32x4096", "bf16")]
     assert " tie " in tie and tie.rstrip().endswith("-")  # no miss
     assert "fused: 2 shapes, 0 faster, 1 ties, 1 slower" in _line(out, "fused: ")
-    # the two Python calls pass; goal 5 (no chapter 6 grid here) misses once
-    assert out[-1] == "2 of 6 rows miss a bar"
+    # the two Python calls pass; goal 5 (no chapter 6 grid here) misses once; of goal 1's grid
+    # (3 variants x 108 shapes) only the fused op's 16x4096 bf16 is timed
+    assert out[-1] == "325 of 329 rows miss a bar"
 
 
 def test_a_peer_missing_at_a_shape_is_a_miss_never_a_win(tmp_path, capsys):
@@ -102,6 +103,21 @@ def test_a_large_call_below_90_percent_of_the_floor_misses_and_in_place_shows_it
     assert "floor at the copy each process measured (no chapter 2 here)" in out[0]
 
 
+def test_every_shape_of_goal_1s_grid_not_timed_is_a_miss_per_variant_and_dtype(tmp_path, capsys):
+    # the fused op timed at one shape of the grid and one outside it: 35 bf16 shapes, and every
+    # fp16 and fp32 shape, are not timed for it; the residual op's variants time none
+    records = [_rec("capstone.fused", FUSED, 1024, 4096, 5.0), _rec("torch.compile_add", FUSED, 1024, 4096, 10.0),
+               _rec("capstone.fused", FUSED, 32, 4096, 5.0), _rec("torch.compile_add", FUSED, 32, 4096, 10.0)]
+    out, _ = _rows(capsys, _folder(tmp_path, records))
+    bf16 = _line(out, "fused bf16: ")
+    assert bf16.startswith("fused bf16: 1 of 36 shapes of goal 1's grid timed; not timed: 1x2048, ")
+    assert "1024x4096" not in bf16 and "32x4096" not in bf16 and bf16.endswith("16384x65536  miss")
+    assert _line(out, "fused fp32: ").startswith("fused fp32: 0 of 36 shapes")
+    assert _line(out, "in place fp16: ").startswith("in place fp16: 0 of 36 shapes")
+    # 35 + 36 + 36 for the fused op, 108 for each residual variant; the rows themselves pass
+    assert out[-1] == f"{35 + 72 + 216 + 1} of {2 + 323 + 2 + 2} rows miss a bar"
+
+
 def test_python_calls_miss_when_slower_than_f_rms_norm_or_in_place_costs_in_every_process(tmp_path, capsys):
     records = [_rec("capstone.fused", FUSED, 16, 4096, 5.0), _rec("torch.compile_add", FUSED, 16, 4096, 10.0)]
     out, _ = _rows(capsys, _folder(tmp_path, records))
@@ -113,7 +129,8 @@ def test_python_calls_miss_when_slower_than_f_rms_norm_or_in_place_costs_in_ever
     out, _ = _rows(capsys, _folder(tmp_path / "slow", records, slow))
     assert _line(out, "Python call 1x4096 bf16: capstone.fused").endswith("miss")
     assert _line(out, "Python call 1x4096 bf16: in place").endswith("miss")
-    assert out[-1].startswith("4 of ")  # the two calls; goal 5: no grid here, a call slower than the baseline
+    # the two calls; goal 5: no grid here, a call slower than the baseline; goal 1's grid but 16x4096
+    assert out[-1].startswith("327 of ")
     out, _ = _rows(capsys, _folder(tmp_path / "none", records, []))
     assert "Python calls: not timed in this recording  miss" in out
 

@@ -10,7 +10,8 @@ its verdict inside the recording's tie band (chapter 6), the peers meant to be t
 timed, the capstone's share of the copy floor and of a copy of its own bytes (where the recording
 timed one), and in place its time over its own out-of-place time. A shape misses when the capstone
 is slower than the fastest peer beyond the band, when a peer is missing (never a win), or when a
-call moving 64 MB or more runs below 90% of the floor. From Python (chapter 7's one shape): the
+call moving 64 MB or more runs below 90% of the floor; a shape of goal 1's grid (chapter 7's row
+and column counts in bf16, fp16 and fp32) that the recording did not time is a miss. From Python (chapter 7's one shape): the
 capstone's call over F.rms_norm(x + r)'s, a miss when slower, and in place over out of place, a
 miss when every process of in place took longer than every process out of place.
 
@@ -41,11 +42,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # code/, whatever the working folder
 from fusedrms import records  # noqa: E402
 from fusedrms.book import ch07_results as CR  # noqa: E402
-from fusedrms.book import ch08, ch08_page, ch09, ch09_page  # noqa: E402
+from fusedrms.book import ch07, ch08, ch08_page, ch09, ch09_page  # noqa: E402
 from fusedrms.book.ch07_story import BIG_MB  # noqa: E402  "a call moves 64 MB or more"
 from fusedrms.measure import compare  # noqa: E402
 
 FLOOR_SHARE = 90.0  # goal 1: "at least 90% of the copy floor" from BIG_MB
+GOAL_DTYPES = ("bf16", "fp16", "fp32")  # goal 1's grid: ch07.GOAL_ROWS x ch07.GOAL_COLS x these
 FP8_SHARE = 80.0  # goal 3: fp8.fused "at least 80% of its copy floor at 64 MB and more"
 FP8_CALL_RATIO = 1.5  # goal 3: "a Python call at most 1.5x F.rms_norm's"
 BACKWARD_SHARE = 80.0  # goal 4: "at least 80% of its floor at 64 MB and more"
@@ -133,6 +135,22 @@ def rows_of(doc: dict, band: float | None) -> list[dict]:
                         "copy_share": (100 * r["pct_floor"] / r["copy_pct_floor"]
                                        if r["pct_floor"] and r["copy_pct_floor"] else None),
                         "in_out": in_place.get(shape) if impl == CR.CAPSTONE_IN_PLACE else None})
+    return out
+
+
+def untimed_goal_lines(rows: list[dict]) -> list[tuple[str, int]]:
+    """Goal 1's grid (every row count x column count x dtype it names, for each variant): a line per
+    variant and dtype with shapes the recording did not time, and how many (each one a miss)."""
+    out = []
+    for variant, _, _ in VARIANTS:
+        timed = {(r["rows"], r["cols"], r["dtype"]) for r in rows if r["variant"] == variant}
+        for dtype in GOAL_DTYPES:
+            grid = [(n, c) for n in ch07.GOAL_ROWS for c in ch07.GOAL_COLS]
+            untimed = [f"{n}x{c}" for n, c in grid if (n, c, dtype) not in timed]
+            if untimed:
+                out.append((f"{variant} {dtype}: {len(grid) - len(untimed)} of {len(grid)} shapes "
+                            f"of goal 1's grid timed; not timed: {', '.join(untimed)}  miss",
+                            len(untimed)))
     return out
 
 
@@ -342,6 +360,8 @@ def forward_section(doc: dict, what: str, only_misses: bool) -> tuple[list[str],
            "bytes timed at their size; in/out: in place over out of place", HEADER]
     rows = rows_of(doc, band)
     out += [line(r) for r in rows if r["misses"] or not only_misses]
+    untimed = untimed_goal_lines(rows)
+    out += [text for text, _ in untimed]
     calls = python_lines(doc)
     out += [text for text, missed in calls if missed or not only_misses]
     for variant, _, _ in VARIANTS:
@@ -354,7 +374,9 @@ def forward_section(doc: dict, what: str, only_misses: bool) -> tuple[list[str],
                    f"{sum(any('floor' in m for m in r['misses']) for r in mine)} of "
                    f"{sum(r['MB'] >= BIG_MB for r in mine)} calls of {BIG_MB:.0f} MB or more below "
                    f"{FLOOR_SHARE:.0f}% of the floor")
-    return out, len(rows) + len(calls), sum(bool(r["misses"]) for r in rows) + sum(m for _, m in calls)
+    not_timed = sum(n for _, n in untimed)  # each untimed shape of the grid: a row that misses
+    return (out, len(rows) + not_timed + len(calls),
+            sum(bool(r["misses"]) for r in rows) + not_timed + sum(m for _, m in calls))
 
 
 def backward_section(doc: dict, only_misses: bool) -> tuple[list[str], int, int]:
