@@ -109,11 +109,18 @@ def test_every_shape_of_goal_1s_grid_not_timed_is_a_miss_per_variant_and_dtype(t
     records = [_rec("capstone.fused", FUSED, 1024, 4096, 5.0), _rec("torch.compile_add", FUSED, 1024, 4096, 10.0),
                _rec("capstone.fused", FUSED, 32, 4096, 5.0), _rec("torch.compile_add", FUSED, 32, 4096, 10.0)]
     out, _ = _rows(capsys, _folder(tmp_path, records))
-    bf16 = _line(out, "fused bf16: ")
-    assert bf16.startswith("fused bf16: 1 of 36 shapes of goal 1's grid timed; not timed: 1x2048, ")
-    assert "1024x4096" not in bf16 and "32x4096" not in bf16 and bf16.endswith("16384x65536  miss")
-    assert _line(out, "fused fp32: ").startswith("fused fp32: 0 of 36 shapes")
+    assert _line(out, "fused bf16: ") == ("fused bf16: 1 of 36 shapes of goal 1's grid timed; timed: "
+                                         "1024x4096; the other 35 not timed  miss")
+    assert _line(out, "fused fp32: ").startswith("fused fp32: 0 of 36 shapes of goal 1's grid timed; "
+                                                 "timed: none; the other 36")
     assert _line(out, "in place fp16: ").startswith("in place fp16: 0 of 36 shapes")
+    # where most are timed, the line names the shapes not timed
+    more = records + [_rec(impl, FUSED, n, c, us) for n in (1, 16, 128, 1024, 4096, 16384)
+                      for c in (2048, 4096, 8192, 16384, 32768, 65536) if (n, c) != (1, 2048)
+                      for impl, us in (("capstone.fused", 5.0), ("torch.compile_add", 10.0))]
+    out_more, _ = _rows(capsys, _folder(tmp_path / "more", more))
+    assert _line(out_more, "fused bf16: ") == ("fused bf16: 35 of 36 shapes of goal 1's grid timed; "
+                                              "not timed: 1x2048  miss")
     # 35 + 36 + 36 for the fused op, 108 for each residual variant; the rows themselves pass
     assert out[-1] == f"{35 + 72 + 216 + 1} of {2 + 323 + 2 + 2} rows miss a bar"
 

@@ -147,10 +147,12 @@ def untimed_goal_lines(rows: list[dict]) -> list[tuple[str, int]]:
         for dtype in GOAL_DTYPES:
             grid = [(n, c) for n in ch07.GOAL_ROWS for c in ch07.GOAL_COLS]
             untimed = [f"{n}x{c}" for n, c in grid if (n, c, dtype) not in timed]
-            if untimed:
-                out.append((f"{variant} {dtype}: {len(grid) - len(untimed)} of {len(grid)} shapes "
-                            f"of goal 1's grid timed; not timed: {', '.join(untimed)}  miss",
-                            len(untimed)))
+            done = [f"{n}x{c}" for n, c in grid if (n, c, dtype) in timed]
+            if untimed:  # the shorter list of the two names the shapes
+                named = (f"not timed: {', '.join(untimed)}" if len(untimed) <= len(done) else
+                         f"timed: {', '.join(done) or 'none'}; the other {len(untimed)} not timed")
+                out.append((f"{variant} {dtype}: {len(done)} of {len(grid)} shapes of goal 1's grid "
+                            f"timed; {named}  miss", len(untimed)))
     return out
 
 
