@@ -99,6 +99,7 @@ def test_a_large_call_below_90_percent_of_the_floor_misses_and_in_place_shows_it
     assert "floor" not in rows[("residual", "1024x65536", "bf16")].split("  ")[-1]
     in_place = rows[("in", "place", "1024x65536")]
     assert "below 90% of the floor" in in_place and "85.0%" in in_place
+    assert in_place.endswith("slower than out of place")
     assert f"{0.95 / 0.85:.3f}" in in_place
     assert "floor at the copy each process measured (no chapter 2 here)" in out[0]
 
@@ -123,6 +124,22 @@ def test_every_shape_of_goal_1s_grid_not_timed_is_a_miss_per_variant_and_dtype(t
                                               "not timed: 1x2048  miss")
     # 35 + 36 + 36 for the fused op, 108 for each residual variant; the rows themselves pass
     assert out[-1] == f"{35 + 72 + 216 + 1} of {2 + 323 + 2 + 2} rows miss a bar"
+
+
+def test_in_place_slower_than_out_of_place_beyond_the_band_misses_goal_2_in_a_graph(tmp_path, capsys):
+    # 1024x4096: in place 2% longer than out of place (the band here is about 0.2%); 4096x4096: 0.1%
+    records = []
+    for rows, in_place_us in ((1024, 10.2), (4096, 40.04)):
+        out_us = 10.0 if rows == 1024 else 40.0
+        records += [_rec("capstone.fused_residual", RESIDUAL, rows, 4096, out_us),
+                    _rec("capstone.fused_residual_in_place", RESIDUAL, rows, 4096, in_place_us),
+                    _rec("liger.fused_add_rms_norm", RESIDUAL, rows, 4096, 2 * out_us)]
+    out, rows = _rows(capsys, _folder(tmp_path, records))
+    slower = rows[("in", "place", "1024x4096")]
+    assert "1.020" in slower and slower.endswith("slower than out of place")
+    assert "out of place" not in rows[("in", "place", "4096x4096")].split("  ")[-1]
+    assert "1 slower than out of place beyond the band" in _line(out, "in place: ")
+    assert "out of place" not in rows[("residual", "1024x4096", "bf16")].split("  ")[-1]
 
 
 def test_python_calls_miss_when_slower_than_f_rms_norm_or_in_place_costs_in_every_process(tmp_path, capsys):
