@@ -112,6 +112,23 @@ def test_adding_to_a_recording_needs_the_same_commit_and_sources(tmp_path, monke
         record.run(["ch02"], out, require_gpu=False)
 
 
+def test_adding_to_a_recording_needs_the_same_gpu_driver_and_versions(tmp_path, monkeypatch):
+    # a recording's folder carried to another machine at the same commit: never one recording
+    _fake_chapters(monkeypatch, tmp_path)
+    out = tmp_path / "rec"
+    record.run(["ch02"], out, require_gpu=False)
+    for key, value in (("gpu", "NVIDIA H200"), ("driver", "999.1"), ("versions", {"torch": "0"})):
+        manifest = records.read_manifest(out)
+        kept = manifest[key]
+        manifest[key] = value
+        records.write_manifest(out, manifest)
+        with pytest.raises(record.RecordError, match=f"differs in its {key} .*new --out folder"):
+            record.run(["ch03"], out, require_gpu=False)
+        manifest[key] = kept
+        records.write_manifest(out, manifest)
+    assert "ch03" in record.run(["ch03"], out, require_gpu=False)["chapters"]
+
+
 def test_smoke_is_passed_down_marked_and_kept_apart(tmp_path, monkeypatch):
     _fake_chapters(monkeypatch, tmp_path)
     seen = {}

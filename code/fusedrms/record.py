@@ -13,8 +13,9 @@ after every chapter, so a run cut short keeps what was done: the commit, date, G
 versions, the command, each file with the chapter that produced it and its sha256, and per chapter
 the sha256 of the sources it measured.
 
-Running again into the same folder adds chapters to the same recording only when the commit and
-the sources of the chapters already there are unchanged; otherwise record into a new folder.
+Running again into the same folder adds chapters to the same recording only on the same machine
+(GPU, driver and versions) at the same commit, with the sources of the chapters already there
+unchanged; otherwise record into a new folder.
 Tuning tables are written into the recording only; install them into the package with
 ``python -m fusedrms.tuning install DIR``. The chapters show the reader's own recording for their
 GPU when ``recordings/<gpu>/`` has one, else the committed H200 recording.
@@ -95,25 +96,36 @@ def listing() -> str:
     return "\n".join(lines)
 
 
+def _machine(p: dict) -> dict:
+    """What a recording holds fixed besides its commit: the GPU, backend, driver and versions."""
+    return {"gpu": p["gpu"], "backend": p["backend"], "driver": p["driver"],
+            "versions": {k: p[k] for k in ("cuda", "hip", "torch", "triton", "python")}}
+
+
 def new_manifest(command: str) -> dict:
     p = records.provenance()
-    return {"format": 1, "commit": p["commit"], "started": p["date"], "gpu": p["gpu"],
-            "backend": p["backend"], "driver": p["driver"],
-            "versions": {k: p[k] for k in ("cuda", "hip", "torch", "triton", "python")},
+    return {"format": 1, "commit": p["commit"], "started": p["date"], **_machine(p),
             "command": command, "chapters": {}, "files": {}, "stale": {}}
 
 
 def check_compatible(manifest: dict, chapters: list[str], smoke: bool = False) -> None:
-    """Adding to an existing recording is allowed only at its commit and with unchanged sources."""
+    """Adding to an existing recording is allowed only at its commit, on its machine (GPU, driver
+    and versions) and with unchanged sources."""
     if bool(manifest.get("smoke")) != smoke:
         raise RecordError("this folder holds a " + ("smoke" if manifest.get("smoke") else "real")
                           + " recording; smoke and real recordings never share a folder: use "
                             "another --out.")
-    commit = records.provenance()["commit"]
+    now = records.provenance()
+    commit = now["commit"]
     if manifest.get("commit") != commit:
         raise RecordError(f"the recording in this folder was made at commit "
                           f"{str(manifest.get('commit'))[:10]}, this checkout is at {commit[:10]}: "
                           f"record into a new --out folder (or delete this one).")
+    differ = [k for k, v in _machine(now).items() if manifest.get(k) != v]
+    if differ:  # a folder copied to another machine: one recording is one machine's
+        raise RecordError(f"the recording in this folder was made on {manifest.get('gpu')}; this "
+                          f"machine differs in its {' and '.join(differ)} ({now['gpu']}): record "
+                          f"into a new --out folder.")
     for chapter, entry in manifest.get("chapters", {}).items():
         recorded = entry.get("sources") or {}
         if records.hashes_now(recorded) != recorded and chapter not in chapters:
