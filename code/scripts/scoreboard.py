@@ -11,10 +11,11 @@ timed, the capstone's share of the copy floor and of a copy of its own bytes (wh
 timed one), and in place its time over its own out-of-place time. A shape misses when the capstone
 is slower than the fastest peer beyond the band, when a peer is missing (never a win), or when a
 call moving 64 MB or more runs below 90% of the floor; in place misses too where it is slower than
-out of place beyond the band (goal 2, in a graph); a shape of goal 1's grid (chapter 7's row
-and column counts in bf16, fp16 and fp32) that the recording did not time is a miss. From Python (chapter 7's one shape): the
-capstone's call over F.rms_norm(x + r)'s, a miss when slower, and in place over out of place, a
-miss when every process of in place took longer than every process out of place.
+out of place beyond the band (goal 2, in a graph); a shape of goal 1's grid (chapter 7's row and
+column counts in bf16, fp16 and fp32) that the recording did not time is a miss. From Python
+(chapter 7's one shape): the capstone's call over F.rms_norm(x + r)'s, a miss when slower, and in
+place over out of place, a miss when every process of in place took longer than every process out
+of place.
 
 FP8 (chapter 8): ``fp8.fused`` at each timed row count, its share of its copy floor (a miss below
 80% from 64 MiB), its codes and scales against its contract, and its Python call over
@@ -145,11 +146,11 @@ def rows_of(doc: dict, band: float | None) -> list[dict]:
 def untimed_goal_lines(rows: list[dict]) -> list[tuple[str, int]]:
     """Goal 1's grid (every row count x column count x dtype it names, for each variant): a line per
     variant and dtype with shapes the recording did not time, and how many (each one a miss)."""
+    grid = [(n, c) for n in ch07.GOAL_ROWS for c in ch07.GOAL_COLS]
     out = []
     for variant, _, _ in VARIANTS:
         timed = {(r["rows"], r["cols"], r["dtype"]) for r in rows if r["variant"] == variant}
         for dtype in GOAL_DTYPES:
-            grid = [(n, c) for n in ch07.GOAL_ROWS for c in ch07.GOAL_COLS]
             untimed = [f"{n}x{c}" for n, c in grid if (n, c, dtype) not in timed]
             done = [f"{n}x{c}" for n, c in grid if (n, c, dtype) in timed]
             if untimed:  # the shorter list of the two names the shapes

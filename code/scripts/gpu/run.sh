@@ -11,7 +11,8 @@
 #                                                 logs in $OUT/logs/, one summary line at the end
 #
 # from the repository root. RESULTS (default: a fresh folder) is the recording's folder: pass the
-# same one to add chapters to a recording (same machine and commit only, see python -m fusedrms.record --help).
+# same one to add chapters to a recording (same machine and commit only, see
+# python -m fusedrms.record --help).
 # FUSEDRMS_COMMIT names the commit where the tree has no .git (default: git, else ./.commit).
 # Install the recording into the book with: bash code/scripts/install_recording.sh TARBALL
 # Both ignored folders travel to the GPU machine: .whl/ (the wheels) and .gpu/flashinfer_include
