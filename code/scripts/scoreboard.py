@@ -124,8 +124,7 @@ def rows_of(doc: dict, band: float | None) -> list[dict]:
     for variant, op, impl in VARIANTS:
         for r in CR.peer_table(doc, op, points, mine=impl):
             shape = (r["rows"], r["cols"], r["dtype"])
-            verdict = (compare.verdict(r["capstone_us"], r["peer_us"], band)
-                       if band is not None else "?")
+            verdict = _verdict(r["ratio"], band)
             misses = []
             if verdict == "slower":
                 misses.append("slower than a peer")
@@ -134,7 +133,7 @@ def rows_of(doc: dict, band: float | None) -> list[dict]:
             if r["MB"] >= BIG_MB and (r["pct_floor"] or 0) < FLOOR_SHARE:
                 misses.append(f"below {FLOOR_SHARE:.0f}% of the floor")
             in_out = in_place.get(shape) if impl == CR.CAPSTONE_IN_PLACE else None
-            if in_out and band is not None and compare.verdict(in_out, 1.0, band) == "slower":
+            if _verdict(in_out, band) == "slower":
                 misses.append("slower than out of place")  # goal 2, in a graph
             out.append({**r, "variant": variant, "verdict": verdict, "misses": misses,
                         "copy_share": (100 * r["pct_floor"] / r["copy_pct_floor"]
@@ -151,8 +150,8 @@ def untimed_goal_lines(rows: list[dict]) -> list[tuple[str, int]]:
     for variant, _, _ in VARIANTS:
         timed = {(r["rows"], r["cols"], r["dtype"]) for r in rows if r["variant"] == variant}
         for dtype in GOAL_DTYPES:
-            untimed = [f"{n}x{c}" for n, c in grid if (n, c, dtype) not in timed]
-            done = [f"{n}x{c}" for n, c in grid if (n, c, dtype) in timed]
+            untimed = [CR.shape_text(n, c) for n, c in grid if (n, c, dtype) not in timed]
+            done = [CR.shape_text(n, c) for n, c in grid if (n, c, dtype) in timed]
             if untimed:  # the shorter list of the two names the shapes
                 named = (f"not timed: {', '.join(untimed)}" if len(untimed) <= len(done) else
                          f"timed: {', '.join(done) or 'none'}; the other {len(untimed)} not timed")
@@ -318,9 +317,10 @@ def backward_rows(doc: dict) -> list[dict]:
                     misses.append(f"{kind}: missing " + ", ".join(missing))
                 if _verdict(row["vs_fastest"], band) == "slower":
                     misses.append(f"{kind} slower than {ch09_page.plain_name(row['fastest_peer'])}")
-            if m and m["MB"] * 1e6 >= ch09_page.LARGE_BYTES and m["pct_floor"] is None:
+            large = m and m["MB"] * 1e6 >= ch09_page.LARGE_BYTES
+            if large and m["pct_floor"] is None:
                 misses.append("no floor measured")
-            elif m and m["MB"] * 1e6 >= ch09_page.LARGE_BYTES and m["pct_floor"] < BACKWARD_SHARE:
+            elif large and m["pct_floor"] < BACKWARD_SHARE:
                 misses.append(f"below {BACKWARD_SHARE:.0f}% of the floor")
             out.append({"op": op, "shape": ch09_page.shape_text(*shape), "MB": m["MB"] if m else None,
                         "train": t and t["vs_fastest"], "train_verdict": _verdict(t and t["vs_fastest"], band),

@@ -592,8 +592,8 @@ TILE_LOOP_ALWAYS = False
 # before, x and r loaded evict_first and w after the reduction, evict_last.
 HINTED_LOADS = False
 # The study's lever for the eviction hypothesis: "evict_last" loads x and r of the whole-row
-# kernel with that policy (on an H100, 0.5-1.5% faster at 4096 and 16384 rows, in place and out of
-# place alike, in a development run); "" (no policy) until a recording says otherwise.
+# kernel with that policy. Off (""): on an H100 it moved chapter 7's lever shapes by -1.2% to
+# +0.1%, inside the study's band, and the lines it keeps in L2 slowed the next kernel's reads.
 LOAD_EVICTION = ""
 
 
