@@ -154,20 +154,57 @@ def test_every_companion_takes_the_smoke_flag():
         assert {"tune", "log", "smoke"} <= set(params), chapter
 
 
-def test_the_whole_book_records_in_four_device_calls():
-    """Each group of DEVICE_CALLS fits one device call by the chapters' measured estimates, and
-    together they record every chapter once; chapter 6's call times chapter 7's peers for the
-    next call, which records chapter 7 into its folder."""
-    flat = [c for group in record.DEVICE_CALLS for c in group]
-    assert sorted(flat) == sorted(record.CHAPTERS) and len(record.DEVICE_CALLS) == 4
-    for group in record.DEVICE_CALLS:
-        assert sum(record.estimate_s(c) for c in group) <= record.DEVICE_CALL_S, group
+def test_the_whole_book_records_in_five_device_calls():
+    """Each call of DEVICE_CALLS fits one device call by the chapters' measured estimates, and
+    together they record every chapter once; chapter 6's call times chapter 7's peers, the next
+    call chapter 7's fp16 and fp32 grid ahead, both into the folder chapter 7 is recorded into."""
+    flat = [c for call in record.DEVICE_CALLS for c in call["chapters"]]
+    assert sorted(flat) == sorted(record.CHAPTERS) and len(record.DEVICE_CALLS) == 5
+    for call in record.DEVICE_CALLS:
+        assert record.call_estimate_s(call) <= record.DEVICE_CALL_S, call
     listing = record.listing()
     assert "device call 1: --chapters 6 --then 7 (" in listing
-    assert "device call 2: --chapters 7 into call 1's folder (" in listing
-    groups = list(record.DEVICE_CALLS)
-    for group, then in record.THEN.items():
-        assert groups.index(tuple(then)) == groups.index(group) + 1
+    assert "device call 2: --chapters 2,3,4 --ahead 7 into call 1's folder (" in listing
+    assert "device call 3: --chapters 7 into call 1's folder (" in listing
+    for i, call in enumerate(record.DEVICE_CALLS, 1):
+        for later in call.get("then", ()) + call.get("ahead", ()):  # recorded later, same folder
+            into = i if "into" not in call else call["into"]
+            assert any(later in c["chapters"] and c.get("into") == into
+                       for c in record.DEVICE_CALLS[i:]), (i, later)
+
+
+def test_ahead_times_a_later_chapters_long_work_into_its_recording(tmp_path, monkeypatch):
+    """--ahead: a call before chapter N's runs its ahead() in the same run (the folder's run_id);
+    its files and log are the chapter's in the manifest; a failure is logged and reported, and a
+    chapter without ahead() or recorded in the same call is refused."""
+    _fake_chapters(monkeypatch, tmp_path)
+    mod = record.companion("ch03")
+    runs = []
+
+    def ahead(out_dir, log=print, smoke=False, run=None):
+        runs.append(run)
+        log("timing ahead")
+        return [records.write(out_dir / "early.json", [])]
+
+    mod.ahead, mod.AHEAD_ESTIMATE_S = ahead, 1
+    out = tmp_path / "rec"
+    manifest = record.run(["ch02"], out, require_gpu=False, ahead=["ch03"])
+    assert runs[0]["id"] == manifest["run_id"] and "ch03" in runs[0]["chapters"]
+    assert manifest["ahead"]["ch03"]["status"] == "ok" and "ch03" not in manifest["chapters"]
+    assert manifest["files"]["early.json"] == {"chapter": "ch03", "produced_by": "fusedrms.book.ch03.ahead",
+                                               "sha256": records.sha256_file(out / "early.json")}
+    assert "timing ahead" in (out / "logs" / "ch03_ahead.log").read_text()
+
+    def fails(out_dir, log=print, smoke=False, run=None):
+        raise RuntimeError("out of memory")
+
+    mod.ahead = fails
+    manifest = record.run(["ch02"], tmp_path / "other", require_gpu=False, ahead=["ch03"])
+    assert manifest["ahead"]["ch03"]["status"] == "failed" and "out of memory" in manifest["ahead"]["ch03"]["error"]
+    with pytest.raises(record.RecordError, match="now and also ahead"):
+        record.run(["ch03"], tmp_path / "third", require_gpu=False, ahead=["ch03"])
+    with pytest.raises(record.RecordError, match="no work to time ahead"):
+        record.run(["ch03"], tmp_path / "fourth", require_gpu=False, ahead=["ch02"])
 
 
 def test_chapters_that_ask_are_told_which_chapters_this_run_records(tmp_path, monkeypatch):

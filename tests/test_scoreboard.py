@@ -126,6 +126,27 @@ def test_every_shape_of_goal_1s_grid_not_timed_is_a_miss_per_variant_and_dtype(t
     assert out[-1] == f"{35 + 72 + 216 + 1} of {2 + 323 + 2 + 2} rows miss a bar"
 
 
+def test_the_fp16_and_fp32_grid_file_counts_with_the_peers_of_the_same_recording(tmp_path, capsys):
+    # capstone_peers_grid.json (chapter 7's fp16 and fp32 grid, timed by another call into the
+    # folder): its shapes are scored like the peers' and leave goal 1's untimed list
+    records = [_rec("capstone.fused", FUSED, 1024, 4096, 5.0), _rec("torch.compile_add", FUSED, 1024, 4096, 10.0)]
+    folder = _folder(tmp_path, records)
+    grid = [{**_rec(impl, FUSED, n, c, us), "dtype": "fp32"}
+            for n in (1, 16, 128, 1024, 4096, 16384) for c in (2048, 4096, 8192, 16384, 32768, 65536)
+            for impl, us in (("capstone.fused", 5.0), ("torch.compile_add", 10.0 if n > 1 else 4.0))]
+    doc = {"provenance": {"gpu": "NVIDIA H100 80GB HBM3", "commit": "c0ffee" * 7}, "records": grid}
+    (folder / "capstone_peers_grid.json").write_text(json.dumps(doc))
+    out, rows = _rows(capsys, folder, "--misses")
+    assert "capstone_peers and capstone_peers_grid" in out[0]
+    assert not any(line.startswith("fused fp32: ") for line in out)  # all 36 timed
+    assert _line(out, "fused fp16: ").startswith("fused fp16: 0 of 36 shapes")
+    slower = [k for k in rows if k[0] == "fused" and "slower than a peer" in rows[k]]
+    assert sorted(slower) == sorted(("fused", f"1x{c}", "fp32") for c in (2048, 4096, 8192, 16384, 32768, 65536))
+    (folder / "capstone_peers_grid.json").unlink()
+    out, _ = _rows(capsys, folder, "--misses")
+    assert _line(out, "fused fp32: ").startswith("fused fp32: 0 of 36 shapes")
+
+
 def test_in_place_slower_than_out_of_place_beyond_the_band_misses_goal_2_in_a_graph(tmp_path, capsys):
     # 1024x4096: in place 2% longer than out of place (the band here is about 0.2%); 4096x4096: 0.1%
     records = []

@@ -5,6 +5,8 @@
     python -m fusedrms.record --chapters 3,4 --out DIR  # a subset, into DIR
     python -m fusedrms.record --chapters 7,8 --tune     # also re-tune (writes DIR/tuning/*.json)
     python -m fusedrms.record --smoke --out /tmp/smoke  # every chapter at minimal sizes (~20 s each)
+    python -m fusedrms.record --chapters 2 --ahead 7 --out DIR  # and chapter 7's long sweep, for a
+                                                        # later --chapters 7 into DIR
 
 Each chapter's experiment is ``record(out_dir, tune=False, log=print)`` in its companion module
 ``fusedrms.book.chNN``. Chapters run one after the other; a chapter that fails is logged (its
@@ -63,18 +65,30 @@ def parse_chapters(text: str | None) -> list[str]:
 SMOKE_ESTIMATE_S = 20  # per chapter: every record() at minimal sizes
 # The whole book on an H200 in device calls of at most 10 minutes each (less a margin for the
 # machine's start and the packing), at one commit. Chapter 6's grid times chapter 7's peers too
-# (--then 7); chapter 7 is then recorded into the same folder (RESULTS), the other groups each
-# into a folder of its own.
+# (--then 7), the next call times chapter 7's fp16 and fp32 grid beside its own chapters (--ahead
+# 7), and chapter 7 is then recorded into the same folder (RESULTS); the other groups each go into
+# a folder of their own. "into": the call whose folder a call adds to.
 DEVICE_CALL_S = 570
-DEVICE_CALLS = (("ch06",), ("ch07",), ("ch02", "ch03", "ch04", "ch05", "ch08"), ("ch09",))
-THEN = {("ch06",): ("ch07",)}  # a group -> the chapters of the next call into its folder
+DEVICE_CALLS = ({"chapters": ("ch06",), "then": ("ch07",)},
+                {"chapters": ("ch02", "ch03", "ch04"), "ahead": ("ch07",), "into": 1},
+                {"chapters": ("ch07",), "into": 1},
+                {"chapters": ("ch05", "ch08")},
+                {"chapters": ("ch09",)})
 
 
-def estimate_s(chapter: str, tune: bool = False, smoke: bool = False) -> float:
+def estimate_s(chapter: str, tune: bool = False, smoke: bool = False, ahead: bool = False) -> float:
+    """Seconds on an H200; ``ahead``: the chapter's work a call before its own does (--ahead)."""
     mod = companion(chapter)
     if smoke:
         return SMOKE_ESTIMATE_S * (2 if tune else 1)
+    if ahead:
+        return mod.AHEAD_ESTIMATE_S
     return mod.ESTIMATE_S + (getattr(mod, "TUNING_ESTIMATE_S", 0) if tune else 0)
+
+
+def call_estimate_s(call: dict) -> float:
+    return (sum(estimate_s(c) for c in call["chapters"])
+            + sum(estimate_s(c, ahead=True) for c in call.get("ahead", ())))
 
 
 def listing() -> str:
@@ -86,13 +100,11 @@ def listing() -> str:
         lines.append(f"{chapter:8s} {mod.ESTIMATE_S:>10.0f} {('+' + str(tune_s)) if tune_s else '':>9s}"
                      f"  {', '.join(files)}")
     numbers = lambda group: ",".join(c[2:].lstrip("0") for c in group)  # noqa: E731
-    for i, group in enumerate(DEVICE_CALLS, 1):
-        then = THEN.get(group)
-        into = next((j for j, g in enumerate(DEVICE_CALLS, 1) if THEN.get(g) == group), None)
-        lines.append(f"device call {i}: --chapters {numbers(group)}"
-                     + (f" --then {numbers(then)}" if then else "")
-                     + (f" into call {into}'s folder" if into else "")
-                     + f" (~{sum(estimate_s(c) for c in group):.0f} s of at most {DEVICE_CALL_S})")
+    for i, call in enumerate(DEVICE_CALLS, 1):
+        lines.append(f"device call {i}: --chapters {numbers(call['chapters'])}"
+                     + "".join(f" --{k} {numbers(call[k])}" for k in ("then", "ahead") if k in call)
+                     + (f" into call {call['into']}'s folder" if "into" in call else "")
+                     + f" (~{call_estimate_s(call):.0f} s of at most {DEVICE_CALL_S})")
     return "\n".join(lines)
 
 
@@ -148,13 +160,52 @@ class _Tee:
             s.flush()
 
 
+def _capture(out: Path, log_path: Path, call, fallback: list[Path]) -> tuple[dict, list[Path]]:
+    """Run ``call()`` with its output also in ``log_path``: ({"status", maybe "error"}, every file
+    it wrote in ``out``: those it returned, and those whose time changed, logs and listings).
+    A failure is logged with its traceback; ``fallback`` then names what it left."""
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    with open(log_path, "w") as log_file:
+        tee = _Tee(sys.stdout, log_file)
+        with contextlib.redirect_stdout(tee):
+            try:
+                written, result = [Path(p) for p in call() or []], {"status": "ok"}
+            except Exception as e:  # noqa: BLE001 - logged; the next chapter still runs
+                traceback.print_exc(file=tee)
+                written = [p for p in fallback if p.exists()]
+                result = {"status": "failed", "error": f"{type(e).__name__}: {e}"[:500]}
+    extra = [p for p in out.rglob("*") if p.is_file() and p.name != records.MANIFEST
+             and p != log_path and before.get(p) != p.stat().st_mtime_ns]
+    return result, list(dict.fromkeys([*written, *extra]))
+
+
+def _register(manifest: dict, out: Path, chapter: str, entry: dict, written: list[Path],
+              produced_by: str) -> None:
+    entry["files"] = [str(p.relative_to(out)) for p in written if p.exists()]
+    for rel in entry["files"]:
+        manifest["files"][rel] = {"chapter": chapter, "produced_by": produced_by,
+                                  "sha256": records.sha256_file(out / rel)}
+    manifest["files"][entry["log"]] = {"chapter": chapter, "produced_by": "fusedrms.record (log)",
+                                       "sha256": records.sha256_file(out / entry["log"])}
+    manifest["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    records.write_manifest(out, manifest)
+
+
 def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
-        require_gpu: bool = True, smoke: bool = False, then: list[str] | tuple = ()) -> dict:
+        require_gpu: bool = True, smoke: bool = False, then: list[str] | tuple = (),
+        ahead: list[str] | tuple = ()) -> dict:
     """Record ``chapters`` into ``out``; returns the manifest (also written after each chapter).
-    ``then``: chapters a later run adds to ``out``; what they share with these is done now."""
-    both = sorted(set(chapters) & set(then))
-    if both:
-        raise RecordError(f"{', '.join(both)} cannot be recorded now and also later (--then)")
+    ``then``: chapters a later run adds to ``out``; what they share with these is done now.
+    ``ahead``: chapters a later run adds to ``out`` whose own long work (their ``ahead()``) is
+    done now, after ``chapters``, for a chapter longer than one device call."""
+    for other, flag in ((then, "later (--then)"), (ahead, "ahead (--ahead)")):
+        both = sorted(set(chapters) & set(other))
+        if both:
+            raise RecordError(f"{', '.join(both)} cannot be recorded now and also {flag}")
+    lacking = [c for c in ahead if not callable(getattr(companion(c), "ahead", None))]
+    if lacking:
+        raise RecordError(f"{', '.join(lacking)} has no work to time ahead; record it with "
+                          f"--chapters instead")
     if require_gpu:
         env.require_gpu("Recording the book's GPU results")
     out = Path(out)
@@ -165,28 +216,29 @@ def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
         if smoke:
             manifest["smoke"] = True  # a pipeline check at minimal sizes: never the book's numbers
     else:
-        check_compatible(manifest, chapters, smoke)
+        check_compatible(manifest, chapters + list(ahead), smoke)
         manifest["command"] = (manifest.get("command", "") + " ; " + command).strip(" ;")
     (out / "logs").mkdir(exist_ok=True)
-    total = sum(estimate_s(c, tune, smoke) for c in chapters)
+    total = (sum(estimate_s(c, tune, smoke) for c in chapters)
+             + sum(SMOKE_ESTIMATE_S if smoke else estimate_s(c, ahead=True) for c in ahead))
     try:
         from tqdm.auto import tqdm
         bar = tqdm(total=round(total), unit="s", desc="recording", file=sys.stderr)
     except ImportError:  # progress is a convenience; the log lines carry the same information
         bar = None
-    print(f"recording {', '.join(chapters)} into {out} (about {total:.0f} s on an H200)", flush=True)
+    print(f"recording {', '.join(list(chapters) + [c + ' (ahead)' for c in ahead])} into {out} "
+          f"(about {total:.0f} s on an H200)", flush=True)
     # what a chapter may share with a later one of this recording (chapter 6's grid times chapter
     # 7's peers when both are recorded, in this run or, with --then, in a later one into this
     # folder: check_compatible holds the commit and the sources, so the folder is one recording)
     this_run = {"id": manifest.setdefault("run_id", uuid.uuid4().hex),
-                "chapters": tuple(chapters) + tuple(then)}
+                "chapters": tuple(chapters) + tuple(then) + tuple(ahead)}
     for chapter in chapters:
         mod = companion(chapter)
         est = estimate_s(chapter, tune, smoke)
         print(f"=== {chapter}: about {est:.0f} s ({_dt.datetime.now():%H:%M:%S})", flush=True)
         if bar is not None:
             bar.set_description(f"{chapter} (~{est:.0f} s)")
-        log_path = out / "logs" / f"{chapter}.log"
         entry = {"status": "running", "started": _dt.datetime.now(_dt.timezone.utc).isoformat(
             timespec="seconds"), "commit": manifest["commit"], "command": command, "tune": tune,
             "smoke": smoke, "sources": records.source_hashes(mod.SOURCES), "log": f"logs/{chapter}.log"}
@@ -194,39 +246,35 @@ def run(chapters: list[str], out: Path, tune: bool = False, command: str = "",
         manifest["stale"].pop(chapter, None)
         records.write_manifest(out, manifest)
         t0 = time.time()
-        written = []
-        before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
-        with open(log_path, "w") as log_file:
-            tee = _Tee(sys.stdout, log_file)
-            with contextlib.redirect_stdout(tee):
-                try:
-                    kwargs = {"smoke": True} if smoke else {}
-                    if "run" in inspect.signature(mod.record).parameters:
-                        kwargs["run"] = this_run
-                    written = [Path(p) for p in mod.record(out, tune=tune, log=print, **kwargs) or []]
-                    entry["status"] = "ok"
-                except Exception as e:  # noqa: BLE001 - logged; the next chapter still runs
-                    traceback.print_exc(file=tee)
-                    entry.update(status="failed", error=f"{type(e).__name__}: {e}"[:500])
-                    written = [out / f for f in mod.FILES if (out / f).exists()]
-        entry["seconds"] = round(time.time() - t0, 1)
-        # every file the chapter wrote, also those its record() did not return (logs, listings)
-        extra = [p for p in out.rglob("*") if p.is_file() and p.name != records.MANIFEST
-                 and p != log_path and before.get(p) != p.stat().st_mtime_ns]
-        written = list(dict.fromkeys([*written, *extra]))
-        entry["files"] = [str(p.relative_to(out)) for p in written if p.exists()]
-        for rel in entry["files"]:
-            manifest["files"][rel] = {"chapter": chapter, "produced_by": f"{CHAPTERS[chapter]}.record",
-                                      "sha256": records.sha256_file(out / rel)}
-        manifest["files"][entry["log"]] = {"chapter": chapter, "produced_by": "fusedrms.record (log)",
-                                           "sha256": records.sha256_file(log_path)}
-        manifest["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        records.write_manifest(out, manifest)
+        kwargs = {"smoke": True} if smoke else {}
+        if "run" in inspect.signature(mod.record).parameters:
+            kwargs["run"] = this_run
+        result, written = _capture(out, out / entry["log"],
+                                   lambda: mod.record(out, tune=tune, log=print, **kwargs),
+                                   [out / f for f in mod.FILES])
+        entry.update(result, seconds=round(time.time() - t0, 1))
+        _register(manifest, out, chapter, entry, written, f"{CHAPTERS[chapter]}.record")
         print(f"=== {chapter}: {entry['status']} in {entry['seconds']:.0f} s, "
               f"{len(entry['files'])} files{'; ' + entry['error'] if 'error' in entry else ''}",
               flush=True)
         if bar is not None:
             bar.update(round(est))
+    for chapter in ahead:  # its files count as the chapter's; its own run finds them (run_id)
+        mod = companion(chapter)
+        print(f"=== {chapter} ahead: about {estimate_s(chapter, smoke=smoke, ahead=True):.0f} s "
+              f"({_dt.datetime.now():%H:%M:%S})", flush=True)
+        entry = {"status": "running", "started": _dt.datetime.now(_dt.timezone.utc).isoformat(
+            timespec="seconds"), "commit": manifest["commit"], "command": command, "smoke": smoke,
+            "log": f"logs/{chapter}_ahead.log"}
+        manifest.setdefault("ahead", {})[chapter] = entry
+        records.write_manifest(out, manifest)
+        t0 = time.time()
+        result, written = _capture(out, out / entry["log"],
+                                   lambda: mod.ahead(out, log=print, smoke=smoke, run=this_run), [])
+        entry.update(result, seconds=round(time.time() - t0, 1))
+        _register(manifest, out, chapter, entry, written, f"{CHAPTERS[chapter]}.ahead")
+        print(f"=== {chapter} ahead: {entry['status']} in {entry['seconds']:.0f} s"
+              f"{'; ' + entry['error'] if 'error' in entry else ''}", flush=True)
     if bar is not None:
         bar.close()
     return manifest
@@ -253,11 +301,15 @@ def main(argv=None) -> int:
                                   "work they share is done now (with --chapters 6 --then 7, "
                                   "chapter 6's grid times chapter 7's peers, which --chapters 7 "
                                   "then reuses)")
+    p.add_argument("--ahead", help="chapters a later call adds to the same --out (same commit) "
+                                   "whose long sweep runs now, after --chapters (--ahead 7: chapter "
+                                   "7's fp16 and fp32 grid, which --chapters 7 then reuses)")
     p.add_argument("--list", action="store_true", help="list chapters, files and estimates; record nothing")
     args = p.parse_args(argv)
     try:
         chapters = parse_chapters(args.chapters)
         then = parse_chapters(args.then) if args.then else []
+        ahead = parse_chapters(args.ahead) if args.ahead else []
     except RecordError as e:
         p.error(str(e))
     if args.list:
@@ -271,12 +323,15 @@ def main(argv=None) -> int:
     try:
         out = args.out or (default_out().with_name(default_out().name + "-smoke") if args.smoke
                            else default_out())
-        manifest = run(chapters, out, tune=args.tune, command=command, smoke=args.smoke, then=then)
+        manifest = run(chapters, out, tune=args.tune, command=command, smoke=args.smoke, then=then,
+                       ahead=ahead)
     except RecordError as e:
         print(f"fusedrms.record: {e}", file=sys.stderr)
         return 2
     failed = [c for c in chapters if manifest["chapters"][c]["status"] != "ok"]
-    print(f"done: {len(chapters) - len(failed)} of {len(chapters)} chapters recorded"
+    failed += [f"{c} ahead" for c in ahead if manifest["ahead"][c]["status"] != "ok"]
+    print(f"done: {len(chapters) - sum(' ' not in f for f in failed)} of {len(chapters)} chapters "
+          f"recorded" + (f", {len(ahead)} ahead" if ahead else "")
           + (f"; failed: {', '.join(failed)} (see logs/)" if failed else ""))
     return 1 if failed else 0
 

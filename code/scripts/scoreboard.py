@@ -4,7 +4,7 @@
     python3 code/scripts/scoreboard.py DIR              # a recording's folder (run.sh record)
     python3 code/scripts/scoreboard.py DIR --misses     # only the shapes that miss a bar
 
-Forward (chapter 7's peers): for the fused op, the residual-writing op and that op in place, at
+Forward (chapter 7's peers, with its fp16 and fp32 grid where recorded): for the fused op, the residual-writing op and that op in place, at
 every shape the recording timed: the fastest peer and its time, the capstone's time over it with
 its verdict inside the recording's tie band (chapter 6), the peers meant to be timed there and not
 timed, the capstone's share of the copy floor and of a copy of its own bytes (where the recording
@@ -97,14 +97,21 @@ def floor_words(doc: dict) -> str:
 
 def load_peers(folder: Path | None) -> tuple[dict | None, str]:
     """(the forward peers document, a line saying what it is and where its floor comes from):
-    chapter 7's ``capstone_peers`` or else chapter 6's ``bench_grid``, each floor at the copy floor
-    of the same recording (chapter 2's); without one, at the copy each process measured."""
+    chapter 7's ``capstone_peers`` with its fp16 and fp32 grid (``capstone_peers_grid``, where the
+    recording has it) or else chapter 6's ``bench_grid``, each floor at the copy floor of the same
+    recording (chapter 2's); without one, at the copy each process measured."""
     for name in ("capstone_peers", "bench_grid"):
         doc = read(folder, name)
         if doc is None:
             continue
         if records.copy_floor_beside(doc) is not None:
             doc = records.at_copy_floor(doc)
+        grid = read(folder, ch07.GRID_FILE.removesuffix(".json")) if name == "capstone_peers" else None
+        if grid is not None:  # one recording's two files: their shapes never overlap (the diagonal)
+            if records.copy_floor_beside(grid) is not None:
+                grid = records.at_copy_floor(grid)
+            doc = {**doc, "records": doc["records"] + grid["records"]}
+            name += " and " + ch07.GRID_FILE.removesuffix(".json")
         return doc, f"{name}, {floor_words(doc)}"
     return None, f"no capstone_peers.json or bench_grid.json in {folder or 'the recording'}"
 

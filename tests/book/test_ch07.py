@@ -83,6 +83,48 @@ def test_peer_sweeps_cover_the_goal_grid_and_every_peer():
     assert harness.expand(ch07.peer_sweeps(smoke=True))[0]
 
 
+def test_the_peers_and_the_grid_together_time_goal_1s_grid_in_every_dtype_once():
+    from fusedrms.book import ch07
+    from fusedrms.measure import harness
+
+    peers = [c for c in harness.expand(ch07.peer_sweeps())[0] if c["sweep"] == "peers"]
+    grid, _ = harness.expand(ch07.grid_sweeps())
+    key = lambda c: (c["op"], c["impl"], c["rows"], c["cols"], c["dtype"])  # noqa: E731
+    assert not {key(c) for c in peers} & {key(c) for c in grid}  # the diagonal once
+    both = {(c["op"], c["rows"], c["cols"], c["dtype"]) for c in peers + grid}
+    assert both == {(op, n, c, dt) for op in ("add_rmsnorm", "add_rmsnorm_residual")
+                    for n in ch07.GOAL_ROWS for c in ch07.GOAL_COLS for dt in ("bf16", "fp16", "fp32")}
+    for op in ("add_rmsnorm", "add_rmsnorm_residual"):  # every peer beside the capstone's shape
+        at = lambda rows, dt: {c["impl"] for c in peers + grid  # noqa: E731
+                               if (c["op"], c["rows"], c["cols"], c["dtype"]) == (op, rows, 2048, dt)}
+        assert at(1, "fp32") == at(1, "bf16") and at(16384, "fp16") == at(16384, "bf16")
+    assert {c["mode"] for c in grid} == {"rotating"} and not harness.check_floors(ch07.grid_sweeps())
+    smoke, _ = harness.expand(ch07.grid_sweeps(smoke=True))
+    assert smoke and {(c["rows"], c["cols"]) for c in smoke} == {ch07.GRID_SMOKE_SHAPE}
+
+
+def test_the_grid_timed_ahead_in_the_same_run_is_reused(tmp_path, monkeypatch):
+    from dataclasses import asdict
+
+    from fusedrms.book import ch07
+    from fusedrms.measure import harness
+
+    run = {"id": "this-run", "chapters": ("ch02", "ch07")}
+    doc = {"provenance": {"run_id": "this-run", "sweeps": [asdict(s) for s in ch07.grid_sweeps()]},
+           "records": []}
+    (tmp_path / ch07.GRID_FILE).write_text(json.dumps(doc))
+    monkeypatch.setattr(ch07.env, "require_gpu", lambda what: None)
+    monkeypatch.setattr(harness, "run_documents", lambda *a, **k: pytest.fail("timed again"))
+    said = []
+    assert ch07.ahead(tmp_path, log=said.append, run=run) == [tmp_path / ch07.GRID_FILE]
+    assert "timed earlier in this recording" in said[0]
+    timed = []
+    monkeypatch.setattr(harness, "run_documents",
+                        lambda documents, *a, **k: timed.append(documents) or {"grid": {"records": []}})
+    ch07.grid_bench(tmp_path, 1, run={"id": "another-run", "chapters": ("ch07",)})
+    assert list(timed[0]) == ["grid"] and timed[0]["grid"][1] == tmp_path / ch07.GRID_FILE
+
+
 def test_peers_timed_by_chapter_6_in_the_same_run_are_reused_and_no_others(tmp_path, monkeypatch):
     from dataclasses import asdict
 

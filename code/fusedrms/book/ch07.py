@@ -294,6 +294,30 @@ def peer_sweeps(smoke: bool = False) -> list:
 
 
 PEERS_FILE = "capstone_peers.json"
+# The rest of goal 1's grid in fp16 and fp32 (the diagonal is timed with the peers): too long to
+# share chapter 6's device call, so a call before chapter 7's times it into the same folder
+# (``record --ahead 7``), or chapter 7 times it itself.
+GRID_FILE = "capstone_peers_grid.json"
+GRID_DTYPES = ("fp16", "fp32")
+GRID_ESTIMATE_S = 330  # 64 shapes x both ops x every peer, 3 processes, after one warm-up
+GRID_SMOKE_SHAPE = (16, 2048)
+
+
+def grid_sweeps(smoke: bool = False) -> list:
+    """Goal 1's grid in fp16 and fp32 at every shape :func:`peer_sweeps` does not time them (the
+    diagonal), both ops beside every peer; ``smoke``: one small shape."""
+    from ..measure import harness
+
+    S = harness.Sweep
+    ops = ("add_rmsnorm", "add_rmsnorm_residual")
+    if smoke:
+        rows, cols = GRID_SMOKE_SHAPE
+        return [S("peers", op, (rows,), (cols,), ("fp32",), ("rotating",), PEER_IMPLS) for op in ops]
+    out = []
+    for rows in GOAL_ROWS:
+        cols = tuple(c for c in GOAL_COLS if (rows, c) not in DIAGONAL)
+        out += [S("peers", op, (rows,), cols, GRID_DTYPES, ("rotating",), PEER_IMPLS) for op in ops]
+    return out
 
 
 def timed_in_this_run(path: Path, sweeps: list, run: dict | None) -> bool:
@@ -327,12 +351,39 @@ def peers_bench(out_dir: Path, timeout_s: float, smoke: bool = False,
     return path
 
 
+def grid_bench(out_dir: Path, timeout_s: float, smoke: bool = False, run: dict | None = None,
+               log=log) -> Path:
+    """``capstone_peers_grid.json``: :func:`grid_sweeps` through the harness (3 processes each),
+    or the file an earlier call of the same recording ``run`` wrote (``record --ahead 7``)."""
+    from ..measure import harness
+    from .ch06 import timing_settings
+
+    env.require_gpu("timing the capstone against its peers in fp16 and fp32")
+    path = Path(out_dir) / GRID_FILE
+    if timed_in_this_run(path, grid_sweeps(smoke), run):
+        log(f"grid: timed earlier in this recording ({path.name})")
+        harness.require_complete(harness.load(path), "chapter 7's fp16 and fp32 grid")
+        return path
+    doc = harness.run_documents({"grid": (grid_sweeps(smoke), path)},
+                                timing_settings(timeout_s, smoke), log=log,
+                                provenance={"run_id": run["id"]} if run else None)["grid"]
+    harness.require_complete(doc, "chapter 7's fp16 and fp32 grid")
+    return path
+
+
+def ahead(out_dir, log=log, smoke: bool = False, run: dict | None = None) -> list[Path]:
+    """What a call before chapter 7's times into the same recording (``record --ahead 7``): the
+    fp16 and fp32 grid, which :func:`record` then finds timed in its run."""
+    return [grid_bench(Path(out_dir), PEERS_TIMEOUT_S, smoke=smoke, run=run, log=log)]
+
+
 # ---------------------------------------------------------------- the chapter's recording
 
 FILES = {
     "capstone_extra.json": "the seed listing's faults, the kernel census, graph-replay small shapes",
     "capstone_confirm.json": "the capstone with the table in use, next to the eager peers",
     "capstone_peers.json": "both ops beside every peer, rotating-input graph timer, 3 processes",
+    GRID_FILE: "goal 1's grid in fp16 and fp32 (but the diagonal), the same peers and timer",
     "capstone_levers.json": "every candidate launch (lever) at 4 shapes, both ops, same timer",
     "capstone_wide_ncu.json": "Nsight Compute's DRAM bytes, ours and Inductor's, at the widest rows",
     "capstone_in_place_ncu.json": "Nsight Compute's DRAM bytes, the residual op in place and out of "
@@ -352,6 +403,7 @@ ESTIMATE_S = 250  # H200 at 501bfdd: 103 s after chapter 6 timed its peers (the 
 # the four lever shapes added since, two of them new widths to compile, perhaps 100 more; the
 # in-place profile pair about 20 (H100: 8 s a profile)
 TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
+AHEAD_ESTIMATE_S = GRID_ESTIMATE_S  # record --ahead 7; ESTIMATE_S counts it timed ahead
 # where the wide-row losses were: which bytes are extra, ours against Inductor's kernel
 WIDE_NCU_SHAPE = ("add_rmsnorm", 16384, 32768, "bf16")
 WIDE_NCU_IMPLS = ("capstone.fused", "torch.compile_add")
@@ -389,6 +441,7 @@ def record(out_dir, tune: bool = False, log=log, smoke: bool = False,
     try:
         written.append(confirm(out_dir, budget(CONFIRM_BUDGET_S), table))
         written.append(peers_bench(out_dir, PEERS_TIMEOUT_S, smoke=smoke, run=run))
+        written.append(grid_bench(out_dir, PEERS_TIMEOUT_S, smoke=smoke, run=run))
         from . import study
 
         written.append(study.lever_bench(out_dir, SMOKE_LEVERS_BUDGET_S if smoke else LEVERS_BUDGET_S,

@@ -31,12 +31,13 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 # A recording or check without FlashInfer fails chapter 7 only after minutes of device time
 flashinfer_include=${FUSEDRMS_FLASHINFER_INCLUDE:-$PWD/.gpu/flashinfer_include}
-peers=0  # whether this run times chapter 7's peers (ch06 and ch07 record them jointly)
+peers=0  # whether this run times chapter 7's peers (ch06 and ch07 jointly, or --ahead 7)
 case "$what" in
   check) peers=1 ;;
   record) case " $* " in
-      *" --chapters"*) case ",$(echo "$*" | sed -E 's/.*--chapters[ =]([^ ]+).*/\1/')," in
-          *,6,*|*,7,*|*,06,*|*,07,*|*ch06*|*ch07*) peers=1 ;; esac ;;
+      *" --chapters"*) for flag in chapters ahead; do
+          case ",$(echo "$*" | sed -nE "s/.*--$flag[ =]([^ ]+).*/\\1/p")," in
+            *,6,*|*,7,*|*,06,*|*,07,*|*ch06*|*ch07*) peers=1 ;; esac; done ;;
       *) peers=1 ;; esac ;;
 esac
 if [ $peers -eq 1 ] && [ ! -f "$flashinfer_include/flashinfer/norm.cuh" ] \
