@@ -117,12 +117,12 @@ def test_the_grid_timed_ahead_in_the_same_run_is_reused(tmp_path, monkeypatch):
     monkeypatch.setattr(harness, "run_documents", lambda *a, **k: pytest.fail("timed again"))
     said = []
     assert ch07.ahead(tmp_path, log=said.append, run=run) == [tmp_path / ch07.GRID_FILE]
-    assert "timed earlier in this recording" in said[0]
+    assert "grid: timed earlier in this recording" in said[0]
     timed = []
     monkeypatch.setattr(harness, "run_documents",
-                        lambda documents, *a, **k: timed.append(documents) or {"grid": {"records": []}})
+                        lambda documents, *a, **k: timed.append(documents) or {"doc": {"records": []}})
     ch07.grid_bench(tmp_path, 1, run={"id": "another-run", "chapters": ("ch07",)})
-    assert list(timed[0]) == ["grid"] and timed[0]["grid"][1] == tmp_path / ch07.GRID_FILE
+    assert list(timed[0]) == ["doc"] and timed[0]["doc"][1] == tmp_path / ch07.GRID_FILE
 
 
 def test_peers_timed_by_chapter_6_in_the_same_run_are_reused_and_no_others(tmp_path, monkeypatch):

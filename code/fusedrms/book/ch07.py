@@ -332,43 +332,38 @@ def timed_in_this_run(path: Path, sweeps: list, run: dict | None) -> bool:
     return prov.get("run_id") == run["id"] and prov.get("sweeps") == wanted
 
 
-def peers_bench(out_dir: Path, timeout_s: float, smoke: bool = False,
-                run: dict | None = None) -> Path:
-    """``capstone_peers.json``: :func:`peer_sweeps` through the harness (3 processes each), or
-    the file chapter 6's grid wrote with them in the same recording ``run``."""
+def _bench(path: Path, sweeps: list, what: str, timeout_s: float, smoke: bool, run: dict | None,
+           log=log) -> Path:
+    """``sweeps`` through the harness into ``path`` (3 processes each), or the file an earlier part
+    of the same recording ``run`` wrote with them; either way complete, or it raises."""
     from ..measure import harness
-
-    env.require_gpu("timing the capstone against its peers")
-    path = Path(out_dir) / PEERS_FILE
-    if timed_in_this_run(path, peer_sweeps(smoke), run):
-        log(f"peers: timed beside chapter 6's grid in this recording ({path.name})")
-        harness.require_complete(harness.load(path), "chapter 7's peers")
-        return path
     from .ch06 import timing_settings
 
-    doc = harness.run_sweeps(peer_sweeps(smoke), timing_settings(timeout_s, smoke), path, log=log)
-    harness.require_complete(doc, "chapter 7's peers")
+    env.require_gpu(f"timing {what}")
+    if timed_in_this_run(path, sweeps, run):
+        log(f"{what}: timed earlier in this recording ({path.name})")
+        harness.require_complete(harness.load(path), what)
+        return path
+    doc = harness.run_documents({"doc": (sweeps, path)}, timing_settings(timeout_s, smoke), log=log,
+                                provenance={"run_id": run["id"]} if run else None)["doc"]
+    harness.require_complete(doc, what)
     return path
+
+
+def peers_bench(out_dir: Path, timeout_s: float, smoke: bool = False,
+                run: dict | None = None) -> Path:
+    """``capstone_peers.json``: :func:`peer_sweeps`, or the file chapter 6's grid wrote with them
+    in the same recording ``run``."""
+    return _bench(Path(out_dir) / PEERS_FILE, peer_sweeps(smoke), "chapter 7's peers", timeout_s,
+                  smoke, run)
 
 
 def grid_bench(out_dir: Path, timeout_s: float, smoke: bool = False, run: dict | None = None,
                log=log) -> Path:
-    """``capstone_peers_grid.json``: :func:`grid_sweeps` through the harness (3 processes each),
-    or the file an earlier call of the same recording ``run`` wrote (``record --ahead 7``)."""
-    from ..measure import harness
-    from .ch06 import timing_settings
-
-    env.require_gpu("timing the capstone against its peers in fp16 and fp32")
-    path = Path(out_dir) / GRID_FILE
-    if timed_in_this_run(path, grid_sweeps(smoke), run):
-        log(f"grid: timed earlier in this recording ({path.name})")
-        harness.require_complete(harness.load(path), "chapter 7's fp16 and fp32 grid")
-        return path
-    doc = harness.run_documents({"grid": (grid_sweeps(smoke), path)},
-                                timing_settings(timeout_s, smoke), log=log,
-                                provenance={"run_id": run["id"]} if run else None)["grid"]
-    harness.require_complete(doc, "chapter 7's fp16 and fp32 grid")
-    return path
+    """``capstone_peers_grid.json``: :func:`grid_sweeps`, or the file an earlier call of the same
+    recording ``run`` wrote (``record --ahead 7``)."""
+    return _bench(Path(out_dir) / GRID_FILE, grid_sweeps(smoke), "chapter 7's fp16 and fp32 grid",
+                  timeout_s, smoke, run, log)
 
 
 def ahead(out_dir, log=log, smoke: bool = False, run: dict | None = None) -> list[Path]:
