@@ -142,6 +142,11 @@ def test_the_fp16_and_fp32_grid_file_counts_with_the_peers_of_the_same_recording
     assert _line(out, "fused fp16: ").startswith("fused fp16: 0 of 36 shapes")
     slower = [k for k in rows if k[0] == "fused" and "slower than a peer" in rows[k]]
     assert sorted(slower) == sorted(("fused", f"1x{c}", "fp32") for c in (2048, 4096, 8192, 16384, 32768, 65536))
+    (folder / "capstone_peers.json").rename(folder / "peers.json")  # the grid alone, timed ahead
+    out, rows = _rows(capsys, folder, "--misses")
+    assert "capstone_peers_grid, floor" in out[0] and not any(line.startswith("fused fp32: ") for line in out)
+    assert _line(out, "fused bf16: ").startswith("fused bf16: 0 of 36 shapes")
+    (folder / "peers.json").rename(folder / "capstone_peers.json")
     (folder / "capstone_peers_grid.json").unlink()
     out, _ = _rows(capsys, folder, "--misses")
     assert _line(out, "fused fp32: ").startswith("fused fp32: 0 of 36 shapes")
@@ -191,7 +196,7 @@ def test_the_committed_recording_prints_every_variant(capsys):
 
 def test_a_folder_without_peers_or_a_path_that_is_no_folder_says_so(tmp_path, capsys):
     assert scoreboard.main([str(tmp_path)]) == 1
-    assert "no capstone_peers.json or bench_grid.json in" in capsys.readouterr().out
+    assert "no capstone_peers.json, capstone_peers_grid.json or bench_grid.json in" in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:
         scoreboard.main([str(tmp_path / "nothing")])
     assert e.value.code == 2

@@ -98,22 +98,25 @@ def floor_words(doc: dict) -> str:
 def load_peers(folder: Path | None) -> tuple[dict | None, str]:
     """(the forward peers document, a line saying what it is and where its floor comes from):
     chapter 7's ``capstone_peers`` with its fp16 and fp32 grid (``capstone_peers_grid``, where the
-    recording has it) or else chapter 6's ``bench_grid``, each floor at the copy floor of the same
-    recording (chapter 2's); without one, at the copy each process measured."""
-    for name in ("capstone_peers", "bench_grid"):
+    recording has it), the grid alone (timed ahead of chapter 7), or else chapter 6's
+    ``bench_grid``, each floor at the copy floor of the same recording (chapter 2's); without one,
+    at the copy each process measured."""
+    grid_name = ch07.GRID_FILE.removesuffix(".json")
+    for name in ("capstone_peers", grid_name, "bench_grid"):
         doc = read(folder, name)
         if doc is None:
             continue
         if records.copy_floor_beside(doc) is not None:
             doc = records.at_copy_floor(doc)
-        grid = read(folder, ch07.GRID_FILE.removesuffix(".json")) if name == "capstone_peers" else None
+        grid = read(folder, grid_name) if name == "capstone_peers" else None
         if grid is not None:  # one recording's two files: their shapes never overlap (the diagonal)
             if records.copy_floor_beside(grid) is not None:
                 grid = records.at_copy_floor(grid)
             doc = {**doc, "records": doc["records"] + grid["records"]}
             name += " and " + ch07.GRID_FILE.removesuffix(".json")
         return doc, f"{name}, {floor_words(doc)}"
-    return None, f"no capstone_peers.json or bench_grid.json in {folder or 'the recording'}"
+    return None, (f"no capstone_peers.json, {ch07.GRID_FILE} or bench_grid.json in "
+                  f"{folder or 'the recording'}")
 
 
 def _verdict(ratio: float | None, band: float | None) -> str:
