@@ -48,7 +48,8 @@ CALLS = [_call("capstone.fused", FUSED, 12.0), _call("torch.rms_norm_add", FUSED
 def _folder(tmp_path, records, calls=CALLS) -> Path:
     folder = tmp_path / "rec"
     folder.mkdir(parents=True)
-    doc = {"provenance": {"gpu": "NVIDIA H100 80GB HBM3", "commit": "c0ffee" * 7, "date": "2026-12-07"},
+    doc = {"provenance": {"gpu": "NVIDIA H100 80GB HBM3", "commit": "c0ffee" * 7, "date": "2026-12-07",
+                          "run_id": "run1"},
            "records": records + calls}
     (folder / "capstone_peers.json").write_text(json.dumps(doc))
     return folder
@@ -134,7 +135,13 @@ def test_the_fp16_and_fp32_grid_file_counts_with_the_peers_of_the_same_recording
     grid = [{**_rec(impl, FUSED, n, c, us), "dtype": "fp32"}
             for n in (1, 16, 128, 1024, 4096, 16384) for c in (2048, 4096, 8192, 16384, 32768, 65536)
             for impl, us in (("capstone.fused", 5.0), ("torch.compile_add", 10.0 if n > 1 else 4.0))]
-    doc = {"provenance": {"gpu": "NVIDIA H100 80GB HBM3", "commit": "c0ffee" * 7}, "records": grid}
+    doc = {"provenance": {"gpu": "NVIDIA H100 80GB HBM3", "commit": "c0ffee" * 7, "run_id": "run2"},
+           "records": grid}
+    (folder / "capstone_peers_grid.json").write_text(json.dumps(doc))
+    out, rows = _rows(capsys, folder, "--misses")  # another run's grid: left out, said so
+    assert "capstone_peers (capstone_peers_grid.json, from another run, left out)" in out[0]
+    assert _line(out, "fused fp32: ").startswith("fused fp32: 0 of 36 shapes")
+    doc["provenance"]["run_id"] = "run1"
     (folder / "capstone_peers_grid.json").write_text(json.dumps(doc))
     out, rows = _rows(capsys, folder, "--misses")
     assert "capstone_peers and capstone_peers_grid" in out[0]

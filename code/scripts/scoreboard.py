@@ -4,18 +4,18 @@
     python3 code/scripts/scoreboard.py DIR              # a recording's folder (run.sh record)
     python3 code/scripts/scoreboard.py DIR --misses     # only the shapes that miss a bar
 
-Forward (chapter 7's peers, with its fp16 and fp32 grid where recorded): for the fused op, the residual-writing op and that op in place, at
-every shape the recording timed: the fastest peer and its time, the capstone's time over it with
-its verdict inside the recording's tie band (chapter 6), the peers meant to be timed there and not
-timed, the capstone's share of the copy floor and of a copy of its own bytes (where the recording
-timed one), and in place its time over its own out-of-place time. A shape misses when the capstone
-is slower than the fastest peer beyond the band, when a peer is missing (never a win), or when a
-call moving 64 MB or more runs below 90% of the floor; in place misses too where it is slower than
-out of place beyond the band (goal 2, in a graph); a shape of goal 1's grid (chapter 7's row and
-column counts in bf16, fp16 and fp32) that the recording did not time is a miss. From Python
-(chapter 7's one shape): the capstone's call over F.rms_norm(x + r)'s, a miss when slower, and in
-place over out of place, a miss when every process of in place took longer than every process out
-of place.
+Forward (chapter 7's peers, with its fp16 and fp32 grid where the same run timed it): for the fused
+op, the residual-writing op and that op in place, at every shape the recording timed: the fastest
+peer and its time, the capstone's time over it with its verdict inside the recording's tie band
+(chapter 6), the peers meant to be timed there and not timed, the capstone's share of the copy
+floor and of a copy of its own bytes (where the recording timed one), and in place its time over
+its own out-of-place time. A shape misses when the capstone is slower than the fastest peer beyond
+the band, when a peer is missing (never a win), or when a call moving 64 MB or more runs below 90%
+of the floor; in place misses too where it is slower than out of place beyond the band (goal 2, in
+a graph); a shape of goal 1's grid (chapter 7's row and column counts in bf16, fp16 and fp32) that
+the recording did not time is a miss. From Python (chapter 7's one shape): the capstone's call over
+F.rms_norm(x + r)'s, a miss when slower, and in place over out of place, a miss when every process
+of in place took longer than every process out of place.
 
 FP8 (chapter 8): ``fp8.fused`` at each timed row count, its share of its copy floor (a miss below
 80% from 64 MiB), its codes and scales against its contract, and its Python call over
@@ -98,22 +98,22 @@ def floor_words(doc: dict) -> str:
 def load_peers(folder: Path | None) -> tuple[dict | None, str]:
     """(the forward peers document, a line saying what it is and where its floor comes from):
     chapter 7's ``capstone_peers`` with its fp16 and fp32 grid (``capstone_peers_grid``, where the
-    recording has it), the grid alone (timed ahead of chapter 7), or else chapter 6's
+    same run timed it: :func:`ch07_results.with_grid`), the grid alone (timed ahead of chapter 7), or else chapter 6's
     ``bench_grid``, each floor at the copy floor of the same recording (chapter 2's); without one,
     at the copy each process measured."""
-    grid_name = ch07.GRID_FILE.removesuffix(".json")
-    for name in ("capstone_peers", grid_name, "bench_grid"):
+    for name in ("capstone_peers", CR.PEERS_GRID, "bench_grid"):
         doc = read(folder, name)
         if doc is None:
             continue
         if records.copy_floor_beside(doc) is not None:
             doc = records.at_copy_floor(doc)
-        grid = read(folder, grid_name) if name == "capstone_peers" else None
-        if grid is not None:  # one recording's two files: their shapes never overlap (the diagonal)
+        grid = read(folder, CR.PEERS_GRID) if name == "capstone_peers" else None
+        if grid is not None:
             if records.copy_floor_beside(grid) is not None:
                 grid = records.at_copy_floor(grid)
-            doc = {**doc, "records": doc["records"] + grid["records"]}
-            name += " and " + ch07.GRID_FILE.removesuffix(".json")
+            doc, merged = CR.with_grid(doc, grid)
+            name += (f" and {CR.PEERS_GRID}" if merged
+                     else f" ({CR.PEERS_GRID}.json, from another run, left out)")
         return doc, f"{name}, {floor_words(doc)}"
     return None, (f"no capstone_peers.json, {ch07.GRID_FILE} or bench_grid.json in "
                   f"{folder or 'the recording'}")

@@ -97,3 +97,30 @@ def test_tie_counts_decide_only_outside_the_recorded_band():
     counts = R.tie_counts(rows, 0.05)  # the shape with a peer missing is never counted
     assert (counts["faster"], counts["tie"], counts["slower"], counts["shapes"]) == (1, 1, 1, 3)
     assert R.tie_counts(rows, None) is None
+
+
+def test_peers_doc_adds_the_fp16_and_fp32_grid_of_the_same_run_only(tmp_path, monkeypatch):
+    # chapter 7's grid (capstone_peers_grid) counts with its peers when one recording's run timed
+    # both; a grid of another run (another GPU, commit or floor, say) or none leaves the peers alone
+    from fusedrms import records
+
+    monkeypatch.setattr(records, "DATA_DIR", tmp_path)
+    peers = [rec("capstone.fused", 1024, 8192, "bf16", 20.0, sweep="peers", mode="rotating"),
+             rec("torch.compile_add", 1024, 8192, "bf16", 22.0, sweep="peers", mode="rotating")]
+    grid = [rec("capstone.fused", 16, 2048, "fp32", 3.0, sweep="peers", mode="rotating"),
+            rec("torch.compile_add", 16, 2048, "fp32", 2.5, sweep="peers", mode="rotating")]
+
+    def shapes(run_id):
+        write(tmp_path, "capstone_peers", peers, {"gpu": "NVIDIA H200", "run_id": "r1"})
+        write(tmp_path, R.PEERS_GRID, grid, {"gpu": "NVIDIA H200", "run_id": run_id})
+        doc, name = R.peers_doc(machine="h200")
+        assert name == "capstone_peers"
+        return sorted((r["rows"], r["cols"], r["dtype"]) for r in R.peer_table(doc, "add_rmsnorm"))
+
+    assert shapes("r1") == [(16, 2048, "fp32"), (1024, 8192, "bf16")]
+    assert shapes("r2") == [(1024, 8192, "bf16")]
+    (tmp_path / "h200" / f"{R.PEERS_GRID}.json").unlink()
+    assert [(r["rows"], r["dtype"]) for r in R.peer_table(R.peers_doc("h200")[0], "add_rmsnorm")] == [
+        (1024, "bf16")]
+    merged, done = R.with_grid({"provenance": {}, "records": peers}, {"provenance": {}, "records": grid})
+    assert not done and merged["records"] == peers  # no run named: nothing says they belong together

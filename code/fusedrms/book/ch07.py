@@ -27,6 +27,7 @@ import torch
 
 from ..kernels import add_rmsnorm as A, add_rmsnorm_chunked
 from .. import cli, dtypes, records, registry, tuning
+from .ch07_results import PEERS_GRID
 from .ch07_tuning import (EPS, TUNE_COLS, _device, _timing, check_table, log, median_us,
                           tune_table)
 
@@ -297,7 +298,7 @@ PEERS_FILE = "capstone_peers.json"
 # The rest of goal 1's grid in fp16 and fp32 (the diagonal is timed with the peers): too long to
 # share chapter 6's device call, so a call before chapter 7's times it into the same folder
 # (``record --ahead 7``), or chapter 7 times it itself.
-GRID_FILE = "capstone_peers_grid.json"
+GRID_FILE = f"{PEERS_GRID}.json"
 GRID_DTYPES = ("fp16", "fp32")
 GRID_ESTIMATE_S = 330  # 64 shapes x both ops x every peer, 3 processes, after one warm-up
 GRID_SMOKE_SHAPE = (16, 2048)

@@ -178,21 +178,43 @@ def tuning_rows(doc: dict | None) -> list[dict]:
 # ---------------------------------------------------------------- page readers (chapter 7's page)
 
 PEER_SWEEPS = ("grid", "graph", "peers")  # the harness sweeps that time shapes (not "python")
+# chapter 7's fp16 and fp32 grid, beside capstone_peers in the same recording (ch07.GRID_FILE)
+PEERS_GRID = "capstone_peers_grid"
+
+
+def with_grid(peers: dict, grid: dict | None) -> tuple[dict, bool]:
+    """``peers`` (``capstone_peers``) with the records of ``grid`` (``capstone_peers_grid``)
+    appended where both come from one recording's run (the same ``run_id``; their shapes never
+    overlap), and whether they were. A grid of another run is left out: its GPU, commit or copy
+    floor may differ."""
+    def run_id(doc):
+        return (doc.get("provenance") or {}).get("run_id") if isinstance(doc, dict) else None
+
+    if run_id(peers) is None or run_id(grid) != run_id(peers) or not isinstance(
+            grid.get("records"), list):
+        return peers, False
+    return {**peers, "records": list(peers.get("records", [])) + grid["records"]}, True
 
 
 def peers_doc(machine: str | None = None) -> tuple[dict | None, str | None]:
     """The recorded comparison of the capstone with every peer: ``capstone_peers`` (chapter 7's
-    own run, every peer, one timer) when recorded, else the harness grid of chapter 6, with every
-    floor at the book's copy floor (:func:`fusedrms.records.at_copy_floor`), not at the copy each
-    process measured. Returns ``(doc, name)``; ``(None, None)`` when neither is recorded.
-    ``machine`` names a committed recording (the prose's); default: the one a reader sees."""
+    own run, every peer, one timer) with its fp16 and fp32 grid where the same run timed it
+    (:func:`with_grid`), else the harness grid of chapter 6, with every floor at the book's copy
+    floor (:func:`fusedrms.records.at_copy_floor`), not at the copy each process measured. Returns
+    ``(doc, name)``; ``(None, None)`` when neither is recorded. ``machine`` names a committed
+    recording (the prose's); default: the one a reader sees."""
     for name in ("capstone_peers", "bench_grid"):
         try:
-            return records.at_copy_floor(records.load(name, machine)), name
-        except FileNotFoundError:
+            doc = records.at_copy_floor(records.load(name, machine))
+        except (FileNotFoundError, json.JSONDecodeError, OSError):
             continue
-        except (json.JSONDecodeError, OSError):
-            continue
+        if name == "capstone_peers":
+            try:
+                grid = records.at_copy_floor(records.load(PEERS_GRID, machine))
+            except (FileNotFoundError, json.JSONDecodeError, OSError):
+                grid = None
+            doc, _ = with_grid(doc, grid)
+        return doc, name
     return None, None
 
 
