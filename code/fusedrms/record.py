@@ -329,11 +329,12 @@ def main(argv=None) -> int:
         print(f"fusedrms.record: {e}", file=sys.stderr)
         return 2
     failed = [c for c in chapters if manifest["chapters"][c]["status"] != "ok"]
-    failed += [f"{c} ahead" for c in ahead if manifest["ahead"][c]["status"] != "ok"]
-    print(f"done: {len(chapters) - sum(' ' not in f for f in failed)} of {len(chapters)} chapters "
-          f"recorded" + (f", {len(ahead)} ahead" if ahead else "")
-          + (f"; failed: {', '.join(failed)} (see logs/)" if failed else ""))
-    return 1 if failed else 0
+    failed_ahead = [f"{c} ahead" for c in ahead if manifest["ahead"][c]["status"] != "ok"]
+    print(f"done: {len(chapters) - len(failed)} of {len(chapters)} chapters recorded"
+          + (f", {len(ahead)} ahead" if ahead else "")
+          + (f"; failed: {', '.join(failed + failed_ahead)} (see logs/)"
+             if failed or failed_ahead else ""))
+    return 1 if failed or failed_ahead else 0
 
 
 if __name__ == "__main__":

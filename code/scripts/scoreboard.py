@@ -98,9 +98,9 @@ def floor_words(doc: dict) -> str:
 def load_peers(folder: Path | None) -> tuple[dict | None, str]:
     """(the forward peers document, a line saying what it is and where its floor comes from):
     chapter 7's ``capstone_peers`` with its fp16 and fp32 grid (``capstone_peers_grid``, where the
-    same run timed it: :func:`ch07_results.with_grid`), the grid alone (timed ahead of chapter 7), or else chapter 6's
-    ``bench_grid``, each floor at the copy floor of the same recording (chapter 2's); without one,
-    at the copy each process measured."""
+    same run timed it: :func:`ch07_results.with_grid`), the grid alone (timed ahead of chapter 7),
+    or else chapter 6's ``bench_grid``, each floor at the copy floor of the same recording (chapter
+    2's); without one, at the copy each process measured."""
     for name in ("capstone_peers", CR.PEERS_GRID, "bench_grid"):
         doc = read(folder, name)
         if doc is None:
@@ -115,7 +115,7 @@ def load_peers(folder: Path | None) -> tuple[dict | None, str]:
             name += (f" and {CR.PEERS_GRID}" if merged
                      else f" ({CR.PEERS_GRID}.json, from another run, left out)")
         return doc, f"{name}, {floor_words(doc)}"
-    return None, (f"no capstone_peers.json, {ch07.GRID_FILE} or bench_grid.json in "
+    return None, (f"no capstone_peers.json, {CR.PEERS_GRID}.json or bench_grid.json in "
                   f"{folder or 'the recording'}")
 
 

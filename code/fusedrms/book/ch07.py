@@ -300,7 +300,6 @@ PEERS_FILE = "capstone_peers.json"
 # (``record --ahead 7``), or chapter 7 times it itself.
 GRID_FILE = f"{PEERS_GRID}.json"
 GRID_DTYPES = ("fp16", "fp32")
-GRID_ESTIMATE_S = 330  # 64 shapes x both ops x every peer, 3 processes, after one warm-up
 GRID_SMOKE_SHAPE = (16, 2048)
 
 
@@ -399,7 +398,9 @@ ESTIMATE_S = 250  # H200 at 501bfdd: 103 s after chapter 6 timed its peers (the 
 # the four lever shapes added since, two of them new widths to compile, perhaps 100 more; the
 # in-place profile pair about 20 (H100: 8 s a profile)
 TUNING_ESTIMATE_S = TUNE_BUDGET_S + CHECK_BUDGET_S + 20
-AHEAD_ESTIMATE_S = GRID_ESTIMATE_S  # record --ahead 7; ESTIMATE_S counts it timed ahead
+# record --ahead 7 (ESTIMATE_S counts the grid timed ahead): 64 shapes x both ops x every peer,
+# 3 processes, after one warm-up
+AHEAD_ESTIMATE_S = 330
 # where the wide-row losses were: which bytes are extra, ours against Inductor's kernel
 WIDE_NCU_SHAPE = ("add_rmsnorm", 16384, 32768, "bf16")
 WIDE_NCU_IMPLS = ("capstone.fused", "torch.compile_add")
