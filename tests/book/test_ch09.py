@@ -267,3 +267,90 @@ def test_the_recorded_stage_two_tile_is_the_librarys():
     now = ch09.REDUCE_TILES[ch09_page.REDUCE_TILE_NOW]
     assert now == (B.REDUCE_BLOCK_P, B.REDUCE_BLOCK_COLS, B.REDUCE_WARPS)
     assert len(ch09.REDUCE_TILES) == 2  # the tile it had, and the library's
+
+
+def _fake_sweep(monkeypatch, every, warm):
+    """record() with the warm-up returning ``warm`` and the timing processes faked: each times
+    every case and checks the indices its spec's ``recheck`` lists. Returns the specs it got."""
+    monkeypatch.setattr(ch09, "cases", lambda smoke=False: every)
+    monkeypatch.setattr(ch09, "warm_ahead", lambda smoke, workers, log: warm)
+    monkeypatch.setattr(ch09, "liger_status", lambda: None)
+    monkeypatch.setattr(ch09, "determinism", lambda *a, **k: [])
+    monkeypatch.setattr(ch09.env, "require_gpu", lambda *a: None)
+    specs = []
+
+    def run(spec, index, log, timeout_s=None):
+        specs.append(spec)
+        if spec.get("fail_first") and index == 0:
+            return None
+        recs = []
+        for i, c in enumerate(every):
+            r = dict(kind=c["kind"], op=c["op"], impl=c["impl"], rows=c["rows"], cols=c["cols"],
+                     dtype=c["dt"], bytes=1, floor_us=1.0, us=2.0, method="fake")
+            if spec["check"] or i in spec.get("recheck", ()):
+                r.update(check_ok=True, check=f"checked in process {index + 1}")
+            recs.append(r)
+        return {"copy_GBps": 1000.0, "records": recs}
+
+    monkeypatch.setattr(ch09, "_run_process", run)
+    return specs
+
+
+def _train_cases():
+    return [dict(kind="train", op="rmsnorm", impl=i, rows=16384, cols=8192, dt="bf16")
+            for i in ("triton.two_stage", "torch.eager", "liger")]
+
+
+def _warm(every):
+    """The warm-up checked the first case, raised in the second's check (after its first call)
+    and never reached the third."""
+    key = [(c["kind"], c["op"], c["impl"], c["rows"], c["cols"], c["dt"]) for c in every]
+    base = [dict(kind=c["kind"], op=c["op"], impl=c["impl"], rows=c["rows"], cols=c["cols"],
+                 dtype=c["dt"], first_call_ms=1.0) for c in every]
+    return {key[0]: dict(base[0], check_ok=True, check="checked in the warm-up"),
+            key[1]: dict(base[1], error="OutOfMemoryError: CUDA out of memory")}
+
+
+def test_cases_the_warm_up_did_not_check_are_checked_by_the_first_timing_process(
+        monkeypatch, tmp_path):
+    every = _train_cases()
+    specs = _fake_sweep(monkeypatch, every, _warm(every))
+    logged = []
+    path = ch09.record(tmp_path, log=logged.append)[0]
+    assert [s.get("recheck") for s in specs] == [[1, 2], None, None]
+    assert not any(s["check"] for s in specs)
+    doc = json.loads(path.read_text())
+    checks = {r["impl"]: r.get("check") for r in doc["records"] if r["kind"] == "train"}
+    assert checks == {"triton.two_stage": "checked in the warm-up",
+                      "torch.eager": "checked in process 1", "liger": "checked in process 1"}
+    assert any("checks the 2 case(s)" in line for line in logged)
+
+
+def test_a_recheck_moves_to_the_next_process_when_the_first_fails(monkeypatch, tmp_path):
+    every = _train_cases()
+    specs = _fake_sweep(monkeypatch, every, _warm(every))
+    real = ch09._run_process
+    monkeypatch.setattr(ch09, "_run_process",
+                        lambda spec, index, log, timeout_s=None:
+                        real(dict(spec, fail_first=True), index, log, timeout_s))
+    with pytest.raises(Exception, match="not timed in all 3 processes"):
+        ch09.record(tmp_path, log=lambda line: None)
+    assert [s.get("recheck") for s in specs] == [[1, 2], [1, 2], None]
+    doc = json.loads((tmp_path / "ch09_backward.json").read_text())
+    assert all(r.get("check") == "checked in process 2" for r in doc["records"]
+               if r["impl"] != "triton.two_stage")
+
+
+def test_the_worker_checks_only_the_cases_its_spec_names(monkeypatch):
+    every = _train_cases()
+    monkeypatch.setattr(ch09, "cases", lambda smoke=False: every)
+    monkeypatch.setattr(ch09.env, "require_gpu", lambda *a: None)
+    seen = []
+    monkeypatch.setattr(ch09, "measure_case", lambda *a, **k: seen.append((a[2], k["check"])) or {})
+    from fusedrms.measure import timer
+    monkeypatch.setattr(timer, "copy_bandwidth_GBps", lambda: 1000.0)
+    ch09.worker({"check": False, "recheck": [2]})
+    assert seen == [("triton.two_stage", False), ("torch.eager", False), ("liger", True)]
+    seen.clear()
+    ch09.worker({"check": True})
+    assert [c for _, c in seen] == [True, True, True]

@@ -633,7 +633,7 @@ def test_each_process_copies_a_large_calls_bytes_once_beside_its_rotating_cases(
                              runner=inprocess_runner(state))
     assert not copied and "copy_at_size" not in doc["provenance"]
 
-    def no_memory(nbytes, device, reps):
+    def no_memory(nbytes, device, reps, quiet=None):
         raise RuntimeError("out of memory")
 
     monkeypatch.setattr(worker, "copy_at_size", no_memory)
@@ -642,3 +642,57 @@ def test_each_process_copies_a_large_calls_bytes_once_beside_its_rotating_cases(
     assert not any("copy_at_size_us" in r for r in doc["records"])
     [copy] = doc["provenance"]["copy_at_size"]
     assert copy == {"bytes": big, "status": "error: RuntimeError: out of memory"}
+
+
+def test_every_rotating_timing_waits_for_a_quiet_memory_system_and_says_so(monkeypatch):
+    """Each process probes the memory system before each rotating timing and before its copy at
+    size (never on the CPU path); a record keeps each process's wait and last probe, and is quiet
+    only where every process found it so."""
+    state = fake_clock(monkeypatch)
+    events, busy = [], set()
+
+    class Probe:
+        def wait(self):
+            events.append("wait")
+            slow = state["process"] in busy  # a process that never finds it quiet
+            return {"quiet_wait_ms": 2000.0 if slow else 0.5, "quiet_probe": 1.2 if slow else 1.0,
+                    "quiet": not slow}
+
+    def time_rotating(calls, reps=9, warmup=2, min_replay_us=200.0):
+        for c in calls:
+            c()
+        events.append("time")
+        return [50.0] * reps
+
+    monkeypatch.setattr(worker, "quiet_probe", lambda device: Probe())
+    monkeypatch.setattr(timer, "time_rotating", time_rotating)
+    big = harness.floor_bytes("add_rmsnorm", 64, 256, "fp32")
+    sweeps = [harness.Sweep("t", "add_rmsnorm", (4, 64), (256,), ("fp32",), ("rotating",),
+                            impls=("torch.rms_norm_add", "torch.eager_chain"))]
+    doc = harness.run_sweeps(sweeps, harness.Settings(processes=2, copy_at_size_min_bytes=big),
+                             None, log=lambda m: None, runner=inprocess_runner(state))
+    # per process: 2 shapes x 2 implementations, then one copy at size (its two ways) at 64 rows
+    per_process = ["wait", "time"] * 4 + ["wait", "time", "time"]
+    assert events == per_process * 2
+    for r in doc["records"]:
+        assert r["quiet_wait_ms"] == [0.5, 0.5] and r["quiet"] is True, r
+    [copy] = doc["provenance"]["copy_at_size"]
+    assert copy["quiet"] is True and copy["quiet_probe"] == [1.0, 1.0]
+
+    busy.add(1)
+    doc = harness.run_sweeps(sweeps, harness.Settings(processes=3), None, log=lambda m: None,
+                             runner=inprocess_runner(state))
+    assert all(r["quiet"] is False and r["quiet_probe"] == [1.0, 1.2, 1.0]
+               for r in doc["records"])
+
+
+def test_the_cpu_path_has_no_probe_and_its_records_no_quiet_fields(monkeypatch):
+    state = fake_clock(monkeypatch)
+    monkeypatch.setattr(timer, "time_rotating", lambda calls, reps=9, **k: [c() for c in calls]
+                        and [50.0] * reps)
+    sweeps = [harness.Sweep("t", "add_rmsnorm", (4,), (256,), ("fp32",), ("rotating",),
+                            impls=("torch.rms_norm_add",))]
+    doc = harness.run_sweeps(sweeps, harness.Settings(processes=1), None, log=lambda m: None,
+                             runner=inprocess_runner(state))
+    assert worker.quiet_probe("cpu") is None
+    assert not any(k.startswith("quiet") for k in doc["records"][0])

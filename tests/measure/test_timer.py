@@ -261,3 +261,53 @@ def test_rotating_warm_up_lasts_at_least_its_time():
     assert timer.warm_replays(50_000.0, 2) == 2
     assert timer.warm_replays(50_000.0, 0) == 1
     assert timer.warm_replays(0.0, 2, warm_ms=0.0) == 2
+
+
+class _Clock:
+    """A clock that moves only when the code under test sleeps."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+def test_a_quiet_probe_returns_at_once():
+    clock = _Clock()
+    got = timer.wait_until_quiet(lambda: 101.0, 100.0, clock=clock, sleep=clock.sleep)
+    assert got == {"quiet_wait_ms": 0.0, "quiet_probe": 1.01, "quiet": True}
+
+
+def test_the_wait_lasts_until_the_probe_comes_within_the_tolerance():
+    clock = _Clock()
+    probes = iter([130.0, 115.0, 103.0, 101.5])
+    got = timer.wait_until_quiet(lambda: next(probes), 100.0, tolerance=0.02, poll_s=0.01,
+                                 clock=clock, sleep=clock.sleep)
+    assert got["quiet"] and got["quiet_probe"] == 1.015
+    assert got["quiet_wait_ms"] == pytest.approx(30.0)
+
+
+def test_a_memory_system_that_stays_busy_is_reported_not_waited_on_forever():
+    clock = _Clock()
+    got = timer.wait_until_quiet(lambda: 120.0, 100.0, max_wait_s=0.5, poll_s=0.1,
+                                 clock=clock, sleep=clock.sleep)
+    assert got["quiet"] is False and got["quiet_probe"] == 1.2
+    assert 500.0 <= got["quiet_wait_ms"] < 700.0
+
+
+@pytest.mark.parametrize("reference", [0.0, -1.0, float("nan")])
+def test_a_probe_needs_a_positive_reference(reference):
+    with pytest.raises(ValueError, match="reference_us"):
+        timer.wait_until_quiet(lambda: 1.0, reference)
+
+
+@pytest.mark.gpu
+def test_an_idle_gpu_is_quiet():
+    probe = timer.QuietProbe(64 << 20)
+    assert probe.reference_us > 0
+    got = probe.wait()
+    assert got["quiet"] and got["quiet_wait_ms"] < 1000.0, got

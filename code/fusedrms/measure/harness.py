@@ -398,8 +398,20 @@ def copies_at_size(per_process: list[dict]) -> dict:
         out[nbytes] = {"bytes": nbytes, "status": "ok", "median_us": med,
                        "process_medians_us": meds, "GBps": nbytes / (med * 1e3),
                        "copied": rs[0].get("copied"), "by": ", ".join(by) or None,
-                       "l2_method": rs[0].get("l2_method")}
+                       "l2_method": rs[0].get("l2_method"),
+                       **quiet_fields(sorted((r for r in rs if r.get("status") == "ok"),
+                                             key=lambda r: r["process"]))}
     return out
+
+
+def quiet_fields(ok: list[dict]) -> dict:
+    """What the processes' waits for a quiet memory system (timer.QuietProbe) say of one
+    timing: each process's wait and last probe, and whether every process found it quiet."""
+    if not any("quiet" in r for r in ok):
+        return {}
+    return {"quiet_wait_ms": [r.get("quiet_wait_ms") for r in ok],
+            "quiet_probe": [r.get("quiet_probe") for r in ok],
+            "quiet": all(r.get("quiet") is True for r in ok)}
 
 
 def _copies_of(copies: dict, recs: list[dict]) -> dict:
@@ -445,6 +457,7 @@ def aggregate(per_process: list[dict], copy_bw: list[float], allow_missing_floor
         for key in ("warmup", "warm_ms", "sets"):
             if ok[0].get(key) is not None:
                 rec[key] = ok[0][key]
+        rec.update(quiet_fields(sorted(ok, key=lambda r: r["process"])))
         if expected and len(ok) < expected:
             others = sorted({r.get("status", "?") for r in rs if r.get("status") != "ok"})
             rec["status"] = (f"timed in {len(ok)} of {expected} processes"

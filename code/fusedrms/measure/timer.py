@@ -332,6 +332,61 @@ def time_rotating_us(call, x, w, bytes_per_call: int, reps: int = 7) -> tuple[fl
     return float(statistics.median(samples)), how + f", median of {reps}"
 
 
+# ---------------------------------------------------------------- a quiet memory system
+
+# Work the driver does on its own takes DRAM bandwidth from a kernel timed meanwhile. In an H100
+# grid (4a06932), after a process freed its 16384x65536 cases (tens of GB, torch.cuda.empty_cache)
+# the case it timed next ran 15-16% slow: 16384x2048 fp16, the residual op, 106.2 us, while the
+# same worker and timer in a fresh process gave 91.5 and the peers timed seconds later were not
+# slowed. A likely cause: the driver zeroes freed memory with its copy engines (scrub on free, on
+# for GH100 in NVIDIA's open kernel modules). Whatever the cause, a copy shows the bandwidth lost.
+QUIET_BYTES = 128 << 20  # each of the probe's two buffers: a copy moves about 5x an H100's L2
+QUIET_TOLERANCE = 0.02  # a probe copy this much slower than the process's first is not quiet
+QUIET_MAX_WAIT_S = 2.0
+QUIET_POLL_S = 0.005
+
+
+def wait_until_quiet(probe_us: Callable[[], float], reference_us: float,
+                     tolerance: float = QUIET_TOLERANCE, max_wait_s: float = QUIET_MAX_WAIT_S,
+                     poll_s: float = QUIET_POLL_S, clock=None, sleep=None) -> dict:
+    """Probe until ``probe_us()`` is within ``tolerance`` of ``reference_us``, for at most
+    ``max_wait_s``. Returns the record's fields: the wait in ms, the last probe over the
+    reference, and whether it came within the tolerance (``quiet``)."""
+    import time
+
+    clock, sleep = clock or time.perf_counter, sleep or time.sleep
+    if not reference_us > 0:
+        raise ValueError(f"reference_us must be a positive time, got {reference_us!r}")
+    start = clock()
+    while True:
+        ratio = probe_us() / reference_us
+        waited = clock() - start
+        if ratio <= 1 + tolerance or waited >= max_wait_s:
+            return {"quiet_wait_ms": round(waited * 1e3, 1), "quiet_probe": round(ratio, 4),
+                    "quiet": ratio <= 1 + tolerance}
+        sleep(poll_s)
+
+
+class QuietProbe:
+    """A copy of :data:`QUIET_BYTES` timed when the probe is made (the reference: make it after
+    :func:`copy_bandwidth_GBps` has brought the clocks up) and again before each timing
+    (:meth:`wait`), until it runs as fast: the memory system is then free for the timing."""
+
+    def __init__(self, nbytes: int = QUIET_BYTES):
+        env.require_gpu("Probing the memory system")
+        torch = _torch()
+        self.src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
+        self.dst = torch.empty_like(self.src)
+        self.reference_us = self.copy_us(reps=15)
+
+    def copy_us(self, reps: int = 5) -> float:
+        return statistics.median(time_gpu(lambda: self.dst.copy_(self.src), warmup=2, reps=reps,
+                                          l2="warm"))
+
+    def wait(self) -> dict:
+        return wait_until_quiet(self.copy_us, self.reference_us)
+
+
 def summarize(samples: list[float]) -> dict:
     """Median, p10, p90, mean, min, max and count of a list of timings (µs)."""
     if not samples:

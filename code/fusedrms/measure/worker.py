@@ -111,13 +111,22 @@ COPY_WAYS = ("copy_", "kernel")
 COPY_ALIGN = 16  # each half is rounded up to whole 16-byte vectors of the kernel's int32 words
 
 
-def copy_at_size(nbytes: int, device, reps: int) -> dict:
+def quiet_probe(device):
+    """The probe each rotating timing waits on (:class:`~fusedrms.measure.timer.QuietProbe`):
+    on the CPU path, none."""
+    from . import timer
+
+    return None if device == "cpu" else timer.QuietProbe()
+
+
+def copy_at_size(nbytes: int, device, reps: int, quiet=None) -> dict:
     """A copy of a call's ``nbytes`` (half read, half written) with the rotating timer and as
     many buffers as a call of that size rotates over: what a plain copy of the same bytes
     reaches at this size, beside the 1 GiB copy the floor is priced at. Both
     :data:`COPY_WAYS` are timed and the faster kept (``by``; every way's median in ``ways_us``).
     Each half is rounded up to :data:`COPY_ALIGN` bytes (``copied``) and the times scaled back to
-    ``nbytes``. A record's fields."""
+    ``nbytes``. A record's fields (with ``quiet``, a :class:`~fusedrms.measure.timer.QuietProbe`,
+    the wait for it before the timings)."""
     import torch
 
     from . import timer
@@ -130,13 +139,15 @@ def copy_at_size(nbytes: int, device, reps: int) -> dict:
     calls = {"copy_": [(lambda s=s: torch.empty_like(s).copy_(s)) for s in sources],
              "kernel": [(lambda s=s.view(torch.int32): torch.mul(s, 1)) for s in sources]}
     scale = nbytes / (2 * half)
+    waited = quiet.wait() if quiet is not None else {}
     samples = {way: [t * scale for t in timer.time_rotating(calls[way], reps=reps)]
                for way in COPY_WAYS}
     del sources, calls
     ways_us = {way: statistics.median(s) for way, s in samples.items()}
     by = min(COPY_WAYS, key=ways_us.get)
     return {"bytes": nbytes, "copied": 2 * half, "sets": sets, "by": by, "ways_us": ways_us,
-            "l2_method": timer.rotation_method(sets, nbytes, l2), **timer.summarize(samples[by])}
+            "l2_method": timer.rotation_method(sets, nbytes, l2), **waited,
+            **timer.summarize(samples[by])}
 
 
 def sample_rows(rows: int, k: int = 16) -> list[int]:
@@ -247,6 +258,7 @@ def run_worker(spec: dict) -> int:
     phase = _Phases()
     with phase("copy bandwidth"):
         bw = timer.copy_bandwidth_GBps()
+        quiet = quiet_probe(device)
     _emit("copy", GBps=bw, l2_bytes=timer.l2_bytes(), flush_bytes=timer.flush_bytes())
     cases = spec["cases"]
     copied: set = set()  # the byte counts whose copy at size this process has timed
@@ -318,6 +330,8 @@ def run_worker(spec: dict) -> int:
                                 rotating_sets, rotation = rotating_inputs(
                                     op, rows, cols, dt, device, args)
                         calls = [(lambda f=impl.fn, a=a: f(*a)) for a in rotating_sets]
+                        if quiet is not None:  # the record says how long it waited
+                            base.update(quiet.wait())
                         samples = timer.time_rotating(calls, reps=s.rotating_reps)
                         base.update(warm_ms=timer.ROTATING_WARM_MS, l2_method=rotation,
                                     sets=len(rotating_sets))
@@ -348,7 +362,7 @@ def run_worker(spec: dict) -> int:
         if (s.copy_at_size_min_bytes and any(c["mode"] == "rotating" for c in group)
                 and not (deadline and time.time() > deadline)):
             with phase("copy at size"):
-                _copy_at_size_once(op, rows, cols, dt, device, s, copied)
+                _copy_at_size_once(op, rows, cols, dt, device, s, copied, quiet)
     _emit("phases", total_s=time.perf_counter() - started,
           **{name: round(seconds, 2) for name, seconds in phase.items()})
     _emit("done")
@@ -356,7 +370,7 @@ def run_worker(spec: dict) -> int:
 
 
 def _copy_at_size_once(op: str, rows: int, cols: int, dt: str, device, s: Settings,
-                       copied: set) -> None:
+                       copied: set, quiet=None) -> None:
     """Time and emit :func:`copy_at_size` for this shape's bytes, once per process and byte count,
     where a call moves at least ``s.copy_at_size_min_bytes``."""
     try:
@@ -367,7 +381,7 @@ def _copy_at_size_once(op: str, rows: int, cols: int, dt: str, device, s: Settin
         return
     copied.add(nbytes)
     try:
-        _emit("copy_at_size", status="ok", **copy_at_size(nbytes, device, s.rotating_reps))
+        _emit("copy_at_size", status="ok", **copy_at_size(nbytes, device, s.rotating_reps, quiet))
     except Exception as e:  # noqa: BLE001 - a reference that failed is reported, never a zero
         _emit("copy_at_size", bytes=nbytes, status=f"error: {type(e).__name__}: {e}"[:500])
 
