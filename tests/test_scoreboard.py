@@ -90,6 +90,22 @@ def test_a_peer_missing_at_a_shape_is_a_miss_never_a_win(tmp_path, capsys):
     assert "1 faster, 0 ties, 0 slower among those with every peer timed" in count  # not 2
 
 
+def test_a_timing_begun_while_the_memory_system_was_busy_is_a_miss(tmp_path, capsys):
+    # ours at 16 rows and the fastest peer at 32 rows were timed by a process whose quiet probe
+    # never came within its tolerance; a slower peer found busy is not the comparison
+    ours16 = dict(_rec("capstone.fused", FUSED, 16, 4096, 5.0), quiet=False)
+    peer32 = dict(_rec("torch.compile_add", FUSED, 32, 4096, 10.0), quiet=False)
+    slow64 = dict(_rec("liger.rms_norm_add", FUSED, 64, 4096, 20.0), quiet=False)
+    records = [ours16, _rec("torch.compile_add", FUSED, 16, 4096, 10.0),
+               dict(_rec("capstone.fused", FUSED, 32, 4096, 5.0), quiet=True), peer32,
+               _rec("capstone.fused", FUSED, 64, 4096, 5.0), _rec("torch.compile_add", FUSED, 64, 4096, 10.0),
+               slow64]
+    out, rows = _rows(capsys, _folder(tmp_path, records))
+    assert "timed while the memory system was busy: capstone" in rows[("fused", "16x4096", "bf16")]
+    assert "busy: torch.compile" in rows[("fused", "32x4096", "bf16")]
+    assert "busy" not in rows[("fused", "64x4096", "bf16")]
+
+
 def test_a_large_call_below_90_percent_of_the_floor_misses_and_in_place_shows_its_cost(tmp_path, capsys):
     # 1024 x 65536 bf16 residual: 537 MB; out of place at 95% of the floor, in place at 85%
     floor = 100.0

@@ -10,8 +10,9 @@ peer and its time, the capstone's time over it with its verdict inside the recor
 (chapter 6), the peers meant to be timed there and not timed, the capstone's share of the copy
 floor and of a copy of its own bytes (where the recording timed one), and in place its time over
 its own out-of-place time. A shape misses when the capstone is slower than the fastest peer beyond
-the band, when a peer is missing (never a win), or when a call moving 64 MB or more runs below 90%
-of the floor; in place misses too where it is slower than out of place beyond the band (goal 2, in
+the band, when a peer is missing (never a win), when a call moving 64 MB or more runs below 90%
+of the floor, or when its time or the fastest peer's was taken while a process's probe found the
+memory system busy (measure.timer.QuietProbe); in place misses too where it is slower than out of place beyond the band (goal 2, in
 a graph); a shape of goal 1's grid (chapter 7's row and column counts in bf16, fp16 and fp32) that
 the recording did not time is a miss. From Python (chapter 7's one shape): the capstone's call over
 F.rms_norm(x + r)'s, a miss when slower, and in place over out of place, a miss when every process
@@ -130,6 +131,7 @@ def rows_of(doc: dict, band: float | None) -> list[dict]:
     ratio and the misses."""
     points = CR.peer_points(doc)
     in_place = CR.in_place_over_out_of_place(points)
+    busy = {(p.impl, p.op, p.rows, p.cols, p.dtype) for p in points if p.raw.get("quiet") is False}
     out = []
     for variant, op, impl in VARIANTS:
         for r in CR.peer_table(doc, op, points, mine=impl):
@@ -138,6 +140,11 @@ def rows_of(doc: dict, band: float | None) -> list[dict]:
             misses = []
             if verdict == "slower":
                 misses.append("slower than a peer")
+            # a timing a process began while the memory system was busy (timer.QuietProbe)
+            loud = [name for name in (impl, r["peer"]) if name and (name, op, *shape) in busy]
+            if loud:
+                misses.append("timed while the memory system was busy: "
+                              + ", ".join(CR.display_name(n) for n in loud))
             if r["missing"]:
                 misses.append("missing " + ", ".join(r["missing"]))
             if r["MB"] >= BIG_MB and (r["pct_floor"] or 0) < FLOOR_SHARE:
