@@ -685,6 +685,18 @@ def test_every_rotating_timing_waits_for_a_quiet_memory_system_and_says_so(monke
     assert all(r["quiet"] is False and r["quiet_probe"] == [1.0, 1.2, 1.0]
                for r in doc["records"])
 
+    # off (harness --no-quiet-probe, an A/B test): no wait, and the records say nothing of it
+    events.clear()
+    doc = harness.run_sweeps(sweeps, harness.Settings(processes=1, quiet_probe=False), None,
+                             log=lambda m: None, runner=inprocess_runner(state))
+    assert events == ["time"] * 4 and not any("quiet" in r for r in doc["records"])
+    import argparse
+
+    cli = argparse.ArgumentParser()
+    harness._add_settings(cli)
+    assert harness._settings(cli.parse_args([])).quiet_probe is True
+    assert harness._settings(cli.parse_args(["--no-quiet-probe"])).quiet_probe is False
+
 
 def test_the_cpu_path_has_no_probe_and_its_records_no_quiet_fields(monkeypatch):
     state = fake_clock(monkeypatch)

@@ -258,7 +258,7 @@ def run_worker(spec: dict) -> int:
     phase = _Phases()
     with phase("copy bandwidth"):
         bw = timer.copy_bandwidth_GBps()
-        quiet = quiet_probe(device)
+        quiet = quiet_probe(device) if s.quiet_probe else None
     _emit("copy", GBps=bw, l2_bytes=timer.l2_bytes(), flush_bytes=timer.flush_bytes())
     cases = spec["cases"]
     copied: set = set()  # the byte counts whose copy at size this process has timed
