@@ -12,11 +12,11 @@ floor and of a copy of its own bytes (where the recording timed one), and in pla
 its own out-of-place time. A shape misses when the capstone is slower than the fastest peer beyond
 the band, when a peer is missing (never a win), when a call moving 64 MB or more runs below 90%
 of the floor, or when its time or the fastest peer's was taken while a process's probe found the
-memory system busy (measure.timer.QuietProbe); in place misses too where it is slower than out of place beyond the band (goal 2, in
-a graph); a shape of goal 1's grid (chapter 7's row and column counts in bf16, fp16 and fp32) that
-the recording did not time is a miss. From Python (chapter 7's one shape): the capstone's call over
-F.rms_norm(x + r)'s, a miss when slower, and in place over out of place, a miss when every process
-of in place took longer than every process out of place.
+memory system busy (measure.timer.QuietProbe); in place misses too where it is slower than out of
+place beyond the band (goal 2, in a graph); a shape of goal 1's grid (chapter 7's row and column
+counts in bf16, fp16 and fp32) that the recording did not time is a miss. From Python (chapter 7's
+one shape): the capstone's call over F.rms_norm(x + r)'s, a miss when slower, and in place over
+out of place, a miss when every process of in place took longer than every process out of place.
 
 FP8 (chapter 8): ``fp8.fused`` at each timed row count, its share of its copy floor (a miss below
 80% from 64 MiB), its codes and scales against its contract, and its Python call over
