@@ -260,3 +260,9 @@ def test_not_timed_at_names_skipped_peers_but_not_declared_widths():
                         rec("w", "unsupported: too wide")]}
     assert ch06.not_timed_at(grid, sweep="grid", rows=1) == ["torch.compile"]
     assert ch06.not_timed_at(grid, sweep="grid", rows=2) == []
+
+
+def test_the_smoke_run_probes_for_a_quiet_memory_system_but_hardly_waits():
+    real, smoke = ch06.timing_settings(300.0), ch06.timing_settings(300.0, smoke=True)
+    assert real.quiet_wait_s == harness.Settings.quiet_wait_s > 0
+    assert 0 < smoke.quiet_wait_s <= 0.05

@@ -664,7 +664,9 @@ def test_every_rotating_timing_waits_for_a_quiet_memory_system_and_says_so(monke
         events.append("time")
         return [50.0] * reps
 
-    monkeypatch.setattr(worker, "quiet_probe", lambda device: Probe())
+    limits = []
+    monkeypatch.setattr(worker, "quiet_probe", lambda device, max_wait_s: limits.append(max_wait_s)
+                        or Probe())
     monkeypatch.setattr(timer, "time_rotating", time_rotating)
     big = harness.floor_bytes("add_rmsnorm", 64, 256, "fp32")
     sweeps = [harness.Sweep("t", "add_rmsnorm", (4, 64), (256,), ("fp32",), ("rotating",),
@@ -673,7 +675,7 @@ def test_every_rotating_timing_waits_for_a_quiet_memory_system_and_says_so(monke
                              None, log=lambda m: None, runner=inprocess_runner(state))
     # per process: 2 shapes x 2 implementations, then one copy at size (its two ways) at 64 rows
     per_process = ["wait", "time"] * 4 + ["wait", "time", "time"]
-    assert events == per_process * 2
+    assert events == per_process * 2 and limits == [harness.Settings.quiet_wait_s] * 2
     for r in doc["records"]:
         assert r["quiet_wait_ms"] == [0.5, 0.5] and r["quiet"] is True, r
     [copy] = doc["provenance"]["copy_at_size"]
@@ -687,15 +689,15 @@ def test_every_rotating_timing_waits_for_a_quiet_memory_system_and_says_so(monke
 
     # off (harness --no-quiet-probe, an A/B test): no wait, and the records say nothing of it
     events.clear()
-    doc = harness.run_sweeps(sweeps, harness.Settings(processes=1, quiet_probe=False), None,
+    doc = harness.run_sweeps(sweeps, harness.Settings(processes=1, quiet_wait_s=0.0), None,
                              log=lambda m: None, runner=inprocess_runner(state))
     assert events == ["time"] * 4 and not any("quiet" in r for r in doc["records"])
     import argparse
 
     cli = argparse.ArgumentParser()
     harness._add_settings(cli)
-    assert harness._settings(cli.parse_args([])).quiet_probe is True
-    assert harness._settings(cli.parse_args(["--no-quiet-probe"])).quiet_probe is False
+    assert harness._settings(cli.parse_args([])).quiet_wait_s == harness.Settings.quiet_wait_s > 0
+    assert harness._settings(cli.parse_args(["--no-quiet-probe"])).quiet_wait_s == 0
 
 
 def test_the_cpu_path_has_no_probe_and_its_records_no_quiet_fields(monkeypatch):
@@ -706,5 +708,5 @@ def test_the_cpu_path_has_no_probe_and_its_records_no_quiet_fields(monkeypatch):
                             impls=("torch.rms_norm_add",))]
     doc = harness.run_sweeps(sweeps, harness.Settings(processes=1), None, log=lambda m: None,
                              runner=inprocess_runner(state))
-    assert worker.quiet_probe("cpu") is None
+    assert worker.quiet_probe("cpu", 0.5) is None
     assert not any(k.startswith("quiet") for k in doc["records"][0])

@@ -504,10 +504,16 @@ COPY_AT_SIZE_MIN_BYTES = 64 * 10**6
 def timing_settings(timeout_s: float, smoke: bool = False) -> harness.Settings:
     """The harness's settings for a recording's timing run (chapter 6's grid, chapter 7's peers):
     3 processes (1 in the smoke run), a hard limit per process, copies at size from
-    :data:`COPY_AT_SIZE_MIN_BYTES` (every size in the smoke run)."""
+    :data:`COPY_AT_SIZE_MIN_BYTES` (every size in the smoke run). The smoke run probes for a quiet
+    memory system but hardly waits: the GPU check runs it beside the gpu-marked tests."""
     return harness.Settings(processes=1 if smoke else 3, timeout_s=timeout_s,
                             allow_missing_floor=True,
-                            copy_at_size_min_bytes=1 if smoke else COPY_AT_SIZE_MIN_BYTES)
+                            copy_at_size_min_bytes=1 if smoke else COPY_AT_SIZE_MIN_BYTES,
+                            quiet_wait_s=(SMOKE_QUIET_WAIT_S if smoke
+                                          else harness.Settings.quiet_wait_s))
+
+
+SMOKE_QUIET_WAIT_S = 0.02
 
 
 GRID_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far above its ~60 s

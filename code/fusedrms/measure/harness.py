@@ -150,7 +150,9 @@ class Settings:
     # from this many bytes a call, each process also times a copy of the call's bytes at that
     # size (worker.copy_at_size) beside its rotating cases; 0: never
     copy_at_size_min_bytes: int = 0
-    quiet_probe: bool = True  # wait for a quiet memory system before each rotating timing
+    # before each rotating timing, wait at most this long for a quiet memory system (0: no probe;
+    # timer.QuietProbe, whose process-wide budget bounds the sum)
+    quiet_wait_s: float = 0.5
 
 
 def warm_worker_count(settings: Settings) -> int:
@@ -724,7 +726,8 @@ def _add_settings(p):
     p.add_argument("--timeout-s", type=cli.number(0.0, above=True), default=None,
                    help="a hard limit per timing process; cases it does not reach are reported "
                         "as not timed and the command exits 1")
-    p.add_argument("--no-quiet-probe", dest="quiet_probe", action="store_false",
+    p.add_argument("--no-quiet-probe", dest="quiet_wait_s", action="store_const", const=0.0,
+                   default=Settings.quiet_wait_s,
                    help="time without first waiting for a quiet memory system (an A/B test)")
     p.add_argument("--allow-missing-floor", action="store_true",
                    help="record times even if the traffic model cannot price an op")
@@ -735,7 +738,7 @@ def _add_settings(p):
 def _settings(a) -> Settings:
     return Settings(processes=a.processes, warm_workers=a.warm_workers, warmup=a.warmup,
                     reps=a.reps, time_cap_s=a.time_cap, timeout_s=a.timeout_s,
-                    allow_missing_floor=a.allow_missing_floor, quiet_probe=a.quiet_probe)
+                    allow_missing_floor=a.allow_missing_floor, quiet_wait_s=a.quiet_wait_s)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -342,7 +342,11 @@ def time_rotating_us(call, x, w, bytes_per_call: int, reps: int = 7) -> tuple[fl
 # for GH100 in NVIDIA's open kernel modules). Whatever the cause, a copy shows the bandwidth lost.
 QUIET_BYTES = 128 << 20  # each of the probe's two buffers: a copy moves about 5x an H100's L2
 QUIET_TOLERANCE = 0.02  # a probe copy this much slower than the process's first is not quiet
-QUIET_MAX_WAIT_S = 2.0
+# The slow cases above lost ~15% over ~50 ms of warm-up and timing; a wait of half a second covers
+# that many times over, and a process waits 15 s at most in all, so that a GPU that stays busy
+# (another tenant, a clock that drifted since the reference) costs seconds, not minutes
+QUIET_MAX_WAIT_S = 0.5
+QUIET_BUDGET_S = 15.0
 QUIET_POLL_S = 0.005
 
 
@@ -350,8 +354,8 @@ def wait_until_quiet(probe_us: Callable[[], float], reference_us: float,
                      tolerance: float = QUIET_TOLERANCE, max_wait_s: float = QUIET_MAX_WAIT_S,
                      poll_s: float = QUIET_POLL_S, clock=None, sleep=None) -> dict:
     """Probe until ``probe_us()`` is within ``tolerance`` of ``reference_us``, for at most
-    ``max_wait_s``. Returns the record's fields: the wait in ms, the last probe over the
-    reference, and whether it came within the tolerance (``quiet``)."""
+    ``max_wait_s`` (0: one probe). Returns the record's fields: the wait in ms, the last probe
+    over the reference, and whether it came within the tolerance (``quiet``)."""
     import time
 
     clock, sleep = clock or time.perf_counter, sleep or time.sleep
@@ -368,23 +372,39 @@ def wait_until_quiet(probe_us: Callable[[], float], reference_us: float,
 
 
 class QuietProbe:
-    """A copy of :data:`QUIET_BYTES` timed when the probe is made (the reference: make it after
-    :func:`copy_bandwidth_GBps` has brought the clocks up) and again before each timing
-    (:meth:`wait`), until it runs as fast: the memory system is then free for the timing."""
+    """Before each timing, :meth:`wait` probes until ``probe_us()`` runs as fast as it did at
+    first (``reference_us``): the memory system is then free for the timing. Each wait lasts at
+    most ``max_wait_s``, and all of them together ``budget_s``; once that is spent, each wait is
+    one probe, which the record still reports. :meth:`on_gpu` makes the copy this uses."""
 
-    def __init__(self, nbytes: int = QUIET_BYTES):
+    def __init__(self, probe_us: Callable[[], float], reference_us: float,
+                 max_wait_s: float = QUIET_MAX_WAIT_S, budget_s: float = QUIET_BUDGET_S,
+                 **wait_options):
+        self.probe_us, self.reference_us = probe_us, reference_us
+        self.max_wait_s, self.budget_s, self.spent_s = max_wait_s, budget_s, 0.0
+        self.wait_options = wait_options  # wait_until_quiet's tolerance, poll_s, clock, sleep
+
+    @classmethod
+    def on_gpu(cls, nbytes: int = QUIET_BYTES, **limits) -> "QuietProbe":
+        """A copy of ``nbytes`` as the probe, its reference timed now: make it after
+        :func:`copy_bandwidth_GBps` has brought the clocks up."""
         env.require_gpu("Probing the memory system")
         torch = _torch()
-        self.src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
-        self.dst = torch.empty_like(self.src)
-        self.reference_us = self.copy_us(reps=15)
+        src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
+        dst = torch.empty_like(src)
 
-    def copy_us(self, reps: int = 5) -> float:
-        return statistics.median(time_gpu(lambda: self.dst.copy_(self.src), warmup=2, reps=reps,
-                                          l2="warm"))
+        def copy_us(reps: int = 5) -> float:
+            return statistics.median(time_gpu(lambda: dst.copy_(src), warmup=2, reps=reps,
+                                              l2="warm"))
+
+        return cls(copy_us, copy_us(reps=15), **limits)
 
     def wait(self) -> dict:
-        return wait_until_quiet(self.copy_us, self.reference_us)
+        left = max(0.0, min(self.max_wait_s, self.budget_s - self.spent_s))
+        got = wait_until_quiet(self.probe_us, self.reference_us, max_wait_s=left,
+                               **self.wait_options)
+        self.spent_s += got["quiet_wait_ms"] / 1e3
+        return got
 
 
 def summarize(samples: list[float]) -> dict:

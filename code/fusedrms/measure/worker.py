@@ -111,12 +111,12 @@ COPY_WAYS = ("copy_", "kernel")
 COPY_ALIGN = 16  # each half is rounded up to whole 16-byte vectors of the kernel's int32 words
 
 
-def quiet_probe(device):
-    """The probe each rotating timing waits on (:class:`~fusedrms.measure.timer.QuietProbe`):
-    on the CPU path, none."""
+def quiet_probe(device, max_wait_s: float):
+    """The probe each rotating timing waits on, at most ``max_wait_s`` each
+    (:class:`~fusedrms.measure.timer.QuietProbe`): on the CPU path, none."""
     from . import timer
 
-    return None if device == "cpu" else timer.QuietProbe()
+    return None if device == "cpu" else timer.QuietProbe.on_gpu(max_wait_s=max_wait_s)
 
 
 def copy_at_size(nbytes: int, device, reps: int, quiet=None) -> dict:
@@ -258,7 +258,7 @@ def run_worker(spec: dict) -> int:
     phase = _Phases()
     with phase("copy bandwidth"):
         bw = timer.copy_bandwidth_GBps()
-        quiet = quiet_probe(device) if s.quiet_probe else None
+        quiet = quiet_probe(device, s.quiet_wait_s) if s.quiet_wait_s > 0 else None
     _emit("copy", GBps=bw, l2_bytes=timer.l2_bytes(), flush_bytes=timer.flush_bytes())
     cases = spec["cases"]
     copied: set = set()  # the byte counts whose copy at size this process has timed
