@@ -141,10 +141,10 @@ def rows_of(doc: dict, band: float | None) -> list[dict]:
             if verdict == "slower":
                 misses.append("slower than a peer")
             # a timing a process began while the memory system was busy (timer.QuietProbe)
-            loud = [name for name in (impl, r["peer"]) if name and (name, op, *shape) in busy]
-            if loud:
+            found_busy = [n for n in (impl, r["peer"]) if n and (n, op, *shape) in busy]
+            if found_busy:
                 misses.append("timed while the memory system was busy: "
-                              + ", ".join(CR.display_name(n) for n in loud))
+                              + ", ".join(CR.display_name(n) for n in found_busy))
             if r["missing"]:
                 misses.append("missing " + ", ".join(r["missing"]))
             if r["MB"] >= BIG_MB and (r["pct_floor"] or 0) < FLOOR_SHARE:

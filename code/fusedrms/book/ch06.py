@@ -499,6 +499,7 @@ FILES = {
 # also times the floor's copy of the call's bytes at that size: a share of the 1 GiB copy the
 # capstone misses there is a share the copy may miss too. The smoke run copies its small shapes.
 COPY_AT_SIZE_MIN_BYTES = 64 * 10**6
+SMOKE_QUIET_WAIT_S = 0.02  # the smoke run's wait for a quiet memory system, at most
 
 
 def timing_settings(timeout_s: float, smoke: bool = False) -> harness.Settings:
@@ -511,9 +512,6 @@ def timing_settings(timeout_s: float, smoke: bool = False) -> harness.Settings:
                             copy_at_size_min_bytes=1 if smoke else COPY_AT_SIZE_MIN_BYTES,
                             quiet_wait_s=(SMOKE_QUIET_WAIT_S if smoke
                                           else harness.Settings.quiet_wait_s))
-
-
-SMOKE_QUIET_WAIT_S = 0.02
 
 
 GRID_TIMEOUT_S = 300  # per timing process: a hard limit for a hung case, far above its ~60 s

@@ -285,13 +285,24 @@ def copy_bandwidth_GBps(nbytes: int = 1 << 30, reps: int = 20) -> float:
     limit (a kernel that mostly reads can land a few percent under it, as chapter 6 shows).
     """
     env.require_gpu("Measuring copy bandwidth")
+    # a cold GPU reads far lower (2.8 against 4.2 TB/s on an H200): 60 copies bring the clocks up
+    us = timed_copy(nbytes)(reps, COPY_WARMUP)
+    return 2 * nbytes / (us * 1e-6) / 1e9
+
+
+def timed_copy(nbytes: int) -> Callable[[int, int], float]:
+    """A device copy of ``nbytes`` (random bytes into a buffer of its own) and a function
+    ``copy_us(reps, warmup)``: the median microseconds of ``reps`` copies back to back, after
+    ``warmup`` untimed ones. The floor's copy (:func:`copy_bandwidth_GBps`) and the quiet probe's
+    (:meth:`QuietProbe.on_gpu`); the buffers live as long as the function."""
     torch = _torch()
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
-    # a cold GPU reads far lower (2.8 against 4.2 TB/s on an H200): 60 copies bring the clocks up
-    times = time_gpu(lambda: dst.copy_(src), warmup=COPY_WARMUP, reps=reps, l2="warm")
-    del src, dst
-    return 2 * nbytes / (statistics.median(times) * 1e-6) / 1e9
+
+    def copy_us(reps: int, warmup: int) -> float:
+        return statistics.median(time_gpu(lambda: dst.copy_(src), warmup=warmup, reps=reps,
+                                          l2="warm"))
+    return copy_us
 
 
 def rotating_sets(bytes_per_call: int, l2: int) -> int:
@@ -389,15 +400,8 @@ class QuietProbe:
         """A copy of ``nbytes`` as the probe, its reference timed now: make it after
         :func:`copy_bandwidth_GBps` has brought the clocks up."""
         env.require_gpu("Probing the memory system")
-        torch = _torch()
-        src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
-        dst = torch.empty_like(src)
-
-        def copy_us(reps: int = 5) -> float:
-            return statistics.median(time_gpu(lambda: dst.copy_(src), warmup=2, reps=reps,
-                                              l2="warm"))
-
-        return cls(copy_us, copy_us(reps=15), **limits)
+        copy_us = timed_copy(nbytes)
+        return cls(lambda: copy_us(5, 2), copy_us(15, 2), **limits)
 
     def wait(self) -> dict:
         left = max(0.0, min(self.max_wait_s, self.budget_s - self.spent_s))
