@@ -564,8 +564,8 @@ def test_the_large_batch_launch_gives_each_thread_one_vector_up_to_32_warps(cols
     assert rule == A.LaunchConfig(1, warps) and rule.chunk is None and why is None
     got, replaced = A.batch_config(A.LaunchConfig(1, 4), 10**5, cols, 132, dtype,
                                    write_sum=True)
-    # rows of 128 KB in fp32 take the exchange rule before the large-batch rule
-    assert got == (A.EXCHANGE_CONFIG if cols * size >= 128 << 10 else rule) and replaced
+    # rows of 128 KB in fp32 take the wide-sum rule's two passes before the large-batch rule
+    assert got == (A.WIDE_SUM_CONFIG if cols * size >= 128 << 10 else rule) and replaced
     assert triton.next_power_of_2(cols) // (32 * warps) <= 32  # values per thread in registers
     assert warps == 32 or triton.next_power_of_2(cols) * size == 16 * 32 * warps
 

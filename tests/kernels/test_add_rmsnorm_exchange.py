@@ -74,11 +74,21 @@ def test_the_rule_takes_rows_of_128_kb_and_more():
                           write_sum=False)[0] == A.SPLIT_CONFIG
     for cols, dtype in ((32768, bf16), (16384, fp32)):  # 64 KB: held whole by one program
         assert not A.takes_exchange(1024, cols, sms, dtype, write_sum=False)
-    # the residual-writing op: fp32 only, not from half a row to two rows per SM
+    # the residual-writing op: fp32 only; at 65,536 columns not from half a row to two rows per
+    # SM, at 32,768 not from half a row per SM (the wide-sum rule's two passes)
     for rows in (1, 66, 264, 10**5):
-        assert A.takes_exchange(rows, 32768, sms, fp32, write_sum=True), rows
+        assert A.takes_exchange(rows, 65536, sms, fp32, write_sum=True), rows
     for rows in (67, 128, 263):
+        assert not A.takes_exchange(rows, 65536, sms, fp32, write_sum=True), rows
+    for rows in (1, 66):
+        assert A.takes_exchange(rows, 32768, sms, fp32, write_sum=True), rows
+    for rows in (67, 128, 264, 10**5):
         assert not A.takes_exchange(rows, 32768, sms, fp32, write_sum=True), rows
+        got, rule = A.batch_config(A.TWO_PASS_CONFIG, rows, 32768, sms, fp32, write_sum=True)
+        assert got == A.WIDE_SUM_CONFIG and rule.startswith("wide-sum rule"), rows
+        # the fused op still exchanges there
+        assert A.batch_config(A.TWO_PASS_CONFIG, rows, 32768, sms, fp32,
+                              write_sum=False)[0] == A.EXCHANGE_CONFIG, rows
     for rows in (1, 1024):
         assert not A.takes_exchange(rows, 65536, sms, bf16, write_sum=True)
     assert A.batch_config(A.TWO_PASS_CONFIG, 1024, 65536, sms, bf16,
@@ -102,6 +112,22 @@ def test_gpu_the_exchange_rule_is_exact_with_several_rows_per_program(rows, cols
     assert torch.equal(s2, s_ref.to(dtype)) and checks.allclose(y2, y_ref).ok
     xi, ri = x.clone(), r.clone()
     A.add_rmsnorm_residual(xi, ri, w, in_place=True, config=A.EXCHANGE_CONFIG)
+    assert torch.equal(ri, s2) and torch.equal(xi, y2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [300, 1030])
+def test_gpu_the_wide_sum_rule_is_exact_out_of_place_and_in_place(rows):
+    """The residual-writing op's default launch at fp32 rows of 128 KB past half a row per SM (two
+    passes over 8,192-column chunks), on the GPU's own SM count."""
+    x, r, w = inputs(rows, 32768, torch.float32, seed=rows)
+    got = A.launch_config(rows, 32768, torch.float32, x.device, write_sum=True)
+    assert got == A.WIDE_SUM_CONFIG or 2 * rows <= A.sm_count(x.device)
+    y2, s2 = A.add_rmsnorm_residual(x, r, w)
+    y_ref, s_ref = reference.add_rmsnorm_residual(x, r, w, accum=torch.float64)
+    assert torch.equal(s2, s_ref.to(torch.float32)) and checks.allclose(y2, y_ref).ok
+    xi, ri = x.clone(), r.clone()
+    A.add_rmsnorm_residual(xi, ri, w, in_place=True)
     assert torch.equal(ri, s2) and torch.equal(xi, y2)
 
 

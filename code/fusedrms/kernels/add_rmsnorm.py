@@ -418,18 +418,35 @@ SPLIT_CONFIG = LaunchConfig(rows_per_program=1, num_warps=8, num_stages=1, segme
 # at 1024, 4096, 16384 rows 114.6, 426, 1652 against 118.6, 446, 1741; 65,536 fp32 at 128, 1024,
 # 4096 rows 30.9, 201, 782 against 39.5, 301, 1134; 32,768 fp32 at 8 and 4096 rows 5.4, 385 against
 # 7.7, 440; from 67 to 512 rows of 65,536 bf16 it ties or wins by up to 5%. The residual-writing op
-# gains with fp32 only, and not between half a row and two rows per SM (128 x 65536: 41.3 against
-# 39.1; 1024 x 65536: 283 against 295; 16 x 32768: 6.4 against 9.8): with two-byte types its second
+# gains with fp32 only: at 65,536 columns not between half a row and two rows per SM (128 x 65536:
+# 41.3 against 39.1; 1024 x 65536: 283 against 295), at 32,768 only below half a row per SM (16 x
+# 32768: 6.4 against 9.8; above, WIDE_SUM_CONFIG's two passes win): with two-byte types its second
 # pass reads back s, half the bytes of x and r, from L2 and stays faster (1024 x 65536 bf16: 141
 # against 155).
 EXCHANGE_MIN_ROW_BYTES = 128 * 1024
 EXCHANGE_CONFIG = LaunchConfig(rows_per_program=1, num_warps=4, num_stages=1, programs_per_sm=8,
                                segment=4096)
+# The residual-writing op at fp32 rows of 128 KB (32,768 columns, held whole by no launch that
+# wins) from half a row per SM: two passes in 8,192-column chunks of 16 warps. Pass 2 reads back
+# s, 128 KB a row, so the rows between the passes (two programs an SM) stay in L2. H100, one
+# process, us, against the exchange (the two-pass launch at 128 rows) and the fastest peer:
+# 128 rows 25.6 against 26.5 (FlashInfer 26.0), 1024 rows 187.6 against 191.5 (torch.compile
+# 186.9), 4096 rows 728.4 against 734.5 (torch.compile 730.5); 32 warps 26.1, 186.5, 726.4.
+WIDE_SUM_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1, chunk=8192)
+
+
+def takes_wide_sum(rows: int, cols: int, sms: int, dtype: torch.dtype, *, write_sum: bool) -> bool:
+    """Whether a batch of the residual-writing op (``write_sum``) runs :data:`WIDE_SUM_CONFIG`:
+    rows of 128 KB or more that one program could hold whole, more than half a row per SM."""
+    return (write_sum and 2 * rows > sms and not takes_two_passes(cols)
+            and block_bytes(cols, dtype) >= EXCHANGE_MIN_ROW_BYTES)
 
 
 def takes_exchange(rows: int, cols: int, sms: int, dtype: torch.dtype, *, write_sum: bool) -> bool:
     """Whether a batch runs the exchange design (``write_sum``: the residual-writing op)."""
     if block_bytes(cols, dtype) < EXCHANGE_MIN_ROW_BYTES:
+        return False
+    if takes_wide_sum(rows, cols, sms, dtype, write_sum=write_sum):
         return False
     return not write_sum or (dtypes.nbytes(dtype) == 4 and (2 * rows <= sms or rows >= 2 * sms))
 
@@ -517,6 +534,9 @@ def batch_config(config: LaunchConfig, rows: int, cols: int, sms: int, dtype: to
     if takes_exchange(rows, cols, sms, dtype, write_sum=write_sum):
         return EXCHANGE_CONFIG, ("exchange rule (rows of 128 KB or more: programs of 4096 columns "
                                  "exchange their partial sums)")
+    if takes_wide_sum(rows, cols, sms, dtype, write_sum=write_sum):
+        return WIDE_SUM_CONFIG, ("wide-sum rule (the residual-writing op at fp32 rows of 128 KB, "
+                                 "from half a row per SM: two passes in 8,192-column chunks)")
     if takes_two_passes(cols):  # the residual-writing op in two-byte types, or fp32 near 1/SM
         return TWO_PASS_CONFIG, (None if TWO_PASS_CONFIG == config else
                                  "two-pass rule (rows wider than registers hold)")
