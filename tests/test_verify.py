@@ -205,6 +205,21 @@ def test_unmasked_row_is_caught():
     assert failing == {"3x13"}
 
 
+def test_inputs_are_followed_by_nan_so_a_read_past_the_end_fails_on_every_run():
+    """What lies past an input is NaN, not whatever memory follows: a kernel that reads past a row
+    (no mask) gets the same verdict on every run, here on rows whose sum is 0 or whose weight is 0
+    (w = 0), where stray finite values used to pass on some runs."""
+    for name in ("all zeros", "w = 0", "3x13"):
+        inputs = verify.make_inputs(verify.case(name), "rmsnorm", torch.float32, "cpu", seed=1)
+        for key in ("x", "w"):
+            t = inputs[key]
+            after = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage())[t.numel():]
+            assert t.is_contiguous() and after.numel() > 0 and torch.isnan(after).all(), (name, key)
+    for _ in range(3):
+        failing, _ = _failing_cases("broken.unmasked_row", torch.float32, ("all zeros", "w = 0"))
+        assert failing == {"all zeros", "w = 0"}
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_fp16_accumulation_is_caught_by_huge_values(dtype):
     failing, results = _failing_cases("broken.fp16_accum", dtype, ("huge values", "all zeros"))

@@ -127,6 +127,19 @@ def _scale_huge(dtype: torch.dtype) -> float:
     return 3e4 if dtype == torch.float16 else 1e17
 
 
+def _followed_by_nan(t: torch.Tensor, device) -> torch.Tensor:
+    """``t`` (contiguous) on ``device``, at the start of a buffer whose elements after it are NaN,
+    as many as a row's power-of-two block: a kernel that reads past the end (a missing mask) reads
+    NaN on every run instead of whatever memory follows, so its verdict does not change from run
+    to run."""
+    cols = t.shape[-1] if t.dim() else 1
+    guard = 1 << max(cols - 1, 0).bit_length()
+    buffer = torch.full((t.numel() + guard,), float("nan"), dtype=t.dtype, device=device)
+    placed = buffer[: t.numel()].view(t.shape)
+    placed.copy_(t)
+    return placed
+
+
 def make_inputs(c: Case, op: str, dtype: torch.dtype, device, seed: int) -> dict:
     """Fresh inputs for ``c``: ``x``, ``w``, ``eps`` and, for the add ops, ``residual``."""
     device = torch.device(device) if device is not None else env.current().device
@@ -165,7 +178,7 @@ def make_inputs(c: Case, op: str, dtype: torch.dtype, device, seed: int) -> dict
         x[1], res[1] = 1e-21 * x[1], 1e-21 * res[1]
 
     def place(t):
-        return t.to(dtype).to(device)
+        return _followed_by_nan(t.to(dtype), device)
 
     if c.kind == "strided":  # the same values, in a buffer twice as wide whose gaps hold NaN
         def place(t):  # noqa: F811
@@ -177,7 +190,8 @@ def make_inputs(c: Case, op: str, dtype: torch.dtype, device, seed: int) -> dict
         def place(t):  # noqa: F811
             return t.t().contiguous().to(dtype).to(device).t()
 
-    inputs = {"x": place(x), "residual": place(res), "w": w.to(dtype).to(device), "eps": c.eps}
+    inputs = {"x": place(x), "residual": place(res), "w": _followed_by_nan(w.to(dtype), device),
+              "eps": c.eps}
     if op in registry.BACKWARD_OPS:  # output gradients, from their own stream of numbers
         g2 = torch.Generator().manual_seed(seed + 1)
         inputs["dy"] = place(torch.randn(rows, cols, generator=g2))
