@@ -22,6 +22,19 @@ def test_cpu_build_is_cached_by_source_and_flags():
     assert build._key(text, "/usr/bin/other-g++", args) != build._key(text, gpp, args)
 
 
+def test_a_finished_build_in_the_cache_is_never_replaced(tmp_path):
+    """Two processes building the same key at once: the second keeps the first one's library, so
+    a path already loaded or stamped never changes under it."""
+    target = tmp_path / "rmsnorm-cpu-key.so"
+    first, second = tmp_path / "first.so", tmp_path / "second.so"
+    first.write_bytes(b"first")
+    second.write_bytes(b"second")
+    build._publish(first, target)
+    stamp = target.stat().st_mtime_ns
+    build._publish(second, target)
+    assert target.read_bytes() == b"first" and target.stat().st_mtime_ns == stamp
+
+
 def test_compile_error_carries_the_compilers_message(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSEDRMS_CACHE", str(tmp_path))
     broken = build.source_text().replace("sum_sq += v * v;", "sum_sq += v * undeclared_name;", 1)

@@ -214,8 +214,25 @@ def test_the_cpu_runtime_turns_a_divergent_barrier_into_an_error():
                                         "        partial[tid] += partial[tid + stride];\n"
                                         "        __syncthreads();\n")
     x, w = _inputs(1, 4, torch.float32)
-    with pytest.raises(kernels.KernelError, match="divergent"):
-        kernels.rmsnorm(x, w, variant="block", block_size=4, text=divergent)
+    # reported once no thread runs: the same words whichever thread the OS scheduled first
+    for _ in range(5):
+        with pytest.raises(kernels.KernelError, match="divergent") as err:
+            kernels.rmsnorm(x, w, variant="block", block_size=4, text=divergent)
+        assert ("divergent __syncthreads(): threads 2-3 of block 0 returned while threads 0-1 "
+                "wait at __syncthreads() #2.") in str(err.value)
+
+
+def test_the_cpu_runtime_names_the_lanes_that_left_a_shuffle():
+    text = build.source_text()
+    call = "    const float r = row_scale(block_sum_shuffle(sum_sq), cols, eps);\n"
+    assert call in text
+    divergent = text.replace(call, "    if (threadIdx.x % warpSize >= 16) return;\n" + call, 1)
+    x, w = _inputs(1, 64, torch.float32)
+    for _ in range(3):
+        with pytest.raises(kernels.KernelError) as err:
+            kernels.rmsnorm(x, w, variant="shuffle", block_size=64, text=divergent)
+        assert ("divergent warp shuffle: threads 16-31, 48-63 of block 0 returned while threads "
+                "0-15, 32-47 of the same warp(s) wait in a shuffle.") in str(err.value)
 
 
 # ---- on the GPU ----

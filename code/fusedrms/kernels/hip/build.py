@@ -150,8 +150,20 @@ def compile(text: str | None = None, toolchain: str = "cpu", arch: str | None = 
         if result.returncode != 0:
             message = (result.stderr + result.stdout).replace(str(src), "kernel.hip")
             raise CompileError(toolchain, command, message)
-        os.replace(out, target)  # atomic: parallel builders never see half a file
+        _publish(out, target)
     return target
+
+
+def _publish(built: Path, target: Path) -> None:
+    """Move a finished build into the cache atomically (parallel builders never see half a file),
+    unless a parallel builder has already put one there: that one is kept, untouched, so a path
+    one process already loaded or stamped never changes under it."""
+    try:
+        os.link(built, target)
+    except FileExistsError:
+        pass
+    except OSError:  # a file system without hard links
+        os.replace(built, target)
 
 
 _LOADED: dict[Path, ctypes.CDLL] = {}

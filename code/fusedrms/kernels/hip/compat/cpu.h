@@ -69,9 +69,9 @@ namespace fusedrms_cpu {
 struct Cell { int writer = -1, reader = -1, other_reader = -1; unsigned write_epoch = 0, read_epoch = 0; };
 
 struct Barrier {  // waiters sleep on the barrier's own condition variable (no thundering herd)
-    unsigned arrived = 0, generation = 0, exited = 0;
+    unsigned arrived = 0, generation = 0;
     std::condition_variable cv;
-    void reset() { arrived = 0; exited = 0; }
+    void reset() { arrived = 0; }
 };
 
 struct Team {
@@ -82,6 +82,7 @@ struct Team {
     std::unique_ptr<Barrier[]> warps;
     unsigned warp_count = 0;
     std::vector<unsigned> epoch;            // barriers each thread has passed in this block
+    std::vector<int> waits_at;              // per thread: NOT_WAITING, AT_SYNCTHREADS or its warp
     std::vector<float> shuffle_slots;       // one per thread
     std::vector<unsigned char> shared;      // the block's shared memory
     std::vector<Cell> shadow;               // one per 4-byte word of shared
@@ -99,6 +100,8 @@ inline std::string where() {
     return "block " + std::to_string(blockIdx.x) + ", thread " + std::to_string(tid);
 }
 
+inline constexpr int NOT_WAITING = -2, AT_SYNCTHREADS = -1, EXITED = -3;
+
 // Record the first error and wake everybody; callers hold team->m.
 inline void fail(const std::string& what) {
     if (team->error.empty()) team->error = what;
@@ -107,15 +110,57 @@ inline void fail(const std::string& what) {
     for (unsigned w = 0; w < team->warp_count; ++w) team->warps[w].cv.notify_all();
 }
 
-inline void barrier_wait(Barrier& b, unsigned participants, const char* name, std::unique_lock<std::mutex>& lk) {
-    if (!team->error.empty()) return;
-    if (b.exited > 0) {
-        fail(std::string("divergent ") + name + ": thread " + std::to_string(tid) + " of block " +
-             std::to_string(blockIdx.x) + " waits at a " + name + " that " + std::to_string(b.exited) +
-             " thread(s) of its group will never reach (they already returned). Every thread must "
-             "reach every barrier: move the barrier out of the branch or the early return.");
-        return;
+// "thread 3", "threads 0-1, 4": the threads in `which`, ascending, consecutive ones as a range.
+inline std::string thread_list(const std::vector<unsigned>& which) {
+    std::string out = which.size() == 1 ? "thread " : "threads ";
+    for (size_t i = 0; i < which.size();) {
+        size_t j = i;
+        while (j + 1 < which.size() && which[j + 1] == which[j] + 1) ++j;
+        if (i > 0) out += ", ";
+        out += std::to_string(which[i]) + (j > i ? "-" + std::to_string(which[j]) : "");
+        i = j + 1;
     }
+    return out;
+}
+
+// Every thread of the block has returned or waits and none can go on: say which did what. It is
+// reported only once no thread runs, so the message is the same on every run, whichever thread
+// the OS scheduled first. Callers hold team->m.
+inline void fail_stuck() {
+    std::vector<unsigned> exited, at_sync, in_shuffle;
+    unsigned barrier = 0;
+    for (unsigned t = 0; t < team->threads; ++t) {
+        int at = team->waits_at[t];
+        if (at == EXITED) exited.push_back(t);
+        else if (at == AT_SYNCTHREADS) { at_sync.push_back(t); barrier = team->epoch[t] + 1; }
+        else if (at >= 0) in_shuffle.push_back(t);
+    }
+    std::string block = " of block " + std::to_string(blockIdx.x);
+    if (exited.empty()) {
+        fail("divergent barriers in block " + std::to_string(blockIdx.x) + ": every thread is waiting, "
+             "but at different barriers (" + thread_list(at_sync) + " at __syncthreads(), " +
+             thread_list(in_shuffle) + " in a warp shuffle), so none can complete. Every thread must "
+             "reach the same barriers in order.");
+    } else if (!at_sync.empty()) {
+        fail("divergent __syncthreads(): " + thread_list(exited) + block + " returned while " +
+             thread_list(at_sync) + " wait at __syncthreads() #" + std::to_string(barrier) +
+             ". Every thread must reach every barrier: do not return early or skip a barrier inside a "
+             "branch.");
+    } else {  // the lanes that returned from a warp whose other lanes wait
+        std::vector<unsigned> left;
+        for (unsigned t : exited)
+            if (std::any_of(in_shuffle.begin(), in_shuffle.end(),
+                            [&](unsigned u) { return u / team->lanes == t / team->lanes; }))
+                left.push_back(t);
+        fail("divergent warp shuffle: " + thread_list(left) + block + " returned while " +
+             thread_list(in_shuffle) + " of the same warp(s) wait in a shuffle. Every lane must reach every "
+             "shuffle: do not return early or skip a shuffle inside a branch.");
+    }
+}
+
+// `where_at`: AT_SYNCTHREADS or the warp's index, recorded for fail_stuck.
+inline void barrier_wait(Barrier& b, unsigned participants, int where_at, std::unique_lock<std::mutex>& lk) {
+    if (!team->error.empty()) return;
     unsigned gen = b.generation;
     if (++b.arrived == participants) {
         team->waiting -= participants - 1;  // the releaser accounts for the threads it releases
@@ -124,13 +169,13 @@ inline void barrier_wait(Barrier& b, unsigned participants, const char* name, st
         b.cv.notify_all();
         return;
     }
-    if (++team->waiting + team->exited == team->threads) {
-        fail(std::string("divergent barriers in block ") + std::to_string(blockIdx.x) + ": every thread "
-             "is waiting, but at different barriers (for example some at __syncthreads() and some in a "
-             "warp shuffle), so none can complete. Every thread must reach the same barriers in order.");
+    team->waits_at[tid] = where_at;
+    if (++team->waiting + team->exited == team->threads) {  // no thread left to release anybody
+        fail_stuck();
         return;
     }
     b.cv.wait(lk, [&] { return b.generation != gen || !team->error.empty(); });
+    team->waits_at[tid] = NOT_WAITING;
 }
 
 inline unsigned warp_of(unsigned t) { return t / team->lanes; }
@@ -138,7 +183,7 @@ inline unsigned warp_size_of(unsigned w) { return std::min(team->lanes, team->th
 
 inline void syncthreads() {
     std::unique_lock<std::mutex> lk(team->m);
-    barrier_wait(team->block, team->threads, "__syncthreads()", lk);
+    barrier_wait(team->block, team->threads, AT_SYNCTHREADS, lk);
     ++team->epoch[tid];
 }
 
@@ -148,10 +193,10 @@ inline float shuffle(float v, F source_lane) {
     std::unique_lock<std::mutex> lk(team->m);
     unsigned w = warp_of(tid), lane = tid % team->lanes, n = warp_size_of(w);
     team->shuffle_slots[tid] = v;
-    barrier_wait(team->warps[w], n, "warp shuffle", lk);
+    barrier_wait(team->warps[w], n, (int)w, lk);
     int src = source_lane((int)lane);
     float out = (src >= 0 && (unsigned)src < n) ? team->shuffle_slots[w * team->lanes + src] : v;
-    barrier_wait(team->warps[w], n, "warp shuffle", lk);
+    barrier_wait(team->warps[w], n, (int)w, lk);
     return out;
 }
 
@@ -228,22 +273,18 @@ inline void team_thread(Team* tm, unsigned t, dim3 grid, dim3 block, unsigned fi
         blockIdx = {b, 0, 0};
         if (tm->error.empty()) (*body)();
         std::unique_lock<std::mutex> lk(tm->m);
-        Barrier& w = tm->warps[warp_of(t)];
-        if (tm->error.empty() && tm->block.arrived > 0)
-            fail("divergent __syncthreads(): thread " + std::to_string(t) + " of block " + std::to_string(b) +
-                 " returned while " + std::to_string(tm->block.arrived) + " thread(s) wait at __syncthreads() #" +
-                 std::to_string(tm->epoch[t] + 1) + ". Every thread must reach every barrier: do not return "
-                 "early or skip a barrier inside a branch.");
-        else if (tm->error.empty() && w.arrived > 0)
-            fail("divergent warp shuffle: thread " + std::to_string(t) + " of block " + std::to_string(b) +
-                 " returned while other lanes of its warp wait in a shuffle.");
-        ++tm->block.exited; ++w.exited;
-        if (++tm->exited == tm->threads) {  // the last thread out resets the block's state
+        tm->waits_at[t] = EXITED;
+        ++tm->exited;
+        // others wait at a barrier this thread skipped, and none is left to release them
+        if (tm->error.empty() && tm->waiting > 0 && tm->waiting + tm->exited == tm->threads)
+            fail_stuck();
+        if (tm->exited == tm->threads) {  // the last thread out resets the block's state
             tm->exited = 0;
             tm->waiting = 0;
             tm->block.reset();
             for (unsigned k = 0; k < tm->warp_count; ++k) tm->warps[k].reset();
             std::fill(tm->epoch.begin(), tm->epoch.end(), 0u);
+            std::fill(tm->waits_at.begin(), tm->waits_at.end(), NOT_WAITING);
             std::fill(tm->shared.begin(), tm->shared.end(), (unsigned char)0xFF);  // NaN poison
             std::fill(tm->shadow.begin(), tm->shadow.end(), Cell());
             ++tm->block_generation;
@@ -275,6 +316,7 @@ hipError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shared
         tm.warp_count = (block.x + tm.lanes - 1) / tm.lanes;
         tm.warps.reset(new Barrier[tm.warp_count]);
         tm.epoch.assign(block.x, 0u);
+        tm.waits_at.assign(block.x, NOT_WAITING);
         tm.shuffle_slots.assign(block.x, 0.0f);
         tm.shared.assign((shared_bytes + 3) / 4 * 4, (unsigned char)0xFF);
         tm.shadow.assign(tm.shared.size() / 4, Cell());
