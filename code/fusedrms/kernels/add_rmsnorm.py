@@ -428,10 +428,10 @@ EXCHANGE_CONFIG = LaunchConfig(rows_per_program=1, num_warps=4, num_stages=1, pr
                                segment=4096)
 # The residual-writing op at fp32 rows of 128 KB (32,768 columns, held whole by no launch that
 # wins) from half a row per SM: two passes in 8,192-column chunks of 16 warps, pass 2 reading
-# back s from L2, as Inductor's kernel does. H100, one process, us, against the exchange (at 128
-# rows the 16,384-column two passes) and the fastest peer:
-# 128 rows 25.6 against 26.5 (FlashInfer 26.0), 1024 rows 187.6 against 191.5 (torch.compile
-# 186.9), 4096 rows 728.4 against 734.5 (torch.compile 730.5); 32 warps 26.1, 186.5, 726.4.
+# back s from L2, as Inductor's kernel does. H100, one process, us (each the mean of two rounds),
+# against the exchange (at 128 rows the 16,384-column two passes) and the fastest peer: 128 rows
+# 25.6 against 26.5 (FlashInfer 26.0), 1024 rows 187.6 against 191.5 (torch.compile 186.9), 4096
+# rows 728.4 against 734.5 (torch.compile 730.5); 32 warps 26.1, 186.6, 726.4.
 WIDE_SUM_CONFIG = LaunchConfig(rows_per_program=1, num_warps=16, num_stages=1, chunk=8192)
 
 
