@@ -6,7 +6,9 @@
 //   - a divergent barrier: a thread returns without reaching a __syncthreads() that others wait at;
 //   - a shared-memory race: two threads touch the same word, at least one writing, with no
 //     __syncthreads() between them (every access is checked against a shadow of the block's memory).
-// The first error of a launch is reported by hipGetLastError() / fusedrms_error_message().
+// The first error of a launch is reported by hipGetLastError() / fusedrms_error_message(), in words
+// that do not depend on how the OS schedules the threads: a divergent barrier once no thread can
+// run, a race as the first by block, barrier, word and threads.
 #pragma once
 
 #include <algorithm>
@@ -66,7 +68,20 @@ namespace fusedrms_cpu {
 
 // One team of OS threads runs the blocks given to it, one block at a time.
 // The last writer and the last two distinct readers of a shared word, since the last barrier.
-struct Cell { int writer = -1, reader = -1, other_reader = -1; unsigned write_epoch = 0, read_epoch = 0; };
+// The two lowest thread ids that wrote, and that read, a shared word since the last barrier: enough to
+// find the race between the lowest writer and the lowest other thread whatever order they came in.
+struct Cell { int writers[2] = {-1, -1}, readers[2] = {-1, -1}; unsigned write_epoch = 0, read_epoch = 0; };
+
+inline void keep_two_lowest(int* two, int t) {
+    if (t == two[0] || t == two[1]) return;
+    if (two[0] < 0 || t < two[0]) { two[1] = two[0]; two[0] = t; }
+    else if (two[1] < 0 || t < two[1]) two[1] = t;
+}
+
+// The lowest id in `two` other than `me`, or -1: a thread never races with itself.
+inline int lowest_other(const int* two, int me) {
+    return two[0] >= 0 && two[0] != me ? two[0] : two[1] >= 0 && two[1] != me ? two[1] : -1;
+}
 
 struct Barrier {  // waiters sleep on the barrier's own condition variable (no thundering herd)
     unsigned arrived = 0, generation = 0;
@@ -88,6 +103,11 @@ struct Team {
     std::vector<Cell> shadow;               // one per 4-byte word of shared
     unsigned exited = 0, waiting = 0, block_generation = 0;
     std::string error;                      // the first error in this launch
+    // A race stops nothing: the block runs on, barriers and all, and the race reported is the first
+    // by (block, barrier, word, threads), whichever access the OS scheduled first.
+    bool race_found = false;
+    std::vector<unsigned> race_key;         // of the race reported so far
+    std::string race_text;
 };
 
 inline thread_local Team* team = nullptr;
@@ -201,11 +221,28 @@ inline float shuffle(float v, F source_lane) {
 }
 
 // Shared memory with a race check on every access.
-inline void race(unsigned word, int other, const char* other_did, const char* me_do) {
-    fail("shared-memory race in block " + std::to_string(blockIdx.x) + " on word " + std::to_string(word) +
-         ": thread " + std::to_string(other) + " " + other_did + " it and thread " + std::to_string(tid) +
-         " " + me_do + " it with no __syncthreads() between them (after barrier #" +
-         std::to_string(team->epoch[tid]) + "). Add a __syncthreads() between the two accesses.");
+inline void race(unsigned word, int other, bool other_wrote, bool i_write) {
+    const unsigned me = tid, e = team->epoch[tid];
+    unsigned first, second;
+    std::string who;
+    if (other_wrote && i_write) {
+        first = std::min(me, (unsigned)other); second = std::max(me, (unsigned)other);
+        who = "threads " + std::to_string(first) + " and " + std::to_string(second) + " both write it";
+    } else {
+        first = i_write ? me : (unsigned)other; second = i_write ? (unsigned)other : me;
+        who = "thread " + std::to_string(first) + " writes it and thread " + std::to_string(second) +
+              " reads it";
+    }
+    if (!team->error.empty()) return;  // after a divergent barrier the epochs no longer line up
+    std::vector<unsigned> key = {blockIdx.x, e, word, first, second};
+    if (!team->race_found || key < team->race_key) {
+        team->race_found = true;
+        team->race_key = key;
+        team->race_text = "shared-memory race in block " + std::to_string(blockIdx.x) + " on word " +
+                          std::to_string(word) + ": " + who + " with no __syncthreads() between them "
+                          "(after barrier #" + std::to_string(e) + "). Add a __syncthreads() between "
+                          "the two accesses.";
+    }
 }
 
 // Callers hold team->m. Returns false when the access is out of range.
@@ -216,21 +253,19 @@ inline bool check_access(size_t byte, size_t size, bool write) {
         return false;
     }
     unsigned e = team->epoch[tid];
+    const int me = (int)tid;
     for (size_t word = byte / 4; word < (byte + size + 3) / 4; ++word) {
         Cell& c = team->shadow[word];
-        bool other_wrote = c.writer >= 0 && c.write_epoch == e && c.writer != (int)tid;
-        const bool read_now = c.reader >= 0 && c.read_epoch == e;
-        // a reader other than this thread, if any: a thread never races with itself
-        const int other_reader = !read_now ? -1 : c.reader != (int)tid ? c.reader : c.other_reader;
+        if (c.write_epoch != e) { c.writers[0] = c.writers[1] = -1; c.write_epoch = e; }
+        if (c.read_epoch != e) { c.readers[0] = c.readers[1] = -1; c.read_epoch = e; }
+        const int other_writer = lowest_other(c.writers, me);
+        if (other_writer >= 0) race((unsigned)word, other_writer, true, write);
         if (write) {
-            if (other_wrote) race((unsigned)word, c.writer, "wrote", "writes");
-            else if (other_reader >= 0) race((unsigned)word, other_reader, "read", "writes");
-            c.writer = (int)tid; c.write_epoch = e;
+            const int other_reader = lowest_other(c.readers, me);
+            if (other_reader >= 0) race((unsigned)word, other_reader, false, true);
+            keep_two_lowest(c.writers, me);
         } else {
-            if (other_wrote) race((unsigned)word, c.writer, "wrote", "reads");
-            if (!read_now) c.other_reader = -1;
-            else if (c.reader != (int)tid) c.other_reader = c.reader;
-            c.reader = (int)tid; c.read_epoch = e;
+            keep_two_lowest(c.readers, me);
         }
     }
     return true;
@@ -279,6 +314,7 @@ inline void team_thread(Team* tm, unsigned t, dim3 grid, dim3 block, unsigned fi
         if (tm->error.empty() && tm->waiting > 0 && tm->waiting + tm->exited == tm->threads)
             fail_stuck();
         if (tm->exited == tm->threads) {  // the last thread out resets the block's state
+            if (tm->race_found && tm->error.empty()) tm->error = tm->race_text;  // no block after it
             tm->exited = 0;
             tm->waiting = 0;
             tm->block.reset();
@@ -328,7 +364,10 @@ hipError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shared
             threads.emplace_back(team_thread, &tms[k], t, grid, block, k, teams, &body);
     for (auto& th : threads) th.join();
     for (auto& tm : tms)
-        if (!tm.error.empty()) { last_error() = tm.error; return hipErrorLaunchFailure; }
+        if (!tm.error.empty()) {
+            last_error() = tm.race_found ? tm.race_text : tm.error;  // a race before anything else
+            return hipErrorLaunchFailure;
+        }
     return hipSuccess;
 }
 
