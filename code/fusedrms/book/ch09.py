@@ -484,6 +484,12 @@ def cases(smoke: bool = False) -> list[dict]:
     return out
 
 
+def case_key(d: dict) -> tuple:
+    """What names a case: from a case of :func:`cases` (``dt``) or a record (``dtype``)."""
+    dtype = d["dtype"] if "dtype" in d else d["dt"]
+    return (d["kind"], d["op"], d["impl"], d["rows"], d["cols"], dtype)
+
+
 def worker(spec: dict) -> dict:
     """One process's sweep (``spec``: smoke, liger_missing, and for the warm-up ``warm_only`` with
     ``only``, the indices of :func:`cases` this process compiles; ``check``: check every case,
@@ -514,7 +520,7 @@ def aggregate(parts: list[dict]) -> list[dict]:
     by_key: dict = {}
     for index, part in enumerate(parts):
         for r in part["records"]:
-            key = (r["kind"], r["op"], r["impl"], r["rows"], r["cols"], r["dtype"])
+            key = case_key(r)
             by_key.setdefault(key, []).append((index, r))
     out = []
     for key, items in by_key.items():
@@ -601,7 +607,7 @@ def warm_ahead(smoke: bool, workers: int, log) -> dict:
     with ThreadPoolExecutor(workers) as pool:
         parts = list(pool.map(lambda ix: _run_process(ix[1], ix[0], log, WARM_TIMEOUT_S),
                               enumerate(specs)))
-    first = {(r["kind"], r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]): r
+    first = {case_key(r): r
              for p in parts if p for r in p["records"] if "first_call_ms" in r}
     raised = [r for r in first.values() if "error" in r]
     log(f"[ch09] warm-up: {len(first) - len(raised)} of {len(every)} cases compiled and checked in "
@@ -618,7 +624,7 @@ def not_checked(every: list[dict], first: dict) -> list[int]:
     the largest at 16384 x 8192). A timing process checks them, alone on the GPU."""
     out = []
     for i, c in enumerate(every):
-        warm = first.get((c["kind"], c["op"], c["impl"], c["rows"], c["cols"], c["dt"]))
+        warm = first.get(case_key(c))
         if warm is None or "error" in warm:
             out.append(i)
     return out
@@ -673,7 +679,7 @@ def record(out_dir, tune: bool = False, log=print, smoke: bool = False, processe
         raise RuntimeError("no measuring process finished; see the log above")
     recs = aggregate(parts)
     for r in recs:
-        warm = first.get((r["kind"], r["op"], r["impl"], r["rows"], r["cols"], r["dtype"]), {})
+        warm = first.get(case_key(r), {})
         if "first_call_ms" in warm and r["impl"] == "torch.compile":
             r["compile_s"] = round(warm["first_call_ms"] / 1e3, 3)
         for k in ("check_ok", "check", "peak_MiB"):  # checked once, in the warm-up

@@ -446,9 +446,10 @@ def takes_exchange(rows: int, cols: int, sms: int, dtype: torch.dtype, *, write_
     """Whether a batch runs the exchange design (``write_sum``: the residual-writing op)."""
     if block_bytes(cols, dtype) < EXCHANGE_MIN_ROW_BYTES:
         return False
-    if takes_wide_sum(rows, cols, sms, dtype, write_sum=write_sum):
-        return False
-    return not write_sum or (dtypes.nbytes(dtype) == 4 and (2 * rows <= sms or rows >= 2 * sms))
+    # the residual-writing op: fp32 only, and past half a row per SM only rows wider than one
+    # program holds (WIDE_SUM_CONFIG takes the others), from two rows per SM
+    return not write_sum or (dtypes.nbytes(dtype) == 4 and (
+        2 * rows <= sms or (rows >= 2 * sms and takes_two_passes(cols))))
 
 
 # The fused op launches otherwise at two widths of two-byte types, where torch.compile was faster.

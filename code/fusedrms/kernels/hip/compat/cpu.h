@@ -67,7 +67,6 @@ inline unsigned short fusedrms_float_to_half(float f) {
 namespace fusedrms_cpu {
 
 // One team of OS threads runs the blocks given to it, one block at a time.
-// The last writer and the last two distinct readers of a shared word, since the last barrier.
 // The two lowest thread ids that wrote, and that read, a shared word since the last barrier: enough to
 // find the race between the lowest writer and the lowest other thread whatever order they came in.
 struct Cell { int writers[2] = {-1, -1}, readers[2] = {-1, -1}; unsigned write_epoch = 0, read_epoch = 0; };
@@ -105,9 +104,8 @@ struct Team {
     std::string error;                      // the first error in this launch
     // A race stops nothing: the block runs on, barriers and all, and the race reported is the first
     // by (block, barrier, word, threads), whichever access the OS scheduled first.
-    bool race_found = false;
     std::vector<unsigned> race_key;         // of the race reported so far
-    std::string race_text;
+    std::string race_text;                  // empty: no race found
 };
 
 inline thread_local Team* team = nullptr;
@@ -222,27 +220,22 @@ inline float shuffle(float v, F source_lane) {
 
 // Shared memory with a race check on every access.
 inline void race(unsigned word, int other, bool other_wrote, bool i_write) {
-    const unsigned me = tid, e = team->epoch[tid];
-    unsigned first, second;
-    std::string who;
-    if (other_wrote && i_write) {
-        first = std::min(me, (unsigned)other); second = std::max(me, (unsigned)other);
-        who = "threads " + std::to_string(first) + " and " + std::to_string(second) + " both write it";
-    } else {
-        first = i_write ? me : (unsigned)other; second = i_write ? (unsigned)other : me;
-        who = "thread " + std::to_string(first) + " writes it and thread " + std::to_string(second) +
-              " reads it";
-    }
     if (!team->error.empty()) return;  // after a divergent barrier the epochs no longer line up
+    const unsigned me = tid, e = team->epoch[tid], them = (unsigned)other;
+    const bool both_write = other_wrote && i_write;
+    const unsigned first = both_write ? std::min(me, them) : i_write ? me : them;
+    const unsigned second = both_write ? std::max(me, them) : i_write ? them : me;
     std::vector<unsigned> key = {blockIdx.x, e, word, first, second};
-    if (!team->race_found || key < team->race_key) {
-        team->race_found = true;
-        team->race_key = key;
-        team->race_text = "shared-memory race in block " + std::to_string(blockIdx.x) + " on word " +
-                          std::to_string(word) + ": " + who + " with no __syncthreads() between them "
-                          "(after barrier #" + std::to_string(e) + "). Add a __syncthreads() between "
-                          "the two accesses.";
-    }
+    if (!team->race_text.empty() && !(key < team->race_key)) return;
+    team->race_key = key;
+    team->race_text = "shared-memory race in block " + std::to_string(blockIdx.x) + " on word " +
+                      std::to_string(word) + ": " +
+                      (both_write ? "threads " + std::to_string(first) + " and " + std::to_string(second) +
+                                        " both write it"
+                                  : "thread " + std::to_string(first) + " writes it and thread " +
+                                        std::to_string(second) + " reads it") +
+                      " with no __syncthreads() between them (after barrier #" + std::to_string(e) +
+                      "). Add a __syncthreads() between the two accesses.";
 }
 
 // Callers hold team->m. Returns false when the access is out of range.
@@ -314,7 +307,7 @@ inline void team_thread(Team* tm, unsigned t, dim3 grid, dim3 block, unsigned fi
         if (tm->error.empty() && tm->waiting > 0 && tm->waiting + tm->exited == tm->threads)
             fail_stuck();
         if (tm->exited == tm->threads) {  // the last thread out resets the block's state
-            if (tm->race_found && tm->error.empty()) tm->error = tm->race_text;  // no block after it
+            if (!tm->race_text.empty() && tm->error.empty()) tm->error = tm->race_text;  // no block after it
             tm->exited = 0;
             tm->waiting = 0;
             tm->block.reset();
@@ -365,7 +358,7 @@ hipError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shared
     for (auto& th : threads) th.join();
     for (auto& tm : tms)
         if (!tm.error.empty()) {
-            last_error() = tm.race_found ? tm.race_text : tm.error;  // a race before anything else
+            last_error() = tm.race_text.empty() ? tm.error : tm.race_text;  // a race before anything else
             return hipErrorLaunchFailure;
         }
     return hipSuccess;
